@@ -1,0 +1,124 @@
+//! The tasks and providers of the configuration, compiled for use: input
+//! schemas turned into validators once, limits and failover lists at hand.
+//! It answers the questions admission asks ([`AdmissionRules`]).
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::config::{ProviderSettings, Settings, TaskSettings};
+use crate::domain::AttemptLimits;
+use crate::store::AdmissionRules;
+
+/// One task, ready to validate input.
+pub struct Task {
+    /// The task's name.
+    pub name: String,
+    /// Its settings.
+    pub settings: TaskSettings,
+    input_validator: jsonschema::Validator,
+}
+
+/// One way a value breaks a schema.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Violation {
+    /// JSON Pointer to the offending value, from the request body's root.
+    pub pointer: String,
+    /// What is wrong with it.
+    pub detail: String,
+}
+
+impl Task {
+    /// The task's attempt limits.
+    pub fn limits(&self) -> AttemptLimits {
+        AttemptLimits { max_attempts: self.settings.max_attempts, max_in_flight: self.settings.max_in_flight }
+    }
+
+    /// Every way `input` breaks the input schema, pointers prefixed with
+    /// `/input` (the field of the request body that holds it).
+    pub fn check_input(&self, input: &Value) -> Vec<Violation> {
+        self.input_validator
+            .iter_errors(input)
+            .map(|error| Violation { pointer: format!("/input{}", error.instance_path()), detail: error.to_string() })
+            .collect()
+    }
+
+    /// Whether `provider` may run this task's attempts for a job whose
+    /// primary is `primary`: the primary itself, the task's default, or a
+    /// provider on its failover list.
+    pub fn allows_provider(&self, primary: &str, provider: &str) -> bool {
+        provider == primary || provider == self.settings.default_provider || self.settings.failover.iter().any(|p| p == provider)
+    }
+}
+
+/// Every task and provider.
+pub struct Catalog {
+    tasks: HashMap<String, Task>,
+    providers: HashMap<String, ProviderSettings>,
+}
+
+impl Catalog {
+    /// Compiles validated settings. Schemas were checked by
+    /// [`Settings::validate`], so compiling them again cannot fail.
+    pub fn new(settings: &Settings) -> Self {
+        let tasks = settings
+            .tasks
+            .iter()
+            .map(|(name, task)| {
+                let input_validator =
+                    jsonschema::draft202012::new(&task.input_schema).expect("schemas are checked at load");
+                (name.clone(), Task { name: name.clone(), settings: task.clone(), input_validator })
+            })
+            .collect();
+        Self { tasks, providers: settings.providers.clone().into_iter().collect() }
+    }
+
+    /// A task by name.
+    pub fn task(&self, name: &str) -> Option<&Task> {
+        self.tasks.get(name)
+    }
+
+    /// A provider by name.
+    pub fn provider(&self, name: &str) -> Option<&ProviderSettings> {
+        self.providers.get(name)
+    }
+}
+
+impl AdmissionRules for Catalog {
+    fn limits(&self, task: &str) -> AttemptLimits {
+        self.task(task).map(Task::limits).unwrap_or_default()
+    }
+
+    fn is_qualified(&self, task: &str, primary: &str, provider: &str) -> bool {
+        self.task(task).is_some_and(|t| t.allows_provider(primary, provider))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn input_violations_point_into_the_request_body() {
+        let catalog = Catalog::new(&Settings::builtin());
+        let summarize = catalog.task("summarize").unwrap();
+        assert!(summarize.check_input(&json!({"text": "hello", "max_words": 3})).is_empty());
+        let violations = summarize.check_input(&json!({"text": "hello", "max_words": "three"}));
+        assert_eq!(violations.len(), 1);
+        assert_eq!(violations[0].pointer, "/input/max_words");
+        let violations = summarize.check_input(&json!({"max_words": 3}));
+        assert_eq!(violations[0].pointer, "/input");
+        assert!(violations[0].detail.contains("text"), "{:?}", violations);
+    }
+
+    #[test]
+    fn failover_is_limited_to_the_tasks_providers() {
+        let catalog = Catalog::new(&Settings::builtin());
+        assert!(catalog.is_qualified("summarize", "sim-fast", "sim-slow"));
+        assert!(catalog.is_qualified("summarize", "sim-slow", "sim-fast"));
+        assert!(catalog.is_qualified("summarize", "sim-hang", "sim-hang"));
+        assert!(!catalog.is_qualified("summarize", "sim-fast", "sim-bad-json"));
+        assert!(!catalog.is_qualified("no-such-task", "sim-fast", "sim-fast"));
+    }
+}

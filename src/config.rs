@@ -1,0 +1,388 @@
+//! One typed `Settings`, read once: the TOML file (or the built-in default),
+//! then a short, documented list of environment overrides. Everything is
+//! checked here, so a running server never meets a bad setting.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+/// The built-in configuration, printed by `onejob config print-default`.
+pub const DEFAULT_CONFIG: &str = include_str!("../config/default.toml");
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or has unknown or mistyped settings.
+    #[error("invalid configuration: {0}")]
+    Parse(#[from] toml::de::Error),
+    /// An environment override does not parse.
+    #[error("environment variable {name}: {message}")]
+    Env {
+        /// The variable.
+        name: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// The settings parse but contradict each other.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// Every setting of onejob.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// The HTTP API.
+    #[serde(default)]
+    pub server: ServerSettings,
+    /// The database.
+    #[serde(default)]
+    pub database: DatabaseSettings,
+    /// Tasks by name.
+    #[serde(default)]
+    pub tasks: BTreeMap<String, TaskSettings>,
+    /// Providers by name.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderSettings>,
+}
+
+/// `[server]`
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSettings {
+    /// Where the API listens.
+    pub listen: SocketAddr,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Longest a request may take before it is answered 503.
+    pub request_timeout_ms: u64,
+    /// How long an authenticated key is trusted without a new look-up.
+    pub auth_cache_ttl_ms: u64,
+    /// Retry-After of 409 `attempt-outcome-unknown`.
+    pub unknown_retry_after_secs: u64,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_body_bytes: 256 * 1024,
+            request_timeout_ms: 30_000,
+            auth_cache_ttl_ms: 10_000,
+            unknown_retry_after_secs: 5,
+        }
+    }
+}
+
+impl ServerSettings {
+    /// `request_timeout_ms` as a duration.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+}
+
+/// `[database]`
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseSettings {
+    /// The database URL; `DATABASE_URL` overrides it.
+    pub url: Option<String>,
+    /// Pool size.
+    pub max_connections: u32,
+    /// How long to wait for a free connection.
+    pub acquire_timeout_ms: u64,
+    /// The longest a statement may run.
+    pub statement_timeout_ms: u64,
+    /// Whether `serve` applies migrations at start.
+    pub migrate_on_start: bool,
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self {
+            url: None,
+            max_connections: 16,
+            acquire_timeout_ms: 2_000,
+            statement_timeout_ms: 10_000,
+            migrate_on_start: true,
+        }
+    }
+}
+
+/// `[tasks.NAME]`
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSettings {
+    /// The provider of a job that names none.
+    pub default_provider: String,
+    /// Providers to fall over to, in order.
+    #[serde(default)]
+    pub failover: Vec<String>,
+    /// Attempts per job, the first included.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// Attempts running at once per job.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: u32,
+    /// JSON Schema of the input: a TOML table, or JSON text.
+    #[serde(default = "any_object_schema", deserialize_with = "json_or_table")]
+    pub input_schema: Value,
+}
+
+fn default_max_attempts() -> u32 {
+    5
+}
+
+fn default_max_in_flight() -> u32 {
+    2
+}
+
+fn any_object_schema() -> Value {
+    serde_json::json!({ "type": "object" })
+}
+
+fn json_or_table<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
+    match Value::deserialize(deserializer)? {
+        Value::String(text) => serde_json::from_str(&text).map_err(serde::de::Error::custom),
+        table => Ok(table),
+    }
+}
+
+/// What a provider is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// The built-in simulator.
+    Sim,
+    /// An OpenAI-compatible chat completions endpoint.
+    Openai,
+}
+
+/// What a simulated provider answers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SimOutput {
+    /// Output that meets the task's contract.
+    #[default]
+    Valid,
+    /// Valid JSON with a top-level key the contract does not allow.
+    ExtraTopLevelKey,
+    /// Text that is not JSON.
+    NotJson,
+}
+
+/// `[providers.NAME]`
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSettings {
+    /// sim or openai.
+    pub kind: ProviderKind,
+    /// The model asked for.
+    #[serde(default = "default_model")]
+    pub model: String,
+    /// The deadline of one attempt: connect, headers and body.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Sampling temperature.
+    #[serde(default)]
+    pub temperature: f64,
+    /// openai: the base URL, such as `https://api.openai.com/v1`.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// openai: the environment variable holding the API key.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// sim: fixed latency before answering.
+    #[serde(default)]
+    pub latency_ms: u64,
+    /// sim: random extra latency, up to this.
+    #[serde(default)]
+    pub jitter_ms: u64,
+    /// sim: share of requests answered with `error_status`, 0 to 1.
+    #[serde(default)]
+    pub error_rate: f64,
+    /// sim: the status of those errors.
+    #[serde(default = "default_error_status")]
+    pub error_status: u16,
+    /// sim: accept and never answer; status lookup says running this long.
+    #[serde(default)]
+    pub hang_ms: Option<u64>,
+    /// sim: answer after this long.
+    #[serde(default)]
+    pub late_ms: Option<u64>,
+    /// sim: what the answer looks like.
+    #[serde(default)]
+    pub output: SimOutput,
+}
+
+fn default_model() -> String {
+    "sim-1".to_owned()
+}
+
+fn default_timeout_ms() -> u64 {
+    30_000
+}
+
+fn default_error_status() -> u16 {
+    503
+}
+
+/// Reads one environment variable; absent and empty are the same.
+fn env_var(name: &'static str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn parse_env<T: std::str::FromStr>(name: &'static str) -> Result<Option<T>, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    env_var(name)
+        .map(|text| text.parse().map_err(|e: T::Err| ConfigError::Env { name, message: e.to_string() }))
+        .transpose()
+}
+
+impl Settings {
+    /// The file's settings, or the built-in default without one; then the
+    /// environment overrides; then the checks.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let text = match path {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?,
+            None => DEFAULT_CONFIG.to_owned(),
+        };
+        let mut settings = Self::parse(&text)?;
+        settings.apply_env()?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Parses TOML text without looking at the environment.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        Ok(toml::from_str(text)?)
+    }
+
+    /// The built-in default, checked, without environment overrides.
+    pub fn builtin() -> Self {
+        let settings = Self::parse(DEFAULT_CONFIG).expect("the built-in configuration parses");
+        settings.validate().expect("the built-in configuration is valid");
+        settings
+    }
+
+    /// Applies the environment overrides listed in the README.
+    pub fn apply_env(&mut self) -> Result<(), ConfigError> {
+        if let Some(url) = env_var("DATABASE_URL") {
+            self.database.url = Some(url);
+        }
+        if let Some(listen) = parse_env("ONEJOB_LISTEN")? {
+            self.server.listen = listen;
+        }
+        if let Some(bytes) = parse_env("ONEJOB_MAX_BODY_BYTES")? {
+            self.server.max_body_bytes = bytes;
+        }
+        if let Some(connections) = parse_env("ONEJOB_DB_MAX_CONNECTIONS")? {
+            self.database.max_connections = connections;
+        }
+        if let Some(migrate) = parse_env("ONEJOB_MIGRATE_ON_START")? {
+            self.database.migrate_on_start = migrate;
+        }
+        Ok(())
+    }
+
+    /// Checks what serde cannot: references between tables, and ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |message: String| Err(ConfigError::Invalid(message));
+        if self.server.max_body_bytes == 0 {
+            return invalid("server.max_body_bytes must be at least 1".into());
+        }
+        if self.database.max_connections == 0 {
+            return invalid("database.max_connections must be at least 1".into());
+        }
+        for (name, task) in &self.tasks {
+            for provider in std::iter::once(&task.default_provider).chain(&task.failover) {
+                if !self.providers.contains_key(provider) {
+                    return invalid(format!("tasks.{name} names provider '{provider}', which is not configured"));
+                }
+            }
+            if task.max_attempts == 0 || task.max_in_flight == 0 {
+                return invalid(format!("tasks.{name}: max_attempts and max_in_flight must be at least 1"));
+            }
+            if let Err(error) = jsonschema::draft202012::new(&task.input_schema) {
+                return invalid(format!("tasks.{name}.input_schema is not a valid JSON Schema: {error}"));
+            }
+        }
+        for (name, provider) in &self.providers {
+            if !(0.0..=1.0).contains(&provider.error_rate) {
+                return invalid(format!("providers.{name}.error_rate must be between 0 and 1"));
+            }
+            if provider.timeout_ms == 0 {
+                return invalid(format!("providers.{name}.timeout_ms must be at least 1"));
+            }
+            if provider.kind == ProviderKind::Openai && (provider.base_url.is_none() || provider.api_key_env.is_none()) {
+                return invalid(format!("providers.{name}: an openai provider needs base_url and api_key_env"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builtin_configuration_holds_the_documented_task_and_providers() {
+        let settings = Settings::builtin();
+        let summarize = &settings.tasks["summarize"];
+        assert_eq!(summarize.default_provider, "sim-fast");
+        assert_eq!(summarize.failover, ["sim-slow"]);
+        assert_eq!((summarize.max_attempts, summarize.max_in_flight), (5, 2));
+        assert_eq!(summarize.input_schema["required"], serde_json::json!(["text"]));
+        for name in ["sim-fast", "sim-slow", "sim-hang", "sim-late", "sim-flaky", "sim-bad-json"] {
+            assert_eq!(settings.providers[name].kind, ProviderKind::Sim, "{name}");
+        }
+        assert_eq!(settings.server.listen.to_string(), "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn unknown_settings_are_rejected_not_ignored() {
+        let error = Settings::parse("[server]\nlisten_adress = \"127.0.0.1:1\"\n").unwrap_err();
+        assert!(error.to_string().contains("listen_adress"), "{error}");
+    }
+
+    #[test]
+    fn a_task_naming_an_unconfigured_provider_is_rejected() {
+        let settings = Settings::parse("[tasks.t]\ndefault_provider = \"nowhere\"\n").unwrap();
+        let error = settings.validate().unwrap_err();
+        assert!(error.to_string().contains("nowhere"), "{error}");
+    }
+
+    #[test]
+    fn schemas_may_be_tables_or_json_text() {
+        let text = r#"
+            [providers.p]
+            kind = "sim"
+            [tasks.a]
+            default_provider = "p"
+            input_schema = { type = "object", required = ["x"] }
+            [tasks.b]
+            default_provider = "p"
+            input_schema = '{"type": "object", "required": ["x"]}'
+        "#;
+        let settings = Settings::parse(text).unwrap();
+        settings.validate().unwrap();
+        assert_eq!(settings.tasks["a"].input_schema, settings.tasks["b"].input_schema);
+        assert_eq!(settings.tasks["a"].max_attempts, 5);
+    }
+}

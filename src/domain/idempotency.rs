@@ -1,0 +1,198 @@
+//! Idempotency keys and request fingerprints: the two halves of I1 and I2.
+//! The key names an intent; the fingerprint says what the intent was, so the
+//! same key with another payload can be told from a replay.
+
+use std::fmt;
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The longest key accepted, in characters.
+pub const MAX_KEY_LEN: usize = 255;
+
+/// A client-chosen key: 1–255 visible ASCII characters (`!` to `~`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+/// Why an `Idempotency-Key` header value is not a key.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidKey {
+    /// Nothing between the quotes, or an empty header.
+    #[error("the key is empty")]
+    Empty,
+    /// Over [`MAX_KEY_LEN`] characters.
+    #[error("the key is longer than 255 characters")]
+    TooLong,
+    /// A space, a control character or a non-ASCII byte.
+    #[error("the key may hold only visible ASCII characters ('!' to '~')")]
+    BadCharacter,
+    /// An opening quote without a well-formed structured-field string.
+    #[error("a quoted key must be one structured-field string: \"...\" with only \\\" and \\\\ escapes")]
+    BadQuoting,
+}
+
+impl IdempotencyKey {
+    /// Parses a header value. Both the bare form `abc` and the structured
+    /// field string form `"abc"` (RFC 8941, as the IETF Idempotency-Key draft
+    /// writes it) name the same key.
+    pub fn parse(raw: &[u8]) -> Result<Self, InvalidKey> {
+        let raw = raw.trim_ascii();
+        let key = match raw.first() {
+            Some(b'"') => unquote_sf_string(raw)?,
+            _ => raw.to_vec(),
+        };
+        Self::from_bytes(key)
+    }
+
+    /// Checks an already unquoted key (read back from storage, or from a body).
+    pub fn from_bytes(key: Vec<u8>) -> Result<Self, InvalidKey> {
+        if key.is_empty() {
+            return Err(InvalidKey::Empty);
+        }
+        if key.len() > MAX_KEY_LEN {
+            return Err(InvalidKey::TooLong);
+        }
+        if !key.iter().all(|b| (b'!'..=b'~').contains(b)) {
+            return Err(InvalidKey::BadCharacter);
+        }
+        // Only visible ASCII is left, so this cannot fail.
+        Ok(Self(String::from_utf8(key).map_err(|_| InvalidKey::BadCharacter)?))
+    }
+
+    /// The key as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn unquote_sf_string(raw: &[u8]) -> Result<Vec<u8>, InvalidKey> {
+    let inner = raw
+        .strip_prefix(b"\"")
+        .and_then(|rest| rest.strip_suffix(b"\""))
+        .ok_or(InvalidKey::BadQuoting)?;
+    let mut key = Vec::with_capacity(inner.len());
+    let mut bytes = inner.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'\\' => match bytes.next() {
+                Some(&escaped @ (b'"' | b'\\')) => key.push(escaped),
+                _ => return Err(InvalidKey::BadQuoting),
+            },
+            // An unescaped quote inside would end the string early.
+            b'"' => return Err(InvalidKey::BadQuoting),
+            _ => key.push(b),
+        }
+    }
+    Ok(key)
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// SHA-256 over the RFC 8785 canonical JSON of a request's intent.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint(pub [u8; 32]);
+
+#[derive(Serialize)]
+struct JobIntent<'a> {
+    task: &'a str,
+    input: &'a Value,
+    provider: &'a str,
+}
+
+impl Fingerprint {
+    /// The fingerprint of a job's intent. `provider` must already be resolved
+    /// (the task's default when the request named none), so that naming the
+    /// default explicitly is a replay, not a conflict.
+    pub fn of_job(task: &str, input: &Value, provider: &str) -> Self {
+        let intent = JobIntent { task, input, provider };
+        // Serialising a `Value` tree cannot fail: every map key is a string.
+        let canonical = serde_json_canonicalizer::to_vec(&intent)
+            .expect("canonical JSON of a JSON value");
+        Self(Sha256::digest(&canonical).into())
+    }
+
+    /// Rebuilds a fingerprint read back from storage.
+    pub fn from_slice(bytes: &[u8]) -> Option<Self> {
+        bytes.try_into().ok().map(Self)
+    }
+
+    /// The raw digest.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sha256:{}", hex::encode(self.0))
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl Serialize for Fingerprint {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn bare_and_quoted_forms_name_the_same_key() {
+        let bare = IdempotencyKey::parse(b"order-42").unwrap();
+        let quoted = IdempotencyKey::parse(b"\"order-42\"").unwrap();
+        assert_eq!(bare, quoted);
+        assert_eq!(IdempotencyKey::parse(br#""a\"b\\c""#).unwrap().as_str(), r#"a"b\c"#);
+        assert_eq!(IdempotencyKey::parse(b"  padded\t").unwrap().as_str(), "padded");
+    }
+
+    #[test]
+    fn keys_outside_visible_ascii_or_length_are_refused() {
+        assert_eq!(IdempotencyKey::parse(b""), Err(InvalidKey::Empty));
+        assert_eq!(IdempotencyKey::parse(b"\"\""), Err(InvalidKey::Empty));
+        assert_eq!(IdempotencyKey::parse(b"a b"), Err(InvalidKey::BadCharacter));
+        assert_eq!(IdempotencyKey::parse("clé".as_bytes()), Err(InvalidKey::BadCharacter));
+        assert_eq!(IdempotencyKey::parse(b"a\x7fb"), Err(InvalidKey::BadCharacter));
+        assert_eq!(IdempotencyKey::parse(b"\"open"), Err(InvalidKey::BadQuoting));
+        assert_eq!(IdempotencyKey::parse(b"\"a\"b\""), Err(InvalidKey::BadQuoting));
+        assert_eq!(IdempotencyKey::parse(br#""a\nb""#), Err(InvalidKey::BadQuoting));
+        assert!(IdempotencyKey::parse("k".repeat(255).as_bytes()).is_ok());
+        assert_eq!(IdempotencyKey::parse("k".repeat(256).as_bytes()), Err(InvalidKey::TooLong));
+    }
+
+    #[test]
+    fn fingerprint_ignores_key_order_and_whitespace() {
+        let a: Value = serde_json::from_str(r#"{"text": "hi", "max_words": 3}"#).unwrap();
+        let b: Value = serde_json::from_str("{\"max_words\":3,\n\"text\":\"hi\"}").unwrap();
+        assert_eq!(Fingerprint::of_job("summarize", &a, "sim-fast"), Fingerprint::of_job("summarize", &b, "sim-fast"));
+    }
+
+    #[test]
+    fn fingerprint_changes_with_any_part_of_the_intent() {
+        let input = json!({"text": "hi"});
+        let base = Fingerprint::of_job("summarize", &input, "sim-fast");
+        assert_ne!(base, Fingerprint::of_job("summarize", &json!({"text": "ho"}), "sim-fast"));
+        assert_ne!(base, Fingerprint::of_job("summarize", &input, "sim-slow"));
+        assert_ne!(base, Fingerprint::of_job("translate", &input, "sim-fast"));
+    }
+
+    #[test]
+    fn fingerprint_is_shown_as_prefixed_hex() {
+        let shown = Fingerprint::of_job("t", &json!(null), "p").to_string();
+        assert!(shown.starts_with("sha256:"));
+        assert_eq!(shown.len(), "sha256:".len() + 64);
+    }
+}

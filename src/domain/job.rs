@@ -1,0 +1,157 @@
+//! Jobs, attempts and audit events as the rest of the program sees them. A
+//! job is one intent and never changes its identity; attempts pile up under it.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{AttemptId, AttemptState, Fingerprint, JobId, JobState, OwnerId};
+
+/// One intent: what the owner asked for and how it ended.
+#[derive(Clone, Debug, Serialize)]
+pub struct Job {
+    /// The job's id.
+    pub id: JobId,
+    /// The tenant; not shown to clients, who know it already.
+    #[serde(skip)]
+    pub owner: OwnerId,
+    /// The key the job was created with.
+    pub idempotency_key: String,
+    /// What the intent was, for replay checks.
+    pub fingerprint: Fingerprint,
+    /// The task's name.
+    pub task: String,
+    /// The task's input, as sent.
+    pub input: Value,
+    /// The primary provider.
+    pub provider: String,
+    /// The derived, stored state.
+    pub state: JobState,
+    /// The number of the attempt that won, once one has.
+    pub winning_attempt: Option<i32>,
+    /// The winner's output.
+    pub result: Option<Value>,
+    /// When the job was accepted.
+    pub created_at: DateTime<Utc>,
+    /// When its state last changed.
+    pub updated_at: DateTime<Utc>,
+    /// Every attempt, by number.
+    pub attempts: Vec<Attempt>,
+}
+
+/// A job without its attempts, for listings.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobSummary {
+    /// The job's id.
+    pub id: JobId,
+    /// The key the job was created with.
+    pub idempotency_key: String,
+    /// The task's name.
+    pub task: String,
+    /// The primary provider.
+    pub provider: String,
+    /// The derived, stored state.
+    pub state: JobState,
+    /// The number of the attempt that won, once one has.
+    pub winning_attempt: Option<i32>,
+    /// When the job was accepted.
+    pub created_at: DateTime<Utc>,
+    /// When its state last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Who started an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttemptOrigin {
+    /// The client, by creating the job or posting to its attempts.
+    Client,
+    /// The task's retry and failover policy.
+    Policy,
+}
+
+impl AttemptOrigin {
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOrigin::Client => "client",
+            AttemptOrigin::Policy => "policy",
+        }
+    }
+
+    /// Reads a stored name.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "client" => Some(AttemptOrigin::Client),
+            "policy" => Some(AttemptOrigin::Policy),
+            _ => None,
+        }
+    }
+}
+
+/// One try at a job.
+#[derive(Clone, Debug, Serialize)]
+pub struct Attempt {
+    /// 1 for the first attempt, then 2, 3, …
+    pub number: i32,
+    /// The id sent to the provider as its request and idempotency id (I6).
+    pub id: AttemptId,
+    /// The provider it runs on.
+    pub provider: String,
+    /// Where it is in its state machine.
+    pub state: AttemptState,
+    /// Who started it.
+    pub origin: AttemptOrigin,
+    /// The key of the request that added it; none for a job's first attempt.
+    pub idempotency_key: Option<String>,
+    /// The worker holding it while running.
+    pub worker: Option<String>,
+    /// Until when that worker's claim holds.
+    pub lease_until: Option<DateTime<Utc>>,
+    /// The output, for succeeded and superseded attempts.
+    pub output: Option<Value>,
+    /// What went wrong, for failed and unknown attempts.
+    pub error: Option<Value>,
+    /// When it was admitted.
+    pub created_at: DateTime<Utc>,
+    /// When a worker claimed it.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When it reached a final or unknown state.
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// What went wrong with an attempt: a stable type and a human message, plus
+/// whatever detail the failure carries (a provider's status, a validator's path).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttemptError {
+    /// A stable name, such as `provider-error` or `timeout`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// For people.
+    pub message: String,
+    /// Anything else worth keeping.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub detail: Value,
+}
+
+impl AttemptError {
+    /// An error with no detail.
+    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { kind: kind.into(), message: message.into(), detail: Value::Null }
+    }
+}
+
+/// One row of a job's append-only audit log.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobEvent {
+    /// The event's position in the job's log, increasing.
+    pub id: i64,
+    /// When it was written.
+    pub at: DateTime<Utc>,
+    /// What happened: `job-created`, `attempt-admitted`, `race-lost`, …
+    pub kind: String,
+    /// The attempt it concerns, if any.
+    pub attempt_number: Option<i32>,
+    /// The ids and facts that explain it.
+    pub detail: Value,
+}

@@ -1,0 +1,13 @@
+//! The pure core of onejob: identities, states, the admission rules and the
+//! idempotency primitives. Nothing here does I/O, so every rule is unit-tested
+//! beside its code and shared by every store and every caller.
+
+pub mod ids;
+pub mod idempotency;
+pub mod job;
+pub mod state;
+
+pub use ids::{AttemptId, JobId, OwnerId};
+pub use idempotency::{Fingerprint, IdempotencyKey};
+pub use job::{Attempt, AttemptError, AttemptOrigin, Job, JobEvent, JobSummary};
+pub use state::{AdmissionRefusal, AttemptLimits, AttemptState, JobState, check_admission};

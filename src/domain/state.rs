@@ -1,0 +1,287 @@
+//! The state machines of jobs and attempts, and the attempt admission rules.
+//! This file is the one place that says which transitions exist; the stores
+//! carry them out with guarded updates and call [`JobState::derive`] and
+//! [`check_admission`] under the job's row lock.
+//!
+//! Attempt: `pending → running → succeeded | failed | unknown | superseded`;
+//! `unknown → succeeded | failed | superseded` (reconciliation);
+//! `pending → canceled`.
+//!
+//! Job, the first that applies: `succeeded` · `canceled` · `running` ·
+//! `queued` · `unknown` · `failed`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+macro_rules! named_states {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "lowercase")]
+        pub enum $name {
+            $($(#[$vdoc])* $variant),+
+        }
+
+        impl $name {
+            /// Every state, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The name stored in the database and shown by the API.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownState;
+            fn from_str(text: &str) -> Result<Self, UnknownState> {
+                match text {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(UnknownState(text.to_owned())),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+/// A state name that no state machine knows.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown state '{0}'")]
+pub struct UnknownState(pub String);
+
+named_states!(
+    /// The state of one try.
+    AttemptState {
+        /// Admitted, waiting for a worker.
+        Pending = "pending",
+        /// Claimed by a worker under a lease; the provider may be working.
+        Running = "running",
+        /// Finished with an output that won the job's compare-and-swap.
+        Succeeded = "succeeded",
+        /// Finished with a definitive error; nothing was produced.
+        Failed = "failed",
+        /// The outcome cannot be known yet (timeout, lost connection, lost lease).
+        Unknown = "unknown",
+        /// Finished with an output after another attempt had won; kept for audit.
+        Superseded = "superseded",
+        /// Never sent: the job finished or was canceled first.
+        Canceled = "canceled",
+    }
+);
+
+named_states!(
+    /// The state of one intent, derived from its attempts and stored with them.
+    JobState {
+        /// An attempt is pending and none is running.
+        Queued = "queued",
+        /// An attempt is running.
+        Running = "running",
+        /// The outcome of an attempt is unknown and none is running or pending.
+        Unknown = "unknown",
+        /// Every attempt failed; a new attempt may be started.
+        Failed = "failed",
+        /// Terminal: exactly one attempt won.
+        Succeeded = "succeeded",
+        /// Terminal: canceled by the owner.
+        Canceled = "canceled",
+    }
+);
+
+impl AttemptState {
+    /// Whether an attempt in this state may be settled with an output or a
+    /// failure: a running one by its worker, an unknown one by reconciliation.
+    pub fn is_settleable(self) -> bool {
+        matches!(self, AttemptState::Running | AttemptState::Unknown)
+    }
+
+    /// Whether the attempt will never change again.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            AttemptState::Succeeded | AttemptState::Failed | AttemptState::Superseded | AttemptState::Canceled
+        )
+    }
+}
+
+impl JobState {
+    /// Whether the job is finished for good.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobState::Succeeded | JobState::Canceled)
+    }
+
+    /// The job's state from its current one and its attempts' states: the
+    /// first that applies of succeeded, canceled, running, queued, unknown,
+    /// failed. A terminal state never changes.
+    pub fn derive(current: JobState, attempts: impl IntoIterator<Item = AttemptState>) -> JobState {
+        if current.is_terminal() {
+            return current;
+        }
+        let (mut running, mut pending, mut unknown) = (false, false, false);
+        for state in attempts {
+            match state {
+                AttemptState::Running => running = true,
+                AttemptState::Pending => pending = true,
+                AttemptState::Unknown => unknown = true,
+                _ => {}
+            }
+        }
+        if running {
+            JobState::Running
+        } else if pending {
+            JobState::Queued
+        } else if unknown {
+            JobState::Unknown
+        } else {
+            JobState::Failed
+        }
+    }
+}
+
+/// The per-task limits that admission enforces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttemptLimits {
+    /// Attempts a job may ever have, the first included.
+    pub max_attempts: u32,
+    /// Attempts that may be running at once.
+    pub max_in_flight: u32,
+}
+
+impl Default for AttemptLimits {
+    fn default() -> Self {
+        Self { max_attempts: 5, max_in_flight: 2 }
+    }
+}
+
+/// Why a new attempt was not admitted. Each has a stable problem type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AdmissionRefusal {
+    /// The job succeeded or was canceled.
+    JobFinished,
+    /// An attempt is still waiting for a worker.
+    AttemptPending,
+    /// An attempt's outcome is unknown; reconciliation must clear it first (I4).
+    AttemptOutcomeUnknown,
+    /// As many attempts are running as the task allows.
+    TooManyAttemptsInFlight,
+    /// The job has used its whole attempt budget.
+    AttemptLimitReached,
+    /// The provider has not been proven against the task's contract (I5).
+    ProviderNotQualified,
+}
+
+impl AdmissionRefusal {
+    /// The problem type, also the name stored in refusal events.
+    pub fn problem_type(self) -> &'static str {
+        match self {
+            AdmissionRefusal::JobFinished => "job-finished",
+            AdmissionRefusal::AttemptPending => "attempt-pending",
+            AdmissionRefusal::AttemptOutcomeUnknown => "attempt-outcome-unknown",
+            AdmissionRefusal::TooManyAttemptsInFlight => "too-many-attempts-in-flight",
+            AdmissionRefusal::AttemptLimitReached => "attempt-limit-reached",
+            AdmissionRefusal::ProviderNotQualified => "provider-not-qualified",
+        }
+    }
+}
+
+/// The admission rules, in the order DESIGN.md lists them. `qualified` says
+/// whether the requested provider may serve this job's task. Stores call this
+/// with the job row locked, so the answer holds until they commit.
+pub fn check_admission(
+    job: JobState,
+    attempts: &[AttemptState],
+    limits: AttemptLimits,
+    qualified: bool,
+) -> Result<(), AdmissionRefusal> {
+    let count = |wanted: AttemptState| attempts.iter().filter(|&&s| s == wanted).count();
+    if job.is_terminal() {
+        return Err(AdmissionRefusal::JobFinished);
+    }
+    if count(AttemptState::Pending) > 0 {
+        return Err(AdmissionRefusal::AttemptPending);
+    }
+    if count(AttemptState::Unknown) > 0 {
+        return Err(AdmissionRefusal::AttemptOutcomeUnknown);
+    }
+    if count(AttemptState::Running) >= limits.max_in_flight as usize {
+        return Err(AdmissionRefusal::TooManyAttemptsInFlight);
+    }
+    if attempts.len() >= limits.max_attempts as usize {
+        return Err(AdmissionRefusal::AttemptLimitReached);
+    }
+    if !qualified {
+        return Err(AdmissionRefusal::ProviderNotQualified);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AttemptState::*;
+    use super::*;
+
+    #[test]
+    fn names_round_trip_through_text() {
+        for state in AttemptState::ALL {
+            assert_eq!(state.as_str().parse::<AttemptState>().unwrap(), *state);
+        }
+        for state in JobState::ALL {
+            assert_eq!(state.as_str().parse::<JobState>().unwrap(), *state);
+        }
+        assert!("done".parse::<JobState>().is_err());
+    }
+
+    #[test]
+    fn job_state_is_the_first_that_applies() {
+        let derive = |states: &[AttemptState]| JobState::derive(JobState::Queued, states.iter().copied());
+        assert_eq!(derive(&[Running, Pending, Unknown]), JobState::Running);
+        assert_eq!(derive(&[Failed, Pending, Unknown]), JobState::Queued);
+        assert_eq!(derive(&[Failed, Unknown]), JobState::Unknown);
+        assert_eq!(derive(&[Failed, Failed]), JobState::Failed);
+        assert_eq!(derive(&[]), JobState::Failed);
+    }
+
+    #[test]
+    fn terminal_job_states_never_change() {
+        assert_eq!(JobState::derive(JobState::Succeeded, [Running]), JobState::Succeeded);
+        assert_eq!(JobState::derive(JobState::Canceled, [Pending]), JobState::Canceled);
+    }
+
+    #[test]
+    fn admission_follows_the_documented_order() {
+        let limits = AttemptLimits { max_attempts: 3, max_in_flight: 2 };
+        let check = |job, attempts: &[AttemptState], qualified| check_admission(job, attempts, limits, qualified);
+        assert_eq!(check(JobState::Succeeded, &[Pending], true), Err(AdmissionRefusal::JobFinished));
+        assert_eq!(check(JobState::Canceled, &[], true), Err(AdmissionRefusal::JobFinished));
+        assert_eq!(check(JobState::Queued, &[Pending, Unknown], true), Err(AdmissionRefusal::AttemptPending));
+        assert_eq!(check(JobState::Unknown, &[Unknown], true), Err(AdmissionRefusal::AttemptOutcomeUnknown));
+        assert_eq!(check(JobState::Running, &[Running, Running], true), Err(AdmissionRefusal::TooManyAttemptsInFlight));
+        assert_eq!(check(JobState::Failed, &[Failed, Failed, Failed], true), Err(AdmissionRefusal::AttemptLimitReached));
+        assert_eq!(check(JobState::Running, &[Running], false), Err(AdmissionRefusal::ProviderNotQualified));
+        assert_eq!(check(JobState::Running, &[Running], true), Ok(()));
+        assert_eq!(check(JobState::Failed, &[Failed, Failed], true), Ok(()));
+    }
+
+    #[test]
+    fn a_running_attempt_does_not_block_a_fallback() {
+        let limits = AttemptLimits::default();
+        assert_eq!(check_admission(JobState::Running, &[Running], limits, true), Ok(()));
+    }
+
+    #[test]
+    fn only_running_and_unknown_attempts_can_be_settled() {
+        let settleable: Vec<_> = AttemptState::ALL.iter().filter(|s| s.is_settleable()).collect();
+        assert_eq!(settleable, [&Running, &Unknown]);
+        assert!(Superseded.is_final() && Canceled.is_final() && !Pending.is_final());
+    }
+}

@@ -1,0 +1,230 @@
+//! `/jobs`: create a job (I1, I2), read one, list them. Every query is scoped
+//! by the authenticated owner; another owner's job is a 404 (I7).
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::AppState;
+use super::auth::Owner;
+use super::error::{ApiError, Problem};
+use super::extract::{idempotency_key, read_json};
+use crate::catalog::Violation;
+use crate::domain::{AttemptId, Fingerprint, Job, JobId, JobState};
+use crate::store::{CreateJob, JobFilter, NewJob};
+
+/// Listings hold at most this many jobs a page.
+const MAX_PAGE: u32 = 100;
+const DEFAULT_PAGE: u32 = 20;
+
+/// The routes of this resource.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/jobs", get(list_jobs).post(create_job)).route("/jobs/{id}", get(get_job))
+}
+
+/// The header that marks an answer as a replay of an earlier request.
+pub(crate) const REPLAYED: &str = "idempotent-replayed";
+
+/// A JSON answer with a status and extra headers.
+pub(crate) fn json_response(status: StatusCode, body: &impl serde::Serialize, headers: &[(&'static str, String)]) -> Response {
+    let mut response = (status, axum::Json(body)).into_response();
+    for (name, value) in headers {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            response.headers_mut().insert(*name, value);
+        }
+    }
+    response
+}
+
+/// Escapes a member name for use in a JSON Pointer (RFC 6901).
+pub(crate) fn pointer_to(name: &str) -> String {
+    format!("/{}", name.replace('~', "~0").replace('/', "~1"))
+}
+
+/// Refuses members of a body object that are not in `allowed`.
+pub(crate) fn unknown_members(body: &Map<String, Value>, allowed: &[&str]) -> Vec<Violation> {
+    body.keys()
+        .filter(|name| !allowed.contains(&name.as_str()))
+        .map(|name| Violation { pointer: pointer_to(name), detail: "unknown field".into() })
+        .collect()
+}
+
+#[derive(Debug)]
+struct CreateJobRequest {
+    task: String,
+    input: Value,
+    provider: Option<String>,
+}
+
+fn parse_create_request(body: Value) -> Result<CreateJobRequest, Problem> {
+    let Value::Object(mut body) = body else {
+        return Err(Problem::invalid_field("", "the body must be a JSON object"));
+    };
+    let mut violations = unknown_members(&body, &["task", "input", "provider"]);
+    let task = match body.remove("task") {
+        Some(Value::String(task)) => Some(task),
+        Some(_) => {
+            violations.push(Violation { pointer: "/task".into(), detail: "must be a string".into() });
+            None
+        }
+        None => {
+            violations.push(Violation { pointer: "/task".into(), detail: "is required".into() });
+            None
+        }
+    };
+    let input = body.remove("input");
+    if input.is_none() {
+        violations.push(Violation { pointer: "/input".into(), detail: "is required".into() });
+    }
+    let provider = match body.remove("provider") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(provider)) => Some(provider),
+        Some(_) => {
+            violations.push(Violation { pointer: "/provider".into(), detail: "must be a string".into() });
+            None
+        }
+    };
+    match (task, input) {
+        (Some(task), Some(input)) if violations.is_empty() => Ok(CreateJobRequest { task, input, provider }),
+        _ => Err(Problem::invalid(violations)),
+    }
+}
+
+fn created(job: &Job) -> Response {
+    json_response(StatusCode::CREATED, job, &[("location", format!("/jobs/{}", job.id))])
+}
+
+async fn create_job(State(app): State<AppState>, Owner(owner): Owner, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers)?;
+    let body = read_json(&headers, body, app.settings.max_body_bytes, false).await?;
+    let request = parse_create_request(body)?;
+    let task = app
+        .catalog
+        .task(&request.task)
+        .ok_or_else(|| Problem::invalid_field("/task", format!("no task named '{}'", request.task)))?;
+    let provider = request.provider.unwrap_or_else(|| task.settings.default_provider.clone());
+    if app.catalog.provider(&provider).is_none() {
+        return Err(Problem::provider_unknown(&provider).into());
+    }
+    let violations = task.check_input(&request.input);
+    if !violations.is_empty() {
+        return Err(Problem::invalid(violations).into());
+    }
+
+    let fingerprint = Fingerprint::of_job(&task.name, &request.input, &provider);
+    let new = NewJob {
+        owner,
+        id: JobId::new(),
+        idempotency_key: key,
+        fingerprint,
+        task: task.name.clone(),
+        input: request.input,
+        provider,
+        first_attempt_id: AttemptId::new(),
+    };
+    match app.store.create_job(&new).await? {
+        CreateJob::Created(job) => {
+            tracing::Span::current().record("job.id", tracing::field::display(job.id));
+            Ok(created(&job))
+        }
+        CreateJob::Existing(job) if job.fingerprint == fingerprint => {
+            tracing::Span::current().record("job.id", tracing::field::display(job.id));
+            Ok(json_response(StatusCode::OK, &job, &[(REPLAYED, "true".into()), ("location", format!("/jobs/{}", job.id))]))
+        }
+        CreateJob::Existing(job) => Err(key_reused("this Idempotency-Key was used for a job with another task, input or provider")
+            .with("job_id", job.id.to_string())
+            .into()),
+    }
+}
+
+/// 409: the same key with another payload.
+pub(crate) fn key_reused(detail: &str) -> Problem {
+    Problem::new(StatusCode::CONFLICT, "idempotency-key-reused", "Idempotency-Key reused").detail(detail)
+}
+
+async fn get_job(State(app): State<AppState>, Owner(owner): Owner, Path(id): Path<String>) -> Result<Response, ApiError> {
+    // An id that cannot exist is as absent as one that does not.
+    let id = JobId::parse(&id).ok_or_else(Problem::not_found)?;
+    tracing::Span::current().record("job.id", tracing::field::display(id));
+    let job = app.store.get_job(&owner, id).await?.ok_or_else(Problem::not_found)?;
+    Ok(json_response(StatusCode::OK, &job, &[]))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    state: Option<String>,
+    task: Option<String>,
+    cursor: Option<String>,
+    limit: Option<String>,
+}
+
+fn parse_list_query(query: Option<&str>) -> Result<JobFilter, Problem> {
+    let query: ListQuery = serde_urlencoded::from_str(query.unwrap_or_default())
+        .map_err(|error| Problem::invalid_parameter("", &error.to_string()))?;
+    let state = query
+        .state
+        .map(|s| s.parse::<JobState>().map_err(|_| Problem::invalid_parameter("state", "not a job state")))
+        .transpose()?;
+    let before = query
+        .cursor
+        .map(|c| JobId::parse(&c).ok_or_else(|| Problem::invalid_parameter("cursor", "not a cursor from an earlier page")))
+        .transpose()?;
+    let limit = match query.limit {
+        None => DEFAULT_PAGE,
+        Some(text) => text
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| Problem::invalid_parameter("limit", "must be a whole number from 1 to 100"))?,
+    };
+    Ok(JobFilter { state, task: query.task, before, limit })
+}
+
+async fn list_jobs(State(app): State<AppState>, Owner(owner): Owner, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+    let mut filter = parse_list_query(query.as_deref())?;
+    let page = filter.limit;
+    // One more than asked tells whether another page follows.
+    filter.limit = page + 1;
+    let mut jobs = app.store.list_jobs(&owner, &filter).await?;
+    let next_cursor = if jobs.len() > page as usize {
+        jobs.truncate(page as usize);
+        jobs.last().map(|job| job.id.to_string())
+    } else {
+        None
+    };
+    Ok(json_response(StatusCode::OK, &json!({ "jobs": jobs, "next_cursor": next_cursor }), &[]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_requests_name_every_offending_field() {
+        let problem = parse_create_request(json!({"task": 1, "extra/field": true})).unwrap_err();
+        let response = problem.into_response();
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let problem = parse_create_request(json!(["not", "an", "object"])).unwrap_err();
+        assert_eq!(problem.kind(), "validation-failed");
+        assert!(parse_create_request(json!({"task": "t", "input": {}})).is_ok());
+        assert!(parse_create_request(json!({"task": "t", "input": {}, "provider": null})).is_ok());
+    }
+
+    #[test]
+    fn list_queries_are_checked() {
+        assert!(parse_list_query(Some("state=queued&limit=5")).is_ok());
+        assert!(parse_list_query(None).is_ok());
+        assert_eq!(parse_list_query(Some("state=done")).unwrap_err().kind(), "validation-failed");
+        assert_eq!(parse_list_query(Some("limit=0")).unwrap_err().kind(), "validation-failed");
+        assert_eq!(parse_list_query(Some("limit=101")).unwrap_err().kind(), "validation-failed");
+        assert_eq!(parse_list_query(Some("cursor=abc")).unwrap_err().kind(), "validation-failed");
+        assert_eq!(parse_list_query(Some("colour=red")).unwrap_err().kind(), "validation-failed");
+        assert_eq!(pointer_to("a/b~c"), "/a~1b~0c");
+    }
+}

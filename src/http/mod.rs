@@ -1,0 +1,92 @@
+//! The HTTP API: one file per resource, each exporting `router()`. Handlers
+//! parse and answer; the store does the work; no handler writes SQL.
+
+pub mod attempts;
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod jobs;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::catalog::Catalog;
+use crate::config::ServerSettings;
+use crate::store::Store;
+use auth::Authenticator;
+use error::Problem;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    /// The database.
+    pub store: Arc<dyn Store>,
+    /// Tasks and providers.
+    pub catalog: Arc<Catalog>,
+    /// API key checks.
+    pub auth: Arc<Authenticator>,
+    /// `[server]` settings.
+    pub settings: Arc<ServerSettings>,
+}
+
+/// The whole API.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(jobs::router())
+        .merge(attempts::router())
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(|| async { Problem::not_found().detail("no such route") })
+        .method_not_allowed_fallback(|| async {
+            Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed")
+        })
+        .layer(middleware::from_fn_with_state(state.clone(), deadline))
+        .layer(CatchPanicLayer::custom(|_| {
+            tracing::error!("a request handler panicked");
+            Problem::internal().into_response()
+        }))
+        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
+            tracing::info_span!(
+                "request",
+                method = %request.method(),
+                path = %request.uri().path(),
+                owner = tracing::field::Empty,
+                job.id = tracing::field::Empty,
+            )
+        }))
+        .with_state(state)
+}
+
+/// Answers 503 for a request that outlives the configured timeout, instead
+/// of leaving the client hanging.
+async fn deadline(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(state.settings.request_timeout(), next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::warn!("request timed out");
+            Problem::unavailable().detail("the request took too long; retry with the same Idempotency-Key").into_response()
+        }
+    }
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.store.check_ready().await {
+        Ok(()) => "ready".into_response(),
+        Err(error) => {
+            tracing::warn!(%error, "not ready");
+            Problem::unavailable().detail("the database is not ready").into_response()
+        }
+    }
+}

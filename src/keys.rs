@@ -1,0 +1,62 @@
+//! API tokens. A token is shown once, when it is made; only its SHA-256 is
+//! stored, so a leaked database does not leak working keys.
+
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::domain::OwnerId;
+use crate::store::{self, Store};
+
+const PREFIX: &str = "oj_";
+const SECRET_BYTES: usize = 32;
+
+/// A new token and the hash stored for it.
+pub struct NewToken {
+    /// Shown to the user once.
+    pub token: String,
+    /// Stored.
+    pub hash: [u8; 32],
+}
+
+/// Makes a token: `oj_` and 64 hex digits of operating-system randomness.
+pub fn generate_token() -> NewToken {
+    let mut secret = [0u8; SECRET_BYTES];
+    getrandom::fill(&mut secret).expect("the operating system's random source");
+    let token = format!("{PREFIX}{}", hex::encode(secret));
+    let hash = hash_token(&token);
+    NewToken { token, hash }
+}
+
+/// Whether a string has the shape of a token, before any look-up.
+pub fn looks_like_token(token: &str) -> bool {
+    token.strip_prefix(PREFIX).is_some_and(|hex| hex.len() == SECRET_BYTES * 2 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The stored form of a token.
+pub fn hash_token(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Creates a key for `owner`; returns its id and the token to hand over.
+pub async fn create_key(store: &dyn Store, owner: &OwnerId) -> store::Result<(Uuid, String)> {
+    let id = Uuid::now_v7();
+    let NewToken { token, hash } = generate_token();
+    store.insert_api_key(id, owner, &hash).await?;
+    Ok((id, token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_random_well_formed_and_hashed() {
+        let a = generate_token();
+        let b = generate_token();
+        assert_ne!(a.token, b.token);
+        assert!(looks_like_token(&a.token));
+        assert_eq!(a.hash, hash_token(&a.token));
+        assert!(!looks_like_token("oj_short"));
+        assert!(!looks_like_token(&a.token.replace("oj_", "xx_")));
+    }
+}

@@ -1,0 +1,18 @@
+//! onejob: one job per intent. An HTTP service that turns a user's intent
+//! into exactly one durable job and every try at it into an attempt under
+//! that job, so that double clicks, retries, fallbacks and lost responses
+//! never become two charges, two side effects or two answers.
+//!
+//! The invariants I1–I8 are listed in the README; each module says which it
+//! keeps.
+
+#![warn(missing_docs)]
+
+pub mod app;
+pub mod catalog;
+pub mod config;
+pub mod domain;
+pub mod http;
+pub mod keys;
+pub mod store;
+pub mod telemetry;

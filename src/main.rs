@@ -1,0 +1,173 @@
+//! The `onejob` command: serve the API, apply migrations, manage API keys,
+//! print the default configuration.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use onejob::app::{self, Application};
+use onejob::config::{DEFAULT_CONFIG, Settings};
+use onejob::domain::OwnerId;
+use onejob::{keys, telemetry};
+
+#[derive(Parser)]
+#[command(name = "onejob", version, about = "One job per intent: idempotent jobs, guarded attempts, one winner.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct ConfigArg {
+    /// The configuration file (TOML); the built-in default without one.
+    #[arg(long, short, global = true, env = "ONEJOB_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API.
+    Serve {
+        /// Address to listen on (default 127.0.0.1:8080).
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        /// Do not apply migrations at start.
+        #[arg(long)]
+        no_migrate: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Apply pending database migrations, then exit.
+    Migrate {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Manage API keys.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// The configuration.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Create a key; the token is printed once, alone on the last line.
+    Create {
+        /// The owner (tenant) the key authenticates as.
+        #[arg(long)]
+        owner: String,
+    },
+    /// Revoke a key by its id.
+    Revoke {
+        /// The key's id, as `keys create` and `keys list` print it.
+        id: uuid::Uuid,
+    },
+    /// List keys (ids and owners, never tokens).
+    List {
+        /// Only this owner's keys.
+        #[arg(long)]
+        owner: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the built-in configuration, to copy and edit.
+    PrintDefault,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::Config { command: ConfigCommand::PrintDefault } = cli.command {
+        print!("{DEFAULT_CONFIG}");
+        return ExitCode::SUCCESS;
+    }
+    telemetry::init();
+    match run(cli.command).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error}");
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+async fn run(command: Command) -> Result<(), AnyError> {
+    match command {
+        Command::Serve { listen, no_migrate, config } => {
+            let mut settings = Settings::load(config.config.as_deref())?;
+            if let Some(listen) = listen {
+                settings.server.listen = listen;
+            }
+            if no_migrate {
+                settings.database.migrate_on_start = false;
+            }
+            let application = Application::build(settings).await?;
+            tracing::info!(address = %application.local_addr(), "listening on http://{}", application.local_addr());
+            application.run_until(shutdown_signal()).await?;
+            tracing::info!("API stopped");
+            Ok(())
+        }
+        Command::Migrate { config } => {
+            let settings = Settings::load(config.config.as_deref())?;
+            app::open_store(&settings)?.migrate().await?;
+            tracing::info!("migrations applied");
+            Ok(())
+        }
+        Command::Keys { command, config } => {
+            let settings = Settings::load(config.config.as_deref())?;
+            let store = app::open_store(&settings)?;
+            match command {
+                KeysCommand::Create { owner } => {
+                    let owner = OwnerId::parse(&owner)?;
+                    let (id, token) = keys::create_key(store.as_ref(), &owner).await?;
+                    println!("created API key {id} for owner {owner}; the token is shown once:");
+                    println!("{token}");
+                }
+                KeysCommand::Revoke { id } => {
+                    if !store.revoke_api_key(id).await? {
+                        return Err(format!("no live API key with id {id}").into());
+                    }
+                    println!("revoked API key {id}");
+                }
+                KeysCommand::List { owner } => {
+                    let owner = owner.map(|o| OwnerId::parse(&o)).transpose()?;
+                    for key in store.list_api_keys(owner.as_ref()).await? {
+                        let revoked = key.revoked_at.map(|at| format!(" revoked {at}")).unwrap_or_default();
+                        println!("{} {} created {}{}", key.id, key.owner, key.created_at, revoked);
+                    }
+                }
+            }
+            Ok(())
+        }
+        Command::Config { .. } => unreachable!("handled before telemetry starts"),
+    }
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler");
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+    tracing::info!("shutting down: finishing requests in flight");
+}

@@ -1,0 +1,304 @@
+//! The `Store` trait: every read and every state transition of jobs,
+//! attempts, events and API keys, behind one interface with one
+//! implementation per database. Callers never see SQL; each backend keeps the
+//! SQL of each transition in its own file.
+//!
+//! Every transition that touches an existing job locks the job's row first
+//! (so the stored job state, derived with [`JobState::derive`], is always the
+//! state of its attempts) and is guarded by the states it may start from. A
+//! guard that matches zero rows is a typed outcome ([`Transition::Stale`],
+//! [`Transition::Lost`]), never an error and never ignored.
+
+pub mod postgres;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::domain::{
+    AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptLimits, AttemptOrigin, AttemptState, Fingerprint,
+    IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, OwnerId,
+};
+
+pub use postgres::PostgresStore;
+
+/// What a store call can fail with. Outcomes of the business (a lost race,
+/// a refused admission) are never errors: they are in the return types.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached or has no connection to spare; the
+    /// request may be retried later.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// Anything else the database said.
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+    /// The migrations could not be applied.
+    #[error("migration failed: {0}")]
+    Migration(#[from] sqlx::migrate::MigrateError),
+    /// A stored value that the program cannot read back.
+    #[error("unreadable stored value: {0}")]
+    Corrupt(String),
+}
+
+/// The store's result type.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A job to create with its first attempt.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    /// The authenticated owner.
+    pub owner: OwnerId,
+    /// The new job's id (used only if the key is new).
+    pub id: JobId,
+    /// The client's key for this intent.
+    pub idempotency_key: IdempotencyKey,
+    /// The intent's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// The task's name.
+    pub task: String,
+    /// The validated input.
+    pub input: Value,
+    /// The resolved primary provider.
+    pub provider: String,
+    /// The id of the first attempt.
+    pub first_attempt_id: AttemptId,
+}
+
+/// The answer to [`Store::create_job`].
+#[derive(Clone, Debug)]
+pub enum CreateJob {
+    /// The key was new: this job was inserted, with its first attempt pending.
+    Created(Job),
+    /// The key was taken: this is the job that holds it, as it is now. The
+    /// caller compares fingerprints to tell a replay from a reused key.
+    Existing(Job),
+}
+
+/// An attempt to add to an existing job.
+#[derive(Clone, Debug)]
+pub struct NewAttempt {
+    /// The new attempt's id.
+    pub id: AttemptId,
+    /// The provider; `None` for the job's primary.
+    pub provider: Option<String>,
+    /// The key of the request adding it, scoped to the job.
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// Who asks for it.
+    pub origin: AttemptOrigin,
+}
+
+/// What admission needs to know about tasks and providers.
+pub trait AdmissionRules: Send + Sync {
+    /// The limits of a task.
+    fn limits(&self, task: &str) -> AttemptLimits;
+    /// Whether `provider` may serve an attempt of a `task` job whose primary
+    /// provider is `primary`.
+    fn is_qualified(&self, task: &str, primary: &str, provider: &str) -> bool;
+}
+
+/// The answer to [`Store::admit_attempt`].
+#[derive(Clone, Debug)]
+pub enum Admission {
+    /// The attempt was added, pending.
+    Admitted(Attempt),
+    /// The key was used before on this job for the same provider: that attempt.
+    Replayed(Attempt),
+    /// The key was used before on this job for another provider: that attempt.
+    KeyReused(Attempt),
+    /// A rule refused it; the refusal is in the job's events.
+    Refused(AdmissionRefusal),
+    /// No such job for this owner.
+    JobNotFound,
+}
+
+/// Names one attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptRef {
+    /// The job's owner.
+    pub owner: OwnerId,
+    /// The job.
+    pub job_id: JobId,
+    /// The attempt's number within the job.
+    pub number: i32,
+}
+
+/// An attempt a worker has claimed, with what it needs to run it.
+#[derive(Clone, Debug)]
+pub struct ClaimedAttempt {
+    /// Which attempt.
+    pub attempt: AttemptRef,
+    /// Its id, sent to the provider.
+    pub id: AttemptId,
+    /// The provider to call.
+    pub provider: String,
+    /// The job's task.
+    pub task: String,
+    /// The job's input.
+    pub input: Value,
+    /// Until when the claim holds.
+    pub lease_until: DateTime<Utc>,
+}
+
+/// The outcome of a transition on an existing attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// The attempt's output won the job's compare-and-swap: it is the result.
+    Won {
+        /// Pending siblings canceled by the win.
+        canceled: Vec<i32>,
+    },
+    /// The compare-and-swap touched zero rows: another attempt had won (or
+    /// the job was canceled). The output is kept on the attempt, `superseded`.
+    Lost {
+        /// The attempt that holds the job's result, if any.
+        winner: Option<i32>,
+    },
+    /// A transition without output (failed, unknown) was recorded.
+    Applied,
+    /// The attempt was not in a state this transition may start from; nothing
+    /// changed.
+    Stale(AttemptState),
+    /// No such attempt for this owner.
+    NotFound,
+}
+
+/// How an operator settles an unknown attempt.
+#[derive(Clone, Debug)]
+pub enum Resolution {
+    /// The provider did the work; this is its output.
+    Succeeded(Value),
+    /// The provider did not do the work.
+    Failed,
+}
+
+/// A page request over an owner's jobs, newest first.
+#[derive(Clone, Debug, Default)]
+pub struct JobFilter {
+    /// Only jobs in this state.
+    pub state: Option<JobState>,
+    /// Only jobs of this task.
+    pub task: Option<String>,
+    /// Only jobs older than this one (the cursor).
+    pub before: Option<JobId>,
+    /// At most this many.
+    pub limit: u32,
+}
+
+/// An API key as stored: never the token, only its hash.
+#[derive(Clone, Debug)]
+pub struct ApiKey {
+    /// The key's id, for revocation.
+    pub id: Uuid,
+    /// The owner it authenticates as.
+    pub owner: OwnerId,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+    /// When it was revoked, if it was.
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// Every operation onejob performs on its database.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Applies the pending migrations.
+    async fn migrate(&self) -> Result<()>;
+
+    /// Answers when the database does and the migrations are applied.
+    async fn check_ready(&self) -> Result<()>;
+
+    /// Stores a new API key's hash.
+    async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, token_hash: &[u8; 32]) -> Result<()>;
+
+    /// The owner of a live (unrevoked) key with this hash.
+    async fn find_api_key_owner(&self, token_hash: &[u8; 32]) -> Result<Option<OwnerId>>;
+
+    /// Revokes a key; `false` when there is no such live key.
+    async fn revoke_api_key(&self, id: Uuid) -> Result<bool>;
+
+    /// Every key, or one owner's.
+    async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>>;
+
+    /// Whether any API key exists at all.
+    async fn has_api_keys(&self) -> Result<bool>;
+
+    /// Creates a job with its first attempt, or finds the job that holds the
+    /// key already (I1: the unique constraint decides).
+    async fn create_job(&self, new: &NewJob) -> Result<CreateJob>;
+
+    /// One of the owner's jobs with its attempts.
+    async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>>;
+
+    /// One of the owner's jobs by its idempotency key.
+    async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>>;
+
+    /// A page of the owner's jobs, newest first.
+    async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>>;
+
+    /// A job's audit log, oldest first.
+    async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>>;
+
+    /// Adds an attempt to a job if every admission rule allows it, in one
+    /// transaction with the job locked.
+    async fn admit_attempt(
+        &self,
+        owner: &OwnerId,
+        job_id: JobId,
+        new: &NewAttempt,
+        rules: &dyn AdmissionRules,
+    ) -> Result<Admission>;
+
+    /// Claims up to `max` pending attempts for `worker`, oldest first, each
+    /// under a lease of `lease`; they become `running`.
+    async fn claim_attempts(&self, worker: &str, max: u32, lease: Duration) -> Result<Vec<ClaimedAttempt>>;
+
+    /// Records an attempt's output. The job's compare-and-swap decides: the
+    /// first output wins, every later one is `superseded` (I3).
+    async fn finish_attempt(&self, attempt: &AttemptRef, output: &Value) -> Result<Transition>;
+
+    /// Records a definitive failure of a running or unknown attempt.
+    async fn fail_attempt(&self, attempt: &AttemptRef, error: &AttemptError) -> Result<Transition>;
+
+    /// Records that a running attempt's outcome cannot be known (I4).
+    async fn mark_unknown(&self, attempt: &AttemptRef, error: &AttemptError) -> Result<Transition>;
+
+    /// Settles an unknown attempt by an operator's word, through the same
+    /// compare-and-swap as a worker's finish.
+    async fn resolve_unknown(&self, attempt: &AttemptRef, resolution: &Resolution, reason: &str)
+    -> Result<Transition>;
+}
+
+/// Writes the one log line a lost race gets (I3).
+pub(crate) fn log_race_lost(attempt: &AttemptRef, winner: Option<i32>) {
+    tracing::warn!(
+        owner = %attempt.owner,
+        job.id = %attempt.job_id,
+        attempt.number = attempt.number,
+        winner = ?winner,
+        "race lost: the compare-and-swap touched zero rows; output kept as superseded"
+    );
+}
+
+/// Sorts a sqlx error into "try again later" and everything else.
+pub(crate) fn classify(error: sqlx::Error) -> StoreError {
+    let unavailable = match &error {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Tls(_) => true,
+        // Connection exceptions, too many connections, shutdowns, and
+        // serialization or lock failures a retry would resolve.
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || code.starts_with("57P") || code == "53300" || code == "40001" || code == "40P01"
+        }),
+        _ => false,
+    };
+    if unavailable { StoreError::Unavailable(error) } else { StoreError::Database(error) }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        classify(error)
+    }
+}

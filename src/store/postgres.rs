@@ -1,0 +1,790 @@
+//! The Postgres store, the system of record. All of its SQL is in this file,
+//! one statement per purpose.
+//!
+//! Lock order, which every transition follows so that no two can deadlock:
+//! the job row first (`for update`), then its attempts. Claims take both with
+//! `skip locked` and so never wait.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Postgres, Row, Transaction};
+use uuid::Uuid;
+
+use super::{
+    Admission, AdmissionRules, ApiKey, AttemptRef, ClaimedAttempt, CreateJob, JobFilter, NewAttempt, NewJob,
+    Resolution, Result, Store, StoreError, Transition, log_race_lost,
+};
+use crate::domain::{
+    Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job, JobEvent, JobId,
+    JobState, JobSummary, OwnerId, check_admission,
+};
+
+/// The embedded migrations of `migrations/postgres`.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// How to reach Postgres.
+#[derive(Clone, Debug)]
+pub struct PostgresOptions {
+    /// The most connections the pool opens.
+    pub max_connections: u32,
+    /// How long a request waits for a free connection before it is told the
+    /// database is unavailable.
+    pub acquire_timeout: Duration,
+    /// The longest any one statement may run.
+    pub statement_timeout: Duration,
+}
+
+/// The Postgres implementation of [`Store`].
+#[derive(Clone, Debug)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Opens a pool on `url`. Connections are made lazily, so a server that is
+    /// down at start-up is reported on first use, not here.
+    pub fn connect_lazy(url: &str, options: &PostgresOptions) -> Result<Self> {
+        let statement_timeout = format!("{}ms", options.statement_timeout.as_millis());
+        let connect = PgConnectOptions::from_str(url)
+            .map_err(StoreError::Database)?
+            .application_name("onejob")
+            .options([("statement_timeout", statement_timeout.as_str())]);
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_lazy_with(connect);
+        Ok(Self { pool })
+    }
+
+    /// Wraps an existing pool (tests use this).
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    /// The pool, for tests that look at the tables directly.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+const JOB_COLUMNS: &str = r#"j.owner_id, j.id, j.idempotency_key, j.fingerprint, j.task, j.input, j.provider,
+    j.state, j.winning_attempt, j.result, j.created_at, j.updated_at"#;
+
+const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider as a_provider, a.state as a_state,
+    a.origin as a_origin, a.idempotency_key as a_idempotency_key, a.worker as a_worker,
+    a.lease_until as a_lease_until, a.output as a_output, a.error as a_error,
+    a.created_at as a_created_at, a.started_at as a_started_at, a.finished_at as a_finished_at"#;
+
+fn corrupt(what: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(what.to_string())
+}
+
+fn parse_state<T: FromStr>(text: &str) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    text.parse().map_err(corrupt)
+}
+
+fn read_job(row: &PgRow, attempts: Vec<Attempt>) -> Result<Job> {
+    let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
+    Ok(Job {
+        id: JobId(row.try_get("id")?),
+        owner: OwnerId::from_trusted(row.try_get("owner_id")?),
+        idempotency_key: row.try_get("idempotency_key")?,
+        fingerprint: Fingerprint::from_slice(&fingerprint).ok_or_else(|| corrupt("fingerprint length"))?,
+        task: row.try_get("task")?,
+        input: row.try_get("input")?,
+        provider: row.try_get("provider")?,
+        state: parse_state(row.try_get("state")?)?,
+        winning_attempt: row.try_get("winning_attempt")?,
+        result: row.try_get("result")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        attempts,
+    })
+}
+
+fn read_attempt(row: &PgRow) -> Result<Attempt> {
+    let origin: &str = row.try_get("a_origin")?;
+    Ok(Attempt {
+        number: row.try_get("a_number")?,
+        id: AttemptId(row.try_get("a_id")?),
+        provider: row.try_get("a_provider")?,
+        state: parse_state(row.try_get("a_state")?)?,
+        origin: AttemptOrigin::parse(origin).ok_or_else(|| corrupt(format!("attempt origin '{origin}'")))?,
+        idempotency_key: row.try_get("a_idempotency_key")?,
+        worker: row.try_get("a_worker")?,
+        lease_until: row.try_get("a_lease_until")?,
+        output: row.try_get("a_output")?,
+        error: row.try_get("a_error")?,
+        created_at: row.try_get("a_created_at")?,
+        started_at: row.try_get("a_started_at")?,
+        finished_at: row.try_get("a_finished_at")?,
+    })
+}
+
+/// Reads a job and its attempts from the rows of a `jobs left join attempts`.
+fn read_job_with_attempts(rows: &[PgRow]) -> Result<Option<Job>> {
+    let Some(first) = rows.first() else { return Ok(None) };
+    let mut attempts = Vec::with_capacity(rows.len());
+    for row in rows {
+        if row.try_get::<Option<i32>, _>("a_number")?.is_some() {
+            attempts.push(read_attempt(row)?);
+        }
+    }
+    read_job(first, attempts).map(Some)
+}
+
+async fn append_event(
+    tx: &mut Transaction<'_, Postgres>,
+    owner: &OwnerId,
+    job_id: JobId,
+    kind: &str,
+    attempt_number: Option<i32>,
+    detail: Value,
+) -> Result<()> {
+    sqlx::query(
+        r#"insert into job_events (owner_id, job_id, kind, attempt_number, detail)
+           values ($1, $2, $3, $4, $5)"#,
+    )
+    .bind(owner.as_str())
+    .bind(job_id.0)
+    .bind(kind)
+    .bind(attempt_number)
+    .bind(detail)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Locks the job's row; every transition on an existing job starts here.
+async fn lock_job(tx: &mut Transaction<'_, Postgres>, owner: &OwnerId, job_id: JobId) -> Result<Option<PgRow>> {
+    Ok(sqlx::query(
+        r#"select state, task, provider, winning_attempt from jobs
+           where owner_id = $1 and id = $2
+           for update"#,
+    )
+    .bind(owner.as_str())
+    .bind(job_id.0)
+    .fetch_optional(&mut **tx)
+    .await?)
+}
+
+async fn attempt_state(tx: &mut Transaction<'_, Postgres>, attempt: &AttemptRef) -> Result<Option<AttemptState>> {
+    let state: Option<String> = sqlx::query_scalar(
+        r#"select state from attempts where owner_id = $1 and job_id = $2 and number = $3"#,
+    )
+    .bind(attempt.owner.as_str())
+    .bind(attempt.job_id.0)
+    .bind(attempt.number)
+    .fetch_optional(&mut **tx)
+    .await?;
+    state.map(|s| parse_state(&s)).transpose()
+}
+
+/// Stores the job state that its attempts now imply (a terminal one stays).
+async fn update_job_state(
+    tx: &mut Transaction<'_, Postgres>,
+    owner: &OwnerId,
+    job_id: JobId,
+    current: JobState,
+) -> Result<JobState> {
+    let states: Vec<String> = sqlx::query_scalar(
+        r#"select state from attempts where owner_id = $1 and job_id = $2"#,
+    )
+    .bind(owner.as_str())
+    .bind(job_id.0)
+    .fetch_all(&mut **tx)
+    .await?;
+    let states = states.iter().map(|s| parse_state(s)).collect::<Result<Vec<AttemptState>>>()?;
+    let derived = JobState::derive(current, states);
+    if derived != current {
+        sqlx::query(r#"update jobs set state = $3, updated_at = now() where owner_id = $1 and id = $2"#)
+            .bind(owner.as_str())
+            .bind(job_id.0)
+            .bind(derived.as_str())
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(derived)
+}
+
+fn state_names(states: &[AttemptState]) -> Vec<&'static str> {
+    states.iter().map(|s| s.as_str()).collect()
+}
+
+impl PostgresStore {
+    /// Settles a running or unknown attempt with an output through the job's
+    /// compare-and-swap (I3).
+    async fn settle_with_output(
+        &self,
+        attempt: &AttemptRef,
+        output: &Value,
+        from: &[AttemptState],
+        resolution_reason: Option<&str>,
+    ) -> Result<Transition> {
+        let mut tx = self.pool.begin().await?;
+        let Some(job) = lock_job(&mut tx, &attempt.owner, attempt.job_id).await? else {
+            return Ok(Transition::NotFound);
+        };
+        let Some(current) = attempt_state(&mut tx, attempt).await? else {
+            return Ok(Transition::NotFound);
+        };
+        if !from.contains(&current) {
+            return Ok(Transition::Stale(current));
+        }
+        // The compare-and-swap: only a job that has not finished takes a
+        // winner. Zero rows touched means this attempt lost.
+        let won = sqlx::query(
+            r#"update jobs
+               set state = 'succeeded', winning_attempt = $3, result = $4, updated_at = now()
+               where owner_id = $1 and id = $2 and state not in ('succeeded', 'canceled')"#,
+        )
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .bind(output)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        let next = if won { AttemptState::Succeeded } else { AttemptState::Superseded };
+        let settled = sqlx::query(
+            r#"update attempts
+               set state = $4, output = $5, finished_at = now(), lease_until = null
+               where owner_id = $1 and job_id = $2 and number = $3 and state = any($6)"#,
+        )
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .bind(next.as_str())
+        .bind(output)
+        .bind(state_names(from))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if settled != 1 {
+            // Cannot happen with the job locked; refuse to commit if it does.
+            return Err(corrupt("attempt changed under a locked job"));
+        }
+        let outcome = if won {
+            let canceled: Vec<i32> = sqlx::query_scalar(
+                r#"update attempts set state = 'canceled', finished_at = now()
+                   where owner_id = $1 and job_id = $2 and state = 'pending'
+                   returning number"#,
+            )
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .fetch_all(&mut *tx)
+            .await?;
+            append_event(
+                &mut tx,
+                &attempt.owner,
+                attempt.job_id,
+                "attempt-succeeded",
+                Some(attempt.number),
+                json!({ "from": current.as_str(), "canceled": canceled, "reason": resolution_reason }),
+            )
+            .await?;
+            Transition::Won { canceled }
+        } else {
+            let winner: Option<i32> = job.try_get("winning_attempt")?;
+            append_event(
+                &mut tx,
+                &attempt.owner,
+                attempt.job_id,
+                "race-lost",
+                Some(attempt.number),
+                json!({ "loser": attempt.number, "winner": winner, "job_state": job.try_get::<String, _>("state")?,
+                        "reason": resolution_reason }),
+            )
+            .await?;
+            Transition::Lost { winner }
+        };
+        tx.commit().await?;
+        if let Transition::Lost { winner } = outcome {
+            log_race_lost(attempt, winner);
+        }
+        Ok(outcome)
+    }
+
+    /// Moves an attempt to `failed` or `unknown`, and the job to the state
+    /// that implies.
+    async fn settle_without_output(
+        &self,
+        attempt: &AttemptRef,
+        next: AttemptState,
+        from: &[AttemptState],
+        error: &AttemptError,
+        event: &str,
+        reason: Option<&str>,
+    ) -> Result<Transition> {
+        let mut tx = self.pool.begin().await?;
+        let Some(job) = lock_job(&mut tx, &attempt.owner, attempt.job_id).await? else {
+            return Ok(Transition::NotFound);
+        };
+        let changed = sqlx::query(
+            r#"update attempts
+               set state = $4, error = $5, finished_at = now(), lease_until = null
+               where owner_id = $1 and job_id = $2 and number = $3 and state = any($6)"#,
+        )
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .bind(next.as_str())
+        .bind(sqlx::types::Json(error))
+        .bind(state_names(from))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if changed == 0 {
+            return Ok(match attempt_state(&mut tx, attempt).await? {
+                Some(state) => Transition::Stale(state),
+                None => Transition::NotFound,
+            });
+        }
+        let current: JobState = parse_state(job.try_get("state")?)?;
+        let job_state = update_job_state(&mut tx, &attempt.owner, attempt.job_id, current).await?;
+        append_event(
+            &mut tx,
+            &attempt.owner,
+            attempt.job_id,
+            event,
+            Some(attempt.number),
+            json!({ "error": error, "job_state": job_state.as_str(), "reason": reason }),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Transition::Applied)
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn migrate(&self) -> Result<()> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn check_ready(&self) -> Result<()> {
+        let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+        let applied: Option<i64> = sqlx::query_scalar(
+            r#"select max(version) from _sqlx_migrations where success"#,
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        if applied.unwrap_or(0) < latest {
+            return Err(corrupt(format!("migrations not applied: database at {applied:?}, program at {latest}")));
+        }
+        Ok(())
+    }
+
+    async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, token_hash: &[u8; 32]) -> Result<()> {
+        sqlx::query(r#"insert into api_keys (owner_id, id, token_hash) values ($1, $2, $3)"#)
+            .bind(owner.as_str())
+            .bind(id)
+            .bind(&token_hash[..])
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn find_api_key_owner(&self, token_hash: &[u8; 32]) -> Result<Option<OwnerId>> {
+        let owner: Option<String> = sqlx::query_scalar(
+            r#"select owner_id from api_keys where token_hash = $1 and revoked_at is null"#,
+        )
+        .bind(&token_hash[..])
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(owner.map(OwnerId::from_trusted))
+    }
+
+    async fn revoke_api_key(&self, id: Uuid) -> Result<bool> {
+        let changed = sqlx::query(r#"update api_keys set revoked_at = now() where id = $1 and revoked_at is null"#)
+            .bind(id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(changed > 0)
+    }
+
+    async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
+        let rows = sqlx::query(
+            r#"select owner_id, id, created_at, revoked_at from api_keys
+               where $1::text is null or owner_id = $1
+               order by created_at, id"#,
+        )
+        .bind(owner.map(OwnerId::as_str))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ApiKey {
+                    id: row.try_get("id")?,
+                    owner: OwnerId::from_trusted(row.try_get("owner_id")?),
+                    created_at: row.try_get("created_at")?,
+                    revoked_at: row.try_get("revoked_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn has_api_keys(&self) -> Result<bool> {
+        Ok(sqlx::query_scalar(r#"select exists (select 1 from api_keys)"#).fetch_one(&self.pool).await?)
+    }
+
+    async fn create_job(&self, new: &NewJob) -> Result<CreateJob> {
+        // The hot path: one statement, one round trip for a new key. The
+        // unique constraint decides (I1); a taken key inserts nothing.
+        let created_at: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+            r#"with new_job as (
+                   insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
+                                     state, created_at, updated_at)
+                   values ($1, $2, $3, $4, $5, $6, $7, 'queued', now(), now())
+                   on conflict (owner_id, idempotency_key) do nothing
+                   returning owner_id, id, created_at
+               ), first_attempt as (
+                   insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at)
+                   select owner_id, id, 1, $8, $7, 'pending', 'client', created_at from new_job
+               ), created_event as (
+                   insert into job_events (owner_id, job_id, at, kind, attempt_number, detail)
+                   select owner_id, id, created_at, 'job-created', 1,
+                          jsonb_build_object('attempt_id', $8::uuid, 'provider', $7::text)
+                   from new_job
+               )
+               select created_at from new_job"#,
+        )
+        .bind(new.owner.as_str())
+        .bind(new.id.0)
+        .bind(new.idempotency_key.as_str())
+        .bind(&new.fingerprint.as_bytes()[..])
+        .bind(&new.task)
+        .bind(&new.input)
+        .bind(&new.provider)
+        .bind(new.first_attempt_id.0)
+        .fetch_optional(&self.pool)
+        .await?;
+
+        if let Some(created_at) = created_at {
+            return Ok(CreateJob::Created(Job {
+                id: new.id,
+                owner: new.owner.clone(),
+                idempotency_key: new.idempotency_key.as_str().to_owned(),
+                fingerprint: new.fingerprint,
+                task: new.task.clone(),
+                input: new.input.clone(),
+                provider: new.provider.clone(),
+                state: JobState::Queued,
+                winning_attempt: None,
+                result: None,
+                created_at,
+                updated_at: created_at,
+                attempts: vec![Attempt {
+                    number: 1,
+                    id: new.first_attempt_id,
+                    provider: new.provider.clone(),
+                    state: AttemptState::Pending,
+                    origin: AttemptOrigin::Client,
+                    idempotency_key: None,
+                    worker: None,
+                    lease_until: None,
+                    output: None,
+                    error: None,
+                    created_at,
+                    started_at: None,
+                    finished_at: None,
+                }],
+            }));
+        }
+        // The key is taken. The insert's snapshot may predate the racing
+        // insert it waited for, so read the holder in a new statement.
+        match self.find_job_by_key(&new.owner, &new.idempotency_key).await? {
+            Some(job) => Ok(CreateJob::Existing(job)),
+            None => Err(corrupt("an idempotency key conflicted, but no job holds it")),
+        }
+    }
+
+    async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
+        // One statement, so the job and its attempts come from one snapshot.
+        let rows = sqlx::query(&format!(
+            r#"select {JOB_COLUMNS}, {ATTEMPT_COLUMNS}
+               from jobs j
+               left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
+               where j.owner_id = $1 and j.id = $2
+               order by a.number"#
+        ))
+        .bind(owner.as_str())
+        .bind(id.0)
+        .fetch_all(&self.pool)
+        .await?;
+        read_job_with_attempts(&rows)
+    }
+
+    async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
+        let rows = sqlx::query(&format!(
+            r#"select {JOB_COLUMNS}, {ATTEMPT_COLUMNS}
+               from jobs j
+               left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
+               where j.owner_id = $1 and j.idempotency_key = $2
+               order by a.number"#
+        ))
+        .bind(owner.as_str())
+        .bind(key.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        read_job_with_attempts(&rows)
+    }
+
+    async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
+        let rows = sqlx::query(
+            r#"select id, idempotency_key, task, provider, state, winning_attempt, created_at, updated_at
+               from jobs
+               where owner_id = $1
+                 and ($2::text is null or state = $2)
+                 and ($3::text is null or task = $3)
+                 and ($4::uuid is null or id < $4)
+               order by id desc
+               limit $5"#,
+        )
+        .bind(owner.as_str())
+        .bind(filter.state.map(JobState::as_str))
+        .bind(filter.task.as_deref())
+        .bind(filter.before.map(|id| id.0))
+        .bind(i64::from(filter.limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(JobSummary {
+                    id: JobId(row.try_get("id")?),
+                    idempotency_key: row.try_get("idempotency_key")?,
+                    task: row.try_get("task")?,
+                    provider: row.try_get("provider")?,
+                    state: parse_state(row.try_get("state")?)?,
+                    winning_attempt: row.try_get("winning_attempt")?,
+                    created_at: row.try_get("created_at")?,
+                    updated_at: row.try_get("updated_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
+        let rows = sqlx::query(
+            r#"select id, at, kind, attempt_number, detail from job_events
+               where owner_id = $1 and job_id = $2
+               order by id"#,
+        )
+        .bind(owner.as_str())
+        .bind(job_id.0)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(JobEvent {
+                    id: row.try_get("id")?,
+                    at: row.try_get("at")?,
+                    kind: row.try_get("kind")?,
+                    attempt_number: row.try_get("attempt_number")?,
+                    detail: row.try_get("detail")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn admit_attempt(
+        &self,
+        owner: &OwnerId,
+        job_id: JobId,
+        new: &NewAttempt,
+        rules: &dyn AdmissionRules,
+    ) -> Result<Admission> {
+        let mut tx = self.pool.begin().await?;
+        let Some(job) = lock_job(&mut tx, owner, job_id).await? else {
+            return Ok(Admission::JobNotFound);
+        };
+        let job_state: JobState = parse_state(job.try_get("state")?)?;
+        let task: String = job.try_get("task")?;
+        let primary: String = job.try_get("provider")?;
+        let provider = new.provider.as_deref().unwrap_or(&primary);
+
+        let rows = sqlx::query(&format!(
+            r#"select {ATTEMPT_COLUMNS} from attempts a
+               where a.owner_id = $1 and a.job_id = $2
+               order by a.number"#
+        ))
+        .bind(owner.as_str())
+        .bind(job_id.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        let attempts = rows.iter().map(read_attempt).collect::<Result<Vec<_>>>()?;
+
+        // A key seen before on this job answers with what it made, whatever
+        // the job's state is now.
+        if let Some(key) = &new.idempotency_key
+            && let Some(earlier) = attempts.iter().find(|a| a.idempotency_key.as_deref() == Some(key.as_str()))
+        {
+            return Ok(if earlier.provider == provider {
+                Admission::Replayed(earlier.clone())
+            } else {
+                Admission::KeyReused(earlier.clone())
+            });
+        }
+
+        let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
+        let qualified = rules.is_qualified(&task, &primary, provider);
+        if let Err(refusal) = check_admission(job_state, &states, rules.limits(&task), qualified) {
+            append_event(
+                &mut tx,
+                owner,
+                job_id,
+                "admission-refused",
+                None,
+                json!({ "problem": refusal.problem_type(), "provider": provider,
+                        "idempotency_key": new.idempotency_key.as_ref().map(IdempotencyKey::as_str),
+                        "origin": new.origin.as_str() }),
+            )
+            .await?;
+            tx.commit().await?;
+            return Ok(Admission::Refused(refusal));
+        }
+
+        let number = i32::try_from(attempts.len() + 1).map_err(corrupt)?;
+        let row = sqlx::query(&format!(
+            r#"insert into attempts as a (owner_id, job_id, number, id, provider, state, origin, idempotency_key, created_at)
+               values ($1, $2, $3, $4, $5, 'pending', $6, $7, now())
+               returning {ATTEMPT_COLUMNS}"#
+        ))
+        .bind(owner.as_str())
+        .bind(job_id.0)
+        .bind(number)
+        .bind(new.id.0)
+        .bind(provider)
+        .bind(new.origin.as_str())
+        .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
+        .fetch_one(&mut *tx)
+        .await?;
+        let attempt = read_attempt(&row)?;
+        let job_state = update_job_state(&mut tx, owner, job_id, job_state).await?;
+        append_event(
+            &mut tx,
+            owner,
+            job_id,
+            "attempt-admitted",
+            Some(number),
+            json!({ "attempt_id": new.id, "provider": provider, "origin": new.origin.as_str(),
+                    "job_state": job_state.as_str() }),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Admission::Admitted(attempt))
+    }
+
+    async fn claim_attempts(&self, worker: &str, max: u32, lease: Duration) -> Result<Vec<ClaimedAttempt>> {
+        // Rows another claimer or a transition holds are skipped, not waited
+        // for: claims never block and never take the same attempt twice.
+        let rows = sqlx::query(
+            r#"with picked as (
+                   select a.owner_id, a.job_id, a.number
+                   from attempts a
+                   join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
+                   where a.state = 'pending' and j.state not in ('succeeded', 'canceled')
+                   order by a.created_at
+                   limit $1
+                   for update of a, j skip locked
+               ), claimed as (
+                   update attempts a
+                   set state = 'running', worker = $2, started_at = now(),
+                       lease_until = now() + make_interval(secs => $3)
+                   from picked p
+                   where a.owner_id = p.owner_id and a.job_id = p.job_id and a.number = p.number
+                   returning a.owner_id, a.job_id, a.number, a.id, a.provider, a.lease_until
+               ), running_jobs as (
+                   update jobs j set state = 'running', updated_at = now()
+                   from claimed c
+                   where j.owner_id = c.owner_id and j.id = c.job_id and j.state <> 'running'
+               ), claimed_events as (
+                   insert into job_events (owner_id, job_id, kind, attempt_number, detail)
+                   select owner_id, job_id, 'attempt-claimed', number,
+                          jsonb_build_object('worker', $2::text, 'attempt_id', id, 'lease_until', lease_until)
+                   from claimed
+               )
+               select c.owner_id, c.job_id, c.number, c.id, c.provider, c.lease_until, j.task, j.input
+               from claimed c
+               join jobs j on j.owner_id = c.owner_id and j.id = c.job_id
+               order by c.number"#,
+        )
+        .bind(i64::from(max))
+        .bind(worker)
+        .bind(lease.as_secs_f64())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ClaimedAttempt {
+                    attempt: AttemptRef {
+                        owner: OwnerId::from_trusted(row.try_get("owner_id")?),
+                        job_id: JobId(row.try_get("job_id")?),
+                        number: row.try_get("number")?,
+                    },
+                    id: AttemptId(row.try_get("id")?),
+                    provider: row.try_get("provider")?,
+                    task: row.try_get("task")?,
+                    input: row.try_get("input")?,
+                    lease_until: row.try_get("lease_until")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn finish_attempt(&self, attempt: &AttemptRef, output: &Value) -> Result<Transition> {
+        self.settle_with_output(attempt, output, &[AttemptState::Running, AttemptState::Unknown], None).await
+    }
+
+    async fn fail_attempt(&self, attempt: &AttemptRef, error: &AttemptError) -> Result<Transition> {
+        self.settle_without_output(
+            attempt,
+            AttemptState::Failed,
+            &[AttemptState::Running, AttemptState::Unknown],
+            error,
+            "attempt-failed",
+            None,
+        )
+        .await
+    }
+
+    async fn mark_unknown(&self, attempt: &AttemptRef, error: &AttemptError) -> Result<Transition> {
+        self.settle_without_output(attempt, AttemptState::Unknown, &[AttemptState::Running], error, "attempt-unknown", None)
+            .await
+    }
+
+    async fn resolve_unknown(
+        &self,
+        attempt: &AttemptRef,
+        resolution: &Resolution,
+        reason: &str,
+    ) -> Result<Transition> {
+        match resolution {
+            Resolution::Succeeded(output) => {
+                self.settle_with_output(attempt, output, &[AttemptState::Unknown], Some(reason)).await
+            }
+            Resolution::Failed => {
+                let error = AttemptError::new("resolved-failed", reason);
+                self.settle_without_output(
+                    attempt,
+                    AttemptState::Failed,
+                    &[AttemptState::Unknown],
+                    &error,
+                    "attempt-resolved",
+                    Some(reason),
+                )
+                .await
+            }
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! A real Postgres for the tests. `TEST_DATABASE_URL` names a server to use;
+//! without it, a throwaway cluster is made from the local PostgreSQL binaries
+//! (run as the `postgres` user when the tests run as root), listening only on
+//! a Unix socket, and shared by every test process through a file lock.
+//! Each test gets a database of its own, copied from a migrated template.
+//! When no Postgres can be had, the tests fail with a message saying why.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use sha2::{Digest, Sha256};
+use sqlx::{Connection, PgConnection};
+use tokio::sync::OnceCell;
+
+const CLUSTER_DIR: &str = "onejob-test-postgres";
+const TEST_DB_PREFIX: &str = "onejob_t_";
+
+/// Where the test server is and which template to copy.
+struct Server {
+    /// A URL without a database name at the end: append one.
+    url_prefix: String,
+    /// Query string to append after the database name (socket location).
+    url_suffix: String,
+    template: String,
+    throwaway: bool,
+}
+
+static SERVER: OnceCell<Server> = OnceCell::const_new();
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl Server {
+    fn url(&self, database: &str) -> String {
+        format!("{}{}{}", self.url_prefix, database, self.url_suffix)
+    }
+}
+
+fn fail(message: impl std::fmt::Display) -> ! {
+    panic!(
+        "no Postgres for the tests: {message}\n\
+         Set TEST_DATABASE_URL=postgres://user:password@host/postgres to use a server you run, \
+         or install the PostgreSQL server binaries (initdb, pg_ctl) so that the tests start their own."
+    )
+}
+
+fn bindir() -> PathBuf {
+    if let Ok(dir) = std::env::var("PG_BINDIR") {
+        return PathBuf::from(dir);
+    }
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output()
+        && out.status.success()
+    {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if dir.join("initdb").exists() {
+            return dir;
+        }
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path().join("bin"))
+        .filter(|bin| bin.join("initdb").exists())
+        .collect();
+    found.sort();
+    found.pop().unwrap_or_else(|| fail("initdb was not found (tried PG_BINDIR, pg_config, /usr/lib/postgresql/*/bin)"))
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { geteuid() == 0 }
+}
+
+unsafe extern "C" {
+    fn geteuid() -> u32;
+}
+
+/// Runs a PostgreSQL binary, as `postgres` when we are root (initdb refuses root).
+fn run_pg(bin: &Path, args: &[&str]) -> std::process::Output {
+    let mut command = if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    };
+    command.args(args);
+    command.output().unwrap_or_else(|e| fail(format!("cannot run {}: {e}", bin.display())))
+}
+
+fn chown_to_postgres(path: &Path) {
+    if is_root() {
+        let status = Command::new("chown").arg("postgres:postgres").arg(path).status();
+        if !status.is_ok_and(|s| s.success()) {
+            fail(format!("cannot chown {} to postgres (is there a postgres user?)", path.display()));
+        }
+    }
+}
+
+/// Makes and starts the throwaway cluster if it is not running yet. Called
+/// with the cross-process lock held.
+fn ensure_cluster(base: &Path) {
+    let bin = bindir();
+    let data = base.join("data");
+    if !data.join("PG_VERSION").exists() {
+        std::fs::create_dir_all(&data).unwrap_or_else(|e| fail(format!("cannot create {}: {e}", data.display())));
+        chown_to_postgres(base);
+        chown_to_postgres(&data);
+        let out = run_pg(
+            &bin.join("initdb"),
+            &["-D", data.to_str().unwrap(), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"],
+        );
+        if !out.status.success() {
+            fail(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+    let status = run_pg(&bin.join("pg_ctl"), &["-D", data.to_str().unwrap(), "status"]);
+    if status.status.success() {
+        return;
+    }
+    let options = format!(
+        "-c listen_addresses='' -c unix_socket_directories='{}' -c max_connections=400 -c fsync=off \
+         -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=128MB \
+         -c shared_preload_libraries=pg_stat_statements",
+        base.display()
+    );
+    let log = base.join("server.log");
+    let out = run_pg(
+        &bin.join("pg_ctl"),
+        &["-D", data.to_str().unwrap(), "-l", log.to_str().unwrap(), "-w", "-t", "60", "-o", &options, "start"],
+    );
+    if !out.status.success() {
+        let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+        fail(format!("pg_ctl start failed: {}\n{log_text}", String::from_utf8_lossy(&out.stderr)));
+    }
+}
+
+fn migrations_hash() -> String {
+    let mut hasher = Sha256::new();
+    for migration in onejob::store::postgres::MIGRATOR.iter() {
+        hasher.update(migration.version.to_le_bytes());
+        hasher.update(&*migration.checksum);
+    }
+    hex::encode(&hasher.finalize()[..6])
+}
+
+fn process_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+async fn admin(server: &Server) -> PgConnection {
+    let url = server.url("postgres");
+    PgConnection::connect(&url).await.unwrap_or_else(|e| fail(format!("cannot connect to {url}: {e}")))
+}
+
+async fn prepare_template(server: &Server) {
+    let mut admin = admin(server).await;
+    if server.throwaway {
+        // Databases of test processes that are gone: nobody will use them again.
+        let names: Vec<String> =
+            sqlx::query_scalar("select datname from pg_database where datname like 'onejob\\_t\\_%'")
+                .fetch_all(&mut admin)
+                .await
+                .unwrap();
+        for name in names {
+            let pid = name.trim_start_matches(TEST_DB_PREFIX).split('_').next().and_then(|p| p.parse().ok());
+            if pid.is_some_and(|pid| !process_alive(pid)) {
+                let _ = sqlx::query(&format!(r#"drop database if exists "{name}" with (force)"#)).execute(&mut admin).await;
+            }
+        }
+    }
+    let exists: bool = sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
+        .bind(&server.template)
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    if exists {
+        return;
+    }
+    let building = format!("{}_building_{}", server.template, std::process::id());
+    sqlx::query(&format!(r#"drop database if exists "{building}""#)).execute(&mut admin).await.unwrap();
+    sqlx::query(&format!(r#"create database "{building}""#)).execute(&mut admin).await.unwrap();
+    {
+        let mut conn = PgConnection::connect(&server.url(&building)).await.unwrap();
+        onejob::store::postgres::MIGRATOR.run(&mut conn).await.expect("migrations apply to an empty database");
+        // Statement statistics, for the tests that count round trips.
+        let _ = sqlx::query("create extension if not exists pg_stat_statements").execute(&mut conn).await;
+        conn.close().await.unwrap();
+    }
+    // Renaming publishes the finished template in one step.
+    sqlx::query(&format!(r#"alter database "{building}" rename to "{}""#, server.template))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    admin.close().await.unwrap();
+}
+
+async fn server() -> &'static Server {
+    SERVER
+        .get_or_init(|| async {
+            let template = format!("onejob_tpl_{}", migrations_hash());
+            let (server, lock_path) = match std::env::var("TEST_DATABASE_URL") {
+                Ok(url) if !url.is_empty() => {
+                    let (prefix, suffix) = split_database(&url);
+                    let lock = std::env::temp_dir().join("onejob-test-external.lock");
+                    (Server { url_prefix: prefix, url_suffix: suffix, template, throwaway: false }, lock)
+                }
+                _ => {
+                    let base = std::env::temp_dir().join(CLUSTER_DIR);
+                    let server = Server {
+                        url_prefix: "postgres://postgres@localhost/".into(),
+                        url_suffix: format!("?host={}", base.display()),
+                        template,
+                        throwaway: true,
+                    };
+                    (server, std::env::temp_dir().join(format!("{CLUSTER_DIR}.lock")))
+                }
+            };
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock_path)
+                .unwrap_or_else(|e| fail(format!("cannot open {}: {e}", lock_path.display())));
+            lock.lock().unwrap_or_else(|e| fail(format!("cannot lock {}: {e}", lock_path.display())));
+            if server.throwaway {
+                let base = std::env::temp_dir().join(CLUSTER_DIR);
+                ensure_cluster(&base);
+            }
+            prepare_template(&server).await;
+            lock.unlock().ok();
+            server
+        })
+        .await
+}
+
+/// Splits `postgres://u@h/db?x=y` into `postgres://u@h/` and `?x=y`.
+fn split_database(url: &str) -> (String, String) {
+    let (before_query, query) = match url.find('?') {
+        Some(i) => (&url[..i], &url[i..]),
+        None => (url, ""),
+    };
+    let scheme_end = before_query.find("://").map(|i| i + 3).unwrap_or(0);
+    let path_start = before_query[scheme_end..].find('/').map(|i| i + scheme_end);
+    let prefix = match path_start {
+        Some(i) => &before_query[..=i],
+        None => return (format!("{before_query}/"), query.to_owned()),
+    };
+    (prefix.to_owned(), query.to_owned())
+}
+
+/// A fresh, migrated database of its own; returns its URL.
+pub async fn fresh_database() -> String {
+    let server = server().await;
+    let name = format!(
+        "{TEST_DB_PREFIX}{}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        &uuid::Uuid::now_v7().simple().to_string()[24..]
+    );
+    let mut admin = admin(server).await;
+    sqlx::query(&format!(r#"create database "{name}" template "{}""#, server.template))
+        .execute(&mut admin)
+        .await
+        .unwrap_or_else(|e| fail(format!("cannot create a test database: {e}")));
+    admin.close().await.ok();
+    server.url(&name)
+}
+
+/// An empty database (no migrations), for testing `onejob migrate`.
+pub async fn empty_database() -> String {
+    let server = server().await;
+    let name = format!("{TEST_DB_PREFIX}{}_{}_empty", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+    let mut admin = admin(server).await;
+    sqlx::query(&format!(r#"create database "{name}""#)).execute(&mut admin).await.unwrap();
+    admin.close().await.ok();
+    server.url(&name)
+}

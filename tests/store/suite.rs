@@ -1,0 +1,482 @@
+//! The store conformance suite: every behaviour the rest of onejob relies on,
+//! written once against `dyn Store` and run for each backend. Races are run
+//! as races: tasks released together by a barrier.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use onejob::domain::{
+    AdmissionRefusal, AttemptError, AttemptId, AttemptLimits, AttemptOrigin, AttemptState, Fingerprint,
+    IdempotencyKey, JobId, JobState, OwnerId,
+};
+use onejob::store::{
+    Admission, AdmissionRules, AttemptRef, CreateJob, JobFilter, NewAttempt, NewJob, Resolution, Store, Transition,
+};
+use serde_json::{Value, json};
+use tokio::sync::Barrier;
+
+pub type Shared = Arc<dyn Store>;
+
+const LEASE: Duration = Duration::from_secs(60);
+
+pub struct Rules {
+    pub limits: AttemptLimits,
+    pub qualified: bool,
+}
+
+impl AdmissionRules for Rules {
+    fn limits(&self, _task: &str) -> AttemptLimits {
+        self.limits
+    }
+    fn is_qualified(&self, _task: &str, _primary: &str, _provider: &str) -> bool {
+        self.qualified
+    }
+}
+
+fn rules(max_attempts: u32, max_in_flight: u32) -> Rules {
+    Rules { limits: AttemptLimits { max_attempts, max_in_flight }, qualified: true }
+}
+
+fn owner(name: &str) -> OwnerId {
+    OwnerId::parse(name).unwrap()
+}
+
+fn key(text: &str) -> IdempotencyKey {
+    IdempotencyKey::parse(text.as_bytes()).unwrap()
+}
+
+fn new_job(owner_name: &str, key_text: &str, input: Value) -> NewJob {
+    NewJob {
+        owner: owner(owner_name),
+        id: JobId::new(),
+        idempotency_key: key(key_text),
+        fingerprint: Fingerprint::of_job("summarize", &input, "sim-fast"),
+        task: "summarize".into(),
+        input,
+        provider: "sim-fast".into(),
+        first_attempt_id: AttemptId::new(),
+    }
+}
+
+fn attempt_on(provider: &str, key_text: &str) -> NewAttempt {
+    NewAttempt {
+        id: AttemptId::new(),
+        provider: Some(provider.into()),
+        idempotency_key: Some(key(key_text)),
+        origin: AttemptOrigin::Client,
+    }
+}
+
+fn at(job: JobId, number: i32) -> AttemptRef {
+    AttemptRef { owner: owner("alice"), job_id: job, number }
+}
+
+async fn create(store: &dyn Store, key_text: &str) -> JobId {
+    match store.create_job(&new_job("alice", key_text, json!({"text": key_text}))).await.unwrap() {
+        CreateJob::Created(job) => job.id,
+        CreateJob::Existing(_) => panic!("key {key_text} was new"),
+    }
+}
+
+async fn claim_one(store: &dyn Store) -> AttemptRef {
+    let claimed = store.claim_attempts("test-worker", 1, LEASE).await.unwrap();
+    assert_eq!(claimed.len(), 1, "one pending attempt to claim");
+    claimed[0].attempt.clone()
+}
+
+/// A job of alice's with `running` attempts all running (1, 2, …).
+async fn job_with_running(store: &dyn Store, key_text: &str, running: i32) -> JobId {
+    let job = create(store, key_text).await;
+    claim_one(store).await;
+    for n in 2..=running {
+        let admitted = store
+            .admit_attempt(&owner("alice"), job, &attempt_on("sim-slow", &format!("{key_text}-{n}")), &rules(100, 100))
+            .await
+            .unwrap();
+        assert!(matches!(admitted, Admission::Admitted(_)), "{admitted:?}");
+        claim_one(store).await;
+    }
+    job
+}
+
+async fn job_state(store: &dyn Store, job: JobId) -> JobState {
+    store.get_job(&owner("alice"), job).await.unwrap().unwrap().state
+}
+
+async fn attempt_states(store: &dyn Store, job: JobId) -> Vec<AttemptState> {
+    store.get_job(&owner("alice"), job).await.unwrap().unwrap().attempts.iter().map(|a| a.state).collect()
+}
+
+async fn event_kinds(store: &dyn Store, job: JobId) -> Vec<String> {
+    store.list_events(&owner("alice"), job).await.unwrap().into_iter().map(|e| e.kind).collect()
+}
+
+pub async fn create_job_inserts_the_job_with_one_pending_attempt(store: Shared) {
+    let new = new_job("alice", "k1", json!({"text": "hello"}));
+    let CreateJob::Created(job) = store.create_job(&new).await.unwrap() else { panic!("a new key creates") };
+    assert_eq!((job.id, job.state), (new.id, JobState::Queued));
+    let stored = store.get_job(&owner("alice"), job.id).await.unwrap().expect("the job is stored");
+    assert_eq!(stored.fingerprint, new.fingerprint);
+    assert_eq!(stored.input, json!({"text": "hello"}));
+    assert_eq!(stored.attempts.len(), 1);
+    let first = &stored.attempts[0];
+    assert_eq!((first.number, first.id, first.state), (1, new.first_attempt_id, AttemptState::Pending));
+    assert_eq!(first.provider, "sim-fast");
+    assert_eq!(event_kinds(store.as_ref(), job.id).await, ["job-created"]);
+}
+
+pub async fn second_create_with_the_same_key_finds_the_existing_job(store: Shared) {
+    let first = new_job("alice", "k1", json!({"text": "hello"}));
+    store.create_job(&first).await.unwrap();
+    let again = new_job("alice", "k1", json!({"text": "other"}));
+    let CreateJob::Existing(job) = store.create_job(&again).await.unwrap() else { panic!("the key is taken") };
+    assert_eq!(job.id, first.id);
+    assert_eq!(job.fingerprint, first.fingerprint);
+    assert_ne!(job.fingerprint, again.fingerprint);
+    assert_eq!(job.attempts.len(), 1, "no second first attempt");
+    let found = store.find_job_by_key(&owner("alice"), &key("k1")).await.unwrap().unwrap();
+    assert_eq!(found.id, first.id);
+}
+
+pub async fn fifty_concurrent_creates_with_one_key_make_one_job(store: Shared) {
+    let barrier = Arc::new(Barrier::new(50));
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tokio::spawn(async move {
+                let new = new_job("alice", "storm", json!({"text": "same"}));
+                barrier.wait().await;
+                store.create_job(&new).await.unwrap()
+            })
+        })
+        .collect();
+    let mut created = 0;
+    let mut ids = std::collections::HashSet::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            CreateJob::Created(job) => {
+                created += 1;
+                ids.insert(job.id);
+            }
+            CreateJob::Existing(job) => {
+                ids.insert(job.id);
+            }
+        }
+    }
+    assert_eq!(created, 1, "exactly one creator");
+    assert_eq!(ids.len(), 1, "every caller got the same job");
+    let listed = store.list_jobs(&owner("alice"), &JobFilter { limit: 100, ..Default::default() }).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(attempt_states(store.as_ref(), listed[0].id).await, [AttemptState::Pending]);
+}
+
+pub async fn the_same_key_under_two_owners_makes_two_jobs(store: Shared) {
+    let a = store.create_job(&new_job("alice", "shared", json!({"text": "x"}))).await.unwrap();
+    let b = store.create_job(&new_job("bob", "shared", json!({"text": "x"}))).await.unwrap();
+    let (CreateJob::Created(a), CreateJob::Created(b)) = (a, b) else { panic!("both keys are new to their owner") };
+    assert_ne!(a.id, b.id);
+}
+
+pub async fn another_owner_can_neither_see_nor_touch_a_job(store: Shared) {
+    let job = job_with_running(store.as_ref(), "mine", 1).await;
+    let bob = owner("bob");
+    assert!(store.get_job(&bob, job).await.unwrap().is_none());
+    assert!(store.list_jobs(&bob, &JobFilter { limit: 10, ..Default::default() }).await.unwrap().is_empty());
+    assert!(store.list_events(&bob, job).await.unwrap().is_empty());
+    let admitted = store.admit_attempt(&bob, job, &attempt_on("sim-fast", "b1"), &rules(5, 2)).await.unwrap();
+    assert!(matches!(admitted, Admission::JobNotFound), "{admitted:?}");
+    let bobs = AttemptRef { owner: bob, job_id: job, number: 1 };
+    assert_eq!(store.finish_attempt(&bobs, &json!({"x": 1})).await.unwrap(), Transition::NotFound);
+    assert_eq!(store.fail_attempt(&bobs, &AttemptError::new("x", "y")).await.unwrap(), Transition::NotFound);
+    assert_eq!(job_state(store.as_ref(), job).await, JobState::Running);
+}
+
+async fn refusal(store: &dyn Store, job: JobId, key_text: &str, rules: &Rules) -> AdmissionRefusal {
+    match store.admit_attempt(&owner("alice"), job, &attempt_on("sim-fast", key_text), rules).await.unwrap() {
+        Admission::Refused(refusal) => refusal,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+pub async fn admission_refuses_while_an_attempt_is_pending(store: Shared) {
+    let job = create(store.as_ref(), "k").await;
+    assert_eq!(refusal(store.as_ref(), job, "a2", &rules(5, 2)).await, AdmissionRefusal::AttemptPending);
+    assert!(event_kinds(store.as_ref(), job).await.contains(&"admission-refused".to_owned()));
+}
+
+pub async fn admission_refuses_while_an_attempt_is_unknown_and_admits_once_it_is_resolved(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let timeout = AttemptError::new("timeout", "deadline passed");
+    assert_eq!(store.mark_unknown(&at(job, 1), &timeout).await.unwrap(), Transition::Applied);
+    assert_eq!(job_state(store.as_ref(), job).await, JobState::Unknown);
+    assert_eq!(refusal(store.as_ref(), job, "a2", &rules(5, 2)).await, AdmissionRefusal::AttemptOutcomeUnknown);
+    let resolved = store.resolve_unknown(&at(job, 1), &Resolution::Failed, "provider says it never ran").await;
+    assert_eq!(resolved.unwrap(), Transition::Applied);
+    assert_eq!(job_state(store.as_ref(), job).await, JobState::Failed);
+    let admitted = store.admit_attempt(&owner("alice"), job, &attempt_on("sim-fast", "a3"), &rules(5, 2)).await.unwrap();
+    assert!(matches!(admitted, Admission::Admitted(ref a) if a.number == 2), "{admitted:?}");
+    assert_eq!(job_state(store.as_ref(), job).await, JobState::Queued);
+}
+
+pub async fn admission_refuses_beyond_max_in_flight(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 2).await;
+    assert_eq!(refusal(store.as_ref(), job, "a3", &rules(5, 2)).await, AdmissionRefusal::TooManyAttemptsInFlight);
+}
+
+pub async fn admission_refuses_beyond_max_attempts(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 1).await;
+    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503")).await.unwrap();
+    assert_eq!(refusal(store.as_ref(), job, "a2", &rules(1, 2)).await, AdmissionRefusal::AttemptLimitReached);
+}
+
+pub async fn admission_refuses_a_finished_job(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 1).await;
+    assert!(matches!(store.finish_attempt(&at(job, 1), &json!({"ok": true})).await.unwrap(), Transition::Won { .. }));
+    assert_eq!(refusal(store.as_ref(), job, "a2", &rules(5, 2)).await, AdmissionRefusal::JobFinished);
+}
+
+pub async fn admission_refuses_an_unqualified_provider(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let unqualified = Rules { limits: AttemptLimits::default(), qualified: false };
+    assert_eq!(refusal(store.as_ref(), job, "a2", &unqualified).await, AdmissionRefusal::ProviderNotQualified);
+}
+
+pub async fn admission_replays_a_key_and_refuses_it_for_another_provider(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let first = store.admit_attempt(&owner("alice"), job, &attempt_on("sim-slow", "fb"), &rules(5, 2)).await.unwrap();
+    let Admission::Admitted(first) = first else { panic!("admitted") };
+    // The same key again answers with the same attempt, even though a
+    // pending attempt would now refuse a new one.
+    let again = store.admit_attempt(&owner("alice"), job, &attempt_on("sim-slow", "fb"), &rules(5, 2)).await.unwrap();
+    assert!(matches!(again, Admission::Replayed(ref a) if a.id == first.id), "{again:?}");
+    let other = store.admit_attempt(&owner("alice"), job, &attempt_on("sim-fast", "fb"), &rules(5, 2)).await.unwrap();
+    assert!(matches!(other, Admission::KeyReused(ref a) if a.number == first.number), "{other:?}");
+    assert_eq!(attempt_states(store.as_ref(), job).await.len(), 2);
+}
+
+pub async fn an_attempt_without_a_provider_goes_to_the_jobs_primary(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let new = NewAttempt { provider: None, ..attempt_on("ignored", "retry") };
+    let Admission::Admitted(attempt) = store.admit_attempt(&owner("alice"), job, &new, &rules(5, 2)).await.unwrap() else {
+        panic!("admitted")
+    };
+    assert_eq!(attempt.provider, "sim-fast");
+}
+
+pub async fn twenty_concurrent_admissions_never_leave_two_pending(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let barrier = Arc::new(Barrier::new(20));
+    let tasks: Vec<_> = (0..20)
+        .map(|i| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store.admit_attempt(&owner("alice"), job, &attempt_on("sim-slow", &format!("c{i}")), &rules(50, 50)).await.unwrap()
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Admission::Admitted(_) => admitted += 1,
+            Admission::Refused(AdmissionRefusal::AttemptPending) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(admitted, 1);
+    let pending = attempt_states(store.as_ref(), job).await.iter().filter(|s| **s == AttemptState::Pending).count();
+    assert_eq!(pending, 1);
+}
+
+pub async fn reverse_order_finish_makes_the_second_to_finish_lose(store: Shared) {
+    // Attempt 1 left first, attempt 2 second; 2 returns first and wins.
+    let job = job_with_running(store.as_ref(), "k", 2).await;
+    let fast = json!({"summary": "from the fallback"});
+    let slow = json!({"summary": "from the primary"});
+    assert_eq!(store.finish_attempt(&at(job, 2), &fast).await.unwrap(), Transition::Won { canceled: vec![] });
+    assert_eq!(store.finish_attempt(&at(job, 1), &slow).await.unwrap(), Transition::Lost { winner: Some(2) });
+    let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
+    assert_eq!(stored.state, JobState::Succeeded);
+    assert_eq!(stored.winning_attempt, Some(2));
+    assert_eq!(stored.result, Some(fast));
+    assert_eq!(stored.attempts[0].state, AttemptState::Superseded);
+    assert_eq!(stored.attempts[0].output, Some(slow), "the loser's output is kept for audit");
+    let events = store.list_events(&owner("alice"), job).await.unwrap();
+    let lost = events.iter().find(|e| e.kind == "race-lost").expect("the lost race is recorded");
+    assert_eq!(lost.attempt_number, Some(1));
+    assert_eq!((lost.detail["loser"].clone(), lost.detail["winner"].clone()), (json!(1), json!(2)));
+}
+
+pub async fn concurrent_finishes_have_exactly_one_winner(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 8).await;
+    let barrier = Arc::new(Barrier::new(8));
+    let tasks: Vec<_> = (1..=8)
+        .map(|n| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                (n, store.finish_attempt(&at(job, n), &json!({"by": n})).await.unwrap())
+            })
+        })
+        .collect();
+    let mut winners = vec![];
+    for task in tasks {
+        let (n, outcome) = task.await.unwrap();
+        match outcome {
+            Transition::Won { .. } => winners.push(n),
+            Transition::Lost { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "one winner, got {winners:?}");
+    let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
+    assert_eq!(stored.winning_attempt, Some(winners[0]));
+    assert_eq!(stored.result, Some(json!({"by": winners[0]})));
+    let superseded = stored.attempts.iter().filter(|a| a.state == AttemptState::Superseded).count();
+    assert_eq!(superseded, 7);
+    let lost = event_kinds(store.as_ref(), job).await.iter().filter(|k| *k == "race-lost").count();
+    assert_eq!(lost, 7);
+}
+
+pub async fn winning_cancels_pending_siblings(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 1).await;
+    store.admit_attempt(&owner("alice"), job, &attempt_on("sim-slow", "a2"), &rules(5, 2)).await.unwrap();
+    let outcome = store.finish_attempt(&at(job, 1), &json!({"ok": 1})).await.unwrap();
+    assert_eq!(outcome, Transition::Won { canceled: vec![2] });
+    assert_eq!(attempt_states(store.as_ref(), job).await, [AttemptState::Succeeded, AttemptState::Canceled]);
+    assert!(store.claim_attempts("w", 10, LEASE).await.unwrap().is_empty(), "a canceled attempt is never claimed");
+}
+
+pub async fn concurrent_claimers_take_each_pending_attempt_once(store: Shared) {
+    for i in 0..30 {
+        create(store.as_ref(), &format!("job-{i}")).await;
+    }
+    let barrier = Arc::new(Barrier::new(6));
+    let tasks: Vec<_> = (0..6)
+        .map(|w| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let mut mine = vec![];
+                loop {
+                    let batch = store.claim_attempts(&format!("w{w}"), 4, LEASE).await.unwrap();
+                    if batch.is_empty() {
+                        break mine;
+                    }
+                    mine.extend(batch.into_iter().map(|c| c.id));
+                }
+            })
+        })
+        .collect();
+    let mut all = vec![];
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    let distinct: std::collections::HashSet<_> = all.iter().collect();
+    assert_eq!(all.len(), 30, "every attempt claimed");
+    assert_eq!(distinct.len(), 30, "none claimed twice");
+}
+
+pub async fn a_claim_runs_the_attempt_under_a_lease_and_the_job_runs(store: Shared) {
+    let job = create(store.as_ref(), "k").await;
+    let claimed = store.claim_attempts("w1", 10, LEASE).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!((claimed[0].task.as_str(), claimed[0].input.clone()), ("summarize", json!({"text": "k"})));
+    assert!(claimed[0].lease_until > chrono::Utc::now());
+    let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
+    assert_eq!(stored.state, JobState::Running);
+    assert_eq!(stored.attempts[0].state, AttemptState::Running);
+    assert_eq!(stored.attempts[0].worker.as_deref(), Some("w1"));
+    assert!(store.claim_attempts("w2", 10, LEASE).await.unwrap().is_empty());
+}
+
+pub async fn failures_and_unknowns_set_the_job_state_from_its_attempts(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 2).await;
+    let error = AttemptError::new("provider-error", "503 from provider");
+    assert_eq!(store.fail_attempt(&at(job, 1), &error).await.unwrap(), Transition::Applied);
+    assert_eq!(job_state(store.as_ref(), job).await, JobState::Running, "attempt 2 still runs");
+    let timeout = AttemptError::new("timeout", "deadline passed");
+    assert_eq!(store.mark_unknown(&at(job, 2), &timeout).await.unwrap(), Transition::Applied);
+    assert_eq!(job_state(store.as_ref(), job).await, JobState::Unknown);
+    let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
+    assert_eq!(stored.attempts[0].error.as_ref().unwrap()["type"], "provider-error");
+    assert_eq!(stored.attempts[1].state, AttemptState::Unknown);
+    assert_eq!(store.resolve_unknown(&at(job, 2), &Resolution::Failed, "never ran").await.unwrap(), Transition::Applied);
+    assert_eq!(job_state(store.as_ref(), job).await, JobState::Failed);
+}
+
+pub async fn stale_transitions_change_nothing(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 1).await;
+    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "400")).await.unwrap();
+    assert_eq!(store.finish_attempt(&at(job, 1), &json!({})).await.unwrap(), Transition::Stale(AttemptState::Failed));
+    assert_eq!(
+        store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "late")).await.unwrap(),
+        Transition::Stale(AttemptState::Failed)
+    );
+    assert_eq!(
+        store.resolve_unknown(&at(job, 1), &Resolution::Succeeded(json!({})), "no").await.unwrap(),
+        Transition::Stale(AttemptState::Failed)
+    );
+    assert_eq!(store.finish_attempt(&at(job, 9), &json!({})).await.unwrap(), Transition::NotFound);
+    let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
+    assert_eq!((stored.state, stored.result), (JobState::Failed, None));
+}
+
+pub async fn resolving_an_unknown_attempt_with_output_goes_through_the_same_cas(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 2).await;
+    store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed")).await.unwrap();
+    assert!(matches!(store.finish_attempt(&at(job, 2), &json!({"by": 2})).await.unwrap(), Transition::Won { .. }));
+    let late = store.resolve_unknown(&at(job, 1), &Resolution::Succeeded(json!({"by": 1})), "provider finished late").await;
+    assert_eq!(late.unwrap(), Transition::Lost { winner: Some(2) });
+    let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
+    assert_eq!(stored.result, Some(json!({"by": 2})));
+    assert_eq!(stored.attempts[0].state, AttemptState::Superseded);
+}
+
+pub async fn a_late_output_of_an_unknown_attempt_wins_when_nothing_else_has(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 1).await;
+    store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed")).await.unwrap();
+    assert!(matches!(store.finish_attempt(&at(job, 1), &json!({"late": true})).await.unwrap(), Transition::Won { .. }));
+    let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
+    assert_eq!((stored.state, stored.result), (JobState::Succeeded, Some(json!({"late": true}))));
+}
+
+pub async fn list_jobs_pages_newest_first_with_filters(store: Shared) {
+    let mut ids = vec![];
+    for i in 0..5 {
+        ids.push(create(store.as_ref(), &format!("k{i}")).await);
+    }
+    claim_one(store.as_ref()).await; // the oldest job runs
+    let alice = owner("alice");
+    let page = store.list_jobs(&alice, &JobFilter { limit: 2, ..Default::default() }).await.unwrap();
+    assert_eq!(page.iter().map(|j| j.id).collect::<Vec<_>>(), [ids[4], ids[3]]);
+    let next = store.list_jobs(&alice, &JobFilter { limit: 2, before: Some(ids[3]), ..Default::default() }).await.unwrap();
+    assert_eq!(next.iter().map(|j| j.id).collect::<Vec<_>>(), [ids[2], ids[1]]);
+    let running = JobFilter { limit: 10, state: Some(JobState::Running), ..Default::default() };
+    assert_eq!(store.list_jobs(&alice, &running).await.unwrap().iter().map(|j| j.id).collect::<Vec<_>>(), [ids[0]]);
+    let other_task = JobFilter { limit: 10, task: Some("translate".into()), ..Default::default() };
+    assert!(store.list_jobs(&alice, &other_task).await.unwrap().is_empty());
+}
+
+pub async fn api_keys_are_found_by_hash_until_revoked(store: Shared) {
+    let (id, token) = onejob::keys::create_key(store.as_ref(), &owner("alice")).await.unwrap();
+    let hash = onejob::keys::hash_token(&token);
+    assert!(store.has_api_keys().await.unwrap());
+    assert_eq!(store.find_api_key_owner(&hash).await.unwrap(), Some(owner("alice")));
+    assert!(store.revoke_api_key(id).await.unwrap());
+    assert!(!store.revoke_api_key(id).await.unwrap(), "revoking twice finds nothing live");
+    assert_eq!(store.find_api_key_owner(&hash).await.unwrap(), None);
+    let keys = store.list_api_keys(Some(&owner("alice"))).await.unwrap();
+    assert_eq!(keys.len(), 1);
+    assert!(keys[0].revoked_at.is_some());
+}
+
+pub async fn every_transition_appends_an_event(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 2).await;
+    store.finish_attempt(&at(job, 2), &json!({"a": 1})).await.unwrap();
+    store.finish_attempt(&at(job, 1), &json!({"a": 2})).await.unwrap();
+    assert_eq!(
+        event_kinds(store.as_ref(), job).await,
+        ["job-created", "attempt-claimed", "attempt-admitted", "attempt-claimed", "attempt-succeeded", "race-lost"]
+    );
+}
