@@ -1,0 +1,131 @@
+//! The `onejob` binary as an operator runs it: `migrate`, `keys create`,
+//! `serve`, then the core behaviours over real HTTP against that process.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_onejob");
+
+async fn onejob(database_url: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(BIN).args(args).env("DATABASE_URL", database_url).output().await.unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Starts `onejob serve` on a free port; returns the child and its address.
+async fn serve(database_url: &str) -> (Child, String) {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-migrate"])
+        .env("DATABASE_URL", database_url)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let address = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                return rest.split_whitespace().next().unwrap().to_owned();
+            }
+        }
+        panic!("serve exited before listening");
+    })
+    .await
+    .expect("serve starts listening within 30 s");
+    // Keep draining its log so that it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, address)
+}
+
+#[tokio::test]
+async fn the_binary_serves_the_core_contract_after_migrate_and_keys_create() {
+    let database_url = common::postgres::empty_database().await;
+    let (ok, _, stderr) = onejob(&database_url, &["migrate"]).await;
+    assert!(ok, "migrate failed: {stderr}");
+    let (ok, _, _) = onejob(&database_url, &["migrate"]).await;
+    assert!(ok, "migrate is idempotent");
+
+    let (ok, stdout, stderr) = onejob(&database_url, &["keys", "create", "--owner", "alice"]).await;
+    assert!(ok, "keys create failed: {stderr}");
+    let token = stdout.lines().last().unwrap().trim().to_owned();
+    assert!(token.starts_with("oj_") && token.len() == 67, "the token alone on the last line: {stdout:?}");
+    let (_, stdout, _) = onejob(&database_url, &["keys", "create", "--owner", "bob"]).await;
+    let bob = stdout.lines().last().unwrap().trim().to_owned();
+    assert!(!stderr.contains(&token), "the token is not logged");
+
+    let (_child, address) = serve(&database_url).await;
+    let client = reqwest::Client::new();
+    let url = |path: &str| format!("http://{address}{path}");
+    let post = |key: &str, body: Value| {
+        client.post(url("/jobs")).bearer_auth(&token).header("idempotency-key", key).json(&body).send()
+    };
+    let body = json!({"task": "summarize", "input": {"text": "the quick brown fox"}});
+
+    let created = post("intent-1", body.clone()).await.unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let created: Value = created.json().await.unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+
+    let replay = post("intent-1", body.clone()).await.unwrap();
+    assert_eq!((replay.status(), replay.headers()["idempotent-replayed"].to_str().unwrap()), (StatusCode::OK, "true"));
+
+    let conflict = post("intent-1", json!({"task": "summarize", "input": {"text": "another"}})).await.unwrap();
+    assert_eq!(conflict.status(), StatusCode::CONFLICT);
+    let conflict: Value = conflict.json().await.unwrap();
+    assert_eq!(conflict["type"], "idempotency-key-reused");
+
+    let polled: Value = client.get(url(&format!("/jobs/{id}"))).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+    assert_eq!(polled["id"], id);
+
+    let attempt = client
+        .post(url(&format!("/jobs/{id}/attempts")))
+        .bearer_auth(&token)
+        .header("idempotency-key", "fallback-1")
+        .json(&json!({"provider": "sim-slow"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(attempt.status(), StatusCode::CONFLICT, "the first attempt is still pending (no worker runs yet)");
+    let attempt: Value = attempt.json().await.unwrap();
+    assert_eq!(attempt["type"], "attempt-pending");
+
+    let bobs_look = client.get(url(&format!("/jobs/{id}"))).bearer_auth(&bob).send().await.unwrap();
+    assert_eq!(bobs_look.status(), StatusCode::NOT_FOUND);
+
+    let ready = client.get(url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), StatusCode::OK);
+
+    // Keys are listed by id and revoked by id; revoking twice is an error.
+    let (_, listed, _) = onejob(&database_url, &["keys", "list", "--owner", "bob"]).await;
+    let bob_key_id = listed.split_whitespace().next().unwrap().to_owned();
+    let (ok, stdout, _) = onejob(&database_url, &["keys", "revoke", &bob_key_id]).await;
+    assert!(ok && stdout.contains("revoked"), "{stdout}");
+    let (ok, _, stderr) = onejob(&database_url, &["keys", "revoke", &bob_key_id]).await;
+    assert!(!ok && stderr.contains("no live API key"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_printed_default_configuration_is_valid_and_complete() {
+    let out = Command::new(BIN).args(["config", "print-default"]).output().await.unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let settings = onejob::config::Settings::parse(&text).unwrap();
+    settings.validate().unwrap();
+    assert!(settings.tasks.contains_key("summarize"));
+    assert_eq!(settings.providers.len(), 6);
+}
+
+#[tokio::test]
+async fn serve_without_a_database_says_what_is_missing() {
+    let out = Command::new(BIN).args(["serve", "--listen", "127.0.0.1:0"]).env_remove("DATABASE_URL").output().await.unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("DATABASE_URL"), "{stderr}");
+}
