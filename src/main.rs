@@ -14,8 +14,9 @@ use onejob::{keys, telemetry};
 #[derive(Parser)]
 #[command(name = "onejob", version, about = "One job per intent: idempotent jobs, guarded attempts, one winner.")]
 struct Cli {
+    /// What to do; `serve` when left out.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Args)]
@@ -86,13 +87,17 @@ enum ConfigCommand {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
-    if let Command::Config { command: ConfigCommand::PrintDefault } = cli.command {
+    let command = Cli::parse().command.unwrap_or(Command::Serve {
+        listen: None,
+        no_migrate: false,
+        config: ConfigArg { config: std::env::var_os("ONEJOB_CONFIG").map(PathBuf::from) },
+    });
+    if let Command::Config { command: ConfigCommand::PrintDefault } = command {
         print!("{DEFAULT_CONFIG}");
         return ExitCode::SUCCESS;
     }
     telemetry::init();
-    match run(cli.command).await {
+    match run(command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error}");
