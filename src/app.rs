@@ -1,5 +1,6 @@
-//! Building the application: settings in, a bound listener and the shared
-//! state out. `main` and the tests build it the same way, the tests on port 0.
+//! Building the application: settings in; the store, the providers (and the
+//! in-process simulator when they need one), the API listener and the worker
+//! out. `main` and the tests build it the same way, the tests on port 0.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -7,12 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::catalog::Catalog;
-use crate::config::Settings;
+use crate::config::{ProviderKind, Settings};
 use crate::http::{self, AppState, auth::Authenticator};
+use crate::provider::{self, Providers};
+use crate::signals::Signals;
+use crate::sim::{self, RunningSimulator};
 use crate::store::postgres::{PostgresOptions, PostgresStore};
 use crate::store::{Store, StoreError};
+use crate::worker::Worker;
 
 /// Why the application cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -26,7 +32,7 @@ pub enum StartError {
     /// The store failed (connecting, migrating).
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The listener could not be bound.
+    /// A listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         /// The address.
@@ -34,6 +40,9 @@ pub enum StartError {
         /// Why.
         source: std::io::Error,
     },
+    /// The providers could not be set up.
+    #[error("providers: {0}")]
+    Providers(String),
 }
 
 /// Opens the store the settings name.
@@ -52,40 +61,76 @@ pub fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, StartError> {
     }
 }
 
-/// A built application, bound and ready to serve.
+/// Which parts a process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The API and the worker (`onejob serve`).
+    All,
+    /// The API only (`onejob serve --no-worker`).
+    Api,
+    /// The worker only (`onejob worker`).
+    Worker,
+}
+
+/// A built application, bound and ready to run.
 pub struct Application {
-    listener: TcpListener,
+    listener: Option<TcpListener>,
     state: AppState,
+    worker: Option<Arc<Worker>>,
+    shutdown_grace: Duration,
+    // Kept alive as long as the application; it serves the `sim` providers.
+    _simulator: Option<RunningSimulator>,
 }
 
 impl Application {
-    /// Opens the store, applies migrations if the settings say so, and binds
-    /// the listener.
+    /// Opens the store, applies migrations if the settings say so, and
+    /// builds API and worker.
     pub async fn build(settings: Settings) -> Result<Self, StartError> {
+        Self::build_as(settings, Role::All).await
+    }
+
+    /// Builds only the parts `role` names.
+    pub async fn build_as(settings: Settings, role: Role) -> Result<Self, StartError> {
         let store = open_store(&settings)?;
         if settings.database.migrate_on_start {
             store.migrate().await?;
         }
-        Self::build_with_store(settings, store).await
+        Self::build_with_store(settings, store, role).await
     }
 
-    /// Binds the listener around an open store.
-    pub async fn build_with_store(settings: Settings, store: Arc<dyn Store>) -> Result<Self, StartError> {
-        let addr = settings.server.listen;
-        let listener = TcpListener::bind(addr).await.map_err(|source| StartError::Bind { addr, source })?;
+    /// Builds around an open store.
+    pub async fn build_with_store(settings: Settings, store: Arc<dyn Store>, role: Role) -> Result<Self, StartError> {
+        let catalog = Arc::new(Catalog::new(&settings));
+        let signals = Arc::new(Signals::default());
+        let (worker, simulator) = if role == Role::Api {
+            (None, None)
+        } else {
+            let (providers, simulator) = start_providers(&settings).await?;
+            let worker = Worker::new(store.clone(), catalog.clone(), Arc::new(providers), signals.clone(), settings.worker.clone());
+            (Some(Arc::new(worker)), simulator)
+        };
+        let listener = if role == Role::Worker {
+            None
+        } else {
+            let addr = settings.server.listen;
+            Some(TcpListener::bind(addr).await.map_err(|source| StartError::Bind { addr, source })?)
+        };
         let auth = Authenticator::new(store.clone(), Duration::from_millis(settings.server.auth_cache_ttl_ms));
+        let shutdown_grace = Duration::from_millis(settings.worker.shutdown_grace_ms);
         let state = AppState {
             store,
-            catalog: Arc::new(Catalog::new(&settings)),
+            catalog,
             auth: Arc::new(auth),
+            signals,
+            long_poll_interval: Duration::from_millis(settings.worker.long_poll_interval_ms),
             settings: Arc::new(settings.server),
         };
-        Ok(Self { listener, state })
+        Ok(Self { listener, state, worker, shutdown_grace, _simulator: simulator })
     }
 
-    /// The address actually bound (port 0 becomes a real port).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("a bound listener has an address")
+    /// The address the API is bound to (port 0 becomes a real port).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.as_ref().map(|l| l.local_addr().expect("a bound listener has an address"))
     }
 
     /// The shared state, for tests that reach the store directly.
@@ -93,9 +138,48 @@ impl Application {
         &self.state
     }
 
-    /// Serves until `shutdown` completes, then finishes in-flight requests.
+    /// Runs until `shutdown` completes: the API stops taking connections and
+    /// finishes its requests, the worker stops claiming and lets attempts in
+    /// flight finish within the grace period.
     pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        let router = http::router(self.state);
-        axum::serve(self.listener, router).with_graceful_shutdown(shutdown).await
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        });
+        let worker = self.worker.map(|worker| tokio::spawn(worker.run(stopped.clone())));
+        if let Some(listener) = self.listener {
+            let mut api_stopped = stopped.clone();
+            let router = http::router(self.state);
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = api_stopped.wait_for(|stop| *stop).await;
+                })
+                .await?;
+            tracing::info!("API stopped");
+        }
+        if let Some(worker) = worker {
+            // The worker bounds its own drain by the grace period; this is a backstop.
+            let _ = tokio::time::timeout(self.shutdown_grace + Duration::from_secs(5), worker).await;
+        }
+        Ok(())
     }
+}
+
+/// Builds the providers, starting the simulator in-process when a `sim`
+/// provider needs one and no running simulator is configured.
+async fn start_providers(settings: &Settings) -> Result<(Providers, Option<RunningSimulator>), StartError> {
+    let needs_simulator = settings.providers.values().any(|p| p.kind == ProviderKind::Sim);
+    let (url, simulator) = match (&settings.simulator.url, needs_simulator) {
+        (Some(url), _) => (Some(url.clone()), None),
+        (None, true) => {
+            let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+            let running = sim::spawn(settings, addr).await.map_err(|source| StartError::Bind { addr, source })?;
+            tracing::info!(address = %running.addr, "simulator started in-process");
+            (Some(running.url()), Some(running))
+        }
+        (None, false) => (None, None),
+    };
+    let providers = provider::build(settings, url.as_deref()).map_err(StartError::Providers)?;
+    Ok((providers, simulator))
 }

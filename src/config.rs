@@ -50,6 +50,12 @@ pub struct Settings {
     /// The database.
     #[serde(default)]
     pub database: DatabaseSettings,
+    /// The attempt worker, reaper and reconciler.
+    #[serde(default)]
+    pub worker: WorkerSettings,
+    /// The built-in provider simulator.
+    #[serde(default)]
+    pub simulator: SimulatorSettings,
     /// Tasks by name.
     #[serde(default)]
     pub tasks: BTreeMap<String, TaskSettings>,
@@ -121,6 +127,69 @@ impl Default for DatabaseSettings {
     }
 }
 
+/// `[worker]`
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerSettings {
+    /// Whether `serve` runs a worker beside the API.
+    pub enabled: bool,
+    /// Attempts one process runs at once.
+    pub concurrency: usize,
+    /// Attempts claimed in one statement.
+    pub batch_size: u32,
+    /// How often to look for work when nothing woke the worker.
+    pub poll_interval_ms: u64,
+    /// Added to a provider's timeout to make the lease of its attempts.
+    pub lease_margin_ms: u64,
+    /// How often the reaper looks for expired leases.
+    pub reaper_interval_ms: u64,
+    /// How often the reconciler looks for unknown attempts.
+    pub reconcile_interval_ms: u64,
+    /// First wait between two status lookups of one unknown attempt.
+    pub reconcile_backoff_ms: u64,
+    /// Longest wait between two status lookups.
+    pub reconcile_backoff_max_ms: u64,
+    /// How long in-flight attempts may finish after a shutdown signal.
+    pub shutdown_grace_ms: u64,
+    /// How often a long-poll looks at the database for changes made by
+    /// other processes.
+    pub long_poll_interval_ms: u64,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            concurrency: 256,
+            batch_size: 32,
+            poll_interval_ms: 500,
+            lease_margin_ms: 5_000,
+            reaper_interval_ms: 1_000,
+            reconcile_interval_ms: 500,
+            reconcile_backoff_ms: 500,
+            reconcile_backoff_max_ms: 30_000,
+            shutdown_grace_ms: 10_000,
+            long_poll_interval_ms: 1_000,
+        }
+    }
+}
+
+impl WorkerSettings {
+    /// A setting in milliseconds as a duration.
+    pub fn ms(value: u64) -> Duration {
+        Duration::from_millis(value)
+    }
+}
+
+/// `[simulator]`
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimulatorSettings {
+    /// A running simulator (`onejob sim`) to use; without one, `serve`
+    /// starts one in-process on loopback when any provider is `sim`.
+    pub url: Option<String>,
+}
+
 /// `[tasks.NAME]`
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -136,6 +205,13 @@ pub struct TaskSettings {
     /// Attempts running at once per job.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: u32,
+    /// Retries on the same provider after a retryable failure (429, 500,
+    /// 502, 503, a refused connection) before failing over.
+    #[serde(default = "default_retries_per_provider")]
+    pub retries_per_provider: u32,
+    /// Backoff before the first retry; doubled for each further one.
+    #[serde(default = "default_retry_backoff_ms")]
+    pub retry_backoff_ms: u64,
     /// JSON Schema of the input: a TOML table, or JSON text.
     #[serde(default = "any_object_schema", deserialize_with = "json_or_table")]
     pub input_schema: Value,
@@ -147,6 +223,14 @@ fn default_max_attempts() -> u32 {
 
 fn default_max_in_flight() -> u32 {
     2
+}
+
+fn default_retries_per_provider() -> u32 {
+    1
+}
+
+fn default_retry_backoff_ms() -> u64 {
+    200
 }
 
 fn any_object_schema() -> Value {
@@ -204,6 +288,19 @@ pub struct ProviderSettings {
     /// openai: the environment variable holding the API key.
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// The most tokens the provider may answer with.
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: u32,
+    /// Whether to send the task's output schema as `response_format`.
+    #[serde(default)]
+    pub response_format: bool,
+    /// Whether the provider can be asked for the status of a request by its
+    /// client request id (default: yes for `sim`, no for `openai`).
+    #[serde(default)]
+    pub status_lookup: Option<bool>,
+    /// openai: the URL of that status lookup; `{id}` is the attempt id.
+    #[serde(default)]
+    pub status_url: Option<String>,
     /// sim: fixed latency before answering.
     #[serde(default)]
     pub latency_ms: u64,
@@ -231,6 +328,10 @@ fn default_model() -> String {
     "sim-1".to_owned()
 }
 
+fn default_max_tokens() -> u32 {
+    1024
+}
+
 fn default_timeout_ms() -> u64 {
     30_000
 }
@@ -251,6 +352,18 @@ where
     env_var(name)
         .map(|text| text.parse().map_err(|e: T::Err| ConfigError::Env { name, message: e.to_string() }))
         .transpose()
+}
+
+impl ProviderSettings {
+    /// The deadline of one attempt.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+
+    /// Whether unknown attempts on this provider can be reconciled by asking it.
+    pub fn has_status_lookup(&self) -> bool {
+        self.status_lookup.unwrap_or(self.kind == ProviderKind::Sim)
+    }
 }
 
 impl Settings {
@@ -297,6 +410,9 @@ impl Settings {
         if let Some(migrate) = parse_env("ONEJOB_MIGRATE_ON_START")? {
             self.database.migrate_on_start = migrate;
         }
+        if let Some(url) = env_var("ONEJOB_SIM_URL") {
+            self.simulator.url = Some(url);
+        }
         Ok(())
     }
 
@@ -308,6 +424,9 @@ impl Settings {
         }
         if self.database.max_connections == 0 {
             return invalid("database.max_connections must be at least 1".into());
+        }
+        if self.worker.concurrency == 0 || self.worker.batch_size == 0 {
+            return invalid("worker.concurrency and worker.batch_size must be at least 1".into());
         }
         for (name, task) in &self.tasks {
             for provider in std::iter::once(&task.default_provider).chain(&task.failover) {
@@ -331,6 +450,10 @@ impl Settings {
             }
             if provider.kind == ProviderKind::Openai && (provider.base_url.is_none() || provider.api_key_env.is_none()) {
                 return invalid(format!("providers.{name}: an openai provider needs base_url and api_key_env"));
+            }
+            if provider.kind == ProviderKind::Openai && provider.status_lookup == Some(true) && provider.status_url.is_none()
+            {
+                return invalid(format!("providers.{name}: status_lookup needs a status_url"));
             }
         }
         Ok(())

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use onejob::app::{self, Application};
+use onejob::app::{self, Application, Role};
 use onejob::config::{DEFAULT_CONFIG, Settings};
 use onejob::domain::OwnerId;
 use onejob::{keys, telemetry};
@@ -36,6 +36,22 @@ enum Command {
         /// Do not apply migrations at start.
         #[arg(long)]
         no_migrate: bool,
+        /// Serve the API only; run workers with `onejob worker`.
+        #[arg(long)]
+        no_worker: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Run a worker only: claim, call providers, reap, reconcile.
+    Worker {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Run the provider simulator standalone.
+    Sim {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:9090")]
+        listen: SocketAddr,
         #[command(flatten)]
         config: ConfigArg,
     },
@@ -90,6 +106,7 @@ async fn main() -> ExitCode {
     let command = Cli::parse().command.unwrap_or(Command::Serve {
         listen: None,
         no_migrate: false,
+        no_worker: false,
         config: ConfigArg { config: std::env::var_os("ONEJOB_CONFIG").map(PathBuf::from) },
     });
     if let Command::Config { command: ConfigCommand::PrintDefault } = command {
@@ -111,7 +128,7 @@ type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
 async fn run(command: Command) -> Result<(), AnyError> {
     match command {
-        Command::Serve { listen, no_migrate, config } => {
+        Command::Serve { listen, no_migrate, no_worker, config } => {
             let mut settings = Settings::load(config.config.as_deref())?;
             if let Some(listen) = listen {
                 settings.server.listen = listen;
@@ -119,10 +136,27 @@ async fn run(command: Command) -> Result<(), AnyError> {
             if no_migrate {
                 settings.database.migrate_on_start = false;
             }
-            let application = Application::build(settings).await?;
-            tracing::info!(address = %application.local_addr(), "listening on http://{}", application.local_addr());
+            let role = if no_worker || !settings.worker.enabled { Role::Api } else { Role::All };
+            let application = Application::build_as(settings, role).await?;
+            if let Some(addr) = application.local_addr() {
+                tracing::info!(address = %addr, "listening on http://{addr}");
+            }
             application.run_until(shutdown_signal()).await?;
-            tracing::info!("API stopped");
+            tracing::info!("stopped");
+            Ok(())
+        }
+        Command::Worker { config } => {
+            let settings = Settings::load(config.config.as_deref())?;
+            let application = Application::build_as(settings, Role::Worker).await?;
+            application.run_until(shutdown_signal()).await?;
+            tracing::info!("stopped");
+            Ok(())
+        }
+        Command::Sim { listen, config } => {
+            let settings = Settings::load(config.config.as_deref())?;
+            let simulator = onejob::sim::spawn(&settings, listen).await?;
+            tracing::info!(address = %simulator.addr, "simulator listening on http://{}", simulator.addr);
+            shutdown_signal().await;
             Ok(())
         }
         Command::Migrate { config } => {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{TestApp, expect_problem};
 use onejob::domain::{AttemptError, JobId, OwnerId};
-use onejob::store::{AttemptRef, Transition};
+use onejob::store::{AttemptRef, Leases, Transition};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
@@ -28,7 +28,8 @@ fn alice_attempt(job: JobId, number: i32) -> AttemptRef {
 /// Claims every pending attempt of the test's database (there is no worker
 /// yet), so they run.
 async fn claim_all(app: &TestApp) {
-    app.store().claim_attempts("test-worker", 100, Duration::from_secs(60)).await.unwrap();
+    let leases = Leases { default: Duration::from_secs(60), by_provider: vec![] };
+    app.store().claim_attempts("test-worker", 100, &leases).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

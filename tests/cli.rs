@@ -81,8 +81,17 @@ async fn the_binary_serves_the_core_contract_after_migrate_and_keys_create() {
     let conflict: Value = conflict.json().await.unwrap();
     assert_eq!(conflict["type"], "idempotency-key-reused");
 
-    let polled: Value = client.get(url(&format!("/jobs/{id}"))).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
-    assert_eq!(polled["id"], id);
+    // The worker in `serve` runs it on sim-fast; a long-poll waits for the end.
+    let mut polled: Value = Value::Null;
+    for _ in 0..10 {
+        polled = client.get(url(&format!("/jobs/{id}?wait=5"))).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+        if polled["state"] == "succeeded" {
+            break;
+        }
+    }
+    assert_eq!(polled["state"], "succeeded", "{polled}");
+    assert_eq!(polled["result"], json!({"summary": "the quick brown fox", "word_count": 4}));
+    assert_eq!(polled["winning_attempt"], 1);
 
     let attempt = client
         .post(url(&format!("/jobs/{id}/attempts")))
@@ -92,9 +101,9 @@ async fn the_binary_serves_the_core_contract_after_migrate_and_keys_create() {
         .send()
         .await
         .unwrap();
-    assert_eq!(attempt.status(), StatusCode::CONFLICT, "the first attempt is still pending (no worker runs yet)");
+    assert_eq!(attempt.status(), StatusCode::CONFLICT, "the job has finished");
     let attempt: Value = attempt.json().await.unwrap();
-    assert_eq!(attempt["type"], "attempt-pending");
+    assert_eq!(attempt["type"], "job-finished");
 
     let bobs_look = client.get(url(&format!("/jobs/{id}"))).bearer_auth(&bob).send().await.unwrap();
     assert_eq!(bobs_look.status(), StatusCode::NOT_FOUND);

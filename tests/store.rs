@@ -45,4 +45,8 @@ conformance!(postgres, crate::common::postgres_store;
     list_jobs_pages_newest_first_with_filters,
     api_keys_are_found_by_hash_until_revoked,
     every_transition_appends_an_event,
+    an_expired_lease_makes_the_attempt_unknown_never_pending_or_failed,
+    reconciliation_claims_each_due_unknown_attempt_once_until_postponed,
+    a_delayed_attempt_is_not_claimed_before_its_time,
+    cancel_stops_pending_attempts_and_a_late_output_never_applies,
 );

@@ -50,9 +50,13 @@ create table attempts (
     idempotency_key      text,
     worker               text,
     lease_until          timestamptz,
-    provider_request_id  text,
     output               jsonb,
     error                jsonb,
+    -- A pending attempt is not claimed before this (retry backoff).
+    not_before           timestamptz not null,
+    -- An unknown attempt is not asked about again before this.
+    reconcile_after      timestamptz,
+    reconcile_count      integer not null default 0,
     created_at           timestamptz not null,
     started_at           timestamptz,
     finished_at          timestamptz,
@@ -65,11 +69,12 @@ create table attempts (
 -- At most one pending attempt per job. Several may be unknown at once: two
 -- racing attempts can both time out.
 create unique index attempts_one_pending_per_job on attempts (owner_id, job_id) where state = 'pending';
--- What workers claim, oldest first.
-create index attempts_claimable on attempts (created_at) where state = 'pending';
+-- What workers claim, oldest due first.
+create index attempts_claimable on attempts (not_before) where state = 'pending';
 -- What the reaper looks at.
 create index attempts_leased on attempts (lease_until) where state = 'running';
-create index attempts_unknown on attempts (finished_at) where state = 'unknown';
+-- What the reconciler looks at.
+create index attempts_unknown on attempts (reconcile_after) where state = 'unknown';
 
 create table job_events (
     owner_id        text not null,

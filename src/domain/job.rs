@@ -114,6 +114,8 @@ pub struct Attempt {
     pub error: Option<Value>,
     /// When it was admitted.
     pub created_at: DateTime<Utc>,
+    /// Not claimed before this (retry backoff).
+    pub not_before: DateTime<Utc>,
     /// When a worker claimed it.
     pub started_at: Option<DateTime<Utc>>,
     /// When it reached a final or unknown state.

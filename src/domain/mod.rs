@@ -5,6 +5,7 @@
 pub mod ids;
 pub mod idempotency;
 pub mod job;
+pub mod policy;
 pub mod state;
 
 pub use ids::{AttemptId, JobId, OwnerId};

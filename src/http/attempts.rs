@@ -18,11 +18,13 @@ use super::extract::{idempotency_key, read_json};
 use super::jobs::{REPLAYED, json_response, key_reused, unknown_members};
 use crate::catalog::Violation;
 use crate::domain::{Attempt, AttemptId, AttemptOrigin, JobId};
-use crate::store::{Admission, NewAttempt};
+use crate::store::{Admission, AttemptRef, NewAttempt, Resolution, Transition};
 
 /// The routes of this resource.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/jobs/{id}/attempts", post(create_attempt))
+    Router::new()
+        .route("/jobs/{id}/attempts", post(create_attempt))
+        .route("/jobs/{id}/attempts/{number}/resolve", post(resolve_attempt))
 }
 
 /// An attempt as the API shows it on its own.
@@ -66,14 +68,20 @@ async fn create_attempt(
     {
         return Err(Problem::provider_unknown(provider).into());
     }
-    let new = NewAttempt { id: AttemptId::new(), provider: requested, idempotency_key: Some(key), origin: AttemptOrigin::Client };
+    let new = NewAttempt {
+        id: AttemptId::new(),
+        provider: requested,
+        idempotency_key: Some(key),
+        origin: AttemptOrigin::Client,
+        delay: std::time::Duration::ZERO,
+    };
     let location = format!("/jobs/{job_id}");
     match app.store.admit_attempt(&owner, job_id, &new, app.catalog.as_ref()).await? {
-        Admission::Admitted(attempt) => Ok(json_response(
-            StatusCode::CREATED,
-            &AttemptView { job_id, attempt: &attempt },
-            &[("location", location)],
-        )),
+        Admission::Admitted(attempt) => {
+            app.signals.work_available();
+            app.signals.job_changed(job_id);
+            Ok(json_response(StatusCode::CREATED, &AttemptView { job_id, attempt: &attempt }, &[("location", location)]))
+        }
         Admission::Replayed(attempt) => Ok(json_response(
             StatusCode::OK,
             &AttemptView { job_id, attempt: &attempt },
@@ -85,6 +93,77 @@ async fn create_attempt(
         Admission::Refused(refusal) => Err(Problem::refused(refusal, app.settings.unknown_retry_after_secs).into()),
         Admission::JobNotFound => Err(Problem::not_found().into()),
     }
+}
+
+/// The longest reason an operator may give.
+const MAX_REASON: usize = 1000;
+
+fn parse_resolution(body: Value) -> Result<(Resolution, String), Problem> {
+    let Value::Object(mut body) = body else {
+        return Err(Problem::invalid_field("", "the body must be a JSON object"));
+    };
+    let mut violations = unknown_members(&body, &["outcome", "output", "reason"]);
+    let reason = match body.remove("reason") {
+        Some(Value::String(reason)) if !reason.trim().is_empty() && reason.len() <= MAX_REASON => Some(reason),
+        _ => {
+            violations.push(Violation { pointer: "/reason".into(), detail: "a string of 1 to 1000 characters is required".into() });
+            None
+        }
+    };
+    let output = body.remove("output");
+    let resolution = match (body.remove("outcome").as_ref().and_then(Value::as_str), output) {
+        (Some("failed"), None) => Some(Resolution::Failed),
+        (Some("failed"), Some(_)) => {
+            violations.push(Violation { pointer: "/output".into(), detail: "a failed outcome has no output".into() });
+            None
+        }
+        (Some("succeeded"), Some(output)) if output.is_object() => Some(Resolution::Succeeded(output)),
+        (Some("succeeded"), _) => {
+            violations.push(Violation { pointer: "/output".into(), detail: "a succeeded outcome needs the output, a JSON object".into() });
+            None
+        }
+        _ => {
+            violations.push(Violation { pointer: "/outcome".into(), detail: "must be \"failed\" or \"succeeded\"".into() });
+            None
+        }
+    };
+    match (resolution, reason) {
+        (Some(resolution), Some(reason)) if violations.is_empty() => Ok((resolution, reason)),
+        _ => Err(Problem::invalid(violations)),
+    }
+}
+
+async fn resolve_attempt(
+    State(app): State<AppState>,
+    Owner(owner): Owner,
+    Path((id, number)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let job_id = JobId::parse(&id).ok_or_else(Problem::not_found)?;
+    let number: i32 = number.parse().map_err(|_| Problem::not_found())?;
+    tracing::Span::current().record("job.id", tracing::field::display(job_id));
+    let body = read_json(&headers, body, app.settings.max_body_bytes, false).await?;
+    let (resolution, reason) = parse_resolution(body)?;
+    let attempt = AttemptRef { owner: owner.clone(), job_id, number };
+    let transition = app.store.resolve_unknown(&attempt, &resolution, &reason).await?;
+    tracing::info!(owner = %owner, job.id = %job_id, attempt.number = number, outcome = ?transition, %reason, "operator resolved an unknown attempt");
+    match transition {
+        Transition::NotFound => return Err(Problem::not_found().into()),
+        Transition::Stale(state) => {
+            return Err(Problem::new(StatusCode::CONFLICT, "attempt-not-unknown", "Attempt not unknown")
+                .detail(format!("only an unknown attempt can be resolved; this one is {state}"))
+                .with("state", state.as_str())
+                .into());
+        }
+        Transition::Applied => {
+            crate::policy::after_failure(app.store.as_ref(), &app.catalog, &app.signals, &attempt).await?;
+        }
+        Transition::Won { .. } | Transition::Lost { .. } => {}
+    }
+    app.signals.job_changed(job_id);
+    let job = app.store.get_job(&owner, job_id).await?.ok_or_else(Problem::not_found)?;
+    Ok(json_response(StatusCode::OK, &job, &[]))
 }
 
 #[cfg(test)]
@@ -99,5 +178,21 @@ mod tests {
         assert_eq!(parse_provider(json!({"provider": 3})).unwrap_err().kind(), "validation-failed");
         assert_eq!(parse_provider(json!({"model": "x"})).unwrap_err().kind(), "validation-failed");
         assert_eq!(parse_provider(json!("p")).unwrap_err().kind(), "validation-failed");
+    }
+
+    #[test]
+    fn resolutions_need_an_outcome_a_reason_and_for_success_an_output() {
+        assert!(parse_resolution(json!({"outcome": "failed", "reason": "provider says no"})).is_ok());
+        assert!(parse_resolution(json!({"outcome": "succeeded", "output": {"a": 1}, "reason": "checked"})).is_ok());
+        for bad in [
+            json!({"outcome": "failed"}),
+            json!({"outcome": "succeeded", "reason": "r"}),
+            json!({"outcome": "succeeded", "output": "text", "reason": "r"}),
+            json!({"outcome": "failed", "output": {}, "reason": "r"}),
+            json!({"outcome": "maybe", "reason": "r"}),
+            json!({"outcome": "failed", "reason": "r", "extra": 1}),
+        ] {
+            assert_eq!(parse_resolution(bad.clone()).unwrap_err().kind(), "validation-failed", "{bad}");
+        }
     }
 }

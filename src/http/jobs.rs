@@ -1,30 +1,40 @@
 //! `/jobs`: create a job (I1, I2), read one, list them. Every query is scoped
 //! by the authenticated owner; another owner's job is a 404 (I7).
 
+use std::time::Duration;
+
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::broadcast;
 
 use super::AppState;
 use super::auth::Owner;
 use super::error::{ApiError, Problem};
 use super::extract::{idempotency_key, read_json};
 use crate::catalog::Violation;
-use crate::domain::{AttemptId, Fingerprint, Job, JobId, JobState};
-use crate::store::{CreateJob, JobFilter, NewJob};
+use crate::domain::{AdmissionRefusal, AttemptId, Fingerprint, Job, JobId, JobState};
+use crate::store::{Cancel, CreateJob, JobFilter, NewJob};
 
 /// Listings hold at most this many jobs a page.
 const MAX_PAGE: u32 = 100;
 const DEFAULT_PAGE: u32 = 20;
 
+/// The longest a long-poll may wait, in seconds.
+pub const MAX_WAIT_SECS: u64 = 30;
+
 /// The routes of this resource.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/jobs", get(list_jobs).post(create_job)).route("/jobs/{id}", get(get_job))
+    Router::new()
+        .route("/jobs", get(list_jobs).post(create_job))
+        .route("/jobs/{id}", get(get_job))
+        .route("/jobs/{id}/cancel", post(cancel_job))
 }
 
 /// The header that marks an answer as a replay of an earlier request.
@@ -130,6 +140,7 @@ async fn create_job(State(app): State<AppState>, Owner(owner): Owner, headers: H
     match app.store.create_job(&new).await? {
         CreateJob::Created(job) => {
             tracing::Span::current().record("job.id", tracing::field::display(job.id));
+            app.signals.work_available();
             Ok(created(&job))
         }
         CreateJob::Existing(job) if job.fingerprint == fingerprint => {
@@ -147,12 +158,121 @@ pub(crate) fn key_reused(detail: &str) -> Problem {
     Problem::new(StatusCode::CONFLICT, "idempotency-key-reused", "Idempotency-Key reused").detail(detail)
 }
 
-async fn get_job(State(app): State<AppState>, Owner(owner): Owner, Path(id): Path<String>) -> Result<Response, ApiError> {
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GetQuery {
+    wait: Option<String>,
+}
+
+fn parse_wait(query: Option<&str>) -> Result<Duration, Problem> {
+    let query: GetQuery = serde_urlencoded::from_str(query.unwrap_or_default())
+        .map_err(|error| Problem::invalid_parameter("", &error.to_string()))?;
+    match query.wait {
+        None => Ok(Duration::ZERO),
+        Some(text) => text
+            .parse::<u64>()
+            .ok()
+            .filter(|s| *s <= MAX_WAIT_SECS)
+            .map(Duration::from_secs)
+            .ok_or_else(|| Problem::invalid_parameter("wait", "must be a whole number of seconds from 0 to 30")),
+    }
+}
+
+/// A job as the API shows it, with its entity tag.
+struct Shown {
+    body: Vec<u8>,
+    etag: String,
+    terminal: bool,
+}
+
+fn show(job: &Job) -> Shown {
+    let body = serde_json::to_vec(job).expect("a job serialises");
+    let digest = Sha256::digest(&body);
+    Shown { etag: format!("\"{}\"", hex::encode(&digest[..16])), body, terminal: job.state.is_terminal() }
+}
+
+/// Whether an `If-None-Match` header value names this tag.
+fn matches_tag(if_none_match: &str, etag: &str) -> bool {
+    if_none_match.split(',').map(|tag| tag.trim().trim_start_matches("W/")).any(|tag| tag == "*" || tag == etag)
+}
+
+async fn get_job(
+    State(app): State<AppState>,
+    Owner(owner): Owner,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     // An id that cannot exist is as absent as one that does not.
     let id = JobId::parse(&id).ok_or_else(Problem::not_found)?;
     tracing::Span::current().record("job.id", tracing::field::display(id));
-    let job = app.store.get_job(&owner, id).await?.ok_or_else(Problem::not_found)?;
-    Ok(json_response(StatusCode::OK, &job, &[]))
+    let wait = parse_wait(query.as_deref())?;
+    let if_none_match = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    // Subscribe before the first read, so that no change slips in between.
+    let mut changes = app.signals.job_changes();
+    let read = || async { app.store.get_job(&owner, id).await?.ok_or_else(|| ApiError::from(Problem::not_found())) };
+    let mut shown = show(&read().await?);
+    let seen = |shown: &Shown| match &if_none_match {
+        Some(tags) => matches_tag(tags, &shown.etag),
+        None => false,
+    };
+    // Long-poll: wait until the job differs from what the client last saw
+    // (its If-None-Match, or what it was when the request came), or ends.
+    let baseline = shown.etag.clone();
+    let deadline = tokio::time::Instant::now() + wait;
+    while !wait.is_zero() && !shown.terminal && (seen(&shown) || (if_none_match.is_none() && shown.etag == baseline)) {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            break;
+        }
+        let nap = app.long_poll_interval.min(deadline - now);
+        tokio::select! {
+            _ = wait_for_change(&mut changes, id) => {}
+            _ = tokio::time::sleep(nap) => {}
+        }
+        shown = show(&read().await?);
+    }
+    let mut response = if seen(&shown) {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        let mut response = (StatusCode::OK, shown.body).into_response();
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+    };
+    if let Ok(etag) = HeaderValue::from_str(&shown.etag) {
+        response.headers_mut().insert(header::ETAG, etag);
+    }
+    Ok(response)
+}
+
+/// Returns when this process reports a change to job `id` (or may have
+/// missed one).
+async fn wait_for_change(changes: &mut broadcast::Receiver<JobId>, id: JobId) {
+    loop {
+        match changes.recv().await {
+            Ok(changed) if changed == id => return,
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            Err(broadcast::error::RecvError::Closed) => return std::future::pending().await,
+        }
+    }
+}
+
+async fn cancel_job(State(app): State<AppState>, Owner(owner): Owner, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let id = JobId::parse(&id).ok_or_else(Problem::not_found)?;
+    tracing::Span::current().record("job.id", tracing::field::display(id));
+    match app.store.cancel_job(&owner, id).await? {
+        Cancel::Canceled(job) => {
+            tracing::info!(owner = %owner, job.id = %id, "job canceled");
+            app.signals.job_changed(id);
+            Ok(json_response(StatusCode::OK, &job, &[]))
+        }
+        Cancel::AlreadyCanceled(job) => Ok(json_response(StatusCode::OK, &job, &[])),
+        Cancel::Succeeded(_) => Err(Problem::refused(AdmissionRefusal::JobFinished, 0)
+            .detail("the job succeeded; a finished job cannot be canceled")
+            .into()),
+        Cancel::NotFound => Err(Problem::not_found().into()),
+    }
 }
 
 #[derive(Deserialize)]
@@ -226,5 +346,16 @@ mod tests {
         assert_eq!(parse_list_query(Some("cursor=abc")).unwrap_err().kind(), "validation-failed");
         assert_eq!(parse_list_query(Some("colour=red")).unwrap_err().kind(), "validation-failed");
         assert_eq!(pointer_to("a/b~c"), "/a~1b~0c");
+        assert_eq!(parse_wait(Some("wait=30")).unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_wait(Some("wait=31")).unwrap_err().kind(), "validation-failed");
+        assert_eq!(parse_wait(None).unwrap(), Duration::ZERO);
+    }
+
+    #[test]
+    fn if_none_match_lists_and_weak_tags_are_understood() {
+        assert!(matches_tag("\"a\"", "\"a\""));
+        assert!(matches_tag("\"x\", W/\"a\"", "\"a\""));
+        assert!(matches_tag("*", "\"a\""));
+        assert!(!matches_tag("\"b\"", "\"a\""));
     }
 }

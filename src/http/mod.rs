@@ -20,6 +20,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::catalog::Catalog;
 use crate::config::ServerSettings;
+use crate::signals::Signals;
 use crate::store::Store;
 use auth::Authenticator;
 use error::Problem;
@@ -35,6 +36,10 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     /// `[server]` settings.
     pub settings: Arc<ServerSettings>,
+    /// Wake-ups for the worker, change notices for long-polls.
+    pub signals: Arc<Signals>,
+    /// How often a long-poll rereads its job when no notice came.
+    pub long_poll_interval: std::time::Duration,
 }
 
 /// The whole API.
@@ -68,7 +73,12 @@ pub fn router(state: AppState) -> Router {
 /// Answers 503 for a request that outlives the configured timeout, instead
 /// of leaving the client hanging.
 async fn deadline(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    match tokio::time::timeout(state.settings.request_timeout(), next.run(request)).await {
+    let mut limit = state.settings.request_timeout();
+    // A long-poll may wait its full time on top.
+    if request.uri().query().is_some_and(|q| q.contains("wait=")) {
+        limit += std::time::Duration::from_secs(jobs::MAX_WAIT_SECS);
+    }
+    match tokio::time::timeout(limit, next.run(request)).await {
         Ok(response) => response,
         Err(_) => {
             tracing::warn!("request timed out");

@@ -89,6 +89,48 @@ pub struct NewAttempt {
     pub idempotency_key: Option<IdempotencyKey>,
     /// Who asks for it.
     pub origin: AttemptOrigin,
+    /// How long to wait before it may be claimed (retry backoff).
+    pub delay: Duration,
+}
+
+/// How long a claim holds, per provider (its deadline plus a margin).
+#[derive(Clone, Debug)]
+pub struct Leases {
+    /// For providers not listed.
+    pub default: Duration,
+    /// Per provider name.
+    pub by_provider: Vec<(String, Duration)>,
+}
+
+/// An unknown attempt due for a status lookup, claimed for a while so that
+/// only one reconciler asks at a time.
+#[derive(Clone, Debug)]
+pub struct UnknownAttempt {
+    /// Which attempt.
+    pub attempt: AttemptRef,
+    /// Its id, by which the provider knows it.
+    pub id: AttemptId,
+    /// The provider to ask.
+    pub provider: String,
+    /// The job's task.
+    pub task: String,
+    /// When its outcome became unknown.
+    pub unknown_since: DateTime<Utc>,
+    /// How many times it has been claimed for reconciliation, this one included.
+    pub reconcile_count: i32,
+}
+
+/// The answer to [`Store::cancel_job`].
+#[derive(Clone, Debug)]
+pub enum Cancel {
+    /// The job is now canceled; pending attempts were canceled with it.
+    Canceled(Job),
+    /// It was canceled before: nothing changed.
+    AlreadyCanceled(Job),
+    /// It succeeded: a finished job cannot be canceled.
+    Succeeded(Job),
+    /// No such job for this owner.
+    NotFound,
 }
 
 /// What admission needs to know about tasks and providers.
@@ -251,9 +293,24 @@ pub trait Store: Send + Sync + 'static {
         rules: &dyn AdmissionRules,
     ) -> Result<Admission>;
 
-    /// Claims up to `max` pending attempts for `worker`, oldest first, each
-    /// under a lease of `lease`; they become `running`.
-    async fn claim_attempts(&self, worker: &str, max: u32, lease: Duration) -> Result<Vec<ClaimedAttempt>>;
+    /// Claims up to `max` due pending attempts for `worker`, oldest first,
+    /// each under its provider's lease; they become `running`.
+    async fn claim_attempts(&self, worker: &str, max: u32, leases: &Leases) -> Result<Vec<ClaimedAttempt>>;
+
+    /// Turns running attempts whose lease has expired (their worker died or
+    /// stalled) into `unknown` (I4): never `pending`, never `failed`.
+    async fn expire_leases(&self, max: u32) -> Result<Vec<AttemptRef>>;
+
+    /// Claims up to `max` unknown attempts of `providers` that are due for a
+    /// status lookup, and holds them for `hold` before they are due again.
+    async fn claim_reconciliations(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>>;
+
+    /// Puts off the next status lookup of an unknown attempt.
+    async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()>;
+
+    /// Cancels a job unless it succeeded: pending attempts are canceled;
+    /// running ones finish and are recorded, never applied.
+    async fn cancel_job(&self, owner: &OwnerId, id: JobId) -> Result<Cancel>;
 
     /// Records an attempt's output. The job's compare-and-swap decides: the
     /// first output wins, every later one is `superseded` (I3).

@@ -15,8 +15,8 @@ use sqlx::{Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use super::{
-    Admission, AdmissionRules, ApiKey, AttemptRef, ClaimedAttempt, CreateJob, JobFilter, NewAttempt, NewJob,
-    Resolution, Result, Store, StoreError, Transition, log_race_lost,
+    Admission, AdmissionRules, ApiKey, AttemptRef, Cancel, ClaimedAttempt, CreateJob, JobFilter, Leases, NewAttempt,
+    NewJob, Resolution, Result, Store, StoreError, Transition, UnknownAttempt, log_race_lost,
 };
 use crate::domain::{
     Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job, JobEvent, JobId,
@@ -77,7 +77,8 @@ const JOB_COLUMNS: &str = r#"j.owner_id, j.id, j.idempotency_key, j.fingerprint,
 const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider as a_provider, a.state as a_state,
     a.origin as a_origin, a.idempotency_key as a_idempotency_key, a.worker as a_worker,
     a.lease_until as a_lease_until, a.output as a_output, a.error as a_error,
-    a.created_at as a_created_at, a.started_at as a_started_at, a.finished_at as a_finished_at"#;
+    a.created_at as a_created_at, a.not_before as a_not_before, a.started_at as a_started_at,
+    a.finished_at as a_finished_at"#;
 
 fn corrupt(what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(what.to_string())
@@ -123,6 +124,7 @@ fn read_attempt(row: &PgRow) -> Result<Attempt> {
         output: row.try_get("a_output")?,
         error: row.try_get("a_error")?,
         created_at: row.try_get("a_created_at")?,
+        not_before: row.try_get("a_not_before")?,
         started_at: row.try_get("a_started_at")?,
         finished_at: row.try_get("a_finished_at")?,
     })
@@ -256,7 +258,7 @@ impl PostgresStore {
         let next = if won { AttemptState::Succeeded } else { AttemptState::Superseded };
         let settled = sqlx::query(
             r#"update attempts
-               set state = $4, output = $5, finished_at = now(), lease_until = null
+               set state = $4, output = $5, finished_at = now(), lease_until = null, reconcile_after = null
                where owner_id = $1 and job_id = $2 and number = $3 and state = any($6)"#,
         )
         .bind(attempt.owner.as_str())
@@ -330,7 +332,8 @@ impl PostgresStore {
         };
         let changed = sqlx::query(
             r#"update attempts
-               set state = $4, error = $5, finished_at = now(), lease_until = null
+               set state = $4, error = $5, finished_at = now(), lease_until = null,
+                   reconcile_after = case when $4 = 'unknown' then now() end
                where owner_id = $1 and job_id = $2 and number = $3 and state = any($6)"#,
         )
         .bind(attempt.owner.as_str())
@@ -449,8 +452,8 @@ impl Store for PostgresStore {
                    on conflict (owner_id, idempotency_key) do nothing
                    returning owner_id, id, created_at
                ), first_attempt as (
-                   insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at)
-                   select owner_id, id, 1, $8, $7, 'pending', 'client', created_at from new_job
+                   insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before)
+                   select owner_id, id, 1, $8, $7, 'pending', 'client', created_at, created_at from new_job
                ), created_event as (
                    insert into job_events (owner_id, job_id, at, kind, attempt_number, detail)
                    select owner_id, id, created_at, 'job-created', 1,
@@ -496,6 +499,7 @@ impl Store for PostgresStore {
                     output: None,
                     error: None,
                     created_at,
+                    not_before: created_at,
                     started_at: None,
                     finished_at: None,
                 }],
@@ -656,8 +660,9 @@ impl Store for PostgresStore {
 
         let number = i32::try_from(attempts.len() + 1).map_err(corrupt)?;
         let row = sqlx::query(&format!(
-            r#"insert into attempts as a (owner_id, job_id, number, id, provider, state, origin, idempotency_key, created_at)
-               values ($1, $2, $3, $4, $5, 'pending', $6, $7, now())
+            r#"insert into attempts as a (owner_id, job_id, number, id, provider, state, origin, idempotency_key,
+                                          created_at, not_before)
+               values ($1, $2, $3, $4, $5, 'pending', $6, $7, now(), now() + make_interval(secs => $8))
                returning {ATTEMPT_COLUMNS}"#
         ))
         .bind(owner.as_str())
@@ -667,6 +672,7 @@ impl Store for PostgresStore {
         .bind(provider)
         .bind(new.origin.as_str())
         .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
+        .bind(new.delay.as_secs_f64())
         .fetch_one(&mut *tx)
         .await?;
         let attempt = read_attempt(&row)?;
@@ -685,7 +691,9 @@ impl Store for PostgresStore {
         Ok(Admission::Admitted(attempt))
     }
 
-    async fn claim_attempts(&self, worker: &str, max: u32, lease: Duration) -> Result<Vec<ClaimedAttempt>> {
+    async fn claim_attempts(&self, worker: &str, max: u32, leases: &Leases) -> Result<Vec<ClaimedAttempt>> {
+        let (names, seconds): (Vec<&str>, Vec<f64>) =
+            leases.by_provider.iter().map(|(name, lease)| (name.as_str(), lease.as_secs_f64())).unzip();
         // Rows another claimer or a transition holds are skipped, not waited
         // for: claims never block and never take the same attempt twice.
         let rows = sqlx::query(
@@ -693,21 +701,25 @@ impl Store for PostgresStore {
                    select a.owner_id, a.job_id, a.number
                    from attempts a
                    join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-                   where a.state = 'pending' and j.state not in ('succeeded', 'canceled')
-                   order by a.created_at
+                   where a.state = 'pending' and a.not_before <= now()
+                     and j.state not in ('succeeded', 'canceled')
+                   order by a.not_before
                    limit $1
                    for update of a, j skip locked
                ), claimed as (
                    update attempts a
                    set state = 'running', worker = $2, started_at = now(),
-                       lease_until = now() + make_interval(secs => $3)
+                       lease_until = now() + make_interval(secs => coalesce(
+                           (select l.seconds from unnest($4::text[], $5::float8[]) as l(provider, seconds)
+                            where l.provider = a.provider),
+                           $3))
                    from picked p
                    where a.owner_id = p.owner_id and a.job_id = p.job_id and a.number = p.number
                    returning a.owner_id, a.job_id, a.number, a.id, a.provider, a.lease_until
                ), running_jobs as (
                    update jobs j set state = 'running', updated_at = now()
                    from claimed c
-                   where j.owner_id = c.owner_id and j.id = c.job_id and j.state <> 'running'
+                   where j.owner_id = c.owner_id and j.id = c.job_id
                ), claimed_events as (
                    insert into job_events (owner_id, job_id, kind, attempt_number, detail)
                    select owner_id, job_id, 'attempt-claimed', number,
@@ -721,7 +733,9 @@ impl Store for PostgresStore {
         )
         .bind(i64::from(max))
         .bind(worker)
-        .bind(lease.as_secs_f64())
+        .bind(leases.default.as_secs_f64())
+        .bind(names)
+        .bind(seconds)
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
@@ -740,6 +754,120 @@ impl Store for PostgresStore {
                 })
             })
             .collect()
+    }
+
+    async fn expire_leases(&self, max: u32) -> Result<Vec<AttemptRef>> {
+        let rows = sqlx::query(
+            r#"select owner_id, job_id, number from attempts
+               where state = 'running' and lease_until < now()
+               order by lease_until
+               limit $1"#,
+        )
+        .bind(i64::from(max))
+        .fetch_all(&self.pool)
+        .await?;
+        let error = AttemptError::new("lease-expired", "the worker running this attempt stopped answering before it finished");
+        let mut expired = Vec::with_capacity(rows.len());
+        for row in rows {
+            let attempt = AttemptRef {
+                owner: OwnerId::from_trusted(row.try_get("owner_id")?),
+                job_id: JobId(row.try_get("job_id")?),
+                number: row.try_get("number")?,
+            };
+            let outcome = self
+                .settle_without_output(&attempt, AttemptState::Unknown, &[AttemptState::Running], &error, "attempt-unknown", None)
+                .await?;
+            if outcome == Transition::Applied {
+                expired.push(attempt);
+            }
+        }
+        Ok(expired)
+    }
+
+    async fn claim_reconciliations(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>> {
+        let rows = sqlx::query(
+            r#"with due as (
+                   select owner_id, job_id, number from attempts
+                   where state = 'unknown' and provider = any($1) and reconcile_after <= now()
+                   order by reconcile_after
+                   limit $2
+                   for update skip locked
+               ), held as (
+                   update attempts a
+                   set reconcile_after = now() + make_interval(secs => $3), reconcile_count = a.reconcile_count + 1
+                   from due d
+                   where a.owner_id = d.owner_id and a.job_id = d.job_id and a.number = d.number
+                   returning a.owner_id, a.job_id, a.number, a.id, a.provider, a.finished_at, a.reconcile_count
+               )
+               select h.*, j.task from held h join jobs j on j.owner_id = h.owner_id and j.id = h.job_id"#,
+        )
+        .bind(providers)
+        .bind(i64::from(max))
+        .bind(hold.as_secs_f64())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(UnknownAttempt {
+                    attempt: AttemptRef {
+                        owner: OwnerId::from_trusted(row.try_get("owner_id")?),
+                        job_id: JobId(row.try_get("job_id")?),
+                        number: row.try_get("number")?,
+                    },
+                    id: AttemptId(row.try_get("id")?),
+                    provider: row.try_get("provider")?,
+                    task: row.try_get("task")?,
+                    unknown_since: row.try_get("finished_at")?,
+                    reconcile_count: row.try_get("reconcile_count")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
+        sqlx::query(
+            r#"update attempts set reconcile_after = now() + make_interval(secs => $4)
+               where owner_id = $1 and job_id = $2 and number = $3 and state = 'unknown'"#,
+        )
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .bind(delay.as_secs_f64())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn cancel_job(&self, owner: &OwnerId, id: JobId) -> Result<Cancel> {
+        let mut tx = self.pool.begin().await?;
+        let Some(job) = lock_job(&mut tx, owner, id).await? else {
+            return Ok(Cancel::NotFound);
+        };
+        let state: JobState = parse_state(job.try_get("state")?)?;
+        if state == JobState::Canceled || state == JobState::Succeeded {
+            drop(tx);
+            let job = self.get_job(owner, id).await?.ok_or_else(|| corrupt("a locked job vanished"))?;
+            return Ok(if state == JobState::Canceled { Cancel::AlreadyCanceled(job) } else { Cancel::Succeeded(job) });
+        }
+        sqlx::query(r#"update jobs set state = 'canceled', updated_at = now() where owner_id = $1 and id = $2"#)
+            .bind(owner.as_str())
+            .bind(id.0)
+            .execute(&mut *tx)
+            .await?;
+        let canceled: Vec<i32> = sqlx::query_scalar(
+            r#"update attempts set state = 'canceled', finished_at = now()
+               where owner_id = $1 and job_id = $2 and state = 'pending'
+               returning number"#,
+        )
+        .bind(owner.as_str())
+        .bind(id.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        append_event(&mut tx, owner, id, "job-canceled", None, json!({ "from": state.as_str(), "canceled": canceled }))
+            .await?;
+        tx.commit().await?;
+        let job = self.get_job(owner, id).await?.ok_or_else(|| corrupt("a canceled job vanished"))?;
+        Ok(Cancel::Canceled(job))
     }
 
     async fn finish_attempt(&self, attempt: &AttemptRef, output: &Value) -> Result<Transition> {

@@ -8,7 +8,7 @@ pub mod postgres;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use onejob::app::Application;
+use onejob::app::{Application, Role};
 use onejob::config::Settings;
 use onejob::domain::OwnerId;
 use onejob::store::{PostgresStore, Store};
@@ -24,7 +24,9 @@ pub async fn postgres_store() -> Arc<PostgresStore> {
 }
 
 /// The application running on 127.0.0.1:0 against a fresh database, with an
-/// API key for owner `alice` and one for owner `bob`.
+/// API key for owner `alice` and one for owner `bob`. `spawn` runs the API
+/// alone (tests move attempts through their states by hand); `spawn_live`
+/// runs the worker and the in-process simulator too.
 pub struct TestApp {
     pub addr: SocketAddr,
     pub client: Client,
@@ -40,14 +42,22 @@ impl TestApp {
     }
 
     pub async fn spawn_with(adjust: impl FnOnce(&mut Settings)) -> Self {
+        Self::spawn_as(Role::Api, adjust).await
+    }
+
+    pub async fn spawn_live(adjust: impl FnOnce(&mut Settings)) -> Self {
+        Self::spawn_as(Role::All, adjust).await
+    }
+
+    pub async fn spawn_as(role: Role, adjust: impl FnOnce(&mut Settings)) -> Self {
         let database_url = postgres::fresh_database().await;
         let mut settings = Settings::builtin();
         settings.server.listen = "127.0.0.1:0".parse().unwrap();
         settings.database.url = Some(database_url.clone());
         settings.database.max_connections = 20;
         adjust(&mut settings);
-        let application = Application::build(settings).await.expect("the application builds");
-        let addr = application.local_addr();
+        let application = Application::build_as(settings, role).await.expect("the application builds");
+        let addr = application.local_addr().expect("the API listens");
         let pool = PgPoolOptions::new().max_connections(5).connect(&database_url).await.unwrap();
         let store = Arc::new(PostgresStore::from_pool(pool));
         tokio::spawn(application.run_until(std::future::pending()));

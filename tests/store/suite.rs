@@ -10,7 +10,8 @@ use onejob::domain::{
     IdempotencyKey, JobId, JobState, OwnerId,
 };
 use onejob::store::{
-    Admission, AdmissionRules, AttemptRef, CreateJob, JobFilter, NewAttempt, NewJob, Resolution, Store, Transition,
+    Admission, AdmissionRules, AttemptRef, Cancel, CreateJob, JobFilter, Leases, NewAttempt, NewJob, Resolution, Store,
+    Transition,
 };
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
@@ -18,6 +19,10 @@ use tokio::sync::Barrier;
 pub type Shared = Arc<dyn Store>;
 
 const LEASE: Duration = Duration::from_secs(60);
+
+fn leases() -> Leases {
+    Leases { default: LEASE, by_provider: vec![("sim-hang".into(), Duration::ZERO)] }
+}
 
 pub struct Rules {
     pub limits: AttemptLimits,
@@ -64,6 +69,7 @@ fn attempt_on(provider: &str, key_text: &str) -> NewAttempt {
         provider: Some(provider.into()),
         idempotency_key: Some(key(key_text)),
         origin: AttemptOrigin::Client,
+        delay: Duration::ZERO,
     }
 }
 
@@ -79,7 +85,7 @@ async fn create(store: &dyn Store, key_text: &str) -> JobId {
 }
 
 async fn claim_one(store: &dyn Store) -> AttemptRef {
-    let claimed = store.claim_attempts("test-worker", 1, LEASE).await.unwrap();
+    let claimed = store.claim_attempts("test-worker", 1, &leases()).await.unwrap();
     assert_eq!(claimed.len(), 1, "one pending attempt to claim");
     claimed[0].attempt.clone()
 }
@@ -344,7 +350,7 @@ pub async fn winning_cancels_pending_siblings(store: Shared) {
     let outcome = store.finish_attempt(&at(job, 1), &json!({"ok": 1})).await.unwrap();
     assert_eq!(outcome, Transition::Won { canceled: vec![2] });
     assert_eq!(attempt_states(store.as_ref(), job).await, [AttemptState::Succeeded, AttemptState::Canceled]);
-    assert!(store.claim_attempts("w", 10, LEASE).await.unwrap().is_empty(), "a canceled attempt is never claimed");
+    assert!(store.claim_attempts("w", 10, &leases()).await.unwrap().is_empty(), "a canceled attempt is never claimed");
 }
 
 pub async fn concurrent_claimers_take_each_pending_attempt_once(store: Shared) {
@@ -359,7 +365,7 @@ pub async fn concurrent_claimers_take_each_pending_attempt_once(store: Shared) {
                 barrier.wait().await;
                 let mut mine = vec![];
                 loop {
-                    let batch = store.claim_attempts(&format!("w{w}"), 4, LEASE).await.unwrap();
+                    let batch = store.claim_attempts(&format!("w{w}"), 4, &leases()).await.unwrap();
                     if batch.is_empty() {
                         break mine;
                     }
@@ -379,7 +385,7 @@ pub async fn concurrent_claimers_take_each_pending_attempt_once(store: Shared) {
 
 pub async fn a_claim_runs_the_attempt_under_a_lease_and_the_job_runs(store: Shared) {
     let job = create(store.as_ref(), "k").await;
-    let claimed = store.claim_attempts("w1", 10, LEASE).await.unwrap();
+    let claimed = store.claim_attempts("w1", 10, &leases()).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!((claimed[0].task.as_str(), claimed[0].input.clone()), ("summarize", json!({"text": "k"})));
     assert!(claimed[0].lease_until > chrono::Utc::now());
@@ -387,7 +393,7 @@ pub async fn a_claim_runs_the_attempt_under_a_lease_and_the_job_runs(store: Shar
     assert_eq!(stored.state, JobState::Running);
     assert_eq!(stored.attempts[0].state, AttemptState::Running);
     assert_eq!(stored.attempts[0].worker.as_deref(), Some("w1"));
-    assert!(store.claim_attempts("w2", 10, LEASE).await.unwrap().is_empty());
+    assert!(store.claim_attempts("w2", 10, &leases()).await.unwrap().is_empty());
 }
 
 pub async fn failures_and_unknowns_set_the_job_state_from_its_attempts(store: Shared) {
@@ -479,4 +485,75 @@ pub async fn every_transition_appends_an_event(store: Shared) {
         event_kinds(store.as_ref(), job).await,
         ["job-created", "attempt-claimed", "attempt-admitted", "attempt-claimed", "attempt-succeeded", "race-lost"]
     );
+}
+
+async fn create_on(store: &dyn Store, key_text: &str, provider: &str) -> JobId {
+    let input = json!({"text": key_text});
+    let new = NewJob {
+        fingerprint: Fingerprint::of_job("summarize", &input, provider),
+        provider: provider.into(),
+        ..new_job("alice", key_text, input)
+    };
+    match store.create_job(&new).await.unwrap() {
+        CreateJob::Created(job) => job.id,
+        CreateJob::Existing(_) => panic!("key {key_text} was new"),
+    }
+}
+
+pub async fn an_expired_lease_makes_the_attempt_unknown_never_pending_or_failed(store: Shared) {
+    // sim-hang's lease in these tests is zero: it has expired by the next statement.
+    let job = create_on(store.as_ref(), "k", "sim-hang").await;
+    let kept = create_on(store.as_ref(), "k2", "sim-fast").await;
+    assert_eq!(store.claim_attempts("w", 10, &leases()).await.unwrap().len(), 2);
+    let expired = store.expire_leases(10).await.unwrap();
+    assert_eq!(expired, [at(job, 1)]);
+    let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
+    assert_eq!((stored.state, stored.attempts[0].state), (JobState::Unknown, AttemptState::Unknown));
+    assert_eq!(stored.attempts[0].error.as_ref().unwrap()["type"], "lease-expired");
+    assert_eq!(job_state(store.as_ref(), kept).await, JobState::Running, "a live lease is left alone");
+    assert!(store.expire_leases(10).await.unwrap().is_empty(), "reaped once");
+}
+
+pub async fn reconciliation_claims_each_due_unknown_attempt_once_until_postponed(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 1).await;
+    store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed")).await.unwrap();
+    let providers = ["sim-fast".to_owned()];
+    assert!(store.claim_reconciliations(&["sim-slow".to_owned()], 10, LEASE).await.unwrap().is_empty());
+    let due = store.claim_reconciliations(&providers, 10, LEASE).await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!((due[0].attempt.clone(), due[0].reconcile_count, due[0].task.as_str()), (at(job, 1), 1, "summarize"));
+    assert!(store.claim_reconciliations(&providers, 10, LEASE).await.unwrap().is_empty(), "held while it is asked about");
+    store.postpone_reconciliation(&at(job, 1), Duration::ZERO).await.unwrap();
+    let again = store.claim_reconciliations(&providers, 10, LEASE).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].reconcile_count, 2);
+}
+
+pub async fn a_delayed_attempt_is_not_claimed_before_its_time(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 1).await;
+    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503")).await.unwrap();
+    let later = NewAttempt { delay: Duration::from_secs(3600), ..attempt_on("sim-fast", "retry") };
+    assert!(matches!(store.admit_attempt(&owner("alice"), job, &later, &rules(5, 2)).await.unwrap(), Admission::Admitted(_)));
+    assert!(store.claim_attempts("w", 10, &leases()).await.unwrap().is_empty());
+    assert_eq!(job_state(store.as_ref(), job).await, JobState::Queued);
+}
+
+pub async fn cancel_stops_pending_attempts_and_a_late_output_never_applies(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 1).await;
+    store.admit_attempt(&owner("alice"), job, &attempt_on("sim-slow", "a2"), &rules(5, 2)).await.unwrap();
+    let Cancel::Canceled(canceled) = store.cancel_job(&owner("alice"), job).await.unwrap() else { panic!("canceled") };
+    assert_eq!(canceled.state, JobState::Canceled);
+    assert_eq!(attempt_states(store.as_ref(), job).await, [AttemptState::Running, AttemptState::Canceled]);
+    let late = store.finish_attempt(&at(job, 1), &json!({"late": true})).await.unwrap();
+    assert_eq!(late, Transition::Lost { winner: None });
+    let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
+    assert_eq!((stored.state, stored.result), (JobState::Canceled, None));
+    assert_eq!(stored.attempts[0].state, AttemptState::Superseded);
+    assert!(matches!(store.cancel_job(&owner("alice"), job).await.unwrap(), Cancel::AlreadyCanceled(_)));
+    assert!(matches!(store.cancel_job(&owner("bob"), job).await.unwrap(), Cancel::NotFound));
+
+    let done = job_with_running(store.as_ref(), "k2", 1).await;
+    store.finish_attempt(&at(done, 1), &json!({"ok": 1})).await.unwrap();
+    assert!(matches!(store.cancel_job(&owner("alice"), done).await.unwrap(), Cancel::Succeeded(_)));
+    assert_eq!(job_state(store.as_ref(), done).await, JobState::Succeeded);
 }

@@ -1,0 +1,140 @@
+//! The retry and failover policy, as a pure decision: given a job's
+//! attempts, which provider (if any) the next automatic attempt goes to, and
+//! after how long. It acts only on definitive failures: while any attempt is
+//! pending, running or unknown it proposes nothing (I4), and one
+//! `max_attempts` budget covers the whole chain.
+
+use std::time::Duration;
+
+use super::AttemptState;
+
+/// What the policy needs to know of one earlier attempt.
+#[derive(Clone, Copy, Debug)]
+pub struct PastAttempt<'a> {
+    /// Its provider.
+    pub provider: &'a str,
+    /// Its state.
+    pub state: AttemptState,
+    /// For a failed attempt: whether the failure may pass on a retry (429,
+    /// 500, 502, 503, a connection refused before the request left).
+    pub retryable: bool,
+}
+
+/// A task's policy for one job.
+#[derive(Clone, Copy, Debug)]
+pub struct RetryPolicy<'a> {
+    /// The job's own provider: first in the chain.
+    pub primary: &'a str,
+    /// The task's failover list, in order.
+    pub failover: &'a [String],
+    /// Retries on one provider after retryable failures.
+    pub retries_per_provider: u32,
+    /// Attempts per job, all of them counted.
+    pub max_attempts: u32,
+    /// Backoff before the first retry on a provider; doubled each time.
+    pub backoff: Duration,
+}
+
+/// The next automatic attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NextAttempt {
+    /// Where it goes.
+    pub provider: String,
+    /// How long it waits before it may be claimed.
+    pub delay: Duration,
+}
+
+impl RetryPolicy<'_> {
+    /// The next attempt after the job's latest attempt failed, if any.
+    /// `attempts` are in attempt-number order.
+    pub fn next_attempt(&self, attempts: &[PastAttempt<'_>]) -> Option<NextAttempt> {
+        let last = attempts.last()?;
+        let settled = attempts.iter().all(|a| {
+            matches!(a.state, AttemptState::Failed | AttemptState::Canceled | AttemptState::Superseded)
+        });
+        if !settled || last.state != AttemptState::Failed || attempts.len() >= self.max_attempts as usize {
+            return None;
+        }
+        let tries_here = attempts.iter().filter(|a| a.provider == last.provider).count() as u32;
+        if last.retryable && tries_here <= self.retries_per_provider {
+            let delay = self.backoff.saturating_mul(1 << (tries_here - 1).min(16));
+            return Some(NextAttempt { provider: last.provider.to_owned(), delay });
+        }
+        let mut chain: Vec<&str> = vec![self.primary];
+        for provider in self.failover {
+            if !chain.contains(&provider.as_str()) {
+                chain.push(provider);
+            }
+        }
+        let start = chain.iter().position(|p| *p == last.provider).map_or(0, |i| i + 1);
+        chain[start..]
+            .iter()
+            .find(|p| !attempts.iter().any(|a| a.provider == **p))
+            .map(|p| NextAttempt { provider: (*p).to_owned(), delay: Duration::ZERO })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AttemptState::*;
+    use super::*;
+
+    fn failed(provider: &str, retryable: bool) -> PastAttempt<'_> {
+        PastAttempt { provider, state: Failed, retryable }
+    }
+
+    fn policy(failover: &[String]) -> RetryPolicy<'_> {
+        RetryPolicy {
+            primary: "a",
+            failover,
+            retries_per_provider: 1,
+            max_attempts: 5,
+            backoff: Duration::from_millis(100),
+        }
+    }
+
+    #[test]
+    fn retryable_failures_retry_the_same_provider_then_fail_over_in_order() {
+        let failover = ["b".to_owned(), "c".to_owned()];
+        let policy = policy(&failover);
+        let next = |attempts: &[PastAttempt]| policy.next_attempt(attempts);
+        assert_eq!(next(&[failed("a", true)]), Some(NextAttempt { provider: "a".into(), delay: Duration::from_millis(100) }));
+        assert_eq!(next(&[failed("a", true), failed("a", true)]).unwrap().provider, "b");
+        assert_eq!(next(&[failed("a", true), failed("a", true), failed("b", false)]).unwrap().provider, "c");
+        assert_eq!(next(&[failed("a", true), failed("a", true), failed("b", false), failed("c", false)]), None);
+    }
+
+    #[test]
+    fn definitive_failures_fail_over_at_once() {
+        let failover = ["b".to_owned()];
+        let next = policy(&failover).next_attempt(&[failed("a", false)]);
+        assert_eq!(next, Some(NextAttempt { provider: "b".into(), delay: Duration::ZERO }));
+    }
+
+    #[test]
+    fn nothing_automatic_while_an_attempt_is_unknown_running_or_pending() {
+        let failover = ["b".to_owned()];
+        let policy = policy(&failover);
+        for state in [Unknown, Running, Pending] {
+            let attempts = [PastAttempt { provider: "b", state, retryable: false }, failed("a", true)];
+            assert_eq!(policy.next_attempt(&attempts), None, "{state}");
+        }
+        assert_eq!(policy.next_attempt(&[PastAttempt { provider: "a", state: Succeeded, retryable: false }]), None);
+    }
+
+    #[test]
+    fn one_budget_covers_the_whole_chain() {
+        let failover = ["b".to_owned()];
+        let mut policy = policy(&failover);
+        policy.max_attempts = 2;
+        assert_eq!(policy.next_attempt(&[failed("a", true), failed("a", true)]), None);
+    }
+
+    #[test]
+    fn backoff_doubles_per_retry_on_one_provider() {
+        let mut policy = policy(&[]);
+        policy.retries_per_provider = 3;
+        let attempts = [failed("a", true), failed("a", true), failed("a", true)];
+        assert_eq!(policy.next_attempt(&attempts).unwrap().delay, Duration::from_millis(400));
+    }
+}

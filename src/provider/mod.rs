@@ -1,0 +1,181 @@
+//! Providers: where attempts are sent. One HTTP client speaks the OpenAI
+//! chat completions protocol to real endpoints and to the built-in
+//! simulator alike. Every failure says what it means for the attempt:
+//! definitive (nothing was done; retryable or not) or ambiguous (the
+//! provider may still be working: the attempt becomes `unknown`). That
+//! distinction is the product (I4).
+
+pub mod openai;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::config::{ProviderKind, ProviderSettings, Settings};
+use crate::domain::AttemptId;
+
+pub use openai::HttpProvider;
+
+/// One attempt's request.
+#[derive(Clone, Debug)]
+pub struct ProviderRequest {
+    /// Sent as `X-Client-Request-Id` and `Idempotency-Key` (I6).
+    pub attempt_id: AttemptId,
+    /// The task's name.
+    pub task: String,
+    /// The job's input.
+    pub input: Value,
+    /// The chat messages rendered from the input.
+    pub messages: Vec<Value>,
+}
+
+/// A provider's answer that carries an output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Completion {
+    /// The output, parsed from the assistant message as JSON.
+    pub output: Value,
+}
+
+/// How a failure bears on the attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureClass {
+    /// Nothing was done. `retryable`: the same request may pass later.
+    Definitive {
+        /// 429, 500, 502, 503, or a connection refused before sending.
+        retryable: bool,
+    },
+    /// The provider may have done the work: the outcome is unknown.
+    Ambiguous,
+}
+
+/// Why an attempt did not produce an output.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct ProviderError {
+    /// What the failure means for the attempt.
+    pub class: FailureClass,
+    /// A stable name: `provider-error`, `connection-failed`, `timeout`,
+    /// `connection-lost`, `contract-violation`, `bad-response`.
+    pub kind: &'static str,
+    /// The provider's HTTP status, when it answered.
+    pub status: Option<u16>,
+    /// What the provider said, or what went wrong.
+    pub message: String,
+}
+
+impl ProviderError {
+    /// A failure of the given class.
+    pub fn new(class: FailureClass, kind: &'static str, status: Option<u16>, message: impl Into<String>) -> Self {
+        Self { class, kind, status, message: message.into() }
+    }
+
+    /// The attempt's deadline passed: the provider may still be working.
+    pub fn deadline(timeout: Duration) -> Self {
+        Self::new(
+            FailureClass::Ambiguous,
+            "timeout",
+            None,
+            format!("no complete answer within the attempt's deadline of {} ms", timeout.as_millis()),
+        )
+    }
+
+    /// The output breaks the task's contract.
+    pub fn contract_violation(message: impl Into<String>) -> Self {
+        Self::new(FailureClass::Definitive { retryable: false }, "contract-violation", None, message)
+    }
+}
+
+/// What an HTTP status from a provider means, as DESIGN.md classifies it.
+pub fn classify_status(status: u16) -> FailureClass {
+    match status {
+        429 | 500 | 502 | 503 => FailureClass::Definitive { retryable: true },
+        408 | 504 => FailureClass::Ambiguous,
+        400..=499 => FailureClass::Definitive { retryable: false },
+        // Other server errors say nothing about whether the work was done.
+        _ => FailureClass::Ambiguous,
+    }
+}
+
+/// What a provider says of a request it was sent, by its client request id.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RequestStatus {
+    /// Still working on it.
+    Running,
+    /// Done, with this output.
+    Succeeded(Completion),
+    /// It failed; nothing was produced.
+    Failed(String),
+    /// It has no such request.
+    NotFound,
+}
+
+/// A configured provider.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// The provider's name in the configuration.
+    fn name(&self) -> &str;
+
+    /// Its settings.
+    fn settings(&self) -> &ProviderSettings;
+
+    /// Sends one attempt. The caller enforces the deadline.
+    async fn call(&self, request: &ProviderRequest) -> Result<Completion, ProviderError>;
+
+    /// Asks for the status of an earlier request; `None` when this provider
+    /// cannot be asked.
+    async fn status(&self, attempt_id: AttemptId) -> Option<Result<RequestStatus, ProviderError>>;
+}
+
+/// Renders a job's input into chat messages. Task prompt templates replace
+/// this default: a system message naming the task and the input as JSON.
+pub fn render_messages(task: &str, input: &Value) -> Vec<Value> {
+    vec![
+        json!({"role": "system", "content": format!("You perform the task '{task}'. Answer with one JSON object only.")}),
+        json!({"role": "user", "content": input.to_string()}),
+    ]
+}
+
+/// Every configured provider by name.
+pub type Providers = HashMap<String, Arc<dyn Provider>>;
+
+/// Builds the providers of the settings. `simulator` is the base URL of the
+/// simulator that serves the `sim` providers.
+pub fn build(settings: &Settings, simulator: Option<&str>) -> Result<Providers, String> {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let mut providers = Providers::new();
+    for (name, provider) in &settings.providers {
+        let built = match provider.kind {
+            ProviderKind::Sim => {
+                let base = simulator.ok_or_else(|| format!("provider {name} is simulated, but no simulator runs"))?;
+                HttpProvider::simulated(name, provider.clone(), base, client.clone())
+            }
+            ProviderKind::Openai => HttpProvider::openai(name, provider.clone(), client.clone())?,
+        };
+        providers.insert(name.clone(), Arc::new(built));
+    }
+    Ok(providers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_classified_as_the_design_says() {
+        for status in [400, 401, 403, 404, 422] {
+            assert_eq!(classify_status(status), FailureClass::Definitive { retryable: false }, "{status}");
+        }
+        for status in [429, 500, 502, 503] {
+            assert_eq!(classify_status(status), FailureClass::Definitive { retryable: true }, "{status}");
+        }
+        for status in [408, 504] {
+            assert_eq!(classify_status(status), FailureClass::Ambiguous, "{status}");
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The worker: claim → call → record. Claims pending attempts in batches
+//! under a lease (`for update skip locked`), runs many at once, calls each
+//! provider with the attempt's deadline, and records the outcome through the
+//! store's guarded transitions: an output through the job's compare-and-swap
+//! (I3), a definitive failure as `failed` (then the retry policy), anything
+//! ambiguous as `unknown` (I4). Beside it run the reaper (expired leases →
+//! `unknown`) and the reconciler (unknown attempts settled by asking the
+//! provider).
+
+mod attempt;
+mod reaper;
+mod reconciler;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::catalog::Catalog;
+use crate::config::WorkerSettings;
+use crate::provider::Providers;
+use crate::signals::Signals;
+use crate::store::{Leases, Store};
+
+pub use attempt::record_outcome;
+
+/// Everything a worker process shares between its loops and attempts.
+pub struct Worker {
+    /// The database.
+    pub store: Arc<dyn Store>,
+    /// Tasks and their policies.
+    pub catalog: Arc<Catalog>,
+    /// Where attempts are sent.
+    pub providers: Arc<Providers>,
+    /// Wake-ups and change notices.
+    pub signals: Arc<Signals>,
+    /// `[worker]`
+    pub settings: WorkerSettings,
+    /// This worker's name in leases and events.
+    pub id: String,
+}
+
+impl Worker {
+    /// A worker named after this host and process.
+    pub fn new(
+        store: Arc<dyn Store>,
+        catalog: Arc<Catalog>,
+        providers: Arc<Providers>,
+        signals: Arc<Signals>,
+        settings: WorkerSettings,
+    ) -> Self {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let id = format!("{}-{}-{}", host.trim(), std::process::id(), &uuid::Uuid::now_v7().simple().to_string()[24..]);
+        Self { store, catalog, providers, signals, settings, id }
+    }
+
+    fn leases(&self) -> Leases {
+        let margin = Duration::from_millis(self.settings.lease_margin_ms);
+        let by_provider: Vec<(String, Duration)> =
+            self.providers.iter().map(|(name, p)| (name.clone(), p.settings().timeout() + margin)).collect();
+        let default = by_provider.iter().map(|(_, lease)| *lease).max().unwrap_or(margin);
+        Leases { default, by_provider }
+    }
+
+    /// Runs the claim loop, the reaper and the reconciler until `shutdown`
+    /// turns true; then lets attempts in flight finish within the grace
+    /// period and leaves the rest to the reaper.
+    pub async fn run(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
+        tracing::info!(worker = %self.id, "worker started");
+        let reaper = tokio::spawn(reaper::run(self.clone(), shutdown.clone()));
+        let reconciler = tokio::spawn(reconciler::run(self.clone(), shutdown.clone()));
+        self.claim_loop(shutdown).await;
+        let _ = tokio::join!(reaper, reconciler);
+        tracing::info!(worker = %self.id, "worker stopped");
+    }
+
+    async fn claim_loop(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let leases = self.leases();
+        let permits = Arc::new(Semaphore::new(self.settings.concurrency));
+        let poll = Duration::from_millis(self.settings.poll_interval_ms);
+        let mut in_flight = JoinSet::new();
+        while !*shutdown.borrow() {
+            while in_flight.try_join_next().is_some() {}
+            let free = permits.available_permits();
+            if free == 0 {
+                tokio::select! {
+                    _ = in_flight.join_next() => {}
+                    _ = shutdown.changed() => {}
+                }
+                continue;
+            }
+            let want = u32::try_from(free).unwrap_or(u32::MAX).min(self.settings.batch_size);
+            match self.store.claim_attempts(&self.id, want, &leases).await {
+                Ok(claimed) if !claimed.is_empty() => {
+                    for claimed in claimed {
+                        let permit = permits.clone().try_acquire_owned().expect("claimed no more than the free permits");
+                        let worker = self.clone();
+                        in_flight.spawn(async move {
+                            attempt::run(&worker, claimed).await;
+                            drop(permit);
+                        });
+                    }
+                }
+                Ok(_) => {
+                    tokio::select! {
+                        _ = self.signals.work() => {}
+                        _ = tokio::time::sleep(poll) => {}
+                        _ = shutdown.changed() => {}
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "claiming attempts failed; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(poll) => {}
+                        _ = shutdown.changed() => {}
+                    }
+                }
+            }
+        }
+        let running = in_flight.len();
+        if running > 0 {
+            tracing::info!(running, "stopped claiming; letting attempts in flight finish");
+        }
+        let grace = tokio::time::sleep(Duration::from_millis(self.settings.shutdown_grace_ms));
+        tokio::pin!(grace);
+        loop {
+            tokio::select! {
+                next = in_flight.join_next() => if next.is_none() { break },
+                _ = &mut grace => {
+                    tracing::warn!(left = in_flight.len(), "grace period over: the reaper will settle what is left");
+                    in_flight.abort_all();
+                    break;
+                }
+            }
+        }
+    }
+
+    /// The exponential backoff of the `count`th status lookup.
+    fn reconcile_backoff(&self, count: i32) -> Duration {
+        let base = self.settings.reconcile_backoff_ms;
+        let factor = 1u64 << u32::try_from(count.saturating_sub(1)).unwrap_or(0).min(20);
+        Duration::from_millis(base.saturating_mul(factor).min(self.settings.reconcile_backoff_max_ms))
+    }
+}

@@ -1,0 +1,32 @@
+//! The reaper: a running attempt whose lease expired (its worker died or
+//! stalled past its deadline) becomes `unknown` — never `pending` (it may
+//! have been sent) and never `failed` (it may have succeeded) (I4, I8).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::Worker;
+
+pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>) {
+    let interval = Duration::from_millis(worker.settings.reaper_interval_ms);
+    while !*shutdown.borrow() {
+        match worker.store.expire_leases(100).await {
+            Ok(expired) => {
+                for attempt in expired {
+                    tracing::warn!(
+                        owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
+                        "lease expired: attempt outcome unknown"
+                    );
+                    worker.signals.job_changed(attempt.job_id);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "reaping expired leases failed"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The reconciler: asks providers that support a status lookup what became
+//! of unknown attempts, by attempt id, with exponential backoff, and settles
+//! them through the same transitions as the worker: a late output through
+//! the compare-and-swap (it may still win if nothing else has), a failure as
+//! `failed` (after which the retry policy may go on). Unknown attempts of
+//! providers without a lookup wait for an operator's resolve.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::sync::watch;
+
+use super::{Worker, record_outcome};
+use crate::provider::{FailureClass, ProviderError, RequestStatus};
+use crate::store::UnknownAttempt;
+
+pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>) {
+    let interval = Duration::from_millis(worker.settings.reconcile_interval_ms);
+    let askable: Vec<String> =
+        worker.providers.iter().filter(|(_, p)| p.settings().has_status_lookup()).map(|(n, _)| n.clone()).collect();
+    // While one lookup runs, no other reconciler takes the same attempt.
+    let hold = Duration::from_millis(worker.settings.reconcile_backoff_max_ms).max(Duration::from_secs(30));
+    while !*shutdown.borrow() {
+        if !askable.is_empty() {
+            match worker.store.claim_reconciliations(&askable, 32, hold).await {
+                Ok(due) => {
+                    let mut lookups = tokio::task::JoinSet::new();
+                    for unknown in due {
+                        let worker = worker.clone();
+                        lookups.spawn(async move { reconcile(&worker, unknown).await });
+                    }
+                    while lookups.join_next().await.is_some() {}
+                }
+                Err(error) => tracing::warn!(%error, "claiming unknown attempts failed"),
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
+    let attempt = &unknown.attempt;
+    let Some(provider) = worker.providers.get(&unknown.provider) else { return };
+    let timeout = provider.settings().timeout();
+    let answer = match tokio::time::timeout(timeout, provider.status(unknown.id)).await {
+        Ok(Some(answer)) => answer,
+        Ok(None) => return,
+        Err(_) => Err(ProviderError::deadline(timeout)),
+    };
+    let later = worker.reconcile_backoff(unknown.reconcile_count);
+    let settle = |outcome| async move {
+        tracing::info!(
+            owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
+            lookups = unknown.reconcile_count, "reconciling an unknown attempt"
+        );
+        record_outcome(worker, attempt, outcome).await;
+    };
+    match answer {
+        Ok(RequestStatus::Succeeded(completion)) => settle(Ok(completion)).await,
+        Ok(RequestStatus::Failed(message)) => {
+            settle(Err(ProviderError::new(FailureClass::Definitive { retryable: false }, "provider-error", None, message))).await
+        }
+        Ok(RequestStatus::NotFound) if Utc::now() - unknown.unknown_since > chrono::Duration::from_std(timeout).unwrap_or_default() => {
+            // Long past its deadline and the provider never saw it: it was never received.
+            let error = ProviderError::new(
+                FailureClass::Definitive { retryable: true },
+                "not-received",
+                None,
+                "the provider has no record of this request",
+            );
+            settle(Err(error)).await;
+        }
+        Ok(RequestStatus::Running | RequestStatus::NotFound) => postpone(worker, &unknown, later).await,
+        Err(error) => {
+            tracing::warn!(%error, attempt.id = %unknown.id, "status lookup failed; asking again later");
+            postpone(worker, &unknown, later).await;
+        }
+    }
+}
+
+async fn postpone(worker: &Worker, unknown: &UnknownAttempt, delay: Duration) {
+    if let Err(error) = worker.store.postpone_reconciliation(&unknown.attempt, delay).await {
+        tracing::warn!(%error, "postponing a status lookup failed");
+    }
+}
