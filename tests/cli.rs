@@ -3,45 +3,15 @@
 
 mod common;
 
-use std::process::Stdio;
-use std::time::Duration;
-
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use common::BIN;
+use tokio::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_onejob");
 
 async fn onejob(database_url: &str, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(BIN).args(args).env("DATABASE_URL", database_url).output().await.unwrap();
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-/// Starts `onejob serve` on a free port; returns the child and its address.
-async fn serve(database_url: &str) -> (Child, String) {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--no-migrate"])
-        .env("DATABASE_URL", database_url)
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let address = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(rest) = line.split("listening on http://").nth(1) {
-                return rest.split_whitespace().next().unwrap().to_owned();
-            }
-        }
-        panic!("serve exited before listening");
-    })
-    .await
-    .expect("serve starts listening within 30 s");
-    // Keep draining its log so that it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, address)
 }
 
 #[tokio::test]
@@ -60,7 +30,7 @@ async fn the_binary_serves_the_core_contract_after_migrate_and_keys_create() {
     let bob = stdout.lines().last().unwrap().trim().to_owned();
     assert!(!stderr.contains(&token), "the token is not logged");
 
-    let (_child, address) = serve(&database_url).await;
+    let (_child, address) = common::spawn_server(&database_url, None).await;
     let client = reqwest::Client::new();
     let url = |path: &str| format!("http://{address}{path}");
     let post = |key: &str, body: Value| {

@@ -29,6 +29,8 @@ pub async fn postgres_store() -> Arc<PostgresStore> {
 /// runs the worker and the in-process simulator too.
 pub struct TestApp {
     pub addr: SocketAddr,
+    /// The simulator serving the `sim` providers (live apps only).
+    pub simulator: Option<onejob::sim::RunningSimulator>,
     pub client: Client,
     pub store: Arc<PostgresStore>,
     pub database_url: String,
@@ -55,7 +57,17 @@ impl TestApp {
         settings.server.listen = "127.0.0.1:0".parse().unwrap();
         settings.database.url = Some(database_url.clone());
         settings.database.max_connections = 20;
+        fast_timings(&mut settings);
         adjust(&mut settings);
+        settings.validate().expect("the test's settings are valid");
+        // The simulator runs in the test, so that tests can read its log.
+        let simulator = if role == Role::Api {
+            None
+        } else {
+            let running = onejob::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+            settings.simulator.url = Some(running.url());
+            Some(running)
+        };
         let application = Application::build_as(settings, role).await.expect("the application builds");
         let addr = application.local_addr().expect("the API listens");
         let pool = PgPoolOptions::new().max_connections(5).connect(&database_url).await.unwrap();
@@ -63,7 +75,7 @@ impl TestApp {
         tokio::spawn(application.run_until(std::future::pending()));
         let alice = onejob::keys::create_key(store.as_ref(), &OwnerId::parse("alice").unwrap()).await.unwrap().1;
         let bob = onejob::keys::create_key(store.as_ref(), &OwnerId::parse("bob").unwrap()).await.unwrap().1;
-        Self { addr, client: Client::new(), store, database_url, alice, bob }
+        Self { addr, simulator, client: Client::new(), store, database_url, alice, bob }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -116,6 +128,64 @@ impl TestApp {
     pub fn store(&self) -> &dyn Store {
         self.store.as_ref()
     }
+
+    /// The simulator's request log, by attempt id: how often each arrived.
+    pub async fn simulator_log(&self) -> std::collections::HashMap<String, Value> {
+        let url = format!("{}/v1/requests", self.simulator.as_ref().expect("a live app").url());
+        let log: Value = self.client.get(url).send().await.unwrap().json().await.unwrap();
+        log["requests"].as_array().unwrap().iter().map(|r| (r["id"].as_str().unwrap().to_owned(), r.clone())).collect()
+    }
+
+    /// Long-polls job `id` as alice until `done` holds of it; fails after 30 s.
+    pub async fn wait_for(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut etag: Option<String> = None;
+        loop {
+            let mut request = self.client.get(self.url(&format!("/jobs/{id}?wait=2"))).bearer_auth(&self.alice);
+            if let Some(tag) = &etag {
+                request = request.header("if-none-match", tag);
+            }
+            let response = request.send().await.unwrap();
+            if response.status() == StatusCode::OK {
+                etag = response.headers().get("etag").map(|v| v.to_str().unwrap().to_owned());
+                let job: Value = response.json().await.unwrap();
+                if done(&job) {
+                    return job;
+                }
+                assert!(std::time::Instant::now() < deadline, "job never reached: {what}; last seen {job:#}");
+            } else {
+                assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
+                assert!(std::time::Instant::now() < deadline, "job never reached: {what}");
+            }
+        }
+    }
+}
+
+/// Short timings for tests: simulated latencies and deadlines in hundreds of
+/// milliseconds, a worker and reconciler that look often.
+pub fn fast_timings(settings: &mut Settings) {
+    let w = &mut settings.worker;
+    w.poll_interval_ms = 50;
+    w.lease_margin_ms = 500;
+    w.reaper_interval_ms = 100;
+    w.reconcile_interval_ms = 50;
+    w.reconcile_backoff_ms = 100;
+    w.reconcile_backoff_max_ms = 400;
+    w.shutdown_grace_ms = 5_000;
+    w.long_poll_interval_ms = 200;
+    let p = &mut settings.providers;
+    p.get_mut("sim-slow").unwrap().latency_ms = 1_000;
+    p.get_mut("sim-slow").unwrap().timeout_ms = 5_000;
+    p.get_mut("sim-hang").unwrap().timeout_ms = 300;
+    p.get_mut("sim-hang").unwrap().hang_ms = Some(1_200);
+    p.get_mut("sim-late").unwrap().timeout_ms = 300;
+    p.get_mut("sim-late").unwrap().late_ms = Some(900);
+    settings.tasks.get_mut("summarize").unwrap().retry_backoff_ms = 50;
+}
+
+/// A provider from TOML, for tests that add their own.
+pub fn provider(toml_text: &str) -> onejob::config::ProviderSettings {
+    toml::from_str(toml_text).expect("a provider's settings")
 }
 
 /// Reads a problem answer and checks its status, content type and type.
@@ -127,4 +197,39 @@ pub async fn expect_problem(response: Response, status: StatusCode, kind: &str) 
     assert_eq!(body["type"], kind, "{body}");
     assert_eq!(body["status"], status.as_u16(), "{body}");
     body
+}
+
+/// The `onejob` binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_onejob");
+
+/// Starts `onejob serve` as a child process on a free port, with `config`
+/// if given; returns the child (killed when dropped) and its address.
+pub async fn spawn_server(database_url: &str, config: Option<&std::path::Path>) -> (tokio::process::Child, String) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut command = tokio::process::Command::new(BIN);
+    command.args(["serve", "--listen", "127.0.0.1:0", "--no-migrate"]);
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    let mut child = command
+        .env("DATABASE_URL", database_url)
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let address = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                return rest.split_whitespace().next().unwrap().to_owned();
+            }
+        }
+        panic!("serve exited before listening");
+    })
+    .await
+    .expect("serve starts listening within 30 s");
+    // Keep draining its log so that it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, address)
 }

@@ -1,0 +1,175 @@
+//! onejob as processes that die: a server killed with SIGKILL mid-flight and
+//! restarted (I8: nothing lost, one winner, no attempt sent twice), and a
+//! server stopped with SIGTERM that drains its attempts first.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use onejob::config::{DEFAULT_CONFIG, Settings};
+use onejob::domain::OwnerId;
+use onejob::sim::RunningSimulator;
+use onejob::store::PostgresStore;
+use serde_json::{Value, json};
+use sqlx::postgres::PgPoolOptions;
+
+fn set(table: &mut toml::Table, path: &[&str], value: toml::Value) {
+    let (last, parents) = path.split_last().unwrap();
+    let mut at = table;
+    for part in parents {
+        at = at.entry(*part).or_insert_with(|| toml::Value::Table(Default::default())).as_table_mut().unwrap();
+    }
+    at.insert((*last).to_owned(), value);
+}
+
+/// The default configuration with test timings and the given sim-slow
+/// latency; a simulator started with it; and the configuration, pointing at
+/// that simulator, written to a file for `--config`.
+async fn simulator_and_config(slow_latency_ms: i64) -> (RunningSimulator, PathBuf) {
+    let mut table: toml::Table = DEFAULT_CONFIG.parse().unwrap();
+    set(&mut table, &["worker", "poll_interval_ms"], 50.into());
+    set(&mut table, &["worker", "lease_margin_ms"], 500.into());
+    set(&mut table, &["worker", "reaper_interval_ms"], 100.into());
+    set(&mut table, &["worker", "reconcile_interval_ms"], 50.into());
+    set(&mut table, &["worker", "reconcile_backoff_ms"], 100.into());
+    set(&mut table, &["worker", "reconcile_backoff_max_ms"], 400.into());
+    set(&mut table, &["providers", "sim-slow", "latency_ms"], slow_latency_ms.into());
+    set(&mut table, &["providers", "sim-slow", "timeout_ms"], (slow_latency_ms * 2).into());
+    let settings = Settings::parse(&toml::to_string(&table).unwrap()).unwrap();
+    settings.validate().unwrap();
+    // The simulator behaves as the providers' settings say: the same file.
+    let simulator = onejob::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    set(&mut table, &["simulator", "url"], simulator.url().into());
+    let path = std::env::temp_dir().join(format!("onejob-test-{}.toml", uuid::Uuid::now_v7().simple()));
+    std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
+    (simulator, path)
+}
+
+async fn simulator_log(client: &reqwest::Client, simulator: &RunningSimulator) -> Vec<Value> {
+    let log: Value = client.get(format!("{}/v1/requests", simulator.url())).send().await.unwrap().json().await.unwrap();
+    log["requests"].as_array().unwrap().clone()
+}
+
+/// Polls `check` every 50 ms until it holds; fails after `limit`.
+async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "{what} did not happen within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn create_jobs(client: &reqwest::Client, address: &str, token: &str, count: usize) -> Vec<String> {
+    let client = Arc::new(client.clone());
+    let tasks: Vec<_> = (0..count)
+        .map(|i| {
+            let (client, address, token) = (client.clone(), address.to_owned(), token.to_owned());
+            tokio::spawn(async move {
+                let response = client
+                    .post(format!("http://{address}/jobs"))
+                    .bearer_auth(token)
+                    .header("idempotency-key", format!("job-{i}"))
+                    .json(&json!({"task": "summarize", "input": {"text": format!("job number {i}")}, "provider": "sim-slow"}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(response.status(), reqwest::StatusCode::CREATED);
+                let body: Value = response.json().await.unwrap();
+                body["id"].as_str().unwrap().to_owned()
+            })
+        })
+        .collect();
+    let mut ids = vec![];
+    for task in tasks {
+        ids.push(task.await.unwrap());
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothing_twice() {
+    let (simulator, config) = simulator_and_config(1_500).await;
+    let database_url = common::postgres::fresh_database().await;
+    let pool = PgPoolOptions::new().max_connections(4).connect(&database_url).await.unwrap();
+    let store = PostgresStore::from_pool(pool.clone());
+    let token = onejob::keys::create_key(&store, &OwnerId::parse("alice").unwrap()).await.unwrap().1;
+    let client = reqwest::Client::new();
+
+    let (mut first, address) = common::spawn_server(&database_url, Some(&config)).await;
+    let ids = create_jobs(&client, &address, &token, 200).await;
+    assert_eq!(ids.len(), 200);
+    eventually("most jobs reaching the provider", Duration::from_secs(20), || async {
+        simulator_log(&client, &simulator).await.len() >= 150
+    })
+    .await;
+    first.kill().await.unwrap(); // SIGKILL: no drain, no goodbye
+    first.wait().await.unwrap();
+    let running: i64 = sqlx::query_scalar("select count(*) from attempts where state = 'running'").fetch_one(&pool).await.unwrap();
+    assert!(running > 0, "the kill left attempts in flight");
+
+    let (_second, _) = common::spawn_server(&database_url, Some(&config)).await;
+    eventually("every job settling", Duration::from_secs(60), || async {
+        let open: i64 = sqlx::query_scalar("select count(*) from attempts where state in ('pending', 'running', 'unknown')")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        open == 0
+    })
+    .await;
+
+    let jobs: Vec<(String, Option<i32>)> =
+        sqlx::query_as("select state, winning_attempt from jobs").fetch_all(&pool).await.unwrap();
+    assert_eq!(jobs.len(), 200, "no job lost");
+    for (state, winner) in &jobs {
+        assert_eq!(state, "succeeded", "reconciliation settles every interrupted attempt");
+        assert!(winner.is_some());
+    }
+    let winners: Vec<(i64,)> = sqlx::query_as(
+        "select count(*) from attempts where state = 'succeeded' group by owner_id, job_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(winners.iter().all(|(n,)| *n == 1) && winners.len() == 200, "exactly one winner per job");
+    let reaped: i64 = sqlx::query_scalar("select count(*) from job_events where kind = 'attempt-unknown'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(reaped > 0, "the survivor's reaper found the dead worker's leases");
+
+    let log = simulator_log(&client, &simulator).await;
+    assert!(log.iter().all(|r| r["received"] == 1), "no attempt id reached the provider twice");
+    let sent: Vec<String> = sqlx::query_scalar("select id::text from attempts").fetch_all(&pool).await.unwrap();
+    assert!(log.iter().all(|r| sent.contains(&r["id"].as_str().unwrap().to_owned())), "every request is an attempt");
+    let _ = std::fs::remove_file(config);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_attempts_in_flight_finish_before_the_server_exits() {
+    let (simulator, config) = simulator_and_config(1_000).await;
+    let database_url = common::postgres::fresh_database().await;
+    let pool = PgPoolOptions::new().max_connections(2).connect(&database_url).await.unwrap();
+    let store = PostgresStore::from_pool(pool.clone());
+    let token = onejob::keys::create_key(&store, &OwnerId::parse("alice").unwrap()).await.unwrap().1;
+    let client = reqwest::Client::new();
+
+    let (mut server, address) = common::spawn_server(&database_url, Some(&config)).await;
+    create_jobs(&client, &address, &token, 5).await;
+    eventually("the jobs reaching the provider", Duration::from_secs(20), || async {
+        simulator_log(&client, &simulator).await.len() == 5
+    })
+    .await;
+    let pid = server.id().unwrap().to_string();
+    assert!(tokio::process::Command::new("kill").args(["-TERM", &pid]).status().await.unwrap().success());
+    let status = tokio::time::timeout(Duration::from_secs(20), server.wait()).await.expect("the server exits").unwrap();
+    assert!(status.success(), "a clean exit: {status}");
+    let succeeded: i64 = sqlx::query_scalar("select count(*) from jobs where state = 'succeeded'").fetch_one(&pool).await.unwrap();
+    assert_eq!(succeeded, 5, "every attempt in flight finished and was recorded before exit");
+    let _ = std::fs::remove_file(config);
+}
