@@ -1,6 +1,7 @@
 //! The tasks and providers of the configuration, compiled for use: input
 //! schemas turned into validators once, limits and failover lists at hand.
-//! It answers the questions admission asks ([`AdmissionRules`]).
+//! It answers the questions admission and the retry policy ask
+//! ([`TaskRules`]).
 
 use std::collections::HashMap;
 
@@ -8,7 +9,8 @@ use serde_json::Value;
 
 use crate::config::{ProviderSettings, Settings, TaskSettings};
 use crate::domain::AttemptLimits;
-use crate::store::AdmissionRules;
+use crate::domain::policy::{NextAttempt, PastAttempt, RetryPolicy};
+use crate::store::TaskRules;
 
 /// One task, ready to validate input.
 pub struct Task {
@@ -84,13 +86,25 @@ impl Catalog {
     }
 }
 
-impl AdmissionRules for Catalog {
+impl TaskRules for Catalog {
     fn limits(&self, task: &str) -> AttemptLimits {
         self.task(task).map(Task::limits).unwrap_or_default()
     }
 
     fn is_qualified(&self, task: &str, primary: &str, provider: &str) -> bool {
         self.task(task).is_some_and(|t| t.allows_provider(primary, provider))
+    }
+
+    fn next_attempt(&self, task: &str, primary: &str, attempts: &[PastAttempt<'_>]) -> Option<NextAttempt> {
+        let settings = &self.task(task)?.settings;
+        RetryPolicy {
+            primary,
+            failover: &settings.failover,
+            retries_per_provider: settings.retries_per_provider,
+            max_attempts: settings.max_attempts,
+            backoff: std::time::Duration::from_millis(settings.retry_backoff_ms),
+        }
+        .next_attempt(attempts)
     }
 }
 

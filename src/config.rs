@@ -291,9 +291,6 @@ pub struct ProviderSettings {
     /// The most tokens the provider may answer with.
     #[serde(default = "default_max_tokens")]
     pub max_tokens: u32,
-    /// Whether to send the task's output schema as `response_format`.
-    #[serde(default)]
-    pub response_format: bool,
     /// Whether the provider can be asked for the status of a request by its
     /// client request id (default: yes for `sim`, no for `openai`).
     #[serde(default)]

@@ -14,7 +14,6 @@ pub mod config;
 pub mod domain;
 pub mod http;
 pub mod keys;
-pub mod policy;
 pub mod provider;
 pub mod signals;
 pub mod sim;

@@ -25,6 +25,18 @@ impl Signals {
         self.work.notify_one();
     }
 
+    /// Wakes the worker once `delay` has passed (a retry's backoff).
+    pub fn work_available_after(self: &std::sync::Arc<Self>, delay: std::time::Duration) {
+        if delay.is_zero() {
+            return self.work_available();
+        }
+        let signals = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            signals.work_available();
+        });
+    }
+
     /// Waits for [`Self::work_available`].
     pub async fn work(&self) {
         self.work.notified().await;

@@ -28,7 +28,9 @@ fn alice_attempt(job: JobId, number: i32) -> AttemptRef {
 /// Claims every pending attempt of the test's database (there is no worker
 /// yet), so they run.
 async fn claim_all(app: &TestApp) {
-    let leases = Leases { default: Duration::from_secs(60), by_provider: vec![] };
+    let lease = Duration::from_secs(60);
+    let by_provider = ["sim-fast", "sim-slow", "sim-hang", "sim-late", "sim-flaky", "sim-bad-json"].map(|p| (p.to_owned(), lease));
+    let leases = Leases { default: lease, by_provider: by_provider.to_vec() };
     app.store().claim_attempts("test-worker", 100, &leases).await.unwrap();
 }
 
@@ -188,21 +190,24 @@ async fn admission_matrix_answers_each_documented_refusal() {
     let response = app.post_attempt(&app.alice, id, "e", &json!({})).await;
     expect_problem(response, StatusCode::CONFLICT, "too-many-attempts-in-flight").await;
 
-    // Unknown outcome: 409 with Retry-After, until it is resolved.
+    // Unknown outcome: 409 with Retry-After, until it is resolved. Failing
+    // attempts by hand goes through the real retry policy, which has
+    // nowhere left to go here (sim-slow was tried; sim-fast is not next).
+    let catalog = onejob::catalog::Catalog::new(&onejob::config::Settings::builtin());
     let timeout = AttemptError::new("timeout", "deadline passed");
     assert_eq!(app.store().mark_unknown(&alice_attempt(job, 1), &timeout).await.unwrap(), Transition::Applied);
     let response = app.post_attempt(&app.alice, id, "f", &json!({})).await;
     assert_eq!(response.headers()["retry-after"], "5");
     expect_problem(response, StatusCode::CONFLICT, "attempt-outcome-unknown").await;
     let failed = AttemptError::new("provider-error", "503");
-    app.store().fail_attempt(&alice_attempt(job, 1), &failed).await.unwrap();
-    app.store().fail_attempt(&alice_attempt(job, 2), &failed).await.unwrap();
+    app.store().fail_attempt(&alice_attempt(job, 1), &failed, &catalog).await.unwrap();
+    app.store().fail_attempt(&alice_attempt(job, 2), &failed, &catalog).await.unwrap();
 
     // Attempt 3 of 3 is admitted; a fourth is over the limit.
     let response = app.post_attempt(&app.alice, id, "g", &json!({})).await;
     assert_eq!(response.status(), StatusCode::CREATED);
     claim_all(&app).await;
-    app.store().fail_attempt(&alice_attempt(job, 3), &failed).await.unwrap();
+    app.store().fail_attempt(&alice_attempt(job, 3), &failed, &catalog).await.unwrap();
     let response = app.post_attempt(&app.alice, id, "h", &json!({})).await;
     expect_problem(response, StatusCode::CONFLICT, "attempt-limit-reached").await;
 

@@ -270,7 +270,7 @@ async fn a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_
     let unchanged = app.client.get(app.url(&format!("/jobs/{id}"))).bearer_auth(&app.alice).header("if-none-match", &etag).send().await.unwrap();
     assert_eq!(unchanged.status(), StatusCode::NOT_MODIFIED);
     assert_eq!(job["state"], "running");
-    // Waits (up to 10 s) until the slow attempt (1 s) finishes.
+    // Waits (up to 10 s) until the slow attempt (1.5 s) finishes.
     let changed = app
         .client
         .get(app.url(&format!("/jobs/{id}?wait=10")))

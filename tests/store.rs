@@ -49,4 +49,5 @@ conformance!(postgres, crate::common::postgres_store;
     reconciliation_claims_each_due_unknown_attempt_once_until_postponed,
     a_delayed_attempt_is_not_claimed_before_its_time,
     cancel_stops_pending_attempts_and_a_late_output_never_applies,
+    a_failure_and_the_policys_next_attempt_commit_together,
 );

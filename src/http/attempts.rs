@@ -146,7 +146,7 @@ async fn resolve_attempt(
     let body = read_json(&headers, body, app.settings.max_body_bytes, false).await?;
     let (resolution, reason) = parse_resolution(body)?;
     let attempt = AttemptRef { owner: owner.clone(), job_id, number };
-    let transition = app.store.resolve_unknown(&attempt, &resolution, &reason).await?;
+    let transition = app.store.resolve_unknown(&attempt, &resolution, &reason, app.catalog.as_ref()).await?;
     tracing::info!(owner = %owner, job.id = %job_id, attempt.number = number, outcome = ?transition, %reason, "operator resolved an unknown attempt");
     match transition {
         Transition::NotFound => return Err(Problem::not_found().into()),
@@ -156,10 +156,8 @@ async fn resolve_attempt(
                 .with("state", state.as_str())
                 .into());
         }
-        Transition::Applied => {
-            crate::policy::after_failure(app.store.as_ref(), &app.catalog, &app.signals, &attempt).await?;
-        }
-        Transition::Won { .. } | Transition::Lost { .. } => {}
+        Transition::Failed { next: Some(next) } => app.signals.work_available_after(next.delay),
+        Transition::Failed { next: None } | Transition::Applied | Transition::Won { .. } | Transition::Lost { .. } => {}
     }
     app.signals.job_changed(job_id);
     let job = app.store.get_job(&owner, job_id).await?.ok_or_else(Problem::not_found)?;

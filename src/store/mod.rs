@@ -18,6 +18,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::domain::policy::{NextAttempt, PastAttempt};
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptLimits, AttemptOrigin, AttemptState, Fingerprint,
     IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, OwnerId,
@@ -93,10 +94,12 @@ pub struct NewAttempt {
     pub delay: Duration,
 }
 
-/// How long a claim holds, per provider (its deadline plus a margin).
+/// The providers a worker can call, and how long its claim on an attempt
+/// of each holds (the provider's deadline plus a margin). Only attempts on
+/// these providers are claimed.
 #[derive(Clone, Debug)]
 pub struct Leases {
-    /// For providers not listed.
+    /// The lease of a provider missing from `by_provider` (none is claimed).
     pub default: Duration,
     /// Per provider name.
     pub by_provider: Vec<(String, Duration)>,
@@ -114,8 +117,8 @@ pub struct UnknownAttempt {
     pub provider: String,
     /// The job's task.
     pub task: String,
-    /// When its outcome became unknown.
-    pub unknown_since: DateTime<Utc>,
+    /// How long its outcome has been unknown, by the database's clock.
+    pub unknown_for: Duration,
     /// How many times it has been claimed for reconciliation, this one included.
     pub reconcile_count: i32,
 }
@@ -133,13 +136,28 @@ pub enum Cancel {
     NotFound,
 }
 
-/// What admission needs to know about tasks and providers.
-pub trait AdmissionRules: Send + Sync {
+/// What the store needs to know about tasks to admit attempts and to
+/// schedule the next one after a failure, inside the same transaction.
+pub trait TaskRules: Send + Sync {
     /// The limits of a task.
     fn limits(&self, task: &str) -> AttemptLimits;
     /// Whether `provider` may serve an attempt of a `task` job whose primary
     /// provider is `primary`.
     fn is_qualified(&self, task: &str, primary: &str, provider: &str) -> bool;
+    /// The retry and failover policy: the next automatic attempt of a
+    /// `task` job whose attempts (in number order) are these, if any.
+    fn next_attempt(&self, task: &str, primary: &str, attempts: &[PastAttempt<'_>]) -> Option<NextAttempt>;
+}
+
+/// An automatic attempt added by the retry policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scheduled {
+    /// Its number.
+    pub number: i32,
+    /// Its provider.
+    pub provider: String,
+    /// How long until it may be claimed.
+    pub delay: Duration,
 }
 
 /// The answer to [`Store::admit_attempt`].
@@ -199,7 +217,13 @@ pub enum Transition {
         /// The attempt that holds the job's result, if any.
         winner: Option<i32>,
     },
-    /// A transition without output (failed, unknown) was recorded.
+    /// The attempt failed; the retry policy added `next` in the same
+    /// transaction, if it had one.
+    Failed {
+        /// The automatic attempt that follows, if any.
+        next: Option<Scheduled>,
+    },
+    /// The attempt's outcome is now unknown.
     Applied,
     /// The attempt was not in a state this transition may start from; nothing
     /// changed.
@@ -290,7 +314,7 @@ pub trait Store: Send + Sync + 'static {
         owner: &OwnerId,
         job_id: JobId,
         new: &NewAttempt,
-        rules: &dyn AdmissionRules,
+        rules: &dyn TaskRules,
     ) -> Result<Admission>;
 
     /// Claims up to `max` due pending attempts for `worker`, oldest first,
@@ -316,16 +340,22 @@ pub trait Store: Send + Sync + 'static {
     /// first output wins, every later one is `superseded` (I3).
     async fn finish_attempt(&self, attempt: &AttemptRef, output: &Value) -> Result<Transition>;
 
-    /// Records a definitive failure of a running or unknown attempt.
-    async fn fail_attempt(&self, attempt: &AttemptRef, error: &AttemptError) -> Result<Transition>;
+    /// Records a definitive failure of a running or unknown attempt, and
+    /// admits the retry policy's next attempt in the same transaction.
+    async fn fail_attempt(&self, attempt: &AttemptRef, error: &AttemptError, rules: &dyn TaskRules) -> Result<Transition>;
 
     /// Records that a running attempt's outcome cannot be known (I4).
     async fn mark_unknown(&self, attempt: &AttemptRef, error: &AttemptError) -> Result<Transition>;
 
     /// Settles an unknown attempt by an operator's word, through the same
     /// compare-and-swap as a worker's finish.
-    async fn resolve_unknown(&self, attempt: &AttemptRef, resolution: &Resolution, reason: &str)
-    -> Result<Transition>;
+    async fn resolve_unknown(
+        &self,
+        attempt: &AttemptRef,
+        resolution: &Resolution,
+        reason: &str,
+        rules: &dyn TaskRules,
+    ) -> Result<Transition>;
 }
 
 /// Writes the one log line a lost race gets (I3).
@@ -344,10 +374,12 @@ pub(crate) fn classify(error: sqlx::Error) -> StoreError {
     let unavailable = match &error {
         sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Tls(_) => true,
-        // Connection exceptions, too many connections, shutdowns, and
-        // serialization or lock failures a retry would resolve.
+        // Connection exceptions, too many connections, shutdowns, statement
+        // or lock timeouts, and serialization failures: a retry may pass.
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08") || code.starts_with("57P") || code == "53300" || code == "40001" || code == "40P01"
+            code.starts_with("08")
+                || code.starts_with("57P")
+                || matches!(&*code, "53300" | "40001" | "40P01" | "57014" | "55P03")
         }),
         _ => false,
     };

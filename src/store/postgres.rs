@@ -15,9 +15,10 @@ use sqlx::{Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use super::{
-    Admission, AdmissionRules, ApiKey, AttemptRef, Cancel, ClaimedAttempt, CreateJob, JobFilter, Leases, NewAttempt,
-    NewJob, Resolution, Result, Store, StoreError, Transition, UnknownAttempt, log_race_lost,
+    Admission, ApiKey, AttemptRef, Cancel, ClaimedAttempt, CreateJob, JobFilter, Leases, NewAttempt, NewJob,
+    Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition, UnknownAttempt, log_race_lost,
 };
+use crate::domain::policy::PastAttempt;
 use crate::domain::{
     Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job, JobEvent, JobId,
     JobState, JobSummary, OwnerId, check_admission,
@@ -169,7 +170,7 @@ async fn lock_job(tx: &mut Transaction<'_, Postgres>, owner: &OwnerId, job_id: J
     Ok(sqlx::query(
         r#"select state, task, provider, winning_attempt from jobs
            where owner_id = $1 and id = $2
-           for update"#,
+           for no key update"#,
     )
     .bind(owner.as_str())
     .bind(job_id.0)
@@ -316,7 +317,10 @@ impl PostgresStore {
     }
 
     /// Moves an attempt to `failed` or `unknown`, and the job to the state
-    /// that implies.
+    /// that implies. After a failure, when `rules` are given and nothing
+    /// else of the job is open, the retry policy's next attempt is admitted
+    /// in the same transaction, so that it cannot be lost between the two.
+    #[allow(clippy::too_many_arguments)]
     async fn settle_without_output(
         &self,
         attempt: &AttemptRef,
@@ -325,6 +329,7 @@ impl PostgresStore {
         error: &AttemptError,
         event: &str,
         reason: Option<&str>,
+        rules: Option<&dyn TaskRules>,
     ) -> Result<Transition> {
         let mut tx = self.pool.begin().await?;
         let Some(job) = lock_job(&mut tx, &attempt.owner, attempt.job_id).await? else {
@@ -362,9 +367,117 @@ impl PostgresStore {
             json!({ "error": error, "job_state": job_state.as_str(), "reason": reason }),
         )
         .await?;
+        let outcome = match (next, rules) {
+            (AttemptState::Failed, Some(rules)) if job_state == JobState::Failed => {
+                let task: String = job.try_get("task")?;
+                let primary: String = job.try_get("provider")?;
+                let next = schedule_next_attempt(&mut tx, attempt, &task, &primary, rules).await?;
+                Transition::Failed { next }
+            }
+            (AttemptState::Failed, _) => Transition::Failed { next: None },
+            _ => Transition::Applied,
+        };
         tx.commit().await?;
-        Ok(Transition::Applied)
+        Ok(outcome)
     }
+}
+
+/// Inserts a pending attempt numbered `number`.
+async fn insert_attempt(
+    tx: &mut Transaction<'_, Postgres>,
+    owner: &OwnerId,
+    job_id: JobId,
+    number: i32,
+    new: &NewAttempt,
+    provider: &str,
+) -> Result<Attempt> {
+    let row = sqlx::query(&format!(
+        r#"insert into attempts as a (owner_id, job_id, number, id, provider, state, origin, idempotency_key,
+                                      created_at, not_before)
+           values ($1, $2, $3, $4, $5, 'pending', $6, $7, now(), now() + make_interval(secs => $8))
+           returning {ATTEMPT_COLUMNS}"#
+    ))
+    .bind(owner.as_str())
+    .bind(job_id.0)
+    .bind(number)
+    .bind(new.id.0)
+    .bind(provider)
+    .bind(new.origin.as_str())
+    .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
+    .bind(new.delay.as_secs_f64())
+    .fetch_one(&mut **tx)
+    .await?;
+    read_attempt(&row)
+}
+
+async fn read_attempts(tx: &mut Transaction<'_, Postgres>, owner: &OwnerId, job_id: JobId) -> Result<Vec<Attempt>> {
+    let rows = sqlx::query(&format!(
+        r#"select {ATTEMPT_COLUMNS} from attempts a
+           where a.owner_id = $1 and a.job_id = $2
+           order by a.number"#
+    ))
+    .bind(owner.as_str())
+    .bind(job_id.0)
+    .fetch_all(&mut **tx)
+    .await?;
+    rows.iter().map(read_attempt).collect()
+}
+
+/// Asks the retry policy for the next attempt of a job whose attempt just
+/// failed, and admits it under the same rules as a client's. The job row is
+/// locked by the caller.
+async fn schedule_next_attempt(
+    tx: &mut Transaction<'_, Postgres>,
+    failed: &AttemptRef,
+    task: &str,
+    primary: &str,
+    rules: &dyn TaskRules,
+) -> Result<Option<Scheduled>> {
+    let attempts = read_attempts(tx, &failed.owner, failed.job_id).await?;
+    let past: Vec<PastAttempt<'_>> = attempts
+        .iter()
+        .map(|a| PastAttempt {
+            provider: &a.provider,
+            state: a.state,
+            retryable: a.error.as_ref().and_then(|e| e.pointer("/detail/retryable")).and_then(Value::as_bool).unwrap_or(false),
+        })
+        .collect();
+    let Some(next) = rules.next_attempt(task, primary, &past) else { return Ok(None) };
+    let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
+    let qualified = rules.is_qualified(task, primary, &next.provider);
+    if let Err(refusal) = check_admission(JobState::Failed, &states, rules.limits(task), qualified) {
+        append_event(
+            tx,
+            &failed.owner,
+            failed.job_id,
+            "admission-refused",
+            None,
+            json!({ "problem": refusal.problem_type(), "provider": next.provider, "origin": "policy" }),
+        )
+        .await?;
+        return Ok(None);
+    }
+    let number = i32::try_from(attempts.len() + 1).map_err(corrupt)?;
+    let new = NewAttempt {
+        id: AttemptId::new(),
+        provider: Some(next.provider.clone()),
+        idempotency_key: None,
+        origin: AttemptOrigin::Policy,
+        delay: next.delay,
+    };
+    insert_attempt(tx, &failed.owner, failed.job_id, number, &new, &next.provider).await?;
+    let job_state = update_job_state(tx, &failed.owner, failed.job_id, JobState::Failed).await?;
+    append_event(
+        tx,
+        &failed.owner,
+        failed.job_id,
+        "attempt-admitted",
+        Some(number),
+        json!({ "attempt_id": new.id, "provider": next.provider, "origin": "policy", "after": failed.number,
+                "delay_ms": next.delay.as_millis() as u64, "job_state": job_state.as_str() }),
+    )
+    .await?;
+    Ok(Some(Scheduled { number, provider: next.provider, delay: next.delay }))
 }
 
 #[async_trait]
@@ -606,7 +719,7 @@ impl Store for PostgresStore {
         owner: &OwnerId,
         job_id: JobId,
         new: &NewAttempt,
-        rules: &dyn AdmissionRules,
+        rules: &dyn TaskRules,
     ) -> Result<Admission> {
         let mut tx = self.pool.begin().await?;
         let Some(job) = lock_job(&mut tx, owner, job_id).await? else {
@@ -617,16 +730,7 @@ impl Store for PostgresStore {
         let primary: String = job.try_get("provider")?;
         let provider = new.provider.as_deref().unwrap_or(&primary);
 
-        let rows = sqlx::query(&format!(
-            r#"select {ATTEMPT_COLUMNS} from attempts a
-               where a.owner_id = $1 and a.job_id = $2
-               order by a.number"#
-        ))
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        let attempts = rows.iter().map(read_attempt).collect::<Result<Vec<_>>>()?;
+        let attempts = read_attempts(&mut tx, owner, job_id).await?;
 
         // A key seen before on this job answers with what it made, whatever
         // the job's state is now.
@@ -659,23 +763,7 @@ impl Store for PostgresStore {
         }
 
         let number = i32::try_from(attempts.len() + 1).map_err(corrupt)?;
-        let row = sqlx::query(&format!(
-            r#"insert into attempts as a (owner_id, job_id, number, id, provider, state, origin, idempotency_key,
-                                          created_at, not_before)
-               values ($1, $2, $3, $4, $5, 'pending', $6, $7, now(), now() + make_interval(secs => $8))
-               returning {ATTEMPT_COLUMNS}"#
-        ))
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .bind(number)
-        .bind(new.id.0)
-        .bind(provider)
-        .bind(new.origin.as_str())
-        .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
-        .bind(new.delay.as_secs_f64())
-        .fetch_one(&mut *tx)
-        .await?;
-        let attempt = read_attempt(&row)?;
+        let attempt = insert_attempt(&mut tx, owner, job_id, number, new, provider).await?;
         let job_state = update_job_state(&mut tx, owner, job_id, job_state).await?;
         append_event(
             &mut tx,
@@ -702,6 +790,7 @@ impl Store for PostgresStore {
                    from attempts a
                    join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
                    where a.state = 'pending' and a.not_before <= now()
+                     and a.provider = any($4::text[])
                      and j.state not in ('succeeded', 'canceled')
                    order by a.not_before
                    limit $1
@@ -775,7 +864,15 @@ impl Store for PostgresStore {
                 number: row.try_get("number")?,
             };
             let outcome = self
-                .settle_without_output(&attempt, AttemptState::Unknown, &[AttemptState::Running], &error, "attempt-unknown", None)
+                .settle_without_output(
+                    &attempt,
+                    AttemptState::Unknown,
+                    &[AttemptState::Running],
+                    &error,
+                    "attempt-unknown",
+                    None,
+                    None,
+                )
                 .await?;
             if outcome == Transition::Applied {
                 expired.push(attempt);
@@ -797,7 +894,8 @@ impl Store for PostgresStore {
                    set reconcile_after = now() + make_interval(secs => $3), reconcile_count = a.reconcile_count + 1
                    from due d
                    where a.owner_id = d.owner_id and a.job_id = d.job_id and a.number = d.number
-                   returning a.owner_id, a.job_id, a.number, a.id, a.provider, a.finished_at, a.reconcile_count
+                   returning a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count,
+                             extract(epoch from now() - a.finished_at)::float8 as unknown_for
                )
                select h.*, j.task from held h join jobs j on j.owner_id = h.owner_id and j.id = h.job_id"#,
         )
@@ -817,7 +915,7 @@ impl Store for PostgresStore {
                     id: AttemptId(row.try_get("id")?),
                     provider: row.try_get("provider")?,
                     task: row.try_get("task")?,
-                    unknown_since: row.try_get("finished_at")?,
+                    unknown_for: Duration::from_secs_f64(row.try_get::<f64, _>("unknown_for")?.max(0.0)),
                     reconcile_count: row.try_get("reconcile_count")?,
                 })
             })
@@ -874,7 +972,7 @@ impl Store for PostgresStore {
         self.settle_with_output(attempt, output, &[AttemptState::Running, AttemptState::Unknown], None).await
     }
 
-    async fn fail_attempt(&self, attempt: &AttemptRef, error: &AttemptError) -> Result<Transition> {
+    async fn fail_attempt(&self, attempt: &AttemptRef, error: &AttemptError, rules: &dyn TaskRules) -> Result<Transition> {
         self.settle_without_output(
             attempt,
             AttemptState::Failed,
@@ -882,13 +980,22 @@ impl Store for PostgresStore {
             error,
             "attempt-failed",
             None,
+            Some(rules),
         )
         .await
     }
 
     async fn mark_unknown(&self, attempt: &AttemptRef, error: &AttemptError) -> Result<Transition> {
-        self.settle_without_output(attempt, AttemptState::Unknown, &[AttemptState::Running], error, "attempt-unknown", None)
-            .await
+        self.settle_without_output(
+            attempt,
+            AttemptState::Unknown,
+            &[AttemptState::Running],
+            error,
+            "attempt-unknown",
+            None,
+            None,
+        )
+        .await
     }
 
     async fn resolve_unknown(
@@ -896,6 +1003,7 @@ impl Store for PostgresStore {
         attempt: &AttemptRef,
         resolution: &Resolution,
         reason: &str,
+        rules: &dyn TaskRules,
     ) -> Result<Transition> {
         match resolution {
             Resolution::Succeeded(output) => {
@@ -910,6 +1018,7 @@ impl Store for PostgresStore {
                     &error,
                     "attempt-resolved",
                     Some(reason),
+                    Some(rules),
                 )
                 .await
             }

@@ -69,28 +69,37 @@ fn check_contract(completion: Completion) -> Result<Completion, ProviderError> {
     }
 }
 
+/// How long an outcome is retried while the database cannot record it.
+const RECORD_PATIENCE: Duration = Duration::from_secs(300);
+
 /// Records what became of an attempt: an output goes through the job's
 /// compare-and-swap; a definitive failure fails it (and the retry policy may
-/// add the next attempt); an ambiguous one makes it `unknown`. A database
-/// error is retried a few times: an outcome that cannot be recorded is left
-/// to the reaper and the reconciler, which will find it `unknown`.
+/// add the next attempt in the same transaction); an ambiguous one makes it
+/// `unknown`. Every transition is guarded, so retrying one after a database
+/// error is safe; it is retried for minutes, through a database failover.
+/// An outcome that still cannot be recorded is left to the reaper and the
+/// reconciler, which will find the attempt `unknown`.
 pub async fn record_outcome(worker: &Worker, attempt: &AttemptRef, outcome: Result<Completion, ProviderError>) {
     let outcome = outcome.and_then(check_contract);
+    let started = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(100);
-    for _ in 0..5 {
+    loop {
         match record_once(worker, attempt, &outcome).await {
             Ok(()) => {
                 worker.signals.job_changed(attempt.job_id);
                 return;
             }
-            Err(error) => {
+            Err(error) if started.elapsed() < RECORD_PATIENCE => {
                 tracing::warn!(%error, "recording the attempt's outcome failed; retrying");
                 tokio::time::sleep(delay).await;
-                delay *= 2;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(error) => {
+                tracing::error!(%error, "the attempt's outcome could not be recorded; it will be reconciled as unknown");
+                return;
             }
         }
     }
-    tracing::error!("the attempt's outcome could not be recorded; its lease will expire and it will be reconciled");
 }
 
 async fn record_once(worker: &Worker, attempt: &AttemptRef, outcome: &Result<Completion, ProviderError>) -> store::Result<()> {
@@ -103,10 +112,11 @@ async fn record_once(worker: &Worker, attempt: &AttemptRef, outcome: &Result<Com
         },
         Err(error) => match error.class {
             FailureClass::Definitive { .. } => {
-                let transition = store.fail_attempt(attempt, &attempt_error(error)).await?;
+                let transition = store.fail_attempt(attempt, &attempt_error(error), worker.catalog.as_ref()).await?;
                 tracing::info!(%error, outcome = ?transition, "attempt failed");
-                if transition == Transition::Applied {
-                    crate::policy::after_failure(store, &worker.catalog, &worker.signals, attempt).await?;
+                if let Transition::Failed { next: Some(next) } = &transition {
+                    tracing::info!(next.number = next.number, next.provider = %next.provider, "the retry policy added an attempt");
+                    worker.signals.work_available_after(next.delay);
                 }
             }
             FailureClass::Ambiguous => {

@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
 use tokio::sync::watch;
 
 use super::{Worker, record_outcome};
@@ -64,7 +63,7 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
         Ok(RequestStatus::Failed(message)) => {
             settle(Err(ProviderError::new(FailureClass::Definitive { retryable: false }, "provider-error", None, message))).await
         }
-        Ok(RequestStatus::NotFound) if Utc::now() - unknown.unknown_since > chrono::Duration::from_std(timeout).unwrap_or_default() => {
+        Ok(RequestStatus::NotFound) if unknown.unknown_for > timeout => {
             // Long past its deadline and the provider never saw it: it was never received.
             let error = ProviderError::new(
                 FailureClass::Definitive { retryable: true },

@@ -52,6 +52,13 @@ impl TestApp {
     }
 
     pub async fn spawn_as(role: Role, adjust: impl FnOnce(&mut Settings)) -> Self {
+        // RUST_LOG=onejob=debug shows the application's logs with a test's output.
+        if std::env::var_os("RUST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_test_writer()
+                .try_init();
+        }
         let database_url = postgres::fresh_database().await;
         let mut settings = Settings::builtin();
         settings.server.listen = "127.0.0.1:0".parse().unwrap();
@@ -136,12 +143,14 @@ impl TestApp {
         log["requests"].as_array().unwrap().iter().map(|r| (r["id"].as_str().unwrap().to_owned(), r.clone())).collect()
     }
 
-    /// Long-polls job `id` as alice until `done` holds of it; fails after 30 s.
+    /// Reads job `id` as alice, then long-polls it (with its ETag) until
+    /// `done` holds of it; fails after 30 s.
     pub async fn wait_for(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut path = format!("/jobs/{id}");
         let mut etag: Option<String> = None;
         loop {
-            let mut request = self.client.get(self.url(&format!("/jobs/{id}?wait=2"))).bearer_auth(&self.alice);
+            let mut request = self.client.get(self.url(&path)).bearer_auth(&self.alice);
             if let Some(tag) = &etag {
                 request = request.header("if-none-match", tag);
             }
@@ -157,6 +166,7 @@ impl TestApp {
                 assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
                 assert!(std::time::Instant::now() < deadline, "job never reached: {what}");
             }
+            path = format!("/jobs/{id}?wait=2");
         }
     }
 }
@@ -174,7 +184,7 @@ pub fn fast_timings(settings: &mut Settings) {
     w.shutdown_grace_ms = 5_000;
     w.long_poll_interval_ms = 200;
     let p = &mut settings.providers;
-    p.get_mut("sim-slow").unwrap().latency_ms = 1_000;
+    p.get_mut("sim-slow").unwrap().latency_ms = 1_500;
     p.get_mut("sim-slow").unwrap().timeout_ms = 5_000;
     p.get_mut("sim-hang").unwrap().timeout_ms = 300;
     p.get_mut("sim-hang").unwrap().hang_ms = Some(1_200);

@@ -5,12 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use onejob::domain::policy::{NextAttempt, PastAttempt};
 use onejob::domain::{
     AdmissionRefusal, AttemptError, AttemptId, AttemptLimits, AttemptOrigin, AttemptState, Fingerprint,
     IdempotencyKey, JobId, JobState, OwnerId,
 };
 use onejob::store::{
-    Admission, AdmissionRules, AttemptRef, Cancel, CreateJob, JobFilter, Leases, NewAttempt, NewJob, Resolution, Store,
+    Admission, TaskRules, AttemptRef, Cancel, CreateJob, JobFilter, Leases, NewAttempt, NewJob, Resolution, Store,
     Transition,
 };
 use serde_json::{Value, json};
@@ -21,25 +22,32 @@ pub type Shared = Arc<dyn Store>;
 const LEASE: Duration = Duration::from_secs(60);
 
 fn leases() -> Leases {
-    Leases { default: LEASE, by_provider: vec![("sim-hang".into(), Duration::ZERO)] }
+    let by_provider = vec![("sim-fast".into(), LEASE), ("sim-slow".into(), LEASE), ("sim-hang".into(), Duration::ZERO)];
+    Leases { default: LEASE, by_provider }
 }
 
 pub struct Rules {
     pub limits: AttemptLimits,
     pub qualified: bool,
+    pub retry: bool,
 }
 
-impl AdmissionRules for Rules {
+impl TaskRules for Rules {
     fn limits(&self, _task: &str) -> AttemptLimits {
         self.limits
     }
     fn is_qualified(&self, _task: &str, _primary: &str, _provider: &str) -> bool {
         self.qualified
     }
+    fn next_attempt(&self, _task: &str, _primary: &str, attempts: &[PastAttempt<'_>]) -> Option<NextAttempt> {
+        // Retries once on sim-slow after a retryable failure, when asked to.
+        (self.retry && attempts.len() < self.limits.max_attempts as usize && attempts.last()?.retryable)
+            .then(|| NextAttempt { provider: "sim-slow".into(), delay: Duration::ZERO })
+    }
 }
 
 fn rules(max_attempts: u32, max_in_flight: u32) -> Rules {
-    Rules { limits: AttemptLimits { max_attempts, max_in_flight }, qualified: true }
+    Rules { limits: AttemptLimits { max_attempts, max_in_flight }, qualified: true, retry: false }
 }
 
 fn owner(name: &str) -> OwnerId {
@@ -193,7 +201,7 @@ pub async fn another_owner_can_neither_see_nor_touch_a_job(store: Shared) {
     assert!(matches!(admitted, Admission::JobNotFound), "{admitted:?}");
     let bobs = AttemptRef { owner: bob, job_id: job, number: 1 };
     assert_eq!(store.finish_attempt(&bobs, &json!({"x": 1})).await.unwrap(), Transition::NotFound);
-    assert_eq!(store.fail_attempt(&bobs, &AttemptError::new("x", "y")).await.unwrap(), Transition::NotFound);
+    assert_eq!(store.fail_attempt(&bobs, &AttemptError::new("x", "y"), &rules(5, 2)).await.unwrap(), Transition::NotFound);
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Running);
 }
 
@@ -216,8 +224,8 @@ pub async fn admission_refuses_while_an_attempt_is_unknown_and_admits_once_it_is
     assert_eq!(store.mark_unknown(&at(job, 1), &timeout).await.unwrap(), Transition::Applied);
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Unknown);
     assert_eq!(refusal(store.as_ref(), job, "a2", &rules(5, 2)).await, AdmissionRefusal::AttemptOutcomeUnknown);
-    let resolved = store.resolve_unknown(&at(job, 1), &Resolution::Failed, "provider says it never ran").await;
-    assert_eq!(resolved.unwrap(), Transition::Applied);
+    let resolved = store.resolve_unknown(&at(job, 1), &Resolution::Failed, "provider says it never ran", &rules(5, 2)).await;
+    assert_eq!(resolved.unwrap(), Transition::Failed { next: None });
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Failed);
     let admitted = store.admit_attempt(&owner("alice"), job, &attempt_on("sim-fast", "a3"), &rules(5, 2)).await.unwrap();
     assert!(matches!(admitted, Admission::Admitted(ref a) if a.number == 2), "{admitted:?}");
@@ -231,7 +239,7 @@ pub async fn admission_refuses_beyond_max_in_flight(store: Shared) {
 
 pub async fn admission_refuses_beyond_max_attempts(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503")).await.unwrap();
+    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503"), &rules(5, 2)).await.unwrap();
     assert_eq!(refusal(store.as_ref(), job, "a2", &rules(1, 2)).await, AdmissionRefusal::AttemptLimitReached);
 }
 
@@ -243,7 +251,7 @@ pub async fn admission_refuses_a_finished_job(store: Shared) {
 
 pub async fn admission_refuses_an_unqualified_provider(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    let unqualified = Rules { limits: AttemptLimits::default(), qualified: false };
+    let unqualified = Rules { limits: AttemptLimits::default(), qualified: false, retry: false };
     assert_eq!(refusal(store.as_ref(), job, "a2", &unqualified).await, AdmissionRefusal::ProviderNotQualified);
 }
 
@@ -399,7 +407,7 @@ pub async fn a_claim_runs_the_attempt_under_a_lease_and_the_job_runs(store: Shar
 pub async fn failures_and_unknowns_set_the_job_state_from_its_attempts(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 2).await;
     let error = AttemptError::new("provider-error", "503 from provider");
-    assert_eq!(store.fail_attempt(&at(job, 1), &error).await.unwrap(), Transition::Applied);
+    assert_eq!(store.fail_attempt(&at(job, 1), &error, &rules(5, 2)).await.unwrap(), Transition::Failed { next: None });
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Running, "attempt 2 still runs");
     let timeout = AttemptError::new("timeout", "deadline passed");
     assert_eq!(store.mark_unknown(&at(job, 2), &timeout).await.unwrap(), Transition::Applied);
@@ -407,20 +415,23 @@ pub async fn failures_and_unknowns_set_the_job_state_from_its_attempts(store: Sh
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!(stored.attempts[0].error.as_ref().unwrap()["type"], "provider-error");
     assert_eq!(stored.attempts[1].state, AttemptState::Unknown);
-    assert_eq!(store.resolve_unknown(&at(job, 2), &Resolution::Failed, "never ran").await.unwrap(), Transition::Applied);
+    assert_eq!(
+        store.resolve_unknown(&at(job, 2), &Resolution::Failed, "never ran", &rules(5, 2)).await.unwrap(),
+        Transition::Failed { next: None }
+    );
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Failed);
 }
 
 pub async fn stale_transitions_change_nothing(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "400")).await.unwrap();
+    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "400"), &rules(5, 2)).await.unwrap();
     assert_eq!(store.finish_attempt(&at(job, 1), &json!({})).await.unwrap(), Transition::Stale(AttemptState::Failed));
     assert_eq!(
         store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "late")).await.unwrap(),
         Transition::Stale(AttemptState::Failed)
     );
     assert_eq!(
-        store.resolve_unknown(&at(job, 1), &Resolution::Succeeded(json!({})), "no").await.unwrap(),
+        store.resolve_unknown(&at(job, 1), &Resolution::Succeeded(json!({})), "no", &rules(5, 2)).await.unwrap(),
         Transition::Stale(AttemptState::Failed)
     );
     assert_eq!(store.finish_attempt(&at(job, 9), &json!({})).await.unwrap(), Transition::NotFound);
@@ -432,7 +443,7 @@ pub async fn resolving_an_unknown_attempt_with_output_goes_through_the_same_cas(
     let job = job_with_running(store.as_ref(), "k", 2).await;
     store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed")).await.unwrap();
     assert!(matches!(store.finish_attempt(&at(job, 2), &json!({"by": 2})).await.unwrap(), Transition::Won { .. }));
-    let late = store.resolve_unknown(&at(job, 1), &Resolution::Succeeded(json!({"by": 1})), "provider finished late").await;
+    let late = store.resolve_unknown(&at(job, 1), &Resolution::Succeeded(json!({"by": 1})), "provider finished late", &rules(5, 2)).await;
     assert_eq!(late.unwrap(), Transition::Lost { winner: Some(2) });
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!(stored.result, Some(json!({"by": 2})));
@@ -531,7 +542,7 @@ pub async fn reconciliation_claims_each_due_unknown_attempt_once_until_postponed
 
 pub async fn a_delayed_attempt_is_not_claimed_before_its_time(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503")).await.unwrap();
+    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503"), &rules(5, 2)).await.unwrap();
     let later = NewAttempt { delay: Duration::from_secs(3600), ..attempt_on("sim-fast", "retry") };
     assert!(matches!(store.admit_attempt(&owner("alice"), job, &later, &rules(5, 2)).await.unwrap(), Admission::Admitted(_)));
     assert!(store.claim_attempts("w", 10, &leases()).await.unwrap().is_empty());
@@ -556,4 +567,22 @@ pub async fn cancel_stops_pending_attempts_and_a_late_output_never_applies(store
     store.finish_attempt(&at(done, 1), &json!({"ok": 1})).await.unwrap();
     assert!(matches!(store.cancel_job(&owner("alice"), done).await.unwrap(), Cancel::Succeeded(_)));
     assert_eq!(job_state(store.as_ref(), done).await, JobState::Succeeded);
+}
+
+pub async fn a_failure_and_the_policys_next_attempt_commit_together(store: Shared) {
+    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let retrying = Rules { retry: true, ..rules(5, 2) };
+    let mut error = AttemptError::new("provider-error", "503");
+    error.detail = json!({"status": 503, "retryable": true});
+    let outcome = store.fail_attempt(&at(job, 1), &error, &retrying).await.unwrap();
+    let Transition::Failed { next: Some(next) } = outcome else { panic!("the policy scheduled an attempt: {outcome:?}") };
+    assert_eq!((next.number, next.provider.as_str()), (2, "sim-slow"));
+    let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
+    assert_eq!(stored.state, JobState::Queued);
+    assert_eq!((stored.attempts[1].state, stored.attempts[1].origin), (AttemptState::Pending, AttemptOrigin::Policy));
+    // A definitive, non-retryable failure schedules nothing.
+    claim_one(store.as_ref()).await;
+    let outcome = store.fail_attempt(&at(job, 2), &AttemptError::new("provider-error", "400"), &retrying).await.unwrap();
+    assert_eq!(outcome, Transition::Failed { next: None });
+    assert_eq!(job_state(store.as_ref(), job).await, JobState::Failed);
 }
