@@ -173,3 +173,35 @@ async fn sigterm_lets_attempts_in_flight_finish_before_the_server_exits() {
     assert_eq!(succeeded, 5, "every attempt in flight finished and was recorded before exit");
     let _ = std::fs::remove_file(config);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_only_server_and_a_separate_worker_process_share_the_work() {
+    let (simulator, config) = simulator_and_config(200).await;
+    let database_url = common::postgres::fresh_database().await;
+    let pool = PgPoolOptions::new().max_connections(2).connect(&database_url).await.unwrap();
+    let store = PostgresStore::from_pool(pool.clone());
+    let token = onejob::keys::create_key(&store, &OwnerId::parse("alice").unwrap()).await.unwrap().1;
+    let client = reqwest::Client::new();
+
+    let (_api, address) = common::spawn_server_with(&database_url, Some(&config), &["--no-worker"]).await;
+    create_jobs(&client, &address, &token, 3).await;
+    let queued: i64 = sqlx::query_scalar("select count(*) from jobs where state = 'queued'").fetch_one(&pool).await.unwrap();
+    assert_eq!(queued, 3, "the API alone runs nothing");
+    assert!(simulator_log(&client, &simulator).await.is_empty());
+
+    let _worker = tokio::process::Command::new(common::BIN)
+        .args(["worker", "--config"])
+        .arg(&config)
+        .env("DATABASE_URL", &database_url)
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    eventually("the worker process running the jobs", Duration::from_secs(30), || async {
+        let done: i64 = sqlx::query_scalar("select count(*) from jobs where state = 'succeeded'").fetch_one(&pool).await.unwrap();
+        done == 3
+    })
+    .await;
+    assert_eq!(simulator_log(&client, &simulator).await.len(), 3);
+    let _ = std::fs::remove_file(config);
+}

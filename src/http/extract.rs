@@ -55,6 +55,10 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize, empty_is_o
     if empty_is_object && declared == Some(0) {
         return Ok(Value::Object(Default::default()));
     }
+    // Too large to be worth reading, even to throw away.
+    if declared.is_some_and(|length| length > DRAIN_LIMIT) {
+        return Err(too_large(limit).into());
+    }
     let bytes = read_limited(body, limit).await?;
     if bytes.is_empty() && empty_is_object {
         return Ok(Value::Object(Default::default()));

@@ -215,9 +215,18 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_onejob");
 /// Starts `onejob serve` as a child process on a free port, with `config`
 /// if given; returns the child (killed when dropped) and its address.
 pub async fn spawn_server(database_url: &str, config: Option<&std::path::Path>) -> (tokio::process::Child, String) {
+    spawn_server_with(database_url, config, &[]).await
+}
+
+/// [`spawn_server`] with extra arguments for `serve`.
+pub async fn spawn_server_with(
+    database_url: &str,
+    config: Option<&std::path::Path>,
+    extra: &[&str],
+) -> (tokio::process::Child, String) {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let mut command = tokio::process::Command::new(BIN);
-    command.args(["serve", "--listen", "127.0.0.1:0", "--no-migrate"]);
+    command.args(["serve", "--listen", "127.0.0.1:0", "--no-migrate"]).args(extra);
     if let Some(config) = config {
         command.arg("--config").arg(config);
     }
