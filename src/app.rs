@@ -77,6 +77,7 @@ pub struct Application {
     listener: Option<TcpListener>,
     state: AppState,
     worker: Option<Arc<Worker>>,
+    qualifying: Option<tokio::task::JoinHandle<()>>,
     shutdown_grace: Duration,
     // Kept alive as long as the application; it serves the `sim` providers.
     _simulator: Option<RunningSimulator>,
@@ -102,12 +103,14 @@ impl Application {
     pub async fn build_with_store(settings: Settings, store: Arc<dyn Store>, role: Role) -> Result<Self, StartError> {
         let catalog = Arc::new(Catalog::new(&settings));
         let signals = Arc::new(Signals::default());
-        let (worker, simulator) = if role == Role::Api {
+        let (providers, simulator) = start_providers(&settings).await?;
+        let providers = Arc::new(providers);
+        let (worker, qualifying) = if role == Role::Api {
             (None, None)
         } else {
-            let (providers, simulator) = start_providers(&settings).await?;
-            let worker = Worker::new(store.clone(), catalog.clone(), Arc::new(providers), signals.clone(), settings.worker.clone());
-            (Some(Arc::new(worker)), simulator)
+            let worker = Worker::new(store.clone(), catalog.clone(), providers.clone(), signals.clone(), settings.worker.clone());
+            let qualifying = tokio::spawn(crate::qualify::qualify_on_start(store.clone(), providers.clone(), catalog.clone()));
+            (Some(Arc::new(worker)), Some(qualifying))
         };
         let listener = if role == Role::Worker {
             None
@@ -120,12 +123,19 @@ impl Application {
         let state = AppState {
             store,
             catalog,
+            providers,
             auth: Arc::new(auth),
             signals,
             long_poll_interval: Duration::from_millis(settings.worker.long_poll_interval_ms),
             settings: Arc::new(settings.server),
         };
-        Ok(Self { listener, state, worker, shutdown_grace, _simulator: simulator })
+        Ok(Self { listener, state, worker, qualifying, shutdown_grace, _simulator: simulator })
+    }
+
+    /// The qualifications run at start (`qualify_on_start`), for a caller
+    /// that wants to wait for them; they run whether or not it is taken.
+    pub fn take_startup_qualifications(&mut self) -> Option<tokio::task::JoinHandle<()>> {
+        self.qualifying.take()
     }
 
     /// The address the API is bound to (port 0 becomes a real port).
@@ -168,7 +178,7 @@ impl Application {
 
 /// Builds the providers, starting the simulator in-process when a `sim`
 /// provider needs one and no running simulator is configured.
-async fn start_providers(settings: &Settings) -> Result<(Providers, Option<RunningSimulator>), StartError> {
+pub async fn start_providers(settings: &Settings) -> Result<(Providers, Option<RunningSimulator>), StartError> {
     let needs_simulator = settings.providers.values().any(|p| p.kind == ProviderKind::Sim);
     let (url, simulator) = match (&settings.simulator.url, needs_simulator) {
         (Some(url), _) => (Some(url.clone()), None),

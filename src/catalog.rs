@@ -8,16 +8,19 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use crate::config::{ProviderSettings, Settings, TaskSettings};
+use crate::provider::contract::Contract;
 use crate::domain::AttemptLimits;
 use crate::domain::policy::{NextAttempt, PastAttempt, RetryPolicy};
 use crate::store::TaskRules;
 
-/// One task, ready to validate input.
+/// One task, ready to validate input and to render and check its contract.
 pub struct Task {
     /// The task's name.
     pub name: String,
     /// Its settings.
     pub settings: TaskSettings,
+    /// Its contract with providers.
+    pub contract: Contract,
     input_validator: jsonschema::Validator,
 }
 
@@ -44,13 +47,6 @@ impl Task {
             .map(|error| Violation { pointer: format!("/input{}", error.instance_path()), detail: error.to_string() })
             .collect()
     }
-
-    /// Whether `provider` may run this task's attempts for a job whose
-    /// primary is `primary`: the primary itself, the task's default, or a
-    /// provider on its failover list.
-    pub fn allows_provider(&self, primary: &str, provider: &str) -> bool {
-        provider == primary || provider == self.settings.default_provider || self.settings.failover.iter().any(|p| p == provider)
-    }
 }
 
 /// Every task and provider.
@@ -60,7 +56,7 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Compiles validated settings. Schemas were checked by
+    /// Compiles validated settings. Schemas and templates were checked by
     /// [`Settings::validate`], so compiling them again cannot fail.
     pub fn new(settings: &Settings) -> Self {
         let tasks = settings
@@ -69,10 +65,21 @@ impl Catalog {
             .map(|(name, task)| {
                 let input_validator =
                     jsonschema::draft202012::new(&task.input_schema).expect("schemas are checked at load");
-                (name.clone(), Task { name: name.clone(), settings: task.clone(), input_validator })
+                let contract = Contract::new(task).expect("contracts are checked at load");
+                (name.clone(), Task { name: name.clone(), settings: task.clone(), contract, input_validator })
             })
             .collect();
         Self { tasks, providers: settings.providers.clone().into_iter().collect() }
+    }
+
+    /// The contract hash of `task` for `provider`, if both exist.
+    pub fn contract_hash(&self, task: &str, provider: &str) -> Option<[u8; 32]> {
+        Some(self.task(task)?.contract.hash_for(self.provider(provider)?))
+    }
+
+    /// Every task.
+    pub fn tasks(&self) -> impl Iterator<Item = &Task> {
+        self.tasks.values()
     }
 
     /// A task by name.
@@ -91,12 +98,13 @@ impl TaskRules for Catalog {
         self.task(task).map(Task::limits).unwrap_or_default()
     }
 
-    fn is_qualified(&self, task: &str, primary: &str, provider: &str) -> bool {
-        self.task(task).is_some_and(|t| t.allows_provider(primary, provider))
+    fn contract_hash(&self, task: &str, provider: &str) -> Option<[u8; 32]> {
+        Catalog::contract_hash(self, task, provider)
     }
 
-    fn next_attempt(&self, task: &str, primary: &str, attempts: &[PastAttempt<'_>]) -> Option<NextAttempt> {
-        let settings = &self.task(task)?.settings;
+    fn retry_candidates(&self, task: &str, primary: &str, attempts: &[PastAttempt<'_>]) -> Vec<NextAttempt> {
+        let Some(task) = self.task(task) else { return vec![] };
+        let settings = &task.settings;
         RetryPolicy {
             primary,
             failover: &settings.failover,
@@ -104,7 +112,7 @@ impl TaskRules for Catalog {
             max_attempts: settings.max_attempts,
             backoff: std::time::Duration::from_millis(settings.retry_backoff_ms),
         }
-        .next_attempt(attempts)
+        .candidates(attempts)
     }
 }
 
@@ -127,12 +135,11 @@ mod tests {
     }
 
     #[test]
-    fn failover_is_limited_to_the_tasks_providers() {
+    fn contract_hashes_exist_for_configured_pairs_only() {
         let catalog = Catalog::new(&Settings::builtin());
-        assert!(catalog.is_qualified("summarize", "sim-fast", "sim-slow"));
-        assert!(catalog.is_qualified("summarize", "sim-slow", "sim-fast"));
-        assert!(catalog.is_qualified("summarize", "sim-hang", "sim-hang"));
-        assert!(!catalog.is_qualified("summarize", "sim-fast", "sim-bad-json"));
-        assert!(!catalog.is_qualified("no-such-task", "sim-fast", "sim-fast"));
+        assert!(catalog.contract_hash("summarize", "sim-fast").is_some());
+        assert_ne!(catalog.contract_hash("summarize", "sim-fast"), None);
+        assert_eq!(catalog.contract_hash("summarize", "nowhere"), None);
+        assert_eq!(catalog.contract_hash("translate", "sim-fast"), None);
     }
 }

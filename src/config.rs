@@ -212,9 +212,61 @@ pub struct TaskSettings {
     /// Backoff before the first retry; doubled for each further one.
     #[serde(default = "default_retry_backoff_ms")]
     pub retry_backoff_ms: u64,
-    /// JSON Schema of the input: a TOML table, or JSON text.
+    /// JSON Schema (2020-12) of the input: a TOML table, or JSON text.
     #[serde(default = "any_object_schema", deserialize_with = "json_or_table")]
     pub input_schema: Value,
+    /// JSON Schema (2020-12) every output must meet before it may win.
+    #[serde(default = "any_object_schema", deserialize_with = "json_or_table")]
+    pub output_schema: Value,
+    /// How the input becomes chat messages.
+    #[serde(default)]
+    pub prompt: PromptSettings,
+    /// Inputs, and expected properties of their outputs, that qualification
+    /// sends to a provider to prove it meets this contract.
+    #[serde(default)]
+    pub examples: Vec<ExampleSettings>,
+}
+
+/// `[tasks.NAME.prompt]`: minijinja templates rendered with the input's
+/// fields (and the whole input as `input`). An undefined variable is an error.
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptSettings {
+    /// The system message, if any.
+    #[serde(default)]
+    pub system: Option<String>,
+    /// The user message.
+    pub user: String,
+}
+
+impl Default for PromptSettings {
+    fn default() -> Self {
+        Self { system: None, user: "{{ input | tojson }}".to_owned() }
+    }
+}
+
+/// `[[tasks.NAME.examples]]`
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExampleSettings {
+    /// An input of the task.
+    pub input: Value,
+    /// Members the output must have, with these values.
+    #[serde(default)]
+    pub expect: serde_json::Map<String, Value>,
+}
+
+/// How a provider counts tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tokenizer {
+    /// OpenAI's o200k_base (GPT-4o and later).
+    O200kBase,
+    /// OpenAI's cl100k_base (GPT-4, GPT-3.5).
+    Cl100kBase,
+    /// Characters divided by four, rounded up.
+    #[default]
+    Approx,
 }
 
 fn default_max_attempts() -> u32 {
@@ -245,7 +297,7 @@ fn json_or_table<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Value, D:
 }
 
 /// What a provider is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProviderKind {
     /// The built-in simulator.
@@ -288,9 +340,26 @@ pub struct ProviderSettings {
     /// openai: the environment variable holding the API key.
     #[serde(default)]
     pub api_key_env: Option<String>,
-    /// The most tokens the provider may answer with.
-    #[serde(default = "default_max_tokens")]
-    pub max_tokens: u32,
+    /// How the provider counts tokens.
+    #[serde(default)]
+    pub tokenizer: Tokenizer,
+    /// The provider's context window, in tokens: the rendered prompt plus
+    /// `max_output_tokens` must fit.
+    #[serde(default = "default_context_tokens")]
+    pub context_tokens: u32,
+    /// The most tokens the provider may answer with (sent as `max_tokens`).
+    #[serde(default = "default_max_output_tokens")]
+    pub max_output_tokens: u32,
+    /// Whether to send the task's output schema as `response_format`.
+    #[serde(default)]
+    pub response_format: bool,
+    /// The temperature qualification runs at; part of the contract hash.
+    #[serde(default)]
+    pub qualification_temperature: f64,
+    /// Whether `serve` qualifies this provider for every task at start
+    /// (unless a passing qualification of the current contract exists).
+    #[serde(default)]
+    pub qualify_on_start: bool,
     /// Whether the provider can be asked for the status of a request by its
     /// client request id (default: yes for `sim`, no for `openai`).
     #[serde(default)]
@@ -325,7 +394,11 @@ fn default_model() -> String {
     "sim-1".to_owned()
 }
 
-fn default_max_tokens() -> u32 {
+fn default_context_tokens() -> u32 {
+    128_000
+}
+
+fn default_max_output_tokens() -> u32 {
     1024
 }
 
@@ -437,10 +510,16 @@ impl Settings {
             if let Err(error) = jsonschema::draft202012::new(&task.input_schema) {
                 return invalid(format!("tasks.{name}.input_schema is not a valid JSON Schema: {error}"));
             }
+            if let Err(error) = crate::provider::contract::Contract::new(task) {
+                return invalid(format!("tasks.{name}.{error}"));
+            }
         }
         for (name, provider) in &self.providers {
             if !(0.0..=1.0).contains(&provider.error_rate) {
                 return invalid(format!("providers.{name}.error_rate must be between 0 and 1"));
+            }
+            if provider.max_output_tokens == 0 || provider.context_tokens <= provider.max_output_tokens {
+                return invalid(format!("providers.{name}: context_tokens must exceed max_output_tokens (at least 1)"));
             }
             if provider.timeout_ms == 0 {
                 return invalid(format!("providers.{name}.timeout_ms must be at least 1"));

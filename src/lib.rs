@@ -15,6 +15,7 @@ pub mod domain;
 pub mod http;
 pub mod keys;
 pub mod provider;
+pub mod qualify;
 pub mod signals;
 pub mod sim;
 pub mod store;

@@ -72,6 +72,28 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Providers and their qualifications.
+    Providers {
+        #[command(subcommand)]
+        command: ProvidersCommand,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+}
+
+#[derive(Subcommand)]
+enum ProvidersCommand {
+    /// Qualify a provider against a task's contract now; prints the report
+    /// and exits non-zero when it fails.
+    Qualify {
+        /// The provider.
+        name: String,
+        /// The task whose contract it must meet.
+        #[arg(long)]
+        task: String,
+    },
+    /// Where every provider stands for every task.
+    List,
 }
 
 #[derive(Subcommand)]
@@ -186,6 +208,39 @@ async fn run(command: Command) -> Result<(), AnyError> {
                     for key in store.list_api_keys(owner.as_ref()).await? {
                         let revoked = key.revoked_at.map(|at| format!(" revoked {at}")).unwrap_or_default();
                         println!("{} {} created {}{}", key.id, key.owner, key.created_at, revoked);
+                    }
+                }
+            }
+            Ok(())
+        }
+        Command::Providers { command, config } => {
+            let settings = Settings::load(config.config.as_deref())?;
+            let store = app::open_store(&settings)?;
+            let catalog = std::sync::Arc::new(onejob::catalog::Catalog::new(&settings));
+            match command {
+                ProvidersCommand::Qualify { name, task } => {
+                    let (providers, _simulator) = app::start_providers(&settings).await?;
+                    let record = onejob::qualify::qualify(store.as_ref(), &providers, &catalog, &name, &task).await?;
+                    println!("{}", serde_json::to_string_pretty(&record.report)?);
+                    println!(
+                        "provider {name} {} qualification for task {task} (contract sha256:{})",
+                        if record.passed { "passed" } else { "failed" },
+                        hex::encode(record.contract_hash)
+                    );
+                    if !record.passed {
+                        return Err("qualification failed".into());
+                    }
+                }
+                ProvidersCommand::List => {
+                    let mut names: Vec<&String> = settings.providers.keys().collect();
+                    names.sort();
+                    for name in names {
+                        for task in catalog.tasks() {
+                            let Some(hash) = catalog.contract_hash(&task.name, name) else { continue };
+                            let state = store.qualification_state(name, &task.name, &hash).await?;
+                            let why = state.refusal(name, &task.name).unwrap_or_default();
+                            println!("{name}\t{}\t{}\t{why}", task.name, state.name());
+                        }
                     }
                 }
             }

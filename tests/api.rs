@@ -177,7 +177,9 @@ async fn admission_matrix_answers_each_documented_refusal() {
     let problem = expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "provider-unknown").await;
     assert_eq!(problem["errors"][0]["pointer"], "/provider");
     let response = app.post_attempt(&app.alice, id, "c", &json!({"provider": "sim-bad-json"})).await;
-    expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "provider-not-qualified").await;
+    let problem = expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "provider-not-qualified").await;
+    assert!(problem["detail"].as_str().unwrap().contains("never qualified"), "{problem}");
+    app.qualify("sim-fast").await;
 
     // A running attempt does not block a fallback; two running do.
     let response = app.post_attempt(&app.alice, id, "d", &json!({"provider": "sim-fast"})).await;
@@ -193,21 +195,21 @@ async fn admission_matrix_answers_each_documented_refusal() {
     // Unknown outcome: 409 with Retry-After, until it is resolved. Failing
     // attempts by hand goes through the real retry policy, which has
     // nowhere left to go here (sim-slow was tried; sim-fast is not next).
-    let catalog = onejob::catalog::Catalog::new(&onejob::config::Settings::builtin());
+    let catalog = &app.catalog;
     let timeout = AttemptError::new("timeout", "deadline passed");
     assert_eq!(app.store().mark_unknown(&alice_attempt(job, 1), &timeout).await.unwrap(), Transition::Applied);
     let response = app.post_attempt(&app.alice, id, "f", &json!({})).await;
     assert_eq!(response.headers()["retry-after"], "5");
     expect_problem(response, StatusCode::CONFLICT, "attempt-outcome-unknown").await;
     let failed = AttemptError::new("provider-error", "503");
-    app.store().fail_attempt(&alice_attempt(job, 1), &failed, &catalog).await.unwrap();
-    app.store().fail_attempt(&alice_attempt(job, 2), &failed, &catalog).await.unwrap();
+    app.store().fail_attempt(&alice_attempt(job, 1), &failed, catalog).await.unwrap();
+    app.store().fail_attempt(&alice_attempt(job, 2), &failed, catalog).await.unwrap();
 
     // Attempt 3 of 3 is admitted; a fourth is over the limit.
     let response = app.post_attempt(&app.alice, id, "g", &json!({})).await;
     assert_eq!(response.status(), StatusCode::CREATED);
     claim_all(&app).await;
-    app.store().fail_attempt(&alice_attempt(job, 3), &failed, &catalog).await.unwrap();
+    app.store().fail_attempt(&alice_attempt(job, 3), &failed, catalog).await.unwrap();
     let response = app.post_attempt(&app.alice, id, "h", &json!({})).await;
     expect_problem(response, StatusCode::CONFLICT, "attempt-limit-reached").await;
 
@@ -237,6 +239,7 @@ async fn twenty_concurrent_attempt_posts_never_leave_two_pending() {
         task.max_in_flight = 50;
     })
     .await);
+    app.qualify("sim-slow").await;
     let job = app.create_job("k", None).await;
     let id = job["id"].as_str().unwrap().to_owned();
     claim_all(&app).await;
@@ -266,6 +269,7 @@ async fn twenty_concurrent_attempt_posts_never_leave_two_pending() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_double_clicked_fallback_button_makes_one_attempt() {
     let app = Arc::new(TestApp::spawn().await);
+    app.qualify("sim-fast").await;
     let job = app.create_job("k", Some("sim-slow")).await;
     let id = job["id"].as_str().unwrap().to_owned();
     claim_all(&app).await;

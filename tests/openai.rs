@@ -77,7 +77,7 @@ fn provider_settings(base_url: &str) -> Settings {
         api_key_env = "{KEY_VARIABLE}"
         model = "gpt-4o-mini"
         temperature = 0.0
-        max_tokens = 256
+        max_output_tokens = 256
         "#
     );
     let settings = Settings::parse(&text).unwrap();
@@ -101,12 +101,14 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
         async move {
             let providers = provider::build(&settings, None).unwrap();
             let request = ProviderRequest {
-                attempt_id: AttemptId::new(),
+                request_id: AttemptId::new().to_string(),
                 task: "summarize".into(),
                 input: json!({"text": "a quick brown fox"}),
-                messages: provider::render_messages("summarize", &json!({"text": "a quick brown fox"})),
+                messages: vec![json!({"role": "user", "content": "Summarize: a quick brown fox"})],
+                temperature: 0.0,
+                output_schema: Some(json!({"type": "object"})),
             };
-            (request.attempt_id, providers["openai"].call(&request).await)
+            (request.request_id.clone(), providers["openai"].call(&request).await)
         }
     };
 
@@ -114,10 +116,11 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
     assert_eq!(ok.unwrap().output, json!({"summary": "a fox", "word_count": 2}));
     let (headers, body) = seen.lock().unwrap().last().cloned().unwrap();
     assert_eq!(headers["authorization"], format!("Bearer {KEY}"));
-    assert_eq!(headers["x-client-request-id"], attempt_id.to_string());
-    assert_eq!(headers["idempotency-key"], attempt_id.to_string());
+    assert_eq!(headers["x-client-request-id"], attempt_id);
+    assert_eq!(headers["idempotency-key"], attempt_id);
     assert_eq!((body["model"].clone(), body["temperature"].clone(), body["max_tokens"].clone()), (json!("gpt-4o-mini"), json!(0.0), json!(256)));
-    assert_eq!(body["messages"].as_array().unwrap().len(), 2);
+    assert_eq!(body["messages"].as_array().unwrap().len(), 1);
+    assert!(body.get("response_format").is_none(), "response_format only where the provider is marked as supporting it");
     assert!(body.get("onejob_input").is_none(), "nothing non-standard goes to a real provider");
 
     let expected: HashMap<&str, (FailureClass, &str, Option<u16>, &str)> = HashMap::from([
@@ -142,8 +145,15 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
     drop(closed);
     let settings = provider_settings(&format!("http://127.0.0.1:{port}/v1"));
     let providers = provider::build(&settings, None).unwrap();
-    let request = ProviderRequest { attempt_id: AttemptId::new(), task: "t".into(), input: json!({}), messages: vec![] };
+    let request = ProviderRequest {
+        request_id: AttemptId::new().to_string(),
+        task: "t".into(),
+        input: json!({}),
+        messages: vec![],
+        temperature: 0.0,
+        output_schema: None,
+    };
     let refused = providers["openai"].call(&request).await.unwrap_err();
     assert_eq!((refused.class, refused.kind), (FailureClass::Definitive { retryable: true }, "connection-failed"));
-    assert!(providers["openai"].status(request.attempt_id).await.is_none(), "OpenAI has no status lookup");
+    assert!(providers["openai"].status(AttemptId::new()).await.is_none(), "OpenAI has no status lookup");
 }

@@ -11,6 +11,7 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
                     let store: super::suite::Shared = $make().await;
+                    super::suite::prepare(store.as_ref()).await;
                     super::suite::$case(store).await;
                 }
             )+
@@ -29,7 +30,7 @@ conformance!(postgres, crate::common::postgres_store;
     admission_refuses_beyond_max_in_flight,
     admission_refuses_beyond_max_attempts,
     admission_refuses_a_finished_job,
-    admission_refuses_an_unqualified_provider,
+    admission_refuses_an_unqualified_provider_and_says_why,
     admission_replays_a_key_and_refuses_it_for_another_provider,
     an_attempt_without_a_provider_goes_to_the_jobs_primary,
     twenty_concurrent_admissions_never_leave_two_pending,

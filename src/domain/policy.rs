@@ -48,17 +48,26 @@ impl RetryPolicy<'_> {
     /// The next attempt after the job's latest attempt failed, if any.
     /// `attempts` are in attempt-number order.
     pub fn next_attempt(&self, attempts: &[PastAttempt<'_>]) -> Option<NextAttempt> {
-        let last = attempts.last()?;
+        self.candidates(attempts).into_iter().next()
+    }
+
+    /// Every provider the next attempt could go to, best first: the same
+    /// provider again after a retryable failure (within its retries), then
+    /// the untried providers of the chain after it. The caller takes the
+    /// first one that is qualified (I5) and records why it skipped others.
+    pub fn candidates(&self, attempts: &[PastAttempt<'_>]) -> Vec<NextAttempt> {
+        let Some(last) = attempts.last() else { return vec![] };
         let settled = attempts.iter().all(|a| {
             matches!(a.state, AttemptState::Failed | AttemptState::Canceled | AttemptState::Superseded)
         });
         if !settled || last.state != AttemptState::Failed || attempts.len() >= self.max_attempts as usize {
-            return None;
+            return vec![];
         }
+        let mut candidates = vec![];
         let tries_here = attempts.iter().filter(|a| a.provider == last.provider).count() as u32;
         if last.retryable && tries_here <= self.retries_per_provider {
             let delay = self.backoff.saturating_mul(1 << (tries_here - 1).min(16));
-            return Some(NextAttempt { provider: last.provider.to_owned(), delay });
+            candidates.push(NextAttempt { provider: last.provider.to_owned(), delay });
         }
         let mut chain: Vec<&str> = vec![self.primary];
         for provider in self.failover {
@@ -67,10 +76,13 @@ impl RetryPolicy<'_> {
             }
         }
         let start = chain.iter().position(|p| *p == last.provider).map_or(0, |i| i + 1);
-        chain[start..]
-            .iter()
-            .find(|p| !attempts.iter().any(|a| a.provider == **p))
-            .map(|p| NextAttempt { provider: (*p).to_owned(), delay: Duration::ZERO })
+        candidates.extend(
+            chain[start..]
+                .iter()
+                .filter(|p| !attempts.iter().any(|a| a.provider == **p))
+                .map(|p| NextAttempt { provider: (*p).to_owned(), delay: Duration::ZERO }),
+        );
+        candidates
     }
 }
 
@@ -128,6 +140,13 @@ mod tests {
         let mut policy = policy(&failover);
         policy.max_attempts = 2;
         assert_eq!(policy.next_attempt(&[failed("a", true), failed("a", true)]), None);
+    }
+
+    #[test]
+    fn candidates_list_every_way_forward_in_order() {
+        let failover = ["b".to_owned(), "c".to_owned()];
+        let providers: Vec<String> = policy(&failover).candidates(&[failed("a", true)]).into_iter().map(|n| n.provider).collect();
+        assert_eq!(providers, ["a", "b", "c"]);
     }
 
     #[test]

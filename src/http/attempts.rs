@@ -90,7 +90,14 @@ async fn create_attempt(
         Admission::KeyReused(attempt) => Err(key_reused("this Idempotency-Key added an attempt on another provider")
             .with("attempt", attempt.number)
             .into()),
-        Admission::Refused(refusal) => Err(Problem::refused(refusal, app.settings.unknown_retry_after_secs).into()),
+        Admission::Refused { refusal, reason } => {
+            let problem = Problem::refused(refusal, app.settings.unknown_retry_after_secs);
+            Err(match reason {
+                Some(reason) => problem.detail(reason),
+                None => problem,
+            }
+            .into())
+        }
         Admission::JobNotFound => Err(Problem::not_found().into()),
     }
 }
@@ -145,6 +152,19 @@ async fn resolve_attempt(
     tracing::Span::current().record("job.id", tracing::field::display(job_id));
     let body = read_json(&headers, body, app.settings.max_body_bytes, false).await?;
     let (resolution, reason) = parse_resolution(body)?;
+    if let Resolution::Succeeded(output) = &resolution {
+        // The job's task is only known to the store; a missing job is a 404 either way.
+        let job = app.store.get_job(&owner, job_id).await?.ok_or_else(Problem::not_found)?;
+        if let Some(task) = app.catalog.task(&job.task) {
+            let violations = task.contract.check_output(output);
+            if !violations.is_empty() {
+                return Err(Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "contract-violation", "Output breaks the contract")
+                    .detail(violations.join("; "))
+                    .with("violations", violations)
+                    .into());
+            }
+        }
+    }
     let attempt = AttemptRef { owner: owner.clone(), job_id, number };
     let transition = app.store.resolve_unknown(&attempt, &resolution, &reason, app.catalog.as_ref()).await?;
     tracing::info!(owner = %owner, job.id = %job_id, attempt.number = number, outcome = ?transition, %reason, "operator resolved an unknown attempt");

@@ -125,6 +125,11 @@ async fn create_job(State(app): State<AppState>, Owner(owner): Owner, headers: H
     if !violations.is_empty() {
         return Err(Problem::invalid(violations).into());
     }
+    // A prompt that cannot be rendered is the request's fault, found now
+    // rather than by a worker.
+    if let Err(message) = task.contract.render(&request.input) {
+        return Err(Problem::invalid_field("/input", message).into());
+    }
 
     let fingerprint = Fingerprint::of_job(&task.name, &request.input, &provider);
     let new = NewJob {

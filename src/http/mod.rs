@@ -6,6 +6,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod jobs;
+pub mod providers;
 
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::catalog::Catalog;
 use crate::config::ServerSettings;
+use crate::provider::Providers;
 use crate::signals::Signals;
 use crate::store::Store;
 use auth::Authenticator;
@@ -32,6 +34,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     /// Tasks and providers.
     pub catalog: Arc<Catalog>,
+    /// The providers, for qualification runs.
+    pub providers: Arc<Providers>,
     /// API key checks.
     pub auth: Arc<Authenticator>,
     /// `[server]` settings.
@@ -47,6 +51,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(jobs::router())
         .merge(attempts::router())
+        .merge(providers::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(|| async { Problem::not_found().detail("no such route") })

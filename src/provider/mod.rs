@@ -5,14 +5,16 @@
 //! provider may still be working: the attempt becomes `unknown`). That
 //! distinction is the product (I4).
 
+pub mod contract;
 pub mod openai;
+pub mod tokens;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::config::{ProviderKind, ProviderSettings, Settings};
 use crate::domain::AttemptId;
@@ -22,14 +24,20 @@ pub use openai::HttpProvider;
 /// One attempt's request.
 #[derive(Clone, Debug)]
 pub struct ProviderRequest {
-    /// Sent as `X-Client-Request-Id` and `Idempotency-Key` (I6).
-    pub attempt_id: AttemptId,
+    /// Sent as `X-Client-Request-Id` and `Idempotency-Key`: the attempt id
+    /// (I6), or `qualification-…` for a qualification call.
+    pub request_id: String,
     /// The task's name.
     pub task: String,
     /// The job's input.
     pub input: Value,
     /// The chat messages rendered from the input.
     pub messages: Vec<Value>,
+    /// The sampling temperature (the provider's, or its qualification temperature).
+    pub temperature: f64,
+    /// The task's output schema, sent as `response_format` where the
+    /// provider supports it.
+    pub output_schema: Option<Value>,
 }
 
 /// A provider's answer that carries an output.
@@ -64,12 +72,14 @@ pub struct ProviderError {
     pub status: Option<u16>,
     /// What the provider said, or what went wrong.
     pub message: String,
+    /// Anything else worth keeping (token counts, validator paths).
+    pub detail: Value,
 }
 
 impl ProviderError {
     /// A failure of the given class.
     pub fn new(class: FailureClass, kind: &'static str, status: Option<u16>, message: impl Into<String>) -> Self {
-        Self { class, kind, status, message: message.into() }
+        Self { class, kind, status, message: message.into(), detail: Value::Null }
     }
 
     /// The attempt's deadline passed: the provider may still be working.
@@ -127,15 +137,6 @@ pub trait Provider: Send + Sync {
     /// Asks for the status of an earlier request; `None` when this provider
     /// cannot be asked.
     async fn status(&self, attempt_id: AttemptId) -> Option<Result<RequestStatus, ProviderError>>;
-}
-
-/// Renders a job's input into chat messages. Task prompt templates replace
-/// this default: a system message naming the task and the input as JSON.
-pub fn render_messages(task: &str, input: &Value) -> Vec<Value> {
-    vec![
-        json!({"role": "system", "content": format!("You perform the task '{task}'. Answer with one JSON object only.")}),
-        json!({"role": "user", "content": input.to_string()}),
-    ]
 }
 
 /// Every configured provider by name.

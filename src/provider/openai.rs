@@ -68,9 +68,15 @@ impl HttpProvider {
         let mut body = json!({
             "model": self.settings.model,
             "messages": request.messages,
-            "temperature": self.settings.temperature,
-            "max_tokens": self.settings.max_tokens,
+            "temperature": request.temperature,
+            "max_tokens": self.settings.max_output_tokens,
         });
+        if let Some(schema) = request.output_schema.as_ref().filter(|_| self.settings.response_format) {
+            body["response_format"] = json!({
+                "type": "json_schema",
+                "json_schema": { "name": request.task, "schema": schema, "strict": true },
+            });
+        }
         if self.simulated {
             // The simulator computes its answer from the job's input itself.
             body["onejob_input"] = json!({ "task": request.task, "input": request.input });
@@ -157,12 +163,12 @@ impl Provider for HttpProvider {
     }
 
     async fn call(&self, request: &ProviderRequest) -> Result<Completion, ProviderError> {
-        let id = request.attempt_id.to_string();
+        let id = &request.request_id;
         let builder = self
             .client
             .post(&self.chat_url)
-            .header("x-client-request-id", &id)
-            .header("idempotency-key", &id)
+            .header("x-client-request-id", id)
+            .header("idempotency-key", id)
             .json(&self.body(request));
         let response = self.authorize(builder).send().await.map_err(transport_error)?;
         let status = response.status().as_u16();

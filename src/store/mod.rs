@@ -141,12 +141,88 @@ pub enum Cancel {
 pub trait TaskRules: Send + Sync {
     /// The limits of a task.
     fn limits(&self, task: &str) -> AttemptLimits;
-    /// Whether `provider` may serve an attempt of a `task` job whose primary
-    /// provider is `primary`.
-    fn is_qualified(&self, task: &str, primary: &str, provider: &str) -> bool;
-    /// The retry and failover policy: the next automatic attempt of a
-    /// `task` job whose attempts (in number order) are these, if any.
-    fn next_attempt(&self, task: &str, primary: &str, attempts: &[PastAttempt<'_>]) -> Option<NextAttempt>;
+    /// The current contract hash of `task` for `provider`; `None` when either
+    /// is not configured. A provider other than a job's own needs a passing
+    /// qualification with this hash (I5).
+    fn contract_hash(&self, task: &str, provider: &str) -> Option<[u8; 32]>;
+    /// The retry and failover policy: where the next automatic attempt of a
+    /// `task` job whose attempts (in number order) are these could go, best
+    /// first. The store takes the first qualified one.
+    fn retry_candidates(&self, task: &str, primary: &str, attempts: &[PastAttempt<'_>]) -> Vec<NextAttempt>;
+}
+
+/// Where a provider stands for a task's current contract.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QualificationState {
+    /// It passed a qualification of the current contract.
+    Qualified {
+        /// When.
+        at: DateTime<Utc>,
+    },
+    /// Its latest qualification of the current contract failed.
+    Failed {
+        /// When.
+        at: DateTime<Utc>,
+        /// The report's summary.
+        summary: String,
+    },
+    /// It was qualified only for an earlier contract.
+    Stale {
+        /// When that was.
+        at: DateTime<Utc>,
+    },
+    /// It was never qualified for this task.
+    Never,
+}
+
+impl QualificationState {
+    /// Whether attempts may go to the provider.
+    pub fn passed(&self) -> bool {
+        matches!(self, QualificationState::Qualified { .. })
+    }
+
+    /// A stable name: `qualified`, `failed`, `stale`, `never`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            QualificationState::Qualified { .. } => "qualified",
+            QualificationState::Failed { .. } => "failed",
+            QualificationState::Stale { .. } => "stale",
+            QualificationState::Never => "never",
+        }
+    }
+
+    /// Why attempts may not go to the provider, for people.
+    pub fn refusal(&self, provider: &str, task: &str) -> Option<String> {
+        match self {
+            QualificationState::Qualified { .. } => None,
+            QualificationState::Failed { at, summary } => {
+                Some(format!("provider '{provider}' failed qualification for task '{task}' at {at}: {summary}"))
+            }
+            QualificationState::Stale { at } => Some(format!(
+                "the contract of task '{task}' changed since provider '{provider}' was qualified at {at}; qualify it again"
+            )),
+            QualificationState::Never => Some(format!("provider '{provider}' was never qualified for task '{task}'")),
+        }
+    }
+}
+
+/// A stored qualification run.
+#[derive(Clone, Debug)]
+pub struct QualificationRecord {
+    /// Its id.
+    pub id: Uuid,
+    /// The provider qualified.
+    pub provider: String,
+    /// Against this task's contract.
+    pub task: String,
+    /// The contract hash it ran against.
+    pub contract_hash: [u8; 32],
+    /// Whether every example passed.
+    pub passed: bool,
+    /// The report, per example.
+    pub report: Value,
+    /// When it ran.
+    pub created_at: DateTime<Utc>,
 }
 
 /// An automatic attempt added by the retry policy.
@@ -170,7 +246,12 @@ pub enum Admission {
     /// The key was used before on this job for another provider: that attempt.
     KeyReused(Attempt),
     /// A rule refused it; the refusal is in the job's events.
-    Refused(AdmissionRefusal),
+    Refused {
+        /// Which rule.
+        refusal: AdmissionRefusal,
+        /// Why, when there is more to say (an unqualified provider's state).
+        reason: Option<String>,
+    },
     /// No such job for this owner.
     JobNotFound,
 }
@@ -335,6 +416,22 @@ pub trait Store: Send + Sync + 'static {
     /// Cancels a job unless it succeeded: pending attempts are canceled;
     /// running ones finish and are recorded, never applied.
     async fn cancel_job(&self, owner: &OwnerId, id: JobId) -> Result<Cancel>;
+
+    /// Stores a qualification run.
+    async fn insert_qualification(
+        &self,
+        provider: &str,
+        task: &str,
+        contract_hash: &[u8; 32],
+        passed: bool,
+        report: &Value,
+    ) -> Result<QualificationRecord>;
+
+    /// Where `provider` stands for `task`'s contract with this hash.
+    async fn qualification_state(&self, provider: &str, task: &str, contract_hash: &[u8; 32]) -> Result<QualificationState>;
+
+    /// The latest qualification run of `provider` for `task`, of any contract.
+    async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>>;
 
     /// Records an attempt's output. The job's compare-and-swap decides: the
     /// first output wins, every later one is `superseded` (I3).

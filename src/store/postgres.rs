@@ -11,16 +11,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{PgExecutor, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use super::{
     Admission, ApiKey, AttemptRef, Cancel, ClaimedAttempt, CreateJob, JobFilter, Leases, NewAttempt, NewJob,
-    Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition, UnknownAttempt, log_race_lost,
+    QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
+    UnknownAttempt, log_race_lost,
 };
 use crate::domain::policy::PastAttempt;
 use crate::domain::{
-    Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job, JobEvent, JobId,
+    AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job, JobEvent, JobId,
     JobState, JobSummary, OwnerId, check_admission,
 };
 
@@ -219,6 +220,56 @@ async fn update_job_state(
 
 fn state_names(states: &[AttemptState]) -> Vec<&'static str> {
     states.iter().map(|s| s.as_str()).collect()
+}
+
+/// Where `provider` stands for `task`'s contract with hash `hash`.
+async fn read_qualification_state<'e>(
+    executor: impl PgExecutor<'e>,
+    provider: &str,
+    task: &str,
+    hash: &[u8; 32],
+) -> Result<QualificationState> {
+    let row = sqlx::query(
+        r#"select contract_hash = $3 as current, passed, created_at, report ->> 'summary' as summary
+           from qualifications
+           where provider = $1 and task = $2
+           order by contract_hash = $3 desc, created_at desc
+           limit 1"#,
+    )
+    .bind(provider)
+    .bind(task)
+    .bind(&hash[..])
+    .fetch_optional(executor)
+    .await?;
+    let Some(row) = row else { return Ok(QualificationState::Never) };
+    let at = row.try_get("created_at")?;
+    Ok(match (row.try_get::<bool, _>("current")?, row.try_get::<bool, _>("passed")?) {
+        (true, true) => QualificationState::Qualified { at },
+        (true, false) => {
+            QualificationState::Failed { at, summary: row.try_get::<Option<String>, _>("summary")?.unwrap_or_default() }
+        }
+        (false, _) => QualificationState::Stale { at },
+    })
+}
+
+/// Whether `provider` may serve an attempt of a `task` job whose own
+/// provider is `primary`: the job's own provider always may; any other needs
+/// a passing qualification of the task's current contract (I5). `Err` says why not.
+async fn check_qualified(
+    tx: &mut Transaction<'_, Postgres>,
+    rules: &dyn TaskRules,
+    task: &str,
+    primary: &str,
+    provider: &str,
+) -> Result<Result<(), String>> {
+    if provider == primary {
+        return Ok(Ok(()));
+    }
+    let Some(hash) = rules.contract_hash(task, provider) else {
+        return Ok(Err(format!("provider '{provider}' cannot serve task '{task}' here: one of them is not configured")));
+    };
+    let state = read_qualification_state(&mut **tx, provider, task, &hash).await?;
+    Ok(state.refusal(provider, task).map_or(Ok(()), Err))
 }
 
 impl PostgresStore {
@@ -442,10 +493,31 @@ async fn schedule_next_attempt(
             retryable: a.error.as_ref().and_then(|e| e.pointer("/detail/retryable")).and_then(Value::as_bool).unwrap_or(false),
         })
         .collect();
-    let Some(next) = rules.next_attempt(task, primary, &past) else { return Ok(None) };
     let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
-    let qualified = rules.is_qualified(task, primary, &next.provider);
-    if let Err(refusal) = check_admission(JobState::Failed, &states, rules.limits(task), qualified) {
+    let mut chosen = None;
+    for candidate in rules.retry_candidates(task, primary, &past) {
+        match check_qualified(tx, rules, task, primary, &candidate.provider).await? {
+            Ok(()) => {
+                chosen = Some(candidate);
+                break;
+            }
+            Err(reason) => {
+                tracing::info!(owner = %failed.owner, job.id = %failed.job_id, provider = %candidate.provider, %reason,
+                               "failover skipped an unqualified provider");
+                append_event(
+                    tx,
+                    &failed.owner,
+                    failed.job_id,
+                    "failover-skipped",
+                    None,
+                    json!({ "provider": candidate.provider, "reason": reason, "after": failed.number }),
+                )
+                .await?;
+            }
+        }
+    }
+    let Some(next) = chosen else { return Ok(None) };
+    if let Err(refusal) = check_admission(JobState::Failed, &states, rules.limits(task), true) {
         append_event(
             tx,
             &failed.owner,
@@ -745,21 +817,25 @@ impl Store for PostgresStore {
         }
 
         let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
-        let qualified = rules.is_qualified(&task, &primary, provider);
-        if let Err(refusal) = check_admission(job_state, &states, rules.limits(&task), qualified) {
+        let qualification = check_qualified(&mut tx, rules, &task, &primary, provider).await?;
+        if let Err(refusal) = check_admission(job_state, &states, rules.limits(&task), qualification.is_ok()) {
+            let reason = match refusal {
+                AdmissionRefusal::ProviderNotQualified => qualification.err(),
+                _ => None,
+            };
             append_event(
                 &mut tx,
                 owner,
                 job_id,
                 "admission-refused",
                 None,
-                json!({ "problem": refusal.problem_type(), "provider": provider,
+                json!({ "problem": refusal.problem_type(), "provider": provider, "reason": reason,
                         "idempotency_key": new.idempotency_key.as_ref().map(IdempotencyKey::as_str),
                         "origin": new.origin.as_str() }),
             )
             .await?;
             tx.commit().await?;
-            return Ok(Admission::Refused(refusal));
+            return Ok(Admission::Refused { refusal, reason });
         }
 
         let number = i32::try_from(attempts.len() + 1).map_err(corrupt)?;
@@ -934,6 +1010,69 @@ impl Store for PostgresStore {
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    async fn insert_qualification(
+        &self,
+        provider: &str,
+        task: &str,
+        contract_hash: &[u8; 32],
+        passed: bool,
+        report: &Value,
+    ) -> Result<QualificationRecord> {
+        let id = Uuid::now_v7();
+        let created_at = sqlx::query_scalar(
+            r#"insert into qualifications (id, provider, task, contract_hash, passed, report)
+               values ($1, $2, $3, $4, $5, $6)
+               returning created_at"#,
+        )
+        .bind(id)
+        .bind(provider)
+        .bind(task)
+        .bind(&contract_hash[..])
+        .bind(passed)
+        .bind(report)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(QualificationRecord {
+            id,
+            provider: provider.to_owned(),
+            task: task.to_owned(),
+            contract_hash: *contract_hash,
+            passed,
+            report: report.clone(),
+            created_at,
+        })
+    }
+
+    async fn qualification_state(&self, provider: &str, task: &str, contract_hash: &[u8; 32]) -> Result<QualificationState> {
+        read_qualification_state(&self.pool, provider, task, contract_hash).await
+    }
+
+    async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>> {
+        let row = sqlx::query(
+            r#"select id, contract_hash, passed, report, created_at from qualifications
+               where provider = $1 and task = $2
+               order by created_at desc
+               limit 1"#,
+        )
+        .bind(provider)
+        .bind(task)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            let hash: Vec<u8> = row.try_get("contract_hash")?;
+            Ok(QualificationRecord {
+                id: row.try_get("id")?,
+                provider: provider.to_owned(),
+                task: task.to_owned(),
+                contract_hash: hash.try_into().map_err(|_| corrupt("contract hash length"))?,
+                passed: row.try_get("passed")?,
+                report: row.try_get("report")?,
+                created_at: row.try_get("created_at")?,
+            })
+        })
+        .transpose()
     }
 
     async fn cancel_job(&self, owner: &OwnerId, id: JobId) -> Result<Cancel> {

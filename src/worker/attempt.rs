@@ -3,15 +3,16 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::Worker;
 use crate::domain::AttemptError;
-use crate::provider::{self, Completion, FailureClass, ProviderError, ProviderRequest};
+use crate::provider::{Completion, FailureClass, ProviderError};
 use crate::store::{self, AttemptRef, ClaimedAttempt, Transition};
 
-/// Calls the provider within the attempt's deadline and records the outcome.
+/// Renders the prompt, checks it fits, calls the provider within the
+/// attempt's deadline, and records the outcome.
 pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt) {
     let span = tracing::info_span!(
         "attempt",
@@ -22,65 +23,61 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt) {
         provider = %claimed.provider,
     );
     async {
-        let outcome = match worker.providers.get(&claimed.provider) {
-            None => Err(ProviderError::new(
-                FailureClass::Definitive { retryable: false },
-                "provider-not-configured",
-                None,
-                format!("no provider named '{}' is configured on this worker", claimed.provider),
-            )),
-            Some(provider) => {
-                let request = ProviderRequest {
-                    attempt_id: claimed.id,
-                    task: claimed.task.clone(),
-                    messages: provider::render_messages(&claimed.task, &claimed.input),
-                    input: claimed.input.clone(),
-                };
-                // One deadline for connect, headers and body.
-                let timeout = provider.settings().timeout();
-                match tokio::time::timeout(timeout, provider.call(&request)).await {
-                    Ok(result) => result,
-                    Err(_) => Err(ProviderError::deadline(timeout)),
-                }
-            }
-        };
-        record_outcome(worker, &claimed.attempt, outcome).await;
+        let outcome = call(worker, &claimed).await;
+        record_outcome(worker, &claimed.attempt, &claimed.task, outcome).await;
     }
     .instrument(span)
     .await;
 }
 
-/// The stored form of a provider failure.
-fn attempt_error(error: &ProviderError) -> AttemptError {
-    let retryable = matches!(error.class, FailureClass::Definitive { retryable: true });
-    AttemptError {
-        kind: error.kind.to_owned(),
-        message: error.message.clone(),
-        detail: json!({ "status": error.status, "retryable": retryable }),
+async fn call(worker: &Worker, claimed: &ClaimedAttempt) -> Result<Completion, ProviderError> {
+    let not_configured = |what: &str| {
+        ProviderError::new(
+            FailureClass::Definitive { retryable: false },
+            "not-configured",
+            None,
+            format!("{what} is not configured on this worker"),
+        )
+    };
+    let provider = worker.providers.get(&claimed.provider).ok_or_else(|| not_configured(&format!("provider '{}'", claimed.provider)))?;
+    let task = worker.catalog.task(&claimed.task).ok_or_else(|| not_configured(&format!("task '{}'", claimed.task)))?;
+    let settings = provider.settings();
+    let prepared = task.contract.prepare(&task.name, settings, claimed.id.to_string(), &claimed.input, settings.temperature)?;
+    // One deadline for connect, headers and body.
+    let timeout = settings.timeout();
+    match tokio::time::timeout(timeout, provider.call(&prepared.request)).await {
+        Ok(result) => result,
+        Err(_) => Err(ProviderError::deadline(timeout)),
     }
 }
 
-/// Checks an output against the task's contract before it may win.
-fn check_contract(completion: Completion) -> Result<Completion, ProviderError> {
-    if completion.output.is_object() {
-        Ok(completion)
-    } else {
-        Err(ProviderError::contract_violation("the output is not a JSON object"))
+/// The stored form of a provider failure.
+fn attempt_error(error: &ProviderError) -> AttemptError {
+    let retryable = matches!(error.class, FailureClass::Definitive { retryable: true });
+    let mut detail = json!({ "status": error.status, "retryable": retryable });
+    if let Value::Object(extra) = &error.detail {
+        detail.as_object_mut().expect("an object").extend(extra.clone());
     }
+    AttemptError { kind: error.kind.to_owned(), message: error.message.clone(), detail }
 }
 
 /// How long an outcome is retried while the database cannot record it.
 const RECORD_PATIENCE: Duration = Duration::from_secs(300);
 
-/// Records what became of an attempt: an output goes through the job's
-/// compare-and-swap; a definitive failure fails it (and the retry policy may
-/// add the next attempt in the same transaction); an ambiguous one makes it
-/// `unknown`. Every transition is guarded, so retrying one after a database
-/// error is safe; it is retried for minutes, through a database failover.
-/// An outcome that still cannot be recorded is left to the reaper and the
-/// reconciler, which will find the attempt `unknown`.
-pub async fn record_outcome(worker: &Worker, attempt: &AttemptRef, outcome: Result<Completion, ProviderError>) {
-    let outcome = outcome.and_then(check_contract);
+/// Records what became of an attempt of a `task` job: an output that meets
+/// the task's contract goes through the job's compare-and-swap (one that
+/// does not fails the attempt and never becomes the result, I5); a
+/// definitive failure fails it (and the retry policy may add the next
+/// attempt in the same transaction); an ambiguous one makes it `unknown`.
+/// Every transition is guarded, so retrying one after a database error is
+/// safe; it is retried for minutes, through a database failover. An outcome
+/// that still cannot be recorded is left to the reaper and the reconciler,
+/// which will find the attempt `unknown`.
+pub async fn record_outcome(worker: &Worker, attempt: &AttemptRef, task: &str, outcome: Result<Completion, ProviderError>) {
+    let outcome = outcome.and_then(|completion| match worker.catalog.task(task) {
+        Some(task) => task.contract.accept(&completion.output).map(|()| completion),
+        None => Err(ProviderError::contract_violation(format!("task '{task}' is not configured; no output can be checked"))),
+    });
     let started = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(100);
     loop {

@@ -51,12 +51,13 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
         Err(_) => Err(ProviderError::deadline(timeout)),
     };
     let later = worker.reconcile_backoff(unknown.reconcile_count);
+    let (task, lookups) = (&unknown.task, unknown.reconcile_count);
     let settle = |outcome| async move {
         tracing::info!(
             owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
-            lookups = unknown.reconcile_count, "reconciling an unknown attempt"
+            lookups, "reconciling an unknown attempt"
         );
-        record_outcome(worker, attempt, outcome).await;
+        record_outcome(worker, attempt, task, outcome).await;
     };
     match answer {
         Ok(RequestStatus::Succeeded(completion)) => settle(Ok(completion)).await,

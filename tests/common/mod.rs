@@ -36,6 +36,8 @@ pub struct TestApp {
     pub database_url: String,
     pub alice: String,
     pub bob: String,
+    /// The application's tasks and providers, for contract hashes.
+    pub catalog: onejob::catalog::Catalog,
 }
 
 impl TestApp {
@@ -75,14 +77,19 @@ impl TestApp {
             settings.simulator.url = Some(running.url());
             Some(running)
         };
-        let application = Application::build_as(settings, role).await.expect("the application builds");
+        let catalog = onejob::catalog::Catalog::new(&settings);
+        let mut application = Application::build_as(settings, role).await.expect("the application builds");
+        // Live apps are used once the providers marked qualify_on_start are qualified.
+        if let Some(qualifying) = application.take_startup_qualifications() {
+            qualifying.await.unwrap();
+        }
         let addr = application.local_addr().expect("the API listens");
         let pool = PgPoolOptions::new().max_connections(5).connect(&database_url).await.unwrap();
         let store = Arc::new(PostgresStore::from_pool(pool));
         tokio::spawn(application.run_until(std::future::pending()));
         let alice = onejob::keys::create_key(store.as_ref(), &OwnerId::parse("alice").unwrap()).await.unwrap().1;
         let bob = onejob::keys::create_key(store.as_ref(), &OwnerId::parse("bob").unwrap()).await.unwrap().1;
-        Self { addr, simulator, client: Client::new(), store, database_url, alice, bob }
+        Self { addr, simulator, client: Client::new(), store, database_url, alice, bob, catalog }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -136,11 +143,26 @@ impl TestApp {
         self.store.as_ref()
     }
 
-    /// The simulator's request log, by attempt id: how often each arrived.
+    /// The simulator's request log of attempts (qualification calls left
+    /// out), by attempt id: how often each arrived.
     pub async fn simulator_log(&self) -> std::collections::HashMap<String, Value> {
         let url = format!("{}/v1/requests", self.simulator.as_ref().expect("a live app").url());
         let log: Value = self.client.get(url).send().await.unwrap().json().await.unwrap();
-        log["requests"].as_array().unwrap().iter().map(|r| (r["id"].as_str().unwrap().to_owned(), r.clone())).collect()
+        log["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| !r["id"].as_str().unwrap().starts_with("qualification-"))
+            .map(|r| (r["id"].as_str().unwrap().to_owned(), r.clone()))
+            .collect()
+    }
+
+    /// Records a passing qualification of `provider` for `summarize`'s
+    /// current contract, as if one had run.
+    pub async fn qualify(&self, provider: &str) {
+        let hash = self.catalog.contract_hash("summarize", provider).expect("a configured provider");
+        let report = serde_json::json!({"summary": "recorded by the test"});
+        self.store().insert_qualification(provider, "summarize", &hash, true, &report).await.unwrap();
     }
 
     /// Reads job `id` as alice, then long-polls it (with its ETag) until
@@ -186,6 +208,9 @@ pub fn fast_timings(settings: &mut Settings) {
     let p = &mut settings.providers;
     p.get_mut("sim-slow").unwrap().latency_ms = 1_500;
     p.get_mut("sim-slow").unwrap().timeout_ms = 5_000;
+    // Qualifying sim-slow would hold every live test for its latency; a test
+    // that falls over to it qualifies it with `TestApp::qualify`.
+    p.get_mut("sim-slow").unwrap().qualify_on_start = false;
     p.get_mut("sim-hang").unwrap().timeout_ms = 300;
     p.get_mut("sim-hang").unwrap().hang_ms = Some(1_200);
     p.get_mut("sim-late").unwrap().timeout_ms = 300;

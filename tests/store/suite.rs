@@ -36,13 +36,30 @@ impl TaskRules for Rules {
     fn limits(&self, _task: &str) -> AttemptLimits {
         self.limits
     }
-    fn is_qualified(&self, _task: &str, _primary: &str, _provider: &str) -> bool {
-        self.qualified
+    fn contract_hash(&self, _task: &str, _provider: &str) -> Option<[u8; 32]> {
+        Some(if self.qualified { CONTRACT } else { OTHER_CONTRACT })
     }
-    fn next_attempt(&self, _task: &str, _primary: &str, attempts: &[PastAttempt<'_>]) -> Option<NextAttempt> {
-        // Retries once on sim-slow after a retryable failure, when asked to.
-        (self.retry && attempts.len() < self.limits.max_attempts as usize && attempts.last()?.retryable)
-            .then(|| NextAttempt { provider: "sim-slow".into(), delay: Duration::ZERO })
+    fn retry_candidates(&self, _task: &str, _primary: &str, attempts: &[PastAttempt<'_>]) -> Vec<NextAttempt> {
+        // When asked to: after a retryable failure, sim-bad-json (never
+        // qualified, so skipped) and then sim-slow.
+        let retry = self.retry && attempts.len() < self.limits.max_attempts as usize
+            && attempts.last().is_some_and(|a| a.retryable);
+        if !retry {
+            return vec![];
+        }
+        ["sim-bad-json", "sim-slow"].map(|p| NextAttempt { provider: p.into(), delay: Duration::ZERO }).to_vec()
+    }
+}
+
+/// The contract hash these tests qualify providers for.
+const CONTRACT: [u8; 32] = [7; 32];
+const OTHER_CONTRACT: [u8; 32] = [8; 32];
+
+/// Every test starts with sim-fast and sim-slow qualified for `summarize`;
+/// sim-bad-json never is.
+pub async fn prepare(store: &dyn Store) {
+    for provider in ["sim-fast", "sim-slow"] {
+        store.insert_qualification(provider, "summarize", &CONTRACT, true, &json!({"summary": "3/3"})).await.unwrap();
     }
 }
 
@@ -207,7 +224,7 @@ pub async fn another_owner_can_neither_see_nor_touch_a_job(store: Shared) {
 
 async fn refusal(store: &dyn Store, job: JobId, key_text: &str, rules: &Rules) -> AdmissionRefusal {
     match store.admit_attempt(&owner("alice"), job, &attempt_on("sim-fast", key_text), rules).await.unwrap() {
-        Admission::Refused(refusal) => refusal,
+        Admission::Refused { refusal, .. } => refusal,
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
@@ -249,10 +266,27 @@ pub async fn admission_refuses_a_finished_job(store: Shared) {
     assert_eq!(refusal(store.as_ref(), job, "a2", &rules(5, 2)).await, AdmissionRefusal::JobFinished);
 }
 
-pub async fn admission_refuses_an_unqualified_provider(store: Shared) {
+pub async fn admission_refuses_an_unqualified_provider_and_says_why(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    let unqualified = Rules { limits: AttemptLimits::default(), qualified: false, retry: false };
-    assert_eq!(refusal(store.as_ref(), job, "a2", &unqualified).await, AdmissionRefusal::ProviderNotQualified);
+    let refused = |provider: &'static str, key_text: &'static str, rules: Rules| {
+        let store = store.clone();
+        async move {
+            match store.admit_attempt(&owner("alice"), job, &attempt_on(provider, key_text), &rules).await.unwrap() {
+                Admission::Refused { refusal: AdmissionRefusal::ProviderNotQualified, reason } => reason.unwrap(),
+                other => panic!("expected provider-not-qualified, got {other:?}"),
+            }
+        }
+    };
+    assert!(refused("sim-bad-json", "a", rules(5, 2)).await.contains("never qualified"));
+    // The contract changed since sim-slow passed.
+    let changed = Rules { qualified: false, ..rules(5, 2) };
+    assert!(refused("sim-slow", "b", changed).await.contains("changed since"));
+    store.insert_qualification("sim-bad-json", "summarize", &CONTRACT, false, &json!({"summary": "0/3 examples passed"})).await.unwrap();
+    let failed = refused("sim-bad-json", "c", rules(5, 2)).await;
+    assert!(failed.contains("failed qualification") && failed.contains("0/3"), "{failed}");
+    // The job's own provider needs no qualification.
+    let own = store.admit_attempt(&owner("alice"), job, &attempt_on("sim-fast", "d"), &Rules { qualified: false, ..rules(5, 2) }).await;
+    assert!(matches!(own.unwrap(), Admission::Admitted(_)));
 }
 
 pub async fn admission_replays_a_key_and_refuses_it_for_another_provider(store: Shared) {
@@ -293,7 +327,7 @@ pub async fn twenty_concurrent_admissions_never_leave_two_pending(store: Shared)
     for task in tasks {
         match task.await.unwrap() {
             Admission::Admitted(_) => admitted += 1,
-            Admission::Refused(AdmissionRefusal::AttemptPending) => {}
+            Admission::Refused { refusal: AdmissionRefusal::AttemptPending, .. } => {}
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -576,7 +610,11 @@ pub async fn a_failure_and_the_policys_next_attempt_commit_together(store: Share
     error.detail = json!({"status": 503, "retryable": true});
     let outcome = store.fail_attempt(&at(job, 1), &error, &retrying).await.unwrap();
     let Transition::Failed { next: Some(next) } = outcome else { panic!("the policy scheduled an attempt: {outcome:?}") };
-    assert_eq!((next.number, next.provider.as_str()), (2, "sim-slow"));
+    assert_eq!((next.number, next.provider.as_str()), (2, "sim-slow"), "the unqualified candidate was skipped");
+    let skipped = store.list_events(&owner("alice"), job).await.unwrap().into_iter().find(|e| e.kind == "failover-skipped");
+    let skipped = skipped.expect("the skip is recorded");
+    assert_eq!(skipped.detail["provider"], "sim-bad-json");
+    assert!(skipped.detail["reason"].as_str().unwrap().contains("never qualified"));
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!(stored.state, JobState::Queued);
     assert_eq!((stored.attempts[1].state, stored.attempts[1].origin), (AttemptState::Pending, AttemptOrigin::Policy));

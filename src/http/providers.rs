@@ -1,0 +1,112 @@
+//! `/providers`: every provider with where it stands for each task's
+//! current contract, and running a qualification on demand (I5).
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use serde_json::{Map, Value, json};
+
+use super::AppState;
+use super::auth::Owner;
+use super::error::{ApiError, Problem};
+use super::extract::read_json;
+use super::jobs::{json_response, unknown_members};
+use crate::qualify::{self, QualifyError};
+use crate::store::QualificationState;
+
+/// The routes of this resource.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/providers", get(list_providers))
+        .route("/providers/{name}/qualifications", post(run_qualification))
+}
+
+async fn list_providers(State(app): State<AppState>, Owner(_): Owner) -> Result<Response, ApiError> {
+    let mut names: Vec<&String> = app.providers.keys().collect();
+    names.sort();
+    let mut providers = Vec::with_capacity(names.len());
+    for name in names {
+        let settings = app.providers[name].settings();
+        let mut tasks = Map::new();
+        for task in app.catalog.tasks() {
+            let Some(hash) = app.catalog.contract_hash(&task.name, name) else { continue };
+            let state = app.store.qualification_state(name, &task.name, &hash).await?;
+            let last = app.store.latest_qualification(name, &task.name).await?;
+            let qualified_at = match &state {
+                QualificationState::Qualified { at } => Some(*at),
+                _ => None,
+            };
+            tasks.insert(
+                task.name.clone(),
+                json!({
+                    "state": state.name(),
+                    "contract_hash": format!("sha256:{}", hex::encode(hash)),
+                    "qualified_at": qualified_at,
+                    "reason": state.refusal(name, &task.name),
+                    "last_report": last.map(|q| json!({
+                        "passed": q.passed,
+                        "at": q.created_at,
+                        "contract_hash": format!("sha256:{}", hex::encode(q.contract_hash)),
+                        "summary": q.report["summary"],
+                    })),
+                }),
+            );
+        }
+        providers.push(json!({
+            "name": name,
+            "kind": settings.kind,
+            "model": settings.model,
+            "timeout_ms": settings.timeout_ms,
+            "tokenizer": settings.tokenizer,
+            "context_tokens": settings.context_tokens,
+            "max_output_tokens": settings.max_output_tokens,
+            "status_lookup": settings.has_status_lookup(),
+            "tasks": tasks,
+        }));
+    }
+    Ok(json_response(StatusCode::OK, &json!({ "providers": providers }), &[]))
+}
+
+async fn run_qualification(
+    State(app): State<AppState>,
+    Owner(_): Owner,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    if !app.providers.contains_key(&name) {
+        return Err(Problem::not_found().detail(format!("no provider named '{name}'")).into());
+    }
+    let body = read_json(&headers, body, app.settings.max_body_bytes, false).await?;
+    let Value::Object(body) = body else {
+        return Err(Problem::invalid_field("", "the body must be a JSON object").into());
+    };
+    let violations = unknown_members(&body, &["task"]);
+    if !violations.is_empty() {
+        return Err(Problem::invalid(violations).into());
+    }
+    let Some(task) = body.get("task").and_then(Value::as_str) else {
+        return Err(Problem::invalid_field("/task", "a task name is required").into());
+    };
+    match qualify::qualify(app.store.as_ref(), &app.providers, &app.catalog, &name, task).await {
+        Ok(record) => Ok(json_response(
+            StatusCode::CREATED,
+            &json!({
+                "id": record.id,
+                "provider": record.provider,
+                "task": record.task,
+                "contract_hash": format!("sha256:{}", hex::encode(record.contract_hash)),
+                "passed": record.passed,
+                "report": record.report,
+                "created_at": record.created_at,
+            }),
+            &[],
+        )),
+        Err(QualifyError::UnknownTask(task)) => Err(Problem::invalid_field("/task", format!("no task named '{task}'")).into()),
+        Err(QualifyError::UnknownProvider(_)) => Err(Problem::not_found().into()),
+        Err(QualifyError::Store(error)) => Err(error.into()),
+    }
+}

@@ -1,0 +1,215 @@
+//! A task's contract with its providers: how the input becomes chat
+//! messages (minijinja templates), what every output must look like (JSON
+//! Schema), the examples that prove a provider meets it, and the contract
+//! hash that ties a qualification to exactly this contract (I5).
+
+use minijinja::{Environment, UndefinedBehavior};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::{FailureClass, ProviderError, ProviderRequest, tokens};
+use crate::config::{ExampleSettings, ProviderSettings, TaskSettings};
+
+/// A request ready to send, with its prompt's size.
+pub struct Prepared {
+    /// The request.
+    pub request: ProviderRequest,
+    /// The rendered prompt's tokens, by the provider's tokenizer.
+    pub prompt_tokens: usize,
+}
+
+/// A compiled contract.
+pub struct Contract {
+    templates: Environment<'static>,
+    has_system: bool,
+    output_validator: jsonschema::Validator,
+    /// The qualification examples.
+    pub examples: Vec<ExampleSettings>,
+    /// The output schema, for `response_format`.
+    pub output_schema: Value,
+    /// What the hash covers, in canonical form.
+    canonical: Value,
+}
+
+impl Contract {
+    /// Compiles a task's contract; an error names what is wrong.
+    pub fn new(settings: &TaskSettings) -> Result<Self, String> {
+        let mut templates = Environment::new();
+        templates.set_undefined_behavior(UndefinedBehavior::Strict);
+        if let Some(system) = &settings.prompt.system {
+            templates.add_template_owned("system", system.clone()).map_err(|e| format!("prompt.system: {e}"))?;
+        }
+        templates.add_template_owned("user", settings.prompt.user.clone()).map_err(|e| format!("prompt.user: {e}"))?;
+        let output_validator =
+            jsonschema::draft202012::new(&settings.output_schema).map_err(|e| format!("output_schema: {e}"))?;
+        let canonical = json!({
+            "prompt": settings.prompt,
+            "input_schema": settings.input_schema,
+            "output_schema": settings.output_schema,
+            "examples": settings.examples,
+        });
+        Ok(Self {
+            templates,
+            has_system: settings.prompt.system.is_some(),
+            output_validator,
+            examples: settings.examples.clone(),
+            output_schema: settings.output_schema.clone(),
+            canonical,
+        })
+    }
+
+    /// The chat messages for an input: the system message (if any) and the
+    /// user message. The input's members are variables, and so is `input`.
+    pub fn render(&self, input: &Value) -> Result<Vec<Value>, String> {
+        let mut context = match input {
+            Value::Object(members) => members.clone(),
+            _ => serde_json::Map::new(),
+        };
+        context.insert("input".into(), input.clone());
+        let context = minijinja::Value::from(minijinja::value::Serde(&context));
+        let render = |name: &str| -> Result<String, String> {
+            let template = self.templates.get_template(name).map_err(|e| e.to_string())?;
+            template.render(&context).map_err(|e| format!("the prompt cannot be rendered: {e}"))
+        };
+        let mut messages = Vec::with_capacity(2);
+        if self.has_system {
+            messages.push(json!({"role": "system", "content": render("system")?}));
+        }
+        messages.push(json!({"role": "user", "content": render("user")?}));
+        Ok(messages)
+    }
+
+    /// Renders the request for `input` to `provider` and checks that it fits
+    /// the provider's context: otherwise it fails here, before any call
+    /// (`prompt-too-long`, no cost).
+    pub fn prepare(
+        &self,
+        task: &str,
+        provider: &ProviderSettings,
+        request_id: String,
+        input: &Value,
+        temperature: f64,
+    ) -> Result<Prepared, ProviderError> {
+        let definitive = |kind, message: String| ProviderError::new(FailureClass::Definitive { retryable: false }, kind, None, message);
+        let messages = self.render(input).map_err(|message| definitive("prompt-render-failed", message))?;
+        let prompt_tokens = tokens::count_messages(provider.tokenizer, &messages);
+        let needed = prompt_tokens + provider.max_output_tokens as usize;
+        if needed > provider.context_tokens as usize {
+            let mut error = definitive(
+                "prompt-too-long",
+                format!(
+                    "the prompt is {prompt_tokens} tokens; with {} for the answer it exceeds the provider's context of {}",
+                    provider.max_output_tokens, provider.context_tokens
+                ),
+            );
+            error.detail = json!({"prompt_tokens": prompt_tokens, "max_output_tokens": provider.max_output_tokens,
+                                  "context_tokens": provider.context_tokens});
+            return Err(error);
+        }
+        let request = ProviderRequest {
+            request_id,
+            task: task.to_owned(),
+            input: input.clone(),
+            messages,
+            temperature,
+            output_schema: Some(self.output_schema.clone()),
+        };
+        Ok(Prepared { request, prompt_tokens })
+    }
+
+    /// Checks an output before it may win: a violation is a definitive
+    /// `contract-violation` naming the validator's paths.
+    pub fn accept(&self, output: &Value) -> Result<(), ProviderError> {
+        let violations = self.check_output(output);
+        if violations.is_empty() {
+            return Ok(());
+        }
+        let mut error = ProviderError::contract_violation(format!("the output breaks the contract: {}", violations.join("; ")));
+        error.detail = json!({ "violations": violations });
+        Err(error)
+    }
+
+    /// Every way `output` breaks the output schema, as `pointer: message`
+    /// (an unexpected member is named by its own pointer).
+    pub fn check_output(&self, output: &Value) -> Vec<String> {
+        let mut violations = Vec::new();
+        for error in self.output_validator.iter_errors(output) {
+            match error.kind() {
+                jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => {
+                    for name in unexpected {
+                        let pointer = format!("{}/{}", error.instance_path(), name.replace('~', "~0").replace('/', "~1"));
+                        violations.push(format!("{pointer}: additional property not allowed"));
+                    }
+                }
+                _ => {
+                    let path = error.instance_path().to_string();
+                    let path = if path.is_empty() { "/".to_owned() } else { path };
+                    violations.push(format!("{path}: {error}"));
+                }
+            }
+        }
+        violations
+    }
+
+    /// The contract hash for a provider: SHA-256 over the canonical JSON
+    /// (RFC 8785) of the prompt templates, both schemas, the examples, and
+    /// the provider's model and qualification temperature.
+    pub fn hash_for(&self, provider: &ProviderSettings) -> [u8; 32] {
+        let whole = json!({
+            "contract": self.canonical,
+            "model": provider.model,
+            "qualification_temperature": provider.qualification_temperature,
+        });
+        let bytes = serde_json_canonicalizer::to_vec(&whole).expect("canonical JSON of a JSON value");
+        Sha256::digest(&bytes).into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+
+    fn summarize() -> (Settings, Contract) {
+        let settings = Settings::builtin();
+        let contract = Contract::new(&settings.tasks["summarize"]).unwrap();
+        (settings, contract)
+    }
+
+    #[test]
+    fn the_prompt_renders_from_the_input_and_undefined_variables_are_errors() {
+        let (_, contract) = summarize();
+        let messages = contract.render(&json!({"text": "a b c", "max_words": 2})).unwrap();
+        assert_eq!(messages.len(), 2);
+        assert_eq!(messages[0]["role"], "system");
+        assert!(messages[1]["content"].as_str().unwrap().contains("at most 2 words"));
+        assert!(messages[1]["content"].as_str().unwrap().ends_with("a b c"));
+        assert!(contract.render(&json!({"max_words": 2})).unwrap_err().contains("cannot be rendered"));
+    }
+
+    #[test]
+    fn output_violations_name_their_paths() {
+        let (_, contract) = summarize();
+        assert!(contract.check_output(&json!({"summary": "a", "word_count": 1})).is_empty());
+        assert_eq!(
+            contract.check_output(&json!({"summary": "a", "word_count": 1, "note": "hi"})),
+            ["/note: additional property not allowed"]
+        );
+        let violations = contract.check_output(&json!({"summary": 3, "word_count": 1}));
+        assert!(violations[0].starts_with("/summary: "), "{violations:?}");
+    }
+
+    #[test]
+    fn the_contract_hash_changes_with_the_contract_and_the_providers_model() {
+        let (settings, contract) = summarize();
+        let fast = &settings.providers["sim-fast"];
+        let same = Contract::new(&settings.tasks["summarize"]).unwrap();
+        assert_eq!(contract.hash_for(fast), same.hash_for(fast));
+        let mut changed = settings.tasks["summarize"].clone();
+        changed.output_schema["properties"]["extra"] = json!({"type": "string"});
+        assert_ne!(contract.hash_for(fast), Contract::new(&changed).unwrap().hash_for(fast));
+        let mut other_model = fast.clone();
+        other_model.model = "sim-2".into();
+        assert_ne!(contract.hash_for(fast), contract.hash_for(&other_model));
+    }
+}

@@ -1,0 +1,174 @@
+//! Qualification: proving a provider against a task's contract before any
+//! attempt of another provider's job may go to it (I5). Each example is
+//! rendered, counted against the provider's context, sent through the
+//! normal provider path at the qualification temperature, parsed, checked
+//! against the output schema and the example's expected members. The report
+//! is stored with the contract hash it proves.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::catalog::Catalog;
+use crate::provider::{Provider, ProviderError, Providers};
+use crate::store::{self, QualificationRecord, Store};
+
+/// One example's result.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExampleResult {
+    /// The example's input.
+    pub input: Value,
+    /// Whether the output met the contract and the expectations.
+    pub passed: bool,
+    /// Why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// How long the call took.
+    pub latency_ms: u64,
+    /// The rendered prompt's tokens, by the provider's tokenizer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<usize>,
+    /// What the provider answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+}
+
+/// Why a qualification could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum QualifyError {
+    /// No such provider.
+    #[error("no provider named '{0}' is configured")]
+    UnknownProvider(String),
+    /// No such task.
+    #[error("no task named '{0}' is configured")]
+    UnknownTask(String),
+    /// The report could not be stored.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+}
+
+/// Runs every example of `task` against `provider` (all at once) and says
+/// whether all passed.
+pub async fn run(provider: Arc<dyn Provider>, catalog: Arc<Catalog>, task: &str) -> Result<(bool, Value), QualifyError> {
+    let examples = catalog.task(task).ok_or_else(|| QualifyError::UnknownTask(task.to_owned()))?.contract.examples.clone();
+    let mut runs = tokio::task::JoinSet::new();
+    for (index, example) in examples.into_iter().enumerate() {
+        let (provider, catalog, task) = (provider.clone(), catalog.clone(), task.to_owned());
+        runs.spawn(async move { (index, run_example(provider.as_ref(), &catalog, &task, example.input, &example.expect).await) });
+    }
+    let mut results: Vec<(usize, ExampleResult)> = runs.join_all().await;
+    results.sort_by_key(|(index, _)| *index);
+    let results: Vec<ExampleResult> = results.into_iter().map(|(_, result)| result).collect();
+    let passing = results.iter().filter(|r| r.passed).count();
+    let passed = !results.is_empty() && passing == results.len();
+    let mut summary = format!("{passing}/{} examples passed", results.len());
+    if results.is_empty() {
+        summary = "the task has no examples, so nothing proves the contract".to_owned();
+    }
+    if let Some((index, failure)) = results.iter().enumerate().find(|(_, r)| !r.passed) {
+        summary.push_str(&format!("; example {}: {}", index + 1, failure.reason.as_deref().unwrap_or("failed")));
+    }
+    let report = json!({
+        "summary": summary,
+        "temperature": provider.settings().qualification_temperature,
+        "model": provider.settings().model,
+        "examples": results,
+    });
+    Ok((passed, report))
+}
+
+async fn run_example(
+    provider: &dyn Provider,
+    catalog: &Catalog,
+    task: &str,
+    input: Value,
+    expect: &serde_json::Map<String, Value>,
+) -> ExampleResult {
+    let started = Instant::now();
+    let settings = provider.settings();
+    let contract = &catalog.task(task).expect("the task exists").contract;
+    let id = format!("qualification-{}", uuid::Uuid::now_v7());
+    let outcome: Result<(usize, Value), (Option<usize>, ProviderError)> = async {
+        let prepared =
+            contract.prepare(task, settings, id, &input, settings.qualification_temperature).map_err(|e| (None, e))?;
+        let tokens = prepared.prompt_tokens;
+        let completion = match tokio::time::timeout(settings.timeout(), provider.call(&prepared.request)).await {
+            Ok(result) => result.map_err(|e| (Some(tokens), e))?,
+            Err(_) => return Err((Some(tokens), ProviderError::deadline(settings.timeout()))),
+        };
+        Ok((tokens, completion.output))
+    }
+    .await;
+    let latency_ms = started.elapsed().as_millis() as u64;
+    match outcome {
+        Err((prompt_tokens, error)) => ExampleResult {
+            input,
+            passed: false,
+            reason: Some(format!("{}: {}", error.kind, error.message)),
+            latency_ms,
+            prompt_tokens,
+            output: None,
+        },
+        Ok((tokens, output)) => {
+            let mut problems = contract.check_output(&output);
+            for (name, wanted) in expect {
+                let got = output.get(name).unwrap_or(&Value::Null);
+                if got != wanted {
+                    problems.push(format!("/{name}: expected {wanted}, got {got}"));
+                }
+            }
+            ExampleResult {
+                input,
+                passed: problems.is_empty(),
+                reason: (!problems.is_empty()).then(|| problems.join("; ")),
+                latency_ms,
+                prompt_tokens: Some(tokens),
+                output: Some(output),
+            }
+        }
+    }
+}
+
+/// Qualifies `provider` for `task` now and stores the report.
+pub async fn qualify(
+    store: &dyn Store,
+    providers: &Providers,
+    catalog: &Arc<Catalog>,
+    provider: &str,
+    task: &str,
+) -> Result<QualificationRecord, QualifyError> {
+    let chosen = providers.get(provider).ok_or_else(|| QualifyError::UnknownProvider(provider.to_owned()))?;
+    let hash = catalog.contract_hash(task, provider).ok_or_else(|| QualifyError::UnknownTask(task.to_owned()))?;
+    let (passed, report) = run(chosen.clone(), catalog.clone(), task).await?;
+    let record = store.insert_qualification(provider, task, &hash, passed, &report).await?;
+    tracing::info!(provider, task, passed, summary = %report["summary"], "qualification stored");
+    Ok(record)
+}
+
+/// Qualifies every provider marked `qualify_on_start` for every task,
+/// unless it already passed a qualification of the current contract.
+pub async fn qualify_on_start(store: Arc<dyn Store>, providers: Arc<Providers>, catalog: Arc<Catalog>) {
+    let mut runs = tokio::task::JoinSet::new();
+    for (name, _) in providers.iter().filter(|(_, p)| p.settings().qualify_on_start) {
+        for task in catalog.tasks() {
+            let Some(hash) = catalog.contract_hash(&task.name, name) else { continue };
+            match store.qualification_state(name, &task.name, &hash).await {
+                Ok(state) if state.passed() => continue,
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(provider = %name, task = %task.name, %error, "cannot read qualifications; qualifying anyway");
+                }
+            }
+            let (store, providers, catalog, name, task) =
+                (store.clone(), providers.clone(), catalog.clone(), name.clone(), task.name.clone());
+            runs.spawn(async move {
+                if let Err(error) = qualify(store.as_ref(), &providers, &catalog, &name, &task).await {
+                    tracing::warn!(provider = %name, %task, %error, "qualification at start failed to run");
+                }
+            });
+        }
+    }
+    runs.join_all().await;
+}
