@@ -6,9 +6,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TestApp, expect_problem};
+use common::{TestApp, claim_all, expect_problem};
 use onejob::domain::{AttemptError, JobId, OwnerId};
-use onejob::store::{AttemptRef, Leases, Transition};
+use onejob::store::{AttemptRef, Transition};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
@@ -23,15 +23,6 @@ fn job_id(body: &Value) -> JobId {
 
 fn alice_attempt(job: JobId, number: i32) -> AttemptRef {
     AttemptRef { owner: OwnerId::parse("alice").unwrap(), job_id: job, number }
-}
-
-/// Claims every pending attempt of the test's database (there is no worker
-/// yet), so they run.
-async fn claim_all(app: &TestApp) {
-    let lease = Duration::from_secs(60);
-    let by_provider = ["sim-fast", "sim-slow", "sim-hang", "sim-late", "sim-flaky", "sim-bad-json"].map(|p| (p.to_owned(), lease));
-    let leases = Leases { default: lease, by_provider: by_provider.to_vec() };
-    app.store().claim_attempts("test-worker", 100, &leases).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -54,6 +54,13 @@ impl TestApp {
     }
 
     pub async fn spawn_as(role: Role, adjust: impl FnOnce(&mut Settings)) -> Self {
+        let database_url = postgres::fresh_database().await;
+        Self::spawn_on(&database_url, role, adjust).await
+    }
+
+    /// An application on an existing database (two applications can share one).
+    pub async fn spawn_on(database_url: &str, role: Role, adjust: impl FnOnce(&mut Settings)) -> Self {
+        let database_url = database_url.to_owned();
         // RUST_LOG=onejob=debug shows the application's logs with a test's output.
         if std::env::var_os("RUST_LOG").is_some() {
             let _ = tracing_subscriber::fmt()
@@ -61,7 +68,6 @@ impl TestApp {
                 .with_test_writer()
                 .try_init();
         }
-        let database_url = postgres::fresh_database().await;
         let mut settings = Settings::builtin();
         settings.server.listen = "127.0.0.1:0".parse().unwrap();
         settings.database.url = Some(database_url.clone());
@@ -276,4 +282,13 @@ pub async fn spawn_server_with(
     // Keep draining its log so that it never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     (child, address)
+}
+
+/// Claims every pending attempt of the test's database by hand (for
+/// API-only apps, which run no worker), so that they run.
+pub async fn claim_all(app: &TestApp) {
+    let lease = std::time::Duration::from_secs(60);
+    let by_provider = ["sim-fast", "sim-slow", "sim-hang", "sim-late", "sim-flaky", "sim-bad-json"].map(|p| (p.to_owned(), lease));
+    let leases = onejob::store::Leases { default: lease, by_provider: by_provider.to_vec() };
+    app.store().claim_attempts("test-worker", 100, &leases).await.unwrap();
 }

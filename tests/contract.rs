@@ -1,0 +1,206 @@
+//! Provider contracts and qualification (I5), over HTTP against the running
+//! application and the simulator: a provider that adds a top-level key fails
+//! qualification and is never failed over to; its outputs never win; a
+//! changed contract voids earlier qualifications; a prompt too long for a
+//! provider is never sent.
+
+mod common;
+
+use common::{TestApp, expect_problem, provider};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+async fn create(app: &TestApp, key: &str, body: &Value) -> String {
+    let response = app.post_job(key, body).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let job: Value = response.json().await.unwrap();
+    job["id"].as_str().unwrap().to_owned()
+}
+
+async fn qualify(app: &TestApp, provider: &str) -> (StatusCode, Value) {
+    let response = app
+        .client
+        .post(app.url(&format!("/providers/{provider}/qualifications")))
+        .bearer_auth(&app.alice)
+        .json(&json!({"task": "summarize"}))
+        .send()
+        .await
+        .unwrap();
+    (response.status(), response.json().await.unwrap())
+}
+
+async fn providers(app: &TestApp) -> Value {
+    let listed: Value = app.get(&app.alice, "/providers").await.json().await.unwrap();
+    listed["providers"].as_array().unwrap().iter().map(|p| (p["name"].as_str().unwrap().to_owned(), p["tasks"]["summarize"].clone())).collect()
+}
+
+#[tokio::test]
+async fn sim_bad_json_fails_qualification_naming_the_extra_key_and_is_never_failed_over_to() {
+    let app = TestApp::spawn_live(|s| s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-bad-json".into(), "sim-fast".into()]).await;
+    // Qualified at start (qualify_on_start): sim-fast passed, sim-bad-json did not.
+    let states = providers(&app).await;
+    assert_eq!(states["sim-fast"]["state"], "qualified", "{states:#}");
+    assert_eq!(states["sim-bad-json"]["state"], "failed", "{states:#}");
+    assert!(states["sim-bad-json"]["last_report"]["summary"].as_str().unwrap().contains("/note: additional property not allowed"));
+
+    // Run it again on demand: the report names the extra key, per example.
+    let (status, record) = qualify(&app, "sim-bad-json").await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(record["passed"], false);
+    let examples = record["report"]["examples"].as_array().unwrap();
+    assert_eq!(examples.len(), 3);
+    for example in examples {
+        assert_eq!(example["passed"], false);
+        assert!(example["reason"].as_str().unwrap().contains("/note: additional property not allowed"), "{example}");
+        assert!(example["prompt_tokens"].as_u64().unwrap() > 0);
+    }
+
+    // A client's fallback to it is refused, and says why.
+    let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": "slow one"}, "provider": "sim-slow"})).await;
+    app.wait_for(&id, "running", |j| j["state"] == "running").await;
+    let refused = app.post_attempt(&app.alice, &id, "fallback", &json!({"provider": "sim-bad-json"})).await;
+    let problem = expect_problem(refused, StatusCode::UNPROCESSABLE_ENTITY, "provider-not-qualified").await;
+    assert!(problem["detail"].as_str().unwrap().contains("failed qualification"), "{problem}");
+
+    // The failover policy skips it, records why, and goes on to sim-fast.
+    let down = app.post_job("k2", &json!({"task": "summarize", "input": {"text": "x"}, "provider": "sim-hang"})).await;
+    let down: Value = down.json().await.unwrap();
+    let down = down["id"].as_str().unwrap().to_owned();
+    let job = app.wait_for(&down, "failed over", |j| j["state"] == "succeeded").await;
+    let providers_used: Vec<&str> = job["attempts"].as_array().unwrap().iter().map(|a| a["provider"].as_str().unwrap()).collect();
+    assert_eq!(providers_used, ["sim-hang", "sim-fast"]);
+    let events = app
+        .store()
+        .list_events(&onejob::domain::OwnerId::parse("alice").unwrap(), onejob::domain::JobId::parse(&down).unwrap())
+        .await
+        .unwrap();
+    let skipped = events.iter().find(|e| e.kind == "failover-skipped").expect("the skip is recorded");
+    assert_eq!(skipped.detail["provider"], "sim-bad-json");
+    assert!(skipped.detail["reason"].as_str().unwrap().contains("failed qualification"));
+}
+
+#[tokio::test]
+async fn a_job_on_sim_bad_json_fails_its_first_attempt_and_takes_the_failovers_output() {
+    let app = TestApp::spawn_live(|s| s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-fast".into()]).await;
+    let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": "contract first"}, "provider": "sim-bad-json"})).await;
+    let job = app.wait_for(&id, "succeeded", |j| j["state"] == "succeeded").await;
+    let first = &job["attempts"][0];
+    assert_eq!((first["state"].clone(), first["error"]["type"].clone()), (json!("failed"), json!("contract-violation")));
+    assert!(first["error"]["message"].as_str().unwrap().contains("/note: additional property not allowed"));
+    assert_eq!(first["error"]["detail"]["violations"], json!(["/note: additional property not allowed"]));
+    assert_eq!(job["winning_attempt"], 2);
+    assert_eq!(job["attempts"][1]["provider"], "sim-fast");
+    assert_eq!(job["result"], json!({"summary": "contract first", "word_count": 2}));
+}
+
+#[tokio::test]
+async fn changing_the_contract_voids_an_earlier_qualification_until_it_is_run_again() {
+    // Two applications on one database, the second with a changed output
+    // schema (so a changed contract hash), as after a configuration change.
+    let before = TestApp::spawn_live(|_| {}).await;
+    let states = providers(&before).await;
+    assert_eq!(states["sim-fast"]["state"], "qualified");
+    let old_hash = states["sim-fast"]["contract_hash"].clone();
+
+    let database = before.database_url.clone();
+    let after = TestApp::spawn_on(&database, onejob::app::Role::Api, |s| {
+        let task = s.tasks.get_mut("summarize").unwrap();
+        task.output_schema["properties"]["language"] = json!({"type": "string"});
+    })
+    .await;
+    let states = providers(&after).await;
+    assert_eq!(states["sim-fast"]["state"], "stale", "{states:#}");
+    assert_ne!(states["sim-fast"]["contract_hash"], old_hash);
+    assert!(states["sim-fast"]["reason"].as_str().unwrap().contains("changed since"));
+
+    let id = create(&after, "k", &json!({"task": "summarize", "input": {"text": "x"}, "provider": "sim-slow"})).await;
+    common::claim_all(&after).await;
+    let refused = after.post_attempt(&after.alice, &id, "f1", &json!({"provider": "sim-fast"})).await;
+    let problem = expect_problem(refused, StatusCode::UNPROCESSABLE_ENTITY, "provider-not-qualified").await;
+    assert!(problem["detail"].as_str().unwrap().contains("changed since"), "{problem}");
+
+    let (status, record) = qualify(&after, "sim-fast").await;
+    assert_eq!((status, record["passed"].clone()), (StatusCode::CREATED, json!(true)), "{record:#}");
+    let admitted = after.post_attempt(&after.alice, &id, "f2", &json!({"provider": "sim-fast"})).await;
+    assert_eq!(admitted.status(), StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn a_prompt_longer_than_the_providers_context_fails_before_any_call() {
+    let app = TestApp::spawn_live(|s| {
+        s.providers.insert(
+            "sim-tiny".into(),
+            provider("kind = \"sim\"\ntokenizer = \"o200k_base\"\ncontext_tokens = 300\nmax_output_tokens = 200"),
+        );
+        s.tasks.get_mut("summarize").unwrap().failover.clear();
+    })
+    .await;
+    let long_text = "lorem ipsum dolor sit amet ".repeat(40);
+    let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": long_text}, "provider": "sim-tiny"})).await;
+    let job = app.wait_for(&id, "failed", |j| j["state"] == "failed").await;
+    let error = &job["attempts"][0]["error"];
+    assert_eq!(error["type"], "prompt-too-long");
+    assert_eq!(error["detail"]["context_tokens"], 300);
+    assert!(error["detail"]["prompt_tokens"].as_u64().unwrap() + 200 > 300);
+    assert!(app.simulator_log().await.is_empty(), "no call, no cost");
+
+    // A short one fits and is sent.
+    let short = create(&app, "k2", &json!({"task": "summarize", "input": {"text": "short"}, "provider": "sim-tiny"})).await;
+    app.wait_for(&short, "succeeded", |j| j["state"] == "succeeded").await;
+    assert_eq!(app.simulator_log().await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_prompt_that_cannot_be_rendered_is_refused_when_the_job_is_created() {
+    let app = TestApp::spawn_with(|s| {
+        // `max_words` is optional in the input schema, but this template needs it.
+        s.tasks.get_mut("summarize").unwrap().prompt.user = "In {{ max_words }} words: {{ text }}".into();
+    })
+    .await;
+    let response = app.post_job("k", &json!({"task": "summarize", "input": {"text": "no limit given"}})).await;
+    let problem = expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+    assert_eq!(problem["errors"][0]["pointer"], "/input");
+    assert!(problem["detail"].as_str().unwrap().contains("cannot be rendered"), "{problem}");
+    let fine = app.post_job("k", &json!({"task": "summarize", "input": {"text": "limit", "max_words": 3}})).await;
+    assert_eq!(fine.status(), StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn an_operators_resolution_must_meet_the_contract_too() {
+    let app = TestApp::spawn_live(|s| {
+        s.providers.insert("sim-blind".into(), provider("kind = \"sim\"\ntimeout_ms = 300\nhang_ms = 60000\nstatus_lookup = false"));
+    })
+    .await;
+    let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": "x"}, "provider": "sim-blind"})).await;
+    app.wait_for(&id, "unknown", |j| j["state"] == "unknown").await;
+    let resolve = |output: Value| {
+        app.client
+            .post(app.url(&format!("/jobs/{id}/attempts/1/resolve")))
+            .bearer_auth(&app.alice)
+            .json(&json!({"outcome": "succeeded", "output": output, "reason": "seen in the console"}))
+            .send()
+    };
+    let bad = resolve(json!({"summary": "x", "word_count": 1, "note": "extra"})).await.unwrap();
+    let problem = expect_problem(bad, StatusCode::UNPROCESSABLE_ENTITY, "contract-violation").await;
+    assert_eq!(problem["violations"], json!(["/note: additional property not allowed"]));
+    let good = resolve(json!({"summary": "x", "word_count": 1})).await.unwrap();
+    assert_eq!(good.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn qualification_of_an_unknown_provider_or_task_is_refused() {
+    let app = TestApp::spawn_with(|_| {}).await;
+    let (status, _) = qualify(&app, "nowhere").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let response = app
+        .client
+        .post(app.url("/providers/sim-fast/qualifications"))
+        .bearer_auth(&app.alice)
+        .json(&json!({"task": "translate"}))
+        .send()
+        .await
+        .unwrap();
+    expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+    let anonymous = app.client.get(app.url("/providers")).send().await.unwrap();
+    expect_problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
+}
