@@ -17,17 +17,15 @@ use crate::provider::{self, Providers};
 use crate::signals::Signals;
 use crate::sim::{self, RunningSimulator};
 use crate::store::postgres::{PostgresOptions, PostgresStore};
+use crate::store::sqlite::{SqliteOptions, SqliteStore};
 use crate::store::{Store, StoreError};
 use crate::worker::Worker;
 
 /// Why the application cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// No database was named.
-    #[error("no database: set DATABASE_URL (postgres://user:password@host/database) or [database] url")]
-    NoDatabase,
     /// The URL's scheme names no supported database.
-    #[error("unsupported database URL scheme in '{0}': use postgres://")]
+    #[error("unsupported database URL scheme '{0}': use postgres:// or sqlite://")]
     UnsupportedDatabase(String),
     /// The store failed (connecting, migrating).
     #[error(transparent)]
@@ -45,18 +43,27 @@ pub enum StartError {
     Providers(String),
 }
 
-/// Opens the store the settings name.
+/// Opens the store the settings name: Postgres for `postgres://`, SQLite
+/// for `sqlite://` (the default, a file in the working directory).
 pub fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, StartError> {
-    let url = settings.database.url.as_deref().ok_or(StartError::NoDatabase)?;
+    let url = settings.database.url();
+    let database = &settings.database;
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let options = PostgresOptions {
-            max_connections: settings.database.max_connections,
-            acquire_timeout: Duration::from_millis(settings.database.acquire_timeout_ms),
-            statement_timeout: Duration::from_millis(settings.database.statement_timeout_ms),
+            max_connections: database.max_connections,
+            acquire_timeout: Duration::from_millis(database.acquire_timeout_ms),
+            statement_timeout: Duration::from_millis(database.statement_timeout_ms),
         };
         Ok(Arc::new(PostgresStore::connect_lazy(url, &options)?))
+    } else if url.starts_with("sqlite:") {
+        let options = SqliteOptions {
+            max_connections: database.max_connections,
+            busy_timeout: Duration::from_millis(database.sqlite_busy_timeout_ms),
+            acquire_timeout: Duration::from_millis(database.acquire_timeout_ms),
+        };
+        Ok(Arc::new(SqliteStore::connect_lazy(url, &options)?))
     } else {
-        let scheme = url.split("://").next().unwrap_or(url);
+        let scheme = url.split(':').next().unwrap_or(url);
         Err(StartError::UnsupportedDatabase(scheme.to_owned()))
     }
 }

@@ -99,12 +99,19 @@ impl ServerSettings {
     }
 }
 
+/// The database used when none is named: a SQLite file in the working
+/// directory.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://onejob.db";
+
 /// `[database]`
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseSettings {
-    /// The database URL; `DATABASE_URL` overrides it.
+    /// The database URL (`postgres://…` or `sqlite://PATH`); `DATABASE_URL`
+    /// overrides it; [`DEFAULT_DATABASE_URL`] without either.
     pub url: Option<String>,
+    /// SQLite: how long a writer waits for the write lock.
+    pub sqlite_busy_timeout_ms: u64,
     /// Pool size.
     pub max_connections: u32,
     /// How long to wait for a free connection.
@@ -119,6 +126,7 @@ impl Default for DatabaseSettings {
     fn default() -> Self {
         Self {
             url: None,
+            sqlite_busy_timeout_ms: 5_000,
             max_connections: 16,
             acquire_timeout_ms: 2_000,
             statement_timeout_ms: 10_000,
@@ -422,6 +430,13 @@ where
     env_var(name)
         .map(|text| text.parse().map_err(|e: T::Err| ConfigError::Env { name, message: e.to_string() }))
         .transpose()
+}
+
+impl DatabaseSettings {
+    /// The URL in force.
+    pub fn url(&self) -> &str {
+        self.url.as_deref().unwrap_or(DEFAULT_DATABASE_URL)
+    }
 }
 
 impl ProviderSettings {

@@ -39,6 +39,9 @@ enum Command {
         /// Serve the API only; run workers with `onejob worker`.
         #[arg(long)]
         no_worker: bool,
+        /// Allow listening on an address other than loopback.
+        #[arg(long)]
+        allow_remote: bool,
         #[command(flatten)]
         config: ConfigArg,
     },
@@ -129,6 +132,7 @@ async fn main() -> ExitCode {
         listen: None,
         no_migrate: false,
         no_worker: false,
+        allow_remote: false,
         config: ConfigArg { config: std::env::var_os("ONEJOB_CONFIG").map(PathBuf::from) },
     });
     if let Command::Config { command: ConfigCommand::PrintDefault } = command {
@@ -150,10 +154,17 @@ type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
 async fn run(command: Command) -> Result<(), AnyError> {
     match command {
-        Command::Serve { listen, no_migrate, no_worker, config } => {
+        Command::Serve { listen, no_migrate, no_worker, allow_remote, config } => {
             let mut settings = Settings::load(config.config.as_deref())?;
             if let Some(listen) = listen {
                 settings.server.listen = listen;
+            }
+            if !settings.server.listen.ip().is_loopback() && !allow_remote {
+                return Err(format!(
+                    "refusing to listen on {} without --allow-remote: onejob binds loopback unless told otherwise",
+                    settings.server.listen
+                )
+                .into());
             }
             if no_migrate {
                 settings.database.migrate_on_start = false;
@@ -162,6 +173,7 @@ async fn run(command: Command) -> Result<(), AnyError> {
             let application = Application::build_as(settings, role).await?;
             if let Some(addr) = application.local_addr() {
                 tracing::info!(address = %addr, "listening on http://{addr}");
+                first_run_key(application.state().store.as_ref(), addr).await?;
             }
             application.run_until(shutdown_signal()).await?;
             tracing::info!("stopped");
@@ -248,6 +260,23 @@ async fn run(command: Command) -> Result<(), AnyError> {
         }
         Command::Config { .. } => unreachable!("handled before telemetry starts"),
     }
+}
+
+/// On a database without any API key, makes one for owner `demo` and shows
+/// it once on standard output (never in the logs), with a request to try.
+async fn first_run_key(store: &dyn onejob::store::Store, addr: SocketAddr) -> Result<(), AnyError> {
+    if store.has_api_keys().await? {
+        return Ok(());
+    }
+    let owner = OwnerId::parse("demo")?;
+    let (_, token) = keys::create_key(store, &owner).await?;
+    println!(
+        "No API key existed, so one was made for owner \"demo\". It is shown once; only its SHA-256 is stored:\n\n\
+         {token}\n\nTry it:\n\n\
+         curl -s http://{addr}/jobs -H 'Authorization: Bearer {token}' -H 'Idempotency-Key: first-job' \\\n  \
+         -H 'Content-Type: application/json' -d '{{\"task\": \"summarize\", \"input\": {{\"text\": \"one job per intent\"}}}}'\n"
+    );
+    Ok(())
 }
 
 async fn shutdown_signal() {

@@ -1,12 +1,13 @@
 //! The HTTP API over a real socket, against a real Postgres: I1, I2, I7 and
 //! the admission rules as a client sees them.
 
+#[macro_use]
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TestApp, claim_all, expect_problem};
+use common::{Backend, TestApp, claim_all, expect_problem};
 use onejob::domain::{AttemptError, JobId, OwnerId};
 use onejob::store::{AttemptRef, Transition};
 use reqwest::StatusCode;
@@ -25,9 +26,8 @@ fn alice_attempt(job: JobId, number: i32) -> AttemptRef {
     AttemptRef { owner: OwnerId::parse("alice").unwrap(), job_id: job, number }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fifty_concurrent_posts_with_one_key_make_one_job() {
-    let app = Arc::new(TestApp::spawn().await);
+async fn fifty_concurrent_posts_with_one_key_make_one_job(backend: Backend) {
+    let app = Arc::new(TestApp::spawn(backend).await);
     let barrier = Arc::new(Barrier::new(50));
     let tasks: Vec<_> = (0..50)
         .map(|_| {
@@ -53,15 +53,13 @@ async fn fifty_concurrent_posts_with_one_key_make_one_job() {
     let ids: std::collections::HashSet<_> = results.iter().map(|(_, _, id)| id.clone()).collect();
     assert_eq!(ids.len(), 1, "every caller got the same job id");
 
-    let pool = app.store.pool();
-    let jobs: i64 = sqlx::query_scalar("select count(*) from jobs").fetch_one(pool).await.unwrap();
-    let attempts: i64 = sqlx::query_scalar("select count(*) from attempts").fetch_one(pool).await.unwrap();
+    let jobs: i64 = sqlx::query_scalar("select count(*) from jobs").fetch_one(&app.db).await.unwrap();
+    let attempts: i64 = sqlx::query_scalar("select count(*) from attempts").fetch_one(&app.db).await.unwrap();
     assert_eq!((jobs, attempts), (1, 1), "one row in jobs, one first attempt");
 }
 
-#[tokio::test]
-async fn same_key_with_different_input_is_a_conflict_and_changes_nothing() {
-    let app = TestApp::spawn().await;
+async fn same_key_with_different_input_is_a_conflict_and_changes_nothing(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
     let job = app.create_job("k", None).await;
     let response = app.post_job("k", &summarize("something else")).await;
     let problem = expect_problem(response, StatusCode::CONFLICT, "idempotency-key-reused").await;
@@ -74,9 +72,8 @@ async fn same_key_with_different_input_is_a_conflict_and_changes_nothing() {
     assert_eq!(now["attempts"].as_array().unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn same_input_with_keys_reordered_and_other_whitespace_is_a_replay() {
-    let app = TestApp::spawn().await;
+async fn same_input_with_keys_reordered_and_other_whitespace_is_a_replay(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
     let first = app
         .post_job_raw(&app.alice, "k", r#"{"task":"summarize","input":{"text":"hi there","max_words":2}}"#.into())
         .send()
@@ -96,9 +93,8 @@ async fn same_input_with_keys_reordered_and_other_whitespace_is_a_replay() {
     assert_eq!((again["id"].clone(), again["fingerprint"].clone()), (first["id"].clone(), first["fingerprint"].clone()));
 }
 
-#[tokio::test]
-async fn naming_the_default_provider_explicitly_is_a_replay_and_a_quoted_key_is_the_same_key() {
-    let app = TestApp::spawn().await;
+async fn naming_the_default_provider_explicitly_is_a_replay_and_a_quoted_key_is_the_same_key(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
     let job = app.create_job("order-7", None).await;
     assert_eq!(job["provider"], "sim-fast");
     let explicit = json!({"task": "summarize", "input": {"text": "one two three"}, "provider": "sim-fast"});
@@ -109,9 +105,8 @@ async fn naming_the_default_provider_explicitly_is_a_replay_and_a_quoted_key_is_
     assert_eq!(body["id"], job["id"]);
 }
 
-#[tokio::test]
-async fn a_new_job_answers_201_with_location_and_its_pending_first_attempt() {
-    let app = TestApp::spawn().await;
+async fn a_new_job_answers_201_with_location_and_its_pending_first_attempt(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
     let response = app.post_job("k", &summarize("hello world")).await;
     assert_eq!(response.status(), StatusCode::CREATED);
     let location = response.headers()["location"].to_str().unwrap().to_owned();
@@ -126,9 +121,8 @@ async fn a_new_job_answers_201_with_location_and_its_pending_first_attempt() {
     assert_eq!(polled["attempts"][0]["id"], body["attempts"][0]["id"]);
 }
 
-#[tokio::test]
-async fn the_same_key_under_two_owners_makes_two_jobs() {
-    let app = TestApp::spawn().await;
+async fn the_same_key_under_two_owners_makes_two_jobs(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
     let a = app.post_job_raw(&app.alice, "shared", summarize("x").to_string()).send().await.unwrap();
     let b = app.post_job_raw(&app.bob, "shared", summarize("x").to_string()).send().await.unwrap();
     assert_eq!((a.status(), b.status()), (StatusCode::CREATED, StatusCode::CREATED));
@@ -136,9 +130,8 @@ async fn the_same_key_under_two_owners_makes_two_jobs() {
     assert_ne!(a["id"], b["id"]);
 }
 
-#[tokio::test]
-async fn another_owner_reading_or_adding_attempts_gets_404() {
-    let app = TestApp::spawn().await;
+async fn another_owner_reading_or_adding_attempts_gets_404(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
     let job = app.create_job("k", None).await;
     let id = job["id"].as_str().unwrap();
     expect_problem(app.get(&app.bob, &format!("/jobs/{id}")).await, StatusCode::NOT_FOUND, "not-found").await;
@@ -151,9 +144,8 @@ async fn another_owner_reading_or_adding_attempts_gets_404() {
     assert_eq!(mine["attempts"].as_array().unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn admission_matrix_answers_each_documented_refusal() {
-    let app = TestApp::spawn_with(|s| s.tasks.get_mut("summarize").unwrap().max_attempts = 3).await;
+async fn admission_matrix_answers_each_documented_refusal(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.tasks.get_mut("summarize").unwrap().max_attempts = 3).await;
     let job = app.create_job("k", Some("sim-slow")).await;
     let id = job["id"].as_str().unwrap();
     let job = job_id(&job);
@@ -222,9 +214,8 @@ async fn admission_matrix_answers_each_documented_refusal() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn twenty_concurrent_attempt_posts_never_leave_two_pending() {
-    let app = Arc::new(TestApp::spawn_with(|s| {
+async fn twenty_concurrent_attempt_posts_never_leave_two_pending(backend: Backend) {
+    let app = Arc::new(TestApp::spawn_with(backend, |s| {
         let task = s.tasks.get_mut("summarize").unwrap();
         task.max_attempts = 50;
         task.max_in_flight = 50;
@@ -251,15 +242,14 @@ async fn twenty_concurrent_attempt_posts_never_leave_two_pending() {
     assert_eq!(statuses.iter().filter(|s| **s == StatusCode::CREATED).count(), 1, "{statuses:?}");
     assert!(statuses.iter().all(|s| *s == StatusCode::CREATED || *s == StatusCode::CONFLICT), "{statuses:?}");
     let pending: i64 = sqlx::query_scalar("select count(*) from attempts where state = 'pending'")
-        .fetch_one(app.store.pool())
+        .fetch_one(&app.db)
         .await
         .unwrap();
     assert_eq!(pending, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_double_clicked_fallback_button_makes_one_attempt() {
-    let app = Arc::new(TestApp::spawn().await);
+async fn a_double_clicked_fallback_button_makes_one_attempt(backend: Backend) {
+    let app = Arc::new(TestApp::spawn(backend).await);
     app.qualify("sim-fast").await;
     let job = app.create_job("k", Some("sim-slow")).await;
     let id = job["id"].as_str().unwrap().to_owned();
@@ -289,9 +279,8 @@ async fn a_double_clicked_fallback_button_makes_one_attempt() {
     expect_problem(reused, StatusCode::CONFLICT, "idempotency-key-reused").await;
 }
 
-#[tokio::test]
-async fn bad_requests_get_problem_answers_naming_what_is_wrong() {
-    let app = TestApp::spawn_with(|s| s.server.max_body_bytes = 1024).await;
+async fn bad_requests_get_problem_answers_naming_what_is_wrong(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.server.max_body_bytes = 1024).await;
     let body = summarize("x").to_string();
 
     let no_key = app.client.post(app.url("/jobs")).bearer_auth(&app.alice).header("content-type", "application/json").body(body.clone());
@@ -351,9 +340,8 @@ async fn bad_requests_get_problem_answers_naming_what_is_wrong() {
     expect_problem(delete, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
 }
 
-#[tokio::test]
-async fn listing_pages_newest_first_and_filters() {
-    let app = TestApp::spawn().await;
+async fn listing_pages_newest_first_and_filters(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
     let mut ids = vec![];
     for i in 0..5 {
         ids.push(app.create_job(&format!("k{i}"), None).await["id"].clone());
@@ -374,11 +362,17 @@ async fn listing_pages_newest_first_and_filters() {
     assert_eq!(queued["jobs"], json!([]));
 }
 
-#[tokio::test]
-async fn an_unreachable_database_answers_503_with_retry_after() {
-    let app = TestApp::spawn_with(|s| {
+async fn an_unreachable_database_answers_503_with_retry_after(backend: Backend) {
+    let unreachable = match backend {
         // A socket directory where no server listens.
-        s.database.url = Some("postgres://postgres@localhost/onejob?host=/nonexistent-onejob-socket-dir".into());
+        Backend::Postgres => "postgres://postgres@localhost/onejob?host=/nonexistent-onejob-socket-dir",
+        // A file in a directory that does not exist.
+        Backend::Sqlite => "sqlite:///nonexistent-onejob-dir/onejob.db",
+    };
+    // The application's database cannot be reached; the test's own keys go
+    // to the test database, so the tokens are well-formed but unverifiable.
+    let app = TestApp::spawn_with(backend, |s| {
+        s.database.url = Some(unreachable.into());
         s.database.migrate_on_start = false;
         s.database.acquire_timeout_ms = 500;
     })
@@ -394,9 +388,8 @@ async fn an_unreachable_database_answers_503_with_retry_after() {
     assert_eq!(alive.status(), StatusCode::OK);
 }
 
-#[tokio::test]
-async fn a_revoked_key_stops_working() {
-    let app = TestApp::spawn_with(|s| s.server.auth_cache_ttl_ms = 0).await;
+async fn a_revoked_key_stops_working(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.server.auth_cache_ttl_ms = 0).await;
     let owner = OwnerId::parse("carol").unwrap();
     let (id, token) = onejob::keys::create_key(app.store(), &owner).await.unwrap();
     assert_eq!(app.get(&token, "/jobs").await.status(), StatusCode::OK);
@@ -409,8 +402,10 @@ async fn a_revoked_key_stops_working() {
 /// Counted by pg_stat_statements in this test's own database.
 #[tokio::test]
 async fn creating_a_job_with_a_new_key_is_one_statement_without_notify() {
-    let app = TestApp::spawn().await;
-    let pool = app.store.pool();
+    // Postgres only: round trips are what a networked database costs; the
+    // embedded SQLite store has none to count.
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let pool = &sqlx::PgPool::connect(&app.database_url).await.unwrap();
     let available: bool = sqlx::query_scalar(
         "select exists (select 1 from pg_extension where extname = 'pg_stat_statements') \
          and current_setting('shared_preload_libraries') like '%pg_stat_statements%'",
@@ -435,3 +430,20 @@ async fn creating_a_job_with_a_new_key_is_one_statement_without_notify() {
     assert!(rows[0].0.contains("insert into jobs"), "{rows:#?}");
     assert!(!rows.iter().any(|(query, _)| query.to_lowercase().contains("notify")), "{rows:#?}");
 }
+
+on_both_backends!(
+    fifty_concurrent_posts_with_one_key_make_one_job,
+    same_key_with_different_input_is_a_conflict_and_changes_nothing,
+    same_input_with_keys_reordered_and_other_whitespace_is_a_replay,
+    naming_the_default_provider_explicitly_is_a_replay_and_a_quoted_key_is_the_same_key,
+    a_new_job_answers_201_with_location_and_its_pending_first_attempt,
+    the_same_key_under_two_owners_makes_two_jobs,
+    another_owner_reading_or_adding_attempts_gets_404,
+    admission_matrix_answers_each_documented_refusal,
+    twenty_concurrent_attempt_posts_never_leave_two_pending,
+    a_double_clicked_fallback_button_makes_one_attempt,
+    bad_requests_get_problem_answers_naming_what_is_wrong,
+    listing_pages_newest_first_and_filters,
+    an_unreachable_database_answers_503_with_retry_after,
+    a_revoked_key_stops_working,
+);

@@ -102,9 +102,89 @@ async fn the_printed_default_configuration_is_valid_and_complete() {
 }
 
 #[tokio::test]
-async fn serve_without_a_database_says_what_is_missing() {
-    let out = Command::new(BIN).args(["serve", "--listen", "127.0.0.1:0"]).env_remove("DATABASE_URL").output().await.unwrap();
+async fn a_first_run_with_nothing_configured_serves_on_sqlite_and_prints_a_key_once() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let dir = std::env::temp_dir().join(format!("onejob-first-run-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let start = || {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .current_dir(&dir)
+            .env_remove("DATABASE_URL")
+            .env_remove("ONEJOB_CONFIG")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        let stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+        (child, stdout, stderr)
+    };
+    let listening = |mut stderr: tokio::io::Lines<BufReader<tokio::process::ChildStderr>>| async move {
+        let address = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            while let Some(line) = stderr.next_line().await.unwrap() {
+                if let Some(rest) = line.split("listening on http://").nth(1) {
+                    return rest.split_whitespace().next().unwrap().to_owned();
+                }
+            }
+            panic!("serve exited before listening");
+        })
+        .await
+        .expect("serve listens");
+        tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+        address
+    };
+
+    let (mut first, mut stdout, stderr) = start();
+    let address = listening(stderr).await;
+    let mut printed = String::new();
+    let token = loop {
+        let line = stdout.next_line().await.unwrap().expect("the key is printed");
+        printed.push_str(&line);
+        printed.push('\n');
+        if line.starts_with("oj_") {
+            break line;
+        }
+    };
+    assert!(printed.contains("owner \"demo\""), "{printed}");
+    assert!(dir.join("onejob.db").exists(), "the default database is a file in the working directory");
+
+    let client = reqwest::Client::new();
+    let created = client
+        .post(format!("http://{address}/jobs"))
+        .bearer_auth(&token)
+        .header("idempotency-key", "first-job")
+        .json(&json!({"task": "summarize", "input": {"text": "one job per intent"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let id = created.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    let mut job = Value::Null;
+    for _ in 0..10 {
+        job = client.get(format!("http://{address}/jobs/{id}?wait=5")).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+        if job["state"] == "succeeded" {
+            break;
+        }
+    }
+    assert_eq!(job["result"], json!({"summary": "one job per intent", "word_count": 4}));
+    first.kill().await.unwrap();
+
+    // The second run finds a key and prints none; the job is still there.
+    let (mut second, mut stdout, stderr) = start();
+    let address = listening(stderr).await;
+    let again: Value = client.get(format!("http://{address}/jobs/{id}")).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+    assert_eq!(again["state"], "succeeded");
+    second.kill().await.unwrap();
+    assert_eq!(stdout.next_line().await.unwrap(), None, "no second key");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn serve_refuses_a_non_loopback_address_without_an_explicit_flag() {
+    let out = Command::new(BIN).args(["serve", "--listen", "0.0.0.0:0"]).env("DATABASE_URL", "sqlite::memory:").output().await.unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("DATABASE_URL"), "{stderr}");
+    assert!(stderr.contains("--allow-remote"), "{stderr}");
 }

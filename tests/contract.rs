@@ -4,9 +4,10 @@
 //! changed contract voids earlier qualifications; a prompt too long for a
 //! provider is never sent.
 
+#[macro_use]
 mod common;
 
-use common::{TestApp, expect_problem, provider};
+use common::{Backend, TestApp, expect_problem, provider};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -34,9 +35,8 @@ async fn providers(app: &TestApp) -> Value {
     listed["providers"].as_array().unwrap().iter().map(|p| (p["name"].as_str().unwrap().to_owned(), p["tasks"]["summarize"].clone())).collect()
 }
 
-#[tokio::test]
-async fn sim_bad_json_fails_qualification_naming_the_extra_key_and_is_never_failed_over_to() {
-    let app = TestApp::spawn_live(|s| s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-bad-json".into(), "sim-fast".into()]).await;
+async fn sim_bad_json_fails_qualification_naming_the_extra_key_and_is_never_failed_over_to(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-bad-json".into(), "sim-fast".into()]).await;
     // Qualified at start (qualify_on_start): sim-fast passed, sim-bad-json did not.
     let states = providers(&app).await;
     assert_eq!(states["sim-fast"]["state"], "qualified", "{states:#}");
@@ -79,9 +79,8 @@ async fn sim_bad_json_fails_qualification_naming_the_extra_key_and_is_never_fail
     assert!(skipped.detail["reason"].as_str().unwrap().contains("failed qualification"));
 }
 
-#[tokio::test]
-async fn a_job_on_sim_bad_json_fails_its_first_attempt_and_takes_the_failovers_output() {
-    let app = TestApp::spawn_live(|s| s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-fast".into()]).await;
+async fn a_job_on_sim_bad_json_fails_its_first_attempt_and_takes_the_failovers_output(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-fast".into()]).await;
     let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": "contract first"}, "provider": "sim-bad-json"})).await;
     let job = app.wait_for(&id, "succeeded", |j| j["state"] == "succeeded").await;
     let first = &job["attempts"][0];
@@ -93,17 +92,16 @@ async fn a_job_on_sim_bad_json_fails_its_first_attempt_and_takes_the_failovers_o
     assert_eq!(job["result"], json!({"summary": "contract first", "word_count": 2}));
 }
 
-#[tokio::test]
-async fn changing_the_contract_voids_an_earlier_qualification_until_it_is_run_again() {
+async fn changing_the_contract_voids_an_earlier_qualification_until_it_is_run_again(backend: Backend) {
     // Two applications on one database, the second with a changed output
     // schema (so a changed contract hash), as after a configuration change.
-    let before = TestApp::spawn_live(|_| {}).await;
+    let before = TestApp::spawn_live(backend, |_| {}).await;
     let states = providers(&before).await;
     assert_eq!(states["sim-fast"]["state"], "qualified");
     let old_hash = states["sim-fast"]["contract_hash"].clone();
 
     let database = before.database_url.clone();
-    let after = TestApp::spawn_on(&database, onejob::app::Role::Api, |s| {
+    let after = TestApp::spawn_on(backend, &database, onejob::app::Role::Api, |s| {
         let task = s.tasks.get_mut("summarize").unwrap();
         task.output_schema["properties"]["language"] = json!({"type": "string"});
     })
@@ -125,9 +123,8 @@ async fn changing_the_contract_voids_an_earlier_qualification_until_it_is_run_ag
     assert_eq!(admitted.status(), StatusCode::CREATED);
 }
 
-#[tokio::test]
-async fn a_prompt_longer_than_the_providers_context_fails_before_any_call() {
-    let app = TestApp::spawn_live(|s| {
+async fn a_prompt_longer_than_the_providers_context_fails_before_any_call(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| {
         s.providers.insert(
             "sim-tiny".into(),
             provider("kind = \"sim\"\ntokenizer = \"o200k_base\"\ncontext_tokens = 300\nmax_output_tokens = 200"),
@@ -150,9 +147,8 @@ async fn a_prompt_longer_than_the_providers_context_fails_before_any_call() {
     assert_eq!(app.simulator_log().await.len(), 1);
 }
 
-#[tokio::test]
-async fn a_prompt_that_cannot_be_rendered_is_refused_when_the_job_is_created() {
-    let app = TestApp::spawn_with(|s| {
+async fn a_prompt_that_cannot_be_rendered_is_refused_when_the_job_is_created(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
         // `max_words` is optional in the input schema, but this template needs it.
         s.tasks.get_mut("summarize").unwrap().prompt.user = "In {{ max_words }} words: {{ text }}".into();
     })
@@ -165,9 +161,8 @@ async fn a_prompt_that_cannot_be_rendered_is_refused_when_the_job_is_created() {
     assert_eq!(fine.status(), StatusCode::CREATED);
 }
 
-#[tokio::test]
-async fn an_operators_resolution_must_meet_the_contract_too() {
-    let app = TestApp::spawn_live(|s| {
+async fn an_operators_resolution_must_meet_the_contract_too(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| {
         s.providers.insert("sim-blind".into(), provider("kind = \"sim\"\ntimeout_ms = 300\nhang_ms = 60000\nstatus_lookup = false"));
     })
     .await;
@@ -187,9 +182,8 @@ async fn an_operators_resolution_must_meet_the_contract_too() {
     assert_eq!(good.status(), StatusCode::OK);
 }
 
-#[tokio::test]
-async fn qualification_of_an_unknown_provider_or_task_is_refused() {
-    let app = TestApp::spawn_with(|_| {}).await;
+async fn qualification_of_an_unknown_provider_or_task_is_refused(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |_| {}).await;
     let (status, _) = qualify(&app, "nowhere").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let response = app
@@ -204,3 +198,13 @@ async fn qualification_of_an_unknown_provider_or_task_is_refused() {
     let anonymous = app.client.get(app.url("/providers")).send().await.unwrap();
     expect_problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
 }
+
+on_both_backends!(
+    sim_bad_json_fails_qualification_naming_the_extra_key_and_is_never_failed_over_to,
+    a_job_on_sim_bad_json_fails_its_first_attempt_and_takes_the_failovers_output,
+    changing_the_contract_voids_an_earlier_qualification_until_it_is_run_again,
+    a_prompt_longer_than_the_providers_context_fails_before_any_call,
+    a_prompt_that_cannot_be_rendered_is_refused_when_the_job_is_created,
+    an_operators_resolution_must_meet_the_contract_too,
+    qualification_of_an_unknown_provider_or_task_is_refused,
+);

@@ -4,11 +4,12 @@
 //! Timing comes from the simulator's configured latencies; the tests wait
 //! by long-polling for the states they expect, never by sleeping.
 
+#[macro_use]
 mod common;
 
 use std::sync::Arc;
 
-use common::{TestApp, expect_problem, provider};
+use common::{Backend, TestApp, expect_problem, provider};
 use onejob::domain::{JobId, OwnerId};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -34,9 +35,8 @@ async fn events(app: &TestApp, id: &str) -> Vec<(String, Option<i32>)> {
     events.into_iter().map(|e| (e.kind, e.attempt_number)).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_double_click_with_the_worker_running_makes_one_job_and_one_provider_request() {
-    let app = Arc::new(TestApp::spawn_live(|_| {}).await);
+async fn a_double_click_with_the_worker_running_makes_one_job_and_one_provider_request(backend: Backend) {
+    let app = Arc::new(TestApp::spawn_live(backend, |_| {}).await);
     let barrier = Arc::new(Barrier::new(20));
     let tasks: Vec<_> = (0..20)
         .map(|_| {
@@ -64,9 +64,8 @@ async fn a_double_click_with_the_worker_running_makes_one_job_and_one_provider_r
     assert_eq!(log[attempt_id]["received"], 1, "the attempt id is the provider's request id");
 }
 
-#[tokio::test]
-async fn mismatched_input_under_one_key_is_refused_with_the_worker_running() {
-    let app = TestApp::spawn_live(|_| {}).await;
+async fn mismatched_input_under_one_key_is_refused_with_the_worker_running(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |_| {}).await;
     let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": "a b"}})).await;
     let other = app.post_job("k", &json!({"task": "summarize", "input": {"text": "c d"}})).await;
     expect_problem(other, StatusCode::CONFLICT, "idempotency-key-reused").await;
@@ -74,10 +73,9 @@ async fn mismatched_input_under_one_key_is_refused_with_the_worker_running() {
     assert_eq!(job["input"], json!({"text": "a b"}));
 }
 
-#[tokio::test]
-async fn a_timeout_is_unknown_not_failed_and_blocks_new_attempts_until_reconciled() {
+async fn a_timeout_is_unknown_not_failed_and_blocks_new_attempts_until_reconciled(backend: Backend) {
     // No failover: once reconciled, the next attempt is the client's to make.
-    let app = TestApp::spawn_live(|s| s.tasks.get_mut("summarize").unwrap().failover.clear()).await;
+    let app = TestApp::spawn_live(backend, |s| s.tasks.get_mut("summarize").unwrap().failover.clear()).await;
     let id = create(&app, "k", &summarize_on("sim-hang", "never answered")).await;
     let job = app.wait_for(&id, "unknown", |j| j["state"] == "unknown").await;
     assert_eq!(attempts(&job)[0]["state"], "unknown");
@@ -98,9 +96,8 @@ async fn a_timeout_is_unknown_not_failed_and_blocks_new_attempts_until_reconcile
     assert_eq!(app.simulator_log().await.values().filter(|r| r["received"] != 1).count(), 0);
 }
 
-#[tokio::test]
-async fn reverse_order_finish_the_fallback_wins_and_the_slow_primary_is_superseded() {
-    let app = TestApp::spawn_live(|_| {}).await;
+async fn reverse_order_finish_the_fallback_wins_and_the_slow_primary_is_superseded(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |_| {}).await;
     let id = create(&app, "k", &summarize_on("sim-slow", "slow primary answer")).await;
     app.wait_for(&id, "running", |j| j["state"] == "running").await;
     let fallback = app.post_attempt(&app.alice, &id, "use-fallback", &json!({"provider": "sim-fast"})).await;
@@ -119,9 +116,8 @@ async fn reverse_order_finish_the_fallback_wins_and_the_slow_primary_is_supersed
     assert!(log.contains(&("race-lost".to_owned(), Some(1))), "{log:?}");
 }
 
-#[tokio::test]
-async fn a_late_success_is_unknown_then_reconciled_to_succeeded_with_the_providers_output() {
-    let app = TestApp::spawn_live(|_| {}).await;
+async fn a_late_success_is_unknown_then_reconciled_to_succeeded_with_the_providers_output(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |_| {}).await;
     let id = create(&app, "k", &summarize_on("sim-late", "late but fine")).await;
     app.wait_for(&id, "unknown", |j| j["state"] == "unknown").await;
     let job = app.wait_for(&id, "reconciled", |j| j["state"] != "unknown").await;
@@ -133,9 +129,8 @@ async fn a_late_success_is_unknown_then_reconciled_to_succeeded_with_the_provide
     assert_eq!(kinds, ["job-created", "attempt-claimed", "attempt-unknown", "attempt-succeeded"]);
 }
 
-#[tokio::test]
-async fn a_retryable_failure_is_retried_then_failed_over_in_order_within_the_budget() {
-    let app = TestApp::spawn_live(|s| {
+async fn a_retryable_failure_is_retried_then_failed_over_in_order_within_the_budget(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| {
         s.providers.insert("sim-down".into(), provider("kind = \"sim\"\nerror_rate = 1.0\nerror_status = 503"));
         s.providers.insert("sim-refuses".into(), provider("kind = \"sim\"\nerror_rate = 1.0\nerror_status = 400"));
         let task = s.tasks.get_mut("summarize").unwrap();
@@ -163,9 +158,8 @@ async fn a_retryable_failure_is_retried_then_failed_over_in_order_within_the_bud
     assert_eq!(attempts(&job)[2]["error"]["detail"], json!({"status": 400, "retryable": false}));
 }
 
-#[tokio::test]
-async fn the_policy_stops_at_the_attempt_budget() {
-    let app = TestApp::spawn_live(|s| {
+async fn the_policy_stops_at_the_attempt_budget(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| {
         s.providers.insert("sim-down".into(), provider("kind = \"sim\"\nerror_rate = 1.0\nerror_status = 503"));
         let task = s.tasks.get_mut("summarize").unwrap();
         task.default_provider = "sim-down".into();
@@ -182,11 +176,10 @@ async fn the_policy_stops_at_the_attempt_budget() {
     expect_problem(more, StatusCode::CONFLICT, "attempt-limit-reached").await;
 }
 
-#[tokio::test]
-async fn nothing_is_retried_automatically_while_an_attempt_is_unknown() {
+async fn nothing_is_retried_automatically_while_an_attempt_is_unknown(backend: Backend) {
     // sim-hang fails over to sim-fast, but only once reconciliation has
     // settled the unknown attempt as failed.
-    let app = TestApp::spawn_live(|s| s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-fast".into()]).await;
+    let app = TestApp::spawn_live(backend, |s| s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-fast".into()]).await;
     let id = create(&app, "k", &summarize_on("sim-hang", "wait for me")).await;
     let job = app.wait_for(&id, "succeeded", |j| j["state"] == "succeeded").await;
     assert_eq!(job["winning_attempt"], 2);
@@ -197,9 +190,8 @@ async fn nothing_is_retried_automatically_while_an_attempt_is_unknown() {
     assert!(position("attempt-failed", 1) < position("attempt-admitted", 2), "the failover waited: {kinds:?}");
 }
 
-#[tokio::test]
-async fn an_output_that_is_not_json_fails_the_attempt_and_never_wins() {
-    let app = TestApp::spawn_live(|s| {
+async fn an_output_that_is_not_json_fails_the_attempt_and_never_wins(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| {
         s.providers.insert("sim-chatty".into(), provider("kind = \"sim\"\noutput = \"not_json\""));
         s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-chatty".into()];
     })
@@ -210,9 +202,8 @@ async fn an_output_that_is_not_json_fails_the_attempt_and_never_wins() {
     assert_eq!(job["result"], Value::Null);
 }
 
-#[tokio::test]
-async fn cancel_stops_a_job_and_a_running_attempts_late_output_is_never_applied() {
-    let app = TestApp::spawn_live(|_| {}).await;
+async fn cancel_stops_a_job_and_a_running_attempts_late_output_is_never_applied(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |_| {}).await;
     let id = create(&app, "k", &summarize_on("sim-slow", "too slow")).await;
     app.wait_for(&id, "running", |j| j["state"] == "running").await;
     let cancel = |id: String| app.client.post(app.url(&format!("/jobs/{id}/cancel"))).bearer_auth(&app.alice).send();
@@ -231,9 +222,8 @@ async fn cancel_stops_a_job_and_a_running_attempts_late_output_is_never_applied(
     expect_problem(bobs, StatusCode::NOT_FOUND, "not-found").await;
 }
 
-#[tokio::test]
-async fn an_unknown_attempt_without_a_status_lookup_waits_for_an_operators_resolve() {
-    let app = TestApp::spawn_live(|s| {
+async fn an_unknown_attempt_without_a_status_lookup_waits_for_an_operators_resolve(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| {
         s.providers.insert(
             "sim-blind".into(),
             provider("kind = \"sim\"\ntimeout_ms = 300\nhang_ms = 60000\nstatus_lookup = false"),
@@ -263,9 +253,8 @@ async fn an_unknown_attempt_without_a_status_lookup_waits_for_an_operators_resol
     assert_eq!(problem["state"], "succeeded");
 }
 
-#[tokio::test]
-async fn a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_to_date() {
-    let app = TestApp::spawn_live(|_| {}).await;
+async fn a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_to_date(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |_| {}).await;
     let id = create(&app, "k", &summarize_on("sim-slow", "wait for it")).await;
     let job = app.wait_for(&id, "running", |j| j["state"] == "running").await;
     let first = app.client.get(app.url(&format!("/jobs/{id}"))).bearer_auth(&app.alice).send().await.unwrap();
@@ -292,3 +281,18 @@ async fn a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_
     assert_eq!(terminal.status(), StatusCode::NOT_MODIFIED);
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "a finished job does not make the client wait");
 }
+
+on_both_backends!(
+    a_double_click_with_the_worker_running_makes_one_job_and_one_provider_request,
+    mismatched_input_under_one_key_is_refused_with_the_worker_running,
+    a_timeout_is_unknown_not_failed_and_blocks_new_attempts_until_reconciled,
+    reverse_order_finish_the_fallback_wins_and_the_slow_primary_is_superseded,
+    a_late_success_is_unknown_then_reconciled_to_succeeded_with_the_providers_output,
+    a_retryable_failure_is_retried_then_failed_over_in_order_within_the_budget,
+    the_policy_stops_at_the_attempt_budget,
+    nothing_is_retried_automatically_while_an_attempt_is_unknown,
+    an_output_that_is_not_json_fails_the_attempt_and_never_wins,
+    cancel_stops_a_job_and_a_running_attempts_late_output_is_never_applied,
+    an_unknown_attempt_without_a_status_lookup_waits_for_an_operators_resolve,
+    a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_to_date,
+);

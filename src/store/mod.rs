@@ -10,6 +10,7 @@
 //! [`Transition::Lost`]), never an error and never ignored.
 
 pub mod postgres;
+pub mod sqlite;
 
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use crate::domain::{
 };
 
 pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
 
 /// What a store call can fail with. Outcomes of the business (a lost race,
 /// a refused admission) are never errors: they are in the return types.
@@ -455,6 +457,31 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Transition>;
 }
 
+/// A stored value the program cannot read back.
+pub(crate) fn corrupt(what: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(what.to_string())
+}
+
+/// Reads a stored state name.
+pub(crate) fn parse_state<T: std::str::FromStr>(text: &str) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    text.parse().map_err(corrupt)
+}
+
+/// What the retry policy needs of a job's attempts.
+pub(crate) fn past_attempts(attempts: &[Attempt]) -> Vec<PastAttempt<'_>> {
+    attempts
+        .iter()
+        .map(|a| PastAttempt {
+            provider: &a.provider,
+            state: a.state,
+            retryable: a.error.as_ref().and_then(|e| e.pointer("/detail/retryable")).and_then(Value::as_bool).unwrap_or(false),
+        })
+        .collect()
+}
+
 /// Writes the one log line a lost race gets (I3).
 pub(crate) fn log_race_lost(attempt: &AttemptRef, winner: Option<i32>) {
     tracing::warn!(
@@ -473,10 +500,13 @@ pub(crate) fn classify(error: sqlx::Error) -> StoreError {
         sqlx::Error::Tls(_) => true,
         // Connection exceptions, too many connections, shutdowns, statement
         // or lock timeouts, and serialization failures: a retry may pass.
+        // Postgres: by SQLSTATE. SQLite: busy, locked (plain and extended
+        // codes), and a file that cannot be opened.
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
             code.starts_with("08")
                 || code.starts_with("57P")
                 || matches!(&*code, "53300" | "40001" | "40P01" | "57014" | "55P03")
+                || matches!(&*code, "5" | "6" | "14" | "261" | "262" | "517")
         }),
         _ => false,
     };

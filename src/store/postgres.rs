@@ -17,9 +17,8 @@ use uuid::Uuid;
 use super::{
     Admission, ApiKey, AttemptRef, Cancel, ClaimedAttempt, CreateJob, JobFilter, Leases, NewAttempt, NewJob,
     QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
-    UnknownAttempt, log_race_lost,
+    UnknownAttempt, corrupt, log_race_lost, parse_state, past_attempts,
 };
-use crate::domain::policy::PastAttempt;
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job, JobEvent, JobId,
     JobState, JobSummary, OwnerId, check_admission,
@@ -81,17 +80,6 @@ const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider 
     a.lease_until as a_lease_until, a.output as a_output, a.error as a_error,
     a.created_at as a_created_at, a.not_before as a_not_before, a.started_at as a_started_at,
     a.finished_at as a_finished_at"#;
-
-fn corrupt(what: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(what.to_string())
-}
-
-fn parse_state<T: FromStr>(text: &str) -> Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    text.parse().map_err(corrupt)
-}
 
 fn read_job(row: &PgRow, attempts: Vec<Attempt>) -> Result<Job> {
     let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
@@ -485,14 +473,7 @@ async fn schedule_next_attempt(
     rules: &dyn TaskRules,
 ) -> Result<Option<Scheduled>> {
     let attempts = read_attempts(tx, &failed.owner, failed.job_id).await?;
-    let past: Vec<PastAttempt<'_>> = attempts
-        .iter()
-        .map(|a| PastAttempt {
-            provider: &a.provider,
-            state: a.state,
-            retryable: a.error.as_ref().and_then(|e| e.pointer("/detail/retryable")).and_then(Value::as_bool).unwrap_or(false),
-        })
-        .collect();
+    let past = past_attempts(&attempts);
     let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
     let mut chosen = None;
     for candidate in rules.retry_candidates(task, primary, &past) {

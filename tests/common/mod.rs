@@ -4,6 +4,50 @@
 #![allow(dead_code)]
 
 pub mod postgres;
+pub mod sqlite;
+
+/// Which database a test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// A real Postgres server (see `postgres.rs`).
+    Postgres,
+    /// A real SQLite file (see `sqlite.rs`).
+    Sqlite,
+}
+
+impl Backend {
+    /// A fresh database of this kind; a Postgres one is already migrated.
+    pub async fn fresh_database(self) -> String {
+        match self {
+            Backend::Postgres => postgres::fresh_database().await,
+            Backend::Sqlite => sqlite::fresh_database(),
+        }
+    }
+}
+
+/// Runs each named `async fn NAME(backend: Backend)` of the calling file as
+/// two tests, `postgres::NAME` and `sqlite::NAME`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::common::Backend::Postgres).await;
+                }
+            )+
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::common::Backend::Sqlite).await;
+                }
+            )+
+        }
+    };
+}
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,16 +55,41 @@ use std::sync::Arc;
 use onejob::app::{Application, Role};
 use onejob::config::Settings;
 use onejob::domain::OwnerId;
-use onejob::store::{PostgresStore, Store};
+use onejob::store::{PostgresStore, SqliteStore, Store};
 use reqwest::{Client, RequestBuilder, Response, StatusCode};
 use serde_json::Value;
 use sqlx::postgres::PgPoolOptions;
 
-/// A Postgres store on a fresh database, and its pool for direct looks.
+/// A Postgres store on a fresh database.
 pub async fn postgres_store() -> Arc<PostgresStore> {
     let url = postgres::fresh_database().await;
     let pool = PgPoolOptions::new().max_connections(30).connect(&url).await.expect("connect to the test database");
     Arc::new(PostgresStore::from_pool(pool))
+}
+
+/// A SQLite store on a fresh, migrated file.
+pub async fn sqlite_store() -> Arc<SqliteStore> {
+    let options = onejob::store::sqlite::SqliteOptions {
+        max_connections: 30,
+        busy_timeout: std::time::Duration::from_secs(10),
+        acquire_timeout: std::time::Duration::from_secs(10),
+    };
+    let store = SqliteStore::connect_lazy(&sqlite::fresh_database(), &options).unwrap();
+    store.migrate().await.expect("migrations apply to an empty SQLite file");
+    Arc::new(store)
+}
+
+/// The store a URL names, as the application opens it.
+pub fn open_store(url: &str) -> Arc<dyn Store> {
+    let mut settings = Settings::builtin();
+    settings.database.url = Some(url.to_owned());
+    onejob::app::open_store(&settings).expect("a store")
+}
+
+/// A pool of either kind for tests that count rows with plain SQL.
+pub async fn any_pool(url: &str) -> sqlx::AnyPool {
+    sqlx::any::install_default_drivers();
+    sqlx::any::AnyPoolOptions::new().max_connections(4).connect(url).await.expect("connect for direct looks")
 }
 
 /// The application running on 127.0.0.1:0 against a fresh database, with an
@@ -29,10 +98,13 @@ pub async fn postgres_store() -> Arc<PostgresStore> {
 /// runs the worker and the in-process simulator too.
 pub struct TestApp {
     pub addr: SocketAddr,
+    pub backend: Backend,
+    /// Plain SQL on the test's database.
+    pub db: sqlx::AnyPool,
     /// The simulator serving the `sim` providers (live apps only).
     pub simulator: Option<onejob::sim::RunningSimulator>,
     pub client: Client,
-    pub store: Arc<PostgresStore>,
+    pub store: Arc<dyn Store>,
     pub database_url: String,
     pub alice: String,
     pub bob: String,
@@ -41,25 +113,25 @@ pub struct TestApp {
 }
 
 impl TestApp {
-    pub async fn spawn() -> Self {
-        Self::spawn_with(|_| {}).await
+    pub async fn spawn(backend: Backend) -> Self {
+        Self::spawn_with(backend, |_| {}).await
     }
 
-    pub async fn spawn_with(adjust: impl FnOnce(&mut Settings)) -> Self {
-        Self::spawn_as(Role::Api, adjust).await
+    pub async fn spawn_with(backend: Backend, adjust: impl FnOnce(&mut Settings)) -> Self {
+        Self::spawn_as(backend, Role::Api, adjust).await
     }
 
-    pub async fn spawn_live(adjust: impl FnOnce(&mut Settings)) -> Self {
-        Self::spawn_as(Role::All, adjust).await
+    pub async fn spawn_live(backend: Backend, adjust: impl FnOnce(&mut Settings)) -> Self {
+        Self::spawn_as(backend, Role::All, adjust).await
     }
 
-    pub async fn spawn_as(role: Role, adjust: impl FnOnce(&mut Settings)) -> Self {
-        let database_url = postgres::fresh_database().await;
-        Self::spawn_on(&database_url, role, adjust).await
+    pub async fn spawn_as(backend: Backend, role: Role, adjust: impl FnOnce(&mut Settings)) -> Self {
+        let database_url = backend.fresh_database().await;
+        Self::spawn_on(backend, &database_url, role, adjust).await
     }
 
     /// An application on an existing database (two applications can share one).
-    pub async fn spawn_on(database_url: &str, role: Role, adjust: impl FnOnce(&mut Settings)) -> Self {
+    pub async fn spawn_on(backend: Backend, database_url: &str, role: Role, adjust: impl FnOnce(&mut Settings)) -> Self {
         let database_url = database_url.to_owned();
         // RUST_LOG=onejob=debug shows the application's logs with a test's output.
         if std::env::var_os("RUST_LOG").is_some() {
@@ -90,12 +162,13 @@ impl TestApp {
             qualifying.await.unwrap();
         }
         let addr = application.local_addr().expect("the API listens");
-        let pool = PgPoolOptions::new().max_connections(5).connect(&database_url).await.unwrap();
-        let store = Arc::new(PostgresStore::from_pool(pool));
+        let store = open_store(&database_url);
+        store.migrate().await.expect("the test database is migrated");
+        let db = any_pool(&database_url).await;
         tokio::spawn(application.run_until(std::future::pending()));
         let alice = onejob::keys::create_key(store.as_ref(), &OwnerId::parse("alice").unwrap()).await.unwrap().1;
         let bob = onejob::keys::create_key(store.as_ref(), &OwnerId::parse("bob").unwrap()).await.unwrap().1;
-        Self { addr, simulator, client: Client::new(), store, database_url, alice, bob, catalog }
+        Self { addr, backend, db, simulator, client: Client::new(), store, database_url, alice, bob, catalog }
     }
 
     pub fn url(&self, path: &str) -> String {
