@@ -2,7 +2,10 @@
 //! restarted (I8: nothing lost, one winner, no attempt sent twice), and a
 //! server stopped with SIGTERM that drains its attempts first.
 
+#[macro_use]
 mod common;
+
+use common::Backend;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,9 +14,7 @@ use std::time::{Duration, Instant};
 use onejob::config::{DEFAULT_CONFIG, Settings};
 use onejob::domain::OwnerId;
 use onejob::sim::RunningSimulator;
-use onejob::store::PostgresStore;
 use serde_json::{Value, json};
-use sqlx::postgres::PgPoolOptions;
 
 fn set(table: &mut toml::Table, path: &[&str], value: toml::Value) {
     let (last, parents) = path.split_last().unwrap();
@@ -52,6 +53,16 @@ async fn simulator_log(client: &reqwest::Client, simulator: &RunningSimulator) -
     let log: Value = client.get(format!("{}/v1/requests", simulator.url())).send().await.unwrap().json().await.unwrap();
     let requests = log["requests"].as_array().unwrap().iter();
     requests.filter(|r| !r["id"].as_str().unwrap().starts_with("qualification-")).cloned().collect()
+}
+
+/// A fresh, migrated database of `backend` with an API key for alice: its
+/// URL, a pool for plain SQL, and the token.
+async fn database(backend: Backend) -> (String, sqlx::AnyPool, String) {
+    let url = backend.fresh_database().await;
+    let store = common::open_store(&url);
+    store.migrate().await.unwrap();
+    let token = onejob::keys::create_key(store.as_ref(), &OwnerId::parse("alice").unwrap()).await.unwrap().1;
+    (url.clone(), common::any_pool(&url).await, token)
 }
 
 /// Polls `check` every 50 ms until it holds; fails after `limit`.
@@ -94,13 +105,9 @@ async fn create_jobs(client: &reqwest::Client, address: &str, token: &str, count
     ids
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothing_twice() {
+async fn a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothing_twice(backend: Backend) {
     let (simulator, config) = simulator_and_config(1_500).await;
-    let database_url = common::postgres::fresh_database().await;
-    let pool = PgPoolOptions::new().max_connections(4).connect(&database_url).await.unwrap();
-    let store = PostgresStore::from_pool(pool.clone());
-    let token = onejob::keys::create_key(&store, &OwnerId::parse("alice").unwrap()).await.unwrap().1;
+    let (database_url, pool, token) = database(backend).await;
     let client = reqwest::Client::new();
 
     let (mut first, address) = common::spawn_server(&database_url, Some(&config)).await;
@@ -147,18 +154,18 @@ async fn a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothin
 
     let log = simulator_log(&client, &simulator).await;
     assert!(log.iter().all(|r| r["received"] == 1), "no attempt id reached the provider twice");
-    let sent: Vec<String> = sqlx::query_scalar("select id::text from attempts").fetch_all(&pool).await.unwrap();
-    assert!(log.iter().all(|r| sent.contains(&r["id"].as_str().unwrap().to_owned())), "every request is an attempt");
+    let hex_ids = match backend {
+        Backend::Postgres => "select replace(id::text, '-', '') from attempts",
+        Backend::Sqlite => "select lower(hex(id)) from attempts",
+    };
+    let sent: Vec<String> = sqlx::query_scalar(hex_ids).fetch_all(&pool).await.unwrap();
+    assert!(log.iter().all(|r| sent.contains(&r["id"].as_str().unwrap().replace('-', ""))), "every request is an attempt");
     let _ = std::fs::remove_file(config);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_lets_attempts_in_flight_finish_before_the_server_exits() {
+async fn sigterm_lets_attempts_in_flight_finish_before_the_server_exits(backend: Backend) {
     let (simulator, config) = simulator_and_config(1_000).await;
-    let database_url = common::postgres::fresh_database().await;
-    let pool = PgPoolOptions::new().max_connections(2).connect(&database_url).await.unwrap();
-    let store = PostgresStore::from_pool(pool.clone());
-    let token = onejob::keys::create_key(&store, &OwnerId::parse("alice").unwrap()).await.unwrap().1;
+    let (database_url, pool, token) = database(backend).await;
     let client = reqwest::Client::new();
 
     let (mut server, address) = common::spawn_server(&database_url, Some(&config)).await;
@@ -176,13 +183,9 @@ async fn sigterm_lets_attempts_in_flight_finish_before_the_server_exits() {
     let _ = std::fs::remove_file(config);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_api_only_server_and_a_separate_worker_process_share_the_work() {
+async fn an_api_only_server_and_a_separate_worker_process_share_the_work(backend: Backend) {
     let (simulator, config) = simulator_and_config(200).await;
-    let database_url = common::postgres::fresh_database().await;
-    let pool = PgPoolOptions::new().max_connections(2).connect(&database_url).await.unwrap();
-    let store = PostgresStore::from_pool(pool.clone());
-    let token = onejob::keys::create_key(&store, &OwnerId::parse("alice").unwrap()).await.unwrap().1;
+    let (database_url, pool, token) = database(backend).await;
     let client = reqwest::Client::new();
 
     let (_api, address) = common::spawn_server_with(&database_url, Some(&config), &["--no-worker"]).await;
@@ -207,3 +210,9 @@ async fn an_api_only_server_and_a_separate_worker_process_share_the_work() {
     assert_eq!(simulator_log(&client, &simulator).await.len(), 3);
     let _ = std::fs::remove_file(config);
 }
+
+on_both_backends!(
+    a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothing_twice,
+    sigterm_lets_attempts_in_flight_finish_before_the_server_exits,
+    an_api_only_server_and_a_separate_worker_process_share_the_work,
+);
