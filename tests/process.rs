@@ -211,7 +211,28 @@ async fn an_api_only_server_and_a_separate_worker_process_share_the_work(backend
     let _ = std::fs::remove_file(config);
 }
 
+async fn every_acknowledged_job_survives_a_sigkill_right_after_its_201(backend: Backend) {
+    let (_simulator, config) = simulator_and_config(1_000).await;
+    let (database_url, pool, token) = database(backend).await;
+    let client = reqwest::Client::new();
+    let (mut server, address) = common::spawn_server(&database_url, Some(&config)).await;
+    // Every one of these returned 201; then the process dies at once.
+    let ids = create_jobs(&client, &address, &token, 100).await;
+    server.kill().await.unwrap();
+    server.wait().await.unwrap();
+
+    let (_restarted, address) = common::spawn_server(&database_url, Some(&config)).await;
+    let stored: i64 = sqlx::query_scalar("select count(*) from jobs").fetch_one(&pool).await.unwrap();
+    assert_eq!(stored, 100);
+    for id in &ids {
+        let response = client.get(format!("http://{address}/jobs/{id}")).bearer_auth(&token).send().await.unwrap();
+        assert_eq!(response.status(), reqwest::StatusCode::OK, "job {id} was acknowledged, so it exists");
+    }
+    let _ = std::fs::remove_file(config);
+}
+
 on_both_backends!(
+    every_acknowledged_job_survives_a_sigkill_right_after_its_201,
     a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothing_twice,
     sigterm_lets_attempts_in_flight_finish_before_the_server_exits,
     an_api_only_server_and_a_separate_worker_process_share_the_work,
