@@ -71,6 +71,42 @@ pub struct NewJob {
     pub first_attempt_id: AttemptId,
 }
 
+impl NewJob {
+    /// The job as just inserted at `created_at`: queued, its first attempt pending.
+    pub(crate) fn created(&self, created_at: DateTime<Utc>) -> Job {
+        Job {
+            id: self.id,
+            owner: self.owner.clone(),
+            idempotency_key: self.idempotency_key.as_str().to_owned(),
+            fingerprint: self.fingerprint,
+            task: self.task.clone(),
+            input: self.input.clone(),
+            provider: self.provider.clone(),
+            state: JobState::Queued,
+            winning_attempt: None,
+            result: None,
+            created_at,
+            updated_at: created_at,
+            attempts: vec![Attempt {
+                number: 1,
+                id: self.first_attempt_id,
+                provider: self.provider.clone(),
+                state: AttemptState::Pending,
+                origin: AttemptOrigin::Client,
+                idempotency_key: None,
+                worker: None,
+                lease_until: None,
+                output: None,
+                error: None,
+                created_at,
+                not_before: created_at,
+                started_at: None,
+                finished_at: None,
+            }],
+        }
+    }
+}
+
 /// The answer to [`Store::create_job`].
 #[derive(Clone, Debug)]
 pub enum CreateJob {

@@ -640,36 +640,7 @@ impl Store for PostgresStore {
         .await?;
 
         if let Some(created_at) = created_at {
-            return Ok(CreateJob::Created(Job {
-                id: new.id,
-                owner: new.owner.clone(),
-                idempotency_key: new.idempotency_key.as_str().to_owned(),
-                fingerprint: new.fingerprint,
-                task: new.task.clone(),
-                input: new.input.clone(),
-                provider: new.provider.clone(),
-                state: JobState::Queued,
-                winning_attempt: None,
-                result: None,
-                created_at,
-                updated_at: created_at,
-                attempts: vec![Attempt {
-                    number: 1,
-                    id: new.first_attempt_id,
-                    provider: new.provider.clone(),
-                    state: AttemptState::Pending,
-                    origin: AttemptOrigin::Client,
-                    idempotency_key: None,
-                    worker: None,
-                    lease_until: None,
-                    output: None,
-                    error: None,
-                    created_at,
-                    not_before: created_at,
-                    started_at: None,
-                    finished_at: None,
-                }],
-            }));
+            return Ok(CreateJob::Created(new.created(created_at)));
         }
         // The key is taken. The insert's snapshot may predate the racing
         // insert it waited for, so read the holder in a new statement.
