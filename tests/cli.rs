@@ -183,7 +183,7 @@ async fn a_first_run_with_nothing_configured_serves_on_sqlite_and_prints_a_key_o
 
 #[tokio::test]
 async fn serve_refuses_a_non_loopback_address_without_an_explicit_flag() {
-    let out = Command::new(BIN).args(["serve", "--listen", "0.0.0.0:0"]).env("DATABASE_URL", "sqlite::memory:").output().await.unwrap();
+    let out = Command::new(BIN).args(["serve", "--listen", "0.0.0.0:0"]).env("DATABASE_URL", common::sqlite::fresh_database()).output().await.unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--allow-remote"), "{stderr}");

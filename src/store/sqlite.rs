@@ -17,6 +17,7 @@
 //! process's clock (one machine, one clock).
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -55,11 +56,24 @@ pub struct SqliteOptions {
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    // Writers of this process queue here, first come first served, without
+    // holding a connection; SQLite's busy timeout is left for writers in
+    // other processes.
+    writer: Arc<tokio::sync::Mutex<()>>,
 }
+
+/// A write transaction and this process's turn to write.
+type Write = (tokio::sync::OwnedMutexGuard<()>, Transaction<'static, Sqlite>);
 
 impl SqliteStore {
     /// Opens (creating it if needed) the database at `url` (`sqlite://PATH`).
     pub fn connect_lazy(url: &str, options: &SqliteOptions) -> Result<Self> {
+        if url.contains(":memory:") || url.contains("mode=memory") {
+            // It would vanish with its last connection, and every job with it (I8).
+            return Err(StoreError::Database(sqlx::Error::Configuration(
+                "an in-memory SQLite database loses every job when it closes: name a file (sqlite://PATH)".into(),
+            )));
+        }
         let connect = SqliteConnectOptions::from_str(url)
             .map_err(StoreError::Database)?
             .create_if_missing(true)
@@ -71,7 +85,7 @@ impl SqliteStore {
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
             .connect_lazy_with(connect);
-        Ok(Self { pool })
+        Ok(Self { pool, writer: Arc::new(tokio::sync::Mutex::new(())) })
     }
 
     /// The pool, for tests that look at the tables directly.
@@ -79,8 +93,11 @@ impl SqliteStore {
         &self.pool
     }
 
-    async fn write(&self) -> Result<Transaction<'static, Sqlite>> {
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    /// Waits for this process's turn to write, then begins a transaction
+    /// holding SQLite's write lock. Keep the guard until the transaction ends.
+    async fn write(&self) -> Result<Write> {
+        let turn = self.writer.clone().lock_owned().await;
+        Ok((turn, self.pool.begin_with("BEGIN IMMEDIATE").await?))
     }
 }
 
@@ -165,6 +182,7 @@ fn read_job_with_attempts(rows: &[SqliteRow]) -> Result<Option<Job>> {
 
 async fn append_event(
     tx: &mut Transaction<'_, Sqlite>,
+    at: i64,
     owner: &OwnerId,
     job_id: JobId,
     kind: &str,
@@ -177,7 +195,7 @@ async fn append_event(
     )
     .bind(owner.as_str())
     .bind(job_id.0)
-    .bind(now())
+    .bind(at)
     .bind(kind)
     .bind(attempt_number)
     .bind(Json(detail))
@@ -221,6 +239,7 @@ async fn read_attempts(tx: &mut Transaction<'_, Sqlite>, owner: &OwnerId, job_id
 /// Stores the job state that its attempts now imply (a terminal one stays).
 async fn update_job_state(
     tx: &mut Transaction<'_, Sqlite>,
+    at: i64,
     owner: &OwnerId,
     job_id: JobId,
     current: JobState,
@@ -235,7 +254,7 @@ async fn update_job_state(
     if derived != current {
         sqlx::query(r#"update jobs set state = ?, updated_at = ? where owner_id = ? and id = ?"#)
             .bind(derived.as_str())
-            .bind(now())
+            .bind(at)
             .bind(owner.as_str())
             .bind(job_id.0)
             .execute(&mut **tx)
@@ -251,13 +270,14 @@ fn state_list(states: &[AttemptState]) -> String {
 
 async fn insert_attempt(
     tx: &mut Transaction<'_, Sqlite>,
+    at: i64,
     owner: &OwnerId,
     job_id: JobId,
     number: i32,
     new: &NewAttempt,
     provider: &str,
 ) -> Result<Attempt> {
-    let created = now();
+    let created = at;
     sqlx::query(
         r#"insert into attempts (owner_id, job_id, number, id, provider, state, origin, idempotency_key,
                                  created_at, not_before)
@@ -271,7 +291,7 @@ async fn insert_attempt(
     .bind(new.origin.as_str())
     .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
     .bind(created)
-    .bind(created + micros(new.delay))
+    .bind(created.saturating_add(micros(new.delay)))
     .execute(&mut **tx)
     .await?;
     // SQLite's RETURNING cannot name columns through an alias: read it back.
@@ -338,6 +358,7 @@ async fn check_qualified(
 /// transaction: the first qualified candidate; skipped ones are recorded.
 async fn schedule_next_attempt(
     tx: &mut Transaction<'_, Sqlite>,
+    at: i64,
     failed: &AttemptRef,
     task: &str,
     primary: &str,
@@ -357,14 +378,14 @@ async fn schedule_next_attempt(
                 tracing::info!(owner = %failed.owner, job.id = %failed.job_id, provider = %candidate.provider, %reason,
                                "failover skipped an unqualified provider");
                 let detail = json!({ "provider": candidate.provider, "reason": reason, "after": failed.number });
-                append_event(tx, &failed.owner, failed.job_id, "failover-skipped", None, detail).await?;
+                append_event(tx, at, &failed.owner, failed.job_id, "failover-skipped", None, detail).await?;
             }
         }
     }
     let Some(next) = chosen else { return Ok(None) };
     if let Err(refusal) = check_admission(JobState::Failed, &states, rules.limits(task), true) {
         let detail = json!({ "problem": refusal.problem_type(), "provider": next.provider, "origin": "policy" });
-        append_event(tx, &failed.owner, failed.job_id, "admission-refused", None, detail).await?;
+        append_event(tx, at, &failed.owner, failed.job_id, "admission-refused", None, detail).await?;
         return Ok(None);
     }
     let number = i32::try_from(attempts.len() + 1).map_err(corrupt)?;
@@ -375,11 +396,11 @@ async fn schedule_next_attempt(
         origin: AttemptOrigin::Policy,
         delay: next.delay,
     };
-    insert_attempt(tx, &failed.owner, failed.job_id, number, &new, &next.provider).await?;
-    let job_state = update_job_state(tx, &failed.owner, failed.job_id, JobState::Failed).await?;
+    insert_attempt(tx, at, &failed.owner, failed.job_id, number, &new, &next.provider).await?;
+    let job_state = update_job_state(tx, at, &failed.owner, failed.job_id, JobState::Failed).await?;
     let detail = json!({ "attempt_id": new.id, "provider": next.provider, "origin": "policy", "after": failed.number,
                          "delay_ms": next.delay.as_millis() as u64, "job_state": job_state.as_str() });
-    append_event(tx, &failed.owner, failed.job_id, "attempt-admitted", Some(number), detail).await?;
+    append_event(tx, at, &failed.owner, failed.job_id, "attempt-admitted", Some(number), detail).await?;
     Ok(Some(Scheduled { number, provider: next.provider, delay: next.delay }))
 }
 
@@ -393,7 +414,8 @@ impl SqliteStore {
         from: &[AttemptState],
         resolution_reason: Option<&str>,
     ) -> Result<Transition> {
-        let mut tx = self.write().await?;
+        let (_turn, mut tx) = self.write().await?;
+        let at = now();
         let Some(job) = read_job_row(&mut tx, &attempt.owner, attempt.job_id).await? else {
             return Ok(Transition::NotFound);
         };
@@ -403,7 +425,6 @@ impl SqliteStore {
         if !from.contains(&current) {
             return Ok(Transition::Stale(current));
         }
-        let at = now();
         // The compare-and-swap: only a job that has not finished takes a winner.
         let won = sqlx::query(
             r#"update jobs set state = 'succeeded', winning_attempt = ?, result = ?, updated_at = ?
@@ -449,13 +470,13 @@ impl SqliteStore {
             .fetch_all(&mut *tx)
             .await?;
             let detail = json!({ "from": current.as_str(), "canceled": canceled, "reason": resolution_reason });
-            append_event(&mut tx, &attempt.owner, attempt.job_id, "attempt-succeeded", Some(attempt.number), detail).await?;
+            append_event(&mut tx, at, &attempt.owner, attempt.job_id, "attempt-succeeded", Some(attempt.number), detail).await?;
             Transition::Won { canceled }
         } else {
             let winner: Option<i32> = job.try_get("winning_attempt")?;
             let detail = json!({ "loser": attempt.number, "winner": winner, "job_state": job.try_get::<String, _>("state")?,
                                  "reason": resolution_reason });
-            append_event(&mut tx, &attempt.owner, attempt.job_id, "race-lost", Some(attempt.number), detail).await?;
+            append_event(&mut tx, at, &attempt.owner, attempt.job_id, "race-lost", Some(attempt.number), detail).await?;
             Transition::Lost { winner }
         };
         tx.commit().await?;
@@ -479,11 +500,11 @@ impl SqliteStore {
         reason: Option<&str>,
         rules: Option<&dyn TaskRules>,
     ) -> Result<Transition> {
-        let mut tx = self.write().await?;
+        let (_turn, mut tx) = self.write().await?;
+        let at = now();
         let Some(job) = read_job_row(&mut tx, &attempt.owner, attempt.job_id).await? else {
             return Ok(Transition::NotFound);
         };
-        let at = now();
         let changed = sqlx::query(
             r#"update attempts
                set state = ?1, error = ?2, finished_at = ?3, lease_until = null,
@@ -507,14 +528,14 @@ impl SqliteStore {
             });
         }
         let current: JobState = parse_state(job.try_get("state")?)?;
-        let job_state = update_job_state(&mut tx, &attempt.owner, attempt.job_id, current).await?;
+        let job_state = update_job_state(&mut tx, at, &attempt.owner, attempt.job_id, current).await?;
         let detail = json!({ "error": error, "job_state": job_state.as_str(), "reason": reason });
-        append_event(&mut tx, &attempt.owner, attempt.job_id, event, Some(attempt.number), detail).await?;
+        append_event(&mut tx, at, &attempt.owner, attempt.job_id, event, Some(attempt.number), detail).await?;
         let outcome = match (next, rules) {
             (AttemptState::Failed, Some(rules)) if job_state == JobState::Failed => {
                 let task: String = job.try_get("task")?;
                 let primary: String = job.try_get("provider")?;
-                Transition::Failed { next: schedule_next_attempt(&mut tx, attempt, &task, &primary, rules).await? }
+                Transition::Failed { next: schedule_next_attempt(&mut tx, at, attempt, &task, &primary, rules).await? }
             }
             (AttemptState::Failed, _) => Transition::Failed { next: None },
             _ => Transition::Applied,
@@ -599,8 +620,9 @@ impl Store for SqliteStore {
 
     async fn create_job(&self, new: &NewJob) -> Result<CreateJob> {
         // The unique constraint decides (I1): a taken key inserts nothing.
+        let (_turn, mut tx) = self.write().await?;
         let created = now();
-        let mut tx = self.write().await?;
+        let at = created;
         let inserted = sqlx::query(
             r#"insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
                                  state, created_at, updated_at)
@@ -632,7 +654,7 @@ impl Store for SqliteStore {
             .execute(&mut *tx)
             .await?;
             let detail = json!({ "attempt_id": new.first_attempt_id, "provider": new.provider });
-            append_event(&mut tx, &new.owner, new.id, "job-created", Some(1), detail).await?;
+            append_event(&mut tx, at, &new.owner, new.id, "job-created", Some(1), detail).await?;
         }
         tx.commit().await?;
         if inserted {
@@ -739,7 +761,8 @@ impl Store for SqliteStore {
         new: &NewAttempt,
         rules: &dyn TaskRules,
     ) -> Result<Admission> {
-        let mut tx = self.write().await?;
+        let (_turn, mut tx) = self.write().await?;
+        let at = now();
         let Some(job) = read_job_row(&mut tx, owner, job_id).await? else {
             return Ok(Admission::JobNotFound);
         };
@@ -769,17 +792,17 @@ impl Store for SqliteStore {
             let detail = json!({ "problem": refusal.problem_type(), "provider": provider, "reason": reason,
                                  "idempotency_key": new.idempotency_key.as_ref().map(IdempotencyKey::as_str),
                                  "origin": new.origin.as_str() });
-            append_event(&mut tx, owner, job_id, "admission-refused", None, detail).await?;
+            append_event(&mut tx, at, owner, job_id, "admission-refused", None, detail).await?;
             tx.commit().await?;
             return Ok(Admission::Refused { refusal, reason });
         }
 
         let number = i32::try_from(attempts.len() + 1).map_err(corrupt)?;
-        let attempt = insert_attempt(&mut tx, owner, job_id, number, new, provider).await?;
-        let job_state = update_job_state(&mut tx, owner, job_id, job_state).await?;
+        let attempt = insert_attempt(&mut tx, at, owner, job_id, number, new, provider).await?;
+        let job_state = update_job_state(&mut tx, at, owner, job_id, job_state).await?;
         let detail = json!({ "attempt_id": new.id, "provider": provider, "origin": new.origin.as_str(),
                              "job_state": job_state.as_str() });
-        append_event(&mut tx, owner, job_id, "attempt-admitted", Some(number), detail).await?;
+        append_event(&mut tx, at, owner, job_id, "attempt-admitted", Some(number), detail).await?;
         tx.commit().await?;
         Ok(Admission::Admitted(attempt))
     }
@@ -788,7 +811,7 @@ impl Store for SqliteStore {
         let names = Value::from(leases.by_provider.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>()).to_string();
         // The write lock makes the claim atomic: no other claimer runs between
         // the select and the updates.
-        let mut tx = self.write().await?;
+        let (_turn, mut tx) = self.write().await?;
         let at = now();
         let rows = sqlx::query(
             r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, j.task, j.input
@@ -814,7 +837,7 @@ impl Store for SqliteStore {
             };
             let provider: String = row.try_get("provider")?;
             let lease = leases.by_provider.iter().find(|(name, _)| *name == provider).map_or(leases.default, |(_, l)| *l);
-            let lease_until = at + micros(lease);
+            let lease_until = at.saturating_add(micros(lease));
             sqlx::query(
                 r#"update attempts set state = 'running', worker = ?, started_at = ?, lease_until = ?
                    where owner_id = ? and job_id = ? and number = ? and state = 'pending'"#,
@@ -835,7 +858,7 @@ impl Store for SqliteStore {
                 .await?;
             let id = AttemptId(row.try_get("id")?);
             let detail = json!({ "worker": worker, "attempt_id": id, "lease_until": time(lease_until)? });
-            append_event(&mut tx, &attempt.owner, attempt.job_id, "attempt-claimed", Some(attempt.number), detail).await?;
+            append_event(&mut tx, at, &attempt.owner, attempt.job_id, "attempt-claimed", Some(attempt.number), detail).await?;
             claimed.push(ClaimedAttempt {
                 attempt,
                 id,
@@ -880,7 +903,7 @@ impl Store for SqliteStore {
 
     async fn claim_reconciliations(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>> {
         let names = Value::from(providers.iter().map(String::as_str).collect::<Vec<_>>()).to_string();
-        let mut tx = self.write().await?;
+        let (_turn, mut tx) = self.write().await?;
         let at = now();
         let rows = sqlx::query(
             r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count, a.finished_at, j.task
@@ -906,7 +929,7 @@ impl Store for SqliteStore {
                 r#"update attempts set reconcile_after = ?, reconcile_count = reconcile_count + 1
                    where owner_id = ? and job_id = ? and number = ?"#,
             )
-            .bind(at + micros(hold))
+            .bind(at.saturating_add(micros(hold)))
             .bind(attempt.owner.as_str())
             .bind(attempt.job_id.0)
             .bind(attempt.number)
@@ -931,7 +954,7 @@ impl Store for SqliteStore {
             r#"update attempts set reconcile_after = ?
                where owner_id = ? and job_id = ? and number = ? and state = 'unknown'"#,
         )
-        .bind(now() + micros(delay))
+        .bind(now().saturating_add(micros(delay)))
         .bind(attempt.owner.as_str())
         .bind(attempt.job_id.0)
         .bind(attempt.number)
@@ -941,17 +964,18 @@ impl Store for SqliteStore {
     }
 
     async fn cancel_job(&self, owner: &OwnerId, id: JobId) -> Result<Cancel> {
-        let mut tx = self.write().await?;
+        let (turn, mut tx) = self.write().await?;
+        let at = now();
         let Some(job) = read_job_row(&mut tx, owner, id).await? else {
             return Ok(Cancel::NotFound);
         };
         let state: JobState = parse_state(job.try_get("state")?)?;
         if state == JobState::Canceled || state == JobState::Succeeded {
             drop(tx);
+            drop(turn);
             let job = self.get_job(owner, id).await?.ok_or_else(|| corrupt("a job vanished"))?;
             return Ok(if state == JobState::Canceled { Cancel::AlreadyCanceled(job) } else { Cancel::Succeeded(job) });
         }
-        let at = now();
         sqlx::query(r#"update jobs set state = 'canceled', updated_at = ? where owner_id = ? and id = ?"#)
             .bind(at)
             .bind(owner.as_str())
@@ -968,8 +992,9 @@ impl Store for SqliteStore {
         .bind(id.0)
         .fetch_all(&mut *tx)
         .await?;
-        append_event(&mut tx, owner, id, "job-canceled", None, json!({ "from": state.as_str(), "canceled": canceled })).await?;
+        append_event(&mut tx, at, owner, id, "job-canceled", None, json!({ "from": state.as_str(), "canceled": canceled })).await?;
         tx.commit().await?;
+        drop(turn);
         let job = self.get_job(owner, id).await?.ok_or_else(|| corrupt("a canceled job vanished"))?;
         Ok(Cancel::Canceled(job))
     }
@@ -1069,6 +1094,21 @@ impl Store for SqliteStore {
                 self.settle_without_output(attempt, AttemptState::Failed, &from, &error, "attempt-resolved", Some(reason), Some(rules))
                     .await
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_in_memory_database_is_refused_because_it_cannot_keep_a_job() {
+        let options =
+            SqliteOptions { max_connections: 1, busy_timeout: Duration::from_secs(1), acquire_timeout: Duration::from_secs(1) };
+        for url in ["sqlite::memory:", "sqlite://file.db?mode=memory"] {
+            let error = SqliteStore::connect_lazy(url, &options).unwrap_err();
+            assert!(error.to_string().contains("in-memory"), "{error}");
         }
     }
 }
