@@ -127,10 +127,22 @@ impl Application {
         };
         let auth = Authenticator::new(store.clone(), Duration::from_millis(settings.server.auth_cache_ttl_ms));
         let shutdown_grace = Duration::from_millis(settings.worker.shutdown_grace_ms);
+        let limiter = (settings.server.rate_limit_per_second > 0).then(|| {
+            let rate = std::num::NonZeroU32::new(settings.server.rate_limit_per_second).expect("checked above");
+            let burst = std::num::NonZeroU32::new(settings.server.rate_limit_burst).expect("validated at load");
+            Arc::new(governor::RateLimiter::keyed(governor::Quota::per_second(rate).allow_burst(burst)))
+        });
+        let worker_heartbeat = worker.as_ref().map(|w| w.heartbeat.clone());
+        let worker_heartbeat_limit =
+            Duration::from_millis(settings.worker.poll_interval_ms.saturating_mul(10)).max(Duration::from_secs(15));
         let state = AppState {
             store,
             catalog,
             providers,
+            metrics: crate::metrics::install(),
+            limiter,
+            worker_heartbeat,
+            worker_heartbeat_limit,
             auth: Arc::new(auth),
             signals,
             long_poll_interval: Duration::from_millis(settings.worker.long_poll_interval_ms),

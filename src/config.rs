@@ -78,6 +78,12 @@ pub struct ServerSettings {
     pub auth_cache_ttl_ms: u64,
     /// Retry-After of 409 `attempt-outcome-unknown`.
     pub unknown_retry_after_secs: u64,
+    /// Requests per second each owner may make, on average (0: no limit).
+    pub rate_limit_per_second: u32,
+    /// Requests an owner may make in a burst above that rate.
+    pub rate_limit_burst: u32,
+    /// Requests served at once; more are answered 503 at once.
+    pub max_concurrent_requests: usize,
 }
 
 impl Default for ServerSettings {
@@ -88,6 +94,9 @@ impl Default for ServerSettings {
             request_timeout_ms: 30_000,
             auth_cache_ttl_ms: 10_000,
             unknown_retry_after_secs: 5,
+            rate_limit_per_second: 200,
+            rate_limit_burst: 400,
+            max_concurrent_requests: 1024,
         }
     }
 }
@@ -506,6 +515,12 @@ impl Settings {
         let invalid = |message: String| Err(ConfigError::Invalid(message));
         if self.server.max_body_bytes == 0 {
             return invalid("server.max_body_bytes must be at least 1".into());
+        }
+        if self.server.max_concurrent_requests == 0 {
+            return invalid("server.max_concurrent_requests must be at least 1".into());
+        }
+        if self.server.rate_limit_per_second > 0 && self.server.rate_limit_burst == 0 {
+            return invalid("server.rate_limit_burst must be at least 1".into());
         }
         if self.database.max_connections == 0 {
             return invalid("database.max_connections must be at least 1".into());

@@ -14,6 +14,7 @@ pub mod config;
 pub mod domain;
 pub mod http;
 pub mod keys;
+pub mod metrics;
 pub mod provider;
 pub mod qualify;
 pub mod signals;

@@ -17,6 +17,9 @@ struct Cli {
     /// What to do; `serve` when left out.
     #[command(subcommand)]
     command: Option<Command>,
+    /// How log lines look.
+    #[arg(long, global = true, value_enum, env = "ONEJOB_LOG_FORMAT", default_value = "pretty")]
+    log_format: telemetry::LogFormat,
 }
 
 #[derive(Args)]
@@ -128,7 +131,8 @@ enum ConfigCommand {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let command = Cli::parse().command.unwrap_or(Command::Serve {
+    let cli = Cli::parse();
+    let command = cli.command.unwrap_or(Command::Serve {
         listen: None,
         no_migrate: false,
         no_worker: false,
@@ -139,7 +143,7 @@ async fn main() -> ExitCode {
         print!("{DEFAULT_CONFIG}");
         return ExitCode::SUCCESS;
     }
-    telemetry::init();
+    telemetry::init(cli.log_format);
     match run(command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

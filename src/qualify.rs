@@ -143,6 +143,7 @@ pub async fn qualify(
     let hash = catalog.contract_hash(task, provider).ok_or_else(|| QualifyError::UnknownTask(task.to_owned()))?;
     let (passed, report) = run(chosen.clone(), catalog.clone(), task).await?;
     let record = store.insert_qualification(provider, task, &hash, passed, &report).await?;
+    crate::metrics::qualification(provider, task, passed);
     tracing::info!(provider, task, passed, summary = %report["summary"], "qualification stored");
     Ok(record)
 }

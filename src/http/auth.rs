@@ -87,6 +87,17 @@ impl FromRequestParts<AppState> for Owner {
             .ok_or_else(|| Problem::unauthorized("the Authorization header must be 'Bearer <API key>'"))?;
         let owner = state.auth.authenticate(token).await?;
         tracing::Span::current().record("owner", owner.as_str());
+        // Before any work: a replay costs the same as a create.
+        if let Some(limiter) = &state.limiter
+            && let Err(not_until) = limiter.check_key(&owner)
+        {
+            let wait = not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
+            crate::metrics::rate_limited();
+            return Err(Problem::new(axum::http::StatusCode::TOO_MANY_REQUESTS, "rate-limited", "Rate limited")
+                .detail("this API key's owner is over its request rate; retry after the time given")
+                .retry_after(wait.as_secs_f64().ceil().max(1.0) as u64)
+                .into());
+        }
         Ok(Owner(owner))
     }
 }

@@ -19,6 +19,7 @@ use super::auth::Owner;
 use super::error::{ApiError, Problem};
 use super::extract::{idempotency_key, read_json};
 use crate::catalog::Violation;
+use crate::metrics;
 use crate::domain::{AdmissionRefusal, AttemptId, Fingerprint, Job, JobId, JobState};
 use crate::store::{Cancel, CreateJob, JobFilter, NewJob};
 
@@ -146,16 +147,23 @@ async fn create_job(State(app): State<AppState>, Owner(owner): Owner, headers: H
         CreateJob::Created(job) => {
             tracing::Span::current().record("job.id", tracing::field::display(job.id));
             app.signals.work_available();
+            metrics::job_request(metrics::JOBS_CREATED, &job.task);
             Ok(created(&job))
         }
         CreateJob::Existing(job) if job.fingerprint == fingerprint => {
             tracing::Span::current().record("job.id", tracing::field::display(job.id));
+            metrics::job_request(metrics::JOBS_REPLAYED, &job.task);
             Ok(json_response(StatusCode::OK, &job, &[(REPLAYED, "true".into()), ("location", format!("/jobs/{}", job.id))]))
         }
-        CreateJob::Existing(job) => Err(key_reused("this Idempotency-Key was used for a job with another task, input or provider")
+        CreateJob::Existing(job) => Err(key_reused_counted(&job.task, "this Idempotency-Key was used for a job with another task, input or provider")
             .with("job_id", job.id.to_string())
             .into()),
     }
+}
+
+fn key_reused_counted(task: &str, detail: &str) -> Problem {
+    metrics::job_request(metrics::JOBS_CONFLICTED, task);
+    key_reused(detail)
 }
 
 /// 409: the same key with another payload.
@@ -269,6 +277,7 @@ async fn cancel_job(State(app): State<AppState>, Owner(owner): Owner, Path(id): 
     match app.store.cancel_job(&owner, id).await? {
         Cancel::Canceled(job) => {
             tracing::info!(owner = %owner, job.id = %id, "job canceled");
+            metrics::attempts_canceled(job.attempts.iter().filter(|a| a.state == crate::domain::AttemptState::Canceled).count());
             app.signals.job_changed(id);
             Ok(json_response(StatusCode::OK, &job, &[]))
         }

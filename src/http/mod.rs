@@ -44,6 +44,14 @@ pub struct AppState {
     pub signals: Arc<Signals>,
     /// How often a long-poll rereads its job when no notice came.
     pub long_poll_interval: std::time::Duration,
+    /// Renders `/metrics`.
+    pub metrics: metrics_exporter_prometheus::PrometheusHandle,
+    /// The per-owner rate limit, if any.
+    pub limiter: Option<Arc<governor::DefaultKeyedRateLimiter<crate::domain::OwnerId>>>,
+    /// The worker's heartbeat (Unix seconds), when this process runs one.
+    pub worker_heartbeat: Option<Arc<std::sync::atomic::AtomicI64>>,
+    /// How stale that heartbeat may be before `/readyz` fails.
+    pub worker_heartbeat_limit: std::time::Duration,
 }
 
 /// The whole API.
@@ -54,11 +62,21 @@ pub fn router(state: AppState) -> Router {
         .merge(providers::router())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(render_metrics))
+        .route_layer(middleware::from_fn(record_request))
         .fallback(|| async { Problem::not_found().detail("no such route") })
         .method_not_allowed_fallback(|| async {
             Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed")
         })
         .layer(middleware::from_fn_with_state(state.clone(), deadline))
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(axum::error_handling::HandleErrorLayer::new(|_: tower::BoxError| async {
+                    Problem::unavailable().detail("the server is at its limit of requests in flight; retry shortly")
+                }))
+                .load_shed()
+                .concurrency_limit(state.settings.max_concurrent_requests),
+        )
         .layer(CatchPanicLayer::custom(|_| {
             tracing::error!("a request handler panicked");
             Problem::internal().into_response()
@@ -97,11 +115,39 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    match state.store.check_ready().await {
-        Ok(()) => "ready".into_response(),
-        Err(error) => {
-            tracing::warn!(%error, "not ready");
-            Problem::unavailable().detail("the database is not ready").into_response()
+    if let Err(error) = state.store.check_ready().await {
+        tracing::warn!(%error, "not ready");
+        return Problem::unavailable().detail("the database is not ready").into_response();
+    }
+    if let Some(heartbeat) = &state.worker_heartbeat {
+        let beat = heartbeat.load(std::sync::atomic::Ordering::Relaxed);
+        let age = chrono::Utc::now().timestamp().saturating_sub(beat);
+        if age > state.worker_heartbeat_limit.as_secs() as i64 {
+            tracing::warn!(age, "not ready: the worker has not run its loop recently");
+            return Problem::unavailable().detail("the worker is not running").into_response();
         }
     }
+    "ready".into_response()
+}
+
+async fn render_metrics(State(state): State<AppState>) -> Response {
+    let mut response = state.metrics.render().into_response();
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+/// Counts and times every request by its route template.
+async fn record_request(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+    let method = request.method().clone();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    crate::metrics::http_request(&route, method.as_str(), response.status().as_u16(), started.elapsed());
+    response
 }

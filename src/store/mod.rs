@@ -244,6 +244,17 @@ impl QualificationState {
     }
 }
 
+/// What the metrics gauges show of the attempts table.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Gauges {
+    /// Pending attempts due for a worker now.
+    pub pending_due: i64,
+    /// Attempts whose outcome is unknown.
+    pub unknown_open: i64,
+    /// How long the oldest unknown attempt has been unknown.
+    pub oldest_unknown: Duration,
+}
+
 /// A stored qualification run.
 #[derive(Clone, Debug)]
 pub struct QualificationRecord {
@@ -470,6 +481,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// The latest qualification run of `provider` for `task`, of any contract.
     async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>>;
+
+    /// Queue depth and unknown attempts, for the metrics gauges.
+    async fn sample_gauges(&self) -> Result<Gauges>;
 
     /// Records an attempt's output. The job's compare-and-swap decides: the
     /// first output wins, every later one is `superseded` (I3).

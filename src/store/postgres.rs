@@ -15,7 +15,7 @@ use sqlx::{PgExecutor, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use super::{
-    Admission, ApiKey, AttemptRef, Cancel, ClaimedAttempt, CreateJob, JobFilter, Leases, NewAttempt, NewJob,
+    Admission, ApiKey, AttemptRef, Cancel, ClaimedAttempt, CreateJob, Gauges, JobFilter, Leases, NewAttempt, NewJob,
     QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
     UnknownAttempt, corrupt, log_race_lost, parse_state, past_attempts,
 };
@@ -1025,6 +1025,23 @@ impl Store for PostgresStore {
             })
         })
         .transpose()
+    }
+
+    async fn sample_gauges(&self) -> Result<Gauges> {
+        let row = sqlx::query(
+            r#"select
+                   (select count(*) from attempts where state = 'pending' and not_before <= now()) as pending_due,
+                   (select count(*) from attempts where state = 'unknown') as unknown_open,
+                   coalesce(extract(epoch from now() - (select min(finished_at) from attempts where state = 'unknown')),
+                            0)::float8 as oldest"#,
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Gauges {
+            pending_due: row.try_get("pending_due")?,
+            unknown_open: row.try_get("unknown_open")?,
+            oldest_unknown: Duration::from_secs_f64(row.try_get::<f64, _>("oldest")?.max(0.0)),
+        })
     }
 
     async fn cancel_job(&self, owner: &OwnerId, id: JobId) -> Result<Cancel> {

@@ -29,7 +29,7 @@ use sqlx::{Row, Sqlite, Transaction};
 use uuid::Uuid;
 
 use super::{
-    Admission, ApiKey, AttemptRef, Cancel, ClaimedAttempt, CreateJob, JobFilter, Leases, NewAttempt, NewJob,
+    Admission, ApiKey, AttemptRef, Cancel, ClaimedAttempt, CreateJob, Gauges, JobFilter, Leases, NewAttempt, NewJob,
     QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
     UnknownAttempt, corrupt, log_race_lost, parse_state, past_attempts,
 };
@@ -961,6 +961,25 @@ impl Store for SqliteStore {
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    async fn sample_gauges(&self) -> Result<Gauges> {
+        let at = now();
+        let row = sqlx::query(
+            r#"select
+                   (select count(*) from attempts where state = 'pending' and not_before <= ?1) as pending_due,
+                   (select count(*) from attempts where state = 'unknown') as unknown_open,
+                   (select min(finished_at) from attempts where state = 'unknown') as oldest"#,
+        )
+        .bind(at)
+        .fetch_one(&self.pool)
+        .await?;
+        let oldest: Option<i64> = row.try_get("oldest")?;
+        Ok(Gauges {
+            pending_due: row.try_get("pending_due")?,
+            unknown_open: row.try_get("unknown_open")?,
+            oldest_unknown: Duration::from_micros(oldest.map_or(0, |o| u64::try_from(at - o).unwrap_or(0))),
+        })
     }
 
     async fn cancel_job(&self, owner: &OwnerId, id: JobId) -> Result<Cancel> {

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::Worker;
+use crate::metrics;
 use crate::domain::AttemptError;
 use crate::provider::{Completion, FailureClass, ProviderError};
 use crate::store::{self, AttemptRef, ClaimedAttempt, Transition};
@@ -24,7 +25,7 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt) {
     );
     async {
         let outcome = call(worker, &claimed).await;
-        record_outcome(worker, &claimed.attempt, &claimed.task, outcome).await;
+        record_outcome(worker, &claimed.attempt, &claimed.task, &claimed.provider, outcome).await;
     }
     .instrument(span)
     .await;
@@ -45,10 +46,18 @@ async fn call(worker: &Worker, claimed: &ClaimedAttempt) -> Result<Completion, P
     let prepared = task.contract.prepare(&task.name, settings, claimed.id.to_string(), &claimed.input, settings.temperature)?;
     // One deadline for connect, headers and body.
     let timeout = settings.timeout();
-    match tokio::time::timeout(timeout, provider.call(&prepared.request)).await {
+    let started = std::time::Instant::now();
+    let result = match tokio::time::timeout(timeout, provider.call(&prepared.request)).await {
         Ok(result) => result,
         Err(_) => Err(ProviderError::deadline(timeout)),
-    }
+    };
+    let outcome = match &result {
+        Ok(_) => "answered",
+        Err(error) if error.class == FailureClass::Ambiguous => "ambiguous",
+        Err(_) => "failed",
+    };
+    crate::metrics::provider_call(&claimed.provider, outcome, started.elapsed());
+    result
 }
 
 /// The stored form of a provider failure.
@@ -73,7 +82,13 @@ const RECORD_PATIENCE: Duration = Duration::from_secs(300);
 /// safe; it is retried for minutes, through a database failover. An outcome
 /// that still cannot be recorded is left to the reaper and the reconciler,
 /// which will find the attempt `unknown`.
-pub async fn record_outcome(worker: &Worker, attempt: &AttemptRef, task: &str, outcome: Result<Completion, ProviderError>) {
+pub async fn record_outcome(
+    worker: &Worker,
+    attempt: &AttemptRef,
+    task: &str,
+    provider: &str,
+    outcome: Result<Completion, ProviderError>,
+) {
     let outcome = outcome.and_then(|completion| match worker.catalog.task(task) {
         Some(task) => task.contract.accept(&completion.output).map(|()| completion),
         None => Err(ProviderError::contract_violation(format!("task '{task}' is not configured; no output can be checked"))),
@@ -81,7 +96,7 @@ pub async fn record_outcome(worker: &Worker, attempt: &AttemptRef, task: &str, o
     let started = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(100);
     loop {
-        match record_once(worker, attempt, &outcome).await {
+        match record_once(worker, attempt, provider, &outcome).await {
             Ok(()) => {
                 worker.signals.job_changed(attempt.job_id);
                 return;
@@ -99,26 +114,45 @@ pub async fn record_outcome(worker: &Worker, attempt: &AttemptRef, task: &str, o
     }
 }
 
-async fn record_once(worker: &Worker, attempt: &AttemptRef, outcome: &Result<Completion, ProviderError>) -> store::Result<()> {
+async fn record_once(
+    worker: &Worker,
+    attempt: &AttemptRef,
+    provider: &str,
+    outcome: &Result<Completion, ProviderError>,
+) -> store::Result<()> {
     let store = worker.store.as_ref();
     match outcome {
         Ok(completion) => match store.finish_attempt(attempt, &completion.output).await? {
-            Transition::Won { canceled } => tracing::info!(?canceled, "attempt succeeded and won the job"),
-            Transition::Lost { .. } => {} // logged by the store with both numbers
+            Transition::Won { canceled } => {
+                tracing::info!(?canceled, "attempt succeeded and won the job");
+                metrics::attempt(provider, "succeeded");
+                metrics::attempts_canceled(canceled.len());
+            }
+            // Logged by the store with both numbers.
+            Transition::Lost { .. } => {
+                metrics::attempt(provider, "superseded");
+                metrics::race_lost(provider);
+            }
             other => tracing::info!(outcome = ?other, "output arrived for an attempt that was already settled"),
         },
         Err(error) => match error.class {
             FailureClass::Definitive { .. } => {
                 let transition = store.fail_attempt(attempt, &attempt_error(error), worker.catalog.as_ref()).await?;
                 tracing::info!(%error, outcome = ?transition, "attempt failed");
-                if let Transition::Failed { next: Some(next) } = &transition {
-                    tracing::info!(next.number = next.number, next.provider = %next.provider, "the retry policy added an attempt");
-                    worker.signals.work_available_after(next.delay);
+                if let Transition::Failed { next } = &transition {
+                    metrics::attempt(provider, "failed");
+                    if let Some(next) = next {
+                        tracing::info!(next.number = next.number, next.provider = %next.provider, "the retry policy added an attempt");
+                        worker.signals.work_available_after(next.delay);
+                    }
                 }
             }
             FailureClass::Ambiguous => {
                 let transition = store.mark_unknown(attempt, &attempt_error(error)).await?;
                 tracing::warn!(%error, outcome = ?transition, "attempt outcome unknown; new attempts wait for reconciliation");
+                if transition == Transition::Applied {
+                    metrics::attempt(provider, "unknown");
+                }
             }
         },
     }

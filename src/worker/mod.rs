@@ -39,6 +39,8 @@ pub struct Worker {
     pub settings: WorkerSettings,
     /// This worker's name in leases and events.
     pub id: String,
+    /// When the claim loop last ran (Unix seconds), for `/readyz`.
+    pub heartbeat: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl Worker {
@@ -52,7 +54,8 @@ impl Worker {
     ) -> Self {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let id = format!("{}-{}-{}", host.trim(), std::process::id(), &uuid::Uuid::now_v7().simple().to_string()[24..]);
-        Self { store, catalog, providers, signals, settings, id }
+        let heartbeat = Arc::new(std::sync::atomic::AtomicI64::new(chrono::Utc::now().timestamp()));
+        Self { store, catalog, providers, signals, settings, id, heartbeat }
     }
 
     fn leases(&self) -> Leases {
@@ -71,6 +74,8 @@ impl Worker {
         let reaper = tokio::spawn(reaper::run(self.clone(), shutdown.clone()));
         let reconciler = tokio::spawn(reconciler::run(self.clone(), shutdown.clone()));
         self.claim_loop(shutdown).await;
+        // A stopped worker is not ready.
+        self.heartbeat.store(0, std::sync::atomic::Ordering::Relaxed);
         let _ = tokio::join!(reaper, reconciler);
         tracing::info!(worker = %self.id, "worker stopped");
     }
@@ -81,6 +86,7 @@ impl Worker {
         let poll = Duration::from_millis(self.settings.poll_interval_ms);
         let mut in_flight = JoinSet::new();
         while !*shutdown.borrow() {
+            self.heartbeat.store(chrono::Utc::now().timestamp(), std::sync::atomic::Ordering::Relaxed);
             while in_flight.try_join_next().is_some() {}
             let free = permits.available_permits();
             if free == 0 {
@@ -93,6 +99,7 @@ impl Worker {
             let want = u32::try_from(free).unwrap_or(u32::MAX).min(self.settings.batch_size);
             match self.store.claim_attempts(&self.id, want, &leases).await {
                 Ok(claimed) if !claimed.is_empty() => {
+                    crate::metrics::claim_batch(claimed.len());
                     for claimed in claimed {
                         let permit = permits.clone().try_acquire_owned().expect("claimed no more than the free permits");
                         let worker = self.clone();

@@ -1,4 +1,4 @@
-//! The reaper: a running attempt whose lease expired (its worker died or
+//! The reaper (which also samples the metrics gauges): a running attempt whose lease expired (its worker died or
 //! stalled past its deadline) becomes `unknown` — never `pending` (it may
 //! have been sent) and never `failed` (it may have succeeded) (I4, I8).
 
@@ -20,9 +20,15 @@ pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>
                         "lease expired: attempt outcome unknown"
                     );
                     worker.signals.job_changed(attempt.job_id);
+                    crate::metrics::attempt("", "unknown");
                 }
             }
             Err(error) => tracing::warn!(%error, "reaping expired leases failed"),
+        }
+        // The gauges are sampled here too: one look a tick, for every process.
+        match worker.store.sample_gauges().await {
+            Ok(g) => crate::metrics::sampled(g.pending_due, g.unknown_open, g.oldest_unknown),
+            Err(error) => tracing::warn!(%error, "sampling the gauges failed"),
         }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}

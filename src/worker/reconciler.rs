@@ -51,13 +51,21 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
         Err(_) => Err(ProviderError::deadline(timeout)),
     };
     let later = worker.reconcile_backoff(unknown.reconcile_count);
-    let (task, lookups) = (&unknown.task, unknown.reconcile_count);
+    let result = match &answer {
+        Ok(RequestStatus::Succeeded(_)) => "succeeded",
+        Ok(RequestStatus::Failed(_)) => "failed",
+        Ok(RequestStatus::Running) => "running",
+        Ok(RequestStatus::NotFound) => "not_found",
+        Err(_) => "error",
+    };
+    crate::metrics::reconciliation(&unknown.provider, result);
+    let (task, provider_name, lookups) = (&unknown.task, &unknown.provider, unknown.reconcile_count);
     let settle = |outcome| async move {
         tracing::info!(
             owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
             lookups, "reconciling an unknown attempt"
         );
-        record_outcome(worker, attempt, task, outcome).await;
+        record_outcome(worker, attempt, task, provider_name, outcome).await;
     };
     match answer {
         Ok(RequestStatus::Succeeded(completion)) => settle(Ok(completion)).await,
