@@ -1,0 +1,223 @@
+//! Operating onejob: metrics, readiness with the database stopped, the
+//! per-owner rate limit, and logs that never carry a secret.
+
+#[macro_use]
+mod common;
+
+use std::time::Duration;
+
+use common::{Backend, TestApp, expect_problem};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+
+async fn create(app: &TestApp, key: &str, body: &Value) -> String {
+    let response = app.post_job(key, body).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    response.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned()
+}
+
+async fn metrics_text(app: &TestApp) -> String {
+    let response = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    response.text().await.unwrap()
+}
+
+async fn metrics_cover_every_documented_series(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |_| {}).await;
+    // A success, a replay, a conflict.
+    let body = json!({"task": "summarize", "input": {"text": "count me"}});
+    let id = create(&app, "k1", &body).await;
+    app.wait_for(&id, "succeeded", |j| j["state"] == "succeeded").await;
+    assert_eq!(app.post_job("k1", &body).await.status(), StatusCode::OK);
+    assert_eq!(app.post_job("k1", &json!({"task": "summarize", "input": {"text": "other"}})).await.status(), StatusCode::CONFLICT);
+    // A race: the slow primary loses to the fallback.
+    let race = create(&app, "k2", &json!({"task": "summarize", "input": {"text": "race"}, "provider": "sim-slow"})).await;
+    app.wait_for(&race, "running", |j| j["state"] == "running").await;
+    assert_eq!(app.post_attempt(&app.alice, &race, "fb", &json!({"provider": "sim-fast"})).await.status(), StatusCode::CREATED);
+    app.wait_for(&race, "the loser recorded", |j| j["attempts"][0]["state"] == "superseded").await;
+    // An unknown outcome, reconciled.
+    let late = create(&app, "k3", &json!({"task": "summarize", "input": {"text": "late"}, "provider": "sim-late"})).await;
+    app.wait_for(&late, "reconciled", |j| j["state"] == "succeeded").await;
+
+    let text = metrics_text(&app).await;
+    for name in onejob::metrics::ALL.iter().filter(|n| **n != onejob::metrics::RATE_LIMITED) {
+        assert!(text.contains(name), "{name} is missing from /metrics:\n{text}");
+    }
+    assert!(text.contains(r#"onejob_http_requests_total{route="/jobs",method="POST",status="201"}"#), "{text}");
+    assert!(text.contains(r#"outcome="superseded""#) && text.contains(r#"outcome="unknown""#), "{text}");
+    assert!(text.contains("onejob_http_request_duration_seconds_bucket"), "latency is a histogram");
+}
+
+async fn the_rate_limit_is_per_owner_and_a_replay_costs_as_much_as_a_create(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.server.rate_limit_per_second = 1;
+        s.server.rate_limit_burst = 3;
+    })
+    .await;
+    let body = json!({"task": "summarize", "input": {"text": "x"}});
+    assert_eq!(app.post_job("same", &body).await.status(), StatusCode::CREATED);
+    assert_eq!(app.post_job("same", &body).await.status(), StatusCode::OK);
+    assert_eq!(app.post_job("same", &body).await.status(), StatusCode::OK);
+    let limited = app.post_job("same", &body).await;
+    assert!(limited.headers()["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1);
+    expect_problem(limited, StatusCode::TOO_MANY_REQUESTS, "rate-limited").await;
+    // Another owner has a bucket of its own.
+    assert_eq!(app.get(&app.bob, "/jobs").await.status(), StatusCode::OK);
+    // Probes are not limited.
+    assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), StatusCode::OK);
+}
+
+on_both_backends!(metrics_cover_every_documented_series, the_rate_limit_is_per_owner_and_a_replay_costs_as_much_as_a_create);
+
+/// A TCP door to the test Postgres server's socket that the test can close:
+/// the database "stops" for the application behind it.
+struct Door {
+    addr: std::net::SocketAddr,
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl Door {
+    async fn open(socket: std::path::PathBuf) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                let (mut inbound, _) = listener.accept().await.unwrap();
+                let socket = socket.clone();
+                connections.spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::UnixStream::connect(&socket).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        Self { addr, tasks }
+    }
+
+    fn close(&mut self) {
+        // Dropping the accept loop drops its listener and every connection.
+        self.tasks.abort_all();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readiness_and_requests_answer_503_while_the_database_is_stopped() {
+    // Postgres only: an embedded SQLite file cannot be stopped apart from
+    // the process that opens it.
+    let url = common::postgres::fresh_database().await;
+    let Some(socket_dir) = url.split("host=").nth(1).map(str::to_owned) else {
+        eprintln!("TEST_DATABASE_URL names a TCP server; this test needs the throwaway cluster's socket");
+        return;
+    };
+    let mut door = Door::open(std::path::Path::new(&socket_dir).join(".s.PGSQL.5432")).await;
+    let database = url.split('/').nth(3).unwrap().split('?').next().unwrap().to_owned();
+    let through_door = format!("postgres://postgres@{}/{database}", door.addr);
+    let app = TestApp::spawn_on(Backend::Postgres, &url, onejob::app::Role::All, |s| {
+        s.database.url = Some(through_door.clone());
+        s.database.acquire_timeout_ms = 500;
+    })
+    .await;
+    assert_eq!(app.client.get(app.url("/readyz")).send().await.unwrap().status(), StatusCode::OK);
+
+    door.close();
+    let started = std::time::Instant::now();
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    expect_problem(ready, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
+    let create = app.post_job("k", &json!({"task": "summarize", "input": {"text": "x"}})).await;
+    assert_eq!(create.headers()["retry-after"], "1");
+    expect_problem(create, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
+    assert!(started.elapsed() < Duration::from_secs(10), "answered promptly, not after a hang");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_run_logs_no_secret() {
+    // A provider with a key, reached over the OpenAI protocol (the
+    // simulator speaks it), debug logs as JSON, and a client token.
+    const PROVIDER_KEY: &str = "sk-live-do-not-log-8f1c2d";
+    let settings = onejob::config::Settings::builtin();
+    let simulator = onejob::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let mut table: toml::Table = onejob::config::DEFAULT_CONFIG.parse().unwrap();
+    let mut gpt = toml::Table::new();
+    gpt.insert("kind".into(), "openai".into());
+    gpt.insert("base_url".into(), format!("{}/providers/sim-fast/v1", simulator.url()).into());
+    gpt.insert("api_key_env".into(), "ONEJOB_TEST_PROVIDER_KEY".into());
+    table["providers"].as_table_mut().unwrap().insert("gpt".into(), gpt.into());
+    table.insert("simulator".into(), toml::Value::Table([("url".to_owned(), simulator.url().into())].into_iter().collect()));
+    let config = std::env::temp_dir().join(format!("onejob-secrets-{}.toml", uuid::Uuid::now_v7().simple()));
+    std::fs::write(&config, toml::to_string(&table).unwrap()).unwrap();
+
+    let url = Backend::Sqlite.fresh_database().await;
+    let store = common::open_store(&url);
+    store.migrate().await.unwrap();
+    let token = onejob::keys::create_key(store.as_ref(), &onejob::domain::OwnerId::parse("alice").unwrap()).await.unwrap().1;
+
+    let mut child = tokio::process::Command::new(common::BIN)
+        .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .env("DATABASE_URL", &url)
+        .env("RUST_LOG", "debug")
+        .env("ONEJOB_TEST_PROVIDER_KEY", PROVIDER_KEY)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = tx.send(line);
+        }
+    });
+    let mut log = Vec::new();
+    let address = loop {
+        let line = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().expect("serve starts");
+        let found = line.split("listening on http://").nth(1).map(|rest| rest.split(['"', ' ']).next().unwrap().to_owned());
+        log.push(line);
+        if let Some(address) = found {
+            break address;
+        }
+    };
+    let client = reqwest::Client::new();
+    let created = client
+        .post(format!("http://{address}/jobs"))
+        .bearer_auth(&token)
+        .header("idempotency-key", "secret-run")
+        .json(&json!({"task": "summarize", "input": {"text": "keep it secret"}, "provider": "gpt"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let id = created.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    let mut state = Value::Null;
+    for _ in 0..10 {
+        let job: Value = client.get(format!("http://{address}/jobs/{id}?wait=5")).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+        state = job["state"].clone();
+        if state == "succeeded" {
+            break;
+        }
+    }
+    assert_eq!(state, "succeeded", "the job ran through the keyed provider");
+    let wrong = client.get(format!("http://{address}/jobs")).bearer_auth(format!("oj_{}", "1".repeat(64))).send().await.unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    child.kill().await.unwrap();
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(2), rx.recv()).await {
+        log.push(line);
+    }
+
+    assert!(log.len() > 10, "debug logging produced lines");
+    for line in &log {
+        let parsed: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(parsed.get("level").is_some(), "{line}");
+    }
+    let all = log.join("\n");
+    assert!(all.contains(&id), "the run is in the log");
+    for secret in [token.as_str(), PROVIDER_KEY, &"1".repeat(64)] {
+        assert!(!all.contains(secret), "a secret reached the logs");
+    }
+    assert!(!all.to_lowercase().contains("bearer "), "an Authorization header reached the logs");
+    let _ = std::fs::remove_file(config);
+}
