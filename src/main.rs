@@ -78,6 +78,13 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Ask a running onejob whether it is ready (`/readyz`): exit 0 if it
+    /// answers 2xx within 3 s. For container health checks.
+    Probe {
+        /// The URL to ask.
+        #[arg(default_value = "http://127.0.0.1:8080/readyz")]
+        url: String,
+    },
     /// Providers and their qualifications.
     Providers {
         #[command(subcommand)]
@@ -259,6 +266,14 @@ async fn run(command: Command) -> Result<(), AnyError> {
                         }
                     }
                 }
+            }
+            Ok(())
+        }
+        Command::Probe { url } => {
+            let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(3)).build()?;
+            let status = client.get(&url).send().await?.status();
+            if !status.is_success() {
+                return Err(format!("{url} answered {status}").into());
             }
             Ok(())
         }
