@@ -8,20 +8,23 @@ use serde_json::Value;
 use super::{AttemptId, AttemptState, Fingerprint, JobId, JobState, OwnerId};
 
 /// One intent: what the owner asked for and how it ended.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Job {
     /// The job's id.
+    #[schema(value_type = uuid::Uuid)]
     pub id: JobId,
     /// The tenant; not shown to clients, who know it already.
     #[serde(skip)]
     pub owner: OwnerId,
     /// The key the job was created with.
     pub idempotency_key: String,
-    /// What the intent was, for replay checks.
+    /// What the intent was, for replay checks: `sha256:<hex>`.
+    #[schema(value_type = String, example = "sha256:7e6ae513…")]
     pub fingerprint: Fingerprint,
     /// The task's name.
     pub task: String,
     /// The task's input, as sent.
+    #[schema(value_type = Object)]
     pub input: Value,
     /// The primary provider.
     pub provider: String,
@@ -30,6 +33,7 @@ pub struct Job {
     /// The number of the attempt that won, once one has.
     pub winning_attempt: Option<i32>,
     /// The winner's output.
+    #[schema(value_type = Option<Object>)]
     pub result: Option<Value>,
     /// When the job was accepted.
     pub created_at: DateTime<Utc>,
@@ -40,9 +44,10 @@ pub struct Job {
 }
 
 /// A job without its attempts, for listings.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct JobSummary {
     /// The job's id.
+    #[schema(value_type = uuid::Uuid)]
     pub id: JobId,
     /// The key the job was created with.
     pub idempotency_key: String,
@@ -61,7 +66,7 @@ pub struct JobSummary {
 }
 
 /// Who started an attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AttemptOrigin {
     /// The client, by creating the job or posting to its attempts.
@@ -90,11 +95,12 @@ impl AttemptOrigin {
 }
 
 /// One try at a job.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Attempt {
     /// 1 for the first attempt, then 2, 3, …
     pub number: i32,
     /// The id sent to the provider as its request and idempotency id (I6).
+    #[schema(value_type = uuid::Uuid)]
     pub id: AttemptId,
     /// The provider it runs on.
     pub provider: String,
@@ -109,8 +115,10 @@ pub struct Attempt {
     /// Until when that worker's claim holds.
     pub lease_until: Option<DateTime<Utc>>,
     /// The output, for succeeded and superseded attempts.
+    #[schema(value_type = Option<Object>)]
     pub output: Option<Value>,
-    /// What went wrong, for failed and unknown attempts.
+    /// What went wrong, for failed and unknown attempts: `{type, message, detail}`.
+    #[schema(value_type = Option<Object>)]
     pub error: Option<Value>,
     /// When it was admitted.
     pub created_at: DateTime<Utc>,

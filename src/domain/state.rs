@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 macro_rules! named_states {
     ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
         $(#[$doc])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
         #[serde(rename_all = "lowercase")]
         pub enum $name {
             $($(#[$vdoc])* $variant),+

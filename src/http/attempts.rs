@@ -27,7 +27,8 @@ pub fn router() -> Router<AppState> {
         .route("/jobs/{id}/attempts/{number}/resolve", post(resolve_attempt))
 }
 
-/// An attempt as the API shows it on its own.
+/// An attempt as the API shows it on its own (`AttemptWithJob` in the
+/// specification).
 #[derive(Serialize)]
 struct AttemptView<'a> {
     job_id: JobId,
@@ -51,7 +52,25 @@ fn parse_provider(body: Value) -> Result<Option<String>, Problem> {
     if violations.is_empty() { Ok(provider) } else { Err(Problem::invalid(violations)) }
 }
 
-async fn create_attempt(
+#[utoipa::path(post, path = "/jobs/{id}/attempts", tag = "attempts",
+    params(("id" = uuid::Uuid, Path, description = "the job's id"), ("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters naming this intent; the structured-field form \"abc\" is the same key as abc")),
+    request_body(content = crate::http::openapi::CreateAttemptBody, description = "optional: an empty body retries the job's own provider"),
+    responses(
+        (status = 201, description = "admitted: a pending attempt", body = crate::http::openapi::AttemptWithJob,
+         headers(("Location" = String, description = "/jobs/{id}"))),
+        (status = 200, description = "a replay: the attempt this key made on this job", body = crate::http::openapi::AttemptWithJob,
+         headers(("Idempotent-Replayed" = String, description = "true"))),
+        (status = 400, description = "idempotency-key-missing or idempotency-key-invalid", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "job-finished, attempt-pending, attempt-outcome-unknown (with Retry-After), too-many-attempts-in-flight, attempt-limit-reached, or idempotency-key-reused",
+         body = crate::http::openapi::Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "for attempt-outcome-unknown"))),
+        (status = 422, description = "validation-failed, provider-unknown, or provider-not-qualified (the detail says why)", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
+        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+    ))]
+pub(crate) async fn create_attempt(
     State(app): State<AppState>,
     Owner(owner): Owner,
     Path(id): Path<String>,
@@ -140,7 +159,19 @@ fn parse_resolution(body: Value) -> Result<(Resolution, String), Problem> {
     }
 }
 
-async fn resolve_attempt(
+#[utoipa::path(post, path = "/jobs/{id}/attempts/{number}/resolve", tag = "attempts",
+    params(("id" = uuid::Uuid, Path, description = "the job's id"), ("number" = i32, Path, description = "the attempt's number")),
+    request_body = crate::http::openapi::ResolveBody,
+    responses(
+        (status = 200, description = "settled: a succeeded output went through the job's compare-and-swap", body = crate::domain::Job),
+        (status = 404, description = "not-found", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "attempt-not-unknown", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "validation-failed or contract-violation", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
+        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+    ))]
+pub(crate) async fn resolve_attempt(
     State(app): State<AppState>,
     Owner(owner): Owner,
     Path((id, number)): Path<(String, String)>,

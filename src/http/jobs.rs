@@ -110,7 +110,24 @@ fn created(job: &Job) -> Response {
     json_response(StatusCode::CREATED, job, &[("location", format!("/jobs/{}", job.id))])
 }
 
-async fn create_job(State(app): State<AppState>, Owner(owner): Owner, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+#[utoipa::path(post, path = "/jobs", tag = "jobs",
+    params(("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters naming this intent; the structured-field form \"abc\" is the same key as abc")),
+    request_body = crate::http::openapi::CreateJobBody,
+    responses(
+        (status = 201, description = "created: the job and its pending first attempt", body = Job,
+         headers(("Location" = String, description = "/jobs/{id}"))),
+        (status = 200, description = "a replay: the job this key made, as it is now", body = Job,
+         headers(("Idempotent-Replayed" = String, description = "true"), ("Location" = String, description = "/jobs/{id}"))),
+        (status = 400, description = "idempotency-key-missing or idempotency-key-invalid", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "idempotency-key-reused: the key made a job with another task, input or provider", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "payload-too-large", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "unsupported-media-type: the body is not JSON", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "validation-failed (malformed JSON, unknown field or task, input breaking the schema, a prompt that cannot be rendered) or provider-unknown", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
+        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+    ))]
+pub(crate) async fn create_job(State(app): State<AppState>, Owner(owner): Owner, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
     let body = read_json(&headers, body, app.settings.max_body_bytes, false).await?;
     let request = parse_create_request(body)?;
@@ -209,7 +226,20 @@ fn matches_tag(if_none_match: &str, etag: &str) -> bool {
     if_none_match.split(',').map(|tag| tag.trim().trim_start_matches("W/")).any(|tag| tag == "*" || tag == etag)
 }
 
-async fn get_job(
+#[utoipa::path(get, path = "/jobs/{id}", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "the job's id"),
+           ("wait" = Option<u64>, Query, description = "long-poll up to this many seconds (0 to 30) until the job differs from what the client saw, or is finished"),
+           ("If-None-Match" = Option<String>, Header, description = "the ETag the client has")),
+    responses(
+        (status = 200, description = "the job with all its attempts", body = Job, headers(("ETag" = String, description = "this representation's tag"))),
+        (status = 304, description = "not modified: the client's ETag is current", headers(("ETag" = String))),
+        (status = 404, description = "not-found: no such job for this owner", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "validation-failed: a bad `wait`", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
+        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+    ))]
+pub(crate) async fn get_job(
     State(app): State<AppState>,
     Owner(owner): Owner,
     Path(id): Path<String>,
@@ -271,7 +301,17 @@ async fn wait_for_change(changes: &mut broadcast::Receiver<JobId>, id: JobId) {
     }
 }
 
-async fn cancel_job(State(app): State<AppState>, Owner(owner): Owner, Path(id): Path<String>) -> Result<Response, ApiError> {
+#[utoipa::path(post, path = "/jobs/{id}/cancel", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "the job's id")),
+    responses(
+        (status = 200, description = "canceled (or it was already): pending attempts canceled; running ones finish and are never applied", body = Job),
+        (status = 404, description = "not-found", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "job-finished: it succeeded", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
+        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+    ))]
+pub(crate) async fn cancel_job(State(app): State<AppState>, Owner(owner): Owner, Path(id): Path<String>) -> Result<Response, ApiError> {
     let id = JobId::parse(&id).ok_or_else(Problem::not_found)?;
     tracing::Span::current().record("job.id", tracing::field::display(id));
     match app.store.cancel_job(&owner, id).await? {
@@ -320,7 +360,19 @@ fn parse_list_query(query: Option<&str>) -> Result<JobFilter, Problem> {
     Ok(JobFilter { state, task: query.task, before, limit })
 }
 
-async fn list_jobs(State(app): State<AppState>, Owner(owner): Owner, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+#[utoipa::path(get, path = "/jobs", tag = "jobs",
+    params(("state" = Option<JobState>, Query, description = "only jobs in this state"),
+           ("task" = Option<String>, Query, description = "only jobs of this task"),
+           ("limit" = Option<u32>, Query, description = "1 to 100, default 20"),
+           ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page")),
+    responses(
+        (status = 200, description = "the owner's jobs, newest first", body = crate::http::openapi::JobPage),
+        (status = 422, description = "validation-failed: a bad parameter", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
+        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+    ))]
+pub(crate) async fn list_jobs(State(app): State<AppState>, Owner(owner): Owner, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
     let mut filter = parse_list_query(query.as_deref())?;
     let page = filter.limit;
     // One more than asked tells whether another page follows.

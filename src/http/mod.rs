@@ -6,6 +6,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod jobs;
+pub mod openapi;
 pub mod providers;
 
 use std::sync::Arc;
@@ -63,6 +64,8 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(render_metrics))
+        .route("/openapi.json", get(openapi::openapi_json))
+        .route("/docs", get(openapi::docs))
         .route_layer(middleware::from_fn(record_request))
         .fallback(|| async { Problem::not_found().detail("no such route") })
         .method_not_allowed_fallback(|| async {
@@ -110,11 +113,15 @@ async fn deadline(State(state): State<AppState>, request: Request, next: Next) -
     }
 }
 
-async fn healthz() -> &'static str {
+#[utoipa::path(get, path = "/healthz", tag = "operations", security(()), responses((status = 200, description = "the process is alive")))]
+pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn readyz(State(state): State<AppState>) -> Response {
+#[utoipa::path(get, path = "/readyz", tag = "operations", security(()), responses(
+    (status = 200, description = "the database answers, migrations are applied, the worker (where one runs) is alive"),
+    (status = 503, description = "unavailable", body = openapi::Problem, content_type = "application/problem+json")))]
+pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     if let Err(error) = state.store.check_ready().await {
         tracing::warn!(%error, "not ready");
         return Problem::unavailable().detail("the database is not ready").into_response();
@@ -130,7 +137,9 @@ async fn readyz(State(state): State<AppState>) -> Response {
     "ready".into_response()
 }
 
-async fn render_metrics(State(state): State<AppState>) -> Response {
+#[utoipa::path(get, path = "/metrics", tag = "operations", security(()), responses(
+    (status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+pub(crate) async fn render_metrics(State(state): State<AppState>) -> Response {
     let mut response = state.metrics.render().into_response();
     response.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,

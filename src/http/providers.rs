@@ -24,7 +24,14 @@ pub fn router() -> Router<AppState> {
         .route("/providers/{name}/qualifications", post(run_qualification))
 }
 
-async fn list_providers(State(app): State<AppState>, Owner(_): Owner) -> Result<Response, ApiError> {
+#[utoipa::path(get, path = "/providers", tag = "providers",
+    responses(
+        (status = 200, description = "every provider with, per task, its qualification state (qualified, failed, stale, never), the current contract hash, why it may not be used, and the last report's summary", body = Object),
+        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
+        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+    ))]
+pub(crate) async fn list_providers(State(app): State<AppState>, Owner(_): Owner) -> Result<Response, ApiError> {
     let mut names: Vec<&String> = app.providers.keys().collect();
     names.sort();
     let mut providers = Vec::with_capacity(names.len());
@@ -70,7 +77,18 @@ async fn list_providers(State(app): State<AppState>, Owner(_): Owner) -> Result<
     Ok(json_response(StatusCode::OK, &json!({ "providers": providers }), &[]))
 }
 
-async fn run_qualification(
+#[utoipa::path(post, path = "/providers/{name}/qualifications", tag = "providers",
+    params(("name" = String, Path, description = "the provider")),
+    request_body = crate::http::openapi::QualifyBody,
+    responses(
+        (status = 201, description = "the stored qualification with its report, per example", body = Object),
+        (status = 404, description = "not-found: no such provider", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "validation-failed: no such task", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
+        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+    ))]
+pub(crate) async fn run_qualification(
     State(app): State<AppState>,
     Owner(_): Owner,
     Path(name): Path<String>,

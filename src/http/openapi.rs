@@ -1,0 +1,230 @@
+//! The OpenAPI 3.1 description of the API, generated from the handlers'
+//! annotations and the types they answer with; served at `/openapi.json`,
+//! rendered at `/docs` (a page of this server's own, no CDN).
+
+use axum::Json;
+use axum::response::Html;
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+use crate::domain::{Attempt, AttemptOrigin, AttemptState, Job, JobState, JobSummary};
+
+/// Every route the router serves, as (method, path): the router is checked
+/// against this list, and the specification against it too.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", "/jobs"),
+    ("get", "/jobs"),
+    ("get", "/jobs/{id}"),
+    ("post", "/jobs/{id}/cancel"),
+    ("post", "/jobs/{id}/attempts"),
+    ("post", "/jobs/{id}/attempts/{number}/resolve"),
+    ("get", "/providers"),
+    ("post", "/providers/{name}/qualifications"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/metrics"),
+    ("get", "/openapi.json"),
+    ("get", "/docs"),
+];
+
+/// Every problem `type` the API answers with.
+pub const PROBLEM_TYPES: &[&str] = &[
+    "idempotency-key-missing",
+    "idempotency-key-invalid",
+    "unauthorized",
+    "not-found",
+    "method-not-allowed",
+    "idempotency-key-reused",
+    "job-finished",
+    "attempt-pending",
+    "attempt-outcome-unknown",
+    "too-many-attempts-in-flight",
+    "attempt-limit-reached",
+    "attempt-not-unknown",
+    "payload-too-large",
+    "unsupported-media-type",
+    "validation-failed",
+    "provider-unknown",
+    "provider-not-qualified",
+    "contract-violation",
+    "rate-limited",
+    "unavailable",
+    "internal",
+];
+
+/// `POST /jobs` body.
+#[derive(Serialize, ToSchema)]
+pub struct CreateJobBody {
+    /// A configured task.
+    pub task: String,
+    /// The task's input; must meet its input schema.
+    #[schema(value_type = Object)]
+    pub input: Value,
+    /// A configured provider; the task's default when left out.
+    pub provider: Option<String>,
+}
+
+/// `POST /jobs/{id}/attempts` body (or no body at all).
+#[derive(Serialize, ToSchema)]
+pub struct CreateAttemptBody {
+    /// A configured provider; the job's own when left out.
+    pub provider: Option<String>,
+}
+
+/// How an operator settles an unknown attempt.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// The provider did the work.
+    Succeeded,
+    /// It did not.
+    Failed,
+}
+
+/// `POST /jobs/{id}/attempts/{number}/resolve` body.
+#[derive(Serialize, ToSchema)]
+pub struct ResolveBody {
+    /// What became of the attempt.
+    pub outcome: Outcome,
+    /// The output, for `succeeded`; it must meet the task's output schema.
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
+    /// Why (1 to 1000 characters); kept in the job's events.
+    pub reason: String,
+}
+
+/// `POST /providers/{name}/qualifications` body.
+#[derive(Serialize, ToSchema)]
+pub struct QualifyBody {
+    /// The task whose contract the provider must meet.
+    pub task: String,
+}
+
+/// A page of jobs.
+#[derive(Serialize, ToSchema)]
+pub struct JobPage {
+    /// Newest first.
+    pub jobs: Vec<JobSummary>,
+    /// Pass as `cursor` for the next page; null on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// An attempt with its job.
+#[derive(Serialize, ToSchema)]
+pub struct AttemptWithJob {
+    /// The job.
+    #[schema(value_type = uuid::Uuid)]
+    pub job_id: crate::domain::JobId,
+    /// The attempt's members.
+    #[serde(flatten)]
+    pub attempt: Attempt,
+}
+
+/// An RFC 9457 problem. `type` is one of: idempotency-key-missing,
+/// idempotency-key-invalid, unauthorized, not-found, method-not-allowed,
+/// idempotency-key-reused, job-finished, attempt-pending,
+/// attempt-outcome-unknown, too-many-attempts-in-flight,
+/// attempt-limit-reached, attempt-not-unknown, payload-too-large,
+/// unsupported-media-type, validation-failed, provider-unknown,
+/// provider-not-qualified, contract-violation, rate-limited, unavailable,
+/// internal.
+#[derive(Serialize, ToSchema)]
+pub struct Problem {
+    /// The stable problem type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// For people, fixed per type.
+    pub title: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// What happened in this case.
+    pub detail: Option<String>,
+    /// For `validation-failed`: each offending field, by JSON Pointer
+    /// (`pointer`) or query parameter (`parameter`), with `detail`.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub errors: Option<Value>,
+}
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("api_key", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
+
+/// The API's description.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "onejob", description = "One job per intent: idempotent jobs, guarded attempts, one winner."),
+    paths(
+        super::jobs::create_job,
+        super::jobs::list_jobs,
+        super::jobs::get_job,
+        super::jobs::cancel_job,
+        super::attempts::create_attempt,
+        super::attempts::resolve_attempt,
+        super::providers::list_providers,
+        super::providers::run_qualification,
+        super::healthz,
+        super::readyz,
+        super::render_metrics,
+        openapi_json,
+        docs,
+    ),
+    components(schemas(
+        Job, JobSummary, Attempt, AttemptState, JobState, AttemptOrigin, CreateJobBody, CreateAttemptBody,
+        ResolveBody, Outcome, QualifyBody, JobPage, AttemptWithJob, Problem
+    )),
+    modifiers(&BearerAuth),
+    security(("api_key" = []))
+)]
+pub struct ApiDoc;
+
+/// The specification.
+#[utoipa::path(get, path = "/openapi.json", security(()), responses((status = 200, description = "OpenAPI 3.1")))]
+pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+/// A readable page of the specification, rendered here.
+#[utoipa::path(get, path = "/docs", security(()), responses((status = 200, description = "HTML", content_type = "text/html")))]
+pub async fn docs() -> Html<String> {
+    let spec = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    let mut page = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>onejob API</title>\
+         <style>body{font-family:sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}\
+         code{background:#f3f3f3;padding:0 .2rem}h2{margin-top:2rem}.m{font-weight:bold;text-transform:uppercase}</style>\
+         </head><body><h1>onejob API</h1><p>The machine-readable form is <a href=\"/openapi.json\">/openapi.json</a>.</p>",
+    );
+    let escape = |text: &str| text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    if let Some(paths) = spec["paths"].as_object() {
+        for (path, operations) in paths {
+            for (method, operation) in operations.as_object().into_iter().flatten() {
+                page.push_str(&format!(
+                    "<h2><span class=\"m\">{}</span> <code>{}</code></h2><p>{}</p><ul>",
+                    escape(method),
+                    escape(path),
+                    escape(operation["summary"].as_str().unwrap_or_default())
+                ));
+                for (status, response) in operation["responses"].as_object().into_iter().flatten() {
+                    page.push_str(&format!(
+                        "<li><code>{}</code> {}</li>",
+                        escape(status),
+                        escape(response["description"].as_str().unwrap_or_default())
+                    ));
+                }
+                page.push_str("</ul>");
+            }
+        }
+    }
+    page.push_str("<h2>Problem types</h2><ul>");
+    for kind in PROBLEM_TYPES {
+        page.push_str(&format!("<li><code>{kind}</code></li>"));
+    }
+    page.push_str("</ul></body></html>");
+    Html(page)
+}
