@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::AppState;
+use super::openapi::listed;
 use super::auth::Owner;
 use super::error::{ApiError, Problem};
 use super::extract::{idempotency_key, read_json};
@@ -23,8 +24,8 @@ use crate::store::{Admission, AttemptRef, NewAttempt, Resolution, Transition};
 /// The routes of this resource.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/jobs/{id}/attempts", post(create_attempt))
-        .route("/jobs/{id}/attempts/{number}/resolve", post(resolve_attempt))
+        .route(listed("/jobs/{id}/attempts"), post(create_attempt))
+        .route(listed("/jobs/{id}/attempts/{number}/resolve"), post(resolve_attempt))
 }
 
 /// An attempt as the API shows it on its own (`AttemptWithJob` in the

@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
 
 use super::AppState;
+use super::openapi::listed;
 use super::auth::Owner;
 use super::error::{ApiError, Problem};
 use super::extract::{idempotency_key, read_json};
@@ -33,9 +34,9 @@ pub const MAX_WAIT_SECS: u64 = 30;
 /// The routes of this resource.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/jobs", get(list_jobs).post(create_job))
-        .route("/jobs/{id}", get(get_job))
-        .route("/jobs/{id}/cancel", post(cancel_job))
+        .route(listed("/jobs"), get(list_jobs).post(create_job))
+        .route(listed("/jobs/{id}"), get(get_job))
+        .route(listed("/jobs/{id}/cancel"), post(cancel_job))
 }
 
 /// The header that marks an answer as a replay of an earlier request.

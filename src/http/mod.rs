@@ -27,6 +27,7 @@ use crate::signals::Signals;
 use crate::store::Store;
 use auth::Authenticator;
 use error::Problem;
+use openapi::listed;
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -61,11 +62,11 @@ pub fn router(state: AppState) -> Router {
         .merge(jobs::router())
         .merge(attempts::router())
         .merge(providers::router())
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(render_metrics))
-        .route("/openapi.json", get(openapi::openapi_json))
-        .route("/docs", get(openapi::docs))
+        .route(listed("/healthz"), get(healthz))
+        .route(listed("/readyz"), get(readyz))
+        .route(listed("/metrics"), get(render_metrics))
+        .route(listed("/openapi.json"), get(openapi::openapi_json))
+        .route(listed("/docs"), get(openapi::docs))
         .route_layer(middleware::from_fn(record_request))
         .fallback(|| async { Problem::not_found().detail("no such route") })
         .method_not_allowed_fallback(|| async {

@@ -29,6 +29,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/docs"),
 ];
 
+/// A route's path, checked against [`ROUTES`]: the router registers every
+/// path through this, so a route missing from the list (and so from the
+/// specification, which a test compares with the list) fails at start.
+pub fn listed(path: &'static str) -> &'static str {
+    assert!(ROUTES.iter().any(|(_, listed)| *listed == path), "route {path} is missing from openapi::ROUTES");
+    path
+}
+
 /// Every problem `type` the API answers with.
 pub const PROBLEM_TYPES: &[&str] = &[
     "idempotency-key-missing",

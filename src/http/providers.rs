@@ -10,6 +10,7 @@ use axum::routing::{get, post};
 use serde_json::{Map, Value, json};
 
 use super::AppState;
+use super::openapi::listed;
 use super::auth::Owner;
 use super::error::{ApiError, Problem};
 use super::extract::read_json;
@@ -20,8 +21,8 @@ use crate::store::QualificationState;
 /// The routes of this resource.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/providers", get(list_providers))
-        .route("/providers/{name}/qualifications", post(run_qualification))
+        .route(listed("/providers"), get(list_providers))
+        .route(listed("/providers/{name}/qualifications"), post(run_qualification))
 }
 
 #[utoipa::path(get, path = "/providers", tag = "providers",
