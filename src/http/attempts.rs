@@ -16,7 +16,7 @@ use super::openapi::listed;
 use super::auth::Owner;
 use super::error::{ApiError, Problem};
 use super::extract::{idempotency_key, read_json};
-use super::jobs::{REPLAYED, json_response, key_reused, unknown_members};
+use super::jobs::{REPLAYED, json_response, key_reused, object_body};
 use crate::catalog::Violation;
 use crate::domain::{Attempt, AttemptId, AttemptOrigin, JobId};
 use crate::store::{Admission, AttemptRef, NewAttempt, Resolution, Transition};
@@ -38,10 +38,7 @@ struct AttemptView<'a> {
 }
 
 fn parse_provider(body: Value) -> Result<Option<String>, Problem> {
-    let Value::Object(mut body) = body else {
-        return Err(Problem::invalid_field("", "the body must be a JSON object"));
-    };
-    let mut violations = unknown_members(&body, &["provider"]);
+    let (mut body, mut violations) = object_body(body, &["provider"])?;
     let provider = match body.remove("provider") {
         None | Some(Value::Null) => None,
         Some(Value::String(provider)) => Some(provider),
@@ -67,9 +64,7 @@ fn parse_provider(body: Value) -> Result<Option<String>, Problem> {
          body = crate::http::openapi::Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "for attempt-outcome-unknown"))),
         (status = 422, description = "validation-failed, provider-unknown, or provider-not-qualified (the detail says why)", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
-        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+        crate::http::openapi::CommonErrors
     ))]
 pub(crate) async fn create_attempt(
     State(app): State<AppState>,
@@ -126,10 +121,7 @@ pub(crate) async fn create_attempt(
 const MAX_REASON: usize = 1000;
 
 fn parse_resolution(body: Value) -> Result<(Resolution, String), Problem> {
-    let Value::Object(mut body) = body else {
-        return Err(Problem::invalid_field("", "the body must be a JSON object"));
-    };
-    let mut violations = unknown_members(&body, &["outcome", "output", "reason"]);
+    let (mut body, mut violations) = object_body(body, &["outcome", "output", "reason"])?;
     let reason = match body.remove("reason") {
         Some(Value::String(reason)) if !reason.trim().is_empty() && reason.len() <= MAX_REASON => Some(reason),
         _ => {
@@ -168,9 +160,7 @@ fn parse_resolution(body: Value) -> Result<(Resolution, String), Problem> {
         (status = 404, description = "not-found", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 409, description = "attempt-not-unknown", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed or contract-violation", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
-        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+        crate::http::openapi::CommonErrors
     ))]
 pub(crate) async fn resolve_attempt(
     State(app): State<AppState>,

@@ -66,6 +66,16 @@ pub(crate) fn unknown_members(body: &Map<String, Value>, allowed: &[&str]) -> Ve
         .collect()
 }
 
+/// A request body that must be a JSON object with only `allowed` members:
+/// the object, and a violation for each member it should not have.
+pub(crate) fn object_body(body: Value, allowed: &[&str]) -> Result<(Map<String, Value>, Vec<Violation>), Problem> {
+    let Value::Object(body) = body else {
+        return Err(Problem::invalid_field("", "the body must be a JSON object"));
+    };
+    let violations = unknown_members(&body, allowed);
+    Ok((body, violations))
+}
+
 #[derive(Debug)]
 struct CreateJobRequest {
     task: String,
@@ -74,10 +84,7 @@ struct CreateJobRequest {
 }
 
 fn parse_create_request(body: Value) -> Result<CreateJobRequest, Problem> {
-    let Value::Object(mut body) = body else {
-        return Err(Problem::invalid_field("", "the body must be a JSON object"));
-    };
-    let mut violations = unknown_members(&body, &["task", "input", "provider"]);
+    let (mut body, mut violations) = object_body(body, &["task", "input", "provider"])?;
     let task = match body.remove("task") {
         Some(Value::String(task)) => Some(task),
         Some(_) => {
@@ -124,9 +131,7 @@ fn created(job: &Job) -> Response {
         (status = 413, description = "payload-too-large", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported-media-type: the body is not JSON", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed (malformed JSON, unknown field or task, input breaking the schema, a prompt that cannot be rendered) or provider-unknown", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
-        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+        crate::http::openapi::CommonErrors
     ))]
 pub(crate) async fn create_job(State(app): State<AppState>, Owner(owner): Owner, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
@@ -236,9 +241,7 @@ fn matches_tag(if_none_match: &str, etag: &str) -> bool {
         (status = 304, description = "not modified: the client's ETag is current", headers(("ETag" = String))),
         (status = 404, description = "not-found: no such job for this owner", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed: a bad `wait`", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
-        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+        crate::http::openapi::CommonErrors
     ))]
 pub(crate) async fn get_job(
     State(app): State<AppState>,
@@ -308,9 +311,7 @@ async fn wait_for_change(changes: &mut broadcast::Receiver<JobId>, id: JobId) {
         (status = 200, description = "canceled (or it was already): pending attempts canceled; running ones finish and are never applied", body = Job),
         (status = 404, description = "not-found", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 409, description = "job-finished: it succeeded", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
-        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+        crate::http::openapi::CommonErrors
     ))]
 pub(crate) async fn cancel_job(State(app): State<AppState>, Owner(owner): Owner, Path(id): Path<String>) -> Result<Response, ApiError> {
     let id = JobId::parse(&id).ok_or_else(Problem::not_found)?;
@@ -369,9 +370,7 @@ fn parse_list_query(query: Option<&str>) -> Result<JobFilter, Problem> {
     responses(
         (status = 200, description = "the owner's jobs, newest first", body = crate::http::openapi::JobPage),
         (status = 422, description = "validation-failed: a bad parameter", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
-        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+        crate::http::openapi::CommonErrors
     ))]
 pub(crate) async fn list_jobs(State(app): State<AppState>, Owner(owner): Owner, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
     let mut filter = parse_list_query(query.as_deref())?;

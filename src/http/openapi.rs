@@ -155,6 +155,26 @@ pub struct Problem {
     pub errors: Option<Value>,
 }
 
+/// The answers every authenticated route may give besides its own.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum CommonErrors {
+    /// No bearer token, or not a live API key.
+    #[response(status = 401, description = "unauthorized: no bearer token, or not a live API key",
+               content_type = "application/problem+json")]
+    Unauthorized(Problem),
+    /// Over the owner's request rate.
+    #[response(status = 429, description = "rate-limited: over the owner's request rate",
+               content_type = "application/problem+json",
+               headers(("Retry-After" = u64, description = "seconds to wait")))]
+    RateLimited(Problem),
+    /// The database cannot be reached, or the server is at capacity.
+    #[response(status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity",
+               content_type = "application/problem+json",
+               headers(("Retry-After" = u64, description = "seconds to wait")))]
+    Unavailable(Problem),
+}
+
 struct BearerAuth;
 
 impl Modify for BearerAuth {

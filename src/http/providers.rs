@@ -14,7 +14,7 @@ use super::openapi::listed;
 use super::auth::Owner;
 use super::error::{ApiError, Problem};
 use super::extract::read_json;
-use super::jobs::{json_response, unknown_members};
+use super::jobs::{json_response, object_body};
 use crate::qualify::{self, QualifyError};
 use crate::store::QualificationState;
 
@@ -28,9 +28,7 @@ pub fn router() -> Router<AppState> {
 #[utoipa::path(get, path = "/providers", tag = "providers",
     responses(
         (status = 200, description = "every provider with, per task, its qualification state (qualified, failed, stale, never), the current contract hash, why it may not be used, and the last report's summary", body = Object),
-        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
-        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+        crate::http::openapi::CommonErrors
     ))]
 pub(crate) async fn list_providers(State(app): State<AppState>, Owner(_): Owner) -> Result<Response, ApiError> {
     let mut names: Vec<&String> = app.providers.keys().collect();
@@ -85,9 +83,7 @@ pub(crate) async fn list_providers(State(app): State<AppState>, Owner(_): Owner)
         (status = 201, description = "the stored qualification with its report, per example", body = Object),
         (status = 404, description = "not-found: no such provider", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed: no such task", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized: no bearer token, or not a live API key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "rate-limited: over the owner's request rate", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait"))),
-        (status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity", body = crate::http::openapi::Problem, content_type = "application/problem+json", headers(("Retry-After" = u64, description = "seconds to wait")))
+        crate::http::openapi::CommonErrors
     ))]
 pub(crate) async fn run_qualification(
     State(app): State<AppState>,
@@ -100,10 +96,7 @@ pub(crate) async fn run_qualification(
         return Err(Problem::not_found().detail(format!("no provider named '{name}'")).into());
     }
     let body = read_json(&headers, body, app.settings.max_body_bytes, false).await?;
-    let Value::Object(body) = body else {
-        return Err(Problem::invalid_field("", "the body must be a JSON object").into());
-    };
-    let violations = unknown_members(&body, &["task"]);
+    let (body, violations) = object_body(body, &["task"])?;
     if !violations.is_empty() {
         return Err(Problem::invalid(violations).into());
     }
