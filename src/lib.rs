@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod app;
+pub mod bench;
 pub mod catalog;
 pub mod config;
 pub mod domain;

@@ -85,6 +85,36 @@ enum Command {
         #[arg(default_value = "http://127.0.0.1:8080/readyz")]
         url: String,
     },
+    /// Drive a running onejob with load and report throughput and latency.
+    Bench {
+        /// The server.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// An API token.
+        #[arg(long, env = "ONEJOB_TOKEN")]
+        token: String,
+        /// What to measure.
+        #[arg(value_enum)]
+        scenario: onejob::bench::Scenario,
+        /// Concurrent keep-alive connections.
+        #[arg(long, default_value_t = 64)]
+        connections: usize,
+        /// Seconds the timed scenarios run.
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        /// `inflight`: how many jobs.
+        #[arg(long, default_value_t = 1000)]
+        jobs: usize,
+        /// `inflight`: on which provider.
+        #[arg(long, default_value = "sim-slow")]
+        provider: String,
+        /// `inflight`: the server's process id, to report its peak memory.
+        #[arg(long)]
+        server_pid: Option<u32>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Providers and their qualifications.
     Providers {
         #[command(subcommand)]
@@ -266,6 +296,25 @@ async fn run(command: Command) -> Result<(), AnyError> {
                         }
                     }
                 }
+            }
+            Ok(())
+        }
+        Command::Bench { url, token, scenario, connections, duration, jobs, provider, server_pid, json } => {
+            let options = onejob::bench::Options {
+                url: url.trim_end_matches('/').to_owned(),
+                token,
+                scenario,
+                connections,
+                duration: std::time::Duration::from_secs(duration),
+                jobs,
+                provider,
+                server_pid,
+            };
+            let report = onejob::bench::run(options).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{}", onejob::bench::table(&report));
             }
             Ok(())
         }
