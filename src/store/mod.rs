@@ -532,6 +532,18 @@ pub(crate) fn past_attempts(attempts: &[Attempt]) -> Vec<PastAttempt<'_>> {
         .collect()
 }
 
+/// The answer to an attempt request whose key this job has seen before:
+/// a replay when it asked for the same provider, a reused key otherwise.
+pub(crate) fn earlier_attempt(attempts: &[Attempt], key: Option<&IdempotencyKey>, provider: &str) -> Option<Admission> {
+    let key = key?;
+    let earlier = attempts.iter().find(|a| a.idempotency_key.as_deref() == Some(key.as_str()))?;
+    Some(if earlier.provider == provider {
+        Admission::Replayed(earlier.clone())
+    } else {
+        Admission::KeyReused(earlier.clone())
+    })
+}
+
 /// Writes the one log line a lost race gets (I3).
 pub(crate) fn log_race_lost(attempt: &AttemptRef, winner: Option<i32>) {
     tracing::warn!(

@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::{
     Admission, ApiKey, AttemptRef, Cancel, ClaimedAttempt, CreateJob, Gauges, JobFilter, Leases, NewAttempt, NewJob,
     QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
-    UnknownAttempt, corrupt, log_race_lost, parse_state, past_attempts,
+    UnknownAttempt, corrupt, earlier_attempt, log_race_lost, parse_state, past_attempts,
 };
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job, JobEvent, JobId,
@@ -121,6 +121,15 @@ fn read_attempt(row: &PgRow) -> Result<Attempt> {
 }
 
 /// Reads a job and its attempts from the rows of a `jobs left join attempts`.
+/// The (owner_id, job_id, number) of a row naming an attempt.
+fn read_attempt_ref(row: &PgRow) -> Result<AttemptRef> {
+    Ok(AttemptRef {
+        owner: OwnerId::from_trusted(row.try_get("owner_id")?),
+        job_id: JobId(row.try_get("job_id")?),
+        number: row.try_get("number")?,
+    })
+}
+
 fn read_job_with_attempts(rows: &[PgRow]) -> Result<Option<Job>> {
     let Some(first) = rows.first() else { return Ok(None) };
     let mut attempts = Vec::with_capacity(rows.len());
@@ -758,14 +767,8 @@ impl Store for PostgresStore {
 
         // A key seen before on this job answers with what it made, whatever
         // the job's state is now.
-        if let Some(key) = &new.idempotency_key
-            && let Some(earlier) = attempts.iter().find(|a| a.idempotency_key.as_deref() == Some(key.as_str()))
-        {
-            return Ok(if earlier.provider == provider {
-                Admission::Replayed(earlier.clone())
-            } else {
-                Admission::KeyReused(earlier.clone())
-            });
+        if let Some(answer) = earlier_attempt(&attempts, new.idempotency_key.as_ref(), provider) {
+            return Ok(answer);
         }
 
         let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
@@ -858,11 +861,7 @@ impl Store for PostgresStore {
         rows.iter()
             .map(|row| {
                 Ok(ClaimedAttempt {
-                    attempt: AttemptRef {
-                        owner: OwnerId::from_trusted(row.try_get("owner_id")?),
-                        job_id: JobId(row.try_get("job_id")?),
-                        number: row.try_get("number")?,
-                    },
+                    attempt: read_attempt_ref(row)?,
                     id: AttemptId(row.try_get("id")?),
                     provider: row.try_get("provider")?,
                     task: row.try_get("task")?,
@@ -886,11 +885,7 @@ impl Store for PostgresStore {
         let error = AttemptError::new("lease-expired", "the worker running this attempt stopped answering before it finished");
         let mut expired = Vec::with_capacity(rows.len());
         for row in rows {
-            let attempt = AttemptRef {
-                owner: OwnerId::from_trusted(row.try_get("owner_id")?),
-                job_id: JobId(row.try_get("job_id")?),
-                number: row.try_get("number")?,
-            };
+            let attempt = read_attempt_ref(&row)?;
             let outcome = self
                 .settle_without_output(
                     &attempt,
@@ -935,11 +930,7 @@ impl Store for PostgresStore {
         rows.iter()
             .map(|row| {
                 Ok(UnknownAttempt {
-                    attempt: AttemptRef {
-                        owner: OwnerId::from_trusted(row.try_get("owner_id")?),
-                        job_id: JobId(row.try_get("job_id")?),
-                        number: row.try_get("number")?,
-                    },
+                    attempt: read_attempt_ref(row)?,
                     id: AttemptId(row.try_get("id")?),
                     provider: row.try_get("provider")?,
                     task: row.try_get("task")?,

@@ -31,7 +31,7 @@ use uuid::Uuid;
 use super::{
     Admission, ApiKey, AttemptRef, Cancel, ClaimedAttempt, CreateJob, Gauges, JobFilter, Leases, NewAttempt, NewJob,
     QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
-    UnknownAttempt, corrupt, log_race_lost, parse_state, past_attempts,
+    UnknownAttempt, corrupt, earlier_attempt, log_race_lost, parse_state, past_attempts,
 };
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job,
@@ -166,6 +166,15 @@ fn read_attempt(row: &SqliteRow) -> Result<Attempt> {
         not_before: time(row.try_get("a_not_before")?)?,
         started_at: optional_time(row.try_get("a_started_at")?)?,
         finished_at: optional_time(row.try_get("a_finished_at")?)?,
+    })
+}
+
+/// The (owner_id, job_id, number) of a row naming an attempt.
+fn read_attempt_ref(row: &SqliteRow) -> Result<AttemptRef> {
+    Ok(AttemptRef {
+        owner: OwnerId::from_trusted(row.try_get("owner_id")?),
+        job_id: JobId(row.try_get("job_id")?),
+        number: row.try_get("number")?,
     })
 }
 
@@ -772,14 +781,8 @@ impl Store for SqliteStore {
         let provider = new.provider.as_deref().unwrap_or(&primary);
         let attempts = read_attempts(&mut tx, owner, job_id).await?;
 
-        if let Some(key) = &new.idempotency_key
-            && let Some(earlier) = attempts.iter().find(|a| a.idempotency_key.as_deref() == Some(key.as_str()))
-        {
-            return Ok(if earlier.provider == provider {
-                Admission::Replayed(earlier.clone())
-            } else {
-                Admission::KeyReused(earlier.clone())
-            });
+        if let Some(answer) = earlier_attempt(&attempts, new.idempotency_key.as_ref(), provider) {
+            return Ok(answer);
         }
 
         let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
@@ -830,11 +833,7 @@ impl Store for SqliteStore {
         .await?;
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
-            let attempt = AttemptRef {
-                owner: OwnerId::from_trusted(row.try_get("owner_id")?),
-                job_id: JobId(row.try_get("job_id")?),
-                number: row.try_get("number")?,
-            };
+            let attempt = read_attempt_ref(row)?;
             let provider: String = row.try_get("provider")?;
             let lease = leases.by_provider.iter().find(|(name, _)| *name == provider).map_or(leases.default, |(_, l)| *l);
             let lease_until = at.saturating_add(micros(lease));
@@ -886,11 +885,7 @@ impl Store for SqliteStore {
         let error = AttemptError::new("lease-expired", "the worker running this attempt stopped answering before it finished");
         let mut expired = Vec::with_capacity(rows.len());
         for row in rows {
-            let attempt = AttemptRef {
-                owner: OwnerId::from_trusted(row.try_get("owner_id")?),
-                job_id: JobId(row.try_get("job_id")?),
-                number: row.try_get("number")?,
-            };
+            let attempt = read_attempt_ref(&row)?;
             let outcome = self
                 .settle_without_output(&attempt, AttemptState::Unknown, &[AttemptState::Running], &error, "attempt-unknown", None, None)
                 .await?;
@@ -920,11 +915,7 @@ impl Store for SqliteStore {
         .await?;
         let mut due = Vec::with_capacity(rows.len());
         for row in &rows {
-            let attempt = AttemptRef {
-                owner: OwnerId::from_trusted(row.try_get("owner_id")?),
-                job_id: JobId(row.try_get("job_id")?),
-                number: row.try_get("number")?,
-            };
+            let attempt = read_attempt_ref(row)?;
             sqlx::query(
                 r#"update attempts set reconcile_after = ?, reconcile_count = reconcile_count + 1
                    where owner_id = ? and job_id = ? and number = ?"#,
