@@ -144,6 +144,8 @@ impl Application {
             worker_heartbeat,
             worker_heartbeat_limit,
             auth: Arc::new(auth),
+            taken_keys: Arc::new(crate::http::replay::TakenKeys::new(crate::http::replay::CAPACITY)),
+            flights: Arc::new(crate::http::replay::Flights::default()),
             signals,
             long_poll_interval: Duration::from_millis(settings.worker.long_poll_interval_ms),
             settings: Arc::new(settings.server),

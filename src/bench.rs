@@ -6,7 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use std::net::SocketAddr;
+
 use clap::ValueEnum;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -26,6 +30,26 @@ pub enum Scenario {
     E2e,
     /// `--jobs` jobs at once on `--provider`, until all have finished.
     Inflight,
+}
+
+/// A hot-path request whose SQL `bench/ceiling.sh` runs under pgbench.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HotStatement {
+    /// `POST /jobs` with a new key. Binds: owner, job id, key, fingerprint,
+    /// task, input, provider, first attempt id.
+    Create,
+    /// `GET /jobs/{id}`. Binds: owner, job id.
+    Poll,
+}
+
+impl HotStatement {
+    /// The statement, exactly as the Postgres store sends it.
+    pub fn sql(self) -> &'static str {
+        match self {
+            Self::Create => crate::store::postgres::CREATE_JOB,
+            Self::Poll => crate::store::postgres::GET_JOB.as_str(),
+        }
+    }
 }
 
 /// How to run a scenario.
@@ -81,45 +105,173 @@ struct Sample {
     errors: u64,
 }
 
-fn body(text: String, provider: Option<&str>) -> Value {
+fn body(text: String, provider: Option<&str>) -> Vec<u8> {
     let mut body = json!({"task": "summarize", "input": {"text": text}});
     if let Some(provider) = provider {
         body["provider"] = provider.into();
     }
-    body
+    body.to_string().into_bytes()
 }
 
-async fn post_job(client: &reqwest::Client, options: &Options, key: &str, body: &Value) -> Result<Value, String> {
-    let response = client
-        .post(format!("{}/jobs", options.url))
-        .bearer_auth(&options.token)
-        .header("idempotency-key", key)
-        .json(body)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    if !response.status().is_success() {
-        return Err(format!("POST /jobs answered {}", response.status()));
-    }
-    response.json().await.map_err(|e| e.to_string())
+/// Where the server is: `http://host:port`.
+#[derive(Clone, Debug)]
+struct Target {
+    addr: SocketAddr,
+    host: String,
+    authorization: String,
 }
 
-async fn get(client: &reqwest::Client, options: &Options, path: &str) -> Result<Value, String> {
-    let response =
-        client.get(format!("{}{path}", options.url)).bearer_auth(&options.token).send().await.map_err(|e| e.to_string())?;
-    if !response.status().is_success() {
-        return Err(format!("GET {path} answered {}", response.status()));
+impl Target {
+    async fn resolve(options: &Options) -> Result<Self, String> {
+        let rest = options
+            .url
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("{}: only http:// URLs can be benchmarked", options.url))?;
+        let host = rest.split('/').next().unwrap_or_default().to_owned();
+        let with_port = if host.contains(':') { host.clone() } else { format!("{host}:80") };
+        let addr = tokio::net::lookup_host(&with_port)
+            .await
+            .map_err(|e| format!("{host}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("{host}: no address"))?;
+        Ok(Self { addr, host, authorization: format!("Bearer {}", options.token) })
     }
-    response.json().await.map_err(|e| e.to_string())
+}
+
+/// One keep-alive HTTP/1.1 connection. The requests are written and the
+/// answers read by hand, so that the load generator costs little next to the
+/// server it shares the machine with.
+struct Connection {
+    target: Arc<Target>,
+    stream: Option<TcpStream>,
+    buffer: Vec<u8>,
+    request: Vec<u8>,
+}
+
+/// An answer: its status and body.
+struct Answer {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(&self) -> Result<Value, String> {
+        serde_json::from_slice(&self.body).map_err(|e| format!("the answer is not JSON: {e}"))
+    }
+}
+
+impl Connection {
+    fn new(target: Arc<Target>) -> Self {
+        Self { target, stream: None, buffer: Vec::with_capacity(8192), request: Vec::with_capacity(1024) }
+    }
+
+    /// Opens the connection now rather than at the first request.
+    async fn open(&mut self) -> Result<(), String> {
+        if self.stream.is_none() {
+            let stream = TcpStream::connect(self.target.addr).await.map_err(|e| format!("connect: {e}"))?;
+            stream.set_nodelay(true).map_err(|e| e.to_string())?;
+            self.stream = Some(stream);
+            self.buffer.clear();
+        }
+        Ok(())
+    }
+
+    async fn send(&mut self, method: &str, path: &str, key: Option<&str>, body: Option<&[u8]>) -> Result<Answer, String> {
+        let result = self.exchange(method, path, key, body).await;
+        if result.is_err() {
+            // Whatever state the connection is in, the next request gets a new one.
+            self.stream = None;
+        }
+        result
+    }
+
+    async fn exchange(&mut self, method: &str, path: &str, key: Option<&str>, body: Option<&[u8]>) -> Result<Answer, String> {
+        use std::io::Write as _;
+        self.open().await?;
+        let request = &mut self.request;
+        request.clear();
+        let target = &self.target;
+        let _ = write!(request, "{method} {path} HTTP/1.1\r\nhost: {}\r\nauthorization: {}\r\n", target.host, target.authorization);
+        if let Some(key) = key {
+            let _ = write!(request, "idempotency-key: {key}\r\n");
+        }
+        if let Some(body) = body {
+            let _ = write!(request, "content-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len());
+            request.extend_from_slice(body);
+        } else {
+            request.extend_from_slice(b"\r\n");
+        }
+        let stream = self.stream.as_mut().expect("opened above");
+        stream.write_all(request).await.map_err(|e| format!("write: {e}"))?;
+
+        let buffer = &mut self.buffer;
+        let head_end = loop {
+            if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            if stream.read_buf(buffer).await.map_err(|e| format!("read: {e}"))? == 0 {
+                return Err("the server closed the connection".into());
+            }
+        };
+        let head = std::str::from_utf8(&buffer[..head_end]).map_err(|_| "the answer's head is not UTF-8".to_owned())?;
+        let status: u16 = head.get(9..12).and_then(|s| s.parse().ok()).ok_or("no status line")?;
+        let mut length = None;
+        let mut close = false;
+        for line in head.split("\r\n").skip(1) {
+            let Some((name, value)) = line.split_once(':') else { continue };
+            let value = value.trim();
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.parse::<usize>().ok();
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                return Err(format!("transfer-encoding {value} is not read by the load generator"));
+            } else if name.eq_ignore_ascii_case("connection") && value.eq_ignore_ascii_case("close") {
+                close = true;
+            }
+        }
+        let length = length.ok_or("the answer has no content-length")?;
+        while buffer.len() < head_end + length {
+            if stream.read_buf(buffer).await.map_err(|e| format!("read: {e}"))? == 0 {
+                return Err("the server closed the connection mid-answer".into());
+            }
+        }
+        let body = buffer[head_end..head_end + length].to_vec();
+        buffer.drain(..head_end + length);
+        if close {
+            self.stream = None;
+        }
+        Ok(Answer { status, body })
+    }
+
+    async fn post_job(&mut self, key: &str, body: &[u8]) -> Result<Answer, String> {
+        let answer = self.send("POST", "/jobs", Some(key), Some(body)).await?;
+        if !(200..300).contains(&answer.status) {
+            return Err(format!("POST /jobs answered {}", answer.status));
+        }
+        Ok(answer)
+    }
+
+    async fn get(&mut self, path: &str) -> Result<Value, String> {
+        let answer = self.send("GET", path, None, None).await?;
+        if !(200..300).contains(&answer.status) {
+            return Err(format!("GET {path} answered {}", answer.status));
+        }
+        answer.json()
+    }
+}
+
+fn job_id(answer: &Answer) -> Result<String, String> {
+    let job = answer.json()?;
+    job["id"].as_str().map(str::to_owned).ok_or_else(|| "the answer has no job id".to_owned())
 }
 
 /// Creates `count` jobs for the replay and poll scenarios; their keys and ids.
-async fn prepare(client: &reqwest::Client, options: &Options, run: &str, count: usize) -> Result<Vec<(String, String)>, String> {
+async fn prepare(target: &Arc<Target>, run: &str, count: usize) -> Result<Vec<(String, String)>, String> {
+    let mut connection = Connection::new(target.clone());
     let mut made = Vec::with_capacity(count);
     for k in 0..count {
         let key = format!("bench-{run}-seed-{k}");
-        let job = post_job(client, options, &key, &body(format!("seed {k}"), None)).await?;
-        made.push((key, job["id"].as_str().unwrap_or_default().to_owned()));
+        let answer = connection.post_job(&key, &body(format!("seed {k}"), None)).await?;
+        made.push((key, job_id(&answer)?));
     }
     Ok(made)
 }
@@ -134,18 +286,14 @@ fn percentile(sorted: &[u64], q: f64) -> f64 {
 
 /// Runs one scenario and reports on it.
 pub async fn run(options: Options) -> Result<Report, String> {
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(options.connections.max(1))
-        .timeout(Duration::from_secs(60))
-        .build()
-        .map_err(|e| e.to_string())?;
+    let target = Arc::new(Target::resolve(&options).await?);
     let run = uuid::Uuid::now_v7().simple().to_string();
     let options = Arc::new(options);
     let started = Instant::now();
     let (samples, extra) = match options.scenario {
-        Scenario::Storm => storm(&client, &options, &run).await?,
-        Scenario::Inflight => inflight(&client, &options, &run).await?,
-        _ => (timed(&client, &options, &run).await?, Value::Null),
+        Scenario::Storm => storm(&target, &run).await?,
+        Scenario::Inflight => inflight(&target, &options, &run).await?,
+        _ => (timed(&target, &options, &run).await?, Value::Null),
     };
     let seconds = started.elapsed().as_secs_f64();
     let mut micros: Vec<u64> = samples.iter().flat_map(|s| s.micros.iter().copied()).collect();
@@ -154,7 +302,7 @@ pub async fn run(options: Options) -> Result<Report, String> {
     let ok = micros.len() as u64;
     Ok(Report {
         scenario: options.scenario,
-        connections: options.connections,
+        connections: if options.scenario == Scenario::Storm { STORM } else { options.connections },
         seconds,
         ok,
         errors,
@@ -168,9 +316,9 @@ pub async fn run(options: Options) -> Result<Report, String> {
 }
 
 /// The scenarios that run for `duration` on `connections` loops.
-async fn timed(client: &reqwest::Client, options: &Arc<Options>, run: &str) -> Result<Vec<Sample>, String> {
+async fn timed(target: &Arc<Target>, options: &Arc<Options>, run: &str) -> Result<Vec<Sample>, String> {
     let seeds = match options.scenario {
-        Scenario::Replay | Scenario::Poll => Arc::new(prepare(client, options, run, options.connections * 4).await?),
+        Scenario::Replay | Scenario::Poll => Arc::new(prepare(target, run, options.connections * 4).await?),
         _ => Arc::new(Vec::new()),
     };
     let done = Arc::new(AtomicU64::new(0));
@@ -188,8 +336,9 @@ async fn timed(client: &reqwest::Client, options: &Arc<Options>, run: &str) -> R
     };
     let mut loops = tokio::task::JoinSet::new();
     for worker in 0..options.connections {
-        let (client, options, seeds, done, run) = (client.clone(), options.clone(), seeds.clone(), done.clone(), run.to_owned());
+        let (target, options, seeds, done, run) = (target.clone(), options.clone(), seeds.clone(), done.clone(), run.to_owned());
         loops.spawn(async move {
+            let mut connection = Connection::new(target);
             let mut sample = Sample { micros: Vec::new(), errors: 0 };
             let mut i = 0usize;
             while Instant::now() < deadline {
@@ -197,18 +346,18 @@ async fn timed(client: &reqwest::Client, options: &Arc<Options>, run: &str) -> R
                 let result = match options.scenario {
                     Scenario::Create => {
                         let key = format!("bench-{run}-{worker}-{i}");
-                        post_job(&client, &options, &key, &body(format!("job {worker} {i}"), None)).await.map(drop)
+                        connection.post_job(&key, &body(format!("job {worker} {i}"), None)).await.map(drop)
                     }
                     Scenario::Replay => {
                         let (key, _) = &seeds[(worker + i * options.connections) % seeds.len()];
                         let k = key.rsplit('-').next().unwrap_or_default();
-                        post_job(&client, &options, key, &body(format!("seed {k}"), None)).await.map(drop)
+                        connection.post_job(key, &body(format!("seed {k}"), None)).await.map(drop)
                     }
                     Scenario::Poll => {
                         let (_, id) = &seeds[(worker + i * options.connections) % seeds.len()];
-                        get(&client, &options, &format!("/jobs/{id}")).await.map(drop)
+                        connection.get(&format!("/jobs/{id}")).await.map(drop)
                     }
-                    Scenario::E2e => e2e_one(&client, &options, &format!("bench-{run}-{worker}-{i}")).await,
+                    Scenario::E2e => e2e_one(&mut connection, &format!("bench-{run}-{worker}-{i}")).await,
                     Scenario::Storm | Scenario::Inflight => unreachable!("not timed"),
                 };
                 match result {
@@ -227,8 +376,8 @@ async fn timed(client: &reqwest::Client, options: &Arc<Options>, run: &str) -> R
     Ok(samples)
 }
 
-async fn e2e_one(client: &reqwest::Client, options: &Options, key: &str) -> Result<(), String> {
-    let job = post_job(client, options, key, &body("end to end".into(), Some("sim-fast"))).await?;
+async fn e2e_one(connection: &mut Connection, key: &str) -> Result<(), String> {
+    let job = connection.post_job(key, &body("end to end".into(), Some("sim-fast"))).await?.json()?;
     let id = job["id"].as_str().unwrap_or_default().to_owned();
     let mut state = job["state"].clone();
     let mut polls = 0;
@@ -237,29 +386,41 @@ async fn e2e_one(client: &reqwest::Client, options: &Options, key: &str) -> Resu
         if polls > 20 || state == "failed" || state == "canceled" {
             return Err(format!("job {id} ended {state}"));
         }
-        state = get(client, options, &format!("/jobs/{id}?wait=10")).await?["state"].clone();
+        state = connection.get(&format!("/jobs/{id}?wait=10")).await?["state"].clone();
     }
     Ok(())
 }
 
-async fn storm(client: &reqwest::Client, options: &Options, run: &str) -> Result<(Vec<Sample>, Value), String> {
+/// Requests of the storm scenario.
+const STORM: usize = 1000;
+
+/// 1,000 requests with one key, each on its own connection opened
+/// beforehand, released together: what is measured is how the server
+/// answers a thousand clicks of one intent, not how fast it accepts
+/// connections.
+async fn storm(target: &Arc<Target>, run: &str) -> Result<(Vec<Sample>, Value), String> {
     let key = format!("bench-{run}-storm");
-    let barrier = Arc::new(tokio::sync::Barrier::new(1000));
+    let payload = body("one intent".into(), None);
+    let barrier = Arc::new(tokio::sync::Barrier::new(STORM));
     let mut requests = tokio::task::JoinSet::new();
-    for _ in 0..1000 {
-        let (client, options, key, barrier) = (client.clone(), options.clone(), key.clone(), barrier.clone());
+    for _ in 0..STORM {
+        let (target, key, payload, barrier) = (target.clone(), key.clone(), payload.clone(), barrier.clone());
         requests.spawn(async move {
+            let mut connection = Connection::new(target);
+            let opened = connection.open().await;
             barrier.wait().await;
+            opened?;
             let began = Instant::now();
-            let result = post_job(&client, &options, &key, &body("one intent".into(), None)).await;
-            (began.elapsed(), result.map(|job| job["id"].as_str().unwrap_or_default().to_owned()))
+            let answer = connection.post_job(&key, &payload).await?;
+            let took = began.elapsed();
+            Ok::<_, String>((took, job_id(&answer)?))
         });
     }
     let mut sample = Sample { micros: Vec::new(), errors: 0 };
     let mut ids = std::collections::HashSet::new();
-    for (took, result) in requests.join_all().await {
+    for result in requests.join_all().await {
         match result {
-            Ok(id) => {
+            Ok((took, id)) => {
                 sample.micros.push(took.as_micros() as u64);
                 ids.insert(id);
             }
@@ -276,45 +437,41 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-async fn inflight(client: &reqwest::Client, options: &Arc<Options>, run: &str) -> Result<(Vec<Sample>, Value), String> {
-    // Create every job (at `connections` at once), then wait for all to finish.
-    let permits = Arc::new(tokio::sync::Semaphore::new(options.connections.max(1)));
+async fn inflight(target: &Arc<Target>, options: &Arc<Options>, run: &str) -> Result<(Vec<Sample>, Value), String> {
+    // Create every job on `connections` connections, then wait for each on
+    // the same connections.
+    let numbers: Numbers = Arc::new(std::sync::Mutex::new(0..options.jobs));
     let mut creating = tokio::task::JoinSet::new();
-    for j in 0..options.jobs {
-        let (client, options, permits, key) = (client.clone(), options.clone(), permits.clone(), format!("bench-{run}-inflight-{j}"));
+    for _ in 0..options.connections.max(1) {
+        let (target, options, numbers, run) = (target.clone(), options.clone(), numbers.clone(), run.to_owned());
         creating.spawn(async move {
-            let _permit = permits.acquire_owned().await.expect("open semaphore");
-            let began = Instant::now();
-            let job = post_job(&client, &options, &key, &body(format!("inflight {j}"), Some(&options.provider))).await?;
-            Ok::<_, String>((began, job["id"].as_str().unwrap_or_default().to_owned()))
-        });
-    }
-    let mut pending = Vec::new();
-    let mut sample = Sample { micros: Vec::new(), errors: 0 };
-    for created in creating.join_all().await {
-        match created {
-            Ok(job) => pending.push(job),
-            Err(_) => sample.errors += 1,
-        }
-    }
-    let mut waiting = tokio::task::JoinSet::new();
-    for (began, id) in pending {
-        let (client, options, permits) = (client.clone(), options.clone(), permits.clone());
-        waiting.spawn(async move {
-            let _permit = permits.acquire_owned().await.expect("open semaphore");
-            for _ in 0..30 {
-                let job = get(&client, &options, &format!("/jobs/{id}?wait=10")).await?;
-                if job["state"] == "succeeded" {
-                    return Ok(began.elapsed());
-                }
-                if job["state"] == "failed" || job["state"] == "canceled" {
-                    return Err(format!("job {id} ended {}", job["state"]));
+            let mut connection = Connection::new(target);
+            let mut made = Vec::new();
+            let mut errors = 0;
+            while let Some(j) = next(&numbers) {
+                let began = Instant::now();
+                let key = format!("bench-{run}-inflight-{j}");
+                match connection.post_job(&key, &body(format!("inflight {j}"), Some(&options.provider))).await.and_then(|a| job_id(&a)) {
+                    Ok(id) => made.push((began, id)),
+                    Err(_) => errors += 1,
                 }
             }
-            Err(format!("job {id} did not finish"))
+            (connection, made, errors)
         });
     }
-    for finished in waiting.join_all().await {
+    let mut sample = Sample { micros: Vec::new(), errors: 0 };
+    let mut waiting = tokio::task::JoinSet::new();
+    for (mut connection, made, errors) in creating.join_all().await {
+        sample.errors += errors;
+        waiting.spawn(async move {
+            let mut finished = Vec::new();
+            for (began, id) in made {
+                finished.push(wait_until_done(&mut connection, &id).await.map(|()| began.elapsed()));
+            }
+            finished
+        });
+    }
+    for finished in waiting.join_all().await.into_iter().flatten() {
         match finished {
             Ok(took) => sample.micros.push(took.as_micros() as u64),
             Err(_) => sample.errors += 1,
@@ -322,6 +479,26 @@ async fn inflight(client: &reqwest::Client, options: &Arc<Options>, run: &str) -
     }
     let rss = options.server_pid.and_then(peak_rss_mib);
     Ok((vec![sample], json!({ "jobs": options.jobs, "provider": options.provider, "server_peak_rss_mib": rss })))
+}
+
+/// Job numbers handed out to the creating connections.
+type Numbers = Arc<std::sync::Mutex<std::ops::Range<usize>>>;
+
+fn next(numbers: &Numbers) -> Option<usize> {
+    numbers.lock().unwrap_or_else(|p| p.into_inner()).next()
+}
+
+async fn wait_until_done(connection: &mut Connection, id: &str) -> Result<(), String> {
+    for _ in 0..30 {
+        let job = connection.get(&format!("/jobs/{id}?wait=10")).await?;
+        if job["state"] == "succeeded" {
+            return Ok(());
+        }
+        if job["state"] == "failed" || job["state"] == "canceled" {
+            return Err(format!("job {id} ended {}", job["state"]));
+        }
+    }
+    Err(format!("job {id} did not finish"))
 }
 
 /// The report as a table.

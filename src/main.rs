@@ -115,6 +115,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the SQL statement the Postgres store runs for a scenario's
+    /// request (`create`: a new job; `poll`: reading one), with its `$n`
+    /// parameters, for running it under pgbench (bench/ceiling.sh).
+    BenchSql {
+        /// Which request.
+        #[arg(value_enum)]
+        statement: onejob::bench::HotStatement,
+    },
     /// Providers and their qualifications.
     Providers {
         #[command(subcommand)]
@@ -316,6 +324,10 @@ async fn run(command: Command) -> Result<(), AnyError> {
             } else {
                 println!("{}", onejob::bench::table(&report));
             }
+            Ok(())
+        }
+        Command::BenchSql { statement } => {
+            println!("{};", statement.sql());
             Ok(())
         }
         Command::Probe { url } => {

@@ -28,6 +28,8 @@ conformance!(postgres => crate::common::postgres_store, sqlite => crate::common:
     create_job_inserts_the_job_with_one_pending_attempt,
     second_create_with_the_same_key_finds_the_existing_job,
     fifty_concurrent_creates_with_one_key_make_one_job,
+    concurrent_creations_of_many_keys_make_one_job_per_key,
+    a_creation_that_fails_does_not_fail_the_others,
     the_same_key_under_two_owners_makes_two_jobs,
     another_owner_can_neither_see_nor_touch_a_job,
     admission_refuses_while_an_attempt_is_pending,

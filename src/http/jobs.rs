@@ -22,6 +22,7 @@ use super::extract::{idempotency_key, read_json};
 use crate::catalog::Violation;
 use crate::metrics;
 use crate::domain::{AdmissionRefusal, AttemptId, Fingerprint, Job, JobId, JobState};
+use super::replay::{Flight, Trip};
 use crate::store::{Cancel, CreateJob, JobFilter, NewJob};
 
 /// Listings hold at most this many jobs a page.
@@ -166,22 +167,55 @@ pub(crate) async fn create_job(State(app): State<AppState>, Owner(owner): Owner,
         provider,
         first_attempt_id: AttemptId::new(),
     };
-    match app.store.create_job(&new).await? {
-        CreateJob::Created(job) => {
+    // A key this process has seen taken: its holder never changes, so read
+    // that job by id (one cheap statement) instead of trying the insert.
+    if let Some(holder) = app.taken_keys.get(&new.owner, &new.idempotency_key) {
+        if holder.fingerprint != fingerprint {
+            return Err(key_reused_counted(&holder.task, KEY_REUSED).with("job_id", holder.job_id.to_string()).into());
+        }
+        if let Some(job) = app.store.get_job(&new.owner, holder.job_id).await? {
+            return Ok(replayed(&job));
+        }
+        app.taken_keys.forget(&new.owner, &new.idempotency_key);
+    }
+    let store = &app.store;
+    let flight = app
+        .flights
+        .join(&new.owner, &new.idempotency_key, || async {
+            match store.create_job(&new).await {
+                Ok(CreateJob::Created(job)) => Trip::Created(job),
+                Ok(CreateJob::Existing(job)) => Trip::Existing(job),
+                Err(error) => Trip::Failed(error),
+            }
+        })
+        .await;
+    match flight {
+        Flight::Created(job) => {
+            app.taken_keys.remember(&new.idempotency_key, &job);
             tracing::Span::current().record("job.id", tracing::field::display(job.id));
             app.signals.work_available();
             metrics::job_request(metrics::JOBS_CREATED, &job.task);
             Ok(created(&job))
         }
-        CreateJob::Existing(job) if job.fingerprint == fingerprint => {
-            tracing::Span::current().record("job.id", tracing::field::display(job.id));
-            metrics::job_request(metrics::JOBS_REPLAYED, &job.task);
-            Ok(json_response(StatusCode::OK, &job, &[(REPLAYED, "true".into()), ("location", format!("/jobs/{}", job.id))]))
+        Flight::Taken(job) => {
+            app.taken_keys.remember(&new.idempotency_key, &job);
+            if job.fingerprint == fingerprint {
+                Ok(replayed(&job))
+            } else {
+                Err(key_reused_counted(&job.task, KEY_REUSED).with("job_id", job.id.to_string()).into())
+            }
         }
-        CreateJob::Existing(job) => Err(key_reused_counted(&job.task, "this Idempotency-Key was used for a job with another task, input or provider")
-            .with("job_id", job.id.to_string())
-            .into()),
+        Flight::Failed(error) => Err(error.into()),
     }
+}
+
+const KEY_REUSED: &str = "this Idempotency-Key was used for a job with another task, input or provider";
+
+/// 200: the job an earlier request with this key made, as it is now.
+fn replayed(job: &Job) -> Response {
+    tracing::Span::current().record("job.id", tracing::field::display(job.id));
+    metrics::job_request(metrics::JOBS_REPLAYED, &job.task);
+    json_response(StatusCode::OK, job, &[(REPLAYED, "true".into()), ("location", format!("/jobs/{}", job.id))])
 }
 
 fn key_reused_counted(task: &str, detail: &str) -> Problem {

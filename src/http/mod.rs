@@ -8,6 +8,7 @@ pub mod extract;
 pub mod jobs;
 pub mod openapi;
 pub mod providers;
+pub mod replay;
 
 use std::sync::Arc;
 
@@ -40,6 +41,10 @@ pub struct AppState {
     pub providers: Arc<Providers>,
     /// API key checks.
     pub auth: Arc<Authenticator>,
+    /// Keys this process has seen taken, for cheap replays.
+    pub taken_keys: Arc<replay::TakenKeys>,
+    /// Same-key requests at the database at once.
+    pub flights: Arc<replay::Flights>,
     /// `[server]` settings.
     pub settings: Arc<ServerSettings>,
     /// Wake-ups for the worker, change notices for long-polls.

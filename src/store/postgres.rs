@@ -6,6 +6,7 @@
 //! `skip locked` and so never wait.
 
 use std::str::FromStr;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -57,6 +58,11 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
+            // No ping before each use: it would be a second round trip per
+            // request. A connection broken since its last use fails its next
+            // statement, is dropped by the pool, and that request answers
+            // 503 (retryable with the same key).
+            .test_before_acquire(false)
             .connect_lazy_with(connect);
         Ok(Self { pool })
     }
@@ -80,6 +86,47 @@ const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider 
     a.lease_until as a_lease_until, a.output as a_output, a.error as a_error,
     a.created_at as a_created_at, a.not_before as a_not_before, a.started_at as a_started_at,
     a.finished_at as a_finished_at"#;
+
+/// The statements of the hot path, public so that `bench/ceiling.sh` runs
+/// exactly these under pgbench (`onejob bench-sql`).
+///
+/// Creating a job: one statement inserts the job, its first attempt and its
+/// event; a taken key inserts nothing (I1). Binds: owner, job id, key,
+/// fingerprint, task, input, provider, first attempt id.
+pub const CREATE_JOB: &str = r#"with new_job as (
+        insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
+                          state, created_at, updated_at)
+        values ($1, $2, $3, $4, $5, $6, $7, 'queued', now(), now())
+        on conflict (owner_id, idempotency_key) do nothing
+        returning owner_id, id, created_at
+    ), first_attempt as (
+        insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before)
+        select owner_id, id, 1, $8, $7, 'pending', 'client', created_at, created_at from new_job
+    ), created_event as (
+        insert into job_events (owner_id, job_id, at, kind, attempt_number, detail)
+        select owner_id, id, created_at, 'job-created', 1,
+               jsonb_build_object('attempt_id', $8::uuid, 'provider', $7::text)
+        from new_job
+    )
+    select created_at from new_job"#;
+
+/// A job with its attempts, in one statement (one snapshot).
+fn select_job_where(condition: &str) -> String {
+    format!(
+        r#"select {JOB_COLUMNS}, {ATTEMPT_COLUMNS}
+           from jobs j
+           left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
+           where {condition}
+           order by a.number"#
+    )
+}
+
+/// Reading a job by id. Binds: owner, job id.
+pub static GET_JOB: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = $1 and j.id = $2"));
+
+/// Reading the job that holds a key. Binds: owner, key.
+static FIND_JOB_BY_KEY: LazyLock<String> =
+    LazyLock::new(|| select_job_where("j.owner_id = $1 and j.idempotency_key = $2"));
 
 fn read_job(row: &PgRow, attempts: Vec<Attempt>) -> Result<Job> {
     let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
@@ -619,24 +666,7 @@ impl Store for PostgresStore {
     async fn create_job(&self, new: &NewJob) -> Result<CreateJob> {
         // The hot path: one statement, one round trip for a new key. The
         // unique constraint decides (I1); a taken key inserts nothing.
-        let created_at: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
-            r#"with new_job as (
-                   insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
-                                     state, created_at, updated_at)
-                   values ($1, $2, $3, $4, $5, $6, $7, 'queued', now(), now())
-                   on conflict (owner_id, idempotency_key) do nothing
-                   returning owner_id, id, created_at
-               ), first_attempt as (
-                   insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before)
-                   select owner_id, id, 1, $8, $7, 'pending', 'client', created_at, created_at from new_job
-               ), created_event as (
-                   insert into job_events (owner_id, job_id, at, kind, attempt_number, detail)
-                   select owner_id, id, created_at, 'job-created', 1,
-                          jsonb_build_object('attempt_id', $8::uuid, 'provider', $7::text)
-                   from new_job
-               )
-               select created_at from new_job"#,
-        )
+        let created_at: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(CREATE_JOB)
         .bind(new.owner.as_str())
         .bind(new.id.0)
         .bind(new.idempotency_key.as_str())
@@ -661,13 +691,7 @@ impl Store for PostgresStore {
 
     async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
         // One statement, so the job and its attempts come from one snapshot.
-        let rows = sqlx::query(&format!(
-            r#"select {JOB_COLUMNS}, {ATTEMPT_COLUMNS}
-               from jobs j
-               left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
-               where j.owner_id = $1 and j.id = $2
-               order by a.number"#
-        ))
+        let rows = sqlx::query(GET_JOB.as_str())
         .bind(owner.as_str())
         .bind(id.0)
         .fetch_all(&self.pool)
@@ -676,13 +700,7 @@ impl Store for PostgresStore {
     }
 
     async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
-        let rows = sqlx::query(&format!(
-            r#"select {JOB_COLUMNS}, {ATTEMPT_COLUMNS}
-               from jobs j
-               left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
-               where j.owner_id = $1 and j.idempotency_key = $2
-               order by a.number"#
-        ))
+        let rows = sqlx::query(FIND_JOB_BY_KEY.as_str())
         .bind(owner.as_str())
         .bind(key.as_str())
         .fetch_all(&self.pool)

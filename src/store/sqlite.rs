@@ -13,6 +13,11 @@
 //!   index of pending attempts and compare-and-swap updates checked by rows
 //!   changed, as on Postgres.
 //!
+//! - New jobs are committed in groups: whoever gets the write turn writes
+//!   every creation queued while the previous transaction was committing, in
+//!   one transaction, so one log sync covers them all; each request is
+//!   answered only after that commit (see `create_job`).
+//!
 //! Times are stored as microseconds since the Unix epoch, read from this
 //! process's clock (one machine, one clock).
 
@@ -60,7 +65,20 @@ pub struct SqliteStore {
     // holding a connection; SQLite's busy timeout is left for writers in
     // other processes.
     writer: Arc<tokio::sync::Mutex<()>>,
+    // Creations waiting for the next group commit.
+    creates: Arc<std::sync::Mutex<Vec<PendingCreate>>>,
 }
+
+/// A creation waiting for its group commit, and where its answer goes: the
+/// time it was inserted at, or `None` when its key was taken.
+#[derive(Debug)]
+struct PendingCreate {
+    new: NewJob,
+    answer: tokio::sync::oneshot::Sender<Result<Option<i64>>>,
+}
+
+/// The most creations one group commit writes.
+const MAX_GROUP: usize = 256;
 
 /// A write transaction and this process's turn to write.
 type Write = (tokio::sync::OwnedMutexGuard<()>, Transaction<'static, Sqlite>);
@@ -84,8 +102,10 @@ impl SqliteStore {
         let pool = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
+            // An embedded file does not go away between uses: no ping.
+            .test_before_acquire(false)
             .connect_lazy_with(connect);
-        Ok(Self { pool, writer: Arc::new(tokio::sync::Mutex::new(())) })
+        Ok(Self { pool, writer: Arc::new(tokio::sync::Mutex::new(())), creates: Arc::default() })
     }
 
     /// The pool, for tests that look at the tables directly.
@@ -99,6 +119,127 @@ impl SqliteStore {
         let turn = self.writer.clone().lock_owned().await;
         Ok((turn, self.pool.begin_with("BEGIN IMMEDIATE").await?))
     }
+}
+
+/// Why a request queued for a group commit got no answer: the task writing
+/// its group ended without one (nothing of it is acknowledged).
+fn interrupted() -> StoreError {
+    StoreError::Unavailable(sqlx::Error::Protocol("the write of this request was interrupted".into()))
+}
+
+impl SqliteStore {
+    /// Waits for the answer to a queued creation. Whoever gets the write turn
+    /// first with its creation still queued takes every queued creation
+    /// (its own among them) and writes them in one transaction; the others
+    /// find their answer while they wait. The group is written by a task of
+    /// its own, so a client that hangs up cannot abandon the others.
+    async fn group_commit(&self, mut answered: tokio::sync::oneshot::Receiver<Result<Option<i64>>>) -> Result<Option<i64>> {
+        loop {
+            let turn = tokio::select! {
+                biased;
+                answer = &mut answered => return answer.map_err(|_| interrupted())?,
+                turn = self.writer.clone().lock_owned() => turn,
+            };
+            // Whoever wrote before us answered everything it took before
+            // giving up the turn; no answer yet means ours is still queued.
+            match answered.try_recv() {
+                Ok(answer) => return answer,
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => return Err(interrupted()),
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
+            }
+            let group: Vec<PendingCreate> = {
+                let mut queued = self.creates.lock().unwrap_or_else(|p| p.into_inner());
+                let take = queued.len().min(MAX_GROUP);
+                queued.drain(..take).collect()
+            };
+            let store = self.clone();
+            tokio::spawn(async move {
+                let _turn = turn;
+                store.write_group(group).await;
+            });
+            // Ours was in that group, or (past MAX_GROUP) is in a later one:
+            // wait for the answer or the next turn.
+        }
+    }
+
+    /// Writes a group of creations in one transaction and answers each. If
+    /// the group fails, each creation is written alone, so that one bad
+    /// request cannot fail the others.
+    async fn write_group(&self, group: Vec<PendingCreate>) {
+        let together = async {
+            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+            let mut inserted = Vec::with_capacity(group.len());
+            for pending in &group {
+                inserted.push(insert_new_job(&mut tx, &pending.new).await?);
+            }
+            tx.commit().await?;
+            Ok::<_, StoreError>(inserted)
+        };
+        match together.await {
+            Ok(inserted) => {
+                for (pending, inserted) in group.into_iter().zip(inserted) {
+                    let _ = pending.answer.send(Ok(inserted));
+                }
+            }
+            Err(error) if group.len() == 1 => {
+                let _ = group.into_iter().next().map(|pending| pending.answer.send(Err(error)));
+            }
+            Err(error) => {
+                tracing::debug!(%error, size = group.len(), "a group commit failed; writing its creations one by one");
+                for pending in group {
+                    let alone = async {
+                        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+                        let inserted = insert_new_job(&mut tx, &pending.new).await?;
+                        tx.commit().await?;
+                        Ok::<_, StoreError>(inserted)
+                    };
+                    let _ = pending.answer.send(alone.await);
+                }
+            }
+        }
+    }
+}
+
+/// Inserts a job, its first attempt and its event, unless its key is taken
+/// (the unique constraint decides, I1): the time it was inserted at, or
+/// `None`.
+async fn insert_new_job(tx: &mut Transaction<'static, Sqlite>, new: &NewJob) -> Result<Option<i64>> {
+    let created = now();
+    let inserted = sqlx::query(
+        r#"insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
+                             state, created_at, updated_at)
+           values (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?8)
+           on conflict (owner_id, idempotency_key) do nothing"#,
+    )
+    .bind(new.owner.as_str())
+    .bind(new.id.0)
+    .bind(new.idempotency_key.as_str())
+    .bind(&new.fingerprint.as_bytes()[..])
+    .bind(&new.task)
+    .bind(Json(&new.input))
+    .bind(&new.provider)
+    .bind(created)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !inserted {
+        return Ok(None);
+    }
+    sqlx::query(
+        r#"insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before)
+           values (?1, ?2, 1, ?3, ?4, 'pending', 'client', ?5, ?5)"#,
+    )
+    .bind(new.owner.as_str())
+    .bind(new.id.0)
+    .bind(new.first_attempt_id.0)
+    .bind(&new.provider)
+    .bind(created)
+    .execute(&mut **tx)
+    .await?;
+    let detail = json!({ "attempt_id": new.first_attempt_id, "provider": new.provider });
+    append_event(tx, created, &new.owner, new.id, "job-created", Some(1), detail).await?;
+    Ok(Some(created))
 }
 
 fn now() -> i64 {
@@ -628,45 +769,9 @@ impl Store for SqliteStore {
     }
 
     async fn create_job(&self, new: &NewJob) -> Result<CreateJob> {
-        // The unique constraint decides (I1): a taken key inserts nothing.
-        let (_turn, mut tx) = self.write().await?;
-        let created = now();
-        let at = created;
-        let inserted = sqlx::query(
-            r#"insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
-                                 state, created_at, updated_at)
-               values (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?8)
-               on conflict (owner_id, idempotency_key) do nothing"#,
-        )
-        .bind(new.owner.as_str())
-        .bind(new.id.0)
-        .bind(new.idempotency_key.as_str())
-        .bind(&new.fingerprint.as_bytes()[..])
-        .bind(&new.task)
-        .bind(Json(&new.input))
-        .bind(&new.provider)
-        .bind(created)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if inserted {
-            sqlx::query(
-                r#"insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before)
-                   values (?1, ?2, 1, ?3, ?4, 'pending', 'client', ?5, ?5)"#,
-            )
-            .bind(new.owner.as_str())
-            .bind(new.id.0)
-            .bind(new.first_attempt_id.0)
-            .bind(&new.provider)
-            .bind(created)
-            .execute(&mut *tx)
-            .await?;
-            let detail = json!({ "attempt_id": new.first_attempt_id, "provider": new.provider });
-            append_event(&mut tx, at, &new.owner, new.id, "job-created", Some(1), detail).await?;
-        }
-        tx.commit().await?;
-        if inserted {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        self.creates.lock().unwrap_or_else(|p| p.into_inner()).push(PendingCreate { new: new.clone(), answer });
+        if let Some(created) = self.group_commit(answered).await? {
             return Ok(CreateJob::Created(new.created(time(created)?)));
         }
         match self.find_job_by_key(&new.owner, &new.idempotency_key).await? {

@@ -201,6 +201,76 @@ pub async fn fifty_concurrent_creates_with_one_key_make_one_job(store: Shared) {
     assert_eq!(attempt_states(store.as_ref(), listed[0].id).await, [AttemptState::Pending]);
 }
 
+/// 200 creations released together over 50 keys (four each): one job per
+/// key, every caller answered with its key's job, every job with its
+/// attempt and event (on SQLite these are committed in groups).
+pub async fn concurrent_creations_of_many_keys_make_one_job_per_key(store: Shared) {
+    let barrier = Arc::new(Barrier::new(200));
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tokio::spawn(async move {
+                let key = format!("many-{}", i % 50);
+                let new = new_job("alice", &key, json!({"text": key}));
+                barrier.wait().await;
+                (key, store.create_job(&new).await.unwrap())
+            })
+        })
+        .collect();
+    let mut by_key: std::collections::HashMap<String, std::collections::HashSet<JobId>> = Default::default();
+    let mut created = 0;
+    for task in tasks {
+        let (key, outcome) = task.await.unwrap();
+        let job = match outcome {
+            CreateJob::Created(job) => {
+                created += 1;
+                job
+            }
+            CreateJob::Existing(job) => job,
+        };
+        assert_eq!(job.idempotency_key, key);
+        by_key.entry(key).or_default().insert(job.id);
+    }
+    assert_eq!(created, 50, "one creator per key");
+    assert!(by_key.values().all(|ids| ids.len() == 1), "every caller of a key got the same job");
+    let listed = store.list_jobs(&owner("alice"), &JobFilter { limit: 100, ..Default::default() }).await.unwrap();
+    assert_eq!(listed.len(), 50);
+    for job in listed {
+        assert_eq!(attempt_states(store.as_ref(), job.id).await, [AttemptState::Pending]);
+        assert_eq!(event_kinds(store.as_ref(), job.id).await, ["job-created"]);
+    }
+}
+
+/// Creations that fail (here: a job id already used) fail alone: the
+/// creations written beside them are created and answered.
+pub async fn a_creation_that_fails_does_not_fail_the_others(store: Shared) {
+    let taken = create(store.as_ref(), "first").await;
+    let barrier = Arc::new(Barrier::new(40));
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tokio::spawn(async move {
+                let mut new = new_job("alice", &format!("mixed-{i}"), json!({"text": i}));
+                if i % 10 == 0 {
+                    new.id = taken;
+                }
+                barrier.wait().await;
+                (i, store.create_job(&new).await)
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (i, outcome) = task.await.unwrap();
+        if i % 10 == 0 {
+            assert!(outcome.is_err(), "creation {i} reused a job id: {outcome:?}");
+        } else {
+            assert!(matches!(outcome, Ok(CreateJob::Created(_))), "creation {i}: {outcome:?}");
+        }
+    }
+    let listed = store.list_jobs(&owner("alice"), &JobFilter { limit: 100, ..Default::default() }).await.unwrap();
+    assert_eq!(listed.len(), 1 + 36);
+}
+
 pub async fn the_same_key_under_two_owners_makes_two_jobs(store: Shared) {
     let a = store.create_job(&new_job("alice", "shared", json!({"text": "x"}))).await.unwrap();
     let b = store.create_job(&new_job("bob", "shared", json!({"text": "x"}))).await.unwrap();

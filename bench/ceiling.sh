@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The ceiling, side by side: pgbench runs the exact statements the Postgres
+# store sends for a new job and for a poll (printed by `onejob bench-sql`,
+# not retyped), at the same concurrency against the same Postgres; then
+# `onejob bench` drives a onejob API server on that Postgres over HTTP; the
+# figures and their ratios are printed together. Also measured in the same
+# run: replay against create, and the same-key storm.
+#
+#   bench/ceiling.sh                 # a throwaway Postgres, 64 connections, 10 s
+#   CONNECTIONS=32 DURATION=30 bench/ceiling.sh
+#   DATABASE_URL=postgres://… bench/ceiling.sh
+#
+# The API server runs without its worker (`serve --no-worker`), so that both
+# sides run the same statements: the jobs stay queued.
+source "$(dirname "$0")/lib.sh"
+
+build
+start_postgres
+write_config
+prepare_database
+RUN=$(date +%s)
+
+# pgbench's per-transaction log (microseconds in the third column) -> p50 p99 in ms.
+percentiles() {
+    cat "$@" | awk '{print $3}' | sort -n | awk '{v[NR]=$1} END {
+        p50=v[int((NR-1)*0.50)+1]; p99=v[int((NR-1)*0.99)+1];
+        printf "%.2f %.2f\n", p50/1000, p99/1000 }'
+}
+
+# pgbench_run NAME SCRIPT... : tps, p50, p99 into $WORK/NAME.pgbench
+pgbench_run() {
+    local name=$1; shift
+    local scripts=()
+    for script in "$@"; do scripts+=(-f "$script"); done
+    log "pgbench: $name, $CONNECTIONS connections, $DURATION s"
+    pgbench -n -M prepared -c "$CONNECTIONS" -j 2 -T "$DURATION" -D run="$RUN" -D i=0 \
+        -l --log-prefix="$WORK/log-$name" "${scripts[@]}" "$DATABASE_URL" > "$WORK/$name.out" 2>&1 \
+        || { cat "$WORK/$name.out" >&2; exit 1; }
+    local tps
+    tps=$(awk '/^tps = / {print $3}' "$WORK/$name.out")
+    echo "$tps $(percentiles "$WORK"/log-"$name".*)" > "$WORK/$name.pgbench"
+}
+
+# A new job: the store binds owner, job id, key, fingerprint, task, input,
+# provider and attempt id; here the ids are made by Postgres (time-ordered
+# like the store's UUIDv7), and the key is unique per client and transaction.
+V7="(lpad(to_hex((extract(epoch from clock_timestamp()) * 1000)::bigint), 12, '0') || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid"
+{
+    echo '\set i :i + 1'
+    "$BIN" bench-sql create | sed \
+        -e "s/\$1/'bench'/g" \
+        -e "s/\$2/$V7/g" \
+        -e "s/\$3/('pgbench-' || :run || '-' || :client_id || '-' || :i)/g" \
+        -e "s/\$4/'\\\\x$(printf 'ab%.0s' $(seq 32))'::bytea/g" \
+        -e "s/\$5/'summarize'/g" \
+        -e "s/\$6/'{\"text\": \"job 1 2\"}'::jsonb/g" \
+        -e "s/\$7/'sim-fast'/g" \
+        -e "s/\$8/$V7/g"
+} > "$WORK/create.sql"
+pgbench_run create "$WORK/create.sql"
+
+# A poll: one script per existing job id (pgbench picks among them at random).
+polls=()
+n=0
+for id in $(psql -At -d "$DATABASE_URL" -c "select id from jobs order by random() limit 64"); do
+    n=$((n + 1))
+    "$BIN" bench-sql poll | sed -e "s/\$1/'bench'/g" -e "s/\$2/'$id'::uuid/g" > "$WORK/poll-$n.sql"
+    polls+=("$WORK/poll-$n.sql")
+done
+pgbench_run poll "${polls[@]}"
+
+start_server --no-worker
+for scenario in create poll replay; do
+    log "onejob bench $scenario, $CONNECTIONS connections, $DURATION s"
+    bench "$scenario" --connections "$CONNECTIONS" --duration "$DURATION" > "$WORK/$scenario.json"
+done
+log "onejob bench storm"
+bench storm > "$WORK/storm.json"
+stop_server
+
+python3 - "$WORK" "$CONNECTIONS" "$DURATION" <<'PY'
+import json, sys
+work, connections, duration = sys.argv[1], sys.argv[2], sys.argv[3]
+def pg(name):
+    tps, p50, p99 = open(f"{work}/{name}.pgbench").read().split()
+    return float(tps), float(p50), float(p99)
+def ob(name):
+    r = json.load(open(f"{work}/{name}.json"))
+    return r["throughput"], r["p50_ms"], r["p99_ms"], r["errors"], r
+rows = []
+for name in ("create", "poll"):
+    ptps, pp50, pp99 = pg(name)
+    otps, op50, op99, errors, _ = ob(name)
+    rows.append((name, ptps, pp50, pp99, otps, op50, op99, errors, otps / ptps))
+print(f"\n{connections} connections, {duration} s each; pgbench runs the store's statements, onejob bench goes through HTTP\n")
+print(f"{'':8} {'pgbench /s':>11} {'p50 ms':>7} {'p99 ms':>7} | {'onejob /s':>10} {'p50 ms':>7} {'p99 ms':>7} {'errors':>7} | {'ratio':>6}")
+for name, ptps, pp50, pp99, otps, op50, op99, errors, ratio in rows:
+    print(f"{name:8} {ptps:>11,.0f} {pp50:>7.2f} {pp99:>7.2f} | {otps:>10,.0f} {op50:>7.2f} {op99:>7.2f} {errors:>7} | {ratio:>6.2f}")
+create = ob("create")[0]
+rtps, rp50, rp99, rerr, _ = ob("replay")
+print(f"{'replay':8} {'':>11} {'':>7} {'':>7} | {rtps:>10,.0f} {rp50:>7.2f} {rp99:>7.2f} {rerr:>7} | {rtps / create:>5.2f}x create")
+stps, sp50, sp99, serr, storm = ob("storm")
+print(f"{'storm':8} 1,000 requests with one key: {storm['extra']['distinct_job_ids']} job; p50 {sp50:.2f} ms, p99 {sp99:.2f} ms, max {storm['max_ms']:.2f} ms, errors {serr}")
+PY

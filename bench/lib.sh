@@ -1,0 +1,116 @@
+# Shared by the bench scripts: a release build, a Postgres to measure
+# against, and a onejob server on it. Source it; do not run it.
+#
+# DATABASE_URL names a Postgres to use (a database the scripts may fill);
+# without it a throwaway cluster is made from the local server binaries
+# (as the postgres user when run as root), listening on a Unix socket only,
+# and removed at exit.
+
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+CONNECTIONS=${CONNECTIONS:-64}
+DURATION=${DURATION:-10}
+BIN=$PWD/target/release/onejob
+WORK=$(mktemp -d /tmp/onejob-bench.XXXXXX)
+chmod 755 "$WORK"
+SERVER_PID=
+CLUSTER=
+
+cleanup() {
+    [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
+    if [ -n "$CLUSTER" ]; then
+        as_postgres "$PGBIN/pg_ctl" -D "$CLUSTER" -m immediate stop >/dev/null 2>&1 || true
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+as_postgres() {
+    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+log() { printf '== %s\n' "$*" >&2; }
+
+build() {
+    log "building the release binary"
+    cargo build --release --quiet
+}
+
+# Sets DATABASE_URL (a new database `onejob_bench` on a throwaway cluster
+# unless DATABASE_URL was given).
+start_postgres() {
+    if [ -n "${DATABASE_URL:-}" ]; then
+        log "using the Postgres at DATABASE_URL"
+        return
+    fi
+    PGBIN=$(pg_config --bindir 2>/dev/null || ls -d /usr/lib/postgresql/*/bin | sort | tail -n 1)
+    CLUSTER=$WORK/pg
+    mkdir -p "$CLUSTER"
+    [ "$(id -u)" = 0 ] && chown postgres "$WORK" "$CLUSTER"
+    log "starting a throwaway Postgres in $CLUSTER (default durability: fsync and synchronous_commit on)"
+    as_postgres "$PGBIN/initdb" -D "$CLUSTER" -A trust -U postgres >/dev/null
+    as_postgres "$PGBIN/pg_ctl" -D "$CLUSTER" -l "$WORK/postgres.log" -w \
+        -o "-k $WORK -c listen_addresses='' -p 5432 -c max_connections=1200 -c shared_buffers=512MB" start >/dev/null
+    psql -q -h "$WORK" -U postgres -d postgres -c "create database onejob_bench" >/dev/null
+    DATABASE_URL="postgres://postgres@localhost/onejob_bench?host=$WORK&port=5432"
+    export DATABASE_URL
+}
+
+# The default configuration without the per-owner rate limit, plus a
+# simulated provider answering in 2 s for `inflight`; extra TOML appended.
+write_config() {
+    "$BIN" config print-default | sed 's/^rate_limit_per_second = .*/rate_limit_per_second = 0/' > "$WORK/bench.toml"
+    cat >> "$WORK/bench.toml" <<'TOML'
+
+[providers.sim-2s]
+kind = "sim"
+model = "sim-1"
+tokenizer = "o200k_base"
+context_tokens = 8192
+max_output_tokens = 512
+timeout_ms = 10000
+latency_ms = 2000
+TOML
+    printf '%s\n' "${1:-}" >> "$WORK/bench.toml"
+}
+
+# migrate, make a key for owner `bench` (TOKEN).
+prepare_database() {
+    "$BIN" migrate --config "$WORK/bench.toml" >/dev/null 2>&1
+    TOKEN=$("$BIN" keys create --owner bench --config "$WORK/bench.toml" 2>/dev/null | tail -n 1)
+    export TOKEN
+}
+
+# start_server [serve flags...]: serves on 127.0.0.1:$PORT, waits for /readyz.
+start_server() {
+    PORT=${PORT:-18080}
+    ONEJOB_LISTEN=127.0.0.1:$PORT RUST_LOG=warn "$BIN" serve --config "$WORK/bench.toml" --no-migrate "$@" \
+        >"$WORK/server.log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 100); do
+        "$BIN" probe "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && return
+        sleep 0.1
+    done
+    cat "$WORK/server.log" >&2
+    echo "the server did not become ready" >&2
+    exit 1
+}
+
+stop_server() {
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+}
+
+# bench SCENARIO [flags...]: runs `onejob bench` and prints its JSON report.
+bench() {
+    "$BIN" bench --url "http://127.0.0.1:$PORT" --token "$TOKEN" --json "$@" 2>/dev/null
+}
+
+# Reads a field of a JSON report: field FILE NAME
+field() {
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); v=r
+for k in sys.argv[2].split("."): v=v[k]
+print(v)' "$1" "$2"
+}

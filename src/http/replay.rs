@@ -1,0 +1,299 @@
+//! Making replays and same-key storms cheap without letting this process
+//! decide anything the database decides (I1).
+//!
+//! Two facts about an idempotency key never change once a job holds it: which
+//! job holds it, and that job's fingerprint. This process remembers them for
+//! keys it has seen taken ([`TakenKeys`]), so a replay costs one read of the
+//! job by its primary key instead of a refused insert and a read by key.
+//!
+//! Requests with the same key that arrive while one of them is at the
+//! database wait for that one ([`Flights`]): a storm of a thousand identical
+//! requests is one statement. A waiter answers from the job the first one
+//! created or found; its request overlapped that one, so the job as it was at
+//! that moment is a correct answer to it. If the first one fails, the next
+//! waiter goes to the database itself.
+//!
+//! Neither is a check in code standing in for the unique constraint: a key
+//! this process has not seen taken always goes to the database, which is the
+//! only place where a key is ever granted.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::OnceCell;
+
+use crate::domain::{Fingerprint, IdempotencyKey, Job, JobId, OwnerId};
+
+type Key = (OwnerId, IdempotencyKey);
+
+/// Keys a process remembers as taken, per generation (two generations; an
+/// entry is about 200 bytes, so at most about 20 MiB).
+pub const CAPACITY: usize = 50_000;
+
+/// Who holds a key that is taken.
+#[derive(Clone, Debug)]
+pub struct Holder {
+    /// The job that holds it.
+    pub job_id: JobId,
+    /// That job's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// That job's task (for metrics of a conflict).
+    pub task: Arc<str>,
+}
+
+/// Keys known to be taken, bounded: two generations of at most `capacity`
+/// entries each; when the young one is full it becomes the old one and the
+/// old one is dropped, so recently used keys stay.
+pub struct TakenKeys {
+    capacity: usize,
+    generations: Mutex<(HashMap<Key, Holder>, HashMap<Key, Holder>)>,
+}
+
+impl TakenKeys {
+    /// A cache of at most `2 × capacity` keys.
+    pub fn new(capacity: usize) -> Self {
+        Self { capacity: capacity.max(1), generations: Mutex::new((HashMap::new(), HashMap::new())) }
+    }
+
+    /// Who holds `key`, if this process has seen it taken.
+    pub fn get(&self, owner: &OwnerId, key: &IdempotencyKey) -> Option<Holder> {
+        let mut generations = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        // A borrowed lookup needs the tuple itself; the clone is two short strings.
+        let wanted = (owner.clone(), key.clone());
+        if let Some(holder) = generations.0.get(&wanted) {
+            return Some(holder.clone());
+        }
+        let holder = generations.1.remove(&wanted)?;
+        Self::insert_young(&mut generations, self.capacity, wanted, holder.clone());
+        Some(holder)
+    }
+
+    /// Remembers that `job` holds `key`.
+    pub fn remember(&self, key: &IdempotencyKey, job: &Job) {
+        let key = (job.owner.clone(), key.clone());
+        let holder = Holder { job_id: job.id, fingerprint: job.fingerprint, task: Arc::from(job.task.as_str()) };
+        let mut generations = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        Self::insert_young(&mut generations, self.capacity, key, holder);
+    }
+
+    /// Forgets `key` (its job could not be read back).
+    pub fn forget(&self, owner: &OwnerId, key: &IdempotencyKey) {
+        let wanted = (owner.clone(), key.clone());
+        let mut generations = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        generations.0.remove(&wanted);
+        generations.1.remove(&wanted);
+    }
+
+    fn insert_young(generations: &mut (HashMap<Key, Holder>, HashMap<Key, Holder>), capacity: usize, key: Key, holder: Holder) {
+        if generations.0.len() >= capacity && !generations.0.contains_key(&key) {
+            generations.1 = std::mem::take(&mut generations.0);
+        }
+        generations.0.insert(key, holder);
+    }
+}
+
+/// Requests with the same key at the database at once: the first goes, the
+/// others wait for its job.
+#[derive(Default)]
+pub struct Flights {
+    flying: Mutex<HashMap<Key, Arc<OnceCell<Arc<Job>>>>>,
+}
+
+/// How a request's turn went.
+pub enum Flight<E> {
+    /// This request went to the database and created the job.
+    Created(Arc<Job>),
+    /// The job came from the database (this request found the key taken) or
+    /// from the request that went for this one.
+    Taken(Arc<Job>),
+    /// This request went to the database and failed.
+    Failed(E),
+}
+
+/// What one trip to the database gave.
+pub enum Trip<E> {
+    /// A new job.
+    Created(Job),
+    /// The job that already held the key.
+    Existing(Job),
+    /// An error.
+    Failed(E),
+}
+
+impl Flights {
+    /// Runs `trip` unless a request with the same key is already at the
+    /// database, in which case its job is the answer. A failed trip lets the
+    /// next waiter make its own.
+    pub async fn join<E, F, Fut>(&self, owner: &OwnerId, key: &IdempotencyKey, trip: F) -> Flight<E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Trip<E>>,
+    {
+        let wanted = (owner.clone(), key.clone());
+        let cell = {
+            let mut flying = self.flying.lock().unwrap_or_else(|p| p.into_inner());
+            flying.entry(wanted.clone()).or_default().clone()
+        };
+        let mut outcome: Option<Flight<E>> = None;
+        let result = cell
+            .get_or_try_init(|| async {
+                match trip().await {
+                    Trip::Created(job) => {
+                        let job = Arc::new(job);
+                        outcome = Some(Flight::Created(job.clone()));
+                        Ok(job)
+                    }
+                    Trip::Existing(job) => Ok(Arc::new(job)),
+                    Trip::Failed(error) => {
+                        outcome = Some(Flight::Failed(error));
+                        Err(())
+                    }
+                }
+            })
+            .await
+            .cloned();
+        {
+            let mut flying = self.flying.lock().unwrap_or_else(|p| p.into_inner());
+            // Landed or failed, this flight is over for newcomers: they make
+            // a trip of their own (or find the key in `TakenKeys`).
+            if flying.get(&wanted).is_some_and(|current| Arc::ptr_eq(current, &cell)) {
+                flying.remove(&wanted);
+            }
+        }
+        match (outcome, result) {
+            (Some(outcome), _) => outcome,
+            (None, Ok(job)) => Flight::Taken(job),
+            (None, Err(())) => unreachable!("a trip that failed left its error"),
+        }
+    }
+
+    /// Keys at the database now (for tests and gauges).
+    pub fn len(&self) -> usize {
+        self.flying.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether no key is at the database now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn key(raw: &str) -> IdempotencyKey {
+        IdempotencyKey::parse(raw.as_bytes()).unwrap()
+    }
+
+    fn job(owner: &str, key: &str) -> Job {
+        let fingerprint = Fingerprint::of_job("summarize", &serde_json::json!({"text": key}), "sim-fast");
+        let new = crate::store::NewJob {
+            owner: OwnerId::parse(owner).unwrap(),
+            id: JobId::new(),
+            idempotency_key: self::key(key),
+            fingerprint,
+            task: "summarize".into(),
+            input: serde_json::json!({"text": key}),
+            provider: "sim-fast".into(),
+            first_attempt_id: crate::domain::AttemptId::new(),
+        };
+        new.created(chrono::Utc::now())
+    }
+
+    #[test]
+    fn taken_keys_keep_the_recent_generation_and_drop_the_oldest() {
+        let taken = TakenKeys::new(2);
+        let owner = OwnerId::parse("o").unwrap();
+        let jobs: Vec<Job> = (0..5).map(|i| job("o", &format!("k{i}"))).collect();
+        for (i, job) in jobs[..3].iter().enumerate() {
+            taken.remember(&key(&format!("k{i}")), job);
+        }
+        // k0 and k1 were moved to the old generation when k2 arrived.
+        assert_eq!(taken.get(&owner, &key("k0")).map(|h| h.job_id), Some(jobs[0].id));
+        taken.remember(&key("k3"), &jobs[3]);
+        taken.remember(&key("k4"), &jobs[4]);
+        assert!(taken.get(&owner, &key("k1")).is_none(), "k1 was never used again: dropped");
+        assert_eq!(taken.get(&owner, &key("k4")).map(|h| h.fingerprint), Some(jobs[4].fingerprint));
+        let other = OwnerId::parse("p").unwrap();
+        assert!(taken.get(&other, &key("k4")).is_none(), "keys are per owner");
+        taken.forget(&owner, &key("k4"));
+        assert!(taken.get(&owner, &key("k4")).is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_storm_of_one_key_shares_its_trips() {
+        let flights = Arc::new(Flights::default());
+        let trips = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(tokio::sync::Barrier::new(100));
+        let owner = OwnerId::parse("o").unwrap();
+        let key = self::key("k");
+        let tasks: Vec<_> = (0..100)
+            .map(|_| {
+                let (flights, trips, gate, owner, key) = (flights.clone(), trips.clone(), gate.clone(), owner.clone(), key.clone());
+                tokio::spawn(async move {
+                    gate.wait().await;
+                    let outcome = flights
+                        .join(&owner, &key, || async {
+                            trips.fetch_add(1, Ordering::SeqCst);
+                            tokio::task::yield_now().await;
+                            Trip::<()>::Created(job("o", "k"))
+                        })
+                        .await;
+                    match outcome {
+                        Flight::Created(job) => (true, job.id),
+                        Flight::Taken(job) => (false, job.id),
+                        Flight::Failed(()) => panic!("no trip fails here"),
+                    }
+                })
+            })
+            .collect();
+        let mut created = 0;
+        let mut ids = std::collections::HashSet::new();
+        for task in tasks {
+            let (was_created, id) = task.await.unwrap();
+            created += usize::from(was_created);
+            ids.insert(id);
+        }
+        // Requests that came after the flight landed make their own trip (in
+        // the service, they find the key in `TakenKeys` first); each trip here
+        // "creates", so count trips against creations.
+        assert_eq!(created, trips.load(Ordering::SeqCst));
+        assert_eq!(ids.len(), trips.load(Ordering::SeqCst));
+        assert!(trips.load(Ordering::SeqCst) < 100, "waiters shared a trip");
+        assert!(flights.is_empty(), "landed flights are removed");
+    }
+
+    #[tokio::test]
+    async fn a_failed_trip_lets_the_next_waiter_go_itself() {
+        let flights = Arc::new(Flights::default());
+        let owner = OwnerId::parse("o").unwrap();
+        let key = self::key("k");
+        let (release, wait) = tokio::sync::oneshot::channel::<()>();
+        let first = {
+            let (flights, owner, key) = (flights.clone(), owner.clone(), key.clone());
+            tokio::spawn(async move {
+                flights
+                    .join(&owner, &key, || async move {
+                        wait.await.ok();
+                        Trip::<&str>::Failed("database down")
+                    })
+                    .await
+            })
+        };
+        while flights.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let second = {
+            let (flights, owner, key) = (flights.clone(), owner.clone(), key.clone());
+            tokio::spawn(async move { flights.join(&owner, &key, || async { Trip::<&str>::Created(job("o", "k")) }).await })
+        };
+        tokio::task::yield_now().await;
+        release.send(()).unwrap();
+        assert!(matches!(first.await.unwrap(), Flight::Failed("database down")));
+        assert!(matches!(second.await.unwrap(), Flight::Created(_)), "the waiter went to the database itself");
+        assert!(flights.is_empty());
+    }
+}
