@@ -139,10 +139,17 @@ impl Authenticator {
         }
     }
 
-    /// Applies the follower's reports until it stops.
+    /// Applies the follower's reports until it stops, confirming each key it
+    /// forgot to whoever revoked it.
     pub async fn follow(self: Arc<Self>, mut changes: mpsc::Receiver<KeyChange>) {
         while let Some(change) = changes.recv().await {
+            let changed = if let KeyChange::Changed(id) = change { Some(id) } else { None };
             self.apply(change);
+            if let Some(id) = changed
+                && let Err(error) = self.store.confirm_key_forgotten(id).await
+            {
+                tracing::warn!(%error, key = %id, "cannot confirm that a changed key was forgotten");
+            }
         }
         self.apply(KeyChange::Lost);
     }

@@ -447,8 +447,16 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Revokes a key; `false` when there is no such live key. Every process
-    /// following key changes hears of it when it commits.
+    /// following key changes hears of it when it commits; on Postgres this
+    /// returns once each of them has confirmed it forgot the key (or after
+    /// two seconds, with a warning naming how many did not).
     async fn revoke_api_key(&self, id: Uuid) -> Result<bool>;
+
+    /// Tells a revoker that this process forgot key `id` (see
+    /// [`Self::revoke_api_key`]).
+    async fn confirm_key_forgotten(&self, _id: Uuid) -> Result<()> {
+        Ok(())
+    }
 
     /// Reports every change to any API key made by any process, for caches
     /// of checked keys; the follower stops when the receiver is dropped.

@@ -585,12 +585,46 @@ impl Store for PostgresStore {
     }
 
     async fn revoke_api_key(&self, id: Uuid) -> Result<bool> {
+        // Every serving process caches checked keys and LISTENs for changes;
+        // each forgets the key when the trigger's notification reaches it and
+        // confirms on KEY_ACK_CHANNEL. Waiting for those confirmations makes
+        // "revoked" mean that no listening server accepts the key any more.
+        let mut confirmations = PgListener::connect_with(&self.pool).await?;
+        confirmations.listen(KEY_ACK_CHANNEL).await?;
+        let listening: i64 = sqlx::query_scalar(
+            r#"select count(*) from pg_stat_activity where datname = current_database() and query = $1"#,
+        )
+        .bind(format!(r#"LISTEN "{KEY_CHANNEL}""#))
+        .fetch_one(&self.pool)
+        .await?;
         let changed = sqlx::query(r#"update api_keys set revoked_at = now() where id = $1 and revoked_at is null"#)
             .bind(id)
             .execute(&self.pool)
             .await?
             .rows_affected();
-        Ok(changed > 0)
+        if changed == 0 {
+            return Ok(false);
+        }
+        let key = id.to_string();
+        let deadline = tokio::time::Instant::now() + KEY_ACK_TIMEOUT;
+        let mut confirmed = 0;
+        while confirmed < listening {
+            match tokio::time::timeout_at(deadline, confirmations.try_recv()).await {
+                Ok(Ok(Some(notification))) if notification.payload() == key => confirmed += 1,
+                Ok(Ok(Some(_))) => {}
+                _ => break,
+            }
+        }
+        if confirmed < listening {
+            tracing::warn!(key = %id, listening, confirmed,
+                "not every listening server confirmed in time that it forgot the revoked key");
+        }
+        Ok(true)
+    }
+
+    async fn confirm_key_forgotten(&self, id: Uuid) -> Result<()> {
+        sqlx::query(r#"select pg_notify($1, $2)"#).bind(KEY_ACK_CHANNEL).bind(id.to_string()).execute(&self.pool).await?;
+        Ok(())
     }
 
     async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
@@ -1147,6 +1181,10 @@ impl Store for PostgresStore {
 
 /// The channel the `api_keys_changed` trigger notifies with a key's id.
 const KEY_CHANNEL: &str = "onejob_api_keys";
+/// The channel on which servers confirm they forgot a changed key.
+const KEY_ACK_CHANNEL: &str = "onejob_api_keys_forgotten";
+/// How long a revocation waits for those confirmations.
+const KEY_ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn read_live_key(row: &PgRow) -> Result<LiveKey> {
     let hash: Vec<u8> = row.try_get("token_hash")?;
