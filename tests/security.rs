@@ -471,3 +471,21 @@ fn the_role_lists_name_only_routes_the_router_serves() {
     assert!(ADMIN_ROUTES.iter().all(|route| !PUBLIC_ROUTES.contains(route)));
     assert_eq!(KeyRole::Admin.as_str(), "admin");
 }
+
+/// A listener that never confirms (a server cut off without a reset): the
+/// revocation still happens and returns, after its bounded wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revocation_waits_for_a_silent_listener_two_seconds_at_most() {
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let pool = sqlx::PgPool::connect(&app.database_url).await.unwrap();
+    let mut silent = sqlx::postgres::PgListener::connect_with(&pool).await.unwrap();
+    silent.listen("onejob_api_keys").await.unwrap();
+    let (id, token) = onejob::keys::create_key(app.store(), &owner("carol")).await.unwrap();
+    let started = Instant::now();
+    assert!(app.store().revoke_api_key(id).await.unwrap());
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(1900) && waited < Duration::from_secs(5), "waited {waited:?}");
+    let heard = tokio::time::timeout(Duration::from_secs(5), silent.recv()).await.unwrap().unwrap();
+    assert_eq!(heard.payload(), id.to_string());
+    expect_problem(app.get(&token, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
+}
