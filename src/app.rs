@@ -88,6 +88,29 @@ pub struct Application {
     shutdown_grace: Duration,
     // Kept alive as long as the application; it serves the `sim` providers.
     _simulator: Option<RunningSimulator>,
+    // Stopped with the application: it keeps the key cache honest.
+    _key_follower: Option<AbortOnDrop>,
+}
+
+/// A task that stops when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts applying the store's key changes to the authenticator's cache,
+/// when the store can push them. Waits briefly for the follower's first
+/// word, so that a server caches keys from its first request on; without it
+/// (the database is down) keys are looked up every time until it comes.
+async fn follow_key_changes(store: &dyn Store, auth: &Arc<Authenticator>) -> Option<AbortOnDrop> {
+    let mut changes = store.follow_key_changes()?;
+    if let Ok(Some(first)) = tokio::time::timeout(Duration::from_secs(2), changes.recv()).await {
+        auth.apply(first);
+    }
+    Some(AbortOnDrop(tokio::spawn(auth.clone().follow(changes))))
 }
 
 impl Application {
@@ -125,7 +148,8 @@ impl Application {
             let addr = settings.server.listen;
             Some(TcpListener::bind(addr).await.map_err(|source| StartError::Bind { addr, source })?)
         };
-        let auth = Authenticator::new(store.clone(), Duration::from_millis(settings.server.auth_cache_ttl_ms));
+        let auth = Arc::new(Authenticator::new(store.clone(), Duration::from_millis(settings.server.auth_cache_ttl_ms)));
+        let key_follower = if role == Role::Worker { None } else { follow_key_changes(store.as_ref(), &auth).await };
         let shutdown_grace = Duration::from_millis(settings.worker.shutdown_grace_ms);
         let limiter = (settings.server.rate_limit_per_second > 0).then(|| {
             let rate = std::num::NonZeroU32::new(settings.server.rate_limit_per_second).expect("checked above");
@@ -143,14 +167,14 @@ impl Application {
             limiter,
             worker_heartbeat,
             worker_heartbeat_limit,
-            auth: Arc::new(auth),
+            auth,
             taken_keys: Arc::new(crate::http::replay::TakenKeys::new(crate::http::replay::CAPACITY)),
             flights: Arc::new(crate::http::replay::Flights::default()),
             signals,
             long_poll_interval: Duration::from_millis(settings.worker.long_poll_interval_ms),
             settings: Arc::new(settings.server),
         };
-        Ok(Self { listener, state, worker, qualifying, shutdown_grace, _simulator: simulator })
+        Ok(Self { listener, state, worker, qualifying, shutdown_grace, _simulator: simulator, _key_follower: key_follower })
     }
 
     /// The qualifications run at start (`qualify_on_start`), for a caller

@@ -74,7 +74,8 @@ pub struct ServerSettings {
     pub max_body_bytes: usize,
     /// Longest a request may take before it is answered 503.
     pub request_timeout_ms: u64,
-    /// How long an authenticated key is trusted without a new look-up.
+    /// How long an authenticated key is trusted without a new look-up, at
+    /// most: the cache forgets a key as soon as its change is heard.
     pub auth_cache_ttl_ms: u64,
     /// Retry-After of 409 `attempt-outcome-unknown`.
     pub unknown_retry_after_secs: u64,

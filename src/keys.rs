@@ -4,7 +4,7 @@
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::domain::OwnerId;
+use crate::domain::{KeyRole, OwnerId};
 use crate::store::{self, Store};
 
 const PREFIX: &str = "oj_";
@@ -37,11 +37,16 @@ pub fn hash_token(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// Creates a key for `owner`; returns its id and the token to hand over.
+/// Creates a `client` key for `owner`; returns its id and the token to hand over.
 pub async fn create_key(store: &dyn Store, owner: &OwnerId) -> store::Result<(Uuid, String)> {
+    create_key_with_role(store, owner, KeyRole::Client).await
+}
+
+/// Creates a key of `role` for `owner`; returns its id and the token to hand over.
+pub async fn create_key_with_role(store: &dyn Store, owner: &OwnerId, role: KeyRole) -> store::Result<(Uuid, String)> {
     let id = Uuid::now_v7();
     let NewToken { token, hash } = generate_token();
-    store.insert_api_key(id, owner, &hash).await?;
+    store.insert_api_key(id, owner, role, &hash).await?;
     Ok((id, token))
 }
 

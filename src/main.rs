@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use onejob::app::{self, Application, Role};
 use onejob::config::{DEFAULT_CONFIG, Settings};
-use onejob::domain::OwnerId;
+use onejob::domain::{KeyRole, OwnerId};
 use onejob::{keys, telemetry};
 
 #[derive(Parser)]
@@ -154,13 +154,18 @@ enum KeysCommand {
         /// The owner (tenant) the key authenticates as.
         #[arg(long)]
         owner: String,
+        /// `client` (its owner's jobs) or `admin` (also providers,
+        /// qualifications, keys, and any owner's unknown attempts).
+        #[arg(long, default_value = "client", value_parser = ["client", "admin"])]
+        role: String,
     },
-    /// Revoke a key by its id.
+    /// Revoke a key by its id; every running server stops accepting it when
+    /// the revocation commits.
     Revoke {
         /// The key's id, as `keys create` and `keys list` print it.
         id: uuid::Uuid,
     },
-    /// List keys (ids and owners, never tokens).
+    /// List keys (ids, owners, roles, never tokens).
     List {
         /// Only this owner's keys.
         #[arg(long)]
@@ -252,10 +257,11 @@ async fn run(command: Command) -> Result<(), AnyError> {
             let settings = Settings::load(config.config.as_deref())?;
             let store = app::open_store(&settings)?;
             match command {
-                KeysCommand::Create { owner } => {
+                KeysCommand::Create { owner, role } => {
                     let owner = OwnerId::parse(&owner)?;
-                    let (id, token) = keys::create_key(store.as_ref(), &owner).await?;
-                    println!("created API key {id} for owner {owner}; the token is shown once:");
+                    let role: KeyRole = role.parse()?;
+                    let (id, token) = keys::create_key_with_role(store.as_ref(), &owner, role).await?;
+                    println!("created {role} API key {id} for owner {owner}; the token is shown once:");
                     println!("{token}");
                 }
                 KeysCommand::Revoke { id } => {
@@ -268,7 +274,7 @@ async fn run(command: Command) -> Result<(), AnyError> {
                     let owner = owner.map(|o| OwnerId::parse(&o)).transpose()?;
                     for key in store.list_api_keys(owner.as_ref()).await? {
                         let revoked = key.revoked_at.map(|at| format!(" revoked {at}")).unwrap_or_default();
-                        println!("{} {} created {}{}", key.id, key.owner, key.created_at, revoked);
+                        println!("{} {} {} created {}{}", key.id, key.owner, key.role, key.created_at, revoked);
                     }
                 }
             }
@@ -344,14 +350,17 @@ async fn run(command: Command) -> Result<(), AnyError> {
 
 /// On a database without any API key, makes one for owner `demo` and shows
 /// it once on standard output (never in the logs), with a request to try.
+/// It is an admin key: whoever can start the server on an empty database
+/// installed it, and needs a key that can also see providers and make keys
+/// for others (`onejob keys create`).
 async fn first_run_key(store: &dyn onejob::store::Store, addr: SocketAddr) -> Result<(), AnyError> {
     if store.has_api_keys().await? {
         return Ok(());
     }
     let owner = OwnerId::parse("demo")?;
-    let (_, token) = keys::create_key(store, &owner).await?;
+    let (_, token) = keys::create_key_with_role(store, &owner, KeyRole::Admin).await?;
     println!(
-        "No API key existed, so one was made for owner \"demo\". It is shown once; only its SHA-256 is stored:\n\n\
+        "No API key existed, so an admin key was made for owner \"demo\". It is shown once; only its SHA-256 is stored:\n\n\
          {token}\n\nTry it:\n\n\
          curl -s http://{addr}/jobs -H 'Authorization: Bearer {token}' -H 'Idempotency-Key: first-job' \\\n  \
          -H 'Content-Type: application/json' -d '{{\"task\": \"summarize\", \"input\": {{\"text\": \"one job per intent\"}}}}'\n"

@@ -22,7 +22,7 @@ async fn qualify(app: &TestApp, provider: &str) -> (StatusCode, Value) {
     let response = app
         .client
         .post(app.url(&format!("/providers/{provider}/qualifications")))
-        .bearer_auth(&app.alice)
+        .bearer_auth(&app.admin)
         .json(&json!({"task": "summarize"}))
         .send()
         .await
@@ -31,7 +31,7 @@ async fn qualify(app: &TestApp, provider: &str) -> (StatusCode, Value) {
 }
 
 async fn providers(app: &TestApp) -> Value {
-    let listed: Value = app.get(&app.alice, "/providers").await.json().await.unwrap();
+    let listed: Value = app.get(&app.admin, "/providers").await.json().await.unwrap();
     listed["providers"].as_array().unwrap().iter().map(|p| (p["name"].as_str().unwrap().to_owned(), p["tasks"]["summarize"].clone())).collect()
 }
 
@@ -189,7 +189,7 @@ async fn qualification_of_an_unknown_provider_or_task_is_refused(backend: Backen
     let response = app
         .client
         .post(app.url("/providers/sim-fast/qualifications"))
-        .bearer_auth(&app.alice)
+        .bearer_auth(&app.admin)
         .json(&json!({"task": "translate"}))
         .send()
         .await

@@ -60,7 +60,7 @@ async fn the_specification_names_the_headers_and_every_problem_type() {
         assert!(text.contains(kind), "the specification names the problem type {kind}");
     }
     // Every problem type the code can answer with is in the list.
-    for file in ["error.rs", "extract.rs", "jobs.rs", "attempts.rs", "providers.rs", "mod.rs", "auth.rs"] {
+    for file in ["error.rs", "extract.rs", "jobs.rs", "attempts.rs", "providers.rs", "keys.rs", "mod.rs", "auth.rs"] {
         let code = std::fs::read_to_string(format!("{}/src/http/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
         for found in code.split("Problem::new(").skip(1) {
             let kind = found.split('"').nth(1).unwrap();

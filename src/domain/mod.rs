@@ -6,9 +6,11 @@ pub mod ids;
 pub mod idempotency;
 pub mod job;
 pub mod policy;
+pub mod role;
 pub mod state;
 
 pub use ids::{AttemptId, JobId, OwnerId};
 pub use idempotency::{Fingerprint, IdempotencyKey};
+pub use role::KeyRole;
 pub use job::{Attempt, AttemptError, AttemptOrigin, Job, JobEvent, JobSummary};
 pub use state::{AdmissionRefusal, AttemptLimits, AttemptState, JobState, check_admission};

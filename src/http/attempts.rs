@@ -13,12 +13,12 @@ use serde_json::Value;
 
 use super::AppState;
 use super::openapi::listed;
-use super::auth::Owner;
+use super::auth::{Caller, Owner};
 use super::error::{ApiError, Problem};
 use super::extract::{idempotency_key, read_json};
 use super::jobs::{REPLAYED, json_response, key_reused, object_body};
 use crate::catalog::Violation;
-use crate::domain::{Attempt, AttemptId, AttemptOrigin, JobId};
+use crate::domain::{Attempt, AttemptId, AttemptOrigin, JobId, KeyRole};
 use crate::store::{Admission, AttemptRef, NewAttempt, Resolution, Transition};
 
 /// The routes of this resource.
@@ -152,19 +152,21 @@ fn parse_resolution(body: Value) -> Result<(Resolution, String), Problem> {
     }
 }
 
+/// Any key may resolve its own owner's unknown attempts; an admin key, any
+/// owner's (found by job id and number among unknown attempts).
 #[utoipa::path(post, path = "/jobs/{id}/attempts/{number}/resolve", tag = "attempts",
     params(("id" = uuid::Uuid, Path, description = "the job's id"), ("number" = i32, Path, description = "the attempt's number")),
     request_body = crate::http::openapi::ResolveBody,
     responses(
         (status = 200, description = "settled: a succeeded output went through the job's compare-and-swap", body = crate::domain::Job),
-        (status = 404, description = "not-found", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found: no such job and attempt for this key's owner (or, for an admin key, no such unknown attempt of any owner)", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 409, description = "attempt-not-unknown", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed or contract-violation", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
 pub(crate) async fn resolve_attempt(
     State(app): State<AppState>,
-    Owner(owner): Owner,
+    Caller(caller): Caller,
     Path((id, number)): Path<(String, String)>,
     headers: HeaderMap,
     body: Body,
@@ -174,6 +176,12 @@ pub(crate) async fn resolve_attempt(
     tracing::Span::current().record("job.id", tracing::field::display(job_id));
     let body = read_json(&headers, body, app.settings.max_body_bytes, false).await?;
     let (resolution, reason) = parse_resolution(body)?;
+    // A client reaches its owner's jobs only. An admin reaches any owner's
+    // unknown attempt by job id and number, else its own owner's jobs.
+    let owner = match caller.role {
+        KeyRole::Admin => app.store.find_unknown_attempt_owner(job_id, number).await?.unwrap_or(caller.owner.clone()),
+        KeyRole::Client => caller.owner.clone(),
+    };
     if let Resolution::Succeeded(output) = &resolution {
         // The job's task is only known to the store; a missing job is a 404 either way.
         let job = app.store.get_job(&owner, job_id).await?.ok_or_else(Problem::not_found)?;
@@ -189,7 +197,7 @@ pub(crate) async fn resolve_attempt(
     }
     let attempt = AttemptRef { owner: owner.clone(), job_id, number };
     let transition = app.store.resolve_unknown(&attempt, &resolution, &reason, app.catalog.as_ref()).await?;
-    tracing::info!(owner = %owner, job.id = %job_id, attempt.number = number, outcome = ?transition, %reason, "operator resolved an unknown attempt");
+    tracing::info!(owner = %owner, by = %caller.owner, role = %caller.role, key = %caller.key, job.id = %job_id, attempt.number = number, outcome = ?transition, %reason, "operator resolved an unknown attempt");
     match transition {
         Transition::NotFound => return Err(Problem::not_found().into()),
         Transition::Stale(state) => {

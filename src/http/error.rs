@@ -59,6 +59,11 @@ impl Problem {
         problem
     }
 
+    /// 403: the key is valid but its role may not do this.
+    pub fn forbidden(detail: &str) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", "Forbidden").detail(detail)
+    }
+
     /// 404: no such resource for this owner (another owner's looks the same).
     pub fn not_found() -> Self {
         Self::new(StatusCode::NOT_FOUND, "not-found", "Not found")

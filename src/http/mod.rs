@@ -6,6 +6,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod jobs;
+pub mod keys;
 pub mod openapi;
 pub mod providers;
 pub mod replay;
@@ -67,6 +68,7 @@ pub fn router(state: AppState) -> Router {
         .merge(jobs::router())
         .merge(attempts::router())
         .merge(providers::router())
+        .merge(keys::router())
         .route(listed("/healthz"), get(healthz))
         .route(listed("/readyz"), get(readyz))
         .route(listed("/metrics"), get(render_metrics))

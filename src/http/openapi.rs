@@ -22,12 +22,57 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/jobs/{id}/attempts/{number}/resolve"),
     ("get", "/providers"),
     ("post", "/providers/{name}/qualifications"),
+    ("post", "/keys/{id}/revoke"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
     ("get", "/openapi.json"),
     ("get", "/docs"),
 ];
+
+/// Who may call a route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone, without a key.
+    Public,
+    /// Any key, for its own owner's resources (an admin key is a client
+    /// key too).
+    Client,
+    /// Admin keys only; a client key gets 403 `forbidden`.
+    Admin,
+}
+
+impl Access {
+    /// As the specification shows it (`x-onejob-role`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Public => "public",
+            Access::Client => "client",
+            Access::Admin => "admin",
+        }
+    }
+}
+
+/// The routes only admin keys may call.
+pub const ADMIN_ROUTES: &[(&str, &str)] =
+    &[("get", "/providers"), ("post", "/providers/{name}/qualifications"), ("post", "/keys/{id}/revoke")];
+
+/// The routes that need no key.
+pub const PUBLIC_ROUTES: &[(&str, &str)] =
+    &[("get", "/healthz"), ("get", "/readyz"), ("get", "/metrics"), ("get", "/openapi.json"), ("get", "/docs")];
+
+/// Who may call `method path`: every route not listed as admin or public is
+/// a client route.
+pub fn access(method: &str, path: &str) -> Access {
+    let is = |list: &[(&str, &str)]| list.iter().any(|(m, p)| m.eq_ignore_ascii_case(method) && *p == path);
+    if is(ADMIN_ROUTES) {
+        Access::Admin
+    } else if is(PUBLIC_ROUTES) {
+        Access::Public
+    } else {
+        Access::Client
+    }
+}
 
 /// A route's path, checked against [`ROUTES`]: the router registers every
 /// path through this, so a route missing from the list (and so from the
@@ -42,6 +87,7 @@ pub const PROBLEM_TYPES: &[&str] = &[
     "idempotency-key-missing",
     "idempotency-key-invalid",
     "unauthorized",
+    "forbidden",
     "not-found",
     "method-not-allowed",
     "idempotency-key-reused",
@@ -131,7 +177,7 @@ pub struct AttemptWithJob {
 }
 
 /// An RFC 9457 problem. `type` is one of: idempotency-key-missing,
-/// idempotency-key-invalid, unauthorized, not-found, method-not-allowed,
+/// idempotency-key-invalid, unauthorized, forbidden, not-found, method-not-allowed,
 /// idempotency-key-reused, job-finished, attempt-pending,
 /// attempt-outcome-unknown, too-many-attempts-in-flight,
 /// attempt-limit-reached, attempt-not-unknown, payload-too-large,
@@ -175,6 +221,30 @@ pub enum CommonErrors {
     Unavailable(Problem),
 }
 
+/// Marks every operation with the least role that may call it
+/// (`x-onejob-role`: public, client or admin), from [`access`].
+struct Roles;
+
+impl Modify for Roles {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let operations = [
+                ("get", item.get.as_mut()),
+                ("put", item.put.as_mut()),
+                ("post", item.post.as_mut()),
+                ("delete", item.delete.as_mut()),
+                ("patch", item.patch.as_mut()),
+            ];
+            for (method, operation) in operations {
+                if let Some(operation) = operation {
+                    let role = access(method, path).as_str();
+                    operation.extensions.get_or_insert_with(Default::default).insert("x-onejob-role".into(), role.into());
+                }
+            }
+        }
+    }
+}
+
 struct BearerAuth;
 
 impl Modify for BearerAuth {
@@ -187,7 +257,8 @@ impl Modify for BearerAuth {
 /// The API's description.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "onejob", description = "One job per intent: idempotent jobs, guarded attempts, one winner."),
+    info(title = "onejob", description = "One job per intent: idempotent jobs, guarded attempts, one winner. \
+        Each operation's x-onejob-role names the least API-key role that may call it: public (no key), client, or admin."),
     paths(
         super::jobs::create_job,
         super::jobs::list_jobs,
@@ -197,6 +268,7 @@ impl Modify for BearerAuth {
         super::attempts::resolve_attempt,
         super::providers::list_providers,
         super::providers::run_qualification,
+        super::keys::revoke_key,
         super::healthz,
         super::readyz,
         super::render_metrics,
@@ -207,7 +279,7 @@ impl Modify for BearerAuth {
         Job, JobSummary, Attempt, AttemptState, JobState, AttemptOrigin, CreateJobBody, CreateAttemptBody,
         ResolveBody, Outcome, QualifyBody, JobPage, AttemptWithJob, Problem
     )),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &Roles),
     security(("api_key" = []))
 )]
 pub struct ApiDoc;

@@ -1,5 +1,6 @@
 //! `/providers`: every provider with where it stands for each task's
-//! current contract, and running a qualification on demand (I5).
+//! current contract, and running a qualification on demand (I5). Admin
+//! keys only: providers are the service's, not a tenant's.
 
 use axum::Router;
 use axum::body::Body;
@@ -11,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 use super::AppState;
 use super::openapi::listed;
-use super::auth::Owner;
+use super::auth::Admin;
 use super::error::{ApiError, Problem};
 use super::extract::read_json;
 use super::jobs::{json_response, object_body};
@@ -28,9 +29,10 @@ pub fn router() -> Router<AppState> {
 #[utoipa::path(get, path = "/providers", tag = "providers",
     responses(
         (status = 200, description = "every provider with, per task, its qualification state (qualified, failed, stale, never), the current contract hash, why it may not be used, and the last report's summary", body = Object),
+        (status = 403, description = "forbidden: an admin route called with a client key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
-pub(crate) async fn list_providers(State(app): State<AppState>, Owner(_): Owner) -> Result<Response, ApiError> {
+pub(crate) async fn list_providers(State(app): State<AppState>, Admin(_): Admin) -> Result<Response, ApiError> {
     let mut names: Vec<&String> = app.providers.keys().collect();
     names.sort();
     let mut providers = Vec::with_capacity(names.len());
@@ -81,13 +83,14 @@ pub(crate) async fn list_providers(State(app): State<AppState>, Owner(_): Owner)
     request_body = crate::http::openapi::QualifyBody,
     responses(
         (status = 201, description = "the stored qualification with its report, per example", body = Object),
+        (status = 403, description = "forbidden: an admin route called with a client key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 404, description = "not-found: no such provider", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed: no such task", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
 pub(crate) async fn run_qualification(
     State(app): State<AppState>,
-    Owner(_): Owner,
+    Admin(_): Admin,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Body,

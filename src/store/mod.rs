@@ -22,7 +22,7 @@ use uuid::Uuid;
 use crate::domain::policy::{NextAttempt, PastAttempt};
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptLimits, AttemptOrigin, AttemptState, Fingerprint,
-    IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, OwnerId,
+    IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, KeyRole, OwnerId,
 };
 
 pub use postgres::PostgresStore;
@@ -395,6 +395,35 @@ pub struct ApiKey {
     pub created_at: DateTime<Utc>,
     /// When it was revoked, if it was.
     pub revoked_at: Option<DateTime<Utc>>,
+    /// What it may do.
+    pub role: KeyRole,
+}
+
+/// A live key found by its token's hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveKey {
+    /// The key's id: revocations name keys by it.
+    pub id: Uuid,
+    /// The owner it authenticates as.
+    pub owner: OwnerId,
+    /// What it may do.
+    pub role: KeyRole,
+    /// The stored hash, compared with the presented token's in constant time.
+    pub token_hash: [u8; 32],
+}
+
+/// What a store's follower of API-key changes reports (see
+/// [`Store::follow_key_changes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyChange {
+    /// Every change from now on will be reported; changes made before may
+    /// have been missed.
+    Following,
+    /// The follower lost its connection: changes may go unreported until it
+    /// reports `Following` again.
+    Lost,
+    /// This key was revoked, changed or deleted.
+    Changed(Uuid),
 }
 
 /// Every operation onejob performs on its database.
@@ -407,13 +436,35 @@ pub trait Store: Send + Sync + 'static {
     async fn check_ready(&self) -> Result<()>;
 
     /// Stores a new API key's hash.
-    async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, token_hash: &[u8; 32]) -> Result<()>;
+    async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()>;
+
+    /// The live (unrevoked) key with this hash.
+    async fn find_api_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>>;
 
     /// The owner of a live (unrevoked) key with this hash.
-    async fn find_api_key_owner(&self, token_hash: &[u8; 32]) -> Result<Option<OwnerId>>;
+    async fn find_api_key_owner(&self, token_hash: &[u8; 32]) -> Result<Option<OwnerId>> {
+        Ok(self.find_api_key(token_hash).await?.map(|key| key.owner))
+    }
 
-    /// Revokes a key; `false` when there is no such live key.
+    /// Revokes a key; `false` when there is no such live key. Every process
+    /// following key changes hears of it when it commits; on Postgres this
+    /// returns once each of them has confirmed it forgot the key (or after
+    /// two seconds, with a warning naming how many did not).
     async fn revoke_api_key(&self, id: Uuid) -> Result<bool>;
+
+    /// Tells a revoker that this process forgot key `id` (see
+    /// [`Self::revoke_api_key`]).
+    async fn confirm_key_forgotten(&self, _id: Uuid) -> Result<()> {
+        Ok(())
+    }
+
+    /// Reports every change to any API key made by any process, for caches
+    /// of checked keys; the follower stops when the receiver is dropped.
+    /// `None` when this store cannot push changes (SQLite): a caller must
+    /// then look keys up every time.
+    fn follow_key_changes(&self) -> Option<tokio::sync::mpsc::Receiver<KeyChange>> {
+        None
+    }
 
     /// Every key, or one owner's.
     async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>>;
@@ -505,6 +556,11 @@ pub trait Store: Send + Sync + 'static {
         reason: &str,
         rules: &dyn TaskRules,
     ) -> Result<Transition>;
+
+    /// The owner of the job `job_id` whose attempt `number` is unknown, of
+    /// any owner: how an admin finds another owner's attempt to resolve.
+    /// Looks only at unknown attempts (a partial index holds them alone).
+    async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>>;
 }
 
 /// A stored value the program cannot read back.

@@ -11,18 +11,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
+use tokio::sync::mpsc;
 use sqlx::{PgExecutor, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use super::{
-    Admission, ApiKey, AttemptRef, Cancel, ClaimedAttempt, CreateJob, Gauges, JobFilter, Leases, NewAttempt, NewJob,
+    Admission, ApiKey, AttemptRef, KeyChange, LiveKey, Cancel, ClaimedAttempt, CreateJob, Gauges, JobFilter, Leases, NewAttempt, NewJob,
     QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
     UnknownAttempt, corrupt, earlier_attempt, log_race_lost, parse_state, past_attempts,
 };
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job, JobEvent, JobId,
-    JobState, JobSummary, OwnerId, check_admission,
+    JobState, JobSummary, KeyRole, OwnerId, check_admission,
 };
 
 /// The embedded migrations of `migrations/postgres`.
@@ -609,38 +610,73 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, token_hash: &[u8; 32]) -> Result<()> {
-        sqlx::query(r#"insert into api_keys (owner_id, id, token_hash) values ($1, $2, $3)"#)
+    async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
+        sqlx::query(r#"insert into api_keys (owner_id, id, role, token_hash) values ($1, $2, $3, $4)"#)
             .bind(owner.as_str())
             .bind(id)
+            .bind(role.as_str())
             .bind(&token_hash[..])
             .execute(&self.pool)
             .await?;
         Ok(())
     }
 
-    async fn find_api_key_owner(&self, token_hash: &[u8; 32]) -> Result<Option<OwnerId>> {
-        let owner: Option<String> = sqlx::query_scalar(
-            r#"select owner_id from api_keys where token_hash = $1 and revoked_at is null"#,
+    async fn find_api_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>> {
+        let row = sqlx::query(
+            r#"select owner_id, id, role, token_hash from api_keys where token_hash = $1 and revoked_at is null"#,
         )
         .bind(&token_hash[..])
         .fetch_optional(&self.pool)
         .await?;
-        Ok(owner.map(OwnerId::from_trusted))
+        row.map(|row| read_live_key(&row)).transpose()
     }
 
     async fn revoke_api_key(&self, id: Uuid) -> Result<bool> {
+        // Every serving process caches checked keys and LISTENs for changes;
+        // each forgets the key when the trigger's notification reaches it and
+        // confirms on KEY_ACK_CHANNEL. Waiting for those confirmations makes
+        // "revoked" mean that no listening server accepts the key any more.
+        let mut confirmations = PgListener::connect_with(&self.pool).await?;
+        confirmations.listen(KEY_ACK_CHANNEL).await?;
+        let listening: i64 = sqlx::query_scalar(
+            r#"select count(*) from pg_stat_activity where datname = current_database() and query = $1"#,
+        )
+        .bind(format!(r#"LISTEN "{KEY_CHANNEL}""#))
+        .fetch_one(&self.pool)
+        .await?;
         let changed = sqlx::query(r#"update api_keys set revoked_at = now() where id = $1 and revoked_at is null"#)
             .bind(id)
             .execute(&self.pool)
             .await?
             .rows_affected();
-        Ok(changed > 0)
+        if changed == 0 {
+            return Ok(false);
+        }
+        let key = id.to_string();
+        let deadline = tokio::time::Instant::now() + KEY_ACK_TIMEOUT;
+        let mut confirmed = 0;
+        while confirmed < listening {
+            match tokio::time::timeout_at(deadline, confirmations.try_recv()).await {
+                Ok(Ok(Some(notification))) if notification.payload() == key => confirmed += 1,
+                Ok(Ok(Some(_))) => {}
+                _ => break,
+            }
+        }
+        if confirmed < listening {
+            tracing::warn!(key = %id, listening, confirmed,
+                "not every listening server confirmed in time that it forgot the revoked key");
+        }
+        Ok(true)
+    }
+
+    async fn confirm_key_forgotten(&self, id: Uuid) -> Result<()> {
+        sqlx::query(r#"select pg_notify($1, $2)"#).bind(KEY_ACK_CHANNEL).bind(id.to_string()).execute(&self.pool).await?;
+        Ok(())
     }
 
     async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
         let rows = sqlx::query(
-            r#"select owner_id, id, created_at, revoked_at from api_keys
+            r#"select owner_id, id, created_at, revoked_at, role from api_keys
                where $1::text is null or owner_id = $1
                order by created_at, id"#,
         )
@@ -654,6 +690,7 @@ impl Store for PostgresStore {
                     owner: OwnerId::from_trusted(row.try_get("owner_id")?),
                     created_at: row.try_get("created_at")?,
                     revoked_at: row.try_get("revoked_at")?,
+                    role: parse_state(row.try_get("role")?)?,
                 })
             })
             .collect()
@@ -661,6 +698,12 @@ impl Store for PostgresStore {
 
     async fn has_api_keys(&self) -> Result<bool> {
         Ok(sqlx::query_scalar(r#"select exists (select 1 from api_keys)"#).fetch_one(&self.pool).await?)
+    }
+
+    fn follow_key_changes(&self) -> Option<mpsc::Receiver<KeyChange>> {
+        let (changes, receiver) = mpsc::channel(256);
+        tokio::spawn(follow_key_changes(self.pool.clone(), changes));
+        Some(receiver)
     }
 
     async fn create_job(&self, new: &NewJob) -> Result<CreateJob> {
@@ -1140,5 +1183,95 @@ impl Store for PostgresStore {
                 .await
             }
         }
+    }
+
+    async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>> {
+        let owner: Option<String> = sqlx::query_scalar(
+            r#"select owner_id from attempts where job_id = $1 and number = $2 and state = 'unknown'"#,
+        )
+        .bind(job_id.0)
+        .bind(number)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(owner.map(OwnerId::from_trusted))
+    }
+}
+
+/// The channel the `api_keys_changed` trigger notifies with a key's id.
+const KEY_CHANNEL: &str = "onejob_api_keys";
+/// The channel on which servers confirm they forgot a changed key.
+const KEY_ACK_CHANNEL: &str = "onejob_api_keys_forgotten";
+/// How long a revocation waits for those confirmations.
+const KEY_ACK_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn read_live_key(row: &PgRow) -> Result<LiveKey> {
+    let hash: Vec<u8> = row.try_get("token_hash")?;
+    Ok(LiveKey {
+        id: row.try_get("id")?,
+        owner: OwnerId::from_trusted(row.try_get("owner_id")?),
+        role: parse_state(row.try_get("role")?)?,
+        token_hash: hash.try_into().map_err(|_| corrupt("a stored token hash is not 32 bytes"))?,
+    })
+}
+
+/// LISTENs on [`KEY_CHANNEL`] over a connection of its own and reports what
+/// it hears, reconnecting (and saying so) whenever the connection is lost,
+/// until `changes` is closed.
+async fn follow_key_changes(pool: PgPool, changes: mpsc::Sender<KeyChange>) {
+    const FIRST_RETRY: Duration = Duration::from_millis(100);
+    let mut retry = FIRST_RETRY;
+    loop {
+        let listening = async {
+            let mut listener = PgListener::connect_with(&pool).await?;
+            // A lost connection is reported, not mended behind our back: the
+            // cache must hear that notifications may have been missed.
+            listener.eager_reconnect(false);
+            listener.listen(KEY_CHANNEL).await?;
+            Ok::<_, sqlx::Error>(listener)
+        }
+        .await;
+        match listening {
+            Ok(mut listener) => {
+                retry = FIRST_RETRY;
+                if changes.send(KeyChange::Following).await.is_err() {
+                    return;
+                }
+                loop {
+                    let next = tokio::select! {
+                        () = changes.closed() => return,
+                        next = listener.try_recv() => next,
+                    };
+                    let change = match next {
+                        Ok(Some(notification)) => match Uuid::try_parse(notification.payload()) {
+                            Ok(id) => KeyChange::Changed(id),
+                            Err(_) => {
+                                tracing::warn!(payload = notification.payload(), "ignored a key notification that names no key");
+                                continue;
+                            }
+                        },
+                        Ok(None) => {
+                            tracing::warn!("lost the connection that listens for key changes; reconnecting");
+                            break;
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "the connection that listens for key changes failed; reconnecting");
+                            break;
+                        }
+                    };
+                    if changes.send(change).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot listen for key changes; checked keys are not cached until then"),
+        }
+        if changes.send(KeyChange::Lost).await.is_err() {
+            return;
+        }
+        tokio::select! {
+            () = changes.closed() => return,
+            () = tokio::time::sleep(retry) => {}
+        }
+        retry = (retry * 2).min(Duration::from_secs(5));
     }
 }

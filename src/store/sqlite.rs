@@ -34,13 +34,13 @@ use sqlx::{Row, Sqlite, Transaction};
 use uuid::Uuid;
 
 use super::{
-    Admission, ApiKey, AttemptRef, Cancel, ClaimedAttempt, CreateJob, Gauges, JobFilter, Leases, NewAttempt, NewJob,
+    Admission, ApiKey, AttemptRef, LiveKey, Cancel, ClaimedAttempt, CreateJob, Gauges, JobFilter, Leases, NewAttempt, NewJob,
     QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
     UnknownAttempt, corrupt, earlier_attempt, log_race_lost, parse_state, past_attempts,
 };
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job,
-    JobEvent, JobId, JobState, JobSummary, OwnerId, check_admission,
+    JobEvent, JobId, JobState, JobSummary, KeyRole, OwnerId, check_admission,
 };
 
 /// The embedded migrations of `migrations/sqlite`.
@@ -713,10 +713,11 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, token_hash: &[u8; 32]) -> Result<()> {
-        sqlx::query(r#"insert into api_keys (owner_id, id, token_hash, created_at) values (?, ?, ?, ?)"#)
+    async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
+        sqlx::query(r#"insert into api_keys (owner_id, id, role, token_hash, created_at) values (?, ?, ?, ?, ?)"#)
             .bind(owner.as_str())
             .bind(id)
+            .bind(role.as_str())
             .bind(&token_hash[..])
             .bind(now())
             .execute(&self.pool)
@@ -724,13 +725,21 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn find_api_key_owner(&self, token_hash: &[u8; 32]) -> Result<Option<OwnerId>> {
-        let owner: Option<String> =
-            sqlx::query_scalar(r#"select owner_id from api_keys where token_hash = ? and revoked_at is null"#)
-                .bind(&token_hash[..])
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(owner.map(OwnerId::from_trusted))
+    async fn find_api_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>> {
+        let row = sqlx::query(
+            r#"select owner_id, id, role, token_hash from api_keys where token_hash = ? and revoked_at is null"#,
+        )
+        .bind(&token_hash[..])
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let hash: Vec<u8> = row.try_get("token_hash")?;
+        Ok(Some(LiveKey {
+            id: row.try_get("id")?,
+            owner: OwnerId::from_trusted(row.try_get("owner_id")?),
+            role: parse_state(row.try_get("role")?)?,
+            token_hash: hash.try_into().map_err(|_| corrupt("a stored token hash is not 32 bytes"))?,
+        }))
     }
 
     async fn revoke_api_key(&self, id: Uuid) -> Result<bool> {
@@ -745,7 +754,7 @@ impl Store for SqliteStore {
 
     async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
         let rows = sqlx::query(
-            r#"select owner_id, id, created_at, revoked_at from api_keys
+            r#"select owner_id, id, created_at, revoked_at, role from api_keys
                where ?1 is null or owner_id = ?1
                order by created_at, id"#,
         )
@@ -759,6 +768,7 @@ impl Store for SqliteStore {
                     owner: OwnerId::from_trusted(row.try_get("owner_id")?),
                     created_at: time(row.try_get("created_at")?)?,
                     revoked_at: optional_time(row.try_get("revoked_at")?)?,
+                    role: parse_state(row.try_get("role")?)?,
                 })
             })
             .collect()
@@ -1210,6 +1220,16 @@ impl Store for SqliteStore {
                     .await
             }
         }
+    }
+
+    async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>> {
+        let owner: Option<String> =
+            sqlx::query_scalar(r#"select owner_id from attempts where job_id = ? and number = ? and state = 'unknown'"#)
+                .bind(job_id.0)
+                .bind(number)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(owner.map(OwnerId::from_trusted))
     }
 }
 

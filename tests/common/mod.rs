@@ -108,6 +108,8 @@ pub struct TestApp {
     pub database_url: String,
     pub alice: String,
     pub bob: String,
+    /// An admin key, of owner `ops`.
+    pub admin: String,
     /// The application's tasks and providers, for contract hashes.
     pub catalog: onejob::catalog::Catalog,
 }
@@ -168,7 +170,9 @@ impl TestApp {
         tokio::spawn(application.run_until(std::future::pending()));
         let alice = onejob::keys::create_key(store.as_ref(), &OwnerId::parse("alice").unwrap()).await.unwrap().1;
         let bob = onejob::keys::create_key(store.as_ref(), &OwnerId::parse("bob").unwrap()).await.unwrap().1;
-        Self { addr, backend, db, simulator, client: Client::new(), store, database_url, alice, bob, catalog }
+        let ops = OwnerId::parse("ops").unwrap();
+        let admin = onejob::keys::create_key_with_role(store.as_ref(), &ops, onejob::domain::KeyRole::Admin).await.unwrap().1;
+        Self { addr, backend, db, simulator, client: Client::new(), store, database_url, alice, bob, admin, catalog }
     }
 
     pub fn url(&self, path: &str) -> String {

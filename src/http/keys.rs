@@ -1,0 +1,40 @@
+//! `/keys`: revoking an API key (admin keys only). The key stops working on
+//! this server before the answer is sent, and on every other server when the
+//! store's change notification reaches it (see `auth`).
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use uuid::Uuid;
+
+use super::AppState;
+use super::auth::Admin;
+use super::error::{ApiError, Problem};
+use super::openapi::listed;
+
+/// The routes of this resource.
+pub fn router() -> Router<AppState> {
+    Router::new().route(listed("/keys/{id}/revoke"), post(revoke_key))
+}
+
+#[utoipa::path(post, path = "/keys/{id}/revoke", tag = "keys",
+    params(("id" = uuid::Uuid, Path, description = "the key's id, as `onejob keys create` and `onejob keys list` print it")),
+    responses(
+        (status = 204, description = "revoked: no server accepts the key's token any more"),
+        (status = 403, description = "forbidden: an admin route called with a client key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found: no live key with this id (never made, or revoked already)", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        crate::http::openapi::CommonErrors
+    ))]
+pub(crate) async fn revoke_key(State(app): State<AppState>, Admin(admin): Admin, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let id = Uuid::try_parse(&id).map_err(|_| Problem::not_found())?;
+    let revoked = app.store.revoke_api_key(id).await?;
+    // Forgotten here whether or not it was live: the cache never outlives the store.
+    app.auth.forget_key(id);
+    if !revoked {
+        return Err(Problem::not_found().detail("no live API key has this id").into());
+    }
+    tracing::info!(key = %id, by = %admin.key, owner = %admin.owner, "API key revoked");
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

@@ -1,0 +1,491 @@
+//! Security: key roles and owner isolation over every route of the
+//! specification, tokens stored only as hashes, revocation that takes effect
+//! at once (on every server sharing the database), and provider addresses
+//! that come from configuration only.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Backend, TestApp, claim_all, expect_problem};
+use onejob::app::Role;
+use onejob::domain::{AttemptError, JobId, KeyRole, OwnerId};
+use onejob::http::openapi::{ADMIN_ROUTES, PUBLIC_ROUTES, ROUTES};
+use onejob::store::{AttemptRef, Transition};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+fn owner(name: &str) -> OwnerId {
+    OwnerId::parse(name).unwrap()
+}
+
+/// Makes attempt `number` of alice's job `job` unknown, as a worker's
+/// deadline would.
+async fn make_unknown(app: &TestApp, job: &str, number: i32) {
+    claim_all(app).await;
+    let attempt = AttemptRef { owner: owner("alice"), job_id: JobId::parse(job).unwrap(), number };
+    let timeout = AttemptError::new("timeout", "deadline passed");
+    assert_eq!(app.store().mark_unknown(&attempt, &timeout).await.unwrap(), Transition::Applied);
+}
+
+/// Owner A's (alice's) data, so that every path parameter of the walk names
+/// something that exists.
+struct Seeded {
+    /// A job whose attempt 1 is unknown.
+    job: String,
+    /// A spare key of alice's.
+    key: String,
+    /// Every identifier of alice's data, none of which owner B may see.
+    markers: Vec<String>,
+}
+
+async fn seed_alice(app: &TestApp) -> Seeded {
+    let job = app.create_job("walk-unknown", None).await["id"].as_str().unwrap().to_owned();
+    make_unknown(app, &job, 1).await;
+    let other = app.create_job("walk-pending", None).await["id"].as_str().unwrap().to_owned();
+    let (key, _) = onejob::keys::create_key(app.store(), &owner("alice")).await.unwrap();
+    let mut markers = vec![job.clone(), other.clone(), key.to_string(), "alice".to_owned()];
+    for id in [&job, &other] {
+        let seen: Value = app.get(&app.alice, &format!("/jobs/{id}")).await.json().await.unwrap();
+        for attempt in seen["attempts"].as_array().unwrap() {
+            markers.push(attempt["id"].as_str().unwrap().to_owned());
+        }
+    }
+    Seeded { job, key: key.to_string(), markers }
+}
+
+/// The route with its parameters naming alice's data.
+fn concrete(path: &str, seeded: &Seeded) -> String {
+    let id = if path.starts_with("/keys/") { &seeded.key } else { &seeded.job };
+    path.replace("{id}", id).replace("{number}", "1").replace("{name}", "sim-fast")
+}
+
+/// A body the route would accept from its rightful caller, so that an
+/// answer other than success comes from who asked, not from what was sent.
+/// A new route with a body needs its entry here.
+fn valid_body(method: &str, path: &str) -> Option<Value> {
+    match (method, path) {
+        ("post", "/jobs") => Some(json!({"task": "summarize", "input": {"text": "bob's own job"}})),
+        ("post", "/jobs/{id}/attempts") => Some(json!({"provider": "sim-fast"})),
+        ("post", "/jobs/{id}/attempts/{number}/resolve") => Some(json!({"outcome": "failed", "reason": "the walk"})),
+        ("post", "/providers/{name}/qualifications") => Some(json!({"task": "summarize"})),
+        _ => None,
+    }
+}
+
+async fn call(app: &TestApp, method: &str, path: &str, token: Option<&str>, seeded: &Seeded, key: &str) -> reqwest::Response {
+    let mut request = app
+        .client
+        .request(Method::from_bytes(method.to_uppercase().as_bytes()).unwrap(), app.url(&concrete(path, seeded)))
+        .header("idempotency-key", key);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = valid_body(method, path) {
+        request = request.json(&body);
+    }
+    request.send().await.unwrap()
+}
+
+/// The body of an answer, checked to show none of alice's data.
+async fn shows_nothing_of_alice(response: reqwest::Response, seeded: &Seeded, what: &str) -> StatusCode {
+    let status = response.status();
+    let body = response.text().await.unwrap();
+    for marker in &seeded.markers {
+        assert!(!body.contains(marker.as_str()), "{what} answered {status} showing alice's {marker}: {body}");
+    }
+    status
+}
+
+/// Walks every operation of `/openapi.json`: with path parameters naming
+/// owner A's job, attempt or key, owner B's client key gets 404 on client
+/// routes and 403 on admin routes, never any of A's data, and changes
+/// nothing; A's own key (or an admin's, on admin routes) then shows the
+/// resources were real.
+async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_from_client_keys(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let seeded = seed_alice(&app).await;
+    let before: Value = app.get(&app.alice, &format!("/jobs/{}", seeded.job)).await.json().await.unwrap();
+    let spec: Value = app.client.get(app.url("/openapi.json")).send().await.unwrap().json().await.unwrap();
+
+    let mut operations = Vec::new();
+    for (path, item) in spec["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let role = operation["x-onejob-role"].as_str().unwrap_or_else(|| panic!("{method} {path} has no x-onejob-role"));
+            operations.push((method.clone(), path.clone(), role.to_owned(), operation["security"].clone()));
+        }
+    }
+    // The roles are the documented ones, not whatever the list says.
+    let with_role = |wanted: &str| -> BTreeSet<(String, String)> {
+        operations.iter().filter(|(_, _, role, _)| role == wanted).map(|(m, p, _, _)| (m.clone(), p.clone())).collect()
+    };
+    let pairs = |list: &[(&str, &str)]| -> BTreeSet<(String, String)> { list.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect() };
+    assert_eq!(
+        with_role("admin"),
+        pairs(&[("get", "/providers"), ("post", "/providers/{name}/qualifications"), ("post", "/keys/{id}/revoke")])
+    );
+    assert_eq!(with_role("admin"), pairs(ADMIN_ROUTES));
+    assert_eq!(
+        with_role("public"),
+        pairs(&[("get", "/healthz"), ("get", "/readyz"), ("get", "/metrics"), ("get", "/openapi.json"), ("get", "/docs")])
+    );
+    assert_eq!(with_role("public"), pairs(PUBLIC_ROUTES));
+
+    let mut walked = 0;
+    for (n, (method, path, role, security)) in operations.iter().enumerate() {
+        let what = format!("{method} {path} as bob");
+        let key = format!("walk-{n}");
+        let anonymous = call(&app, method, path, None, &seeded, &key).await;
+        match role.as_str() {
+            "public" => {
+                assert_eq!(security, &json!([{}]), "{method} {path} is public in its security too");
+                let bob = call(&app, method, path, Some(&app.bob), &seeded, &key).await;
+                assert!(shows_nothing_of_alice(bob, &seeded, &what).await.is_success(), "{what}");
+                assert!(shows_nothing_of_alice(anonymous, &seeded, &what).await.is_success(), "{method} {path} without a key");
+            }
+            "admin" => {
+                expect_problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
+                let bob = call(&app, method, path, Some(&app.bob), &seeded, &key).await;
+                assert_eq!(bob.status(), StatusCode::FORBIDDEN, "{what}");
+                let body = expect_problem(bob, StatusCode::FORBIDDEN, "forbidden").await;
+                assert!(!seeded.markers.iter().any(|m| body.to_string().contains(m.as_str())), "{what}: {body}");
+                // A's own client key is refused the same way.
+                let alice = call(&app, method, path, Some(&app.alice), &seeded, &key).await;
+                expect_problem(alice, StatusCode::FORBIDDEN, "forbidden").await;
+            }
+            "client" => {
+                expect_problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
+                let bob = call(&app, method, path, Some(&app.bob), &seeded, &key).await;
+                if path.contains('{') {
+                    let status = bob.status();
+                    assert_eq!(status, StatusCode::NOT_FOUND, "{what} names alice's data: 404, as if it did not exist");
+                    shows_nothing_of_alice(bob, &seeded, &what).await;
+                } else {
+                    assert!(shows_nothing_of_alice(bob, &seeded, &what).await.is_success(), "{what}: bob's own");
+                }
+            }
+            other => panic!("{method} {path} has the unknown role {other}"),
+        }
+        walked += 1;
+    }
+    assert_eq!(walked, operations.len());
+    assert_eq!(walked, ROUTES.len(), "the walk covered every route the router serves");
+
+    // Bob's walk changed nothing of alice's.
+    let after: Value = app.get(&app.alice, &format!("/jobs/{}", seeded.job)).await.json().await.unwrap();
+    assert_eq!(before, after, "bob's requests changed alice's job");
+    assert_eq!(app.get(&app.alice, "/jobs").await.status(), StatusCode::OK, "alice's key survived the walk");
+
+    // The 404s were real: the rightful callers reach the same resources. An
+    // admin of another owner is a client like bob on client routes, except
+    // that it may resolve any owner's unknown attempt.
+    for (n, (method, path, role, _)) in operations.iter().enumerate() {
+        let key = format!("control-{n}");
+        match role.as_str() {
+            "client" if path.contains('{') => {
+                let by_admin = call(&app, method, path, Some(&app.admin), &seeded, &key).await;
+                if path.ends_with("/resolve") {
+                    assert_eq!(by_admin.status(), StatusCode::OK, "an admin resolves alice's unknown attempt");
+                } else {
+                    assert_eq!(shows_nothing_of_alice(by_admin, &seeded, path).await, StatusCode::NOT_FOUND, "{method} {path} as admin");
+                }
+            }
+            _ => {}
+        }
+    }
+    for (n, (method, path, role, _)) in operations.iter().enumerate() {
+        let key = format!("control-{n}");
+        let token = match role.as_str() {
+            "client" if path.contains('{') => &app.alice,
+            "admin" => &app.admin,
+            _ => continue,
+        };
+        let status = call(&app, method, path, Some(token), &seeded, &key).await.status();
+        assert!(
+            ![StatusCode::NOT_FOUND, StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN].contains(&status),
+            "{method} {path} as its rightful caller answered {status}"
+        );
+    }
+}
+
+/// An admin key resolves another owner's unknown attempt (and only that of
+/// theirs); a client key of another owner gets 404.
+async fn an_admin_key_resolves_another_owners_unknown_attempt_and_nothing_else_of_theirs(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let id = app.create_job("to-resolve", None).await["id"].as_str().unwrap().to_owned();
+    make_unknown(&app, &id, 1).await;
+    let resolve = |token: &str, body: Value| {
+        app.client.post(app.url(&format!("/jobs/{id}/attempts/1/resolve"))).bearer_auth(token).json(&body).send()
+    };
+    let failed = json!({"outcome": "failed", "reason": "the provider confirmed it never ran"});
+    expect_problem(resolve(&app.bob, failed.clone()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
+    expect_problem(app.get(&app.admin, &format!("/jobs/{id}")).await, StatusCode::NOT_FOUND, "not-found").await;
+    // The contract holds for an admin too.
+    let bad = json!({"outcome": "succeeded", "output": {"summary": 3}, "reason": "checked"});
+    expect_problem(resolve(&app.admin, bad).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "contract-violation").await;
+
+    let resolved = resolve(&app.admin, failed.clone()).await.unwrap();
+    assert_eq!(resolved.status(), StatusCode::OK);
+    let job: Value = resolved.json().await.unwrap();
+    assert_eq!((job["id"].as_str(), job["attempts"][0]["state"].as_str()), (Some(id.as_str()), Some("failed")));
+    // Settled, it is alice's business again: the admin finds it no more.
+    expect_problem(resolve(&app.admin, failed.clone()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
+    expect_problem(resolve(&app.alice, failed).await.unwrap(), StatusCode::CONFLICT, "attempt-not-unknown").await;
+    let events = app.store().list_events(&owner("alice"), JobId::parse(&id).unwrap()).await.unwrap();
+    assert!(format!("{events:?}").contains("never ran"), "the resolution is in alice's job's events: {events:?}");
+}
+
+/// Nothing in the database is a token: keys made by `onejob keys create` and
+/// used are stored as SHA-256 only.
+async fn the_database_holds_token_hashes_and_never_a_token(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let out = tokio::process::Command::new(common::BIN)
+        .args(["keys", "create", "--owner", "carol", "--role", "admin"])
+        .env("DATABASE_URL", &app.database_url)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("created admin API key"), "{stdout}");
+    let token = stdout.lines().last().unwrap().trim().to_owned();
+    assert_eq!(app.get(&token, "/providers").await.status(), StatusCode::OK, "an admin key from the command line");
+    app.create_job("with-alice", None).await;
+
+    let mut tokens = vec![token.clone(), app.alice.clone(), app.bob.clone(), app.admin.clone()];
+    tokens.retain(|t| t.starts_with("oj_"));
+    assert_eq!(tokens.len(), 4);
+    let hash = hex::encode(onejob::keys::hash_token(&token));
+    match backend {
+        Backend::Postgres => {
+            let pool = sqlx::PgPool::connect(&app.database_url).await.unwrap();
+            let tables: Vec<String> =
+                sqlx::query_scalar("select table_name::text from information_schema.tables where table_schema = 'public'")
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap();
+            assert!(tables.contains(&"api_keys".to_owned()));
+            let mut everything = String::new();
+            for table in tables {
+                let rows: Vec<String> = sqlx::query_scalar(&format!("select t::text from \"{table}\" t")).fetch_all(&pool).await.unwrap();
+                everything.extend(rows.into_iter().map(|row| row + "\n"));
+            }
+            assert!(everything.contains(&hash), "the hash is stored (bytea shows as hex)");
+            for token in &tokens {
+                let secret = token.trim_start_matches("oj_");
+                assert!(!everything.contains(secret), "a token's secret is in the database");
+                assert!(!everything.contains(&hex::encode(token.as_bytes())), "a token's bytes are in the database");
+            }
+        }
+        Backend::Sqlite => {
+            let path = app.database_url.trim_start_matches("sqlite://").split('?').next().unwrap().to_owned();
+            let mut bytes = std::fs::read(&path).unwrap();
+            bytes.extend(std::fs::read(format!("{path}-wal")).unwrap_or_default());
+            let contains = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+            assert!(contains(&onejob::keys::hash_token(&token)), "the hash is stored");
+            for token in &tokens {
+                assert!(!contains(token.trim_start_matches("oj_").as_bytes()), "a token's secret is in the database file");
+            }
+        }
+    }
+}
+
+/// `onejob keys revoke` is another process: a running `onejob serve` that
+/// has the key cached refuses it on the very next request.
+async fn a_key_revoked_with_the_cli_is_refused_by_a_running_server_on_the_next_request(backend: Backend) {
+    let database_url = backend.fresh_database().await;
+    let store = common::open_store(&database_url);
+    store.migrate().await.unwrap();
+    let (id, token) = onejob::keys::create_key(store.as_ref(), &owner("carol")).await.unwrap();
+    let (_server, address) = common::spawn_server(&database_url, None).await;
+    let client = reqwest::Client::new();
+    let get = || client.get(format!("http://{address}/jobs")).bearer_auth(&token).send();
+    for _ in 0..3 {
+        assert_eq!(get().await.unwrap().status(), StatusCode::OK, "the key works (and is cached where keys are)");
+    }
+    let out = tokio::process::Command::new(common::BIN)
+        .args(["keys", "revoke", &id.to_string()])
+        .env("DATABASE_URL", &database_url)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    expect_problem(get().await.unwrap(), StatusCode::UNAUTHORIZED, "unauthorized").await;
+    let listed = tokio::process::Command::new(common::BIN)
+        .args(["keys", "list", "--owner", "carol"])
+        .env("DATABASE_URL", &database_url)
+        .output()
+        .await
+        .unwrap();
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(listed.contains(&format!("{id} carol client created")) && listed.contains("revoked"), "{listed}");
+}
+
+/// `POST /keys/{id}/revoke`: admin keys only; the revoked key is refused on
+/// the very next request.
+async fn a_key_revoked_through_the_api_is_refused_at_once_and_only_admins_may_revoke(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let (id, token) = onejob::keys::create_key(app.store(), &owner("carol")).await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(app.get(&token, "/jobs").await.status(), StatusCode::OK);
+    }
+    let revoke = |by: &str, id: String| app.client.post(app.url(&format!("/keys/{id}/revoke"))).bearer_auth(by).send();
+    expect_problem(revoke(&app.alice, id.to_string()).await.unwrap(), StatusCode::FORBIDDEN, "forbidden").await;
+    expect_problem(revoke(&token, id.to_string()).await.unwrap(), StatusCode::FORBIDDEN, "forbidden").await;
+    assert_eq!(app.get(&token, "/jobs").await.status(), StatusCode::OK, "a refused revocation revokes nothing");
+
+    assert_eq!(revoke(&app.admin, id.to_string()).await.unwrap().status(), StatusCode::NO_CONTENT);
+    expect_problem(app.get(&token, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    expect_problem(revoke(&app.admin, id.to_string()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
+    expect_problem(revoke(&app.admin, uuid::Uuid::now_v7().to_string()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
+    expect_problem(revoke(&app.admin, "not-a-key".into()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
+    assert_eq!(app.get(&app.alice, "/jobs").await.status(), StatusCode::OK, "other keys are untouched");
+}
+
+/// Nothing a client sends (a provider named by URL, address fields in the
+/// body or the input) makes onejob call an address other than the
+/// configured providers': a listener at that address is never called, and
+/// the simulator sees exactly the one accepted job's attempt.
+async fn nothing_a_client_sends_makes_onejob_call_an_unconfigured_address(backend: Backend) {
+    let canary = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let elsewhere = format!("http://{}/v1", canary.local_addr().unwrap());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    tokio::spawn(async move {
+        while canary.accept().await.is_ok() {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let app = TestApp::spawn_live(backend, |_| {}).await;
+    let post = |key: &str, body: Value| app.post_job_raw(&app.alice, key, body.to_string()).send();
+    let input = json!({"text": "one two three"});
+
+    let named = json!({"task": "summarize", "input": input, "provider": elsewhere});
+    expect_problem(post("by-url", named).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "provider-unknown").await;
+    let as_object = json!({"task": "summarize", "input": input, "provider": {"name": "sim-fast", "base_url": elsewhere}});
+    expect_problem(post("as-object", as_object).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+    for field in ["base_url", "url", "endpoint", "api_base", "provider_url"] {
+        let body = json!({"task": "summarize", "input": input, field: elsewhere});
+        let problem = expect_problem(post(&format!("top-{field}"), body).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+        assert_eq!(problem["errors"][0]["pointer"], format!("/{field}"), "{problem}");
+        let body = json!({"task": "summarize", "input": {"text": "one", field: elsewhere}});
+        expect_problem(post(&format!("input-{field}"), body).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+    }
+    // Accepted: the address is only text to summarize.
+    let body = json!({"task": "summarize", "input": {"text": format!("call {elsewhere} now")}});
+    let job: Value = post("plain-text", body).await.unwrap().json().await.unwrap();
+    let id = job["id"].as_str().unwrap().to_owned();
+    let attempt = app.post_attempt(&app.alice, &id, "fallback-url", &json!({"provider": elsewhere})).await;
+    expect_problem(attempt, StatusCode::UNPROCESSABLE_ENTITY, "provider-unknown").await;
+    let attempt = app.post_attempt(&app.alice, &id, "fallback-field", &json!({"provider": "sim-fast", "base_url": elsewhere})).await;
+    expect_problem(attempt, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+    let qualify = |name: String, body: Value| app.client.post(app.url(&format!("/providers/{name}/qualifications"))).bearer_auth(&app.admin).json(&body).send();
+    let encoded = elsewhere.replace(':', "%3A").replace('/', "%2F");
+    expect_problem(qualify(encoded, json!({"task": "summarize"})).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
+    let with_address = json!({"task": "summarize", "base_url": elsewhere});
+    expect_problem(qualify("sim-fast".into(), with_address).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+
+    let done = app.wait_for(&id, "succeeded", |job| job["state"] == "succeeded").await;
+    let log = app.simulator_log().await;
+    let attempt_id = done["attempts"][0]["id"].as_str().unwrap();
+    assert_eq!(log.keys().collect::<Vec<_>>(), vec![attempt_id], "the simulator saw the accepted attempt alone");
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "something called the address a client sent");
+}
+
+on_both_backends!(
+    every_route_of_the_specification_keeps_owners_apart_and_admin_routes_from_client_keys,
+    an_admin_key_resolves_another_owners_unknown_attempt_and_nothing_else_of_theirs,
+    the_database_holds_token_hashes_and_never_a_token,
+    a_key_revoked_with_the_cli_is_refused_by_a_running_server_on_the_next_request,
+    a_key_revoked_through_the_api_is_refused_at_once_and_only_admins_may_revoke,
+    nothing_a_client_sends_makes_onejob_call_an_unconfigured_address,
+);
+
+/// Two servers on one Postgres: once a revocation through one returns, the
+/// other refuses the key too (it confirmed it forgot it), well inside the
+/// cache's time to live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revocation_reaches_every_server_sharing_the_database() {
+    let one = TestApp::spawn_with(Backend::Postgres, |s| s.server.auth_cache_ttl_ms = 600_000).await;
+    let two = TestApp::spawn_on(Backend::Postgres, &one.database_url, Role::Api, |s| s.server.auth_cache_ttl_ms = 600_000).await;
+    let (id, token) = onejob::keys::create_key(one.store(), &owner("carol")).await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(one.get(&token, "/jobs").await.status(), StatusCode::OK);
+        assert_eq!(two.get(&token, "/jobs").await.status(), StatusCode::OK);
+    }
+    let revoked = one.client.post(one.url(&format!("/keys/{id}/revoke"))).bearer_auth(&one.admin).send().await.unwrap();
+    assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
+    expect_problem(one.get(&token, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    expect_problem(two.get(&token, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    assert_eq!(two.get(&two.alice, "/jobs").await.status(), StatusCode::OK);
+}
+
+/// The listener that hears revocations is killed and a key revoked while
+/// nobody listens: the server trusts no cached key until it listens again,
+/// and then forgets everything it had cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_that_lost_its_listen_connection_trusts_no_cached_key() {
+    let app = TestApp::spawn_with(Backend::Postgres, |s| s.server.auth_cache_ttl_ms = 600_000).await;
+    let (id, token) = onejob::keys::create_key(app.store(), &owner("carol")).await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(app.get(&token, "/jobs").await.status(), StatusCode::OK);
+    }
+    let pool = sqlx::PgPool::connect(&app.database_url).await.unwrap();
+    let listeners = || {
+        sqlx::query_scalar::<_, i32>(
+            "select pid from pg_stat_activity where datname = current_database() and query like 'LISTEN%' and pid <> pg_backend_pid()",
+        )
+        .fetch_all(&pool)
+    };
+    let old = listeners().await.unwrap();
+    assert_eq!(old.len(), 1, "the server listens for key changes on one connection");
+    sqlx::query("select pg_terminate_backend($1)").bind(old[0]).execute(&pool).await.unwrap();
+    let started = Instant::now();
+    while listeners().await.unwrap().contains(&old[0]) {
+        assert!(started.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Revoked by hand while nobody listens: the notification reaches no one.
+    sqlx::query("update api_keys set revoked_at = now() where id = $1").bind(id).execute(&pool).await.unwrap();
+    let started = Instant::now();
+    loop {
+        let now = listeners().await.unwrap();
+        if !now.is_empty() && !now.contains(&old[0]) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the server listens again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    expect_problem(app.get(&token, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    assert_eq!(app.get(&app.alice, "/jobs").await.status(), StatusCode::OK, "live keys keep working");
+}
+
+#[test]
+fn the_role_lists_name_only_routes_the_router_serves() {
+    for route in ADMIN_ROUTES.iter().chain(PUBLIC_ROUTES) {
+        assert!(ROUTES.contains(route), "{route:?} is not a route");
+    }
+    assert!(ADMIN_ROUTES.iter().all(|route| !PUBLIC_ROUTES.contains(route)));
+    assert_eq!(KeyRole::Admin.as_str(), "admin");
+}
+
+/// A listener that never confirms (a server cut off without a reset): the
+/// revocation still happens and returns, after its bounded wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revocation_waits_for_a_silent_listener_two_seconds_at_most() {
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let pool = sqlx::PgPool::connect(&app.database_url).await.unwrap();
+    let mut silent = sqlx::postgres::PgListener::connect_with(&pool).await.unwrap();
+    silent.listen("onejob_api_keys").await.unwrap();
+    let (id, token) = onejob::keys::create_key(app.store(), &owner("carol")).await.unwrap();
+    let started = Instant::now();
+    assert!(app.store().revoke_api_key(id).await.unwrap());
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(1900) && waited < Duration::from_secs(5), "waited {waited:?}");
+    let heard = tokio::time::timeout(Duration::from_secs(5), silent.recv()).await.unwrap().unwrap();
+    assert_eq!(heard.payload(), id.to_string());
+    expect_problem(app.get(&token, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
+}
