@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Every `onejob bench` scenario on one backend, in one run:
+#   create, replay, poll and storm against an API server (`--no-worker`);
+#   e2e (30 s) and inflight (10,000 jobs on a provider answering in 2 s)
+#   against a full server (API, worker and the built-in simulator).
+#
+#   bench/scenarios.sh postgres      # a throwaway Postgres (or DATABASE_URL)
+#   bench/scenarios.sh sqlite        # a SQLite file in a temporary directory
+#   CONNECTIONS=64 DURATION=10 E2E_DURATION=30 INFLIGHT_JOBS=10000 WORKER_CONCURRENCY=4096 bench/scenarios.sh sqlite
+source "$(dirname "$0")/lib.sh"
+BACKEND=${1:-postgres}
+E2E_DURATION=${E2E_DURATION:-30}
+INFLIGHT_JOBS=${INFLIGHT_JOBS:-10000}
+WORKER_CONCURRENCY=${WORKER_CONCURRENCY:-4096}
+
+build
+case "$BACKEND" in
+    postgres) start_postgres ;;
+    sqlite) export DATABASE_URL="sqlite://$WORK/onejob.db" ;;
+    *) echo "usage: $0 postgres|sqlite" >&2; exit 2 ;;
+esac
+write_config
+# inflight: attempts in flight at once in the worker. Each holds a connection
+# to the built-in simulator, whose end is in the same process: two file
+# descriptors per attempt, under the usual limit of 20,000.
+sed -i "s/^concurrency = .*/concurrency = $WORKER_CONCURRENCY/" "$WORK/bench.toml"
+prepare_database
+
+start_server --no-worker
+for scenario in create replay poll; do
+    log "$BACKEND: onejob bench $scenario, $CONNECTIONS connections, $DURATION s"
+    bench "$scenario" --connections "$CONNECTIONS" --duration "$DURATION" > "$WORK/$scenario.json"
+done
+log "$BACKEND: onejob bench storm"
+bench storm > "$WORK/storm.json"
+stop_server
+
+start_server
+log "$BACKEND: onejob bench e2e, $CONNECTIONS connections, $E2E_DURATION s"
+bench e2e --connections "$CONNECTIONS" --duration "$E2E_DURATION" > "$WORK/e2e.json"
+stop_server
+start_server
+log "$BACKEND: onejob bench inflight, $INFLIGHT_JOBS jobs on sim-2s"
+bench inflight --jobs "$INFLIGHT_JOBS" --connections 256 --provider sim-2s --server-pid "$SERVER_PID" > "$WORK/inflight.json"
+stop_server
+
+python3 - "$WORK" "$BACKEND" <<'PY'
+import json, sys
+work, backend = sys.argv[1], sys.argv[2]
+print(f"\n{backend}")
+print(f"{'scenario':10} {'conns':>5} {'ok':>8} {'errors':>6} {'ops/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}  extra")
+for name in ("create", "replay", "poll", "storm", "e2e", "inflight"):
+    r = json.load(open(f"{work}/{name}.json"))
+    extra = "" if r["extra"] is None else json.dumps(r["extra"])
+    if name == "inflight":
+        extra += f"  all done in {r['seconds']:.1f} s"
+    print(f"{name:10} {r['connections']:>5} {r['ok']:>8} {r['errors']:>6} {r['throughput']:>8,.0f} {r['p50_ms']:>8.2f} {r['p90_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['max_ms']:>8.2f}  {extra}")
+PY
