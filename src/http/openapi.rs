@@ -52,6 +52,7 @@ pub const PROBLEM_TYPES: &[&str] = &[
     "attempt-limit-reached",
     "attempt-not-unknown",
     "payload-too-large",
+    "request-timeout",
     "unsupported-media-type",
     "validation-failed",
     "provider-unknown",
@@ -135,7 +136,7 @@ pub struct AttemptWithJob {
 /// idempotency-key-reused, job-finished, attempt-pending,
 /// attempt-outcome-unknown, too-many-attempts-in-flight,
 /// attempt-limit-reached, attempt-not-unknown, payload-too-large,
-/// unsupported-media-type, validation-failed, provider-unknown,
+/// request-timeout, unsupported-media-type, validation-failed, provider-unknown,
 /// provider-not-qualified, contract-violation, rate-limited, unavailable,
 /// internal.
 #[derive(Serialize, ToSchema)]
@@ -153,6 +154,9 @@ pub struct Problem {
     /// (`pointer`) or query parameter (`parameter`), with `detail`.
     #[schema(value_type = Option<Vec<Object>>)]
     pub errors: Option<Value>,
+    /// For `validation-failed`: how many violations were left out of
+    /// `errors` (it lists at most 100).
+    pub errors_omitted: Option<u64>,
 }
 
 /// The answers every authenticated route may give besides its own.
@@ -168,6 +172,10 @@ pub enum CommonErrors {
                content_type = "application/problem+json",
                headers(("Retry-After" = u64, description = "seconds to wait")))]
     RateLimited(Problem),
+    /// The request's body did not arrive within the request timeout.
+    #[response(status = 408, description = "request-timeout: the request's body did not arrive within the request timeout",
+               content_type = "application/problem+json")]
+    RequestTimeout(Problem),
     /// The database cannot be reached, or the server is at capacity.
     #[response(status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity",
                content_type = "application/problem+json",

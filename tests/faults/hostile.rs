@@ -1,1 +1,187 @@
-//! Hostile input.
+//! Hostile input over a real socket: every request below ends in a clear
+//! 4xx problem (or, for bytes HTTP itself forbids, the HTTP layer's own 400)
+//! or a timeout answer within the request deadline: never a 5xx, never a
+//! hang, never a panic, and never more memory than the body limit allows.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::common::{Backend, TestApp, expect_problem};
+
+/// Sends `body` as a job to create, as alice.
+async fn post(app: &TestApp, body: impl Into<String>) -> reqwest::Response {
+    app.post_job_raw(&app.alice, "hostile", body.into()).send().await.unwrap()
+}
+
+/// Expects 422 `validation-failed` naming `pointer` among its errors.
+async fn refused_at(response: reqwest::Response, pointer: &str) -> Value {
+    let problem = expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+    let pointers: Vec<&str> = problem["errors"].as_array().unwrap().iter().filter_map(|e| e["pointer"].as_str()).collect();
+    assert!(pointers.contains(&pointer), "expected a violation at {pointer}: {problem:#}");
+    problem
+}
+
+/// A job body with `input` spliced in as raw JSON text.
+fn job_with_input(input: &str) -> String {
+    format!(r#"{{"task": "summarize", "input": {input}}}"#)
+}
+
+/// The request deadline of the slow-client tests.
+const REQUEST_TIMEOUT: Duration = Duration::from_millis(1_000);
+
+async fn deeply_nested_json_is_refused_with_a_problem(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let deep = "[".repeat(100_000);
+    let problem = refused_at(post(&app, deep.clone()).await, "").await;
+    assert!(problem["detail"].as_str().unwrap().contains("recursion limit"), "{problem:#}");
+    refused_at(post(&app, job_with_input(&deep)).await, "").await;
+}
+
+async fn numbers_beyond_a_double_are_refused_and_large_ones_checked_by_the_schema(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    for number in ["1e400".to_owned(), "-1e400".to_owned(), "9".repeat(400)] {
+        let problem = refused_at(post(&app, job_with_input(&format!(r#"{{"text": "a", "max_words": {number}}}"#))).await, "").await;
+        assert!(problem["detail"].as_str().unwrap().contains("number out of range"), "{problem:#}");
+    }
+    // Within a double's range, the input schema decides.
+    refused_at(post(&app, job_with_input(r#"{"text": "a", "max_words": 1e300}"#)).await, "/input/max_words").await;
+    refused_at(post(&app, job_with_input(&format!(r#"{{"text": "a", "max_words": {}}}"#, "9".repeat(300)))).await, "/input/max_words").await;
+}
+
+async fn duplicate_object_keys_are_refused_because_they_make_the_intent_ambiguous(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let problem = refused_at(post(&app, r#"{"task": "summarize", "task": "other", "input": {"text": "a"}}"#).await, "/task").await;
+    assert!(problem["detail"].as_str().unwrap().contains("duplicate"), "{problem:#}");
+    refused_at(post(&app, job_with_input(r#"{"text": "a", "text": "b"}"#)).await, "/input/text").await;
+    refused_at(post(&app, job_with_input(r#"{"text": "a", "nested": [{"k/~": 1, "k/~": 2}]}"#)).await, "/input/nested/0/k~1~0").await;
+}
+
+async fn nul_characters_in_strings_and_member_names_are_refused(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    refused_at(post(&app, job_with_input(r#"{"text": "a\u0000b"}"#)).await, "/input/text").await;
+    refused_at(post(&app, job_with_input(r#"{"text": "a", "x\u0000": 1}"#)).await, "/input/x\u{0}").await;
+    refused_at(post(&app, r#"{"task": "summ\u0000arize", "input": {"text": "a"}}"#).await, "/task").await;
+    // Nothing was stored on either backend.
+    let jobs: Value = app.get(&app.alice, "/jobs").await.json().await.unwrap();
+    assert_eq!(jobs["jobs"], serde_json::json!([]));
+}
+
+async fn a_nul_byte_in_the_idempotency_key_is_refused_by_the_http_layer(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let body = job_with_input(r#"{"text": "a"}"#);
+    let head = format!(
+        "POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\nIdempotency-Key: a",
+        app.alice,
+        body.len()
+    );
+    let request = [head.as_bytes(), b"\0b\r\n\r\n", body.as_bytes()].concat();
+    let answer = exchange(&app, &request, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    // The quoted form cannot carry one either: only \" and \\ are escapes.
+    let quoted = app.post_job_raw(&app.alice, r#""a\0b""#, job_with_input(r#"{"text": "a"}"#)).send().await.unwrap();
+    expect_problem(quoted, StatusCode::BAD_REQUEST, "idempotency-key-invalid").await;
+}
+
+async fn an_object_of_10000_members_is_refused_with_a_bounded_problem(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let members: Vec<String> = (0..10_000).map(|i| format!(r#""k{i}": {i}"#)).collect();
+    let input = format!(r#"{{"text": "a", {}}}"#, members.join(", "));
+    let started = Instant::now();
+    let response = post(&app, job_with_input(&input)).await;
+    let problem = refused_at(response, "/input").await;
+    assert!(started.elapsed() < Duration::from_secs(5), "answered in {:?}", started.elapsed());
+    let errors = problem["errors"].as_array().unwrap();
+    assert!(errors.len() <= 101, "the problem lists at most 100 violations and says how many more: {}", errors.len());
+    assert!(problem.to_string().len() < 64 * 1024, "a bounded answer");
+    // The same members at the top level are unknown fields, listed as boundedly.
+    let top = format!(r#"{{"task": "summarize", "input": {{"text": "a"}}, {}}}"#, members.join(", "));
+    let problem = refused_at(post(&app, top).await, "/k0").await;
+    assert!(problem["errors"].as_array().unwrap().len() <= 101);
+}
+
+async fn a_body_over_the_limit_is_refused_with_413_declared_or_chunked(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let big = job_with_input(&format!(r#"{{"text": "{}"}}"#, "a".repeat(300 * 1024)));
+    expect_problem(post(&app, big.clone()).await, StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large").await;
+    // Without a Content-Length, counting the chunks refuses it just the same.
+    let mut request = format!(
+        "POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nIdempotency-Key: chunked\r\nConnection: close\r\n\r\n",
+        app.alice
+    )
+    .into_bytes();
+    for chunk in big.as_bytes().chunks(8192) {
+        request.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        request.extend_from_slice(chunk);
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"0\r\n\r\n");
+    let answer = exchange(&app, &request, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 413") && answer.contains("payload-too-large"), "{answer}");
+}
+
+/// Connects, sends `request`, and reads what comes back until the server
+/// closes the connection or `patience` runs out.
+async fn exchange(app: &TestApp, request: &[u8], patience: Duration) -> String {
+    let mut stream = TcpStream::connect(app.addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(patience, stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Sends `head` at once, then `trickle` a byte every 100 ms until the server
+/// answers or closes; what the server sent, and when it was done.
+async fn trickle(app: &TestApp, head: String, trickle: &'static [u8]) -> (String, Duration) {
+    let (mut reader, mut writer) = TcpStream::connect(app.addr).await.unwrap().into_split();
+    writer.write_all(head.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    let trickler = tokio::spawn(async move {
+        for byte in trickle.iter().cycle() {
+            if writer.write_all(std::slice::from_ref(byte)).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut answer = Vec::new();
+    // Bounded: a server that never ends the exchange fails the test below.
+    let _ = tokio::time::timeout(REQUEST_TIMEOUT * 5, reader.read_to_end(&mut answer)).await;
+    let elapsed = started.elapsed();
+    trickler.abort();
+    (String::from_utf8_lossy(&answer).into_owned(), elapsed)
+}
+
+async fn a_body_trickled_byte_by_byte_ends_in_a_timeout_answer_within_the_request_deadline(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.server.request_timeout_ms = REQUEST_TIMEOUT.as_millis() as u64).await;
+    let head = format!(
+        "POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nIdempotency-Key: slow\r\n\r\n",
+        app.alice
+    );
+    let (answer, elapsed) = trickle(&app, head, b"{\"task\": \"summarize\"").await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("application/problem+json") && answer.contains("request-timeout"), "{answer}");
+    assert!(elapsed < REQUEST_TIMEOUT + Duration::from_millis(1_500), "answered after {elapsed:?}");
+}
+
+async fn headers_trickled_byte_by_byte_end_in_a_closed_connection_within_the_request_deadline(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.server.request_timeout_ms = REQUEST_TIMEOUT.as_millis() as u64).await;
+    let (answer, elapsed) = trickle(&app, "POST /jobs HTTP/1.1\r\nHost: x\r\n".to_owned(), b"X-Slow: a\r\n").await;
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(elapsed < REQUEST_TIMEOUT + Duration::from_millis(1_500), "closed after {elapsed:?}");
+}
+
+on_both_backends!(
+    deeply_nested_json_is_refused_with_a_problem,
+    numbers_beyond_a_double_are_refused_and_large_ones_checked_by_the_schema,
+    duplicate_object_keys_are_refused_because_they_make_the_intent_ambiguous,
+    nul_characters_in_strings_and_member_names_are_refused,
+    a_nul_byte_in_the_idempotency_key_is_refused_by_the_http_layer,
+    an_object_of_10000_members_is_refused_with_a_bounded_problem,
+    a_body_over_the_limit_is_refused_with_413_declared_or_chunked,
+    a_body_trickled_byte_by_byte_ends_in_a_timeout_answer_within_the_request_deadline,
+    headers_trickled_byte_by_byte_end_in_a_closed_connection_within_the_request_deadline,
+);
