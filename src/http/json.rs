@@ -5,7 +5,8 @@
 //! the last, so two readers of the same bytes could see two intents, and the
 //! fingerprint would hide it), and U+0000 in any string or member name
 //! (Postgres cannot store it in `jsonb` or `text`; SQLite would keep it, so
-//! the backends would disagree). Self-contained (serde and serde_json only),
+//! the backends would disagree), and integers a double cannot hold exactly
+//! (the fingerprint could not tell them apart). Self-contained (serde and serde_json only),
 //! so the fuzzer builds it alone.
 
 use std::cell::RefCell;
@@ -13,6 +14,14 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
+
+/// The largest integer a double holds exactly, 2^53 − 1 (RFC 7493, I-JSON).
+/// The fingerprint's canonical JSON (RFC 8785) writes numbers as doubles, so
+/// 9007199254740993 and 9007199254740992 would get the same fingerprint while
+/// being stored as different inputs: a different intent answered as a replay.
+pub const MAX_EXACT_INTEGER: u64 = (1 << 53) - 1;
+
+const INEXACT: &str = "integers must lie within ±(2^53 − 1), where a double holds them exactly (RFC 7493)";
 
 /// Why a body is not acceptable JSON, and where (a JSON Pointer, RFC 6901;
 /// empty for the whole body).
@@ -91,12 +100,12 @@ impl<'de> Visitor<'de> for StrictSeed<'_> {
         Ok(Value::Bool(v))
     }
 
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(v.into())
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        if v.unsigned_abs() > MAX_EXACT_INTEGER { Err(self.refuse(self.at, INEXACT)) } else { Ok(v.into()) }
     }
 
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(v.into())
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        if v > MAX_EXACT_INTEGER { Err(self.refuse(self.at, INEXACT)) } else { Ok(v.into()) }
     }
 
     fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
@@ -172,6 +181,15 @@ mod tests {
         assert_eq!(refused(r#"{"a": ["ok", "x\u0000"]}"#).pointer, "/a/1");
         assert_eq!(refused(r#"{"\u0000": 1}"#).pointer, "/\u{0}");
         assert_eq!(refused(r#""\u0000""#).pointer, "");
+    }
+
+    #[test]
+    fn integers_a_double_cannot_hold_exactly_are_refused() {
+        assert_eq!(parse(b"[9007199254740991, -9007199254740991]").unwrap(), json!([9007199254740991_i64, -9007199254740991_i64]));
+        assert_eq!(refused(r#"{"n": 9007199254740992}"#).pointer, "/n");
+        assert_eq!(refused("[-9007199254740993]").pointer, "/0");
+        // A literal beyond u64 is read as a double by serde_json: no exactness was promised.
+        assert!(parse(b"1e20").is_ok());
     }
 
     #[test]

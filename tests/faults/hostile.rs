@@ -41,12 +41,16 @@ async fn deeply_nested_json_is_refused_with_a_problem(backend: Backend) {
     refused_at(post(&app, job_with_input(&deep)).await, "").await;
 }
 
-async fn numbers_beyond_a_double_are_refused_and_large_ones_checked_by_the_schema(backend: Backend) {
+async fn numbers_beyond_a_double_or_its_exact_integers_are_refused_and_large_ones_checked_by_the_schema(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     for number in ["1e400".to_owned(), "-1e400".to_owned(), "9".repeat(400)] {
         let problem = refused_at(post(&app, job_with_input(&format!(r#"{{"text": "a", "max_words": {number}}}"#))).await, "").await;
         assert!(problem["detail"].as_str().unwrap().contains("number out of range"), "{problem:#}");
     }
+    // An integer a double cannot hold exactly would share its fingerprint
+    // with its neighbour while being stored apart: refused where it is.
+    let problem = refused_at(post(&app, job_with_input(r#"{"text": "a", "max_words": 9007199254740993}"#)).await, "/input/max_words").await;
+    assert!(problem["detail"].as_str().unwrap().contains("2^53"), "{problem:#}");
     // Within a double's range, the input schema decides.
     refused_at(post(&app, job_with_input(r#"{"text": "a", "max_words": 1e300}"#)).await, "/input/max_words").await;
     refused_at(post(&app, job_with_input(&format!(r#"{{"text": "a", "max_words": {}}}"#, "9".repeat(300)))).await, "/input/max_words").await;
@@ -176,7 +180,7 @@ async fn headers_trickled_byte_by_byte_end_in_a_closed_connection_within_the_req
 
 on_both_backends!(
     deeply_nested_json_is_refused_with_a_problem,
-    numbers_beyond_a_double_are_refused_and_large_ones_checked_by_the_schema,
+    numbers_beyond_a_double_or_its_exact_integers_are_refused_and_large_ones_checked_by_the_schema,
     duplicate_object_keys_are_refused_because_they_make_the_intent_ambiguous,
     nul_characters_in_strings_and_member_names_are_refused,
     a_nul_byte_in_the_idempotency_key_is_refused_by_the_http_layer,
@@ -185,3 +189,203 @@ on_both_backends!(
     a_body_trickled_byte_by_byte_ends_in_a_timeout_answer_within_the_request_deadline,
     headers_trickled_byte_by_byte_end_in_a_closed_connection_within_the_request_deadline,
 );
+
+/// Property tests of the two parsers of untrusted bytes that decide I1 and
+/// I2: the fingerprint of a body (through the strict JSON parser the API
+/// uses) and the `Idempotency-Key` parser.
+mod properties {
+    use onejob::domain::{Fingerprint, IdempotencyKey};
+    use onejob::http::json;
+    use proptest::collection::{btree_map, vec};
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    /// Any string but one holding NUL (which the API refuses).
+    fn text() -> impl Strategy<Value = String> {
+        vec(any::<char>(), 0..8).prop_map(|chars| chars.into_iter().map(|c| if c == '\0' { 'z' } else { c }).collect())
+    }
+
+    /// Any JSON value the API accepts. Floats are never whole numbers, so
+    /// that two values that differ as JSON data differ as numbers too (RFC
+    /// 8785 writes 1 and 1.0 alike: they are one JSON number).
+    fn json_value() -> impl Strategy<Value = Value> {
+        let exact = json::MAX_EXACT_INTEGER as i64;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-exact..=exact).prop_map(Value::from),
+            (-1e12f64..1e12).prop_filter("not a whole number", |f| f.fract() != 0.0).prop_map(Value::from),
+            text().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                vec(inner.clone(), 0..6).prop_map(Value::Array),
+                btree_map(text(), inner, 0..6).prop_map(|members| Value::Object(members.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A little generator driven by a test's seed.
+    struct Dice(u64);
+
+    impl Dice {
+        fn roll(&mut self, sides: usize) -> usize {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((self.0 >> 33) % sides as u64) as usize
+        }
+
+        fn space(&mut self) -> &'static str {
+            ["", " ", "\n", "\t", "\r\n  ", "   "][self.roll(6)]
+        }
+    }
+
+    /// `value` as JSON text with its members in a shuffled order, random
+    /// whitespace between tokens, and some characters written as `\u` escapes.
+    fn render(value: &Value, dice: &mut Dice) -> String {
+        let space = dice.space();
+        let inner = match value {
+            Value::String(text) => {
+                let mut out = String::from("\"");
+                for c in text.chars() {
+                    match c {
+                        'a'..='z' if dice.roll(3) == 0 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                        _ => {
+                            let quoted = serde_json::to_string(&c.to_string()).unwrap();
+                            out.push_str(&quoted[1..quoted.len() - 1]);
+                        }
+                    }
+                }
+                out.push('"');
+                out
+            }
+            Value::Array(items) => {
+                let items: Vec<String> = items.iter().map(|item| render(item, dice)).collect();
+                format!("[{}]", items.join(","))
+            }
+            Value::Object(members) => {
+                let mut members: Vec<(&String, &Value)> = members.iter().collect();
+                for i in (1..members.len()).rev() {
+                    members.swap(i, dice.roll(i + 1));
+                }
+                let members: Vec<String> =
+                    members.iter().map(|(name, value)| format!("{}:{}", render(&Value::String((*name).clone()), dice), render(value, dice))).collect();
+                format!("{{{}}}", members.join(","))
+            }
+            other => other.to_string(),
+        };
+        format!("{space}{inner}{}", dice.space())
+    }
+
+    /// `value` with one leaf changed (or one element added to an empty container).
+    fn change_one(value: &Value, dice: &mut Dice) -> Value {
+        match value {
+            Value::Null => Value::from(0),
+            Value::Bool(b) => Value::Bool(!b),
+            Value::Number(n) => match n.as_i64() {
+                Some(i) if i < json::MAX_EXACT_INTEGER as i64 => Value::from(i + 1),
+                Some(i) => Value::from(i - 1),
+                None => Value::from(n.as_f64().unwrap() * 2.0 + 0.5),
+            },
+            Value::String(text) => Value::String(format!("{text}!")),
+            Value::Array(items) if items.is_empty() => Value::Array(vec![Value::Null]),
+            Value::Array(items) => {
+                let mut items = items.clone();
+                let i = dice.roll(items.len());
+                items[i] = change_one(&items[i], dice);
+                Value::Array(items)
+            }
+            Value::Object(members) if members.is_empty() => serde_json::json!({ "": null }),
+            Value::Object(members) => {
+                let mut members = members.clone();
+                let name = members.keys().nth(dice.roll(members.len())).unwrap().clone();
+                let changed = change_one(&members[&name], dice);
+                members.insert(name, changed);
+                Value::Object(members)
+            }
+        }
+    }
+
+    fn fingerprint_of_text(text: &str) -> Fingerprint {
+        let input = json::parse(text.as_bytes()).unwrap_or_else(|e| panic!("{e:?} in {text}"));
+        Fingerprint::of_job("summarize", &input, "sim-fast")
+    }
+
+    /// What the README says a key is, written from the README alone.
+    fn documented_key(raw: &[u8]) -> Option<String> {
+        let raw = raw.trim_ascii();
+        let key = if raw.first() == Some(&b'"') {
+            let inner = raw.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+            let mut key = Vec::new();
+            let mut i = 0;
+            while i < inner.len() {
+                match inner[i] {
+                    b'\\' if matches!(inner.get(i + 1), Some(b'"' | b'\\')) => {
+                        key.push(inner[i + 1]);
+                        i += 2;
+                    }
+                    b'\\' | b'"' => return None,
+                    b => {
+                        key.push(b);
+                        i += 1;
+                    }
+                }
+            }
+            key
+        } else {
+            raw.to_vec()
+        };
+        let visible = key.iter().all(|b| (b'!'..=b'~').contains(b));
+        (visible && (1..=255).contains(&key.len())).then(|| String::from_utf8(key).unwrap())
+    }
+
+    /// Header values, biased towards the bytes that matter to the rules.
+    fn header_bytes() -> impl Strategy<Value = Vec<u8>> {
+        let tricky = prop::sample::select(vec![b'"', b'\\', b' ', b'\t', b'a', b'!', b'~', 0, 0x7f, 0xff, b'\n']);
+        prop_oneof![
+            vec(any::<u8>(), 0..300),
+            vec(tricky, 0..12),
+            (250usize..260).prop_map(|n| vec![b'k'; n]),
+            (250usize..260).prop_map(|n| [b"\"".as_slice(), &vec![b'k'; n], b"\""].concat()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn the_fingerprint_is_equal_for_every_member_order_whitespace_and_escape_variant(value in json_value(), a: u64, b: u64) {
+            let direct = Fingerprint::of_job("summarize", &value, "sim-fast");
+            prop_assert_eq!(fingerprint_of_text(&render(&value, &mut Dice(a))), direct);
+            prop_assert_eq!(fingerprint_of_text(&render(&value, &mut Dice(b))), direct);
+        }
+
+        #[test]
+        fn the_fingerprint_differs_for_any_change_of_a_value(value in json_value(), seed: u64) {
+            let changed = change_one(&value, &mut Dice(seed));
+            prop_assert_ne!(&changed, &value);
+            prop_assert_ne!(Fingerprint::of_job("summarize", &changed, "sim-fast"), Fingerprint::of_job("summarize", &value, "sim-fast"));
+        }
+
+        #[test]
+        fn the_idempotency_key_parser_accepts_exactly_what_the_readme_says(raw in header_bytes()) {
+            let parsed = IdempotencyKey::parse(&raw).ok().map(|key| key.as_str().to_owned());
+            prop_assert_eq!(parsed, documented_key(&raw));
+        }
+
+        #[test]
+        fn every_key_can_be_sent_quoted_and_a_bare_one_names_the_same_key(key in vec(b'!'..=b'~', 1..=255)) {
+            let escaped: Vec<u8> = key.iter().flat_map(|&b| if b == b'"' || b == b'\\' { vec![b'\\', b] } else { vec![b] }).collect();
+            let quoted = IdempotencyKey::parse(&[b"\"".as_slice(), &escaped, b"\""].concat()).unwrap();
+            prop_assert_eq!(quoted.as_str().as_bytes(), key.as_slice());
+            // A value that begins with a quote is read as the quoted form.
+            if key[0] != b'"' {
+                prop_assert_eq!(IdempotencyKey::parse(&key).unwrap(), quoted);
+            }
+        }
+
+        #[test]
+        fn the_strict_json_parser_never_panics(bytes in vec(any::<u8>(), 0..200)) {
+            let _ = json::parse(&bytes);
+        }
+    }
+}
