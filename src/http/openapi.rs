@@ -65,6 +65,7 @@ pub const PROBLEM_TYPES: &[&str] = &[
 
 /// `POST /jobs` body.
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CreateJobBody {
     /// A configured task.
     pub task: String,
@@ -77,6 +78,7 @@ pub struct CreateJobBody {
 
 /// `POST /jobs/{id}/attempts` body (or no body at all).
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CreateAttemptBody {
     /// A configured provider; the job's own when left out.
     pub provider: Option<String>,
@@ -94,6 +96,7 @@ pub enum Outcome {
 
 /// `POST /jobs/{id}/attempts/{number}/resolve` body.
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ResolveBody {
     /// What became of the attempt.
     pub outcome: Outcome,
@@ -101,11 +104,13 @@ pub struct ResolveBody {
     #[schema(value_type = Option<Object>)]
     pub output: Option<Value>,
     /// Why (1 to 1000 characters); kept in the job's events.
+    #[schema(min_length = 1, max_length = 1000)]
     pub reason: String,
 }
 
 /// `POST /providers/{name}/qualifications` body.
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct QualifyBody {
     /// The task whose contract the provider must meet.
     pub task: String,
@@ -181,6 +186,18 @@ pub enum CommonErrors {
                content_type = "application/problem+json",
                headers(("Retry-After" = u64, description = "seconds to wait")))]
     Unavailable(Problem),
+}
+
+/// The answers of every route that reads a JSON body.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum BodyErrors {
+    /// Over `server.max_body_bytes`.
+    #[response(status = 413, description = "payload-too-large", content_type = "application/problem+json")]
+    PayloadTooLarge(Problem),
+    /// Not `application/json`.
+    #[response(status = 415, description = "unsupported-media-type: the body is not JSON", content_type = "application/problem+json")]
+    UnsupportedMediaType(Problem),
 }
 
 struct BearerAuth;

@@ -83,7 +83,7 @@ pub(crate) async fn list_providers(State(app): State<AppState>, Owner(_): Owner)
         (status = 201, description = "the stored qualification with its report, per example", body = Object),
         (status = 404, description = "not-found: no such provider", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed: no such task", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        crate::http::openapi::CommonErrors
+        crate::http::openapi::CommonErrors, crate::http::openapi::BodyErrors
     ))]
 pub(crate) async fn run_qualification(
     State(app): State<AppState>,

@@ -7,3 +7,4 @@ mod common;
 
 mod hostile;
 mod provider;
+mod schemathesis;
