@@ -205,12 +205,12 @@ impl Application {
         let worker = self.worker.map(|worker| tokio::spawn(worker.run(stopped.clone())));
         if let Some(listener) = self.listener {
             let mut api_stopped = stopped.clone();
+            let head_timeout = self.state.settings.request_timeout();
             let router = http::router(self.state);
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = api_stopped.wait_for(|stop| *stop).await;
-                })
-                .await?;
+            http::serve::serve(listener, router, head_timeout, async move {
+                let _ = api_stopped.wait_for(|stop| *stop).await;
+            })
+            .await?;
             tracing::info!("API stopped");
         }
         if let Some(worker) = worker {

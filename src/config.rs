@@ -337,6 +337,29 @@ pub enum SimOutput {
     NotJson,
 }
 
+/// How a simulated provider misbehaves on the wire. Each one lands the
+/// attempt in the state DESIGN.md's failure classification gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SimFault {
+    /// Resets the connection without taking the request: the provider has
+    /// no record of it, so its status lookup says it was never received.
+    ResetBeforeRequest,
+    /// Reads the request, does the work, then resets the connection.
+    ResetAfterRequest,
+    /// Reads the request and never sends the response's headers.
+    NoHeaders,
+    /// Sends the headers and half of the body, then stalls.
+    StalledBody,
+    /// Answers 200 with a 10 MiB body.
+    HugeBody,
+    /// Answers 200 with a body that is not UTF-8.
+    InvalidUtf8,
+    /// Answers 200 with an OpenAI error object as its body.
+    #[serde(rename = "error_in_200")]
+    ErrorIn200,
+}
+
 /// `[providers.NAME]`
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -406,6 +429,12 @@ pub struct ProviderSettings {
     /// sim: what the answer looks like.
     #[serde(default)]
     pub output: SimOutput,
+    /// sim: a transport fault instead of a well-formed answer.
+    #[serde(default)]
+    pub fault: Option<SimFault>,
+    /// sim: the `Retry-After` (seconds) sent with the simulated error statuses.
+    #[serde(default)]
+    pub retry_after_secs: Option<u64>,
 }
 
 fn default_model() -> String {

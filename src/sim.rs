@@ -1,7 +1,10 @@
 //! The provider simulator: a real OpenAI-compatible HTTP server whose
 //! providers are slow, fast, flaky, hanging, late or contract-breaking on
 //! purpose, so that timeouts, races and reconciliation are driven by a real
-//! peer rather than by sleeps in tests.
+//! peer rather than by sleeps in tests. A provider's `fault` makes it
+//! misbehave on the wire instead: reset the connection before or after
+//! taking the request, never send headers, stall halfway through the body,
+//! send 10 MiB, send bytes that are not UTF-8, or an error object with 200.
 //!
 //! Every request is logged by its client request id (the attempt id), and
 //! what a request's status is at any moment follows from when it arrived and
@@ -9,20 +12,32 @@
 //! provider's status lookup would, even after the client gave up waiting.
 
 use std::collections::HashMap;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::{Body, Bytes};
+use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::serve::IncomingStream;
+use axum::{Extension, Json, Router};
+use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
-use crate::config::{ProviderKind, ProviderSettings, Settings, SimOutput};
+use crate::config::{ProviderKind, ProviderSettings, Settings, SimFault, SimOutput};
+
+/// The size of a `huge_body` answer.
+pub const HUGE_BODY_BYTES: usize = 10 * 1024 * 1024;
 
 /// What the simulator decided to do with one request.
 #[derive(Clone, Debug)]
@@ -99,15 +114,116 @@ impl Drop for RunningSimulator {
 
 /// Starts the simulator for the settings' `sim` providers on `listen`.
 pub async fn spawn(settings: &Settings, listen: SocketAddr) -> std::io::Result<RunningSimulator> {
-    let listener = TcpListener::bind(listen).await?;
-    let addr = listener.local_addr()?;
-    let app = router(&settings.providers);
+    let listener = SimListener(TcpListener::bind(listen).await?);
+    let addr = listener.0.local_addr()?;
+    let app = router(&settings.providers).into_make_service_with_connect_info::<Connection>();
     let task = tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, app).await {
             tracing::error!(%error, "the simulator stopped");
         }
     });
     Ok(RunningSimulator { addr, task })
+}
+
+/// The simulator's listener: every connection can be reset by the handler
+/// serving a request on it (axum handlers cannot otherwise reset one).
+struct SimListener(TcpListener);
+
+impl axum::serve::Listener for SimListener {
+    type Io = SimStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (SimStream, SocketAddr) {
+        let (stream, addr) = axum::serve::Listener::accept(&mut self.0).await;
+        (SimStream { stream, reset: Arc::new(AtomicBool::new(false)) }, addr)
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
+/// A connection that fails its next read or write, closing with a reset
+/// (`SO_LINGER` 0), once its [`Connection`] asks for it.
+struct SimStream {
+    stream: TcpStream,
+    reset: Arc<AtomicBool>,
+}
+
+impl SimStream {
+    fn poll_reset(&self) -> Option<io::Error> {
+        if !self.reset.load(Ordering::Acquire) {
+            return None;
+        }
+        // Closing a socket with a zero linger sends RST instead of FIN.
+        if let Err(error) = self.stream.set_zero_linger() {
+            tracing::warn!(%error, "the simulator could not arm a connection reset");
+        }
+        Some(io::ErrorKind::ConnectionReset.into())
+    }
+}
+
+impl AsyncRead for SimStream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.poll_reset() {
+            Some(error) => Poll::Ready(Err(error)),
+            None => Pin::new(&mut self.stream).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for SimStream {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.poll_reset() {
+            Some(error) => Poll::Ready(Err(error)),
+            None => Pin::new(&mut self.stream).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.poll_reset() {
+            Some(error) => Poll::Ready(Err(error)),
+            None => Pin::new(&mut self.stream).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.poll_reset() {
+            Some(error) => Poll::Ready(Err(error)),
+            None => Pin::new(&mut self.stream).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// The connection a request came on, as a handler sees it.
+#[derive(Clone)]
+struct Connection {
+    reset: Arc<AtomicBool>,
+}
+
+impl Connection {
+    /// The connection is reset instead of carrying the handler's answer.
+    fn reset(&self) {
+        self.reset.store(true, Ordering::Release);
+    }
+}
+
+impl Connected<IncomingStream<'_, SimListener>> for Connection {
+    fn connect_info(stream: IncomingStream<'_, SimListener>) -> Self {
+        Self { reset: stream.io().reset.clone() }
+    }
 }
 
 fn openai_error(status: u16, message: &str) -> Response {
@@ -162,12 +278,21 @@ fn completion(id: &str, model: &str, content: &str) -> Value {
 
 async fn complete(
     State(sim): State<Arc<SimState>>,
+    connection: Option<Extension<ConnectInfo<Connection>>>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: Body,
 ) -> Response {
     let Some(provider) = sim.providers.get(&name) else {
         return openai_error(404, &format!("no simulated provider named '{name}'"));
+    };
+    if provider.fault == Some(SimFault::ResetBeforeRequest) {
+        // The request is never taken, so nothing is logged: the status
+        // lookup says the provider never received it.
+        return reset(connection);
+    }
+    let Ok(body) = axum::body::to_bytes(body, 2 * 1024 * 1024).await else {
+        return openai_error(400, "the body could not be read");
     };
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
         return openai_error(400, "the body is not JSON");
@@ -206,16 +331,84 @@ async fn complete(
         entry.times += 1;
         entry.plan.clone()
     };
+    if let Some(fault) = provider.fault {
+        // The request was taken and the work is done (the status lookup says
+        // so); only the answer goes wrong.
+        tokio::time::sleep_until(ready).await;
+        return misbehave(fault, connection, &id, &model).await;
+    }
     match plan {
         Plan::Hang { .. } => std::future::pending().await,
         Plan::Error { at, status } => {
             tokio::time::sleep_until(at).await;
-            openai_error(status, &format!("simulated {status} from {name}"))
+            let mut response = openai_error(status, &format!("simulated {status} from {name}"));
+            if let Some(seconds) = provider.retry_after_secs {
+                response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
+            }
+            response
         }
         Plan::Answer { at, content } => {
             tokio::time::sleep_until(at).await;
             Json(completion(&id, &model, &content)).into_response()
         }
+    }
+}
+
+/// Resets the connection the request came on instead of answering.
+fn reset(connection: Option<Extension<ConnectInfo<Connection>>>) -> Response {
+    match connection {
+        Some(Extension(ConnectInfo(connection))) => {
+            connection.reset();
+            // Never sent: writing it fails and resets the connection.
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+        None => openai_error(500, "this simulator is not served by its own listener and cannot reset connections"),
+    }
+}
+
+/// The answer of a provider with a `fault`, after it did the work.
+async fn misbehave(fault: SimFault, connection: Option<Extension<ConnectInfo<Connection>>>, id: &str, model: &str) -> Response {
+    let json_200 = |body: Body| {
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .expect("a well-formed response")
+    };
+    match fault {
+        SimFault::ResetBeforeRequest | SimFault::ResetAfterRequest => reset(connection),
+        // Nothing is sent until the handler returns.
+        SimFault::NoHeaders => std::future::pending().await,
+        SimFault::StalledBody => {
+            let whole = completion(id, model, r#"{"summary": "", "word_count": 0}"#).to_string().into_bytes();
+            let half = Bytes::copy_from_slice(&whole[..whole.len() / 2]);
+            let stream = futures_util::stream::iter([Ok::<_, io::Error>(half)]).chain(futures_util::stream::pending());
+            let mut response = json_200(Body::from_stream(stream));
+            response.headers_mut().insert(header::CONTENT_LENGTH, whole.len().into());
+            response
+        }
+        SimFault::HugeBody => {
+            // A chat completion whose content is 10 MiB of one letter, sent
+            // in chunks without a Content-Length: only counting bounds it.
+            let chunk = Bytes::from(vec![b'a'; 64 * 1024]);
+            let prefix = Bytes::from(format!(r#"{{"id": "chatcmpl-{id}", "object": "chat.completion", "choices": [{{"index": 0, "message": {{"role": "assistant", "content": ""#));
+            let suffix = Bytes::from_static(br#""}, "finish_reason": "stop"}]}"#);
+            let chunks = std::iter::once(prefix)
+                .chain(std::iter::repeat_n(chunk, HUGE_BODY_BYTES / (64 * 1024)))
+                .chain(std::iter::once(suffix))
+                .map(Ok::<_, io::Error>);
+            json_200(Body::from_stream(futures_util::stream::iter(chunks)))
+        }
+        SimFault::InvalidUtf8 => {
+            // Raw bytes that are not UTF-8 where the content's text goes.
+            let text = completion(id, model, "MARK").to_string();
+            let (before, after) = text.split_once("MARK").expect("the mark is in the completion");
+            json_200(Body::from([before.as_bytes(), b"\xff\xfe\x80", after.as_bytes()].concat()))
+        }
+        SimFault::ErrorIn200 => json_200(Body::from(
+            json!({"error": {"message": "The server had an error while processing your request.", "type": "server_error", "param": null, "code": null}})
+                .to_string(),
+        )),
     }
 }
 

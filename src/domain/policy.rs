@@ -18,6 +18,9 @@ pub struct PastAttempt<'a> {
     /// For a failed attempt: whether the failure may pass on a retry (429,
     /// 500, 502, 503, a connection refused before the request left).
     pub retryable: bool,
+    /// For a failed attempt: how long its provider asked to be left alone
+    /// (`Retry-After`), if it said.
+    pub retry_after: Option<Duration>,
 }
 
 /// A task's policy for one job.
@@ -66,7 +69,9 @@ impl RetryPolicy<'_> {
         let mut candidates = vec![];
         let tries_here = attempts.iter().filter(|a| a.provider == last.provider).count() as u32;
         if last.retryable && tries_here <= self.retries_per_provider {
-            let delay = self.backoff.saturating_mul(1 << (tries_here - 1).min(16));
+            // The provider's own Retry-After wins over a shorter backoff.
+            let backoff = self.backoff.saturating_mul(1 << (tries_here - 1).min(16));
+            let delay = last.retry_after.map_or(backoff, |asked| asked.max(backoff));
             candidates.push(NextAttempt { provider: last.provider.to_owned(), delay });
         }
         let mut chain: Vec<&str> = vec![self.primary];
@@ -92,7 +97,7 @@ mod tests {
     use super::*;
 
     fn failed(provider: &str, retryable: bool) -> PastAttempt<'_> {
-        PastAttempt { provider, state: Failed, retryable }
+        PastAttempt { provider, state: Failed, retryable, retry_after: None }
     }
 
     fn policy(failover: &[String]) -> RetryPolicy<'_> {
@@ -128,10 +133,10 @@ mod tests {
         let failover = ["b".to_owned()];
         let policy = policy(&failover);
         for state in [Unknown, Running, Pending] {
-            let attempts = [PastAttempt { provider: "b", state, retryable: false }, failed("a", true)];
+            let attempts = [PastAttempt { provider: "b", state, retryable: false, retry_after: None }, failed("a", true)];
             assert_eq!(policy.next_attempt(&attempts), None, "{state}");
         }
-        assert_eq!(policy.next_attempt(&[PastAttempt { provider: "a", state: Succeeded, retryable: false }]), None);
+        assert_eq!(policy.next_attempt(&[PastAttempt { provider: "a", state: Succeeded, retryable: false, retry_after: None }]), None);
     }
 
     #[test]
@@ -147,6 +152,18 @@ mod tests {
         let failover = ["b".to_owned(), "c".to_owned()];
         let providers: Vec<String> = policy(&failover).candidates(&[failed("a", true)]).into_iter().map(|n| n.provider).collect();
         assert_eq!(providers, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_providers_retry_after_delays_the_retry_on_it_but_not_a_failover() {
+        let failover = ["b".to_owned()];
+        let policy = policy(&failover);
+        let asked = |seconds| PastAttempt { retry_after: Some(Duration::from_secs(seconds)), ..failed("a", true) };
+        let candidates = policy.candidates(&[asked(3)]);
+        assert_eq!(candidates[0], NextAttempt { provider: "a".into(), delay: Duration::from_secs(3) });
+        assert_eq!(candidates[1], NextAttempt { provider: "b".into(), delay: Duration::ZERO });
+        // A Retry-After shorter than the backoff does not shorten it.
+        assert_eq!(policy.next_attempt(&[asked(0)]).unwrap().delay, Duration::from_millis(100));
     }
 
     #[test]

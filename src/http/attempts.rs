@@ -51,7 +51,7 @@ fn parse_provider(body: Value) -> Result<Option<String>, Problem> {
 }
 
 #[utoipa::path(post, path = "/jobs/{id}/attempts", tag = "attempts",
-    params(("id" = uuid::Uuid, Path, description = "the job's id"), ("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters naming this intent; the structured-field form \"abc\" is the same key as abc")),
+    params(("id" = uuid::Uuid, Path, description = "the job's id"), ("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters naming this intent; the structured-field form \"abc\" is the same key as abc", pattern = r#"^([!#-~][!-~]{0,254}|"([!#-\[\]-~]|\\["\\]){1,255}")$"#)),
     request_body(content = crate::http::openapi::CreateAttemptBody, description = "optional: an empty body retries the job's own provider"),
     responses(
         (status = 201, description = "admitted: a pending attempt", body = crate::http::openapi::AttemptWithJob,
@@ -64,7 +64,7 @@ fn parse_provider(body: Value) -> Result<Option<String>, Problem> {
          body = crate::http::openapi::Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "for attempt-outcome-unknown"))),
         (status = 422, description = "validation-failed, provider-unknown, or provider-not-qualified (the detail says why)", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        crate::http::openapi::CommonErrors
+        crate::http::openapi::CommonErrors, crate::http::openapi::BodyErrors
     ))]
 pub(crate) async fn create_attempt(
     State(app): State<AppState>,
@@ -162,7 +162,7 @@ fn parse_resolution(body: Value) -> Result<(Resolution, String), Problem> {
         (status = 404, description = "not-found: no such job and attempt for this key's owner (or, for an admin key, no such unknown attempt of any owner)", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 409, description = "attempt-not-unknown", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed or contract-violation", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        crate::http::openapi::CommonErrors
+        crate::http::openapi::CommonErrors, crate::http::openapi::BodyErrors
     ))]
 pub(crate) async fn resolve_attempt(
     State(app): State<AppState>,

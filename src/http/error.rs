@@ -74,12 +74,25 @@ impl Problem {
         Self::invalid(vec![Violation { pointer: pointer.to_owned(), detail: detail.into() }])
     }
 
-    /// 422: the request breaks these rules.
-    pub fn invalid(violations: Vec<Violation>) -> Self {
-        let detail = violations.iter().map(|v| format!("{}: {}", display_pointer(&v.pointer), v.detail)).collect::<Vec<_>>();
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation-failed", "The request is not valid")
+    /// 422: the request breaks these rules. A hostile body can break
+    /// thousands at once: the answer lists the first [`MAX_VIOLATIONS`],
+    /// each cut to [`MAX_VIOLATION_DETAIL`] characters, and counts the rest
+    /// in `errors_omitted`.
+    pub fn invalid(mut violations: Vec<Violation>) -> Self {
+        let omitted = violations.len().saturating_sub(MAX_VIOLATIONS);
+        violations.truncate(MAX_VIOLATIONS);
+        for violation in &mut violations {
+            shorten(&mut violation.pointer);
+            shorten(&mut violation.detail);
+        }
+        let mut detail = violations.iter().map(|v| format!("{}: {}", display_pointer(&v.pointer), v.detail)).collect::<Vec<_>>();
+        if omitted > 0 {
+            detail.push(format!("and {omitted} more"));
+        }
+        let problem = Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation-failed", "The request is not valid")
             .detail(detail.join("; "))
-            .with("errors", serde_json::to_value(violations).unwrap_or_default())
+            .with("errors", serde_json::to_value(violations).unwrap_or_default());
+        if omitted > 0 { problem.with("errors_omitted", omitted) } else { problem }
     }
 
     /// 422: a query parameter is wrong.
@@ -136,6 +149,19 @@ impl Problem {
     /// 500, with nothing about the cause.
     pub fn internal() -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error")
+    }
+}
+
+/// The most violations one answer lists.
+pub const MAX_VIOLATIONS: usize = 100;
+
+/// The longest pointer or detail of one violation, in characters.
+pub const MAX_VIOLATION_DETAIL: usize = 300;
+
+fn shorten(text: &mut String) {
+    if let Some((cut, _)) = text.char_indices().nth(MAX_VIOLATION_DETAIL) {
+        text.truncate(cut);
+        text.push('…');
     }
 }
 

@@ -1,5 +1,6 @@
 //! Reading requests strictly: the `Idempotency-Key` header, and JSON bodies
-//! with their content type and size checked. Every refusal is a problem
+//! with their content type and size checked and their content parsed
+//! strictly (no duplicate member names, no NUL: see `json.rs`). Every refusal is a problem
 //! answer, never a 500 and never a dropped connection.
 
 use axum::body::Body;
@@ -72,8 +73,7 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize, empty_is_o
         .detail("send the body as Content-Type: application/json")
         .into());
     }
-    serde_json::from_slice(&bytes)
-        .map_err(|error| Problem::invalid_field("", format!("the body is not valid JSON: {error}")).into())
+    super::json::parse(&bytes).map_err(|error| Problem::invalid_field(&error.pointer, error.detail).into())
 }
 
 async fn read_limited(mut body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {

@@ -120,7 +120,7 @@ fn created(job: &Job) -> Response {
 }
 
 #[utoipa::path(post, path = "/jobs", tag = "jobs",
-    params(("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters naming this intent; the structured-field form \"abc\" is the same key as abc")),
+    params(("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters naming this intent; the structured-field form \"abc\" is the same key as abc", pattern = r#"^([!#-~][!-~]{0,254}|"([!#-\[\]-~]|\\["\\]){1,255}")$"#)),
     request_body = crate::http::openapi::CreateJobBody,
     responses(
         (status = 201, description = "created: the job and its pending first attempt", body = Job,

@@ -6,14 +6,20 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod jobs;
+pub mod json;
 pub mod keys;
 pub mod openapi;
 pub mod providers;
 pub mod replay;
+pub mod serve;
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 
 use axum::Router;
+use axum::body::HttpBody;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
@@ -104,20 +110,67 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Answers 503 for a request that outlives the configured timeout, instead
-/// of leaving the client hanging.
+/// Answers a request that outlives the configured timeout instead of
+/// leaving the client hanging: 408 `request-timeout` when it was still
+/// waiting for the client's body (a client trickling bytes, slowloris), 503
+/// `unavailable` otherwise.
 async fn deadline(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let mut limit = state.settings.request_timeout();
     // A long-poll may wait its full time on top.
     if request.uri().query().is_some_and(|q| q.contains("wait=")) {
         limit += std::time::Duration::from_secs(jobs::MAX_WAIT_SECS);
     }
+    let body_waited = Arc::new(AtomicBool::new(false));
+    let request = if request.body().is_end_stream() {
+        request
+    } else {
+        let waiting = body_waited.clone();
+        request.map(|body| axum::body::Body::new(WatchedBody { body, waiting }))
+    };
     match tokio::time::timeout(limit, next.run(request)).await {
         Ok(response) => response,
+        Err(_) if body_waited.load(Ordering::Relaxed) => {
+            tracing::info!("the request body did not arrive in time");
+            let mut response = Problem::new(StatusCode::REQUEST_TIMEOUT, "request-timeout", "Request timeout")
+                .detail(format!("the request body did not arrive within {} ms", limit.as_millis()))
+                .into_response();
+            // The rest of the body may still be on its way: do not read it as the next request.
+            response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+            response
+        }
         Err(_) => {
             tracing::warn!("request timed out");
             Problem::unavailable().detail("the request took too long; retry with the same Idempotency-Key").into_response()
         }
+    }
+}
+
+/// A request body that records whether its reader is waiting for the
+/// client's next bytes.
+struct WatchedBody {
+    body: axum::body::Body,
+    waiting: Arc<AtomicBool>,
+}
+
+impl HttpBody for WatchedBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        self.waiting.store(polled.is_pending(), Ordering::Relaxed);
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -98,6 +98,7 @@ pub const PROBLEM_TYPES: &[&str] = &[
     "attempt-limit-reached",
     "attempt-not-unknown",
     "payload-too-large",
+    "request-timeout",
     "unsupported-media-type",
     "validation-failed",
     "provider-unknown",
@@ -110,6 +111,7 @@ pub const PROBLEM_TYPES: &[&str] = &[
 
 /// `POST /jobs` body.
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CreateJobBody {
     /// A configured task.
     pub task: String,
@@ -122,6 +124,7 @@ pub struct CreateJobBody {
 
 /// `POST /jobs/{id}/attempts` body (or no body at all).
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CreateAttemptBody {
     /// A configured provider; the job's own when left out.
     pub provider: Option<String>,
@@ -139,6 +142,7 @@ pub enum Outcome {
 
 /// `POST /jobs/{id}/attempts/{number}/resolve` body.
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ResolveBody {
     /// What became of the attempt.
     pub outcome: Outcome,
@@ -146,11 +150,13 @@ pub struct ResolveBody {
     #[schema(value_type = Option<Object>)]
     pub output: Option<Value>,
     /// Why (1 to 1000 characters); kept in the job's events.
+    #[schema(min_length = 1, max_length = 1000)]
     pub reason: String,
 }
 
 /// `POST /providers/{name}/qualifications` body.
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct QualifyBody {
     /// The task whose contract the provider must meet.
     pub task: String,
@@ -181,7 +187,7 @@ pub struct AttemptWithJob {
 /// idempotency-key-reused, job-finished, attempt-pending,
 /// attempt-outcome-unknown, too-many-attempts-in-flight,
 /// attempt-limit-reached, attempt-not-unknown, payload-too-large,
-/// unsupported-media-type, validation-failed, provider-unknown,
+/// request-timeout, unsupported-media-type, validation-failed, provider-unknown,
 /// provider-not-qualified, contract-violation, rate-limited, unavailable,
 /// internal.
 #[derive(Serialize, ToSchema)]
@@ -199,6 +205,9 @@ pub struct Problem {
     /// (`pointer`) or query parameter (`parameter`), with `detail`.
     #[schema(value_type = Option<Vec<Object>>)]
     pub errors: Option<Value>,
+    /// For `validation-failed`: how many violations were left out of
+    /// `errors` (it lists at most 100).
+    pub errors_omitted: Option<u64>,
 }
 
 /// The answers every authenticated route may give besides its own.
@@ -214,6 +223,10 @@ pub enum CommonErrors {
                content_type = "application/problem+json",
                headers(("Retry-After" = u64, description = "seconds to wait")))]
     RateLimited(Problem),
+    /// The request's body did not arrive within the request timeout.
+    #[response(status = 408, description = "request-timeout: the request's body did not arrive within the request timeout",
+               content_type = "application/problem+json")]
+    RequestTimeout(Problem),
     /// The database cannot be reached, or the server is at capacity.
     #[response(status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity",
                content_type = "application/problem+json",
@@ -243,6 +256,18 @@ impl Modify for Roles {
             }
         }
     }
+}
+
+/// The answers of every route that reads a JSON body.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum BodyErrors {
+    /// Over `server.max_body_bytes`.
+    #[response(status = 413, description = "payload-too-large", content_type = "application/problem+json")]
+    PayloadTooLarge(Problem),
+    /// Not `application/json`.
+    #[response(status = 415, description = "unsupported-media-type: the body is not JSON", content_type = "application/problem+json")]
+    UnsupportedMediaType(Problem),
 }
 
 struct BearerAuth;

@@ -86,7 +86,7 @@ pub(crate) async fn list_providers(State(app): State<AppState>, Admin(_): Admin)
         (status = 403, description = "forbidden: an admin route called with a client key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 404, description = "not-found: no such provider", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed: no such task", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        crate::http::openapi::CommonErrors
+        crate::http::openapi::CommonErrors, crate::http::openapi::BodyErrors
     ))]
 pub(crate) async fn run_qualification(
     State(app): State<AppState>,

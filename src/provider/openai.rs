@@ -17,6 +17,17 @@ use crate::domain::AttemptId;
 /// The longest error message kept from a provider's answer.
 const MAX_MESSAGE: usize = 500;
 
+/// The largest answer read from a provider, in bytes: about a million
+/// tokens of output, far more than any `max_output_tokens` allows. A larger
+/// answer is not buffered; reading stops at this size.
+pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+
+/// How much of an error answer is read (only its message is kept).
+const MAX_ERROR_BYTES: usize = 64 * 1024;
+
+/// The longest `Retry-After` honoured: a day.
+const MAX_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
+
 /// An OpenAI-compatible endpoint.
 pub struct HttpProvider {
     name: String,
@@ -172,10 +183,28 @@ impl Provider for HttpProvider {
             .json(&self.body(request));
         let response = self.authorize(builder).send().await.map_err(transport_error)?;
         let status = response.status().as_u16();
+        let retry_after = retry_after(response.headers());
         // The request was received; losing the body now leaves the outcome unknown.
-        let body = response.bytes().await.map_err(transport_error_after_answer)?;
         if !(200..300).contains(&status) {
-            return Err(ProviderError::new(classify_status(status), "provider-error", Some(status), error_message(&body)));
+            let (body, _) = read_bounded(response, MAX_ERROR_BYTES).await.map_err(transport_error_after_answer)?;
+            let mut error = ProviderError::new(classify_status(status), "provider-error", Some(status), error_message(&body));
+            if let Some(wait) = retry_after {
+                error.detail = json!({ "retry_after_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX) });
+            }
+            return Err(error);
+        }
+        let (body, complete) = read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;
+        if !complete {
+            // The provider finished and answered: the outcome is known, it
+            // is not `unknown`. But the answer cannot be used, and asking the
+            // same provider again would most likely bring the same answer,
+            // so the attempt fails for good (a failover may still go on).
+            return Err(ProviderError::new(
+                FailureClass::Definitive { retryable: false },
+                "response-too-large",
+                Some(status),
+                format!("the answer is larger than {MAX_RESPONSE_BYTES} bytes; it was not read"),
+            ));
         }
         parse_completion(&body)
     }
@@ -186,6 +215,38 @@ impl Provider for HttpProvider {
     }
 }
 
+/// Reads at most `limit` bytes of the body: the bytes, and whether that was
+/// all of it. Neither a declared length nor a stream of chunks makes it
+/// buffer more.
+async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    if response.content_length().is_some_and(|length| length > limit as u64) {
+        return Ok((Vec::new(), false));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = limit - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, false));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, true))
+}
+
+/// A `Retry-After` header: delay-seconds, or an HTTP date (RFC 9110).
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<std::time::Duration> {
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let wait = match value.parse::<u64>() {
+        Ok(seconds) => std::time::Duration::from_secs(seconds),
+        Err(_) => {
+            let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+            (at.with_timezone(&chrono::Utc) - chrono::Utc::now()).to_std().unwrap_or_default()
+        }
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
 fn transport_error_after_answer(error: reqwest::Error) -> ProviderError {
     ProviderError::new(FailureClass::Ambiguous, "connection-lost", None, truncate(error.to_string()))
 }
@@ -194,7 +255,11 @@ impl HttpProvider {
     async fn lookup(&self, url: &str) -> Result<RequestStatus, ProviderError> {
         let response = self.authorize(self.client.get(url)).send().await.map_err(transport_error)?;
         let status = response.status().as_u16();
-        let body = response.bytes().await.map_err(transport_error_after_answer)?;
+        let (body, complete) = read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;
+        if !complete {
+            let message = format!("the status answer is larger than {MAX_RESPONSE_BYTES} bytes");
+            return Err(ProviderError::new(FailureClass::Ambiguous, "bad-response", Some(status), message));
+        }
         if status == 404 {
             return Ok(RequestStatus::NotFound);
         }
@@ -251,5 +316,20 @@ mod tests {
         assert_eq!(parse_completion(b"<html>").unwrap_err().kind, "bad-response");
         let error_in_200 = br#"{"error": {"message": "overloaded"}}"#;
         assert_eq!(parse_completion(error_in_200).unwrap_err().kind, "provider-error");
+    }
+
+    #[test]
+    fn retry_after_is_read_as_seconds_or_an_http_date() {
+        let with = |value: &str| {
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(reqwest::header::RETRY_AFTER, value.parse().unwrap());
+            retry_after(&headers)
+        };
+        assert_eq!(with("7"), Some(std::time::Duration::from_secs(7)));
+        assert_eq!(with("Wed, 21 Oct 2015 07:28:00 GMT"), Some(std::time::Duration::ZERO), "a date in the past: now");
+        let soon = (chrono::Utc::now() + chrono::Duration::seconds(90)).to_rfc2822();
+        assert!(with(&soon).is_some_and(|wait| wait > std::time::Duration::from_secs(80)));
+        assert_eq!(with("99999999999"), Some(MAX_RETRY_AFTER));
+        assert_eq!(with("soon"), None);
     }
 }

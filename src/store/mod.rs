@@ -584,6 +584,7 @@ pub(crate) fn past_attempts(attempts: &[Attempt]) -> Vec<PastAttempt<'_>> {
             provider: &a.provider,
             state: a.state,
             retryable: a.error.as_ref().and_then(|e| e.pointer("/detail/retryable")).and_then(Value::as_bool).unwrap_or(false),
+            retry_after: a.error.as_ref().and_then(|e| e.pointer("/detail/retry_after_ms")).and_then(Value::as_u64).map(Duration::from_millis),
         })
         .collect()
 }

@@ -3,14 +3,13 @@
 //! at once (on every server sharing the database), and provider addresses
 //! that come from configuration only.
 
-mod common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Backend, TestApp, claim_all, expect_problem};
+use crate::common::{Backend, TestApp, claim_all, expect_problem};
 use onejob::app::Role;
 use onejob::domain::{AttemptError, JobId, KeyRole, OwnerId};
 use onejob::http::openapi::{ADMIN_ROUTES, PUBLIC_ROUTES, ROUTES};
@@ -242,7 +241,7 @@ async fn an_admin_key_resolves_another_owners_unknown_attempt_and_nothing_else_o
 /// used are stored as SHA-256 only.
 async fn the_database_holds_token_hashes_and_never_a_token(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    let out = tokio::process::Command::new(common::BIN)
+    let out = tokio::process::Command::new(crate::common::BIN)
         .args(["keys", "create", "--owner", "carol", "--role", "admin"])
         .env("DATABASE_URL", &app.database_url)
         .output()
@@ -297,16 +296,16 @@ async fn the_database_holds_token_hashes_and_never_a_token(backend: Backend) {
 /// has the key cached refuses it on the very next request.
 async fn a_key_revoked_with_the_cli_is_refused_by_a_running_server_on_the_next_request(backend: Backend) {
     let database_url = backend.fresh_database().await;
-    let store = common::open_store(&database_url);
+    let store = crate::common::open_store(&database_url);
     store.migrate().await.unwrap();
     let (id, token) = onejob::keys::create_key(store.as_ref(), &owner("carol")).await.unwrap();
-    let (_server, address) = common::spawn_server(&database_url, None).await;
+    let (_server, address) = crate::common::spawn_server(&database_url, None).await;
     let client = reqwest::Client::new();
     let get = || client.get(format!("http://{address}/jobs")).bearer_auth(&token).send();
     for _ in 0..3 {
         assert_eq!(get().await.unwrap().status(), StatusCode::OK, "the key works (and is cached where keys are)");
     }
-    let out = tokio::process::Command::new(common::BIN)
+    let out = tokio::process::Command::new(crate::common::BIN)
         .args(["keys", "revoke", &id.to_string()])
         .env("DATABASE_URL", &database_url)
         .output()
@@ -314,7 +313,7 @@ async fn a_key_revoked_with_the_cli_is_refused_by_a_running_server_on_the_next_r
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     expect_problem(get().await.unwrap(), StatusCode::UNAUTHORIZED, "unauthorized").await;
-    let listed = tokio::process::Command::new(common::BIN)
+    let listed = tokio::process::Command::new(crate::common::BIN)
         .args(["keys", "list", "--owner", "carol"])
         .env("DATABASE_URL", &database_url)
         .output()

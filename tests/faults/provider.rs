@@ -1,0 +1,170 @@
+//! Provider faults, driven by the simulator: each fault mode lands its
+//! attempt in the state DESIGN.md's failure classification gives it, with
+//! the reason recorded. A definitive failure is `failed` (retryable or not);
+//! anything after which the provider may have done the work is `unknown`.
+//! The tests wait by long-polling, never by sleeping.
+
+use chrono::{DateTime, Utc};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::common::{Backend, TestApp, provider};
+
+/// The deadline of the faulty provider's attempts.
+const DEADLINE_MS: i64 = 400;
+
+/// A live application with provider `sim-faulty` configured by `settings`
+/// (TOML lines), and no retry or failover unless `retries` says so.
+async fn app_with(backend: Backend, settings: &str, retries: u32) -> TestApp {
+    TestApp::spawn_live(backend, |s| {
+        let text = format!("kind = \"sim\"\ntimeout_ms = {DEADLINE_MS}\n{settings}");
+        s.providers.insert("sim-faulty".into(), provider(&text));
+        let summarize = s.tasks.get_mut("summarize").unwrap();
+        summarize.failover.clear();
+        summarize.retries_per_provider = retries;
+    })
+    .await
+}
+
+async fn create_on_faulty(app: &TestApp) -> String {
+    let body = json!({"task": "summarize", "input": {"text": "under faults"}, "provider": "sim-faulty"});
+    let response = app.post_job("fault", &body).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let job: Value = response.json().await.unwrap();
+    job["id"].as_str().unwrap().to_owned()
+}
+
+fn first_attempt(job: &Value) -> &Value {
+    &job["attempts"][0]
+}
+
+fn time(value: &Value) -> DateTime<Utc> {
+    value.as_str().unwrap_or_else(|| panic!("a timestamp: {value}")).parse().unwrap()
+}
+
+/// How long the attempt ran, from its claim to its outcome, in milliseconds.
+fn ran_for_ms(attempt: &Value) -> i64 {
+    (time(&attempt["finished_at"]) - time(&attempt["started_at"])).num_milliseconds()
+}
+
+/// Waits for the first attempt to reach `state` and checks its error type.
+async fn first_attempt_ends(app: &TestApp, id: &str, state: &str, error_type: &str) -> Value {
+    let job = app.wait_for(id, state, |j| first_attempt(j)["state"] == state).await;
+    let attempt = first_attempt(&job).clone();
+    assert_eq!(attempt["error"]["type"], error_type, "{attempt:#}");
+    attempt
+}
+
+async fn a_reset_before_the_request_was_read_fails_the_attempt_as_never_received_and_retryable(backend: Backend) {
+    // The client cannot tell a reset before the provider took its request
+    // from one after: the attempt is `unknown` first. The provider's status
+    // lookup then says it never received the request, which settles it as
+    // failed and safe to retry.
+    let app = app_with(backend, "fault = \"reset_before_request\"", 0).await;
+    let id = create_on_faulty(&app).await;
+    let attempt = first_attempt_ends(&app, &id, "failed", "not-received").await;
+    assert_eq!(attempt["error"]["detail"]["retryable"], true, "{attempt:#}");
+    assert!(app.simulator_log().await.is_empty(), "the provider never took the request");
+    let job = app.wait_for(&id, "failed", |j| j["state"] == "failed").await;
+    assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "no retry budget was given: {job:#}");
+}
+
+async fn a_reset_before_the_request_was_read_is_retried_on_the_same_provider(backend: Backend) {
+    let app = app_with(backend, "fault = \"reset_before_request\"", 1).await;
+    let id = create_on_faulty(&app).await;
+    let job = app.wait_for(&id, "two attempts failed", |j| j["state"] == "failed" && j["attempts"].as_array().unwrap().len() == 2).await;
+    let second = &job["attempts"][1];
+    assert_eq!((second["provider"].clone(), second["origin"].clone()), (json!("sim-faulty"), json!("policy")), "{job:#}");
+}
+
+async fn a_reset_after_the_request_was_read_leaves_the_attempt_unknown(backend: Backend) {
+    let app = app_with(backend, "fault = \"reset_after_request\"\nstatus_lookup = false", 0).await;
+    let id = create_on_faulty(&app).await;
+    let attempt = first_attempt_ends(&app, &id, "unknown", "connection-lost").await;
+    assert!(ran_for_ms(&attempt) < DEADLINE_MS, "the reset is seen at once, not at the deadline: {attempt:#}");
+    let log = app.simulator_log().await;
+    assert_eq!(log[attempt["id"].as_str().unwrap()]["received"], 1, "the provider took the request");
+    // Unknown blocks new attempts until reconciled (I4).
+    let refused = app.post_attempt(&app.alice, &id, "retry", &json!({})).await;
+    assert_eq!(refused.status(), StatusCode::CONFLICT);
+}
+
+async fn a_reset_after_the_request_was_read_is_reconciled_to_the_work_the_provider_did(backend: Backend) {
+    let app = app_with(backend, "fault = \"reset_after_request\"", 0).await;
+    let id = create_on_faulty(&app).await;
+    let job = app.wait_for(&id, "succeeded", |j| j["state"] == "succeeded").await;
+    assert_eq!(job["result"], json!({"summary": "under faults", "word_count": 2}));
+    assert_eq!(app.simulator_log().await.len(), 1, "the provider was asked once, then only looked up");
+}
+
+/// A fault after which nothing more comes settles as `unknown` when the
+/// attempt's deadline passes: not before, and not much later.
+async fn unknown_at_the_deadline(backend: Backend, fault: &str) {
+    let app = app_with(backend, &format!("fault = \"{fault}\"\nstatus_lookup = false"), 0).await;
+    let id = create_on_faulty(&app).await;
+    let attempt = first_attempt_ends(&app, &id, "unknown", "timeout").await;
+    let ran = ran_for_ms(&attempt);
+    assert!((DEADLINE_MS - 50..DEADLINE_MS + 2_000).contains(&ran), "{fault}: settled after {ran} ms: {attempt:#}");
+}
+
+async fn response_headers_that_never_come_leave_the_attempt_unknown_at_its_deadline(backend: Backend) {
+    unknown_at_the_deadline(backend, "no_headers").await;
+}
+
+async fn a_body_that_stalls_halfway_leaves_the_attempt_unknown_at_its_deadline(backend: Backend) {
+    unknown_at_the_deadline(backend, "stalled_body").await;
+}
+
+/// A fault that makes the answer unusable fails the attempt for good (not
+/// retryable on the same provider), with `error_type` and a message that
+/// says why.
+async fn failed_for_good(backend: Backend, fault: &str, error_type: &str, says: &str) -> Value {
+    let app = app_with(backend, &format!("fault = \"{fault}\""), 0).await;
+    let id = create_on_faulty(&app).await;
+    let attempt = first_attempt_ends(&app, &id, "failed", error_type).await;
+    assert_eq!(attempt["error"]["detail"]["retryable"], false, "{attempt:#}");
+    assert!(attempt["error"]["message"].as_str().unwrap().contains(says), "{attempt:#}");
+    assert_eq!(attempt["output"], Value::Null, "an unusable answer is never an output");
+    attempt
+}
+
+async fn a_10_mib_answer_is_not_buffered_and_fails_the_attempt_as_too_large(backend: Backend) {
+    failed_for_good(backend, "huge_body", "response-too-large", "larger than 4194304 bytes").await;
+}
+
+async fn invalid_utf8_in_an_answer_fails_the_attempt_as_a_bad_response(backend: Backend) {
+    failed_for_good(backend, "invalid_utf8", "bad-response", "not a chat completion").await;
+}
+
+async fn an_error_object_in_a_200_answer_fails_the_attempt_as_a_provider_error(backend: Backend) {
+    let attempt = failed_for_good(backend, "error_in_200", "provider-error", "server had an error").await;
+    assert_eq!(attempt["error"]["detail"]["status"], 200, "{attempt:#}");
+}
+
+async fn a_429_with_retry_after_fails_the_attempt_as_retryable_and_the_retry_waits_as_asked(backend: Backend) {
+    let app = app_with(backend, "error_rate = 1.0\nerror_status = 429\nretry_after_secs = 1", 1).await;
+    let id = create_on_faulty(&app).await;
+    let job = app.wait_for(&id, "both attempts failed", |j| j["state"] == "failed" && j["attempts"].as_array().unwrap().len() == 2).await;
+    let (first, second) = (&job["attempts"][0], &job["attempts"][1]);
+    assert_eq!(first["error"]["type"], "provider-error");
+    assert_eq!(first["error"]["detail"]["status"], 429);
+    assert_eq!(first["error"]["detail"]["retryable"], true);
+    assert_eq!(first["error"]["detail"]["retry_after_ms"], 1000, "{first:#}");
+    // The task's backoff is 50 ms; the provider asked for a second.
+    let waited = (time(&second["not_before"]) - time(&first["finished_at"])).num_milliseconds();
+    assert!(waited >= 950, "the retry waited {waited} ms: {job:#}");
+    assert!(time(&second["started_at"]) >= time(&second["not_before"]));
+}
+
+on_both_backends!(
+    a_reset_before_the_request_was_read_fails_the_attempt_as_never_received_and_retryable,
+    a_reset_before_the_request_was_read_is_retried_on_the_same_provider,
+    a_reset_after_the_request_was_read_leaves_the_attempt_unknown,
+    a_reset_after_the_request_was_read_is_reconciled_to_the_work_the_provider_did,
+    response_headers_that_never_come_leave_the_attempt_unknown_at_its_deadline,
+    a_body_that_stalls_halfway_leaves_the_attempt_unknown_at_its_deadline,
+    a_10_mib_answer_is_not_buffered_and_fails_the_attempt_as_too_large,
+    invalid_utf8_in_an_answer_fails_the_attempt_as_a_bad_response,
+    an_error_object_in_a_200_answer_fails_the_attempt_as_a_provider_error,
+    a_429_with_retry_after_fails_the_attempt_as_retryable_and_the_retry_waits_as_asked,
+);
