@@ -9,6 +9,7 @@
 //! guard that matches zero rows is a typed outcome ([`Transition::Stale`],
 //! [`Transition::Lost`]), never an error and never ignored.
 
+mod hot;
 pub mod postgres;
 pub mod sqlite;
 

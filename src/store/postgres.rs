@@ -6,7 +6,7 @@
 //! `skip locked` and so never wait.
 
 use std::str::FromStr;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use sqlx::{PgExecutor, Postgres, Row, Transaction};
 use uuid::Uuid;
 
+use super::hot::HotConnections;
 use super::{
     Admission, ApiKey, AttemptRef, KeyChange, LiveKey, Cancel, ClaimedAttempt, CreateJob, Gauges, JobFilter, Leases, NewAttempt, NewJob,
     QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
@@ -45,6 +46,8 @@ pub struct PostgresOptions {
 #[derive(Clone, Debug)]
 pub struct PostgresStore {
     pool: PgPool,
+    // The one-statement requests of the hot path (see `hot`).
+    hot: Arc<HotConnections>,
 }
 
 impl PostgresStore {
@@ -64,13 +67,16 @@ impl PostgresStore {
             // statement, is dropped by the pool, and that request answers
             // 503 (retryable with the same key).
             .test_before_acquire(false)
-            .connect_lazy_with(connect);
-        Ok(Self { pool })
+            .connect_lazy_with(connect.clone());
+        let hot = HotConnections::new(connect, options.max_connections, options.acquire_timeout);
+        Ok(Self { pool, hot: Arc::new(hot) })
     }
 
     /// Wraps an existing pool (tests use this).
     pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
+        let options = pool.options();
+        let hot = HotConnections::new((*pool.connect_options()).clone(), options.get_max_connections(), options.get_acquire_timeout());
+        Self { pool, hot: Arc::new(hot) }
     }
 
     /// The pool, for tests that look at the tables directly.
@@ -709,7 +715,8 @@ impl Store for PostgresStore {
     async fn create_job(&self, new: &NewJob) -> Result<CreateJob> {
         // The hot path: one statement, one round trip for a new key. The
         // unique constraint decides (I1); a taken key inserts nothing.
-        let created_at: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(CREATE_JOB)
+        let mut lease = self.hot.acquire().await?;
+        let created_at = sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(CREATE_JOB)
         .bind(new.owner.as_str())
         .bind(new.id.0)
         .bind(new.idempotency_key.as_str())
@@ -718,8 +725,11 @@ impl Store for PostgresStore {
         .bind(&new.input)
         .bind(&new.provider)
         .bind(new.first_attempt_id.0)
-        .fetch_optional(&self.pool)
-        .await?;
+        .fetch_optional(lease.connection())
+        .await;
+        lease.keep_after(&created_at);
+        drop(lease);
+        let created_at = created_at?;
 
         if let Some(created_at) = created_at {
             return Ok(CreateJob::Created(new.created(created_at)));
@@ -734,21 +744,18 @@ impl Store for PostgresStore {
 
     async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
         // One statement, so the job and its attempts come from one snapshot.
-        let rows = sqlx::query(GET_JOB.as_str())
-        .bind(owner.as_str())
-        .bind(id.0)
-        .fetch_all(&self.pool)
-        .await?;
-        read_job_with_attempts(&rows)
+        let mut lease = self.hot.acquire().await?;
+        let rows = sqlx::query(GET_JOB.as_str()).bind(owner.as_str()).bind(id.0).fetch_all(lease.connection()).await;
+        lease.keep_after(&rows);
+        read_job_with_attempts(&rows?)
     }
 
     async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
-        let rows = sqlx::query(FIND_JOB_BY_KEY.as_str())
-        .bind(owner.as_str())
-        .bind(key.as_str())
-        .fetch_all(&self.pool)
-        .await?;
-        read_job_with_attempts(&rows)
+        let mut lease = self.hot.acquire().await?;
+        let rows =
+            sqlx::query(FIND_JOB_BY_KEY.as_str()).bind(owner.as_str()).bind(key.as_str()).fetch_all(lease.connection()).await;
+        lease.keep_after(&rows);
+        read_job_with_attempts(&rows?)
     }
 
     async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
