@@ -170,6 +170,7 @@ impl Application {
             auth,
             taken_keys: Arc::new(crate::http::replay::TakenKeys::new(crate::http::replay::CAPACITY)),
             flights: Arc::new(crate::http::replay::Flights::default()),
+            reads: Arc::new(crate::http::replay::SharedReads::default()),
             signals,
             long_poll_interval: Duration::from_millis(settings.worker.long_poll_interval_ms),
             settings: Arc::new(settings.server),

@@ -173,7 +173,8 @@ pub(crate) async fn create_job(State(app): State<AppState>, Owner(owner): Owner,
         if holder.fingerprint != fingerprint {
             return Err(key_reused_counted(&holder.task, KEY_REUSED).with("job_id", holder.job_id.to_string()).into());
         }
-        if let Some(job) = app.store.get_job(&new.owner, holder.job_id).await? {
+        let (store, owner) = (&app.store, &new.owner);
+        if let Some(job) = app.reads.read(owner, holder.job_id, || store.get_job(owner, holder.job_id)).await? {
             return Ok(replayed(&job));
         }
         app.taken_keys.forget(&new.owner, &new.idempotency_key);
@@ -291,8 +292,12 @@ pub(crate) async fn get_job(
     let if_none_match = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).map(str::to_owned);
     // Subscribe before the first read, so that no change slips in between.
     let mut changes = app.signals.job_changes();
-    let read = || async { app.store.get_job(&owner, id).await?.ok_or_else(|| ApiError::from(Problem::not_found())) };
-    let mut shown = show(&read().await?);
+    // Many readers of one job at once (a change wakes every long-poll on it)
+    // share reads.
+    let read = || async {
+        app.reads.read(&owner, id, || app.store.get_job(&owner, id)).await?.ok_or_else(|| ApiError::from(Problem::not_found()))
+    };
+    let mut shown = show(&*read().await?);
     let seen = |shown: &Shown| match &if_none_match {
         Some(tags) => matches_tag(tags, &shown.etag),
         None => false,
@@ -311,7 +316,7 @@ pub(crate) async fn get_job(
             _ = wait_for_change(&mut changes, id) => {}
             _ = tokio::time::sleep(nap) => {}
         }
-        shown = show(&read().await?);
+        shown = show(&*read().await?);
     }
     let mut response = if seen(&shown) {
         StatusCode::NOT_MODIFIED.into_response()

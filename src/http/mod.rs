@@ -52,6 +52,8 @@ pub struct AppState {
     pub taken_keys: Arc<replay::TakenKeys>,
     /// Same-key requests at the database at once.
     pub flights: Arc<replay::Flights>,
+    /// Reads of one job by many requests at once.
+    pub reads: Arc<replay::SharedReads>,
     /// `[server]` settings.
     pub settings: Arc<ServerSettings>,
     /// Wake-ups for the worker, change notices for long-polls.

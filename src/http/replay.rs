@@ -13,7 +13,12 @@
 //! that moment is a correct answer to it. If the first one fails, the next
 //! waiter goes to the database itself.
 //!
-//! Neither is a check in code standing in for the unique constraint: a key
+//! Requests that read the same job at once share reads ([`SharedReads`]):
+//! a request is answered by a read that began after it arrived (so it never
+//! sees the job as it was before the request was made), but one read serves
+//! every request that arrived before it began.
+//!
+//! None of these is a check in code standing in for the unique constraint: a key
 //! this process has not seen taken always goes to the database, which is the
 //! only place where a key is ever granted.
 
@@ -179,6 +184,72 @@ impl Flights {
     }
 }
 
+/// The reads of one job: how many began, and what the last one found.
+#[derive(Default)]
+struct JobReads {
+    began: u64,
+    last: Option<Option<Arc<Job>>>,
+}
+
+/// Reads of one job by many requests at once, shared.
+#[derive(Default)]
+pub struct SharedReads {
+    jobs: Mutex<HashMap<(OwnerId, JobId), Arc<tokio::sync::Mutex<JobReads>>>>,
+    began: std::sync::atomic::AtomicU64,
+}
+
+impl SharedReads {
+    /// The job as a read that began after this call found it: the read of
+    /// the request ahead in line if it began after this one arrived, or a
+    /// read of this request's own (`read`).
+    pub async fn read<E, F, Fut>(&self, owner: &OwnerId, id: JobId, read: F) -> Result<Option<Arc<Job>>, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Option<Job>, E>>,
+    {
+        let wanted = (owner.clone(), id);
+        let reads = {
+            let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            jobs.entry(wanted.clone()).or_default().clone()
+        };
+        // Reads are numbered in one sequence for all jobs, so a number taken
+        // now is below that of any read that begins later.
+        let arrived = self.began.load(std::sync::atomic::Ordering::SeqCst);
+        let answer = {
+            let mut line = reads.lock().await;
+            match &line.last {
+                // A read that began after we arrived has ended (we hold the line).
+                Some(found) if line.began > arrived => Ok(found.clone()),
+                _ => {
+                    line.began = self.began.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    line.last = None;
+                    let found = read().await.map(|job| job.map(Arc::new));
+                    if let Ok(found) = &found {
+                        line.last = Some(found.clone());
+                    }
+                    found
+                }
+            }
+        };
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        // Nobody else holds this job's line: forget it.
+        if Arc::strong_count(&reads) == 2 {
+            jobs.remove(&wanted);
+        }
+        answer
+    }
+
+    /// Jobs being read now (for tests).
+    pub fn len(&self) -> usize {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether no job is being read now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,4 +367,43 @@ mod tests {
         assert!(matches!(second.await.unwrap(), Flight::Created(_)), "the waiter went to the database itself");
         assert!(flights.is_empty());
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn readers_of_one_job_share_reads_that_began_after_they_arrived() {
+        let reads = Arc::new(SharedReads::default());
+        let begun = Arc::new(std::sync::atomic::AtomicI32::new(0));
+        let gate = Arc::new(tokio::sync::Barrier::new(100));
+        let owner = OwnerId::parse("o").unwrap();
+        let id = job("o", "k").id;
+        let tasks: Vec<_> = (0..100)
+            .map(|_| {
+                let (reads, begun, gate, owner) = (reads.clone(), begun.clone(), gate.clone(), owner.clone());
+                tokio::spawn(async move {
+                    gate.wait().await;
+                    let arrived = begun.load(Ordering::SeqCst);
+                    let found = reads
+                        .read(&owner, id, || async {
+                            // The read's number travels in the job it finds.
+                            let number = begun.fetch_add(1, Ordering::SeqCst) + 1;
+                            tokio::task::yield_now().await;
+                            let mut found = job("o", "k");
+                            found.winning_attempt = Some(number);
+                            Ok::<_, ()>(Some(found))
+                        })
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    (arrived, found.winning_attempt.unwrap())
+                })
+            })
+            .collect();
+        for task in tasks {
+            let (arrived, read) = task.await.unwrap();
+            assert!(read > arrived, "answered by read {read}, which began before the request arrived (after read {arrived})");
+        }
+        let total = begun.load(Ordering::SeqCst);
+        assert!(total < 100, "{total} reads for 100 readers: none shared");
+        assert!(reads.is_empty(), "a job nobody reads is forgotten");
+    }
+
 }
