@@ -17,7 +17,7 @@ source "$(dirname "$0")/lib.sh"
 build
 start_postgres
 write_config
-prepare_database
+new_database onejob_bench_ceiling
 RUN=$(date +%s)
 
 # pgbench's per-transaction log (microseconds in the third column) -> p50 p99 in ms.

@@ -12,7 +12,7 @@ JOBS=${JOBS:-1000000}
 build
 start_postgres
 write_config
-prepare_database
+new_database onejob_bench_growth
 
 start_server --no-worker
 log "onejob bench create on an empty database"

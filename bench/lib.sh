@@ -9,6 +9,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+BACKEND=${BACKEND:-postgres}
 CONNECTIONS=${CONNECTIONS:-64}
 DURATION=${DURATION:-10}
 BIN=$PWD/target/release/onejob
@@ -37,11 +38,12 @@ build() {
     cargo build --release --quiet
 }
 
-# Sets DATABASE_URL (a new database `onejob_bench` on a throwaway cluster
-# unless DATABASE_URL was given).
+# A Postgres server to make databases on: the one DATABASE_URL names, or a
+# throwaway cluster. Sets SERVER_URL; `new_database` makes the databases.
 start_postgres() {
     if [ -n "${DATABASE_URL:-}" ]; then
-        log "using the Postgres at DATABASE_URL"
+        log "using the Postgres at DATABASE_URL (the scripts make databases named onejob_bench_* there)"
+        SERVER_URL=$DATABASE_URL
         return
     fi
     PGBIN=$(pg_config --bindir 2>/dev/null || ls -d /usr/lib/postgresql/*/bin | sort | tail -n 1)
@@ -52,9 +54,26 @@ start_postgres() {
     as_postgres "$PGBIN/initdb" -D "$CLUSTER" -A trust -U postgres >/dev/null
     as_postgres "$PGBIN/pg_ctl" -D "$CLUSTER" -l "$WORK/postgres.log" -w \
         -o "-k $WORK -c listen_addresses='' -p 5432 -c max_connections=1200 -c shared_buffers=512MB" start >/dev/null
-    psql -q -h "$WORK" -U postgres -d postgres -c "create database onejob_bench" >/dev/null
-    DATABASE_URL="postgres://postgres@localhost/onejob_bench?host=$WORK&port=5432"
+    SERVER_URL="postgres://postgres@localhost/postgres?host=$WORK&port=5432"
+}
+
+# new_database NAME: DATABASE_URL names a new, empty database NAME (a file in
+# the temporary directory for SQLite), migrated, with a key for owner
+# `bench` in TOKEN. Each phase starts empty: jobs left queued by one phase
+# would otherwise wait in line before the next phase's.
+new_database() {
+    local name=$1
+    if [ "$BACKEND" = sqlite ]; then
+        DATABASE_URL="sqlite://$WORK/$name.db"
+    else
+        psql -q -d "$SERVER_URL" -c "drop database if exists $name" -c "create database $name" >/dev/null
+        DATABASE_URL=$(python3 -c 'import sys, urllib.parse as u
+p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$SERVER_URL" "$name")
+    fi
     export DATABASE_URL
+    "$BIN" migrate --config "$WORK/bench.toml" >/dev/null 2>&1
+    TOKEN=$("$BIN" keys create --owner bench --config "$WORK/bench.toml" 2>/dev/null | tail -n 1)
+    export TOKEN
 }
 
 # The default configuration without the per-owner rate limit, plus a
@@ -73,13 +92,6 @@ timeout_ms = 10000
 latency_ms = 2000
 TOML
     printf '%s\n' "${1:-}" >> "$WORK/bench.toml"
-}
-
-# migrate, make a key for owner `bench` (TOKEN).
-prepare_database() {
-    "$BIN" migrate --config "$WORK/bench.toml" >/dev/null 2>&1
-    TOKEN=$("$BIN" keys create --owner bench --config "$WORK/bench.toml" 2>/dev/null | tail -n 1)
-    export TOKEN
 }
 
 # start_server [serve flags...]: serves on 127.0.0.1:$PORT, waits for /readyz.

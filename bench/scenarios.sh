@@ -9,6 +9,7 @@
 #   CONNECTIONS=64 DURATION=10 E2E_DURATION=30 INFLIGHT_JOBS=10000 WORKER_CONCURRENCY=4096 bench/scenarios.sh sqlite
 source "$(dirname "$0")/lib.sh"
 BACKEND=${1:-postgres}
+export BACKEND
 E2E_DURATION=${E2E_DURATION:-30}
 INFLIGHT_JOBS=${INFLIGHT_JOBS:-10000}
 WORKER_CONCURRENCY=${WORKER_CONCURRENCY:-4096}
@@ -16,7 +17,7 @@ WORKER_CONCURRENCY=${WORKER_CONCURRENCY:-4096}
 build
 case "$BACKEND" in
     postgres) start_postgres ;;
-    sqlite) export DATABASE_URL="sqlite://$WORK/onejob.db" ;;
+    sqlite) ;;
     *) echo "usage: $0 postgres|sqlite" >&2; exit 2 ;;
 esac
 write_config
@@ -24,8 +25,7 @@ write_config
 # to the built-in simulator, whose end is in the same process: two file
 # descriptors per attempt, under the usual limit of 20,000.
 sed -i "s/^concurrency = .*/concurrency = $WORKER_CONCURRENCY/" "$WORK/bench.toml"
-prepare_database
-
+new_database onejob_bench_api
 start_server --no-worker
 for scenario in create replay poll; do
     log "$BACKEND: onejob bench $scenario, $CONNECTIONS connections, $DURATION s"
@@ -35,10 +35,12 @@ log "$BACKEND: onejob bench storm"
 bench storm > "$WORK/storm.json"
 stop_server
 
+new_database onejob_bench_e2e
 start_server
 log "$BACKEND: onejob bench e2e, $CONNECTIONS connections, $E2E_DURATION s"
 bench e2e --connections "$CONNECTIONS" --duration "$E2E_DURATION" > "$WORK/e2e.json"
 stop_server
+new_database onejob_bench_inflight
 start_server
 log "$BACKEND: onejob bench inflight, $INFLIGHT_JOBS jobs on sim-2s"
 bench inflight --jobs "$INFLIGHT_JOBS" --connections 256 --provider sim-2s --server-pid "$SERVER_PID" > "$WORK/inflight.json"

@@ -12,7 +12,6 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::broadcast;
 
 use super::AppState;
 use super::openapi::listed;
@@ -290,8 +289,10 @@ pub(crate) async fn get_job(
     tracing::Span::current().record("job.id", tracing::field::display(id));
     let wait = parse_wait(query.as_deref())?;
     let if_none_match = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    // Subscribe before the first read, so that no change slips in between.
-    let mut changes = app.signals.job_changes();
+    // A long-poll listens for the job's changes from before each read, so
+    // that no change slips in between.
+    let watch = (!wait.is_zero()).then(|| app.signals.watch_job(id));
+    let mut change = watch.as_ref().map(|watch| watch.next_change());
     // Many readers of one job at once (a change wakes every long-poll on it)
     // share reads.
     let read = || async {
@@ -312,10 +313,12 @@ pub(crate) async fn get_job(
             break;
         }
         let nap = app.long_poll_interval.min(deadline - now);
+        let notice = change.take().expect("a long-poll watches its job");
         tokio::select! {
-            _ = wait_for_change(&mut changes, id) => {}
+            _ = notice => {}
             _ = tokio::time::sleep(nap) => {}
         }
+        change = watch.as_ref().map(|watch| watch.next_change());
         shown = show(&*read().await?);
     }
     let mut response = if seen(&shown) {
@@ -333,17 +336,6 @@ pub(crate) async fn get_job(
 
 /// Returns when this process reports a change to job `id` (or may have
 /// missed one).
-async fn wait_for_change(changes: &mut broadcast::Receiver<JobId>, id: JobId) {
-    loop {
-        match changes.recv().await {
-            Ok(changed) if changed == id => return,
-            Ok(_) => {}
-            Err(broadcast::error::RecvError::Lagged(_)) => return,
-            Err(broadcast::error::RecvError::Closed) => return std::future::pending().await,
-        }
-    }
-}
-
 #[utoipa::path(post, path = "/jobs/{id}/cancel", tag = "jobs",
     params(("id" = uuid::Uuid, Path, description = "the job's id")),
     responses(
