@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod database;
 mod hostile;
 mod nodes;
 mod provider;
