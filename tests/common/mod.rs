@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod postgres;
+pub mod processes;
 pub mod sqlite;
 
 /// Which database a test runs on.

@@ -276,3 +276,89 @@ pub async fn empty_database() -> String {
     admin.close().await.ok();
     server.url(&name)
 }
+
+/// A Postgres cluster of one test's own, for tests that stop and start the
+/// database (the shared cluster must never be stopped: other test processes
+/// use it). It listens only on a Unix socket in its own directory, and is
+/// stopped and removed when dropped.
+pub struct PrivateCluster {
+    base: PathBuf,
+    bin: PathBuf,
+}
+
+impl PrivateCluster {
+    /// Makes a cluster in a new temporary directory and starts it.
+    pub async fn start() -> Self {
+        let base = std::env::temp_dir().join(format!("onejob-private-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]));
+        let data = base.join("data");
+        std::fs::create_dir_all(&data).unwrap_or_else(|e| fail(format!("cannot create {}: {e}", data.display())));
+        chown_to_postgres(&base);
+        chown_to_postgres(&data);
+        let cluster = Self { base, bin: bindir() };
+        let data = cluster.data();
+        let out = cluster
+            .run(&["initdb", "-D", &data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"])
+            .await;
+        if !out.status.success() {
+            fail(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        cluster.start_again().await;
+        cluster
+    }
+
+    fn data(&self) -> String {
+        self.base.join("data").display().to_string()
+    }
+
+    /// Runs a PostgreSQL binary off the async runtime's threads.
+    async fn run(&self, args: &[&str]) -> std::process::Output {
+        let bin = self.bin.join(args[0]);
+        let args: Vec<String> = args[1..].iter().map(|a| a.to_string()).collect();
+        tokio::task::spawn_blocking(move || run_pg(&bin, &args.iter().map(String::as_str).collect::<Vec<_>>()))
+            .await
+            .unwrap()
+    }
+
+    /// Starts the stopped cluster and waits until it accepts connections.
+    pub async fn start_again(&self) {
+        let options = format!(
+            "-c listen_addresses='' -c unix_socket_directories='{}' -c max_connections=100 -c fsync=off \
+             -c synchronous_commit=off -c full_page_writes=off",
+            self.base.display()
+        );
+        let log = self.base.join("server.log").display().to_string();
+        let out = self.run(&["pg_ctl", "-D", &self.data(), "-l", &log, "-w", "-t", "60", "-o", &options, "start"]).await;
+        if !out.status.success() {
+            let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+            fail(format!("pg_ctl start failed: {}\n{log_text}", String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+
+    /// Stops the cluster as an operator would (`pg_ctl stop -m fast`: open
+    /// sessions are terminated, then the server shuts down).
+    pub async fn stop(&self) {
+        let out = self.run(&["pg_ctl", "-D", &self.data(), "-m", "fast", "-w", "stop"]).await;
+        assert!(out.status.success(), "pg_ctl stop failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// The URL of `database` on this cluster.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@localhost/{database}?host={}", self.base.display())
+    }
+
+    /// Creates an empty database; returns its URL.
+    pub async fn create_database(&self, name: &str) -> String {
+        let mut admin = PgConnection::connect(&self.url("postgres")).await.expect("connect to the private cluster");
+        sqlx::query(&format!(r#"create database "{name}""#)).execute(&mut admin).await.unwrap();
+        admin.close().await.ok();
+        self.url(name)
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        let data = self.data();
+        let _ = run_pg(&self.bin.join("pg_ctl"), &["-D", &data, "-m", "immediate", "-w", "stop"]);
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}

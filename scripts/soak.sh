@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# A soak run, for people (not CI): one full onejob server (API, worker, the
+# built-in simulator) under end-to-end load at about half its measured
+# capacity for DURATION seconds, sampling every INTERVAL seconds the
+# server's resident memory, its open file descriptors, its Postgres
+# connections and the queue depth (attempts pending). At the end: a table of
+# each series and whether it stayed flat; exit status 1 when one grew or the
+# load saw errors.
+#
+#   scripts/soak.sh                      # 30 minutes on a throwaway Postgres (or DATABASE_URL)
+#   DURATION=120 INTERVAL=5 scripts/soak.sh
+#   scripts/soak.sh sqlite               # a SQLite file (no connections series)
+#   ONEJOB_BIN=target/debug/onejob ...   # use that binary instead of building a release one
+#
+# Flat means: the mean of the last third of the samples is within 10 % (and
+# a small absolute slack) of the mean of the first third, the first sample
+# left out as warm-up.
+source "$(dirname "$0")/../bench/lib.sh"
+BACKEND=${1:-postgres}
+DURATION=${DURATION:-1800}
+INTERVAL=${INTERVAL:-10}
+PORT=${PORT:-18180}
+SCENARIO=${SCENARIO:-e2e}
+
+if [ -n "${ONEJOB_BIN:-}" ]; then BIN=$(realpath "$ONEJOB_BIN"); else build; fi
+case "$BACKEND" in
+    postgres) start_postgres ;;
+    sqlite) export DATABASE_URL="sqlite://$WORK/onejob.db" ;;
+    *) echo "usage: $0 postgres|sqlite" >&2; exit 2 ;;
+esac
+write_config
+prepare_database
+start_server
+
+# Capacity: the throughput at 64 connections. Half of it: the fewest
+# connections (doubling from 1) whose throughput reaches half, or the one
+# below it when that is nearer.
+log "measuring capacity: $SCENARIO, 64 connections, 5 s"
+bench "$SCENARIO" --connections 64 --duration 5 > "$WORK/capacity.json"
+CAPACITY=$(field "$WORK/capacity.json" throughput)
+TARGET=$(python3 -c "print($CAPACITY / 2)")
+CONNS=1
+PREVIOUS=0
+while :; do
+    bench "$SCENARIO" --connections "$CONNS" --duration 3 > "$WORK/probe.json"
+    GOT=$(field "$WORK/probe.json" throughput)
+    log "$CONNS connections: $GOT /s (target $TARGET /s)"
+    if python3 -c "import sys; sys.exit(0 if $GOT >= $TARGET else 1)" || [ "$CONNS" -ge 64 ]; then
+        if python3 -c "import sys; sys.exit(0 if abs($PREVIOUS - $TARGET) < abs($GOT - $TARGET) else 1)"; then
+            CONNS=$((CONNS / 2))
+        fi
+        break
+    fi
+    PREVIOUS=$GOT
+    CONNS=$((CONNS * 2))
+done
+log "capacity $CAPACITY /s; soaking at $CONNS connections for $DURATION s, a sample every $INTERVAL s"
+
+# The load, in chunks of at most a minute, each with its own report.
+END=$(($(date +%s) + DURATION))
+(
+    CHUNKS=0
+    while [ "$(date +%s)" -lt "$END" ]; do
+        LEFT=$((END - $(date +%s)))
+        CHUNK=$((LEFT < 60 ? LEFT : 60))
+        [ "$CHUNK" -ge 1 ] || break
+        CHUNKS=$((CHUNKS + 1))
+        bench "$SCENARIO" --connections "$CONNS" --duration "$CHUNK" > "$WORK/load-$CHUNKS.json" || true
+    done
+) &
+LOAD_PID=$!
+
+metric() {
+    curl -s "http://127.0.0.1:$PORT/metrics" | awk -v name="$1" '$1 == name { value = $2 } END { print value }' || true
+}
+
+printf 'seconds,rss_kib,fds,pg_connections,queue_depth\n' > "$WORK/samples.csv"
+START=$(date +%s)
+while [ "$(date +%s)" -lt "$END" ]; do
+    sleep "$INTERVAL"
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+        log "the server died"; cat "$WORK/server.log" >&2; exit 1
+    fi
+    RSS=$(awk '/^VmRSS/ { print $2 }' "/proc/$SERVER_PID/status")
+    FDS=$(find "/proc/$SERVER_PID/fd" -mindepth 1 -maxdepth 1 | wc -l)
+    if [ "$BACKEND" = postgres ]; then
+        PGCONN=$(psql -Atq "$DATABASE_URL" -c "select count(*) from pg_stat_activity where application_name = 'onejob'" || true)
+    else
+        PGCONN=
+    fi
+    DEPTH=$(metric onejob_queue_depth)
+    printf '%s,%s,%s,%s,%s\n' $(($(date +%s) - START)) "$RSS" "$FDS" "$PGCONN" "$DEPTH" | tee -a "$WORK/samples.csv" >&2
+done
+wait "$LOAD_PID"
+
+python3 - "$WORK" "$BACKEND" "$CAPACITY" "$CONNS" "$SCENARIO" <<'PY'
+import csv, glob, json, sys
+work, backend, capacity, conns, scenario = sys.argv[1:6]
+rows = list(csv.DictReader(open(f"{work}/samples.csv")))
+reports = [json.load(open(path)) for path in glob.glob(f"{work}/load-*.json")]
+ok = sum(r["ok"] for r in reports)
+errors = sum(r["errors"] for r in reports)
+seconds = sum(r["seconds"] for r in reports) or 1
+p99 = max((r["p99_ms"] for r in reports), default=0)
+print(f"\nsoak on {backend}: {scenario} at {conns} connections (capacity {float(capacity):,.0f} /s), "
+      f"{len(rows)} samples over {rows[-1]['seconds'] if rows else 0} s")
+print(f"load: {ok:,} ok ({ok / seconds:,.0f} /s), {errors} errors, worst chunk p99 {p99:.1f} ms\n")
+# series: (column, label, absolute slack)
+series = [("rss_kib", "RSS KiB", 8192), ("fds", "open fds", 10), ("pg_connections", "Postgres connections", 2),
+          ("queue_depth", "queue depth", 50)]
+print(f"{'series':22} {'first':>10} {'min':>10} {'max':>10} {'last':>10} {'early mean':>11} {'late mean':>10}  verdict")
+grown = []
+for column, label, slack in series:
+    values = [float(r[column]) for r in rows if r[column] not in ("", None)]
+    if not values:
+        print(f"{label:22} {'n/a':>10}")
+        continue
+    body = values[1:] if len(values) > 3 else values
+    third = max(1, len(body) // 3)
+    early, late = sum(body[:third]) / third, sum(body[-third:]) / third
+    flat = late <= early * 1.10 + slack
+    if not flat:
+        grown.append(label)
+    print(f"{label:22} {values[0]:>10,.0f} {min(values):>10,.0f} {max(values):>10,.0f} {values[-1]:>10,.0f} "
+          f"{early:>11,.0f} {late:>10,.0f}  {'flat' if flat else 'GREW'}")
+if errors:
+    print(f"\nthe load saw {errors} errors")
+if grown:
+    print(f"\nnot flat: {', '.join(grown)}")
+sys.exit(1 if grown or errors else 0)
+PY

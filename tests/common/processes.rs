@@ -1,0 +1,91 @@
+//! onejob as processes: a configuration file with test timings pointing at a
+//! simulator that lives in the test (so that killing a server never kills
+//! the provider), its request log, a database with a key, and polling with a
+//! deadline.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use onejob::config::{DEFAULT_CONFIG, Settings};
+use onejob::domain::OwnerId;
+use onejob::sim::RunningSimulator;
+use serde_json::Value;
+
+use super::Backend;
+
+/// Sets `path` (tables made as needed) in a TOML table.
+pub fn set(table: &mut toml::Table, path: &[&str], value: toml::Value) {
+    let (last, parents) = path.split_last().unwrap();
+    let mut at = table;
+    for part in parents {
+        at = at.entry(*part).or_insert_with(|| toml::Value::Table(Default::default())).as_table_mut().unwrap();
+    }
+    at.insert((*last).to_owned(), value);
+}
+
+/// The default configuration with test timings and the given sim-slow
+/// latency; a simulator started with it; and the configuration, pointing at
+/// that simulator, written to a file for `--config`.
+pub async fn simulator_and_config(slow_latency_ms: i64) -> (RunningSimulator, PathBuf) {
+    simulator_and_config_with(slow_latency_ms, |_| {}).await
+}
+
+/// [`simulator_and_config`] with more settings changed by `adjust`.
+pub async fn simulator_and_config_with(
+    slow_latency_ms: i64,
+    adjust: impl FnOnce(&mut toml::Table),
+) -> (RunningSimulator, PathBuf) {
+    let mut table: toml::Table = DEFAULT_CONFIG.parse().unwrap();
+    set(&mut table, &["worker", "poll_interval_ms"], 50.into());
+    set(&mut table, &["worker", "lease_margin_ms"], 500.into());
+    set(&mut table, &["worker", "reaper_interval_ms"], 100.into());
+    set(&mut table, &["worker", "reconcile_interval_ms"], 50.into());
+    set(&mut table, &["worker", "reconcile_backoff_ms"], 100.into());
+    set(&mut table, &["worker", "reconcile_backoff_max_ms"], 400.into());
+    set(&mut table, &["providers", "sim-slow", "latency_ms"], slow_latency_ms.into());
+    set(&mut table, &["providers", "sim-slow", "timeout_ms"], (slow_latency_ms * 2).into());
+    adjust(&mut table);
+    let settings = Settings::parse(&toml::to_string(&table).unwrap()).unwrap();
+    settings.validate().unwrap();
+    // The simulator behaves as the providers' settings say: the same file.
+    let simulator = onejob::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    set(&mut table, &["simulator", "url"], simulator.url().into());
+    let path = std::env::temp_dir().join(format!("onejob-test-{}.toml", uuid::Uuid::now_v7().simple()));
+    std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
+    (simulator, path)
+}
+
+/// The simulator's log of attempts (qualification calls left out).
+pub async fn simulator_log(client: &reqwest::Client, simulator: &RunningSimulator) -> Vec<Value> {
+    let log: Value = client.get(format!("{}/v1/requests", simulator.url())).send().await.unwrap().json().await.unwrap();
+    let requests = log["requests"].as_array().unwrap().iter();
+    requests.filter(|r| !r["id"].as_str().unwrap().starts_with("qualification-")).cloned().collect()
+}
+
+/// A fresh, migrated database of `backend` with an API key for alice: its
+/// URL, a pool for plain SQL, and the token.
+pub async fn database(backend: Backend) -> (String, sqlx::AnyPool, String) {
+    let url = backend.fresh_database().await;
+    let token = alice_key(&url).await;
+    (url.clone(), super::any_pool(&url).await, token)
+}
+
+/// Migrates the database at `url` and makes an API key for alice.
+pub async fn alice_key(url: &str) -> String {
+    let store = super::open_store(url);
+    store.migrate().await.unwrap();
+    onejob::keys::create_key(store.as_ref(), &OwnerId::parse("alice").unwrap()).await.unwrap().1
+}
+
+/// Polls `check` every 50 ms until it holds; fails after `limit`.
+pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "{what} did not happen within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

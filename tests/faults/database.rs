@@ -1,0 +1,306 @@
+//! The database at fault: Postgres stopped under load, and a pool exhausted
+//! by statements that cannot finish. While the database cannot answer,
+//! requests get 503 `unavailable` with `Retry-After` within their deadline,
+//! never a 500 and never a hang; afterwards onejob recovers by itself, and
+//! every key acknowledged with 2xx names exactly one job (I1, I8). Postgres
+//! only: an embedded SQLite file does not stop apart from its process.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use onejob::app::Role;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::{Connection, PgConnection, PgPool};
+
+use crate::common::postgres::{self, PrivateCluster};
+use crate::common::processes::eventually;
+use crate::common::{Backend, TestApp, expect_problem};
+
+/// What one load client saw.
+#[derive(Default)]
+struct Seen {
+    /// Keys acknowledged with 2xx, and the job id each named.
+    acknowledged: HashMap<String, String>,
+    /// When each 503 came.
+    unavailable: Vec<Instant>,
+    /// Requests that failed at the transport (connection refused or reset).
+    transport_errors: usize,
+    /// The slowest answer.
+    slowest: Duration,
+}
+
+/// Creates jobs with new keys until `running` turns false, retrying each key
+/// on 503 and transport errors until it is acknowledged. Anything but 2xx or
+/// 503 `unavailable` with `Retry-After` fails the test.
+async fn load(app: Arc<TestApp>, client_number: usize, running: Arc<AtomicBool>) -> Seen {
+    let mut seen = Seen::default();
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(15)).build().unwrap();
+    let mut n = 0;
+    while running.load(Ordering::Relaxed) {
+        let key = format!("client-{client_number}-{n}");
+        n += 1;
+        let body = json!({"task": "summarize", "input": {"text": format!("outage {key}")}});
+        let give_up = Instant::now() + Duration::from_secs(40);
+        loop {
+            assert!(Instant::now() < give_up, "key {key} was never acknowledged");
+            let sent = Instant::now();
+            let answer = client
+                .post(app.url("/jobs"))
+                .bearer_auth(&app.alice)
+                .header("idempotency-key", &key)
+                .json(&body)
+                .send()
+                .await;
+            seen.slowest = seen.slowest.max(sent.elapsed());
+            match answer {
+                Ok(response) if response.status().is_success() => {
+                    let job: Value = response.json().await.unwrap();
+                    seen.acknowledged.insert(key.clone(), job["id"].as_str().unwrap().to_owned());
+                    break;
+                }
+                Ok(response) => {
+                    assert!(response.headers().contains_key("retry-after"), "a 503 says when to retry");
+                    expect_problem(response, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
+                    seen.unavailable.push(Instant::now());
+                }
+                Err(error) => {
+                    assert!(!error.is_timeout(), "a request hung: {error}");
+                    seen.transport_errors += 1;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    seen
+}
+
+async fn readiness(app: &TestApp) -> StatusCode {
+    app.client.get(app.url("/readyz")).send().await.unwrap().status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_without_a_restart() {
+    const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+    let cluster = PrivateCluster::start().await;
+    let url = cluster.create_database("onejob").await;
+    let app = Arc::new(
+        TestApp::spawn_on(Backend::Postgres, &url, Role::All, |s| {
+            s.server.request_timeout_ms = REQUEST_TIMEOUT.as_millis() as u64;
+            s.database.acquire_timeout_ms = 500;
+            s.database.max_connections = 8;
+            s.server.rate_limit_per_second = 0;
+        })
+        .await,
+    );
+    let running = Arc::new(AtomicBool::new(true));
+    let clients: Vec<_> = (0..4).map(|i| tokio::spawn(load(app.clone(), i, running.clone()))).collect();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    cluster.stop().await;
+    let stopped = Instant::now();
+    // While it is down, readiness says so, promptly.
+    while stopped.elapsed() < Duration::from_secs(10) {
+        let asked = Instant::now();
+        assert_eq!(readiness(&app).await, StatusCode::SERVICE_UNAVAILABLE, "not ready while Postgres is stopped");
+        assert!(asked.elapsed() < REQUEST_TIMEOUT + Duration::from_secs(1), "readiness answered within the deadline");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    cluster.start_again().await;
+    let started = Instant::now();
+    // Back by itself: no restart of onejob.
+    eventually("readiness back to 200", Duration::from_secs(15), || async { readiness(&app).await == StatusCode::OK })
+        .await;
+    let ready = Instant::now();
+    let recovered_in = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    running.store(false, Ordering::Relaxed);
+
+    let mut acknowledged = HashMap::new();
+    let mut unavailable = vec![];
+    let mut slowest = Duration::ZERO;
+    for client in clients {
+        let seen = client.await.unwrap();
+        acknowledged.extend(seen.acknowledged);
+        unavailable.extend(seen.unavailable);
+        slowest = slowest.max(seen.slowest);
+    }
+    let after_start = unavailable.iter().filter(|at| **at > started).count();
+    eprintln!(
+        "{} keys acknowledged, {} answers 503 ({after_start} after Postgres started again), slowest {slowest:?}, ready {recovered_in:?} after Postgres",
+        acknowledged.len(),
+        unavailable.len()
+    );
+    assert!(
+        unavailable.iter().any(|at| *at > stopped && *at < started),
+        "requests were answered 503 while Postgres was down"
+    );
+    assert!(
+        slowest < REQUEST_TIMEOUT + Duration::from_millis(1_500),
+        "every answer came within the deadline: {slowest:?}"
+    );
+    let late: Vec<_> = unavailable.iter().filter(|at| **at > ready + Duration::from_secs(1)).collect();
+    assert!(late.is_empty(), "{} requests still failed more than 1 s after readiness came back", late.len());
+    assert!(recovered_in < Duration::from_secs(5), "ready {recovered_in:?} after Postgres was");
+
+    // Every acknowledged key names exactly one job, the one it was told.
+    let pool = PgPool::connect(&url).await.unwrap();
+    let jobs: Vec<(String, String)> =
+        sqlx::query_as("select idempotency_key, id::text from jobs").fetch_all(&pool).await.unwrap();
+    let stored: HashMap<String, String> = jobs.iter().cloned().collect();
+    assert_eq!(stored.len(), jobs.len(), "one job per key");
+    assert!(acknowledged.len() > 20, "the load made progress ({} keys)", acknowledged.len());
+    for (key, id) in &acknowledged {
+        assert_eq!(stored.get(key), Some(id), "acknowledged key {key} holds the job it was told");
+    }
+    assert_eq!(
+        stored.len(),
+        acknowledged.len(),
+        "every key tried was acknowledged in the end, and nothing else was stored"
+    );
+    // The worker and the reconciler recover too: every job runs to one winner,
+    // those whose outcome could not be recorded during the outage included.
+    eventually("every job succeeding", Duration::from_secs(20), || async {
+        let open: i64 =
+            sqlx::query_scalar("select count(*) from jobs where state <> 'succeeded'").fetch_one(&pool).await.unwrap();
+        open == 0
+    })
+    .await;
+    let winners: i64 =
+        sqlx::query_scalar("select count(*) from attempts where state = 'succeeded'").fetch_one(&pool).await.unwrap();
+    assert_eq!(winners, stored.len() as i64, "one winner per job");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pool_held_by_blocked_statements_answers_503_within_the_acquire_timeout() {
+    const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(300);
+    // Nothing is stopped here: a fresh database on the shared cluster will do.
+    let url = postgres::fresh_database().await;
+    // Three connections: one listens for key revocations, two serve requests.
+    let app = Arc::new(
+        TestApp::spawn_on(Backend::Postgres, &url, Role::Api, |s| {
+            s.database.max_connections = 3;
+            s.database.acquire_timeout_ms = ACQUIRE_TIMEOUT.as_millis() as u64;
+            s.server.request_timeout_ms = 10_000;
+        })
+        .await,
+    );
+    assert_eq!(app.get(&app.alice, "/jobs").await.status(), StatusCode::OK, "the key is checked and cached");
+
+    // A lock that onejob's statements wait for, taken by another session.
+    let mut locker = PgConnection::connect(&url).await.unwrap();
+    sqlx::query("begin").execute(&mut locker).await.unwrap();
+    sqlx::query("lock table jobs in access exclusive mode").execute(&mut locker).await.unwrap();
+    let blockers: Vec<_> = (0..2)
+        .map(|i| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                app.post_job(&format!("blocked-{i}"), &json!({"task": "summarize", "input": {"text": "wait"}}))
+                    .await
+                    .status()
+            })
+        })
+        .collect();
+    let pool = PgPool::connect(&url).await.unwrap();
+    eventually("both pooled connections waiting on the lock", Duration::from_secs(10), || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity where application_name = 'onejob' and wait_event_type = 'Lock'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        waiting == 2
+    })
+    .await;
+
+    // Every other request is refused quickly instead of queueing.
+    let others: Vec<_> = (0..10)
+        .map(|i| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let sent = Instant::now();
+                let response =
+                    app.post_job(&format!("other-{i}"), &json!({"task": "summarize", "input": {"text": "x"}})).await;
+                let took = sent.elapsed();
+                assert!(response.headers().contains_key("retry-after"));
+                expect_problem(response, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
+                took
+            })
+        })
+        .collect();
+    for other in others {
+        let took = other.await.unwrap();
+        assert!(took < ACQUIRE_TIMEOUT + Duration::from_secs(1), "answered 503 in {took:?}, not queued");
+    }
+    let sent = Instant::now();
+    assert_eq!(readiness(&app).await, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(sent.elapsed() < ACQUIRE_TIMEOUT + Duration::from_secs(1));
+
+    // The lock goes: the waiting requests finish, and the pool serves again.
+    sqlx::query("rollback").execute(&mut locker).await.unwrap();
+    for blocker in blockers {
+        assert_eq!(blocker.await.unwrap(), StatusCode::CREATED, "a request that held a connection finished");
+    }
+    let sent = Instant::now();
+    assert_eq!(
+        app.post_job("after", &json!({"task": "summarize", "input": {"text": "y"}})).await.status(),
+        StatusCode::CREATED
+    );
+    assert!(sent.elapsed() < Duration::from_secs(1));
+    let refused: i64 = sqlx::query_scalar("select count(*) from jobs where idempotency_key like 'other-%'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(refused, 0, "a request answered 503 stored nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pooled_connections_cut_while_idle_cost_at_most_one_503_each_and_the_pool_heals() {
+    const POOL: usize = 4;
+    // Nothing is stopped here: a fresh database on the shared cluster will do.
+    let url = postgres::fresh_database().await;
+    let app = Arc::new(
+        TestApp::spawn_on(Backend::Postgres, &url, Role::Api, |s| {
+            s.database.max_connections = POOL as u32;
+            s.server.rate_limit_per_second = 0;
+        })
+        .await,
+    );
+    // Fill the pool: every connection opened and idle.
+    let warm: Vec<_> = (0..4 * POOL)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { app.get(&app.alice, "/jobs").await.status() })
+        })
+        .collect();
+    for request in warm {
+        assert_eq!(request.await.unwrap(), StatusCode::OK);
+    }
+    // Cut them all from the server's side, as a restart or a failover would.
+    let pool = PgPool::connect(&url).await.unwrap();
+    let cut: i64 = sqlx::query_scalar(
+        r#"select count(*) from (select pg_terminate_backend(pid) from pg_stat_activity
+           where datname = current_database() and application_name = 'onejob' and pid <> pg_backend_pid()) t"#,
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(cut >= POOL as i64, "the pool's connections were open ({cut})");
+
+    let mut failed = 0;
+    for i in 0..2 * POOL + 10 {
+        let response =
+            app.post_job(&format!("after-cut-{i}"), &json!({"task": "summarize", "input": {"text": "z"}})).await;
+        if response.status() == StatusCode::CREATED {
+            continue;
+        }
+        assert!(response.headers().contains_key("retry-after"));
+        expect_problem(response, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
+        failed += 1;
+        assert!(i < 2 * POOL, "request {i} still failed: the pool did not heal");
+    }
+    eprintln!("{failed} requests answered 503 after {cut} connections were cut");
+    assert!(failed <= POOL, "at most one failure per dead pooled connection ({failed})");
+}
