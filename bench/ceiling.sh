@@ -33,12 +33,25 @@ pgbench_run() {
     local scripts=()
     for script in "$@"; do scripts+=(-f "$script"); done
     log "pgbench: $name, $CONNECTIONS connections, $DURATION s"
+    local pg0 client0
+    pg0=$(postgres_ticks); client0=$(reaped_ticks $$)
     pgbench -n -M prepared -c "$CONNECTIONS" -j 2 -T "$DURATION" -D run="$RUN" -D i=0 \
         -l --log-prefix="$WORK/log-$name" "${scripts[@]}" "$DATABASE_URL" > "$WORK/$name.out" 2>&1 \
         || { cat "$WORK/$name.out" >&2; exit 1; }
     local tps
     tps=$(awk '/^tps = / {print $3}' "$WORK/$name.out")
     echo "$tps $(percentiles "$WORK"/log-"$name".*)" > "$WORK/$name.pgbench"
+    echo "pgbench-$name $(( $(postgres_ticks) - ${pg0:-0} )) $(( $(reaped_ticks $$) - client0 )) 0" >> "$WORK/cpu"
+}
+
+# onejob_run SCENARIO: onejob bench into $WORK/SCENARIO.json, with the CPU
+# time of Postgres, the load generator and the server.
+onejob_run() {
+    log "onejob bench $1, $CONNECTIONS connections, $DURATION s"
+    local pg0 client0 server0
+    pg0=$(postgres_ticks); client0=$(reaped_ticks $$); server0=$(own_ticks "$SERVER_PID")
+    bench "$1" --connections "$CONNECTIONS" --duration "$DURATION" > "$WORK/$1.json"
+    echo "onejob-$1 $(( $(postgres_ticks) - ${pg0:-0} )) $(( $(reaped_ticks $$) - client0 )) $(( $(own_ticks "$SERVER_PID") - server0 ))" >> "$WORK/cpu"
 }
 
 # A new job: the store binds owner, job id, key, fingerprint, task, input,
@@ -71,16 +84,15 @@ pgbench_run poll "${polls[@]}"
 
 start_server --no-worker
 for scenario in create poll replay; do
-    log "onejob bench $scenario, $CONNECTIONS connections, $DURATION s"
-    bench "$scenario" --connections "$CONNECTIONS" --duration "$DURATION" > "$WORK/$scenario.json"
+    onejob_run "$scenario"
 done
 log "onejob bench storm"
 bench storm > "$WORK/storm.json"
 stop_server
 
-python3 - "$WORK" "$CONNECTIONS" "$DURATION" <<'PY'
+python3 - "$WORK" "$CONNECTIONS" "$DURATION" "$TICKS" "${CLUSTER:+ours}" <<'PY'
 import json, sys
-work, connections, duration = sys.argv[1], sys.argv[2], sys.argv[3]
+work, connections, duration, ticks, ours = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else ""
 def pg(name):
     tps, p50, p99 = open(f"{work}/{name}.pgbench").read().split()
     return float(tps), float(p50), float(p99)
@@ -101,4 +113,19 @@ rtps, rp50, rp99, rerr, _ = ob("replay")
 print(f"{'replay':8} {'':>11} {'':>7} {'':>7} | {rtps:>10,.0f} {rp50:>7.2f} {rp99:>7.2f} {rerr:>7} | {rtps / create:>5.2f}x create")
 stps, sp50, sp99, serr, storm = ob("storm")
 print(f"{'storm':8} 1,000 requests with one key: {storm['extra']['distinct_job_ids']} job; p50 {sp50:.2f} ms, p99 {sp99:.2f} ms, max {storm['max_ms']:.2f} ms, errors {serr}")
+cpu = {line.split()[0]: [int(x) for x in line.split()[1:]] for line in open(f"{work}/cpu")}
+def done(name):
+    if name.startswith("pgbench-"):
+        return float(open(f"{work}/{name[8:]}.out").read().split("number of transactions actually processed: ")[1].split()[0].split("/")[0])
+    return json.load(open(f"{work}/{name[7:]}.json"))["ok"]
+print("\nCPU time per request, microseconds (Postgres: every process of the cluster; client: pgbench or onejob bench)")
+print(f"{'':16} {'postgres':>9} {'client':>7} {'server':>7}")
+for name in ("pgbench-create", "onejob-create", "pgbench-poll", "onejob-poll", "onejob-replay"):
+    if name not in cpu:
+        continue
+    n = done(name)
+    pg, client, server = (t / ticks / n * 1e6 for t in cpu[name])
+    pg_text = f"{pg:>9.0f}" if ours else f"{'n/a':>9}"
+    server_text = f"{server:>7.0f}" if name.startswith("onejob") else f"{'':>7}"
+    print(f"{name:16} {pg_text} {client:>7.0f} {server_text}")
 PY

@@ -120,6 +120,22 @@ bench() {
     "$BIN" bench --url "http://127.0.0.1:$PORT" --token "$TOKEN" --json "$@" 2>/dev/null
 }
 
+# CPU time, in clock ticks: of a process itself, and of its children it
+# has reaped (a load generator that has exited, Postgres backends that ended).
+own_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+reaped_ticks() { awk '{print $16 + $17}' "/proc/$1/stat"; }
+# All of the throwaway cluster's processes, live and ended (empty when the
+# Postgres is not ours to watch).
+postgres_ticks() {
+    [ -n "$CLUSTER" ] || return 0
+    local postmaster total child
+    postmaster=$(head -n 1 "$CLUSTER/postmaster.pid")
+    total=$(( $(own_ticks "$postmaster") + $(reaped_ticks "$postmaster") ))
+    for child in $(pgrep -P "$postmaster"); do total=$(( total + $(own_ticks "$child") )); done
+    echo "$total"
+}
+TICKS=$(getconf CLK_TCK)
+
 # Reads a field of a JSON report: field FILE NAME
 field() {
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); v=r
