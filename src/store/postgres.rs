@@ -117,6 +117,41 @@ pub const CREATE_JOB: &str = r#"with new_job as (
     )
     select created_at from new_job"#;
 
+/// Settling an attempt with an output, once its job is locked and the
+/// attempt's state checked: the compare-and-swap on the job, the attempt
+/// settled, the winner's pending siblings canceled, the event. Binds: owner,
+/// job id, attempt number, output, the states it may settle from, the state
+/// it was in, the resolution reason, the job's winner and state as locked.
+const SETTLE_WITH_OUTPUT: &str = r#"
+    with won as (
+        update jobs set state = 'succeeded', winning_attempt = $3, result = $4, updated_at = now()
+        where owner_id = $1 and id = $2 and state not in ('succeeded', 'canceled')
+        returning id
+    ), settled as (
+        update attempts
+        set state = case when exists (select from won) then 'succeeded' else 'superseded' end,
+            output = $4, finished_at = now(), lease_until = null, reconcile_after = null
+        where owner_id = $1 and job_id = $2 and number = $3 and state = any($5)
+        returning number
+    ), canceled as (
+        update attempts set state = 'canceled', finished_at = now()
+        where owner_id = $1 and job_id = $2 and number <> $3 and state = 'pending' and exists (select from won)
+        returning number
+    ), event as (
+        insert into job_events (owner_id, job_id, kind, attempt_number, detail)
+        select $1, $2, 'attempt-succeeded', $3,
+               jsonb_build_object('from', $6::text, 'reason', $7::text,
+                                  'canceled', coalesce((select jsonb_agg(number order by number) from canceled), '[]'))
+        where exists (select from won) and exists (select from settled)
+        union all
+        select $1, $2, 'race-lost', $3,
+               jsonb_build_object('loser', $3, 'winner', $8::int, 'job_state', $9::text, 'reason', $7::text)
+        where not exists (select from won) and exists (select from settled)
+    )
+    select exists (select from won) as won,
+           (select count(*) from settled) as settled,
+           coalesce((select array_agg(number order by number) from canceled), '{}') as canceled"#;
+
 /// A job with its attempts, in one statement (one snapshot).
 fn select_job_where(condition: &str) -> String {
     format!(
@@ -343,72 +378,32 @@ impl PostgresStore {
         if !from.contains(&current) {
             return Ok(Transition::Stale(current));
         }
-        // The compare-and-swap: only a job that has not finished takes a
-        // winner. Zero rows touched means this attempt lost.
-        let won = sqlx::query(
-            r#"update jobs
-               set state = 'succeeded', winning_attempt = $3, result = $4, updated_at = now()
-               where owner_id = $1 and id = $2 and state not in ('succeeded', 'canceled')"#,
-        )
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
-        .bind(output)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        let next = if won { AttemptState::Succeeded } else { AttemptState::Superseded };
-        let settled = sqlx::query(
-            r#"update attempts
-               set state = $4, output = $5, finished_at = now(), lease_until = null, reconcile_after = null
-               where owner_id = $1 and job_id = $2 and number = $3 and state = any($6)"#,
-        )
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
-        .bind(next.as_str())
-        .bind(output)
-        .bind(state_names(from))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        // One statement, under the job's lock: the compare-and-swap (only a
+        // job that has not finished takes a winner; zero rows touched means
+        // this attempt lost), the attempt settled as won or superseded, the
+        // winner's pending siblings canceled, and the event.
+        let winner: Option<i32> = job.try_get("winning_attempt")?;
+        let job_state: String = job.try_get("state")?;
+        let row = sqlx::query(SETTLE_WITH_OUTPUT)
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .bind(attempt.number)
+            .bind(output)
+            .bind(state_names(from))
+            .bind(current.as_str())
+            .bind(resolution_reason)
+            .bind(winner)
+            .bind(&job_state)
+            .fetch_one(&mut *tx)
+            .await?;
+        let settled: i64 = row.try_get("settled")?;
         if settled != 1 {
             // Cannot happen with the job locked; refuse to commit if it does.
             return Err(corrupt("attempt changed under a locked job"));
         }
-        let outcome = if won {
-            let canceled: Vec<i32> = sqlx::query_scalar(
-                r#"update attempts set state = 'canceled', finished_at = now()
-                   where owner_id = $1 and job_id = $2 and state = 'pending'
-                   returning number"#,
-            )
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .fetch_all(&mut *tx)
-            .await?;
-            append_event(
-                &mut tx,
-                &attempt.owner,
-                attempt.job_id,
-                "attempt-succeeded",
-                Some(attempt.number),
-                json!({ "from": current.as_str(), "canceled": canceled, "reason": resolution_reason }),
-            )
-            .await?;
-            Transition::Won { canceled }
+        let outcome = if row.try_get("won")? {
+            Transition::Won { canceled: row.try_get("canceled")? }
         } else {
-            let winner: Option<i32> = job.try_get("winning_attempt")?;
-            append_event(
-                &mut tx,
-                &attempt.owner,
-                attempt.job_id,
-                "race-lost",
-                Some(attempt.number),
-                json!({ "loser": attempt.number, "winner": winner, "job_state": job.try_get::<String, _>("state")?,
-                        "reason": resolution_reason }),
-            )
-            .await?;
             Transition::Lost { winner }
         };
         tx.commit().await?;
