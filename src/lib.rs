@@ -22,4 +22,5 @@ pub mod signals;
 pub mod sim;
 pub mod store;
 pub mod telemetry;
+pub mod ui;
 pub mod worker;

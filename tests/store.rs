@@ -58,5 +58,7 @@ conformance!(postgres => crate::common::postgres_store, sqlite => crate::common:
     a_delayed_attempt_is_not_claimed_before_its_time,
     cancel_stops_pending_attempts_and_a_late_output_never_applies,
     a_failure_and_the_policys_next_attempt_commit_together,
+    browsing_jobs_spans_owners_only_when_asked_and_finds_a_key,
+    open_unknown_attempts_are_listed_until_they_are_settled,
 
 ]);

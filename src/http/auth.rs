@@ -98,7 +98,14 @@ impl Authenticator {
         if !keys::looks_like_token(token) {
             return Err(Problem::unauthorized("the bearer token is not an onejob API key").into());
         }
-        let hash = TokenHash(keys::hash_token(token));
+        self.authenticate_hash(&keys::hash_token(token)).await
+    }
+
+    /// The identity the token with this SHA-256 authenticates as, or 401:
+    /// how a dashboard session, which keeps the hash and never the token, is
+    /// checked on every request, so that revoking the key ends it.
+    pub async fn authenticate_hash(&self, token_hash: &[u8; 32]) -> Result<Identity, ApiError> {
+        let hash = TokenHash(*token_hash);
         let generation = match self.cached(&hash) {
             Ok(identity) => return Ok(identity),
             Err(generation) => generation,
@@ -201,8 +208,14 @@ async fn authenticate_request(parts: &Parts, state: &AppState) -> Result<Identit
         .map(|(_, token)| token.trim())
         .ok_or_else(|| Problem::unauthorized("the Authorization header must be 'Bearer <API key>'"))?;
     let identity = state.auth.authenticate(token).await?;
+    check_rate(state, &identity)?;
+    Ok(identity)
+}
+
+/// Records the caller's owner in the request's span and applies the owner's
+/// rate limit, before any work: a replay costs the same as a create.
+pub(crate) fn check_rate(state: &AppState, identity: &Identity) -> Result<(), ApiError> {
     tracing::Span::current().record("owner", identity.owner.as_str());
-    // Before any work: a replay costs the same as a create.
     if let Some(limiter) = &state.limiter
         && let Err(not_until) = limiter.check_key(&identity.owner)
     {
@@ -213,7 +226,7 @@ async fn authenticate_request(parts: &Parts, state: &AppState) -> Result<Identit
             .retry_after(wait.as_secs_f64().ceil().max(1.0) as u64)
             .into());
     }
-    Ok(identity)
+    Ok(())
 }
 
 /// The authenticated owner of a request, for routes any key may call: they

@@ -82,6 +82,8 @@ pub fn router(state: AppState) -> Router {
         .route(listed("/metrics"), get(render_metrics))
         .route(listed("/openapi.json"), get(openapi::openapi_json))
         .route(listed("/docs"), get(openapi::docs))
+        // The dashboard's pages are for people: not in the specification.
+        .merge(crate::ui::router())
         .route_layer(middleware::from_fn(record_request))
         .fallback(|| async { Problem::not_found().detail("no such route") })
         .method_not_allowed_fallback(|| async {

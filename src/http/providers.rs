@@ -33,6 +33,12 @@ pub fn router() -> Router<AppState> {
         crate::http::openapi::CommonErrors
     ))]
 pub(crate) async fn list_providers(State(app): State<AppState>, Admin(_): Admin) -> Result<Response, ApiError> {
+    Ok(json_response(StatusCode::OK, &providers_report(&app).await?, &[]))
+}
+
+/// Every provider with, per task, where it stands and its last report: what
+/// `GET /providers` answers and the dashboard shows.
+pub(crate) async fn providers_report(app: &AppState) -> Result<Value, ApiError> {
     let mut names: Vec<&String> = app.providers.keys().collect();
     names.sort();
     let mut providers = Vec::with_capacity(names.len());
@@ -75,7 +81,7 @@ pub(crate) async fn list_providers(State(app): State<AppState>, Admin(_): Admin)
             "tasks": tasks,
         }));
     }
-    Ok(json_response(StatusCode::OK, &json!({ "providers": providers }), &[]))
+    Ok(json!({ "providers": providers }))
 }
 
 #[utoipa::path(post, path = "/providers/{name}/qualifications", tag = "providers",

@@ -385,6 +385,32 @@ pub struct JobFilter {
     pub limit: u32,
 }
 
+/// A job of a listing that may span owners (the dashboard's).
+#[derive(Clone, Debug)]
+pub struct OwnedJobSummary {
+    /// Whose job it is.
+    pub owner: OwnerId,
+    /// The job.
+    pub job: JobSummary,
+}
+
+/// An attempt whose outcome is still unknown, for the operators' list.
+#[derive(Clone, Debug)]
+pub struct OpenUnknown {
+    /// Which attempt.
+    pub attempt: AttemptRef,
+    /// The provider it ran on.
+    pub provider: String,
+    /// The job's task.
+    pub task: String,
+    /// Since when its outcome has been unknown.
+    pub unknown_since: Option<DateTime<Utc>>,
+    /// Why it became unknown (`{type, message, detail}`).
+    pub error: Option<Value>,
+    /// How many times the reconciler has asked its provider about it.
+    pub reconcile_count: i32,
+}
+
 /// An API key as stored: never the token, only its hash.
 #[derive(Clone, Debug)]
 pub struct ApiKey {
@@ -562,6 +588,19 @@ pub trait Store: Send + Sync + 'static {
     /// any owner: how an admin finds another owner's attempt to resolve.
     /// Looks only at unknown attempts (a partial index holds them alone).
     async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>>;
+
+    /// A page of jobs, newest first, of one owner or (`None`) of every
+    /// owner, only the one holding idempotency key `key` when given: the
+    /// dashboard's listing. Across owners it reads every owner's rows.
+    async fn browse_jobs(&self, owner: Option<&OwnerId>, key: Option<&str>, filter: &JobFilter) -> Result<Vec<OwnedJobSummary>>;
+
+    /// The owner of job `id`, of any owner: how an admin's dashboard finds a
+    /// job it was given the id of.
+    async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>>;
+
+    /// The attempts whose outcome is unknown, of one owner or (`None`) of
+    /// every owner, the longest unknown first, at most `limit`.
+    async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>>;
 }
 
 /// A stored value the program cannot read back.

@@ -310,6 +310,20 @@ fn read_attempt(row: &SqliteRow) -> Result<Attempt> {
     })
 }
 
+/// A row of `jobs` without its attempts, for listings.
+fn read_job_summary(row: &SqliteRow) -> Result<JobSummary> {
+    Ok(JobSummary {
+        id: JobId(row.try_get("id")?),
+        idempotency_key: row.try_get("idempotency_key")?,
+        task: row.try_get("task")?,
+        provider: row.try_get("provider")?,
+        state: parse_state(row.try_get("state")?)?,
+        winning_attempt: row.try_get("winning_attempt")?,
+        created_at: time(row.try_get("created_at")?)?,
+        updated_at: time(row.try_get("updated_at")?)?,
+    })
+}
+
 /// The (owner_id, job_id, number) of a row naming an attempt.
 fn read_attempt_ref(row: &SqliteRow) -> Result<AttemptRef> {
     Ok(AttemptRef {
@@ -839,20 +853,7 @@ impl Store for SqliteStore {
         .bind(i64::from(filter.limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(JobSummary {
-                    id: JobId(row.try_get("id")?),
-                    idempotency_key: row.try_get("idempotency_key")?,
-                    task: row.try_get("task")?,
-                    provider: row.try_get("provider")?,
-                    state: parse_state(row.try_get("state")?)?,
-                    winning_attempt: row.try_get("winning_attempt")?,
-                    created_at: time(row.try_get("created_at")?)?,
-                    updated_at: time(row.try_get("updated_at")?)?,
-                })
-            })
-            .collect()
+        rows.iter().map(read_job_summary).collect()
     }
 
     async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
@@ -1230,6 +1231,75 @@ impl Store for SqliteStore {
                 .fetch_optional(&self.pool)
                 .await?;
         Ok(owner.map(OwnerId::from_trusted))
+    }
+
+    async fn browse_jobs(
+        &self,
+        owner: Option<&OwnerId>,
+        key: Option<&str>,
+        filter: &JobFilter,
+    ) -> Result<Vec<super::OwnedJobSummary>> {
+        let rows = sqlx::query(
+            r#"select owner_id, id, idempotency_key, task, provider, state, winning_attempt, created_at, updated_at
+               from jobs
+               where (?1 is null or owner_id = ?1)
+                 and (?2 is null or idempotency_key = ?2)
+                 and (?3 is null or state = ?3)
+                 and (?4 is null or task = ?4)
+                 and (?5 is null or id < ?5)
+               order by id desc
+               limit ?6"#,
+        )
+        .bind(owner.map(OwnerId::as_str))
+        .bind(key)
+        .bind(filter.state.map(JobState::as_str))
+        .bind(filter.task.as_deref())
+        .bind(filter.before.map(|id| id.0))
+        .bind(i64::from(filter.limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(super::OwnedJobSummary {
+                    owner: OwnerId::from_trusted(row.try_get("owner_id")?),
+                    job: read_job_summary(row)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>> {
+        let owner: Option<String> = sqlx::query_scalar(r#"select owner_id from jobs where id = ?"#)
+            .bind(id.0)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(owner.map(OwnerId::from_trusted))
+    }
+
+    async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<super::OpenUnknown>> {
+        let rows = sqlx::query(
+            r#"select a.owner_id, a.job_id, a.number, a.provider, j.task, a.finished_at, a.error, a.reconcile_count
+               from attempts a join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
+               where (?1 is null or a.owner_id = ?1) and a.state = 'unknown'
+               order by a.finished_at, a.job_id, a.number
+               limit ?2"#,
+        )
+        .bind(owner.map(OwnerId::as_str))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(super::OpenUnknown {
+                    attempt: read_attempt_ref(row)?,
+                    provider: row.try_get("provider")?,
+                    task: row.try_get("task")?,
+                    unknown_since: optional_time(row.try_get("finished_at")?)?,
+                    error: json_column(row, "error")?,
+                    reconcile_count: row.try_get("reconcile_count")?,
+                })
+            })
+            .collect()
     }
 }
 

@@ -694,3 +694,45 @@ pub async fn a_failure_and_the_policys_next_attempt_commit_together(store: Share
     assert_eq!(outcome, Transition::Failed { next: None });
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Failed);
 }
+
+pub async fn browsing_jobs_spans_owners_only_when_asked_and_finds_a_key(store: Shared) {
+    let mine = create(store.as_ref(), "browse-a").await;
+    let CreateJob::Created(bobs) = store.create_job(&new_job("bob", "browse-b", json!({"text": "b"}))).await.unwrap() else {
+        panic!("bob's key was new")
+    };
+    let page = JobFilter { limit: 10, ..Default::default() };
+    let everyone = store.browse_jobs(None, None, &page).await.unwrap();
+    let seen: Vec<(String, JobId)> = everyone.iter().map(|j| (j.owner.as_str().to_owned(), j.job.id)).collect();
+    assert_eq!(seen, [("bob".to_owned(), bobs.id), ("alice".to_owned(), mine)], "every owner's, newest first");
+    let alices = store.browse_jobs(Some(&owner("alice")), None, &page).await.unwrap();
+    assert_eq!(alices.iter().map(|j| j.job.id).collect::<Vec<_>>(), [mine], "one owner's only");
+    let by_key = store.browse_jobs(None, Some("browse-b"), &page).await.unwrap();
+    assert_eq!(by_key.iter().map(|j| j.job.id).collect::<Vec<_>>(), [bobs.id]);
+    assert!(store.browse_jobs(Some(&owner("alice")), Some("browse-b"), &page).await.unwrap().is_empty(), "a key of another owner");
+    let running = JobFilter { limit: 10, state: Some(JobState::Running), ..Default::default() };
+    assert!(store.browse_jobs(None, None, &running).await.unwrap().is_empty());
+    let one = JobFilter { limit: 1, ..Default::default() };
+    assert_eq!(store.browse_jobs(None, None, &one).await.unwrap().len(), 1);
+    let older = JobFilter { limit: 10, before: Some(bobs.id), ..Default::default() };
+    assert_eq!(store.browse_jobs(None, None, &older).await.unwrap().iter().map(|j| j.job.id).collect::<Vec<_>>(), [mine]);
+    assert_eq!(store.find_job_owner(bobs.id).await.unwrap(), Some(owner("bob")));
+    assert_eq!(store.find_job_owner(JobId::new()).await.unwrap(), None);
+}
+
+pub async fn open_unknown_attempts_are_listed_until_they_are_settled(store: Shared) {
+    let job = job_with_running(store.as_ref(), "unknown-list", 2).await;
+    assert!(store.list_unknown_attempts(None, 10).await.unwrap().is_empty());
+    let timeout = AttemptError::new("timeout", "deadline passed");
+    store.mark_unknown(&at(job, 2), &timeout).await.unwrap();
+    store.mark_unknown(&at(job, 1), &timeout).await.unwrap();
+    let open = store.list_unknown_attempts(None, 10).await.unwrap();
+    assert_eq!(open.iter().map(|u| u.attempt.clone()).collect::<Vec<_>>(), [at(job, 2), at(job, 1)], "longest unknown first");
+    assert_eq!((open[0].provider.as_str(), open[0].task.as_str()), ("sim-slow", "summarize"));
+    assert_eq!(open[0].error.as_ref().unwrap()["type"], "timeout");
+    assert!(open[0].unknown_since.is_some());
+    assert_eq!(store.list_unknown_attempts(Some(&owner("alice")), 1).await.unwrap().len(), 1);
+    assert!(store.list_unknown_attempts(Some(&owner("bob")), 10).await.unwrap().is_empty(), "another owner's");
+    store.resolve_unknown(&at(job, 2), &Resolution::Failed, "checked by hand", &rules(5, 2)).await.unwrap();
+    let left = store.list_unknown_attempts(None, 10).await.unwrap();
+    assert_eq!(left.iter().map(|u| u.attempt.clone()).collect::<Vec<_>>(), [at(job, 1)]);
+}

@@ -1,0 +1,78 @@
+//! The dashboard and the demo in a real browser: headless Chromium (Debian's
+//! `chromium`) driven by `playwright-core` (tests/browser/, installed with
+//! `npm ci`), against the real application with its worker and the
+//! simulator. The script (tests/browser/dashboard.mjs) saves screenshots to
+//! `target/browser-screenshots/`.
+//!
+//! Without node, Chromium or playwright-core the test says so and passes,
+//! except under `CI=true`, where it fails: CI must run it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Backend, TestApp};
+
+/// What the browser test needs, or why it cannot run.
+fn browser_tools() -> Result<(PathBuf, PathBuf), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let chromium = PathBuf::from(std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()));
+    if !chromium.exists() {
+        return Err(format!("no Chromium at {} (apt-get install chromium, or set CHROMIUM)", chromium.display()));
+    }
+    let node = std::process::Command::new("node").arg("--version").output();
+    if !node.is_ok_and(|out| out.status.success()) {
+        return Err("no node on PATH (apt-get install nodejs npm)".into());
+    }
+    let browser_dir = root.join("tests/browser");
+    if !browser_dir.join("node_modules/playwright-core/package.json").exists() {
+        return Err("playwright-core is not installed (cd tests/browser && npm ci)".into());
+    }
+    Ok((chromium, browser_dir))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_dashboard_and_the_demo_work_in_a_real_browser() {
+    let (chromium, browser_dir) = match browser_tools() {
+        Ok(tools) => tools,
+        Err(missing) if std::env::var("CI").as_deref() == Ok("true") => panic!("the browser test cannot run under CI: {missing}"),
+        Err(missing) => {
+            eprintln!("SKIPPED the browser test: {missing}");
+            return;
+        }
+    };
+    let app = TestApp::spawn_live(Backend::Sqlite, |settings| {
+        // A stall long enough to see and to press the fallback during.
+        let slow = settings.providers.get_mut("sim-slow").unwrap();
+        slow.latency_ms = 4_000;
+        slow.timeout_ms = 10_000;
+        // sim-hang's status lookup says "running" for this long: the
+        // attempt stays unknown until the page resolves it.
+        settings.providers.get_mut("sim-hang").unwrap().hang_ms = Some(600_000);
+    })
+    .await;
+    let screenshots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/browser-screenshots");
+    let run = tokio::process::Command::new("node")
+        .arg(browser_dir.join("dashboard.mjs"))
+        .current_dir(&browser_dir)
+        .env("ONEJOB_URL", app.url(""))
+        .env("ONEJOB_CLIENT_KEY", &app.alice)
+        .env("ONEJOB_ADMIN_KEY", &app.admin)
+        .env("ONEJOB_SCREENSHOTS", &screenshots)
+        .env("CHROMIUM", &chromium)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .expect("the browser test finishes within 180 s")
+        .expect("node starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    assert!(output.status.success(), "the browser test failed (screenshots in {}):\n{stdout}\n{stderr}", screenshots.display());
+    assert!(stdout.contains("browser: all passed"), "{stdout}");
+    for shot in ["demo.png", "timeline.png", "job.png", "jobs.png", "unknown.png", "providers.png"] {
+        assert!(screenshots.join(shot).exists(), "screenshot {shot}");
+    }
+}

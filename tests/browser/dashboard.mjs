@@ -1,0 +1,227 @@
+// The dashboard and the demo in a real browser (headless Chromium driven by
+// playwright-core), against a server that tests/browser.rs started. Every
+// wait has a deadline; nothing sleeps and hopes.
+//
+// Environment: ONEJOB_URL, ONEJOB_CLIENT_KEY (owner alice), ONEJOB_ADMIN_KEY
+// (owner ops), ONEJOB_SCREENSHOTS (a folder), CHROMIUM (the browser binary).
+
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const base = process.env.ONEJOB_URL;
+const clientKey = process.env.ONEJOB_CLIENT_KEY;
+const adminKey = process.env.ONEJOB_ADMIN_KEY;
+const shots = process.env.ONEJOB_SCREENSHOTS;
+const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
+assert.ok(base && clientKey && adminKey && shots, 'ONEJOB_URL, ONEJOB_CLIENT_KEY, ONEJOB_ADMIN_KEY and ONEJOB_SCREENSHOTS are set');
+mkdirSync(shots, { recursive: true });
+
+const WAIT = 20_000;
+
+function step(text) {
+  console.log(`browser: ${text}`);
+}
+
+// The JSON API as a program would call it, to check what the browser did.
+async function api(key, path, init = {}) {
+  const response = await fetch(base + path, {
+    ...init,
+    headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json', ...(init.headers || {}) },
+  });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : null };
+}
+
+async function waitForJob(key, id, what, done) {
+  const deadline = Date.now() + WAIT;
+  for (;;) {
+    const { body } = await api(key, `/jobs/${id}?wait=1`);
+    if (done(body)) return body;
+    assert.ok(Date.now() < deadline, `job ${id} never reached: ${what}; last seen ${JSON.stringify(body)}`);
+  }
+}
+
+const browser = await chromium.launch({
+  executablePath,
+  headless: true,
+  chromiumSandbox: false,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+const failures = [];
+const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+const page = await context.newPage();
+page.setDefaultTimeout(WAIT);
+page.on('pageerror', (error) => failures.push(`page error: ${error.message}`));
+// A refused sign-in answers 401 on purpose; the browser logs every such
+// answer as an error, so answers are checked here instead: only scripts,
+// styles and the fragments the scripts fetch must never fail.
+page.on('console', (message) => {
+  if (message.type() === 'error' && !message.text().startsWith('Failed to load resource')) failures.push(`console error: ${message.text()}`);
+});
+page.on('response', (response) => {
+  const url = response.url();
+  if (response.status() >= 400 && (url.includes('/ui/static/') || url.includes('/timeline') || url.includes('/ui/api/'))) {
+    failures.push(`${response.status()} from ${url}`);
+  }
+});
+
+async function signIn(key) {
+  await page.goto(`${base}/ui/signin`);
+  await page.fill('#token', key);
+  await page.click('#signin');
+  await page.waitForURL(`${base}/ui`);
+}
+
+async function signOut() {
+  await page.click('form.who button');
+  await page.waitForURL(/\/ui\/signin$/);
+}
+
+try {
+  // Sign-in: a wrong key is refused, a live one signs in; the page never
+  // puts the key in an address.
+  step('sign in');
+  await page.goto(`${base}/demo`);
+  await page.waitForURL(/\/ui\/signin\?next=%2Fdemo$/);
+  await page.fill('#token', 'oj_' + '0'.repeat(64));
+  await page.click('#signin');
+  await page.locator('.signin .error').waitFor();
+  assert.ok(!page.url().includes('oj_'), 'the key is never in the address');
+  await page.fill('#token', clientKey);
+  await page.click('#signin');
+  await page.waitForURL(`${base}/demo`);
+  const cookies = await context.cookies();
+  const session = cookies.find((c) => c.name === 'onejob_session');
+  assert.ok(session && session.httpOnly && session.sameSite === 'Strict', `an HttpOnly, SameSite=Strict session cookie: ${JSON.stringify(cookies)}`);
+  assert.ok(!JSON.stringify(cookies).includes(clientKey), 'the cookie does not hold the key');
+
+  // Generate, double-clicked: two requests with one key, one job.
+  step('double-click Generate');
+  const intentKey = await page.locator('#intent-key').textContent();
+  const creates = [];
+  page.on('request', (request) => {
+    if (request.method() === 'POST' && request.url().endsWith('/ui/api/jobs')) creates.push(request.headers()['idempotency-key']);
+  });
+  await page.dblclick('#generate');
+  await page.locator('#requests li:nth-child(2)').waitFor();
+  const generateLog = await page.locator('#requests li').allTextContents();
+  assert.equal(creates.length, 2, `the double click sent two requests: ${creates}`);
+  assert.deepEqual(creates, [intentKey, intentKey], 'both with the intent key');
+  const jobIds = generateLog.map((line) => line.match(/[0-9a-f-]{36}$/)[0]);
+  assert.equal(jobIds[0], jobIds[1], `both answered with one job: ${generateLog}`);
+  assert.ok(generateLog.some((line) => line.includes('→ 201')) && generateLog.some((line) => line.includes('replayed')), `one created, one replayed: ${generateLog}`);
+  const jobId = jobIds[0];
+  const listed = await api(clientKey, '/jobs?limit=100');
+  assert.deepEqual(listed.body.jobs.map((j) => j.id), [jobId], 'alice has exactly one job');
+
+  // The stall on sim-slow, then the fallback, double-clicked: one attempt.
+  step('stall, then double-click the fallback');
+  // The person waits a second on the stalled provider, then presses the
+  // fallback: the stall counter says how long it has been.
+  await page.waitForFunction(() => {
+    const line = document.querySelector('#status.stall');
+    const seconds = line && line.textContent.match(/working for ([0-9.]+) s/);
+    return seconds && Number(seconds[1]) >= 1.0;
+  }, null, { timeout: WAIT });
+  await page.locator('#fallback:enabled').waitFor();
+  await page.dblclick('#fallback');
+  await page.locator('#requests li:nth-child(4)').waitFor();
+  const fallbackLog = (await page.locator('#requests li').allTextContents()).slice(2);
+  assert.ok(fallbackLog.every((line) => line.includes('attempt #2 on sim-fast')), `both clicks name attempt #2: ${fallbackLog}`);
+  assert.ok(fallbackLog.some((line) => line.includes('→ 201')) && fallbackLog.some((line) => line.includes('replayed')), `one added, one replayed: ${fallbackLog}`);
+
+  // The fallback wins; the slow attempt answers later and is superseded.
+  step('the race and its winner');
+  await page.locator('#timeline-box[data-settled="true"]').waitFor();
+  const bars = page.locator('#timeline-box svg.timeline g.attempt');
+  assert.equal(await bars.count(), 2, 'two bars');
+  assert.equal(await page.locator('#timeline-box g.attempt[data-attempt="1"]').getAttribute('data-state'), 'superseded');
+  assert.equal(await page.locator('#timeline-box g.attempt[data-attempt="2"]').getAttribute('data-state'), 'succeeded');
+  assert.equal(await page.locator('#timeline-box g.attempt[data-winner="true"]').count(), 1, 'one winner');
+  assert.equal(await page.locator('#timeline-box g.attempt[data-winner="true"]').getAttribute('data-attempt'), '2');
+  assert.equal(await page.locator('#timeline-box rect.run').count(), 2, 'both attempts have a run bar');
+  await page.locator('#timeline-box tr.event[data-kind="race-lost"]').waitFor();
+  assert.match(await page.locator('#status').textContent(), /attempt #2 on sim-fast won/);
+  await page.screenshot({ path: join(shots, 'demo.png'), fullPage: true });
+  const job = await api(clientKey, `/jobs/${jobId}`);
+  assert.deepEqual(job.body.attempts.map((a) => [a.number, a.provider, a.state]), [[1, 'sim-slow', 'superseded'], [2, 'sim-fast', 'succeeded']]);
+  assert.equal(job.body.winning_attempt, 2);
+
+  // The job page: request, fingerprint, result, the timeline with both bars.
+  step('job page');
+  await page.goto(`${base}/ui/jobs/${jobId}`);
+  assert.equal(await page.locator('.fingerprint').first().textContent(), job.body.fingerprint);
+  await page.locator('#result').waitFor();
+  assert.equal(await page.locator('svg.timeline rect.run').count(), 2);
+  assert.equal(await page.locator('svg.timeline g.winner').count(), 1);
+  await page.locator('.timeline-figure').screenshot({ path: join(shots, 'timeline.png') });
+  await page.screenshot({ path: join(shots, 'job.png'), fullPage: true });
+
+  // The jobs list: filters, search by key and by id, live refresh.
+  step('jobs list');
+  await page.goto(`${base}/ui?state=succeeded`);
+  assert.equal(await page.locator(`tr[data-job="${jobId}"]`).count(), 1);
+  await page.goto(`${base}/ui?state=failed`);
+  assert.equal(await page.locator('table.jobs tbody tr').count(), 0);
+  await page.goto(`${base}/ui?q=${encodeURIComponent(intentKey)}`);
+  assert.equal(await page.locator(`tr[data-job="${jobId}"]`).count(), 1, 'found by its idempotency key');
+  await page.goto(`${base}/ui?q=${jobId}`);
+  await page.waitForURL(`${base}/ui/jobs/${jobId}`);
+  await page.goto(`${base}/ui`);
+  const made = await api(clientKey, '/jobs', {
+    method: 'POST', headers: { 'Idempotency-Key': 'browser-live-1' },
+    body: JSON.stringify({ task: 'summarize', input: { text: 'shown without a reload' }, provider: 'sim-fast' }),
+  });
+  assert.equal(made.status, 201);
+  await page.locator(`tr[data-job="${made.body.id}"]`).waitFor();
+  await page.screenshot({ path: join(shots, 'jobs.png'), fullPage: true });
+
+  // Unknown attempts: a sim-hang attempt, listed with its age and provider,
+  // resolved from the page by an admin (it is alice's).
+  step('unknown attempts');
+  const hung = await api(clientKey, '/jobs', {
+    method: 'POST', headers: { 'Idempotency-Key': 'browser-hang-1' },
+    body: JSON.stringify({ task: 'summarize', input: { text: 'never answered' }, provider: 'sim-hang' }),
+  });
+  assert.equal(hung.status, 201);
+  await waitForJob(clientKey, hung.body.id, 'attempt 1 unknown', (j) => j.attempts[0].state === 'unknown');
+  await signOut();
+  await signIn(adminKey);
+  await page.goto(`${base}/ui/unknown`);
+  const row = page.locator(`tr[data-job="${hung.body.id}"][data-attempt="1"]`);
+  await row.waitFor();
+  assert.match(await row.textContent(), /sim-hang/);
+  assert.match(await row.textContent(), /alice/);
+  assert.match(await row.locator('.age').textContent(), /\d+(\.\d)? s|min/);
+  await page.screenshot({ path: join(shots, 'unknown.png'), fullPage: true });
+  await row.locator('input[name="reason"]').fill('the provider console shows no such request');
+  await row.locator('button[type="submit"]').click();
+  await page.locator('.notice').waitFor();
+  assert.equal(await page.locator(`tr[data-job="${hung.body.id}"]`).count(), 0, 'no longer listed');
+  const settled = await api(clientKey, `/jobs/${hung.body.id}`);
+  assert.equal(settled.body.attempts[0].state, 'failed');
+  assert.equal(settled.body.attempts[0].error.message, 'the provider console shows no such request');
+  await page.goto(`${base}/ui/jobs/${hung.body.id}`);
+  await page.locator('svg.timeline rect.unknown-span').waitFor();
+  await page.locator('tr.event[data-kind="attempt-resolved"]').waitFor();
+
+  // Providers: each provider's qualification per task with the last report.
+  step('providers');
+  await page.goto(`${base}/ui/providers`);
+  assert.equal(await page.locator('section.provider[data-provider="sim-fast"] tr[data-task="summarize"]').getAttribute('data-state'), 'qualified');
+  assert.equal(await page.locator('section.provider[data-provider="sim-bad-json"] tr[data-task="summarize"]').getAttribute('data-state'), 'failed');
+  await page.screenshot({ path: join(shots, 'providers.png'), fullPage: true });
+
+  assert.deepEqual(failures, [], 'no script errors');
+  step('all passed');
+} catch (error) {
+  await page.screenshot({ path: join(shots, 'failure.png'), fullPage: true }).catch(() => {});
+  console.error(`browser: failed at ${page.url()}`);
+  if (failures.length) console.error(failures.join('\n'));
+  throw error;
+} finally {
+  await browser.close();
+}

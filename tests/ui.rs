@@ -1,0 +1,276 @@
+//! The dashboard's promises over HTTP, without a browser: every page and
+//! script route needs a live session; a client's session reaches only its
+//! owner's jobs (another owner's job page is a 404, as in the API), an
+//! admin's reaches every owner's; every change needs the session's CSRF
+//! token and the same origin; the cookie is `HttpOnly`, `SameSite=Strict`
+//! and holds no token; revoking the key ends its sessions.
+
+mod common;
+
+use common::{Backend, TestApp, claim_all};
+use onejob::domain::{AttemptError, JobId, OwnerId};
+use onejob::store::{AttemptRef, Transition};
+use onejob::ui::ROUTES;
+use reqwest::{Client, StatusCode, header};
+use serde_json::{Value, json};
+
+on_both_backends!(
+    every_dashboard_route_needs_a_live_session,
+    a_client_session_sees_only_its_owners_jobs_and_an_admin_session_sees_every_owners,
+    every_change_needs_the_sessions_csrf_token_and_the_same_origin,
+    the_session_cookie_holds_no_token_and_ends_on_sign_out_or_revocation,
+);
+
+/// A browser's view of the dashboard: its session cookie and CSRF token.
+struct Browser {
+    client: Client,
+    base: String,
+    cookie: String,
+    csrf: String,
+}
+
+fn no_redirects() -> Client {
+    Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
+async fn sign_in(app: &TestApp, token: &str) -> Browser {
+    let client = no_redirects();
+    let response = client
+        .post(app.url("/ui/signin"))
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("token={token}&next=%2Fui"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let set_cookie = response.headers()[header::SET_COOKIE].to_str().unwrap().to_owned();
+    let cookie = set_cookie.split(';').next().unwrap().to_owned();
+    let mut browser = Browser { client, base: app.url(""), cookie, csrf: String::new() };
+    let page = browser.get("/ui").await.text().await.unwrap();
+    browser.csrf = page.split(r#"name="csrf-token" content=""#).nth(1).unwrap().split('"').next().unwrap().to_owned();
+    browser
+}
+
+impl Browser {
+    async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(format!("{}{path}", self.base)).header(header::COOKIE, &self.cookie).send().await.unwrap()
+    }
+
+    async fn page(&self, path: &str) -> (StatusCode, String) {
+        let response = self.get(path).await;
+        (response.status(), response.text().await.unwrap())
+    }
+
+    /// A script's POST: JSON, with the CSRF header unless told otherwise.
+    fn script_post(&self, path: &str, key: &str, body: &Value) -> reqwest::RequestBuilder {
+        self.client
+            .post(format!("{}{path}", self.base))
+            .header(header::COOKIE, &self.cookie)
+            .header("idempotency-key", key)
+            .json(body)
+    }
+
+    /// A form's POST.
+    async fn form(&self, path: &str, fields: &[(&str, &str)]) -> reqwest::Response {
+        self.client
+            .post(format!("{}{path}", self.base))
+            .header(header::COOKIE, &self.cookie)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(serde_urlencoded::to_string(fields).unwrap())
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+/// Alice's job whose attempt 1 is unknown.
+async fn alices_unknown_job(app: &TestApp, key: &str) -> String {
+    let job = app.create_job(key, None).await["id"].as_str().unwrap().to_owned();
+    claim_all(app).await;
+    let attempt = AttemptRef { owner: OwnerId::parse("alice").unwrap(), job_id: JobId::parse(&job).unwrap(), number: 1 };
+    let timeout = AttemptError::new("timeout", "deadline passed");
+    assert_eq!(app.store().mark_unknown(&attempt, &timeout).await.unwrap(), Transition::Applied);
+    job
+}
+
+async fn attempt_state(app: &TestApp, job: &str) -> String {
+    let seen: Value = app.get(&app.alice, &format!("/jobs/{job}")).await.json().await.unwrap();
+    seen["attempts"][0]["state"].as_str().unwrap().to_owned()
+}
+
+async fn every_dashboard_route_needs_a_live_session(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let job = app.create_job("walk", None).await["id"].as_str().unwrap().to_owned();
+    let client = no_redirects();
+    let forged = format!("onejob_session={}", "ab".repeat(32));
+    for (method, path) in ROUTES {
+        let concrete = path.replace("{id}", &job).replace("{file}", "ui.js");
+        for cookie in [None, Some(forged.as_str())] {
+            let mut request = client.request(method.to_uppercase().parse().unwrap(), app.url(&concrete));
+            if let Some(cookie) = cookie {
+                request = request.header(header::COOKIE, cookie);
+            }
+            let response = request.header("idempotency-key", "walk").json(&json!({})).send().await.unwrap();
+            let status = response.status();
+            let location = response.headers().get(header::LOCATION).map(|v| v.to_str().unwrap().to_owned());
+            let body = response.text().await.unwrap();
+            match (*method, *path) {
+                // Signing in, and the script and style files, need no session.
+                ("get", "/ui/signin") | ("get", "/ui/static/{file}") => assert_eq!(status, StatusCode::OK, "{method} {path}"),
+                ("post", "/ui/signin") => assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{method} {path}: no token in the form"),
+                (_, p) if p.starts_with("/ui/api/") => {
+                    assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path}");
+                    assert!(body.contains("\"unauthorized\""), "{body}");
+                }
+                _ => {
+                    assert_eq!(status, StatusCode::SEE_OTHER, "{method} {path} with {cookie:?}");
+                    assert!(location.as_deref().unwrap().starts_with("/ui/signin?next="), "{location:?}");
+                }
+            }
+            assert!(!body.contains(&job) || path.ends_with("{file}"), "{method} {path} shows nothing of the job");
+        }
+    }
+    let jobs: Value = app.get(&app.alice, "/jobs").await.json().await.unwrap();
+    assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1, "no route made a job without a session");
+}
+
+async fn a_client_session_sees_only_its_owners_jobs_and_an_admin_session_sees_every_owners(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let job = alices_unknown_job(&app, "alice-secret-key").await;
+    let alice = sign_in(&app, &app.alice).await;
+    let bob = sign_in(&app, &app.bob).await;
+    let admin = sign_in(&app, &app.admin).await;
+
+    // Alice sees her job everywhere.
+    let (status, page) = alice.page(&format!("/ui/jobs/{job}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("alice-secret-key") && page.contains("<svg class=\"timeline\""));
+    assert!(alice.page("/ui").await.1.contains(&job));
+    assert!(alice.page("/ui/unknown").await.1.contains(&job));
+    assert_eq!(alice.page("/ui/providers").await.0, StatusCode::FORBIDDEN, "providers are an admin's");
+
+    // Bob sees none of it: another owner's job is as absent as no job.
+    for path in [format!("/ui/jobs/{job}"), format!("/ui/jobs/{job}/timeline"), format!("/ui/jobs/{}", JobId::new())] {
+        let (status, page) = bob.page(&path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert!(!page.contains("alice-secret-key"), "{path}");
+    }
+    for path in ["/ui".to_owned(), format!("/ui?q={job}"), "/ui?q=alice-secret-key".to_owned(), "/ui/unknown".to_owned()] {
+        let (status, page) = bob.page(&path).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        // Bob has no job: no row at all (the search box shows what he typed).
+        assert!(!page.contains("data-job=") && !page.contains(&format!("/ui/jobs/{job}")), "{path} shows nothing of alice's");
+    }
+    let fallback = bob.script_post(&format!("/ui/api/jobs/{job}/attempts"), "bob-1", &json!({})).header("x-csrf-token", &bob.csrf);
+    assert_eq!(fallback.send().await.unwrap().status(), StatusCode::NOT_FOUND);
+    let fields = [("csrf", bob.csrf.as_str()), ("job", &job), ("number", "1"), ("outcome", "failed"), ("reason", "bob tries")];
+    assert_eq!(bob.form("/ui/unknown/resolve", &fields).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(attempt_state(&app, &job).await, "unknown", "bob changed nothing");
+
+    // The admin sees every owner's, and says whose.
+    let (status, page) = admin.page(&format!("/ui/jobs/{job}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("alice-secret-key"));
+    let list = admin.page("/ui").await.1;
+    assert!(list.contains(&job) && list.contains("<td>alice</td>"));
+    assert!(admin.page("/ui?q=alice-secret-key").await.1.contains(&job), "found by another owner's key");
+    assert!(admin.page("/ui/unknown").await.1.contains(&job));
+    assert_eq!(admin.page("/ui/providers").await.0, StatusCode::OK);
+    let fields = [("csrf", admin.csrf.as_str()), ("job", &job), ("number", "1"), ("outcome", "failed"), ("reason", "checked")];
+    let resolved = admin.form("/ui/unknown/resolve", &fields).await;
+    assert_eq!(resolved.status(), StatusCode::SEE_OTHER);
+    assert_eq!(attempt_state(&app, &job).await, "failed");
+}
+
+async fn every_change_needs_the_sessions_csrf_token_and_the_same_origin(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let alice = sign_in(&app, &app.alice).await;
+    let body = json!({"task": "summarize", "input": {"text": "csrf"}});
+    let refused = [
+        alice.script_post("/ui/api/jobs", "c1", &body),
+        alice.script_post("/ui/api/jobs", "c1", &body).header("x-csrf-token", "0".repeat(64)),
+        alice.script_post("/ui/api/jobs", "c1", &body).header("x-csrf-token", &alice.csrf).header(header::ORIGIN, "http://evil.example"),
+        alice.script_post("/ui/api/jobs", "c1", &body).header("x-csrf-token", &alice.csrf).header("sec-fetch-site", "cross-site"),
+    ];
+    for request in refused {
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    }
+    let jobs: Value = app.get(&app.alice, "/jobs").await.json().await.unwrap();
+    assert!(jobs["jobs"].as_array().unwrap().is_empty(), "nothing was made");
+    let origin = app.url("");
+    let made = alice
+        .script_post("/ui/api/jobs", "c1", &body)
+        .header("x-csrf-token", &alice.csrf)
+        .header(header::ORIGIN, origin.trim_end_matches('/'))
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made.status(), StatusCode::CREATED);
+    let replay = alice.script_post("/ui/api/jobs", "c1", &body).header("x-csrf-token", &alice.csrf).send().await.unwrap();
+    assert_eq!((replay.status(), replay.headers()["idempotent-replayed"].to_str().unwrap()), (StatusCode::OK, "true"));
+
+    // Forms: the resolve form and sign-out need the token too.
+    let job = alices_unknown_job(&app, "csrf-unknown").await;
+    for csrf in ["", "wrong"] {
+        let fields = [("csrf", csrf), ("job", job.as_str()), ("number", "1"), ("outcome", "failed"), ("reason", "forged")];
+        assert_eq!(alice.form("/ui/unknown/resolve", &fields).await.status(), StatusCode::FORBIDDEN);
+    }
+    assert_eq!(attempt_state(&app, &job).await, "unknown");
+    assert_eq!(alice.form("/ui/signout", &[("csrf", "wrong")]).await.status(), StatusCode::FORBIDDEN);
+    assert_eq!(alice.page("/ui").await.0, StatusCode::OK, "still signed in");
+    // A sign-in posted from another site is refused (login CSRF).
+    let cross = no_redirects()
+        .post(app.url("/ui/signin"))
+        .header(header::ORIGIN, "http://evil.example")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("token={}", app.alice))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross.status(), StatusCode::FORBIDDEN);
+    assert!(cross.headers().get(header::SET_COOKIE).is_none());
+}
+
+async fn the_session_cookie_holds_no_token_and_ends_on_sign_out_or_revocation(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let refused = no_redirects()
+        .post(app.url("/ui/signin"))
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("token=oj_{}", "0".repeat(64)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert!(refused.headers().get(header::SET_COOKIE).is_none());
+
+    let response = no_redirects()
+        .post(app.url("/ui/signin"))
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("token={}&next=https%3A%2F%2Fevil.example%2F", app.alice))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()[header::LOCATION], "/ui", "never redirected off the server");
+    let set_cookie = response.headers()[header::SET_COOKIE].to_str().unwrap();
+    assert!(set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Strict") && set_cookie.contains("Path=/"), "{set_cookie}");
+    assert!(!set_cookie.contains(&app.alice) && !set_cookie.contains(&app.alice[3..]), "the cookie holds no token");
+
+    // Signing out ends the session on the server, not only in the browser.
+    let alice = sign_in(&app, &app.alice).await;
+    let out = alice.form("/ui/signout", &[("csrf", alice.csrf.as_str())]).await;
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    assert!(out.headers()[header::SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));
+    assert_eq!(alice.get("/ui").await.status(), StatusCode::SEE_OTHER, "the old cookie is dead");
+
+    // Revoking the key ends every session it made, at once.
+    let alice = sign_in(&app, &app.alice).await;
+    assert_eq!(alice.page("/ui").await.0, StatusCode::OK);
+    let keys = app.store().list_api_keys(Some(&OwnerId::parse("alice").unwrap())).await.unwrap();
+    let revoked = app.client.post(app.url(&format!("/keys/{}/revoke", keys[0].id))).bearer_auth(&app.admin).send().await.unwrap();
+    assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
+    assert_eq!(alice.get("/ui").await.status(), StatusCode::SEE_OTHER, "a revoked key's session is over");
+    let script = alice.script_post("/ui/api/jobs", "after-revoke", &json!({"task": "summarize", "input": {"text": "x"}}));
+    assert_eq!(script.header("x-csrf-token", &alice.csrf).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+}
