@@ -72,7 +72,7 @@ new_database() {
     if [ "$BACKEND" = sqlite ]; then
         DATABASE_URL="sqlite://$WORK/$name.db"
     else
-        psql -q -d "$SERVER_URL" -c "drop database if exists $name" -c "create database $name" >/dev/null
+        PGOPTIONS="-c client_min_messages=warning" psql -q -d "$SERVER_URL" -c "drop database if exists $name" -c "create database $name" >/dev/null
         DATABASE_URL=$(python3 -c 'import sys, urllib.parse as u
 p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$SERVER_URL" "$name")
     fi

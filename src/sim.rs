@@ -135,6 +135,8 @@ impl axum::serve::Listener for SimListener {
 
     async fn accept(&mut self) -> (SimStream, SocketAddr) {
         let (stream, addr) = axum::serve::Listener::accept(&mut self.0).await;
+        // Answer at once, as a provider's server would (no Nagle delay).
+        let _ = stream.set_nodelay(true);
         (SimStream { stream, reset: Arc::new(AtomicBool::new(false)) }, addr)
     }
 

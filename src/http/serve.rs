@@ -31,6 +31,9 @@ pub async fn serve(
             accepted = axum::serve::Listener::accept(&mut listener) => accepted,
             () = &mut shutdown => break,
         };
+        // Answers go out as soon as they are written, not held back by
+        // Nagle's algorithm waiting for the client's acknowledgement.
+        let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
         let (mut stopping, connection) = (stopping.clone(), connections.clone());
         tokio::spawn(async move {
