@@ -394,6 +394,9 @@ pub struct ProviderSettings {
     /// Whether to send the task's output schema as `response_format`.
     #[serde(default)]
     pub response_format: bool,
+    /// What its tokens cost; none: usage is counted, not costed.
+    #[serde(default)]
+    pub price: Option<crate::domain::Price>,
     /// The temperature qualification runs at; part of the contract hash.
     #[serde(default)]
     pub qualification_temperature: f64,
@@ -591,6 +594,15 @@ impl Settings {
             {
                 return invalid(format!("providers.{name}: status_lookup needs a status_url"));
             }
+        }
+        let mut currencies = self.providers.iter().filter_map(|(name, p)| Some((name, &p.price.as_ref()?.currency)));
+        if let Some((first_name, first)) = currencies.next()
+            && let Some((name, other)) = currencies.find(|(_, currency)| currency != &first)
+        {
+            return invalid(format!(
+                "providers.{name}.price is in {other} but providers.{first_name}.price in {first}: \
+                 every price must be in one currency, so that costs and budgets add up"
+            ));
         }
         Ok(())
     }

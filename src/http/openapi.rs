@@ -23,6 +23,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/providers"),
     ("post", "/providers/{name}/qualifications"),
     ("post", "/keys/{id}/revoke"),
+    ("get", "/usage"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -294,6 +295,7 @@ impl Modify for BearerAuth {
         super::providers::list_providers,
         super::providers::run_qualification,
         super::keys::revoke_key,
+        super::usage::usage_report,
         super::healthz,
         super::readyz,
         super::render_metrics,
@@ -302,7 +304,9 @@ impl Modify for BearerAuth {
     ),
     components(schemas(
         Job, JobSummary, Attempt, AttemptState, JobState, AttemptOrigin, CreateJobBody, CreateAttemptBody,
-        ResolveBody, Outcome, QualifyBody, JobPage, AttemptWithJob, Problem
+        ResolveBody, Outcome, QualifyBody, JobPage, AttemptWithJob, Problem,
+        crate::domain::job::JobCost, crate::domain::Usage, crate::domain::Cost,
+        super::usage::UsageReport, super::usage::UsageTotals, super::usage::UsageGroup, super::usage::GroupBy
     )),
     modifiers(&BearerAuth, &Roles),
     security(("api_key" = []))

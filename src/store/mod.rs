@@ -12,6 +12,7 @@
 mod hot;
 pub mod postgres;
 pub mod sqlite;
+pub mod usage;
 
 use std::time::Duration;
 
@@ -28,6 +29,7 @@ use crate::domain::{
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
+pub use usage::{AttemptUsage, UsageFilter, UsageRow};
 
 /// What a store call can fail with. Outcomes of the business (a lost race,
 /// a refused admission) are never errors: they are in the return types.
@@ -88,6 +90,7 @@ impl NewJob {
             result: None,
             created_at,
             updated_at: created_at,
+            cost: None,
             attempts: vec![Attempt {
                 number: 1,
                 id: self.first_attempt_id,
@@ -103,6 +106,8 @@ impl NewJob {
                 not_before: created_at,
                 started_at: None,
                 finished_at: None,
+                usage: None,
+                cost: None,
             }],
         }
     }
@@ -562,6 +567,15 @@ pub trait Store: Send + Sync + 'static {
     /// any owner: how an admin finds another owner's attempt to resolve.
     /// Looks only at unknown attempts (a partial index holds them alone).
     async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>>;
+
+    /// Records the tokens an attempt used and their cost, whatever its
+    /// state; a later record (the provider's own count after an estimate)
+    /// replaces an earlier one. `false`: no such attempt for this owner.
+    async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool>;
+
+    /// The owner's attempts with recorded usage created in the filter's
+    /// range, oldest first, for the usage report.
+    async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>>;
 }
 
 /// A stored value the program cannot read back.

@@ -38,6 +38,8 @@ use super::{
     QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
     UnknownAttempt, corrupt, earlier_attempt, log_race_lost, parse_state, past_attempts,
 };
+use super::usage::{AttemptUsage, UsageFilter, UsageRow, read_cost, read_usage};
+use crate::domain::job::JobCost;
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job,
     JobEvent, JobId, JobState, JobSummary, KeyRole, OwnerId, check_admission,
@@ -269,7 +271,9 @@ const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider 
     a.origin as a_origin, a.idempotency_key as a_idempotency_key, a.worker as a_worker,
     a.lease_until as a_lease_until, a.output as a_output, a.error as a_error,
     a.created_at as a_created_at, a.not_before as a_not_before, a.started_at as a_started_at,
-    a.finished_at as a_finished_at"#;
+    a.finished_at as a_finished_at, a.prompt_tokens as a_prompt_tokens,
+    a.completion_tokens as a_completion_tokens, a.usage_estimated as a_usage_estimated,
+    a.cost as a_cost, a.currency as a_currency, a.price_version as a_price_version"#;
 
 fn read_job(row: &SqliteRow, attempts: Vec<Attempt>) -> Result<Job> {
     let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
@@ -286,6 +290,7 @@ fn read_job(row: &SqliteRow, attempts: Vec<Attempt>) -> Result<Job> {
         result: json_column(row, "result")?,
         created_at: time(row.try_get("created_at")?)?,
         updated_at: time(row.try_get("updated_at")?)?,
+        cost: JobCost::of(&attempts),
         attempts,
     })
 }
@@ -307,6 +312,8 @@ fn read_attempt(row: &SqliteRow) -> Result<Attempt> {
         not_before: time(row.try_get("a_not_before")?)?,
         started_at: optional_time(row.try_get("a_started_at")?)?,
         finished_at: optional_time(row.try_get("a_finished_at")?)?,
+        usage: read_usage(row.try_get("a_prompt_tokens")?, row.try_get("a_completion_tokens")?, row.try_get("a_usage_estimated")?),
+        cost: read_cost(row.try_get("a_cost")?, row.try_get("a_currency")?, row.try_get("a_price_version")?)?,
     })
 }
 
@@ -1230,6 +1237,57 @@ impl Store for SqliteStore {
                 .fetch_optional(&self.pool)
                 .await?;
         Ok(owner.map(OwnerId::from_trusted))
+    }
+
+    async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
+        let cost = usage.cost.as_ref();
+        let changed = sqlx::query(
+            r#"update attempts
+               set prompt_tokens = ?, completion_tokens = ?, usage_estimated = ?, cost = ?, currency = ?, price_version = ?
+               where owner_id = ? and job_id = ? and number = ?"#,
+        )
+        .bind(usage.usage.prompt_tokens)
+        .bind(usage.usage.completion_tokens)
+        .bind(usage.usage.estimated)
+        .bind(cost.map(|c| c.amount.to_string()))
+        .bind(cost.map(|c| c.currency.as_str()))
+        .bind(cost.map(|c| c.price_version.as_str()))
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(changed == 1)
+    }
+
+    async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>> {
+        let rows = sqlx::query(
+            r#"select j.task, a.provider, a.state, a.created_at, a.prompt_tokens, a.completion_tokens,
+                      a.usage_estimated, a.cost, a.currency, a.price_version
+               from attempts a
+               join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
+               where a.owner_id = ? and a.created_at >= ? and a.created_at < ? and a.prompt_tokens is not null
+               order by a.created_at"#,
+        )
+        .bind(owner.as_str())
+        .bind(filter.from.timestamp_micros())
+        .bind(filter.to.timestamp_micros())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(UsageRow {
+                    task: row.try_get("task")?,
+                    provider: row.try_get("provider")?,
+                    state: parse_state(row.try_get("state")?)?,
+                    created_at: time(row.try_get("created_at")?)?,
+                    usage: read_usage(row.try_get("prompt_tokens")?, row.try_get("completion_tokens")?, row.try_get("usage_estimated")?)
+                        .ok_or_else(|| corrupt("a counted attempt without usage"))?,
+                    cost: read_cost(row.try_get("cost")?, row.try_get("currency")?, row.try_get("price_version")?)?,
+                })
+            })
+            .collect()
     }
 }
 
