@@ -223,6 +223,10 @@ pub struct TaskSettings {
     /// Attempts running at once per job.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: u32,
+    /// The most one job's attempts may cost together (a decimal string in
+    /// the providers' currency); a job's own `max_cost` may only lower it.
+    #[serde(default)]
+    pub max_cost: Option<crate::domain::Money>,
     /// Retries on the same provider after a retryable failure (429, 500,
     /// 502, 503, a refused connection) before failing over.
     #[serde(default = "default_retries_per_provider")]
@@ -566,6 +570,9 @@ impl Settings {
                 if !self.providers.contains_key(provider) {
                     return invalid(format!("tasks.{name} names provider '{provider}', which is not configured"));
                 }
+            }
+            if task.max_cost.is_some_and(|m| m < crate::domain::Money::ZERO) {
+                return invalid(format!("tasks.{name}.max_cost must be at least 0"));
             }
             if task.max_attempts == 0 || task.max_in_flight == 0 {
                 return invalid(format!("tasks.{name}: max_attempts and max_in_flight must be at least 1"));

@@ -58,5 +58,6 @@ conformance!(postgres => crate::common::postgres_store, sqlite => crate::common:
     a_delayed_attempt_is_not_claimed_before_its_time,
     cancel_stops_pending_attempts_and_a_late_output_never_applies,
     a_failure_and_the_policys_next_attempt_commit_together,
+    usage_and_cost_are_stored_exactly_and_summed_as_winner_plus_waste,
 
 ]);

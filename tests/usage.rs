@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 
 use common::{Backend, TestApp};
 use onejob::config::{Settings, Tokenizer};
-use onejob::domain::{Money, Price, Usage};
+use onejob::domain::{JobId, Money, OwnerId, Price, Usage};
+use onejob::store::TaskRules;
 use onejob::provider::tokens;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -183,7 +184,102 @@ async fn the_usage_report_groups_and_totals_match_the_attempts_table(backend: Ba
     assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
 }
 
+/// The most one attempt of a `summarize` job with `input` may cost on `provider`.
+fn worst_case(app: &TestApp, provider: &str, input: &Value) -> Money {
+    app.catalog.worst_case_cost("summarize", provider, input).expect("a priced provider")
+}
+
+/// The smallest amount there is: 10⁻¹⁸.
+const TICK: Money = Money::from_units(1);
+
+async fn a_job_with_max_cost_just_below_a_second_attempts_worst_case_refuses_that_attempt_with_409_budget_exceeded(
+    backend: Backend,
+) {
+    let app = TestApp::spawn(backend).await;
+    app.qualify("sim-slow").await;
+    let input = json!({"text": "a budget for two attempts, almost"});
+    // The first attempt runs (claimed by hand, no usage yet): it counts at
+    // its worst case until the provider says what it used.
+    let two = worst_case(&app, "sim-fast", &input) + worst_case(&app, "sim-slow", &input);
+    let below = Money::from_units(two.units() - TICK.units());
+    let mut ids = Vec::new();
+    for (key, budget) in [("below", below), ("exact", two)] {
+        let body = json!({"task": "summarize", "input": input, "provider": "sim-fast", "max_cost": budget.to_string()});
+        let response = app.post_job(key, &body).await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let job: Value = response.json().await.unwrap();
+        assert_eq!(money(&job["max_cost"]), budget);
+        ids.push(job["id"].as_str().unwrap().to_owned());
+    }
+    common::claim_all(&app).await;
+
+    let refused = app.post_attempt(&app.alice, &ids[0], "fallback", &json!({"provider": "sim-slow"})).await;
+    let problem = common::expect_problem(refused, StatusCode::CONFLICT, "budget-exceeded").await;
+    assert!(problem["detail"].as_str().unwrap().contains(&worst_case(&app, "sim-slow", &input).to_string()), "{problem}");
+    let job: Value = app.get(&app.alice, &format!("/jobs/{}", ids[0])).await.json().await.unwrap();
+    assert_eq!(attempts(&job).len(), 1, "nothing was added: {job}");
+    let events = app.store().list_events(&OwnerId::parse("alice").unwrap(), JobId::parse(&ids[0]).unwrap()).await.unwrap();
+    assert!(events.iter().any(|e| e.kind == "admission-refused" && e.detail["problem"] == "budget-exceeded"), "{events:?}");
+
+    // A budget of exactly both worst cases admits the second attempt.
+    let admitted = app.post_attempt(&app.alice, &ids[1], "fallback", &json!({"provider": "sim-slow"})).await;
+    assert_eq!(admitted.status(), StatusCode::CREATED);
+}
+
+async fn max_cost_is_part_of_the_intent_and_a_first_attempt_over_it_makes_no_job(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let input = json!({"text": "budgets are intents"});
+    let first = worst_case(&app, "sim-fast", &input);
+    let with = |budget: Value| json!({"task": "summarize", "input": input, "max_cost": budget});
+    let too_small = Money::from_units(first.units() - TICK.units()).to_string();
+    let response = app.post_job("tiny", &with(json!(too_small))).await;
+    common::expect_problem(response, StatusCode::CONFLICT, "budget-exceeded").await;
+    let listed: Value = app.get(&app.alice, "/jobs").await.json().await.unwrap();
+    assert_eq!(listed["jobs"], json!([]), "no job was made");
+
+    assert_eq!(app.post_job("b", &with(json!("0.05"))).await.status(), StatusCode::CREATED);
+    assert_eq!(app.post_job("b", &with(json!("0.050"))).await.status(), StatusCode::OK, "the same budget, written otherwise");
+    common::expect_problem(app.post_job("b", &with(json!("0.06"))).await, StatusCode::CONFLICT, "idempotency-key-reused").await;
+    let without = json!({"task": "summarize", "input": input});
+    common::expect_problem(app.post_job("b", &without).await, StatusCode::CONFLICT, "idempotency-key-reused").await;
+    for bad in [json!(0.05), json!("-1"), json!("1e-3"), json!("0.0000000000000000001")] {
+        let problem = common::expect_problem(app.post_job("bad", &with(bad.clone())).await, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+        assert_eq!(problem["errors"][0]["pointer"], "/max_cost", "{bad}: {problem}");
+    }
+}
+
+async fn the_failover_policy_skips_a_provider_over_the_budget_with_an_event(backend: Backend) {
+    // A provider whose answers break the contract: failed, but charged. Its
+    // completion tokens are free, so its cost is exactly its worst case.
+    let app = TestApp::spawn_live(backend, |s| {
+        s.providers.insert(
+            "sim-prose".into(),
+            common::provider(
+                "kind = \"sim\"\ntokenizer = \"o200k_base\"\noutput = \"not_json\"\n\
+                 price = { input_per_million = \"1.000000000001\", output_per_million = \"0\", currency = \"USD\" }",
+            ),
+        );
+        s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-fast".into()];
+    })
+    .await;
+    app.qualify("sim-fast").await;
+    let input = json!({"text": "prose instead of JSON"});
+    let budget = worst_case(&app, "sim-prose", &input);
+    let body = json!({"task": "summarize", "input": input, "provider": "sim-prose", "max_cost": budget.to_string()});
+    let id = create(&app, "prose", &body).await;
+    let job = app.wait_for(&id, "failed", |j| j["state"] == "failed").await;
+    assert_eq!(attempts(&job).len(), 1, "the failover to sim-fast did not fit what was left: {job}");
+    assert_eq!(money(&job["cost"]["total"]), budget, "the failed attempt was charged its prompt");
+    let events = app.store().list_events(&OwnerId::parse("alice").unwrap(), JobId::parse(&id).unwrap()).await.unwrap();
+    let skipped = events.iter().find(|e| e.kind == "failover-skipped").unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(skipped.detail["provider"], "sim-fast");
+    assert!(skipped.detail["reason"].as_str().unwrap().contains("budget"), "{skipped:?}");
+}
+
 on_both_backends!(
+    a_job_with_max_cost_just_below_a_second_attempts_worst_case_refuses_that_attempt_with_409_budget_exceeded,
+    max_cost_is_part_of_the_intent_and_a_first_attempt_over_it_makes_no_job,
+    the_failover_policy_skips_a_provider_over_the_budget_with_an_event,
     a_race_where_the_loser_finishes_wastes_the_losers_cost_and_the_job_costs_winner_plus_waste,
     a_timed_out_attempt_is_charged_an_estimate_of_its_prompt_and_max_output_tokens,
     the_usage_report_groups_and_totals_match_the_attempts_table,

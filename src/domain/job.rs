@@ -40,6 +40,10 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
     /// When its state last changed.
     pub updated_at: DateTime<Utc>,
+    /// The most its attempts may cost together, as the create request set
+    /// it (the task's `max_cost` may be lower): a decimal string.
+    #[schema(value_type = Option<String>, example = "0.05")]
+    pub max_cost: Option<Money>,
     /// What its attempts cost so far: `null` until one has a cost.
     pub cost: Option<JobCost>,
     /// Every attempt, by number.

@@ -72,6 +72,8 @@ pub struct NewJob {
     pub provider: String,
     /// The id of the first attempt.
     pub first_attempt_id: AttemptId,
+    /// The job's budget, from the create request.
+    pub max_cost: Option<crate::domain::Money>,
 }
 
 impl NewJob {
@@ -90,6 +92,7 @@ impl NewJob {
             result: None,
             created_at,
             updated_at: created_at,
+            max_cost: self.max_cost,
             cost: None,
             attempts: vec![Attempt {
                 number: 1,
@@ -193,6 +196,17 @@ pub trait TaskRules: Send + Sync {
     /// `task` job whose attempts (in number order) are these could go, best
     /// first. The store takes the first qualified one.
     fn retry_candidates(&self, task: &str, primary: &str, attempts: &[PastAttempt<'_>]) -> Vec<NextAttempt>;
+    /// The task's budget per job, if it has one.
+    fn max_cost(&self, _task: &str) -> Option<crate::domain::Money> {
+        None
+    }
+    /// The most an attempt of a `task` job with this input may cost on
+    /// `provider`: its prompt's tokens and the provider's
+    /// `max_output_tokens` at its price. `None` when the provider has no
+    /// price (such attempts are never refused for budget).
+    fn worst_case_cost(&self, _task: &str, _provider: &str, _input: &Value) -> Option<crate::domain::Money> {
+        None
+    }
 }
 
 /// Where a provider stands for a task's current contract.

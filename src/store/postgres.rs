@@ -22,7 +22,8 @@ use super::{
     QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
     UnknownAttempt, corrupt, earlier_attempt, log_race_lost, parse_state, past_attempts,
 };
-use super::usage::{AttemptUsage, UsageFilter, UsageRow, read_cost, read_usage};
+use super::usage::{AttemptUsage, UsageFilter, UsageRow, check_budget, read_cost, stored_budget, read_usage};
+use crate::domain::Money;
 use crate::domain::job::JobCost;
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job, JobEvent, JobId,
@@ -88,7 +89,7 @@ impl PostgresStore {
 }
 
 const JOB_COLUMNS: &str = r#"j.owner_id, j.id, j.idempotency_key, j.fingerprint, j.task, j.input, j.provider,
-    j.state, j.winning_attempt, j.result, j.created_at, j.updated_at"#;
+    j.state, j.winning_attempt, j.result, j.created_at, j.updated_at, j.max_cost::text as max_cost"#;
 
 const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider as a_provider, a.state as a_state,
     a.origin as a_origin, a.idempotency_key as a_idempotency_key, a.worker as a_worker,
@@ -103,11 +104,11 @@ const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider 
 ///
 /// Creating a job: one statement inserts the job, its first attempt and its
 /// event; a taken key inserts nothing (I1). Binds: owner, job id, key,
-/// fingerprint, task, input, provider, first attempt id.
+/// fingerprint, task, input, provider, first attempt id, budget (text or null).
 pub const CREATE_JOB: &str = r#"with new_job as (
         insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
-                          state, created_at, updated_at)
-        values ($1, $2, $3, $4, $5, $6, $7, 'queued', now(), now())
+                          state, created_at, updated_at, max_cost)
+        values ($1, $2, $3, $4, $5, $6, $7, 'queued', now(), now(), $9::numeric)
         on conflict (owner_id, idempotency_key) do nothing
         returning owner_id, id, created_at
     ), first_attempt as (
@@ -154,6 +155,7 @@ fn read_job(row: &PgRow, attempts: Vec<Attempt>) -> Result<Job> {
         result: row.try_get("result")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
+        max_cost: row.try_get::<Option<String>, _>("max_cost")?.map(|m| m.parse()).transpose().map_err(corrupt)?,
         cost: JobCost::of(&attempts),
         attempts,
     })
@@ -491,6 +493,23 @@ impl PostgresStore {
     }
 }
 
+/// The budget of a job (its own `max_cost` or its task's, the lower) and
+/// its input, to cost attempts with; `None` when it has no budget.
+async fn read_budget(
+    tx: &mut Transaction<'_, Postgres>,
+    owner: &OwnerId,
+    job_id: JobId,
+    task: &str,
+    rules: &dyn TaskRules,
+) -> Result<Option<(Money, Value)>> {
+    let row = sqlx::query(r#"select max_cost::text as max_cost, input from jobs where owner_id = $1 and id = $2"#)
+        .bind(owner.as_str())
+        .bind(job_id.0)
+        .fetch_one(&mut **tx)
+        .await?;
+    stored_budget(rules, task, row.try_get("max_cost")?, || Ok(row.try_get("input")?))
+}
+
 /// Inserts a pending attempt numbered `number`.
 async fn insert_attempt(
     tx: &mut Transaction<'_, Postgres>,
@@ -545,16 +564,23 @@ async fn schedule_next_attempt(
     let attempts = read_attempts(tx, &failed.owner, failed.job_id).await?;
     let past = past_attempts(&attempts);
     let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
+    let budget = read_budget(tx, &failed.owner, failed.job_id, task, rules).await?;
     let mut chosen = None;
     for candidate in rules.retry_candidates(task, primary, &past) {
-        match check_qualified(tx, rules, task, primary, &candidate.provider).await? {
+        let mut verdict = check_qualified(tx, rules, task, primary, &candidate.provider).await?;
+        if verdict.is_ok()
+            && let Some((budget, input)) = &budget
+        {
+            verdict = check_budget(rules, task, input, *budget, &attempts, &candidate.provider);
+        }
+        match verdict {
             Ok(()) => {
                 chosen = Some(candidate);
                 break;
             }
             Err(reason) => {
                 tracing::info!(owner = %failed.owner, job.id = %failed.job_id, provider = %candidate.provider, %reason,
-                               "failover skipped an unqualified provider");
+                               "failover skipped a provider that is not qualified or over the budget");
                 append_event(
                     tx,
                     &failed.owner,
@@ -732,6 +758,7 @@ impl Store for PostgresStore {
         .bind(&new.input)
         .bind(&new.provider)
         .bind(new.first_attempt_id.0)
+        .bind(new.max_cost.map(|m| m.to_string()))
         .fetch_optional(lease.connection())
         .await;
         lease.keep_after(&created_at);
@@ -848,10 +875,18 @@ impl Store for PostgresStore {
 
         let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
         let qualification = check_qualified(&mut tx, rules, &task, &primary, provider).await?;
-        if let Err(refusal) = check_admission(job_state, &states, rules.limits(&task), qualification.is_ok()) {
+        let mut verdict = check_admission(job_state, &states, rules.limits(&task), qualification.is_ok());
+        let mut reason = None;
+        if verdict.is_ok()
+            && let Some((budget, input)) = read_budget(&mut tx, owner, job_id, &task, rules).await?
+            && let Err(why) = check_budget(rules, &task, &input, budget, &attempts, provider)
+        {
+            (verdict, reason) = (Err(AdmissionRefusal::BudgetExceeded), Some(why));
+        }
+        if let Err(refusal) = verdict {
             let reason = match refusal {
                 AdmissionRefusal::ProviderNotQualified => qualification.err(),
-                _ => None,
+                _ => reason,
             };
             append_event(
                 &mut tx,

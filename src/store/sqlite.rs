@@ -38,7 +38,8 @@ use super::{
     QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
     UnknownAttempt, corrupt, earlier_attempt, log_race_lost, parse_state, past_attempts,
 };
-use super::usage::{AttemptUsage, UsageFilter, UsageRow, read_cost, read_usage};
+use super::usage::{AttemptUsage, UsageFilter, UsageRow, check_budget, read_cost, stored_budget, read_usage};
+use crate::domain::Money;
 use crate::domain::job::JobCost;
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job,
@@ -209,8 +210,8 @@ async fn insert_new_job(tx: &mut Transaction<'static, Sqlite>, new: &NewJob) -> 
     let created = now();
     let inserted = sqlx::query(
         r#"insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
-                             state, created_at, updated_at)
-           values (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?8)
+                             state, created_at, updated_at, max_cost)
+           values (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?8, ?9)
            on conflict (owner_id, idempotency_key) do nothing"#,
     )
     .bind(new.owner.as_str())
@@ -221,6 +222,7 @@ async fn insert_new_job(tx: &mut Transaction<'static, Sqlite>, new: &NewJob) -> 
     .bind(Json(&new.input))
     .bind(&new.provider)
     .bind(created)
+    .bind(new.max_cost.map(|m| m.to_string()))
     .execute(&mut **tx)
     .await?
     .rows_affected()
@@ -265,7 +267,7 @@ fn json_column(row: &SqliteRow, column: &str) -> Result<Option<Value>> {
 }
 
 const JOB_COLUMNS: &str = r#"j.owner_id, j.id, j.idempotency_key, j.fingerprint, j.task, j.input, j.provider,
-    j.state, j.winning_attempt, j.result, j.created_at, j.updated_at"#;
+    j.state, j.winning_attempt, j.result, j.created_at, j.updated_at, j.max_cost as max_cost"#;
 
 const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider as a_provider, a.state as a_state,
     a.origin as a_origin, a.idempotency_key as a_idempotency_key, a.worker as a_worker,
@@ -290,6 +292,7 @@ fn read_job(row: &SqliteRow, attempts: Vec<Attempt>) -> Result<Job> {
         result: json_column(row, "result")?,
         created_at: time(row.try_get("created_at")?)?,
         updated_at: time(row.try_get("updated_at")?)?,
+        max_cost: row.try_get::<Option<String>, _>("max_cost")?.map(|m| m.parse()).transpose().map_err(corrupt)?,
         cost: JobCost::of(&attempts),
         attempts,
     })
@@ -369,6 +372,23 @@ async fn read_job_row(tx: &mut Transaction<'_, Sqlite>, owner: &OwnerId, job_id:
         .bind(job_id.0)
         .fetch_optional(&mut **tx)
         .await?)
+}
+
+/// The budget of a job (its own `max_cost` or its task's, the lower) and
+/// its input, to cost attempts with; `None` when it has no budget.
+async fn read_budget(
+    tx: &mut Transaction<'_, Sqlite>,
+    owner: &OwnerId,
+    job_id: JobId,
+    task: &str,
+    rules: &dyn TaskRules,
+) -> Result<Option<(Money, Value)>> {
+    let row = sqlx::query(r#"select max_cost, input from jobs where owner_id = ? and id = ?"#)
+        .bind(owner.as_str())
+        .bind(job_id.0)
+        .fetch_one(&mut **tx)
+        .await?;
+    stored_budget(rules, task, row.try_get("max_cost")?, || json_column(&row, "input")?.ok_or_else(|| corrupt("a job without input")))
 }
 
 async fn attempt_state(tx: &mut Transaction<'_, Sqlite>, attempt: &AttemptRef) -> Result<Option<AttemptState>> {
@@ -524,16 +544,23 @@ async fn schedule_next_attempt(
     let attempts = read_attempts(tx, &failed.owner, failed.job_id).await?;
     let past = past_attempts(&attempts);
     let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
+    let budget = read_budget(tx, &failed.owner, failed.job_id, task, rules).await?;
     let mut chosen = None;
     for candidate in rules.retry_candidates(task, primary, &past) {
-        match check_qualified(tx, rules, task, primary, &candidate.provider).await? {
+        let mut verdict = check_qualified(tx, rules, task, primary, &candidate.provider).await?;
+        if verdict.is_ok()
+            && let Some((budget, input)) = &budget
+        {
+            verdict = check_budget(rules, task, input, *budget, &attempts, &candidate.provider);
+        }
+        match verdict {
             Ok(()) => {
                 chosen = Some(candidate);
                 break;
             }
             Err(reason) => {
                 tracing::info!(owner = %failed.owner, job.id = %failed.job_id, provider = %candidate.provider, %reason,
-                               "failover skipped an unqualified provider");
+                               "failover skipped a provider that is not qualified or over the budget");
                 let detail = json!({ "provider": candidate.provider, "reason": reason, "after": failed.number });
                 append_event(tx, at, &failed.owner, failed.job_id, "failover-skipped", None, detail).await?;
             }
@@ -909,10 +936,18 @@ impl Store for SqliteStore {
 
         let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
         let qualification = check_qualified(&mut tx, rules, &task, &primary, provider).await?;
-        if let Err(refusal) = check_admission(job_state, &states, rules.limits(&task), qualification.is_ok()) {
+        let mut verdict = check_admission(job_state, &states, rules.limits(&task), qualification.is_ok());
+        let mut reason = None;
+        if verdict.is_ok()
+            && let Some((budget, input)) = read_budget(&mut tx, owner, job_id, &task, rules).await?
+            && let Err(why) = check_budget(rules, &task, &input, budget, &attempts, provider)
+        {
+            (verdict, reason) = (Err(AdmissionRefusal::BudgetExceeded), Some(why));
+        }
+        if let Err(refusal) = verdict {
             let reason = match refusal {
                 AdmissionRefusal::ProviderNotQualified => qualification.err(),
-                _ => None,
+                _ => reason,
             };
             let detail = json!({ "problem": refusal.problem_type(), "provider": provider, "reason": reason,
                                  "idempotency_key": new.idempotency_key.as_ref().map(IdempotencyKey::as_str),
