@@ -158,7 +158,7 @@ pub(crate) async fn create_job(State(app): State<AppState>, Owner(owner): Owner,
     }
 
     super::usage::refuse_over_budget(&app.catalog, &task.name, &provider, &request.input, request.max_cost)?;
-    let fingerprint = Fingerprint::of_job_with_budget(&task.name, &request.input, &provider, request.max_cost);
+    let fingerprint = Fingerprint::of_job_with_budget(&task.name, &request.input, &provider, request.max_cost.map(|m| m.to_string()));
     let new = NewJob {
         owner,
         id: JobId::new(),
