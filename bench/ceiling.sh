@@ -55,7 +55,7 @@ onejob_run() {
 }
 
 # A new job: the store binds owner, job id, key, fingerprint, task, input,
-# provider and attempt id; here the ids are made by Postgres (time-ordered
+# provider, attempt id and budget (none here); here the ids are made by Postgres (time-ordered
 # like the store's UUIDv7), and the key is unique per client and transaction.
 V7="(lpad(to_hex((extract(epoch from clock_timestamp()) * 1000)::bigint), 12, '0') || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid"
 {
@@ -68,7 +68,8 @@ V7="(lpad(to_hex((extract(epoch from clock_timestamp()) * 1000)::bigint), 12, '0
         -e "s/\$5/'summarize'/g" \
         -e "s/\$6/'{\"text\": \"job 1 2\"}'::jsonb/g" \
         -e "s/\$7/'sim-fast'/g" \
-        -e "s/\$8/$V7/g"
+        -e "s/\$8/$V7/g" \
+        -e "s/\$9/null/g"
 } > "$WORK/create.sql"
 pgbench_run create "$WORK/create.sql"
 

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::config::{ProviderSettings, Settings, TaskSettings};
 use crate::provider::contract::Contract;
-use crate::domain::AttemptLimits;
+use crate::domain::{AttemptLimits, Money, Usage};
 use crate::domain::policy::{NextAttempt, PastAttempt, RetryPolicy};
 use crate::store::TaskRules;
 
@@ -100,6 +100,22 @@ impl TaskRules for Catalog {
 
     fn contract_hash(&self, task: &str, provider: &str) -> Option<[u8; 32]> {
         Catalog::contract_hash(self, task, provider)
+    }
+
+    fn max_cost(&self, task: &str) -> Option<Money> {
+        self.task(task)?.settings.max_cost
+    }
+
+    fn worst_case_cost(&self, task: &str, provider: &str, input: &Value) -> Option<Money> {
+        let settings = self.provider(provider)?;
+        let price = settings.price.as_ref()?;
+        let prompt_tokens = self.task(task)?.contract.prompt_tokens(settings, input)?;
+        let usage = Usage {
+            prompt_tokens: i64::try_from(prompt_tokens).ok()?,
+            completion_tokens: i64::from(settings.max_output_tokens),
+            estimated: true,
+        };
+        Some(price.cost(&usage).amount)
     }
 
     fn retry_candidates(&self, task: &str, primary: &str, attempts: &[PastAttempt<'_>]) -> Vec<NextAttempt> {

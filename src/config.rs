@@ -223,6 +223,10 @@ pub struct TaskSettings {
     /// Attempts running at once per job.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: u32,
+    /// The most one job's attempts may cost together (a decimal string in
+    /// the providers' currency); a job's own `max_cost` may only lower it.
+    #[serde(default)]
+    pub max_cost: Option<crate::domain::Money>,
     /// Retries on the same provider after a retryable failure (429, 500,
     /// 502, 503, a refused connection) before failing over.
     #[serde(default = "default_retries_per_provider")]
@@ -394,6 +398,9 @@ pub struct ProviderSettings {
     /// Whether to send the task's output schema as `response_format`.
     #[serde(default)]
     pub response_format: bool,
+    /// What its tokens cost; none: usage is counted, not costed.
+    #[serde(default)]
+    pub price: Option<crate::domain::Price>,
     /// The temperature qualification runs at; part of the contract hash.
     #[serde(default)]
     pub qualification_temperature: f64,
@@ -564,6 +571,9 @@ impl Settings {
                     return invalid(format!("tasks.{name} names provider '{provider}', which is not configured"));
                 }
             }
+            if task.max_cost.is_some_and(|m| m < crate::domain::Money::ZERO) {
+                return invalid(format!("tasks.{name}.max_cost must be at least 0"));
+            }
             if task.max_attempts == 0 || task.max_in_flight == 0 {
                 return invalid(format!("tasks.{name}: max_attempts and max_in_flight must be at least 1"));
             }
@@ -591,6 +601,15 @@ impl Settings {
             {
                 return invalid(format!("providers.{name}: status_lookup needs a status_url"));
             }
+        }
+        let mut currencies = self.providers.iter().filter_map(|(name, p)| Some((name, &p.price.as_ref()?.currency)));
+        if let Some((first_name, first)) = currencies.next()
+            && let Some((name, other)) = currencies.find(|(_, currency)| currency != &first)
+        {
+            return invalid(format!(
+                "providers.{name}.price is in {other} but providers.{first_name}.price in {first}: \
+                 every price must be in one currency, so that costs and budgets add up"
+            ));
         }
         Ok(())
     }

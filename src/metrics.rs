@@ -39,6 +39,13 @@ pub const CLAIM_BATCH: &str = "onejob_claim_batch_size";
 pub const QUEUE_DEPTH: &str = "onejob_queue_depth";
 /// Requests refused by the per-owner rate limit.
 pub const RATE_LIMITED: &str = "onejob_rate_limited_total";
+/// Tokens of settled attempts, by provider, outcome and kind (prompt,
+/// completion); estimates included.
+pub const TOKENS: &str = "onejob_tokens_total";
+/// Cost of settled attempts in billionths of the currency (rounded down per
+/// attempt; `GET /usage` has the exact amounts), by provider, outcome and
+/// currency.
+pub const COST: &str = "onejob_cost_nanos_total";
 
 /// Every metric name, for the test that checks `/metrics` and the README.
 pub const ALL: &[&str] = &[
@@ -57,6 +64,8 @@ pub const ALL: &[&str] = &[
     CLAIM_BATCH,
     QUEUE_DEPTH,
     RATE_LIMITED,
+    TOKENS,
+    COST,
 ];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -98,6 +107,21 @@ fn describe() {
     metrics::describe_histogram!(CLAIM_BATCH, "attempts claimed per claim");
     metrics::describe_gauge!(QUEUE_DEPTH, "pending attempts due now");
     metrics::describe_counter!(RATE_LIMITED, "requests refused by the per-owner rate limit");
+    metrics::describe_counter!(TOKENS, "tokens of settled attempts by provider, outcome and kind");
+    metrics::describe_counter!(COST, "cost of settled attempts in billionths of the currency");
+}
+
+/// Counts the tokens and cost of an attempt that reached `outcome`.
+pub fn usage(provider: &str, outcome: &'static str, usage: &crate::domain::Usage, cost: Option<&crate::domain::Cost>) {
+    for (kind, tokens) in [("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens)] {
+        counter!(TOKENS, "provider" => provider.to_owned(), "outcome" => outcome, "kind" => kind)
+            .increment(u64::try_from(tokens).unwrap_or(0));
+    }
+    if let Some(cost) = cost {
+        let nanos = cost.amount.units() / 1_000_000_000;
+        counter!(COST, "provider" => provider.to_owned(), "outcome" => outcome, "currency" => cost.currency.clone())
+            .increment(u64::try_from(nanos).unwrap_or(0));
+    }
 }
 
 /// Counts an attempt that reached `outcome`.

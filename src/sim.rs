@@ -35,6 +35,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
 use crate::config::{ProviderKind, ProviderSettings, Settings, SimFault, SimOutput};
+use crate::provider::tokens;
 
 /// The size of a `huge_body` answer.
 pub const HUGE_BODY_BYTES: usize = 10 * 1024 * 1024;
@@ -42,8 +43,9 @@ pub const HUGE_BODY_BYTES: usize = 10 * 1024 * 1024;
 /// What the simulator decided to do with one request.
 #[derive(Clone, Debug)]
 enum Plan {
-    /// Answer 200 with `content` at `at`.
-    Answer { at: Instant, content: String },
+    /// Answer 200 with `content` at `at`, reporting this `usage`
+    /// (prompt and completion tokens by the provider's tokenizer).
+    Answer { at: Instant, content: String, usage: (usize, usize) },
     /// Answer `status` with an error body at `at`.
     Error { at: Instant, status: u16 },
     /// Never answer; the status lookup says `running` until `gives_up_at`,
@@ -264,9 +266,7 @@ fn render(output: Value, mode: SimOutput) -> String {
     }
 }
 
-fn completion(id: &str, model: &str, content: &str) -> Value {
-    let prompt_tokens = 20;
-    let completion_tokens = content.len().div_ceil(4);
+fn completion(id: &str, model: &str, content: &str, (prompt_tokens, completion_tokens): (usize, usize)) -> Value {
     json!({
         "id": format!("chatcmpl-{id}"),
         "object": "chat.completion",
@@ -318,7 +318,11 @@ async fn complete(
         Plan::Error { at: ready, status: provider.error_status }
     } else {
         let at = provider.late_ms.map_or(ready, |late| now + Duration::from_millis(late));
-        Plan::Answer { at, content: render(answer_for(&body["onejob_input"], &body["messages"]), provider.output) }
+        let content = render(answer_for(&body["onejob_input"], &body["messages"]), provider.output);
+        // Counted once per request, as the provider's tokenizer counts.
+        let messages = body["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let usage = (tokens::count_messages(provider.tokenizer, messages), tokens::count(provider.tokenizer, &content));
+        Plan::Answer { at, content, usage }
     };
     // A repeated request id is answered as the first was (a provider that
     // honours Idempotency-Key), and counted.
@@ -349,9 +353,9 @@ async fn complete(
             }
             response
         }
-        Plan::Answer { at, content } => {
+        Plan::Answer { at, content, usage } => {
             tokio::time::sleep_until(at).await;
-            Json(completion(&id, &model, &content)).into_response()
+            Json(completion(&id, &model, &content, usage)).into_response()
         }
     }
 }
@@ -382,7 +386,7 @@ async fn misbehave(fault: SimFault, connection: Option<Extension<ConnectInfo<Con
         // Nothing is sent until the handler returns.
         SimFault::NoHeaders => std::future::pending().await,
         SimFault::StalledBody => {
-            let whole = completion(id, model, r#"{"summary": "", "word_count": 0}"#).to_string().into_bytes();
+            let whole = completion(id, model, r#"{"summary": "", "word_count": 0}"#, (0, 0)).to_string().into_bytes();
             let half = Bytes::copy_from_slice(&whole[..whole.len() / 2]);
             let stream = futures_util::stream::iter([Ok::<_, io::Error>(half)]).chain(futures_util::stream::pending());
             let mut response = json_200(Body::from_stream(stream));
@@ -403,7 +407,7 @@ async fn misbehave(fault: SimFault, connection: Option<Extension<ConnectInfo<Con
         }
         SimFault::InvalidUtf8 => {
             // Raw bytes that are not UTF-8 where the content's text goes.
-            let text = completion(id, model, "MARK").to_string();
+            let text = completion(id, model, "MARK", (0, 0)).to_string();
             let (before, after) = text.split_once("MARK").expect("the mark is in the completion");
             json_200(Body::from([before.as_bytes(), b"\xff\xfe\x80", after.as_bytes()].concat()))
         }
@@ -416,13 +420,17 @@ async fn misbehave(fault: SimFault, connection: Option<Extension<ConnectInfo<Con
 
 fn report(id: &str, entry: &Entry) -> Value {
     let now = Instant::now();
+    let mut usage = Value::Null;
     let (status, content, error) = match &entry.plan {
-        Plan::Answer { at, content } if now >= *at => ("succeeded", Some(content.clone()), None),
+        Plan::Answer { at, content, usage: (prompt, completion) } if now >= *at => {
+            usage = json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
+            ("succeeded", Some(content.clone()), None)
+        }
         Plan::Error { at, status } if now >= *at => ("failed", None, Some(format!("simulated {status}"))),
         Plan::Hang { gives_up_at } if now >= *gives_up_at => ("failed", None, Some("gave up".to_owned())),
         _ => ("running", None, None),
     };
-    json!({"id": id, "provider": entry.provider, "status": status, "content": content, "error": error,
+    json!({"id": id, "provider": entry.provider, "status": status, "content": content, "error": error, "usage": usage,
            "received": entry.times, "received_at": entry.received_at})
 }
 

@@ -60,5 +60,5 @@ conformance!(postgres => crate::common::postgres_store, sqlite => crate::common:
     a_failure_and_the_policys_next_attempt_commit_together,
     browsing_jobs_spans_owners_only_when_asked_and_finds_a_key,
     open_unknown_attempts_are_listed_until_they_are_settled,
-
+    usage_and_cost_are_stored_exactly_and_summed_as_winner_plus_waste,
 ]);

@@ -102,6 +102,10 @@ struct JobIntent<'a> {
     task: &'a str,
     input: &'a Value,
     provider: &'a str,
+    // Left out when absent, so that a job without a budget keeps the
+    // fingerprint it had before budgets existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_cost: Option<String>,
 }
 
 impl Fingerprint {
@@ -109,7 +113,15 @@ impl Fingerprint {
     /// (the task's default when the request named none), so that naming the
     /// default explicitly is a replay, not a conflict.
     pub fn of_job(task: &str, input: &Value, provider: &str) -> Self {
-        let intent = JobIntent { task, input, provider };
+        Self::of_job_with_budget(task, input, provider, None)
+    }
+
+    /// The fingerprint of a job's intent with its budget, which the caller
+    /// writes in its shortest decimal form (`Money`'s, so that `0.050` is the
+    /// same budget as `0.05`). Without one it is [`Self::of_job`]. (This file
+    /// is also built alone by the fuzzer: it names no other module.)
+    pub fn of_job_with_budget(task: &str, input: &Value, provider: &str, max_cost: Option<String>) -> Self {
+        let intent = JobIntent { task, input, provider, max_cost };
         // Serialising a `Value` tree cannot fail: every map key is a string.
         let canonical = serde_json_canonicalizer::to_vec(&intent)
             .expect("canonical JSON of a JSON value");
@@ -187,11 +199,20 @@ mod tests {
         assert_ne!(base, Fingerprint::of_job("summarize", &json!({"text": "ho"}), "sim-fast"));
         assert_ne!(base, Fingerprint::of_job("summarize", &input, "sim-slow"));
         assert_ne!(base, Fingerprint::of_job("translate", &input, "sim-fast"));
+        let budget = |text: &str| Fingerprint::of_job_with_budget("summarize", &input, "sim-fast", Some(text.into()));
+        assert_eq!(base, Fingerprint::of_job_with_budget("summarize", &input, "sim-fast", None));
+        assert_ne!(base, budget("0.05"));
+        assert_ne!(budget("0.05"), budget("0.06"));
     }
 
     #[test]
     fn fingerprint_is_shown_as_prefixed_hex() {
         let shown = Fingerprint::of_job("t", &json!(null), "p").to_string();
+        // Pinned: budgets did not change the fingerprint of a job without one.
+        assert_eq!(
+            Fingerprint::of_job("summarize", &json!({"text": "hi"}), "sim-fast").to_string(),
+            format!("sha256:{}", hex::encode(Sha256::digest(br#"{"input":{"text":"hi"},"provider":"sim-fast","task":"summarize"}"#)))
+        );
         assert!(shown.starts_with("sha256:"));
         assert_eq!(shown.len(), "sha256:".len() + 64);
     }

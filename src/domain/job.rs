@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::money::{Cost, Money, Usage};
 use super::{AttemptId, AttemptState, Fingerprint, JobId, JobState, OwnerId};
 
 /// One intent: what the owner asked for and how it ended.
@@ -39,8 +40,60 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
     /// When its state last changed.
     pub updated_at: DateTime<Utc>,
+    /// The most its attempts may cost together, as the create request set
+    /// it (the task's `max_cost` may be lower): a decimal string.
+    #[schema(value_type = Option<String>, example = "0.05")]
+    pub max_cost: Option<Money>,
+    /// What its attempts cost so far: `null` until one has a cost.
+    pub cost: Option<JobCost>,
     /// Every attempt, by number.
     pub attempts: Vec<Attempt>,
+}
+
+/// What a job's attempts cost: the total is the winner's cost plus the
+/// waste (attempts that were charged, or may have been, without producing
+/// the result: superseded, failed after the provider answered, unknown).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct JobCost {
+    /// The currency of every amount.
+    pub currency: String,
+    /// Every attempt's cost: `winner + waste`. A decimal string.
+    #[schema(value_type = String, example = "0.000131")]
+    pub total: Money,
+    /// The winning attempt's cost (`0` until one wins).
+    #[schema(value_type = String, example = "0.000065")]
+    pub winner: Money,
+    /// The cost of the attempts that did not produce the result.
+    #[schema(value_type = String, example = "0.000066")]
+    pub waste: Money,
+    /// Whether any part is an estimate (an attempt whose usage the provider
+    /// never reported).
+    pub estimated: bool,
+}
+
+impl JobCost {
+    /// The cost of these attempts; `None` when none has a cost.
+    pub fn of(attempts: &[Attempt]) -> Option<JobCost> {
+        let mut cost: Option<JobCost> = None;
+        for attempt in attempts {
+            let Some(attempt_cost) = &attempt.cost else { continue };
+            let sum = cost.get_or_insert_with(|| JobCost {
+                currency: attempt_cost.currency.clone(),
+                total: Money::ZERO,
+                winner: Money::ZERO,
+                waste: Money::ZERO,
+                estimated: false,
+            });
+            sum.total += attempt_cost.amount;
+            if attempt.state == AttemptState::Succeeded {
+                sum.winner += attempt_cost.amount;
+            } else {
+                sum.waste += attempt_cost.amount;
+            }
+            sum.estimated |= attempt.usage.is_some_and(|u| u.estimated);
+        }
+        cost
+    }
 }
 
 /// A job without its attempts, for listings.
@@ -128,6 +181,10 @@ pub struct Attempt {
     pub started_at: Option<DateTime<Utc>>,
     /// When it reached a final or unknown state.
     pub finished_at: Option<DateTime<Utc>>,
+    /// The tokens it used, as the provider reported them or estimated.
+    pub usage: Option<Usage>,
+    /// What those tokens cost at the provider's configured price.
+    pub cost: Option<Cost>,
 }
 
 /// What went wrong with an attempt: a stable type and a human message, plus

@@ -5,6 +5,7 @@
 pub mod ids;
 pub mod idempotency;
 pub mod job;
+pub mod money;
 pub mod policy;
 pub mod role;
 pub mod state;
@@ -12,5 +13,6 @@ pub mod state;
 pub use ids::{AttemptId, JobId, OwnerId};
 pub use idempotency::{Fingerprint, IdempotencyKey};
 pub use role::KeyRole;
+pub use money::{Cost, Money, Price, Usage};
 pub use job::{Attempt, AttemptError, AttemptOrigin, Job, JobEvent, JobSummary};
 pub use state::{AdmissionRefusal, AttemptLimits, AttemptState, JobState, check_admission};

@@ -178,6 +178,9 @@ pub enum AdmissionRefusal {
     AttemptLimitReached,
     /// The provider has not been proven against the task's contract (I5).
     ProviderNotQualified,
+    /// The attempt's worst-case cost would exceed what is left of the job's
+    /// budget (its `max_cost`, or its task's).
+    BudgetExceeded,
 }
 
 impl AdmissionRefusal {
@@ -190,6 +193,7 @@ impl AdmissionRefusal {
             AdmissionRefusal::TooManyAttemptsInFlight => "too-many-attempts-in-flight",
             AdmissionRefusal::AttemptLimitReached => "attempt-limit-reached",
             AdmissionRefusal::ProviderNotQualified => "provider-not-qualified",
+            AdmissionRefusal::BudgetExceeded => "budget-exceeded",
         }
     }
 }

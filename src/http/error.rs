@@ -134,6 +134,11 @@ impl Problem {
                 "Provider not qualified",
                 "the provider is not qualified for this task",
             ),
+            BudgetExceeded => (
+                StatusCode::CONFLICT,
+                "Budget exceeded",
+                "the attempt's worst-case cost exceeds what is left of the job's budget",
+            ),
         };
         let problem = Self::new(status, refusal.problem_type(), title).detail(detail);
         if refusal == AttemptOutcomeUnknown { problem.retry_after(unknown_retry_after) } else { problem }

@@ -20,7 +20,7 @@ use super::error::{ApiError, Problem};
 use super::extract::{idempotency_key, read_json};
 use crate::catalog::Violation;
 use crate::metrics;
-use crate::domain::{AdmissionRefusal, AttemptId, Fingerprint, Job, JobId, JobState};
+use crate::domain::{AdmissionRefusal, AttemptId, Fingerprint, Job, JobId, JobState, Money};
 use super::replay::{Flight, Trip};
 use crate::store::{Cancel, CreateJob, JobFilter, NewJob};
 
@@ -81,10 +81,11 @@ struct CreateJobRequest {
     task: String,
     input: Value,
     provider: Option<String>,
+    max_cost: Option<Money>,
 }
 
 fn parse_create_request(body: Value) -> Result<CreateJobRequest, Problem> {
-    let (mut body, mut violations) = object_body(body, &["task", "input", "provider"])?;
+    let (mut body, mut violations) = object_body(body, &["task", "input", "provider", "max_cost"])?;
     let task = match body.remove("task") {
         Some(Value::String(task)) => Some(task),
         Some(_) => {
@@ -108,8 +109,9 @@ fn parse_create_request(body: Value) -> Result<CreateJobRequest, Problem> {
             None
         }
     };
+    let max_cost = super::usage::parse_max_cost(body.remove("max_cost"), &mut violations);
     match (task, input) {
-        (Some(task), Some(input)) if violations.is_empty() => Ok(CreateJobRequest { task, input, provider }),
+        (Some(task), Some(input)) if violations.is_empty() => Ok(CreateJobRequest { task, input, provider, max_cost }),
         _ => Err(Problem::invalid(violations)),
     }
 }
@@ -127,7 +129,7 @@ fn created(job: &Job) -> Response {
         (status = 200, description = "a replay: the job this key made, as it is now", body = Job,
          headers(("Idempotent-Replayed" = String, description = "true"), ("Location" = String, description = "/jobs/{id}"))),
         (status = 400, description = "idempotency-key-missing or idempotency-key-invalid", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "idempotency-key-reused: the key made a job with another task, input or provider", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "idempotency-key-reused: the key made a job with another task, input, provider or max_cost; or budget-exceeded: the first attempt could cost more than max_cost", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 413, description = "payload-too-large", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported-media-type: the body is not JSON", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed (malformed JSON, unknown field or task, input breaking the schema, a prompt that cannot be rendered) or provider-unknown", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
@@ -155,7 +157,8 @@ pub(crate) async fn create_job(State(app): State<AppState>, Owner(owner): Owner,
         return Err(Problem::invalid_field("/input", message).into());
     }
 
-    let fingerprint = Fingerprint::of_job(&task.name, &request.input, &provider);
+    super::usage::refuse_over_budget(&app.catalog, &task.name, &provider, &request.input, request.max_cost)?;
+    let fingerprint = Fingerprint::of_job_with_budget(&task.name, &request.input, &provider, request.max_cost.map(|m| m.to_string()));
     let new = NewJob {
         owner,
         id: JobId::new(),
@@ -165,6 +168,7 @@ pub(crate) async fn create_job(State(app): State<AppState>, Owner(owner): Owner,
         input: request.input,
         provider,
         first_attempt_id: AttemptId::new(),
+        max_cost: request.max_cost,
     };
     // A key this process has seen taken: its holder never changes, so read
     // that job by id (one cheap statement) instead of trying the insert.

@@ -12,6 +12,7 @@ pub mod openapi;
 pub mod providers;
 pub mod replay;
 pub mod serve;
+pub mod usage;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -77,6 +78,7 @@ pub fn router(state: AppState) -> Router {
         .merge(attempts::router())
         .merge(providers::router())
         .merge(keys::router())
+        .merge(usage::router())
         .route(listed("/healthz"), get(healthz))
         .route(listed("/readyz"), get(readyz))
         .route(listed("/metrics"), get(render_metrics))

@@ -23,6 +23,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/providers"),
     ("post", "/providers/{name}/qualifications"),
     ("post", "/keys/{id}/revoke"),
+    ("get", "/usage"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -103,6 +104,7 @@ pub const PROBLEM_TYPES: &[&str] = &[
     "validation-failed",
     "provider-unknown",
     "provider-not-qualified",
+    "budget-exceeded",
     "contract-violation",
     "rate-limited",
     "unavailable",
@@ -120,6 +122,11 @@ pub struct CreateJobBody {
     pub input: Value,
     /// A configured provider; the task's default when left out.
     pub provider: Option<String>,
+    /// The most the job's attempts may cost together, a decimal string in
+    /// the providers' currency (at most 18 decimals). Part of the intent:
+    /// the same key with another `max_cost` is a conflict.
+    #[schema(pattern = r"^[0-9]{1,20}(\.[0-9]{1,18})?$", example = "0.05")]
+    pub max_cost: Option<String>,
 }
 
 /// `POST /jobs/{id}/attempts` body (or no body at all).
@@ -188,8 +195,8 @@ pub struct AttemptWithJob {
 /// attempt-outcome-unknown, too-many-attempts-in-flight,
 /// attempt-limit-reached, attempt-not-unknown, payload-too-large,
 /// request-timeout, unsupported-media-type, validation-failed, provider-unknown,
-/// provider-not-qualified, contract-violation, rate-limited, unavailable,
-/// internal.
+/// provider-not-qualified, budget-exceeded, contract-violation, rate-limited,
+/// unavailable, internal.
 #[derive(Serialize, ToSchema)]
 pub struct Problem {
     /// The stable problem type.
@@ -294,6 +301,7 @@ impl Modify for BearerAuth {
         super::providers::list_providers,
         super::providers::run_qualification,
         super::keys::revoke_key,
+        super::usage::usage_report,
         super::healthz,
         super::readyz,
         super::render_metrics,
@@ -302,7 +310,9 @@ impl Modify for BearerAuth {
     ),
     components(schemas(
         Job, JobSummary, Attempt, AttemptState, JobState, AttemptOrigin, CreateJobBody, CreateAttemptBody,
-        ResolveBody, Outcome, QualifyBody, JobPage, AttemptWithJob, Problem
+        ResolveBody, Outcome, QualifyBody, JobPage, AttemptWithJob, Problem,
+        crate::domain::job::JobCost, crate::domain::Usage, crate::domain::Cost,
+        super::usage::UsageReport, super::usage::UsageTotals, super::usage::UsageGroup, super::usage::GroupBy
     )),
     modifiers(&BearerAuth, &Roles),
     security(("api_key" = []))

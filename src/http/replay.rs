@@ -270,6 +270,7 @@ mod tests {
             input: serde_json::json!({"text": key}),
             provider: "sim-fast".into(),
             first_attempt_id: crate::domain::AttemptId::new(),
+            max_cost: None,
         };
         new.created(chrono::Utc::now())
     }

@@ -60,6 +60,13 @@ impl Contract {
 
     /// The chat messages for an input: the system message (if any) and the
     /// user message. The input's members are variables, and so is `input`.
+    /// The tokens of the prompt rendered from `input`, as `provider` counts
+    /// them; `None` when it cannot be rendered.
+    pub fn prompt_tokens(&self, provider: &ProviderSettings, input: &Value) -> Option<usize> {
+        Some(tokens::count_messages(provider.tokenizer, &self.render(input).ok()?))
+    }
+
+    /// Renders the chat messages from `input`.
     pub fn render(&self, input: &Value) -> Result<Vec<Value>, String> {
         let mut context = match input {
             Value::Object(members) => members.clone(),

@@ -45,6 +45,8 @@ pub struct ProviderRequest {
 pub struct Completion {
     /// The output, parsed from the assistant message as JSON.
     pub output: Value,
+    /// The tokens the provider says it used (its `usage` object), if it said.
+    pub usage: Option<crate::domain::Usage>,
 }
 
 /// How a failure bears on the attempt.

@@ -139,9 +139,25 @@ fn transport_error(error: reqwest::Error) -> ProviderError {
 /// Parses the assistant message's content as the output.
 pub fn parse_content(content: &str) -> Result<Completion, ProviderError> {
     match serde_json::from_str::<Value>(content) {
-        Ok(output) => Ok(Completion { output }),
+        Ok(output) => Ok(Completion { output, usage: None }),
         Err(error) => Err(ProviderError::contract_violation(format!("the answer is not JSON: {error}"))),
     }
+}
+
+/// The `usage` object of a chat completion: prompt and completion tokens,
+/// both present and non-negative, or nothing.
+pub fn parse_usage(body: &Value) -> Option<crate::domain::Usage> {
+    let usage = body.get("usage")?;
+    let tokens = |name: &str| usage.get(name)?.as_i64().filter(|n| *n >= 0);
+    Some(crate::domain::Usage { prompt_tokens: tokens("prompt_tokens")?, completion_tokens: tokens("completion_tokens")?, estimated: false })
+}
+
+/// Adds the usage of a charged answer to its error's detail, as `usage`.
+fn with_usage(mut error: ProviderError, usage: Option<crate::domain::Usage>) -> ProviderError {
+    if let Some(usage) = usage {
+        error.detail = serde_json::json!({ "usage": usage });
+    }
+    error
 }
 
 /// Reads a chat completion body down to its output.
@@ -155,10 +171,15 @@ pub fn parse_completion(body: &[u8]) -> Result<Completion, ProviderError> {
     }
     let message = body.pointer("/choices/0/message").ok_or_else(|| bad("the answer has no choices[0].message"))?;
     match message.get("content").and_then(Value::as_str) {
-        Some(content) => parse_content(content),
+        // An answer that breaks the contract was still charged: its usage
+        // travels in the error's detail.
+        Some(content) => match parse_content(content) {
+            Ok(completion) => Ok(Completion { usage: parse_usage(&body), ..completion }),
+            Err(error) => Err(with_usage(error, parse_usage(&body))),
+        },
         None => {
             let refusal = message.get("refusal").and_then(Value::as_str).unwrap_or("no content");
-            Err(ProviderError::contract_violation(format!("the answer has no content: {refusal}")))
+            Err(with_usage(ProviderError::contract_violation(format!("the answer has no content: {refusal}")), parse_usage(&body)))
         }
     }
 }
@@ -274,7 +295,7 @@ impl HttpProvider {
             Some("succeeded") => {
                 let content = report.get("content").and_then(Value::as_str).unwrap_or_default();
                 match parse_content(content) {
-                    Ok(completion) => Ok(RequestStatus::Succeeded(completion)),
+                    Ok(completion) => Ok(RequestStatus::Succeeded(Completion { usage: parse_usage(&report), ..completion })),
                     // The provider finished, but with an output that breaks the contract.
                     Err(error) => Ok(RequestStatus::Failed(error.message)),
                 }
@@ -303,6 +324,19 @@ mod tests {
         assert_eq!(error_message(body), "Incorrect API key provided: sk-abc***.");
         assert_eq!(error_message(b"upstream connect error"), "upstream connect error");
         assert!(error_message("x".repeat(2000).as_bytes()).len() < 600);
+    }
+
+    #[test]
+    fn the_usage_object_is_read_and_travels_with_a_charged_contract_violation() {
+        let body = br#"{"choices": [{"message": {"content": "{}"}}], "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}}"#;
+        let usage = crate::domain::Usage { prompt_tokens: 12, completion_tokens: 3, estimated: false };
+        assert_eq!(parse_completion(body).unwrap().usage, Some(usage));
+        let not_json = br#"{"choices": [{"message": {"content": "Sure!"}}], "usage": {"prompt_tokens": 12, "completion_tokens": 3}}"#;
+        assert_eq!(parse_completion(not_json).unwrap_err().detail, json!({"usage": usage}));
+        for partial in [r#"{"prompt_tokens": 12}"#, r#"{"prompt_tokens": -1, "completion_tokens": 3}"#, "null"] {
+            let body = format!(r#"{{"choices": [{{"message": {{"content": "{{}}"}}}}], "usage": {partial}}}"#);
+            assert_eq!(parse_completion(body.as_bytes()).unwrap().usage, None, "{partial}");
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@
 mod hot;
 pub mod postgres;
 pub mod sqlite;
+pub mod usage;
 
 use std::time::Duration;
 
@@ -28,6 +29,7 @@ use crate::domain::{
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
+pub use usage::{AttemptUsage, UsageFilter, UsageRow};
 
 /// What a store call can fail with. Outcomes of the business (a lost race,
 /// a refused admission) are never errors: they are in the return types.
@@ -70,6 +72,8 @@ pub struct NewJob {
     pub provider: String,
     /// The id of the first attempt.
     pub first_attempt_id: AttemptId,
+    /// The job's budget, from the create request.
+    pub max_cost: Option<crate::domain::Money>,
 }
 
 impl NewJob {
@@ -88,6 +92,8 @@ impl NewJob {
             result: None,
             created_at,
             updated_at: created_at,
+            max_cost: self.max_cost,
+            cost: None,
             attempts: vec![Attempt {
                 number: 1,
                 id: self.first_attempt_id,
@@ -103,6 +109,8 @@ impl NewJob {
                 not_before: created_at,
                 started_at: None,
                 finished_at: None,
+                usage: None,
+                cost: None,
             }],
         }
     }
@@ -188,6 +196,17 @@ pub trait TaskRules: Send + Sync {
     /// `task` job whose attempts (in number order) are these could go, best
     /// first. The store takes the first qualified one.
     fn retry_candidates(&self, task: &str, primary: &str, attempts: &[PastAttempt<'_>]) -> Vec<NextAttempt>;
+    /// The task's budget per job, if it has one.
+    fn max_cost(&self, _task: &str) -> Option<crate::domain::Money> {
+        None
+    }
+    /// The most an attempt of a `task` job with this input may cost on
+    /// `provider`: its prompt's tokens and the provider's
+    /// `max_output_tokens` at its price. `None` when the provider has no
+    /// price (such attempts are never refused for budget).
+    fn worst_case_cost(&self, _task: &str, _provider: &str, _input: &Value) -> Option<crate::domain::Money> {
+        None
+    }
 }
 
 /// Where a provider stands for a task's current contract.
@@ -601,6 +620,15 @@ pub trait Store: Send + Sync + 'static {
     /// The attempts whose outcome is unknown, of one owner or (`None`) of
     /// every owner, the longest unknown first, at most `limit`.
     async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>>;
+
+    /// Records the tokens an attempt used and their cost, whatever its
+    /// state; a later record (the provider's own count after an estimate)
+    /// replaces an earlier one. `false`: no such attempt for this owner.
+    async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool>;
+
+    /// The owner's attempts with recorded usage created in the filter's
+    /// range, oldest first, for the usage report.
+    async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>>;
 }
 
 /// A stored value the program cannot read back.

@@ -22,6 +22,9 @@ use super::{
     QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
     UnknownAttempt, corrupt, earlier_attempt, log_race_lost, parse_state, past_attempts,
 };
+use super::usage::{AttemptUsage, UsageFilter, UsageRow, check_budget, read_cost, stored_budget, read_usage};
+use crate::domain::Money;
+use crate::domain::job::JobCost;
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job, JobEvent, JobId,
     JobState, JobSummary, KeyRole, OwnerId, check_admission,
@@ -86,24 +89,26 @@ impl PostgresStore {
 }
 
 const JOB_COLUMNS: &str = r#"j.owner_id, j.id, j.idempotency_key, j.fingerprint, j.task, j.input, j.provider,
-    j.state, j.winning_attempt, j.result, j.created_at, j.updated_at"#;
+    j.state, j.winning_attempt, j.result, j.created_at, j.updated_at, j.max_cost::text as max_cost"#;
 
 const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider as a_provider, a.state as a_state,
     a.origin as a_origin, a.idempotency_key as a_idempotency_key, a.worker as a_worker,
     a.lease_until as a_lease_until, a.output as a_output, a.error as a_error,
     a.created_at as a_created_at, a.not_before as a_not_before, a.started_at as a_started_at,
-    a.finished_at as a_finished_at"#;
+    a.finished_at as a_finished_at, a.prompt_tokens as a_prompt_tokens,
+    a.completion_tokens as a_completion_tokens, a.usage_estimated as a_usage_estimated,
+    a.cost::text as a_cost, a.currency as a_currency, a.price_version as a_price_version"#;
 
 /// The statements of the hot path, public so that `bench/ceiling.sh` runs
 /// exactly these under pgbench (`onejob bench-sql`).
 ///
 /// Creating a job: one statement inserts the job, its first attempt and its
 /// event; a taken key inserts nothing (I1). Binds: owner, job id, key,
-/// fingerprint, task, input, provider, first attempt id.
+/// fingerprint, task, input, provider, first attempt id, budget (text or null).
 pub const CREATE_JOB: &str = r#"with new_job as (
         insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
-                          state, created_at, updated_at)
-        values ($1, $2, $3, $4, $5, $6, $7, 'queued', now(), now())
+                          state, created_at, updated_at, max_cost)
+        values ($1, $2, $3, $4, $5, $6, $7, 'queued', now(), now(), $9::numeric)
         on conflict (owner_id, idempotency_key) do nothing
         returning owner_id, id, created_at
     ), first_attempt as (
@@ -185,6 +190,8 @@ fn read_job(row: &PgRow, attempts: Vec<Attempt>) -> Result<Job> {
         result: row.try_get("result")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
+        max_cost: row.try_get::<Option<String>, _>("max_cost")?.map(|m| m.parse()).transpose().map_err(corrupt)?,
+        cost: JobCost::of(&attempts),
         attempts,
     })
 }
@@ -206,6 +213,8 @@ fn read_attempt(row: &PgRow) -> Result<Attempt> {
         not_before: row.try_get("a_not_before")?,
         started_at: row.try_get("a_started_at")?,
         finished_at: row.try_get("a_finished_at")?,
+        usage: read_usage(row.try_get("a_prompt_tokens")?, row.try_get("a_completion_tokens")?, row.try_get("a_usage_estimated")?),
+        cost: read_cost(row.try_get("a_cost")?, row.try_get("a_currency")?, row.try_get("a_price_version")?)?,
     })
 }
 
@@ -493,6 +502,23 @@ impl PostgresStore {
     }
 }
 
+/// The budget of a job (its own `max_cost` or its task's, the lower) and
+/// its input, to cost attempts with; `None` when it has no budget.
+async fn read_budget(
+    tx: &mut Transaction<'_, Postgres>,
+    owner: &OwnerId,
+    job_id: JobId,
+    task: &str,
+    rules: &dyn TaskRules,
+) -> Result<Option<(Money, Value)>> {
+    let row = sqlx::query(r#"select max_cost::text as max_cost, input from jobs where owner_id = $1 and id = $2"#)
+        .bind(owner.as_str())
+        .bind(job_id.0)
+        .fetch_one(&mut **tx)
+        .await?;
+    stored_budget(rules, task, row.try_get("max_cost")?, || Ok(row.try_get("input")?))
+}
+
 /// Inserts a pending attempt numbered `number`.
 async fn insert_attempt(
     tx: &mut Transaction<'_, Postgres>,
@@ -547,16 +573,23 @@ async fn schedule_next_attempt(
     let attempts = read_attempts(tx, &failed.owner, failed.job_id).await?;
     let past = past_attempts(&attempts);
     let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
+    let budget = read_budget(tx, &failed.owner, failed.job_id, task, rules).await?;
     let mut chosen = None;
     for candidate in rules.retry_candidates(task, primary, &past) {
-        match check_qualified(tx, rules, task, primary, &candidate.provider).await? {
+        let mut verdict = check_qualified(tx, rules, task, primary, &candidate.provider).await?;
+        if verdict.is_ok()
+            && let Some((budget, input)) = &budget
+        {
+            verdict = check_budget(rules, task, input, *budget, &attempts, &candidate.provider);
+        }
+        match verdict {
             Ok(()) => {
                 chosen = Some(candidate);
                 break;
             }
             Err(reason) => {
                 tracing::info!(owner = %failed.owner, job.id = %failed.job_id, provider = %candidate.provider, %reason,
-                               "failover skipped an unqualified provider");
+                               "failover skipped a provider that is not qualified or over the budget");
                 append_event(
                     tx,
                     &failed.owner,
@@ -734,6 +767,7 @@ impl Store for PostgresStore {
         .bind(&new.input)
         .bind(&new.provider)
         .bind(new.first_attempt_id.0)
+        .bind(new.max_cost.map(|m| m.to_string()))
         .fetch_optional(lease.connection())
         .await;
         lease.keep_after(&created_at);
@@ -837,10 +871,18 @@ impl Store for PostgresStore {
 
         let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
         let qualification = check_qualified(&mut tx, rules, &task, &primary, provider).await?;
-        if let Err(refusal) = check_admission(job_state, &states, rules.limits(&task), qualification.is_ok()) {
+        let mut verdict = check_admission(job_state, &states, rules.limits(&task), qualification.is_ok());
+        let mut reason = None;
+        if verdict.is_ok()
+            && let Some((budget, input)) = read_budget(&mut tx, owner, job_id, &task, rules).await?
+            && let Err(why) = check_budget(rules, &task, &input, budget, &attempts, provider)
+        {
+            (verdict, reason) = (Err(AdmissionRefusal::BudgetExceeded), Some(why));
+        }
+        if let Err(refusal) = verdict {
             let reason = match refusal {
                 AdmissionRefusal::ProviderNotQualified => qualification.err(),
-                _ => None,
+                _ => reason,
             };
             append_event(
                 &mut tx,
@@ -1197,6 +1239,58 @@ impl Store for PostgresStore {
         .fetch_optional(&self.pool)
         .await?;
         Ok(owner.map(OwnerId::from_trusted))
+    }
+
+    async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
+        let cost = usage.cost.as_ref();
+        let changed = sqlx::query(
+            r#"update attempts
+               set prompt_tokens = $4, completion_tokens = $5, usage_estimated = $6,
+                   cost = $7::numeric, currency = $8, price_version = $9
+               where owner_id = $1 and job_id = $2 and number = $3"#,
+        )
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .bind(usage.usage.prompt_tokens)
+        .bind(usage.usage.completion_tokens)
+        .bind(usage.usage.estimated)
+        .bind(cost.map(|c| c.amount.to_string()))
+        .bind(cost.map(|c| c.currency.as_str()))
+        .bind(cost.map(|c| c.price_version.as_str()))
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(changed == 1)
+    }
+
+    async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>> {
+        let rows = sqlx::query(
+            r#"select j.task, a.provider, a.state, a.created_at, a.prompt_tokens, a.completion_tokens,
+                      a.usage_estimated, a.cost::text as cost, a.currency, a.price_version
+               from attempts a
+               join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
+               where a.owner_id = $1 and a.created_at >= $2 and a.created_at < $3 and a.prompt_tokens is not null
+               order by a.created_at"#,
+        )
+        .bind(owner.as_str())
+        .bind(filter.from)
+        .bind(filter.to)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(UsageRow {
+                    task: row.try_get("task")?,
+                    provider: row.try_get("provider")?,
+                    state: parse_state(row.try_get("state")?)?,
+                    created_at: row.try_get("created_at")?,
+                    usage: read_usage(row.try_get("prompt_tokens")?, row.try_get("completion_tokens")?, row.try_get("usage_estimated")?)
+                        .ok_or_else(|| corrupt("a counted attempt without usage"))?,
+                    cost: read_cost(row.try_get("cost")?, row.try_get("currency")?, row.try_get("price_version")?)?,
+                })
+            })
+            .collect()
     }
 
     async fn browse_jobs(

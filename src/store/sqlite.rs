@@ -38,6 +38,9 @@ use super::{
     QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
     UnknownAttempt, corrupt, earlier_attempt, log_race_lost, parse_state, past_attempts,
 };
+use super::usage::{AttemptUsage, UsageFilter, UsageRow, check_budget, read_cost, stored_budget, read_usage};
+use crate::domain::Money;
+use crate::domain::job::JobCost;
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job,
     JobEvent, JobId, JobState, JobSummary, KeyRole, OwnerId, check_admission,
@@ -207,8 +210,8 @@ async fn insert_new_job(tx: &mut Transaction<'static, Sqlite>, new: &NewJob) -> 
     let created = now();
     let inserted = sqlx::query(
         r#"insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
-                             state, created_at, updated_at)
-           values (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?8)
+                             state, created_at, updated_at, max_cost)
+           values (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?8, ?9)
            on conflict (owner_id, idempotency_key) do nothing"#,
     )
     .bind(new.owner.as_str())
@@ -219,6 +222,7 @@ async fn insert_new_job(tx: &mut Transaction<'static, Sqlite>, new: &NewJob) -> 
     .bind(Json(&new.input))
     .bind(&new.provider)
     .bind(created)
+    .bind(new.max_cost.map(|m| m.to_string()))
     .execute(&mut **tx)
     .await?
     .rows_affected()
@@ -263,13 +267,15 @@ fn json_column(row: &SqliteRow, column: &str) -> Result<Option<Value>> {
 }
 
 const JOB_COLUMNS: &str = r#"j.owner_id, j.id, j.idempotency_key, j.fingerprint, j.task, j.input, j.provider,
-    j.state, j.winning_attempt, j.result, j.created_at, j.updated_at"#;
+    j.state, j.winning_attempt, j.result, j.created_at, j.updated_at, j.max_cost as max_cost"#;
 
 const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider as a_provider, a.state as a_state,
     a.origin as a_origin, a.idempotency_key as a_idempotency_key, a.worker as a_worker,
     a.lease_until as a_lease_until, a.output as a_output, a.error as a_error,
     a.created_at as a_created_at, a.not_before as a_not_before, a.started_at as a_started_at,
-    a.finished_at as a_finished_at"#;
+    a.finished_at as a_finished_at, a.prompt_tokens as a_prompt_tokens,
+    a.completion_tokens as a_completion_tokens, a.usage_estimated as a_usage_estimated,
+    a.cost as a_cost, a.currency as a_currency, a.price_version as a_price_version"#;
 
 fn read_job(row: &SqliteRow, attempts: Vec<Attempt>) -> Result<Job> {
     let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
@@ -286,6 +292,8 @@ fn read_job(row: &SqliteRow, attempts: Vec<Attempt>) -> Result<Job> {
         result: json_column(row, "result")?,
         created_at: time(row.try_get("created_at")?)?,
         updated_at: time(row.try_get("updated_at")?)?,
+        max_cost: row.try_get::<Option<String>, _>("max_cost")?.map(|m| m.parse()).transpose().map_err(corrupt)?,
+        cost: JobCost::of(&attempts),
         attempts,
     })
 }
@@ -307,6 +315,8 @@ fn read_attempt(row: &SqliteRow) -> Result<Attempt> {
         not_before: time(row.try_get("a_not_before")?)?,
         started_at: optional_time(row.try_get("a_started_at")?)?,
         finished_at: optional_time(row.try_get("a_finished_at")?)?,
+        usage: read_usage(row.try_get("a_prompt_tokens")?, row.try_get("a_completion_tokens")?, row.try_get("a_usage_estimated")?),
+        cost: read_cost(row.try_get("a_cost")?, row.try_get("a_currency")?, row.try_get("a_price_version")?)?,
     })
 }
 
@@ -376,6 +386,23 @@ async fn read_job_row(tx: &mut Transaction<'_, Sqlite>, owner: &OwnerId, job_id:
         .bind(job_id.0)
         .fetch_optional(&mut **tx)
         .await?)
+}
+
+/// The budget of a job (its own `max_cost` or its task's, the lower) and
+/// its input, to cost attempts with; `None` when it has no budget.
+async fn read_budget(
+    tx: &mut Transaction<'_, Sqlite>,
+    owner: &OwnerId,
+    job_id: JobId,
+    task: &str,
+    rules: &dyn TaskRules,
+) -> Result<Option<(Money, Value)>> {
+    let row = sqlx::query(r#"select max_cost, input from jobs where owner_id = ? and id = ?"#)
+        .bind(owner.as_str())
+        .bind(job_id.0)
+        .fetch_one(&mut **tx)
+        .await?;
+    stored_budget(rules, task, row.try_get("max_cost")?, || json_column(&row, "input")?.ok_or_else(|| corrupt("a job without input")))
 }
 
 async fn attempt_state(tx: &mut Transaction<'_, Sqlite>, attempt: &AttemptRef) -> Result<Option<AttemptState>> {
@@ -531,16 +558,23 @@ async fn schedule_next_attempt(
     let attempts = read_attempts(tx, &failed.owner, failed.job_id).await?;
     let past = past_attempts(&attempts);
     let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
+    let budget = read_budget(tx, &failed.owner, failed.job_id, task, rules).await?;
     let mut chosen = None;
     for candidate in rules.retry_candidates(task, primary, &past) {
-        match check_qualified(tx, rules, task, primary, &candidate.provider).await? {
+        let mut verdict = check_qualified(tx, rules, task, primary, &candidate.provider).await?;
+        if verdict.is_ok()
+            && let Some((budget, input)) = &budget
+        {
+            verdict = check_budget(rules, task, input, *budget, &attempts, &candidate.provider);
+        }
+        match verdict {
             Ok(()) => {
                 chosen = Some(candidate);
                 break;
             }
             Err(reason) => {
                 tracing::info!(owner = %failed.owner, job.id = %failed.job_id, provider = %candidate.provider, %reason,
-                               "failover skipped an unqualified provider");
+                               "failover skipped a provider that is not qualified or over the budget");
                 let detail = json!({ "provider": candidate.provider, "reason": reason, "after": failed.number });
                 append_event(tx, at, &failed.owner, failed.job_id, "failover-skipped", None, detail).await?;
             }
@@ -903,10 +937,18 @@ impl Store for SqliteStore {
 
         let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
         let qualification = check_qualified(&mut tx, rules, &task, &primary, provider).await?;
-        if let Err(refusal) = check_admission(job_state, &states, rules.limits(&task), qualification.is_ok()) {
+        let mut verdict = check_admission(job_state, &states, rules.limits(&task), qualification.is_ok());
+        let mut reason = None;
+        if verdict.is_ok()
+            && let Some((budget, input)) = read_budget(&mut tx, owner, job_id, &task, rules).await?
+            && let Err(why) = check_budget(rules, &task, &input, budget, &attempts, provider)
+        {
+            (verdict, reason) = (Err(AdmissionRefusal::BudgetExceeded), Some(why));
+        }
+        if let Err(refusal) = verdict {
             let reason = match refusal {
                 AdmissionRefusal::ProviderNotQualified => qualification.err(),
-                _ => None,
+                _ => reason,
             };
             let detail = json!({ "problem": refusal.problem_type(), "provider": provider, "reason": reason,
                                  "idempotency_key": new.idempotency_key.as_ref().map(IdempotencyKey::as_str),
@@ -1231,6 +1273,57 @@ impl Store for SqliteStore {
                 .fetch_optional(&self.pool)
                 .await?;
         Ok(owner.map(OwnerId::from_trusted))
+    }
+
+    async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
+        let cost = usage.cost.as_ref();
+        let changed = sqlx::query(
+            r#"update attempts
+               set prompt_tokens = ?, completion_tokens = ?, usage_estimated = ?, cost = ?, currency = ?, price_version = ?
+               where owner_id = ? and job_id = ? and number = ?"#,
+        )
+        .bind(usage.usage.prompt_tokens)
+        .bind(usage.usage.completion_tokens)
+        .bind(usage.usage.estimated)
+        .bind(cost.map(|c| c.amount.to_string()))
+        .bind(cost.map(|c| c.currency.as_str()))
+        .bind(cost.map(|c| c.price_version.as_str()))
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(changed == 1)
+    }
+
+    async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>> {
+        let rows = sqlx::query(
+            r#"select j.task, a.provider, a.state, a.created_at, a.prompt_tokens, a.completion_tokens,
+                      a.usage_estimated, a.cost, a.currency, a.price_version
+               from attempts a
+               join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
+               where a.owner_id = ? and a.created_at >= ? and a.created_at < ? and a.prompt_tokens is not null
+               order by a.created_at"#,
+        )
+        .bind(owner.as_str())
+        .bind(filter.from.timestamp_micros())
+        .bind(filter.to.timestamp_micros())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(UsageRow {
+                    task: row.try_get("task")?,
+                    provider: row.try_get("provider")?,
+                    state: parse_state(row.try_get("state")?)?,
+                    created_at: time(row.try_get("created_at")?)?,
+                    usage: read_usage(row.try_get("prompt_tokens")?, row.try_get("completion_tokens")?, row.try_get("usage_estimated")?)
+                        .ok_or_else(|| corrupt("a counted attempt without usage"))?,
+                    cost: read_cost(row.try_get("cost")?, row.try_get("currency")?, row.try_get("price_version")?)?,
+                })
+            })
+            .collect()
     }
 
     async fn browse_jobs(

@@ -253,6 +253,8 @@ mod tests {
             not_before: times.0,
             started_at: times.1,
             finished_at: times.2,
+            usage: None,
+            cost: None,
         }
     }
 
@@ -268,6 +270,8 @@ mod tests {
             state: if winner.is_some() { JobState::Succeeded } else { JobState::Unknown },
             winning_attempt: winner,
             result: None,
+            max_cost: None,
+            cost: None,
             created_at: base,
             updated_at: base,
             attempts,

@@ -8,9 +8,9 @@ use tracing::Instrument;
 
 use super::Worker;
 use crate::metrics;
-use crate::domain::AttemptError;
+use crate::domain::{AttemptError, Usage};
 use crate::provider::{Completion, FailureClass, ProviderError};
-use crate::store::{self, AttemptRef, ClaimedAttempt, Transition};
+use crate::store::{self, AttemptRef, AttemptUsage, ClaimedAttempt, Transition};
 
 /// Renders the prompt, checks it fits, calls the provider within the
 /// attempt's deadline, and records the outcome.
@@ -24,14 +24,23 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt) {
         provider = %claimed.provider,
     );
     async {
-        let outcome = call(worker, &claimed).await;
-        record_outcome(worker, &claimed.attempt, &claimed.task, &claimed.provider, outcome).await;
+        let (outcome, estimate) = call(worker, &claimed).await;
+        record_metered_outcome(worker, &claimed.attempt, &claimed.task, &claimed.provider, outcome, estimate).await;
     }
     .instrument(span)
     .await;
 }
 
-async fn call(worker: &Worker, claimed: &ClaimedAttempt) -> Result<Completion, ProviderError> {
+/// Calls the provider; with the outcome, the most the call could have used
+/// (the rendered prompt's tokens and `max_output_tokens`), once the prompt
+/// was rendered and counted.
+async fn call(worker: &Worker, claimed: &ClaimedAttempt) -> (Result<Completion, ProviderError>, Option<Usage>) {
+    let mut estimate = None;
+    let outcome = call_counted(worker, claimed, &mut estimate).await;
+    (outcome, estimate)
+}
+
+async fn call_counted(worker: &Worker, claimed: &ClaimedAttempt, estimate: &mut Option<Usage>) -> Result<Completion, ProviderError> {
     let not_configured = |what: &str| {
         ProviderError::new(
             FailureClass::Definitive { retryable: false },
@@ -44,6 +53,11 @@ async fn call(worker: &Worker, claimed: &ClaimedAttempt) -> Result<Completion, P
     let task = worker.catalog.task(&claimed.task).ok_or_else(|| not_configured(&format!("task '{}'", claimed.task)))?;
     let settings = provider.settings();
     let prepared = task.contract.prepare(&task.name, settings, claimed.id.to_string(), &claimed.input, settings.temperature)?;
+    *estimate = Some(Usage {
+        prompt_tokens: i64::try_from(prepared.prompt_tokens).unwrap_or(i64::MAX),
+        completion_tokens: i64::from(settings.max_output_tokens),
+        estimated: true,
+    });
     // One deadline for connect, headers and body.
     let timeout = settings.timeout();
     let started = std::time::Instant::now();
@@ -89,6 +103,24 @@ pub async fn record_outcome(
     provider: &str,
     outcome: Result<Completion, ProviderError>,
 ) {
+    record_metered_outcome(worker, attempt, task, provider, outcome, None).await;
+}
+
+/// [`record_outcome`], with the usage the attempt may have had when the
+/// provider does not say (`estimate`). The usage and its cost are recorded
+/// first (see [`usage_of`]), then the outcome.
+async fn record_metered_outcome(
+    worker: &Worker,
+    attempt: &AttemptRef,
+    task: &str,
+    provider: &str,
+    outcome: Result<Completion, ProviderError>,
+    estimate: Option<Usage>,
+) {
+    let usage = usage_of(&outcome, estimate).map(|usage| AttemptUsage {
+        usage,
+        cost: worker.providers.get(provider).and_then(|p| p.settings().price.as_ref()).map(|price| price.cost(&usage)),
+    });
     let outcome = outcome.and_then(|completion| match worker.catalog.task(task) {
         Some(task) => task.contract.accept(&completion.output).map(|()| completion),
         None => Err(ProviderError::contract_violation(format!("task '{task}' is not configured; no output can be checked"))),
@@ -96,8 +128,15 @@ pub async fn record_outcome(
     let started = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(100);
     loop {
-        match record_once(worker, attempt, provider, &outcome).await {
-            Ok(()) => {
+        let recorded = match &usage {
+            Some(usage) => worker.store.record_usage(attempt, usage).await.map(|_| ()),
+            None => Ok(()),
+        };
+        match recorded.and(record_once(worker, attempt, provider, &outcome).await) {
+            Ok(settled) => {
+                if let (Some(settled), Some(usage)) = (settled, &usage) {
+                    metrics::usage(provider, settled, &usage.usage, usage.cost.as_ref());
+                }
                 worker.signals.job_changed(attempt.job_id);
                 return;
             }
@@ -119,19 +158,22 @@ async fn record_once(
     attempt: &AttemptRef,
     provider: &str,
     outcome: &Result<Completion, ProviderError>,
-) -> store::Result<()> {
+) -> store::Result<Option<&'static str>> {
     let store = worker.store.as_ref();
+    let mut settled = None;
     match outcome {
         Ok(completion) => match store.finish_attempt(attempt, &completion.output).await? {
             Transition::Won { canceled } => {
                 tracing::info!(?canceled, "attempt succeeded and won the job");
                 metrics::attempt(provider, "succeeded");
                 metrics::attempts_canceled(canceled.len());
+                settled = Some("succeeded");
             }
             // Logged by the store with both numbers.
             Transition::Lost { .. } => {
                 metrics::attempt(provider, "superseded");
                 metrics::race_lost(provider);
+                settled = Some("superseded");
             }
             other => tracing::info!(outcome = ?other, "output arrived for an attempt that was already settled"),
         },
@@ -141,6 +183,7 @@ async fn record_once(
                 tracing::info!(%error, outcome = ?transition, "attempt failed");
                 if let Transition::Failed { next } = &transition {
                     metrics::attempt(provider, "failed");
+                    settled = Some("failed");
                     if let Some(next) = next {
                         tracing::info!(next.number = next.number, next.provider = %next.provider, "the retry policy added an attempt");
                         worker.signals.work_available_after(next.delay);
@@ -152,9 +195,23 @@ async fn record_once(
                 tracing::warn!(%error, outcome = ?transition, "attempt outcome unknown; new attempts wait for reconciliation");
                 if transition == Transition::Applied {
                     metrics::attempt(provider, "unknown");
+                    settled = Some("unknown");
                 }
             }
         },
     }
-    Ok(())
+    Ok(settled)
+}
+
+/// What an outcome used: the provider's count when it answered (with an
+/// output, or with one that broke the contract, which it charged for all
+/// the same); the estimate when the outcome is unknown or the provider
+/// did not count; nothing for a definitive failure without an answer, which
+/// it did not charge.
+fn usage_of(outcome: &Result<Completion, ProviderError>, estimate: Option<Usage>) -> Option<Usage> {
+    match outcome {
+        Ok(completion) => completion.usage.or(estimate),
+        Err(error) if error.class == FailureClass::Ambiguous => estimate,
+        Err(error) => error.detail.get("usage").and_then(|usage| serde_json::from_value(usage.clone()).ok()),
+    }
 }

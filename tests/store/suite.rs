@@ -85,6 +85,7 @@ fn new_job(owner_name: &str, key_text: &str, input: Value) -> NewJob {
         input,
         provider: "sim-fast".into(),
         first_attempt_id: AttemptId::new(),
+        max_cost: None,
     }
 }
 
@@ -735,4 +736,43 @@ pub async fn open_unknown_attempts_are_listed_until_they_are_settled(store: Shar
     store.resolve_unknown(&at(job, 2), &Resolution::Failed, "checked by hand", &rules(5, 2)).await.unwrap();
     let left = store.list_unknown_attempts(None, 10).await.unwrap();
     assert_eq!(left.iter().map(|u| u.attempt.clone()).collect::<Vec<_>>(), [at(job, 1)]);
+}
+
+pub async fn usage_and_cost_are_stored_exactly_and_summed_as_winner_plus_waste(store: Shared) {
+    use onejob::domain::{Cost, Money, Usage};
+    use onejob::store::{AttemptUsage, UsageFilter};
+    let job = job_with_running(store.as_ref(), "k", 2).await;
+    let priced = |prompt: i64, completion: i64, estimated: bool, amount: &str| AttemptUsage {
+        usage: Usage { prompt_tokens: prompt, completion_tokens: completion, estimated },
+        cost: Some(Cost { amount: amount.parse().unwrap(), currency: "USD".into(), price_version: "sha256:0123456789abcdef".into() }),
+    };
+    // An estimate first, then the provider's own count replaces it.
+    assert!(store.record_usage(&at(job, 1), &priced(40, 512, true, "0.5")).await.unwrap());
+    let loser = priced(40, 11, false, "123456789.123456789012345678");
+    assert!(store.record_usage(&at(job, 1), &loser).await.unwrap());
+    let winner = priced(40, 9, false, "0.000000000000000001");
+    assert!(store.record_usage(&at(job, 2), &winner).await.unwrap());
+    assert_eq!(store.finish_attempt(&at(job, 2), &json!({"n": 2})).await.unwrap(), Transition::Won { canceled: vec![] });
+    assert_eq!(store.finish_attempt(&at(job, 1), &json!({"n": 1})).await.unwrap(), Transition::Lost { winner: Some(2) });
+
+    let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
+    assert_eq!((stored.attempts[0].usage, stored.attempts[0].cost.clone()), (Some(loser.usage), loser.cost.clone()));
+    assert_eq!((stored.attempts[1].usage, stored.attempts[1].cost.clone()), (Some(winner.usage), winner.cost.clone()));
+    let cost = stored.cost.expect("a job with costed attempts has a cost");
+    assert_eq!(cost.total.to_string(), "123456789.123456789012345679", "every digit kept and summed");
+    assert_eq!((cost.winner.to_string(), cost.waste.to_string()), ("0.000000000000000001".into(), "123456789.123456789012345678".into()));
+    assert_eq!(cost.total, cost.winner + cost.waste);
+
+    let now = chrono::Utc::now();
+    let all = UsageFilter { from: now - chrono::Duration::days(1), to: now + chrono::Duration::days(1) };
+    let rows = store.list_usage(&owner("alice"), &all).await.unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows.iter().map(|r| r.cost.as_ref().unwrap().amount).sum::<Money>(), cost.total);
+    assert_eq!(rows.iter().map(|r| r.state).collect::<Vec<_>>(), [AttemptState::Superseded, AttemptState::Succeeded]);
+    let before = UsageFilter { from: now - chrono::Duration::days(2), to: now - chrono::Duration::days(1) };
+    assert!(store.list_usage(&owner("alice"), &before).await.unwrap().is_empty());
+    // Another owner neither sees nor records anything of alice's.
+    assert!(store.list_usage(&owner("bob"), &all).await.unwrap().is_empty());
+    let bobs = AttemptRef { owner: owner("bob"), job_id: job, number: 1 };
+    assert!(!store.record_usage(&bobs, &winner).await.unwrap());
 }

@@ -1,0 +1,274 @@
+//! Money, token usage and prices, with exact decimal arithmetic: no float
+//! ever holds an amount. An amount is an integer count of 10⁻¹⁸ of its
+//! currency (`i128`), written and stored as a decimal string (Postgres
+//! `numeric(38, 18)`, SQLite `text`), so both databases hold every digit.
+//! A price is per million tokens with at most 12 decimals, so the cost of
+//! any number of tokens (`tokens × price / 10⁶`) is exact at 18 decimals,
+//! and sums of costs are sums of integers.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Decimal places of an amount.
+pub const SCALE: u32 = 18;
+/// Decimal places a price per million tokens may have (`SCALE` − 6).
+pub const PRICE_SCALE: u32 = SCALE - 6;
+const ONE: i128 = 10i128.pow(SCALE);
+
+/// An exact amount of some currency, in units of 10⁻¹⁸.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Money(i128);
+
+/// Why a decimal string is not an amount.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("'{text}' is not a decimal amount: {why}")]
+pub struct MoneyError {
+    text: String,
+    why: &'static str,
+}
+
+impl Money {
+    /// Zero.
+    pub const ZERO: Money = Money(0);
+
+    /// From units of 10⁻¹⁸.
+    pub const fn from_units(units: i128) -> Self {
+        Money(units)
+    }
+
+    /// In units of 10⁻¹⁸.
+    pub const fn units(self) -> i128 {
+        self.0
+    }
+
+    /// Parses a decimal with at most `max_scale` decimals; no exponent, no sign but `-`.
+    pub fn parse_with_scale(text: &str, max_scale: u32) -> Result<Self, MoneyError> {
+        let bad = |why| MoneyError { text: text.chars().take(64).collect(), why };
+        let (negative, digits) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+        if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad("digits are expected before any decimal point"));
+        }
+        if digits.contains('.') && fraction.is_empty() || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad("digits are expected after the decimal point"));
+        }
+        if fraction.len() > max_scale as usize {
+            return Err(bad("too many decimals"));
+        }
+        if whole.len() > 20 {
+            return Err(bad("too large"));
+        }
+        let whole: i128 = whole.parse().map_err(|_| bad("too large"))?;
+        let mut units = whole * ONE;
+        if !fraction.is_empty() {
+            let scale = 10i128.pow(SCALE - fraction.len() as u32);
+            units += fraction.parse::<i128>().map_err(|_| bad("not a number"))? * scale;
+        }
+        Ok(Money(if negative { -units } else { units }))
+    }
+
+    /// The sum, or `None` on overflow.
+    pub fn checked_add(self, other: Money) -> Option<Money> {
+        self.0.checked_add(other.0).map(Money)
+    }
+
+    /// `self − other`.
+    pub fn saturating_sub(self, other: Money) -> Money {
+        Money(self.0.saturating_sub(other.0))
+    }
+
+    /// Whether this is more than zero.
+    pub fn is_positive(self) -> bool {
+        self.0 > 0
+    }
+}
+
+impl std::ops::Add for Money {
+    type Output = Money;
+    fn add(self, other: Money) -> Money {
+        self.checked_add(other).expect("an amount within ±1.7e20")
+    }
+}
+
+impl std::ops::AddAssign for Money {
+    fn add_assign(&mut self, other: Money) {
+        *self = *self + other;
+    }
+}
+
+impl std::iter::Sum for Money {
+    fn sum<I: Iterator<Item = Money>>(iter: I) -> Money {
+        iter.fold(Money::ZERO, |a, b| a + b)
+    }
+}
+
+impl FromStr for Money {
+    type Err = MoneyError;
+    fn from_str(text: &str) -> Result<Self, MoneyError> {
+        Money::parse_with_scale(text, SCALE)
+    }
+}
+
+/// The shortest exact decimal: `0`, `12`, `0.000125`.
+impl fmt::Display for Money {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sign = if self.0 < 0 { "-" } else { "" };
+        let magnitude = self.0.unsigned_abs();
+        let whole = magnitude / ONE as u128;
+        let fraction = magnitude % ONE as u128;
+        if fraction == 0 {
+            return write!(f, "{sign}{whole}");
+        }
+        let digits = format!("{fraction:018}");
+        write!(f, "{sign}{whole}.{}", digits.trim_end_matches('0'))
+    }
+}
+
+impl Serialize for Money {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Money {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Tokens an attempt used (or, when `estimated`, may have used).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Usage {
+    /// Prompt (input) tokens.
+    pub prompt_tokens: i64,
+    /// Completion (output) tokens.
+    pub completion_tokens: i64,
+    /// Not reported by the provider: the rendered prompt's tokens and the
+    /// provider's `max_output_tokens`, the most it could have charged.
+    pub estimated: bool,
+}
+
+/// A provider's price, per million tokens, from the configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// Per million prompt tokens: a decimal string, at most 12 decimals.
+    #[serde(deserialize_with = "price_amount")]
+    pub input_per_million: Money,
+    /// Per million completion tokens: a decimal string, at most 12 decimals.
+    #[serde(deserialize_with = "price_amount")]
+    pub output_per_million: Money,
+    /// The currency, such as `USD`.
+    pub currency: String,
+}
+
+fn price_amount<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Money, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    let amount = Money::parse_with_scale(&text, PRICE_SCALE).map_err(serde::de::Error::custom)?;
+    if amount < Money::ZERO {
+        return Err(serde::de::Error::custom(format!("'{text}' is negative")));
+    }
+    Ok(amount)
+}
+
+/// What an attempt cost, and by which price.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Cost {
+    /// The exact amount, a decimal string.
+    #[schema(value_type = String, example = "0.000123")]
+    pub amount: Money,
+    /// Its currency.
+    pub currency: String,
+    /// Which price was used: `sha256:` and 16 hex digits of the price.
+    pub price_version: String,
+}
+
+impl Price {
+    /// The cost of `usage`: exact, since a price has at most 12 decimals.
+    pub fn cost(&self, usage: &Usage) -> Cost {
+        let per_million = |tokens: i64, price: Money| i128::from(tokens.max(0)) * (price.units() / 1_000_000);
+        let amount = Money::from_units(
+            per_million(usage.prompt_tokens, self.input_per_million) + per_million(usage.completion_tokens, self.output_per_million),
+        );
+        Cost { amount, currency: self.currency.clone(), price_version: self.version() }
+    }
+
+    /// The price's version: a hash of its amounts and currency.
+    pub fn version(&self) -> String {
+        let text = format!("{}|{}|{}", self.input_per_million, self.output_per_million, self.currency);
+        let digest = Sha256::digest(text.as_bytes());
+        format!("sha256:{}", hex::encode(&digest[..8]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn money(text: &str) -> Money {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn amounts_read_and_write_every_digit() {
+        for text in ["0", "12", "0.000125", "123456789.123456789012345678", "-3.5"] {
+            assert_eq!(money(text).to_string(), text);
+        }
+        assert_eq!(money("1.50").to_string(), "1.5");
+        assert_eq!(money("007").to_string(), "7");
+        for bad in ["", ".5", "5.", "1e3", "+1", "1.0000000000000000001", "abc", "1..2", "123456789012345678901"] {
+            assert!(bad.parse::<Money>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cost_arithmetic_is_exact_for_prices_with_many_decimals() {
+        let price = Price {
+            input_per_million: Money::parse_with_scale("0.123456789012", PRICE_SCALE).unwrap(),
+            output_per_million: Money::parse_with_scale("3.000000000007", PRICE_SCALE).unwrap(),
+            currency: "USD".into(),
+        };
+        let cost = price.cost(&Usage { prompt_tokens: 1_234_567, completion_tokens: 7, estimated: false });
+        // 1,234,567 × 0.123456789012 / 10⁶ + 7 × 3.000000000007 / 10⁶, by hand:
+        assert_eq!(cost.amount.to_string(), "0.152436677640177853");
+        assert!(Money::parse_with_scale("0.1234567890123", PRICE_SCALE).is_err(), "13 decimals would not be exact");
+    }
+
+    #[test]
+    fn totals_over_ten_thousand_attempts_equal_the_sum_of_their_parts_to_the_last_digit() {
+        let price = Price {
+            input_per_million: Money::parse_with_scale("0.150000000001", PRICE_SCALE).unwrap(),
+            output_per_million: Money::parse_with_scale("0.600000000003", PRICE_SCALE).unwrap(),
+            currency: "USD".into(),
+        };
+        let mut total = Money::ZERO;
+        let (mut prompt, mut completion) = (0i64, 0i64);
+        for i in 0..10_000i64 {
+            let usage = Usage { prompt_tokens: 17 + i % 97, completion_tokens: 3 + i % 13, estimated: false };
+            prompt += usage.prompt_tokens;
+            completion += usage.completion_tokens;
+            // Through the stored form and back, as a report reads it.
+            total += price.cost(&usage).amount.to_string().parse::<Money>().unwrap();
+        }
+        let whole = price.cost(&Usage { prompt_tokens: prompt, completion_tokens: completion, estimated: false });
+        assert_eq!(total, whole.amount);
+        assert_eq!(total.to_string(), whole.amount.to_string());
+    }
+
+    #[test]
+    fn the_price_version_changes_with_the_price() {
+        let a = Price { input_per_million: money("1"), output_per_million: money("2"), currency: "USD".into() };
+        let mut b = a.clone();
+        assert_eq!(a.version(), b.version());
+        b.output_per_million = money("2.000000000001");
+        assert_ne!(a.version(), b.version());
+        assert!(a.version().starts_with("sha256:") && a.version().len() == 7 + 16);
+    }
+}
