@@ -71,6 +71,11 @@ V7="(lpad(to_hex((extract(epoch from clock_timestamp()) * 1000)::bigint), 12, '0
         -e "s/\$8/$V7/g" \
         -e "s/\$9/null/g"
 } > "$WORK/create.sql"
+# Warm-up, not measured: the same statements for WARMUP seconds.
+if [ "$WARMUP" -gt 0 ]; then
+    log "warming up: pgbench create for $WARMUP s, not measured"
+    pgbench -n -M prepared -c "$CONNECTIONS" -j 2 -T "$WARMUP" -D run="warm$RUN" -D i=0 -f "$WORK/create.sql" "$DATABASE_URL" >/dev/null 2>&1
+fi
 pgbench_run create "$WORK/create.sql"
 
 # A poll: one script per existing job id (pgbench picks among them at random).

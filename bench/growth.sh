@@ -15,6 +15,7 @@ write_config
 new_database onejob_bench_growth
 
 start_server --no-worker
+warm_up
 log "onejob bench create on an empty database"
 bench create --connections "$CONNECTIONS" --duration "$DURATION" > "$WORK/empty.json"
 stop_server

@@ -6,13 +6,13 @@
 #
 #   bench/scenarios.sh postgres      # a throwaway Postgres (or DATABASE_URL)
 #   bench/scenarios.sh sqlite        # a SQLite file in a temporary directory
-#   CONNECTIONS=64 DURATION=10 E2E_DURATION=30 INFLIGHT_JOBS=10000 WORKER_CONCURRENCY=4096 bench/scenarios.sh sqlite
+#   CONNECTIONS=64 DURATION=10 E2E_DURATION=30 INFLIGHT_JOBS=10000 WORKER_CONCURRENCY=2048 bench/scenarios.sh sqlite
 source "$(dirname "$0")/lib.sh"
 BACKEND=${1:-postgres}
 export BACKEND
 E2E_DURATION=${E2E_DURATION:-30}
 INFLIGHT_JOBS=${INFLIGHT_JOBS:-10000}
-WORKER_CONCURRENCY=${WORKER_CONCURRENCY:-4096}
+WORKER_CONCURRENCY=${WORKER_CONCURRENCY:-2048}
 
 build
 case "$BACKEND" in
@@ -27,6 +27,7 @@ write_config
 sed -i "s/^concurrency = .*/concurrency = $WORKER_CONCURRENCY/" "$WORK/bench.toml"
 new_database onejob_bench_api
 start_server --no-worker
+warm_up
 for scenario in create replay poll; do
     log "$BACKEND: onejob bench $scenario, $CONNECTIONS connections, $DURATION s"
     bench "$scenario" --connections "$CONNECTIONS" --duration "$DURATION" > "$WORK/$scenario.json"

@@ -253,6 +253,10 @@ struct AttemptRow {
     finished: Option<String>,
     error: Option<String>,
     winner: bool,
+    /// `prompt + completion`, with "(estimate)" when the provider never said.
+    tokens: Option<String>,
+    /// The attempt's cost and currency.
+    cost: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -284,6 +288,11 @@ fn timeline_context(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> minij
                 format!("{kind}: {message}")
             }),
             winner: job.winning_attempt == Some(a.number),
+            tokens: a.usage.as_ref().map(|u| {
+                let estimate = if u.estimated { " (estimate)" } else { "" };
+                format!("{} + {}{estimate}", u.prompt_tokens, u.completion_tokens)
+            }),
+            cost: a.cost.as_ref().map(|c| format!("{} {}", c.amount, c.currency)),
         })
         .collect();
     let event_rows: Vec<EventRow> = events
@@ -313,6 +322,7 @@ fn timeline_context(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> minij
         events => ser(&event_rows),
         open => if open { "true" } else { "false" },
         attempt_states => attempt_states.join(" "),
+        cost => job.cost.as_ref().map(ser),
     }
 }
 

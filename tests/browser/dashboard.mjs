@@ -155,6 +155,9 @@ try {
   await page.goto(`${base}/ui/jobs/${jobId}`);
   assert.equal(await page.locator('.fingerprint').first().textContent(), job.body.fingerprint);
   await page.locator('#result').waitFor();
+  // What the job cost: the winner plus the superseded loser's waste, as the API says.
+  const cost = await page.locator('#job-cost').textContent();
+  assert.ok(job.body.cost && cost.includes(job.body.cost.total) && cost.includes(`waste ${job.body.cost.waste}`), cost);
   assert.equal(await page.locator('svg.timeline rect.run').count(), 2);
   assert.equal(await page.locator('svg.timeline g.winner').count(), 1);
   await page.locator('.timeline-figure').screenshot({ path: join(shots, 'timeline.png') });
