@@ -73,8 +73,9 @@ impl Signals {
 
     /// A job's stored state or attempts changed: wake its waiters, if any.
     pub fn job_changed(&self, id: JobId) {
-        let notify = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned();
-        if let Some(notify) = notify {
+        // Under the lock, without a clone: a watch being dropped meanwhile
+        // still sees that nobody else holds the job's notice, and forgets it.
+        if let Some(notify) = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
             notify.notify_waiters();
         }
     }
