@@ -1,5 +1,6 @@
 //! Postgres connections for the one-statement requests of the hot path
-//! (creating a job, reading one), kept by onejob itself.
+//! (creating a job, reading one, recording an attempt's usage), kept by
+//! onejob itself.
 //!
 //! sqlx's pool sends a round trip (a `Sync`, answered by the server) every
 //! time a connection is given back, to learn whether it is still usable.

@@ -1243,6 +1243,8 @@ impl Store for PostgresStore {
 
     async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
         let cost = usage.cost.as_ref();
+        // One statement per settled attempt: on the hot path's connections.
+        let mut lease = self.hot.acquire().await?;
         let changed = sqlx::query(
             r#"update attempts
                set prompt_tokens = $4, completion_tokens = $5, usage_estimated = $6,
@@ -1258,10 +1260,10 @@ impl Store for PostgresStore {
         .bind(cost.map(|c| c.amount.to_string()))
         .bind(cost.map(|c| c.currency.as_str()))
         .bind(cost.map(|c| c.price_version.as_str()))
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(changed == 1)
+        .execute(lease.connection())
+        .await;
+        lease.keep_after(&changed);
+        Ok(changed?.rows_affected() == 1)
     }
 
     async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>> {
