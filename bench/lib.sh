@@ -7,6 +7,8 @@
 # and removed at exit.
 
 set -euo pipefail
+# A binary named relative to where the script was started from.
+[ -n "${ONEJOB_BIN:-}" ] && ONEJOB_BIN=$(realpath "$ONEJOB_BIN")
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 BACKEND=${BACKEND:-postgres}
@@ -115,12 +117,18 @@ start_server() {
     ONEJOB_LISTEN=127.0.0.1:$PORT RUST_LOG=warn "$BIN" serve --config "$WORK/bench.toml" --no-migrate "$@" \
         >"$WORK/server.log" 2>&1 &
     SERVER_PID=$!
-    for _ in $(seq 100); do
-        "$BIN" probe "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && return
+    wait_ready "$PORT" "$WORK/server.log"
+}
+
+# wait_ready PORT LOG: waits up to 30 s for /readyz on PORT; otherwise shows
+# the server's LOG and stops the script.
+wait_ready() {
+    for _ in $(seq 300); do
+        "$BIN" probe "http://127.0.0.1:$1/readyz" >/dev/null 2>&1 && return
         sleep 0.1
     done
-    cat "$WORK/server.log" >&2
-    echo "the server did not become ready" >&2
+    cat "$2" >&2
+    echo "the server on port $1 did not become ready" >&2
     exit 1
 }
 

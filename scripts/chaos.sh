@@ -33,7 +33,7 @@ BASE_PORT=${BASE_PORT:-18280}
 SIM_PORT=$((BASE_PORT + 9))
 NODE_PIDS=()
 
-if [ -n "${ONEJOB_BIN:-}" ]; then BIN=$(realpath "$ONEJOB_BIN"); else build; fi
+build
 start_postgres
 write_config '
 [providers.chaos-slow]
@@ -79,7 +79,7 @@ sed -i -e 's/^lease_margin_ms = .*/lease_margin_ms = 1000/' -e 's/^reaper_interv
     -e 's/^reconcile_interval_ms = .*/reconcile_interval_ms = 200/' -e 's/^reconcile_backoff_ms = .*/reconcile_backoff_ms = 200/' \
     -e 's/^reconcile_backoff_max_ms = .*/reconcile_backoff_max_ms = 2000/' -e 's/^poll_interval_ms = .*/poll_interval_ms = 100/' \
     -e "s|^\[simulator\]\$|[simulator]\nurl = \"http://127.0.0.1:$SIM_PORT\"|" "$WORK/bench.toml"
-prepare_database
+new_database onejob_chaos
 
 RUST_LOG=warn "$BIN" sim --listen "127.0.0.1:$SIM_PORT" --config "$WORK/bench.toml" > "$WORK/sim.log" 2>&1 &
 SIM_PID=$!
@@ -91,13 +91,7 @@ start_node() {
     RUST_LOG=warn "$BIN" serve --config "$WORK/bench.toml" --no-migrate --listen "127.0.0.1:$port" \
         >> "$WORK/node-$1.log" 2>&1 &
     NODE_PIDS[$1]=$!
-    for _ in $(seq 300); do
-        "$BIN" probe "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && return
-        sleep 0.1
-    done
-    cat "$WORK/node-$1.log" >&2
-    echo "node $1 did not become ready" >&2
-    exit 1
+    wait_ready "$port" "$WORK/node-$1.log"
 }
 
 for n in 0 1 2; do start_node "$n"; done

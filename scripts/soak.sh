@@ -22,14 +22,14 @@ INTERVAL=${INTERVAL:-10}
 PORT=${PORT:-18180}
 SCENARIO=${SCENARIO:-e2e}
 
-if [ -n "${ONEJOB_BIN:-}" ]; then BIN=$(realpath "$ONEJOB_BIN"); else build; fi
+build
 case "$BACKEND" in
     postgres) start_postgres ;;
-    sqlite) export DATABASE_URL="sqlite://$WORK/onejob.db" ;;
+    sqlite) ;;
     *) echo "usage: $0 postgres|sqlite" >&2; exit 2 ;;
 esac
 write_config
-prepare_database
+new_database onejob_soak
 start_server
 
 # Capacity: the throughput at 64 connections. Half of it: the fewest
