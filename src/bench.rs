@@ -46,7 +46,7 @@ impl HotStatement {
     /// The statement, exactly as the Postgres store sends it.
     pub fn sql(self) -> &'static str {
         match self {
-            Self::Create => crate::store::postgres::CREATE_JOB,
+            Self::Create => crate::store::postgres::CREATE_JOB.as_str(),
             Self::Poll => crate::store::postgres::GET_JOB.as_str(),
         }
     }

@@ -32,7 +32,7 @@ async fn create(app: &TestApp, key: &str, body: &Value) -> String {
 
 async fn events(app: &TestApp, id: &str) -> Vec<(String, Option<i32>)> {
     let events = app.store().list_events(&OwnerId::parse("alice").unwrap(), JobId::parse(id).unwrap()).await.unwrap();
-    events.into_iter().map(|e| (e.kind, e.attempt_number)).collect()
+    events.into_iter().map(|e| (e.kind.to_string(), e.attempt_number)).collect()
 }
 
 async fn a_double_click_with_the_worker_running_makes_one_job_and_one_provider_request(backend: Backend) {

@@ -136,13 +136,16 @@ impl AttemptOrigin {
             AttemptOrigin::Policy => "policy",
         }
     }
+}
 
-    /// Reads a stored name.
-    pub fn parse(text: &str) -> Option<Self> {
+impl std::str::FromStr for AttemptOrigin {
+    type Err = super::state::UnknownState;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text {
-            "client" => Some(AttemptOrigin::Client),
-            "policy" => Some(AttemptOrigin::Policy),
-            _ => None,
+            "client" => Ok(AttemptOrigin::Client),
+            "policy" => Ok(AttemptOrigin::Policy),
+            _ => Err(super::state::UnknownState(text.to_owned())),
         }
     }
 }
@@ -216,7 +219,7 @@ pub struct JobEvent {
     /// When it was written.
     pub at: DateTime<Utc>,
     /// What happened: `job-created`, `attempt-admitted`, `race-lost`, …
-    pub kind: String,
+    pub kind: super::EventKind,
     /// The attempt it concerns, if any.
     pub attempt_number: Option<i32>,
     /// The ids and facts that explain it.

@@ -2,6 +2,7 @@
 //! idempotency primitives. Nothing here does I/O, so every rule is unit-tested
 //! beside its code and shared by every store and every caller.
 
+pub mod event;
 pub mod ids;
 pub mod idempotency;
 pub mod job;
@@ -15,4 +16,5 @@ pub use idempotency::{Fingerprint, IdempotencyKey};
 pub use role::KeyRole;
 pub use money::{Cost, Money, Price, Usage};
 pub use job::{Attempt, AttemptError, AttemptOrigin, Job, JobEvent, JobSummary};
-pub use state::{AdmissionRefusal, AttemptLimits, AttemptState, JobState, check_admission};
+pub use event::EventKind;
+pub use state::{AdmissionRefusal, AttemptLimits, AttemptState, AttemptTransition, JobState, check_admission};

@@ -3,7 +3,8 @@
 //! carry them out with guarded updates and call [`JobState::derive`] and
 //! [`check_admission`] under the job's row lock.
 //!
-//! Attempt: `pending → running → succeeded | failed | unknown | superseded`;
+//! Attempt (the edges are [`AttemptTransition::edge`]):
+//! `pending → running → succeeded | failed | unknown | superseded`;
 //! `unknown → succeeded | failed | superseded` (reconciliation);
 //! `pending → canceled`.
 //!
@@ -14,6 +15,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+pub use super::event::EventKind;
 
 macro_rules! named_states {
     ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
@@ -101,7 +104,7 @@ impl AttemptState {
     /// Whether an attempt in this state may be settled with an output or a
     /// failure: a running one by its worker, an unknown one by reconciliation.
     pub fn is_settleable(self) -> bool {
-        matches!(self, AttemptState::Running | AttemptState::Unknown)
+        AttemptTransition::Finish.from().contains(&self)
     }
 
     /// Whether the attempt will never change again.
@@ -143,6 +146,84 @@ impl JobState {
             JobState::Unknown
         } else {
             JobState::Failed
+        }
+    }
+}
+
+/// A move of the attempt state machine. [`AttemptTransition::edge`] is the
+/// table of allowed edges: the stores guard every update with its `from`
+/// states and move the attempt to one of its `to` states, and nothing else
+/// changes an attempt's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttemptTransition {
+    /// A worker claims a due pending attempt under a lease.
+    Claim,
+    /// The provider answered with an output; the job's compare-and-swap
+    /// decides between `succeeded` (it won) and `superseded` (I3).
+    Finish,
+    /// A definitive failure: the provider did not do the work.
+    Fail,
+    /// A timeout or a lost answer: the outcome cannot be known (I4).
+    MarkUnknown,
+    /// The lease of a running attempt ran out: its worker died or stalled (I4).
+    ExpireLease,
+    /// An operator settles an unknown attempt with the provider's output,
+    /// through the same compare-and-swap as [`AttemptTransition::Finish`].
+    ResolveSucceeded,
+    /// An operator settles an unknown attempt as not done.
+    ResolveFailed,
+    /// The job won or was canceled before a worker claimed the attempt.
+    Cancel,
+}
+
+impl AttemptTransition {
+    /// Every transition, in declaration order.
+    pub const ALL: &'static [AttemptTransition] = &[
+        AttemptTransition::Claim,
+        AttemptTransition::Finish,
+        AttemptTransition::Fail,
+        AttemptTransition::MarkUnknown,
+        AttemptTransition::ExpireLease,
+        AttemptTransition::ResolveSucceeded,
+        AttemptTransition::ResolveFailed,
+        AttemptTransition::Cancel,
+    ];
+
+    /// The edge: the states it may start from, and the states it may end in.
+    pub const fn edge(self) -> (&'static [AttemptState], &'static [AttemptState]) {
+        use AttemptState::*;
+        match self {
+            AttemptTransition::Claim => (&[Pending], &[Running]),
+            AttemptTransition::Finish => (&[Running, Unknown], &[Succeeded, Superseded]),
+            AttemptTransition::Fail => (&[Running, Unknown], &[Failed]),
+            AttemptTransition::MarkUnknown => (&[Running], &[Unknown]),
+            AttemptTransition::ExpireLease => (&[Running], &[Unknown]),
+            AttemptTransition::ResolveSucceeded => (&[Unknown], &[Succeeded, Superseded]),
+            AttemptTransition::ResolveFailed => (&[Unknown], &[Failed]),
+            AttemptTransition::Cancel => (&[Pending], &[Canceled]),
+        }
+    }
+
+    /// The states it may start from: the guard of its update.
+    pub const fn from(self) -> &'static [AttemptState] {
+        self.edge().0
+    }
+
+    /// The states it may end in.
+    pub const fn to(self) -> &'static [AttemptState] {
+        self.edge().1
+    }
+
+    /// The event a job's log records when an attempt makes this move
+    /// without an output (a win or a lost race is recorded as such).
+    pub const fn event(self) -> EventKind {
+        match self {
+            AttemptTransition::Claim => EventKind::AttemptClaimed,
+            AttemptTransition::Finish | AttemptTransition::ResolveSucceeded => EventKind::AttemptSucceeded,
+            AttemptTransition::Fail => EventKind::AttemptFailed,
+            AttemptTransition::MarkUnknown | AttemptTransition::ExpireLease => EventKind::AttemptUnknown,
+            AttemptTransition::ResolveFailed => EventKind::AttemptResolved,
+            AttemptTransition::Cancel => EventKind::JobCanceled,
         }
     }
 }
@@ -233,6 +314,48 @@ pub fn check_admission(
 mod tests {
     use super::AttemptState::*;
     use super::*;
+
+    #[test]
+    fn the_edge_table_is_the_documented_state_machine() {
+        // The module's header, edge by edge.
+        let mut edges: Vec<(AttemptState, AttemptState)> = AttemptTransition::ALL
+            .iter()
+            .flat_map(|t| t.from().iter().flat_map(move |&from| t.to().iter().map(move |&to| (from, to))))
+            .collect();
+        edges.sort_by_key(|&(from, to)| (from as u8, to as u8));
+        edges.dedup();
+        let documented = [
+            (Pending, Running),
+            (Pending, Canceled),
+            (Running, Succeeded),
+            (Running, Failed),
+            (Running, Unknown),
+            (Running, Superseded),
+            (Unknown, Succeeded),
+            (Unknown, Failed),
+            (Unknown, Superseded),
+        ];
+        let mut documented = documented.to_vec();
+        documented.sort_by_key(|&(from, to)| (from as u8, to as u8));
+        assert_eq!(edges, documented);
+    }
+
+    #[test]
+    fn final_states_have_no_way_out_and_every_state_is_reachable() {
+        for transition in AttemptTransition::ALL {
+            assert!(transition.from().iter().all(|s| !s.is_final()), "{transition:?} leaves a final state");
+        }
+        let mut reached = vec![Pending];
+        while let Some(next) = AttemptTransition::ALL
+            .iter()
+            .filter(|t| t.from().iter().any(|s| reached.contains(s)))
+            .flat_map(|t| t.to())
+            .find(|s| !reached.contains(s))
+        {
+            reached.push(*next);
+        }
+        assert_eq!(reached.len(), AttemptState::ALL.len(), "reached only {reached:?}");
+    }
 
     #[test]
     fn names_round_trip_through_text() {

@@ -1,7 +1,10 @@
 //! The `Store` trait: every read and every state transition of jobs,
-//! attempts, events and API keys, behind one interface with one
-//! implementation per database. Callers never see SQL; each backend keeps the
-//! SQL of each transition in its own file.
+//! attempts, events and API keys, behind one interface. Callers never see
+//! SQL. The logic of each transition is written once, in `transitions.rs`,
+//! over the per-backend statements of `driver.rs`; `postgres.rs` and
+//! `sqlite.rs` hold only their SQL and what truly differs between the two
+//! databases; `rows.rs` reads rows into values for both. See
+//! `docs/design.md`, "Storage".
 //!
 //! Every transition that touches an existing job locks the job's row first
 //! (so the stored job state, derived with [`JobState::derive`], is always the
@@ -9,9 +12,12 @@
 //! guard that matches zero rows is a typed outcome ([`Transition::Stale`],
 //! [`Transition::Lost`]), never an error and never ignored.
 
+pub mod driver;
 mod hot;
 pub mod postgres;
+mod rows;
 pub mod sqlite;
+mod transitions;
 pub mod usage;
 
 use std::time::Duration;
@@ -23,9 +29,10 @@ use uuid::Uuid;
 
 use crate::domain::policy::{NextAttempt, PastAttempt};
 use crate::domain::{
-    AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptLimits, AttemptOrigin, AttemptState, Fingerprint,
-    IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, KeyRole, OwnerId,
+    AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptLimits, AttemptOrigin, AttemptState, AttemptTransition,
+    Fingerprint, IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, KeyRole, OwnerId,
 };
+pub use driver::Driver;
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
@@ -472,9 +479,13 @@ pub enum KeyChange {
     Changed(Uuid),
 }
 
-/// Every operation onejob performs on its database.
+/// Every operation onejob performs on its database. A backend implements
+/// the reads and the simple writes, and the statements of [`Driver`]; the
+/// transitions (creating a job, admitting, settling, reaping, resolving,
+/// canceling) are provided, written once in `transitions.rs`, and not
+/// overridden.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: Driver {
     /// Applies the pending migrations.
     async fn migrate(&self) -> Result<()>;
 
@@ -520,7 +531,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Creates a job with its first attempt, or finds the job that holds the
     /// key already (I1: the unique constraint decides).
-    async fn create_job(&self, new: &NewJob) -> Result<CreateJob>;
+    async fn create_job(&self, new: &NewJob) -> Result<CreateJob> {
+        transitions::create_job(self, new).await
+    }
 
     /// One of the owner's jobs with its attempts.
     async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>>;
@@ -542,7 +555,9 @@ pub trait Store: Send + Sync + 'static {
         job_id: JobId,
         new: &NewAttempt,
         rules: &dyn TaskRules,
-    ) -> Result<Admission>;
+    ) -> Result<Admission> {
+        transitions::admit_attempt(self, owner, job_id, new, rules).await
+    }
 
     /// Claims up to `max` due pending attempts for `worker`, oldest first,
     /// each under its provider's lease; they become `running`.
@@ -550,7 +565,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Turns running attempts whose lease has expired (their worker died or
     /// stalled) into `unknown` (I4): never `pending`, never `failed`.
-    async fn expire_leases(&self, max: u32) -> Result<Vec<AttemptRef>>;
+    async fn expire_leases(&self, max: u32) -> Result<Vec<AttemptRef>> {
+        transitions::expire_leases(self, max).await
+    }
 
     /// Claims up to `max` unknown attempts of `providers` that are due for a
     /// status lookup, and holds them for `hold` before they are due again.
@@ -561,7 +578,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Cancels a job unless it succeeded: pending attempts are canceled;
     /// running ones finish and are recorded, never applied.
-    async fn cancel_job(&self, owner: &OwnerId, id: JobId) -> Result<Cancel>;
+    async fn cancel_job(&self, owner: &OwnerId, id: JobId) -> Result<Cancel> {
+        transitions::cancel_job(self, owner, id).await
+    }
 
     /// Stores a qualification run.
     async fn insert_qualification(
@@ -584,14 +603,20 @@ pub trait Store: Send + Sync + 'static {
 
     /// Records an attempt's output. The job's compare-and-swap decides: the
     /// first output wins, every later one is `superseded` (I3).
-    async fn finish_attempt(&self, attempt: &AttemptRef, output: &Value) -> Result<Transition>;
+    async fn finish_attempt(&self, attempt: &AttemptRef, output: &Value) -> Result<Transition> {
+        transitions::settle_with_output(self, attempt, output, AttemptTransition::Finish, None).await
+    }
 
     /// Records a definitive failure of a running or unknown attempt, and
     /// admits the retry policy's next attempt in the same transaction.
-    async fn fail_attempt(&self, attempt: &AttemptRef, error: &AttemptError, rules: &dyn TaskRules) -> Result<Transition>;
+    async fn fail_attempt(&self, attempt: &AttemptRef, error: &AttemptError, rules: &dyn TaskRules) -> Result<Transition> {
+        transitions::settle_without_output(self, attempt, AttemptTransition::Fail, error, None, Some(rules)).await
+    }
 
     /// Records that a running attempt's outcome cannot be known (I4).
-    async fn mark_unknown(&self, attempt: &AttemptRef, error: &AttemptError) -> Result<Transition>;
+    async fn mark_unknown(&self, attempt: &AttemptRef, error: &AttemptError) -> Result<Transition> {
+        transitions::settle_without_output(self, attempt, AttemptTransition::MarkUnknown, error, None, None).await
+    }
 
     /// Settles an unknown attempt by an operator's word, through the same
     /// compare-and-swap as a worker's finish.
@@ -601,7 +626,9 @@ pub trait Store: Send + Sync + 'static {
         resolution: &Resolution,
         reason: &str,
         rules: &dyn TaskRules,
-    ) -> Result<Transition>;
+    ) -> Result<Transition> {
+        transitions::resolve_unknown(self, attempt, resolution, reason, rules).await
+    }
 
     /// The owner of the job `job_id` whose attempt `number` is unknown, of
     /// any owner: how an admin finds another owner's attempt to resolve.
@@ -636,48 +663,12 @@ pub(crate) fn corrupt(what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(what.to_string())
 }
 
-/// Reads a stored state name.
-pub(crate) fn parse_state<T: std::str::FromStr>(text: &str) -> Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    text.parse().map_err(corrupt)
-}
-
-/// What the retry policy needs of a job's attempts.
-pub(crate) fn past_attempts(attempts: &[Attempt]) -> Vec<PastAttempt<'_>> {
-    attempts
-        .iter()
-        .map(|a| PastAttempt {
-            provider: &a.provider,
-            state: a.state,
-            retryable: a.error.as_ref().and_then(|e| e.pointer("/detail/retryable")).and_then(Value::as_bool).unwrap_or(false),
-            retry_after: a.error.as_ref().and_then(|e| e.pointer("/detail/retry_after_ms")).and_then(Value::as_u64).map(Duration::from_millis),
-        })
-        .collect()
-}
-
-/// The answer to an attempt request whose key this job has seen before:
-/// a replay when it asked for the same provider, a reused key otherwise.
-pub(crate) fn earlier_attempt(attempts: &[Attempt], key: Option<&IdempotencyKey>, provider: &str) -> Option<Admission> {
-    let key = key?;
-    let earlier = attempts.iter().find(|a| a.idempotency_key.as_deref() == Some(key.as_str()))?;
-    Some(if earlier.provider == provider {
-        Admission::Replayed(earlier.clone())
-    } else {
-        Admission::KeyReused(earlier.clone())
-    })
-}
-
-/// Writes the one log line a lost race gets (I3).
-pub(crate) fn log_race_lost(attempt: &AttemptRef, winner: Option<i32>) {
-    tracing::warn!(
-        owner = %attempt.owner,
-        job.id = %attempt.job_id,
-        attempt.number = attempt.number,
-        winner = ?winner,
-        "race lost: the compare-and-swap touched zero rows; output kept as superseded"
-    );
+/// Whether the database has every migration this program embeds.
+pub(crate) fn check_migrations(applied: Option<i64>, latest: i64) -> Result<()> {
+    if applied.unwrap_or(0) < latest {
+        return Err(corrupt(format!("migrations not applied: database at {applied:?}, program at {latest}")));
+    }
+    Ok(())
 }
 
 /// Sorts a sqlx error into "try again later" and everything else.

@@ -1,5 +1,7 @@
 //! The SQLite store: the embedded default for one machine, keeping every
-//! invariant by SQLite's own means. All of its SQL is in this file.
+//! invariant by SQLite's own means. Its SQL, and what only SQLite does
+//! (the single writer, group commit); the logic of the transitions is in
+//! `transitions.rs`.
 //!
 //! - Every write transaction begins `BEGIN IMMEDIATE`: it takes SQLite's one
 //!   write lock up front, so transactions never deadlock upgrading a read
@@ -12,38 +14,41 @@
 //! - The unique constraint on (owner_id, idempotency_key), the partial unique
 //!   index of pending attempts and compare-and-swap updates checked by rows
 //!   changed, as on Postgres.
-//!
 //! - New jobs are committed in groups: whoever gets the write turn writes
 //!   every creation queued while the previous transaction was committing, in
 //!   one transaction, so one log sync covers them all; each request is
-//!   answered only after that commit (see `create_job`).
+//!   answered only after that commit (see `insert_job`).
 //!
 //! Times are stored as microseconds since the Unix epoch, read from this
-//! process's clock (one machine, one clock).
+//! process's clock (one machine, one clock). State names are bound as
+//! parameters, or written into a statement from the enums where it must
+//! match a partial index.
 
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::types::Json;
 use sqlx::{Row, Sqlite, Transaction};
 use uuid::Uuid;
 
-use super::{
-    Admission, ApiKey, AttemptRef, LiveKey, Cancel, ClaimedAttempt, CreateJob, Gauges, JobFilter, Leases, NewAttempt, NewJob,
-    QualificationRecord, QualificationState, Resolution, Result, Scheduled, Store, StoreError, TaskRules, Transition,
-    UnknownAttempt, corrupt, earlier_attempt, log_race_lost, parse_state, past_attempts,
+use super::driver::{Driver, DriverTx, LockedJob, OutputSettlement, Settled, Tx};
+use super::rows::{
+    ApiKeyRow, AttemptRefRow, EventRow, JobSummaryRow, LiveKeyRow, OpenUnknownRow, QualificationRow, QualificationStateRow,
+    UsageReportRow, attempts_from_rows, job_from_rows, read_all,
 };
-use super::usage::{AttemptUsage, UsageFilter, UsageRow, check_budget, read_cost, stored_budget, read_usage};
-use crate::domain::Money;
-use crate::domain::job::JobCost;
+use super::usage::{AttemptUsage, UsageFilter, UsageRow};
+use super::{
+    ApiKey, AttemptRef, ClaimedAttempt, Gauges, JobFilter, Leases, LiveKey, NewAttempt, NewJob, OpenUnknown,
+    OwnedJobSummary, QualificationRecord, QualificationState, Result, Store, StoreError, UnknownAttempt, corrupt,
+};
 use crate::domain::{
-    AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job,
-    JobEvent, JobId, JobState, JobSummary, KeyRole, OwnerId, check_admission,
+    Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, EventKind, IdempotencyKey, Job, JobEvent, JobId,
+    JobState, JobSummary, KeyRole, OwnerId,
 };
 
 /// The embedded migrations of `migrations/sqlite`.
@@ -83,9 +88,6 @@ struct PendingCreate {
 /// The most creations one group commit writes.
 const MAX_GROUP: usize = 256;
 
-/// A write transaction and this process's turn to write.
-type Write = (tokio::sync::OwnedMutexGuard<()>, Transaction<'static, Sqlite>);
-
 impl SqliteStore {
     /// Opens (creating it if needed) the database at `url` (`sqlite://PATH`).
     pub fn connect_lazy(url: &str, options: &SqliteOptions) -> Result<Self> {
@@ -117,10 +119,11 @@ impl SqliteStore {
     }
 
     /// Waits for this process's turn to write, then begins a transaction
-    /// holding SQLite's write lock. Keep the guard until the transaction ends.
-    async fn write(&self) -> Result<Write> {
+    /// holding SQLite's write lock; the transaction keeps the turn until it ends.
+    async fn write(&self) -> Result<SqliteTx> {
         let turn = self.writer.clone().lock_owned().await;
-        Ok((turn, self.pool.begin_with("BEGIN IMMEDIATE").await?))
+        let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        Ok(SqliteTx { tx, at: now(), _turn: turn })
     }
 }
 
@@ -211,7 +214,7 @@ async fn insert_new_job(tx: &mut Transaction<'static, Sqlite>, new: &NewJob) -> 
     let inserted = sqlx::query(
         r#"insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
                              state, created_at, updated_at, max_cost)
-           values (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?8, ?9)
+           values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10)
            on conflict (owner_id, idempotency_key) do nothing"#,
     )
     .bind(new.owner.as_str())
@@ -221,6 +224,7 @@ async fn insert_new_job(tx: &mut Transaction<'static, Sqlite>, new: &NewJob) -> 
     .bind(&new.task)
     .bind(Json(&new.input))
     .bind(&new.provider)
+    .bind(JobState::Queued)
     .bind(created)
     .bind(new.max_cost.map(|m| m.to_string()))
     .execute(&mut **tx)
@@ -232,17 +236,19 @@ async fn insert_new_job(tx: &mut Transaction<'static, Sqlite>, new: &NewJob) -> 
     }
     sqlx::query(
         r#"insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before)
-           values (?1, ?2, 1, ?3, ?4, 'pending', 'client', ?5, ?5)"#,
+           values (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7, ?7)"#,
     )
     .bind(new.owner.as_str())
     .bind(new.id.0)
     .bind(new.first_attempt_id.0)
     .bind(&new.provider)
+    .bind(AttemptState::Pending)
+    .bind(AttemptOrigin::Client)
     .bind(created)
     .execute(&mut **tx)
     .await?;
     let detail = json!({ "attempt_id": new.first_attempt_id, "provider": new.provider });
-    append_event(tx, created, &new.owner, new.id, "job-created", Some(1), detail).await?;
+    insert_event(tx, created, &new.owner, new.id, EventKind::JobCreated, Some(1), detail).await?;
     Ok(Some(created))
 }
 
@@ -258,12 +264,9 @@ fn time(micros: i64) -> Result<DateTime<Utc>> {
     DateTime::from_timestamp_micros(micros).ok_or_else(|| corrupt(format!("time {micros}")))
 }
 
-fn optional_time(micros: Option<i64>) -> Result<Option<DateTime<Utc>>> {
-    micros.map(time).transpose()
-}
-
-fn json_column(row: &SqliteRow, column: &str) -> Result<Option<Value>> {
-    Ok(row.try_get::<Option<Json<Value>>, _>(column)?.map(|Json(value)| value))
+/// `state in (…)` for a guard, as a JSON array for `json_each`.
+fn json_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    Value::from(names.into_iter().collect::<Vec<_>>()).to_string()
 }
 
 const JOB_COLUMNS: &str = r#"j.owner_id, j.id, j.idempotency_key, j.fingerprint, j.task, j.input, j.provider,
@@ -277,225 +280,102 @@ const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider 
     a.completion_tokens as a_completion_tokens, a.usage_estimated as a_usage_estimated,
     a.cost as a_cost, a.currency as a_currency, a.price_version as a_price_version"#;
 
-fn read_job(row: &SqliteRow, attempts: Vec<Attempt>) -> Result<Job> {
-    let fingerprint: Vec<u8> = row.try_get("fingerprint")?;
-    Ok(Job {
-        id: JobId(row.try_get("id")?),
-        owner: OwnerId::from_trusted(row.try_get("owner_id")?),
-        idempotency_key: row.try_get("idempotency_key")?,
-        fingerprint: Fingerprint::from_slice(&fingerprint).ok_or_else(|| corrupt("fingerprint length"))?,
-        task: row.try_get("task")?,
-        input: json_column(row, "input")?.ok_or_else(|| corrupt("a job without input"))?,
-        provider: row.try_get("provider")?,
-        state: parse_state(row.try_get("state")?)?,
-        winning_attempt: row.try_get("winning_attempt")?,
-        result: json_column(row, "result")?,
-        created_at: time(row.try_get("created_at")?)?,
-        updated_at: time(row.try_get("updated_at")?)?,
-        max_cost: row.try_get::<Option<String>, _>("max_cost")?.map(|m| m.parse()).transpose().map_err(corrupt)?,
-        cost: JobCost::of(&attempts),
-        attempts,
-    })
-}
-
-fn read_attempt(row: &SqliteRow) -> Result<Attempt> {
-    let origin: &str = row.try_get("a_origin")?;
-    Ok(Attempt {
-        number: row.try_get("a_number")?,
-        id: AttemptId(row.try_get("a_id")?),
-        provider: row.try_get("a_provider")?,
-        state: parse_state(row.try_get("a_state")?)?,
-        origin: AttemptOrigin::parse(origin).ok_or_else(|| corrupt(format!("attempt origin '{origin}'")))?,
-        idempotency_key: row.try_get("a_idempotency_key")?,
-        worker: row.try_get("a_worker")?,
-        lease_until: optional_time(row.try_get("a_lease_until")?)?,
-        output: json_column(row, "a_output")?,
-        error: json_column(row, "a_error")?,
-        created_at: time(row.try_get("a_created_at")?)?,
-        not_before: time(row.try_get("a_not_before")?)?,
-        started_at: optional_time(row.try_get("a_started_at")?)?,
-        finished_at: optional_time(row.try_get("a_finished_at")?)?,
-        usage: read_usage(row.try_get("a_prompt_tokens")?, row.try_get("a_completion_tokens")?, row.try_get("a_usage_estimated")?),
-        cost: read_cost(row.try_get("a_cost")?, row.try_get("a_currency")?, row.try_get("a_price_version")?)?,
-    })
-}
-
-/// A row of `jobs` without its attempts, for listings.
-fn read_job_summary(row: &SqliteRow) -> Result<JobSummary> {
-    Ok(JobSummary {
-        id: JobId(row.try_get("id")?),
-        idempotency_key: row.try_get("idempotency_key")?,
-        task: row.try_get("task")?,
-        provider: row.try_get("provider")?,
-        state: parse_state(row.try_get("state")?)?,
-        winning_attempt: row.try_get("winning_attempt")?,
-        created_at: time(row.try_get("created_at")?)?,
-        updated_at: time(row.try_get("updated_at")?)?,
-    })
-}
-
-/// The (owner_id, job_id, number) of a row naming an attempt.
-fn read_attempt_ref(row: &SqliteRow) -> Result<AttemptRef> {
-    Ok(AttemptRef {
-        owner: OwnerId::from_trusted(row.try_get("owner_id")?),
-        job_id: JobId(row.try_get("job_id")?),
-        number: row.try_get("number")?,
-    })
-}
-
-fn read_job_with_attempts(rows: &[SqliteRow]) -> Result<Option<Job>> {
-    let Some(first) = rows.first() else { return Ok(None) };
-    let mut attempts = Vec::with_capacity(rows.len());
-    for row in rows {
-        if row.try_get::<Option<i32>, _>("a_number")?.is_some() {
-            attempts.push(read_attempt(row)?);
-        }
-    }
-    read_job(first, attempts).map(Some)
-}
-
-async fn append_event(
-    tx: &mut Transaction<'_, Sqlite>,
-    at: i64,
-    owner: &OwnerId,
-    job_id: JobId,
-    kind: &str,
-    attempt_number: Option<i32>,
-    detail: Value,
-) -> Result<()> {
-    sqlx::query(
-        r#"insert into job_events (owner_id, job_id, at, kind, attempt_number, detail)
-           values (?, ?, ?, ?, ?, ?)"#,
+/// A job with its attempts, in one statement (one snapshot).
+fn select_job_where(condition: &str) -> String {
+    format!(
+        r#"select {JOB_COLUMNS}, {ATTEMPT_COLUMNS}
+           from jobs j
+           left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
+           where {condition}
+           order by a.number"#
     )
-    .bind(owner.as_str())
-    .bind(job_id.0)
-    .bind(at)
-    .bind(kind)
-    .bind(attempt_number)
-    .bind(Json(detail))
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }
 
-/// Reads the job a transition is about; the write lock the transaction
-/// holds keeps it as read until commit.
-async fn read_job_row(tx: &mut Transaction<'_, Sqlite>, owner: &OwnerId, job_id: JobId) -> Result<Option<SqliteRow>> {
-    Ok(sqlx::query(r#"select state, task, provider, winning_attempt from jobs where owner_id = ? and id = ?"#)
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .fetch_optional(&mut **tx)
-        .await?)
-}
+static GET_JOB: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = ?1 and j.id = ?2"));
+static FIND_JOB_BY_KEY: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = ?1 and j.idempotency_key = ?2"));
 
-/// The budget of a job (its own `max_cost` or its task's, the lower) and
-/// its input, to cost attempts with; `None` when it has no budget.
-async fn read_budget(
-    tx: &mut Transaction<'_, Sqlite>,
-    owner: &OwnerId,
-    job_id: JobId,
-    task: &str,
-    rules: &dyn TaskRules,
-) -> Result<Option<(Money, Value)>> {
-    let row = sqlx::query(r#"select max_cost, input from jobs where owner_id = ? and id = ?"#)
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .fetch_one(&mut **tx)
-        .await?;
-    stored_budget(rules, task, row.try_get("max_cost")?, || json_column(&row, "input")?.ok_or_else(|| corrupt("a job without input")))
-}
-
-async fn attempt_state(tx: &mut Transaction<'_, Sqlite>, attempt: &AttemptRef) -> Result<Option<AttemptState>> {
-    let state: Option<String> =
-        sqlx::query_scalar(r#"select state from attempts where owner_id = ? and job_id = ? and number = ?"#)
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
-            .fetch_optional(&mut **tx)
-            .await?;
-    state.map(|s| parse_state(&s)).transpose()
-}
-
-async fn read_attempts(tx: &mut Transaction<'_, Sqlite>, owner: &OwnerId, job_id: JobId) -> Result<Vec<Attempt>> {
-    let rows = sqlx::query(&format!(
-        r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = ? and a.job_id = ? order by a.number"#
-    ))
-    .bind(owner.as_str())
-    .bind(job_id.0)
-    .fetch_all(&mut **tx)
-    .await?;
-    rows.iter().map(read_attempt).collect()
-}
-
-/// Stores the job state that its attempts now imply (a terminal one stays).
-async fn update_job_state(
-    tx: &mut Transaction<'_, Sqlite>,
-    at: i64,
-    owner: &OwnerId,
-    job_id: JobId,
-    current: JobState,
-) -> Result<JobState> {
-    let states: Vec<String> = sqlx::query_scalar(r#"select state from attempts where owner_id = ? and job_id = ?"#)
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .fetch_all(&mut **tx)
-        .await?;
-    let states = states.iter().map(|s| parse_state(s)).collect::<Result<Vec<AttemptState>>>()?;
-    let derived = JobState::derive(current, states);
-    if derived != current {
-        sqlx::query(r#"update jobs set state = ?, updated_at = ? where owner_id = ? and id = ?"#)
-            .bind(derived.as_str())
-            .bind(at)
-            .bind(owner.as_str())
-            .bind(job_id.0)
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(derived)
-}
-
-/// `state in (…)` for a guard, as a JSON array for `json_each`.
-fn state_list(states: &[AttemptState]) -> String {
-    Value::from(states.iter().map(|s| s.as_str()).collect::<Vec<_>>()).to_string()
-}
-
-async fn insert_attempt(
-    tx: &mut Transaction<'_, Sqlite>,
-    at: i64,
-    owner: &OwnerId,
-    job_id: JobId,
-    number: i32,
-    new: &NewAttempt,
-    provider: &str,
-) -> Result<Attempt> {
-    let created = at;
-    sqlx::query(
-        r#"insert into attempts (owner_id, job_id, number, id, provider, state, origin, idempotency_key,
-                                 created_at, not_before)
-           values (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)"#,
+/// Running attempts past their lease (the `attempts_leased` partial index).
+static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"select owner_id, job_id, number from attempts
+           where state = '{running}' and lease_until < ?1
+           order by lease_until
+           limit ?2"#,
+        running = AttemptState::Running,
     )
-    .bind(owner.as_str())
-    .bind(job_id.0)
-    .bind(number)
-    .bind(new.id.0)
-    .bind(provider)
-    .bind(new.origin.as_str())
-    .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
-    .bind(created)
-    .bind(created.saturating_add(micros(new.delay)))
-    .execute(&mut **tx)
-    .await?;
-    // SQLite's RETURNING cannot name columns through an alias: read it back.
-    let row = sqlx::query(&format!(
-        r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = ? and a.job_id = ? and a.number = ?"#
-    ))
-    .bind(owner.as_str())
-    .bind(job_id.0)
-    .bind(number)
-    .fetch_one(&mut **tx)
-    .await?;
-    read_attempt(&row)
-}
+});
+
+/// Due pending attempts of the given providers (the `attempts_claimable`
+/// partial index), whose jobs have not finished.
+static CLAIMABLE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, j.task, j.input
+           from attempts a
+           join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
+           where a.state = '{pending}' and a.not_before <= ?1
+             and a.provider in (select value from json_each(?2))
+             and j.state not in ('{succeeded}', '{canceled}')
+           order by a.not_before
+           limit ?3"#,
+        pending = AttemptState::Pending,
+        succeeded = JobState::Succeeded,
+        canceled = JobState::Canceled,
+    )
+});
+
+/// Unknown attempts of the given providers due for a status lookup (the
+/// `attempts_unknown` partial index).
+static RECONCILABLE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count, a.finished_at, j.task
+           from attempts a
+           join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
+           where a.state = '{unknown}' and a.provider in (select value from json_each(?1)) and a.reconcile_after <= ?2
+           order by a.reconcile_after
+           limit ?3"#,
+        unknown = AttemptState::Unknown,
+    )
+});
+
+/// The metrics gauges (the partial indexes of pending and unknown attempts).
+static SAMPLE_GAUGES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"select
+               (select count(*) from attempts where state = '{pending}' and not_before <= ?1) as pending_due,
+               (select count(*) from attempts where state = '{unknown}') as unknown_open,
+               (select min(finished_at) from attempts where state = '{unknown}') as oldest"#,
+        pending = AttemptState::Pending,
+        unknown = AttemptState::Unknown,
+    )
+});
+
+/// The owner of an unknown attempt (the `attempts_unknown_by_job` index).
+static FIND_UNKNOWN_ATTEMPT_OWNER: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"select owner_id from attempts where job_id = ?1 and number = ?2 and state = '{unknown}'"#,
+        unknown = AttemptState::Unknown,
+    )
+});
+
+/// Unknown attempts of one owner or all, the longest unknown first.
+static LIST_UNKNOWN_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"select a.owner_id, a.job_id, a.number, a.provider, j.task, a.finished_at, a.error, a.reconcile_count
+           from attempts a join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
+           where (?1 is null or a.owner_id = ?1) and a.state = '{unknown}'
+           order by a.finished_at, a.job_id, a.number
+           limit ?2"#,
+        unknown = AttemptState::Unknown,
+    )
+});
+
+/// Where a provider stands for a task's contract with a hash.
+const QUALIFICATION_STATE: &str = r#"select contract_hash = ?3 as current, passed, created_at,
+           json_extract(report, '$.summary') as summary
+    from qualifications
+    where provider = ?1 and task = ?2
+    order by contract_hash = ?3 desc, created_at desc
+    limit 1"#;
 
 async fn read_qualification_state<'e>(
     executor: impl sqlx::SqliteExecutor<'e>,
@@ -503,243 +383,276 @@ async fn read_qualification_state<'e>(
     task: &str,
     hash: &[u8; 32],
 ) -> Result<QualificationState> {
-    let row = sqlx::query(
-        r#"select contract_hash = ?3 as current, passed, created_at, json_extract(report, '$.summary') as summary
-           from qualifications
-           where provider = ?1 and task = ?2
-           order by contract_hash = ?3 desc, created_at desc
-           limit 1"#,
-    )
-    .bind(provider)
-    .bind(task)
-    .bind(&hash[..])
-    .fetch_optional(executor)
-    .await?;
-    let Some(row) = row else { return Ok(QualificationState::Never) };
-    let at = time(row.try_get("created_at")?)?;
-    Ok(match (row.try_get::<bool, _>("current")?, row.try_get::<bool, _>("passed")?) {
-        (true, true) => QualificationState::Qualified { at },
-        (true, false) => {
-            QualificationState::Failed { at, summary: row.try_get::<Option<String>, _>("summary")?.unwrap_or_default() }
-        }
-        (false, _) => QualificationState::Stale { at },
-    })
+    let row: Option<QualificationStateRow> =
+        sqlx::query_as(QUALIFICATION_STATE).bind(provider).bind(task).bind(&hash[..]).fetch_optional(executor).await?;
+    Ok(row.into())
 }
 
-/// The job's own provider always may serve it; any other needs a passing
-/// qualification of the task's current contract (I5). `Err` says why not.
-async fn check_qualified(
-    tx: &mut Transaction<'_, Sqlite>,
-    rules: &dyn TaskRules,
-    task: &str,
-    primary: &str,
-    provider: &str,
-) -> Result<std::result::Result<(), String>> {
-    if provider == primary {
-        return Ok(Ok(()));
-    }
-    let Some(hash) = rules.contract_hash(task, provider) else {
-        return Ok(Err(format!("provider '{provider}' cannot serve task '{task}' here: one of them is not configured")));
-    };
-    let state = read_qualification_state(&mut **tx, provider, task, &hash).await?;
-    Ok(state.refusal(provider, task).map_or(Ok(()), Err))
-}
-
-/// The retry policy's next attempt after a failure, admitted in the same
-/// transaction: the first qualified candidate; skipped ones are recorded.
-async fn schedule_next_attempt(
-    tx: &mut Transaction<'_, Sqlite>,
+async fn insert_event(
+    tx: &mut Transaction<'static, Sqlite>,
     at: i64,
-    failed: &AttemptRef,
-    task: &str,
-    primary: &str,
-    rules: &dyn TaskRules,
-) -> Result<Option<Scheduled>> {
-    let attempts = read_attempts(tx, &failed.owner, failed.job_id).await?;
-    let past = past_attempts(&attempts);
-    let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
-    let budget = read_budget(tx, &failed.owner, failed.job_id, task, rules).await?;
-    let mut chosen = None;
-    for candidate in rules.retry_candidates(task, primary, &past) {
-        let mut verdict = check_qualified(tx, rules, task, primary, &candidate.provider).await?;
-        if verdict.is_ok()
-            && let Some((budget, input)) = &budget
-        {
-            verdict = check_budget(rules, task, input, *budget, &attempts, &candidate.provider);
-        }
-        match verdict {
-            Ok(()) => {
-                chosen = Some(candidate);
-                break;
-            }
-            Err(reason) => {
-                tracing::info!(owner = %failed.owner, job.id = %failed.job_id, provider = %candidate.provider, %reason,
-                               "failover skipped a provider that is not qualified or over the budget");
-                let detail = json!({ "provider": candidate.provider, "reason": reason, "after": failed.number });
-                append_event(tx, at, &failed.owner, failed.job_id, "failover-skipped", None, detail).await?;
-            }
-        }
-    }
-    let Some(next) = chosen else { return Ok(None) };
-    if let Err(refusal) = check_admission(JobState::Failed, &states, rules.limits(task), true) {
-        let detail = json!({ "problem": refusal.problem_type(), "provider": next.provider, "origin": "policy" });
-        append_event(tx, at, &failed.owner, failed.job_id, "admission-refused", None, detail).await?;
-        return Ok(None);
-    }
-    let number = i32::try_from(attempts.len() + 1).map_err(corrupt)?;
-    let new = NewAttempt {
-        id: AttemptId::new(),
-        provider: Some(next.provider.clone()),
-        idempotency_key: None,
-        origin: AttemptOrigin::Policy,
-        delay: next.delay,
-    };
-    insert_attempt(tx, at, &failed.owner, failed.job_id, number, &new, &next.provider).await?;
-    let job_state = update_job_state(tx, at, &failed.owner, failed.job_id, JobState::Failed).await?;
-    let detail = json!({ "attempt_id": new.id, "provider": next.provider, "origin": "policy", "after": failed.number,
-                         "delay_ms": next.delay.as_millis() as u64, "job_state": job_state.as_str() });
-    append_event(tx, at, &failed.owner, failed.job_id, "attempt-admitted", Some(number), detail).await?;
-    Ok(Some(Scheduled { number, provider: next.provider, delay: next.delay }))
+    owner: &OwnerId,
+    job_id: JobId,
+    kind: EventKind,
+    attempt_number: Option<i32>,
+    detail: Value,
+) -> Result<()> {
+    sqlx::query(r#"insert into job_events (owner_id, job_id, at, kind, attempt_number, detail) values (?, ?, ?, ?, ?, ?)"#)
+        .bind(owner.as_str())
+        .bind(job_id.0)
+        .bind(at)
+        .bind(kind)
+        .bind(attempt_number)
+        .bind(Json(detail))
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
-impl SqliteStore {
-    /// Settles a running or unknown attempt with an output through the job's
-    /// compare-and-swap (I3).
-    async fn settle_with_output(
-        &self,
+/// A SQLite write transaction with this process's turn to write; `at` is
+/// the time every change it makes is stamped with.
+struct SqliteTx {
+    tx: Transaction<'static, Sqlite>,
+    at: i64,
+    _turn: tokio::sync::OwnedMutexGuard<()>,
+}
+
+#[async_trait]
+impl DriverTx for SqliteTx {
+    async fn lock_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Option<LockedJob>> {
+        // The write lock the transaction holds keeps the row as read until commit.
+        Ok(sqlx::query_as(r#"select state, task, provider, winning_attempt from jobs where owner_id = ? and id = ?"#)
+            .bind(owner.as_str())
+            .bind(job_id.0)
+            .fetch_optional(&mut *self.tx)
+            .await?)
+    }
+
+    async fn job_budget(&mut self, owner: &OwnerId, job_id: JobId) -> Result<(Option<String>, Value)> {
+        let (max_cost, Json(input)) = sqlx::query_as(r#"select max_cost, input from jobs where owner_id = ? and id = ?"#)
+            .bind(owner.as_str())
+            .bind(job_id.0)
+            .fetch_one(&mut *self.tx)
+            .await?;
+        Ok((max_cost, input))
+    }
+
+    async fn attempt_state(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptState>> {
+        Ok(sqlx::query_scalar(r#"select state from attempts where owner_id = ? and job_id = ? and number = ?"#)
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .bind(attempt.number)
+            .fetch_optional(&mut *self.tx)
+            .await?)
+    }
+
+    async fn attempt_states(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<AttemptState>> {
+        Ok(sqlx::query_scalar(r#"select state from attempts where owner_id = ? and job_id = ?"#)
+            .bind(owner.as_str())
+            .bind(job_id.0)
+            .fetch_all(&mut *self.tx)
+            .await?)
+    }
+
+    async fn read_attempts(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<Attempt>> {
+        let rows = sqlx::query(&format!(
+            r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = ? and a.job_id = ? order by a.number"#
+        ))
+        .bind(owner.as_str())
+        .bind(job_id.0)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        attempts_from_rows(&rows)
+    }
+
+    async fn set_job_state(&mut self, owner: &OwnerId, job_id: JobId, state: JobState) -> Result<()> {
+        sqlx::query(r#"update jobs set state = ?, updated_at = ? where owner_id = ? and id = ?"#)
+            .bind(state)
+            .bind(self.at)
+            .bind(owner.as_str())
+            .bind(job_id.0)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn insert_attempt(
+        &mut self,
+        owner: &OwnerId,
+        job_id: JobId,
+        number: i32,
+        new: &NewAttempt,
+        provider: &str,
+    ) -> Result<Attempt> {
+        sqlx::query(
+            r#"insert into attempts (owner_id, job_id, number, id, provider, state, origin, idempotency_key,
+                                     created_at, not_before)
+               values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"#,
+        )
+        .bind(owner.as_str())
+        .bind(job_id.0)
+        .bind(number)
+        .bind(new.id.0)
+        .bind(provider)
+        .bind(AttemptState::Pending)
+        .bind(new.origin)
+        .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
+        .bind(self.at)
+        .bind(self.at.saturating_add(micros(new.delay)))
+        .execute(&mut *self.tx)
+        .await?;
+        // SQLite's RETURNING cannot name columns through an alias: read it back.
+        let rows = sqlx::query(&format!(
+            r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = ? and a.job_id = ? and a.number = ?"#
+        ))
+        .bind(owner.as_str())
+        .bind(job_id.0)
+        .bind(number)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        attempts_from_rows(&rows)?.pop().ok_or_else(|| corrupt("an inserted attempt cannot be read back"))
+    }
+
+    async fn append_event(
+        &mut self,
+        owner: &OwnerId,
+        job_id: JobId,
+        kind: EventKind,
+        attempt_number: Option<i32>,
+        detail: Value,
+    ) -> Result<()> {
+        insert_event(&mut self.tx, self.at, owner, job_id, kind, attempt_number, detail).await
+    }
+
+    async fn qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
+        read_qualification_state(&mut *self.tx, provider, task, hash).await
+    }
+
+    async fn set_attempt_outcome(
+        &mut self,
         attempt: &AttemptRef,
-        output: &Value,
+        to: AttemptState,
         from: &[AttemptState],
-        resolution_reason: Option<&str>,
-    ) -> Result<Transition> {
-        let (_turn, mut tx) = self.write().await?;
-        let at = now();
-        let Some(job) = read_job_row(&mut tx, &attempt.owner, attempt.job_id).await? else {
-            return Ok(Transition::NotFound);
-        };
-        let Some(current) = attempt_state(&mut tx, attempt).await? else {
-            return Ok(Transition::NotFound);
-        };
-        if !from.contains(&current) {
-            return Ok(Transition::Stale(current));
-        }
+        error: &AttemptError,
+    ) -> Result<u64> {
+        Ok(sqlx::query(
+            r#"update attempts
+               set state = ?1, error = ?2, finished_at = ?3, lease_until = null,
+                   reconcile_after = case when ?8 then ?3 end
+               where owner_id = ?4 and job_id = ?5 and number = ?6 and state in (select value from json_each(?7))"#,
+        )
+        .bind(to)
+        .bind(Json(error))
+        .bind(self.at)
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .bind(json_list(from.iter().map(|s| s.as_str())))
+        .bind(to == AttemptState::Unknown)
+        .execute(&mut *self.tx)
+        .await?
+        .rows_affected())
+    }
+
+    async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
+        let (attempt, at) = (settlement.attempt, self.at);
         // The compare-and-swap: only a job that has not finished takes a winner.
         let won = sqlx::query(
-            r#"update jobs set state = 'succeeded', winning_attempt = ?, result = ?, updated_at = ?
-               where owner_id = ? and id = ? and state not in ('succeeded', 'canceled')"#,
+            r#"update jobs set state = ?1, winning_attempt = ?2, result = ?3, updated_at = ?4
+               where owner_id = ?5 and id = ?6 and state not in (?1, ?7)"#,
         )
+        .bind(JobState::Succeeded)
         .bind(attempt.number)
-        .bind(Json(output))
+        .bind(Json(settlement.output))
         .bind(at)
         .bind(attempt.owner.as_str())
         .bind(attempt.job_id.0)
-        .execute(&mut *tx)
+        .bind(JobState::Canceled)
+        .execute(&mut *self.tx)
         .await?
         .rows_affected()
             == 1;
-        let next = if won { AttemptState::Succeeded } else { AttemptState::Superseded };
         let settled = sqlx::query(
             r#"update attempts
                set state = ?, output = ?, finished_at = ?, lease_until = null, reconcile_after = null
                where owner_id = ? and job_id = ? and number = ? and state in (select value from json_each(?))"#,
         )
-        .bind(next.as_str())
-        .bind(Json(output))
+        .bind(if won { AttemptState::Succeeded } else { AttemptState::Superseded })
+        .bind(Json(settlement.output))
         .bind(at)
         .bind(attempt.owner.as_str())
         .bind(attempt.job_id.0)
         .bind(attempt.number)
-        .bind(state_list(from))
-        .execute(&mut *tx)
+        .bind(json_list(settlement.from.iter().map(|s| s.as_str())))
+        .execute(&mut *self.tx)
         .await?
         .rows_affected();
-        if settled != 1 {
-            return Err(corrupt("attempt changed under the write lock"));
-        }
-        let outcome = if won {
-            let canceled: Vec<i32> = sqlx::query_scalar(
-                r#"update attempts set state = 'canceled', finished_at = ?
-                   where owner_id = ? and job_id = ? and state = 'pending'
-                   returning number"#,
-            )
-            .bind(at)
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .fetch_all(&mut *tx)
-            .await?;
-            let detail = json!({ "from": current.as_str(), "canceled": canceled, "reason": resolution_reason });
-            append_event(&mut tx, at, &attempt.owner, attempt.job_id, "attempt-succeeded", Some(attempt.number), detail).await?;
-            Transition::Won { canceled }
+        let mut canceled = Vec::new();
+        let (kind, mut detail) = if won {
+            canceled = self.cancel_pending(attempt.owner.as_str(), attempt.job_id).await?;
+            (EventKind::AttemptSucceeded, settlement.won.clone())
         } else {
-            let winner: Option<i32> = job.try_get("winning_attempt")?;
-            let detail = json!({ "loser": attempt.number, "winner": winner, "job_state": job.try_get::<String, _>("state")?,
-                                 "reason": resolution_reason });
-            append_event(&mut tx, at, &attempt.owner, attempt.job_id, "race-lost", Some(attempt.number), detail).await?;
-            Transition::Lost { winner }
+            (EventKind::RaceLost, settlement.lost.clone())
         };
-        tx.commit().await?;
-        if let Transition::Lost { winner } = outcome {
-            log_race_lost(attempt, winner);
+        if won {
+            detail["canceled"] = json!(canceled);
         }
-        Ok(outcome)
+        if settled == 1 {
+            insert_event(&mut self.tx, at, &attempt.owner, attempt.job_id, kind, Some(attempt.number), detail).await?;
+        }
+        Ok(Settled { won, settled, canceled })
     }
 
-    /// Moves an attempt to `failed` or `unknown`, the job to the state that
-    /// implies, and after a failure admits the retry policy's next attempt
-    /// in the same transaction.
-    #[allow(clippy::too_many_arguments)]
-    async fn settle_without_output(
-        &self,
-        attempt: &AttemptRef,
-        next: AttemptState,
-        from: &[AttemptState],
-        error: &AttemptError,
-        event: &str,
-        reason: Option<&str>,
-        rules: Option<&dyn TaskRules>,
-    ) -> Result<Transition> {
-        let (_turn, mut tx) = self.write().await?;
-        let at = now();
-        let Some(job) = read_job_row(&mut tx, &attempt.owner, attempt.job_id).await? else {
-            return Ok(Transition::NotFound);
-        };
-        let changed = sqlx::query(
-            r#"update attempts
-               set state = ?1, error = ?2, finished_at = ?3, lease_until = null,
-                   reconcile_after = case when ?1 = 'unknown' then ?3 end
-               where owner_id = ?4 and job_id = ?5 and number = ?6 and state in (select value from json_each(?7))"#,
+    async fn cancel_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>> {
+        sqlx::query(r#"update jobs set state = ?, updated_at = ? where owner_id = ? and id = ?"#)
+            .bind(JobState::Canceled)
+            .bind(self.at)
+            .bind(owner.as_str())
+            .bind(job_id.0)
+            .execute(&mut *self.tx)
+            .await?;
+        self.cancel_pending(owner.as_str(), job_id).await
+    }
+
+    async fn commit(self: Box<Self>) -> Result<()> {
+        Ok(self.tx.commit().await?)
+    }
+}
+
+impl SqliteTx {
+    /// Cancels a job's pending attempts: their numbers.
+    async fn cancel_pending(&mut self, owner: &str, job_id: JobId) -> Result<Vec<i32>> {
+        Ok(sqlx::query_scalar(
+            r#"update attempts set state = ?, finished_at = ?
+               where owner_id = ? and job_id = ? and state = ?
+               returning number"#,
         )
-        .bind(next.as_str())
-        .bind(Json(error))
-        .bind(at)
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
-        .bind(state_list(from))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if changed == 0 {
-            return Ok(match attempt_state(&mut tx, attempt).await? {
-                Some(state) => Transition::Stale(state),
-                None => Transition::NotFound,
-            });
-        }
-        let current: JobState = parse_state(job.try_get("state")?)?;
-        let job_state = update_job_state(&mut tx, at, &attempt.owner, attempt.job_id, current).await?;
-        let detail = json!({ "error": error, "job_state": job_state.as_str(), "reason": reason });
-        append_event(&mut tx, at, &attempt.owner, attempt.job_id, event, Some(attempt.number), detail).await?;
-        let outcome = match (next, rules) {
-            (AttemptState::Failed, Some(rules)) if job_state == JobState::Failed => {
-                let task: String = job.try_get("task")?;
-                let primary: String = job.try_get("provider")?;
-                Transition::Failed { next: schedule_next_attempt(&mut tx, at, attempt, &task, &primary, rules).await? }
-            }
-            (AttemptState::Failed, _) => Transition::Failed { next: None },
-            _ => Transition::Applied,
-        };
-        tx.commit().await?;
-        Ok(outcome)
+        .bind(AttemptState::Canceled)
+        .bind(self.at)
+        .bind(owner)
+        .bind(job_id.0)
+        .bind(AttemptState::Pending)
+        .fetch_all(&mut *self.tx)
+        .await?)
+    }
+}
+
+#[async_trait]
+impl Driver for SqliteStore {
+    async fn begin(&self) -> Result<Tx> {
+        Ok(Box::new(self.write().await?))
+    }
+
+    async fn insert_job(&self, new: &NewJob) -> Result<Option<DateTime<Utc>>> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        self.creates.lock().unwrap_or_else(|p| p.into_inner()).push(PendingCreate { new: new.clone(), answer });
+        self.group_commit(answered).await?.map(time).transpose()
+    }
+
+    async fn expired_leases(&self, max: u32) -> Result<Vec<AttemptRef>> {
+        let rows: Vec<AttemptRefRow> =
+            sqlx::query_as(EXPIRED_LEASES.as_str()).bind(now()).bind(i64::from(max)).fetch_all(&self.pool).await?;
+        Ok(rows.into_iter().map(Into::into).collect())
     }
 }
 
@@ -752,20 +665,16 @@ impl Store for SqliteStore {
 
     async fn check_ready(&self) -> Result<()> {
         let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-        let applied: Option<i64> = sqlx::query_scalar(r#"select max(version) from _sqlx_migrations where success"#)
-            .fetch_one(&self.pool)
-            .await?;
-        if applied.unwrap_or(0) < latest {
-            return Err(corrupt(format!("migrations not applied: database at {applied:?}, program at {latest}")));
-        }
-        Ok(())
+        let applied: Option<i64> =
+            sqlx::query_scalar(r#"select max(version) from _sqlx_migrations where success"#).fetch_one(&self.pool).await?;
+        super::check_migrations(applied, latest)
     }
 
     async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
         sqlx::query(r#"insert into api_keys (owner_id, id, role, token_hash, created_at) values (?, ?, ?, ?, ?)"#)
             .bind(owner.as_str())
             .bind(id)
-            .bind(role.as_str())
+            .bind(role)
             .bind(&token_hash[..])
             .bind(now())
             .execute(&self.pool)
@@ -774,20 +683,12 @@ impl Store for SqliteStore {
     }
 
     async fn find_api_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>> {
-        let row = sqlx::query(
-            r#"select owner_id, id, role, token_hash from api_keys where token_hash = ? and revoked_at is null"#,
-        )
-        .bind(&token_hash[..])
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let hash: Vec<u8> = row.try_get("token_hash")?;
-        Ok(Some(LiveKey {
-            id: row.try_get("id")?,
-            owner: OwnerId::from_trusted(row.try_get("owner_id")?),
-            role: parse_state(row.try_get("role")?)?,
-            token_hash: hash.try_into().map_err(|_| corrupt("a stored token hash is not 32 bytes"))?,
-        }))
+        let row: Option<LiveKeyRow> =
+            sqlx::query_as(r#"select owner_id, id, role, token_hash from api_keys where token_hash = ? and revoked_at is null"#)
+                .bind(&token_hash[..])
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(LiveKey::try_from).transpose()
     }
 
     async fn revoke_api_key(&self, id: Uuid) -> Result<bool> {
@@ -801,279 +702,97 @@ impl Store for SqliteStore {
     }
 
     async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
-        let rows = sqlx::query(
-            r#"select owner_id, id, created_at, revoked_at, role from api_keys
-               where ?1 is null or owner_id = ?1
+        let rows: Vec<ApiKeyRow> = sqlx::query_as(
+            r#"select owner_id, id, created_at, revoked_at, role from api_keys where ?1 is null or owner_id = ?1
                order by created_at, id"#,
         )
         .bind(owner.map(OwnerId::as_str))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(ApiKey {
-                    id: row.try_get("id")?,
-                    owner: OwnerId::from_trusted(row.try_get("owner_id")?),
-                    created_at: time(row.try_get("created_at")?)?,
-                    revoked_at: optional_time(row.try_get("revoked_at")?)?,
-                    role: parse_state(row.try_get("role")?)?,
-                })
-            })
-            .collect()
+        Ok(rows.into_iter().map(Into::into).collect())
     }
 
     async fn has_api_keys(&self) -> Result<bool> {
         Ok(sqlx::query_scalar(r#"select exists (select 1 from api_keys)"#).fetch_one(&self.pool).await?)
     }
 
-    async fn create_job(&self, new: &NewJob) -> Result<CreateJob> {
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        self.creates.lock().unwrap_or_else(|p| p.into_inner()).push(PendingCreate { new: new.clone(), answer });
-        if let Some(created) = self.group_commit(answered).await? {
-            return Ok(CreateJob::Created(new.created(time(created)?)));
-        }
-        match self.find_job_by_key(&new.owner, &new.idempotency_key).await? {
-            Some(job) => Ok(CreateJob::Existing(job)),
-            None => Err(corrupt("an idempotency key conflicted, but no job holds it")),
-        }
-    }
-
     async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
         // One statement, so the job and its attempts come from one snapshot.
-        let rows = sqlx::query(&format!(
-            r#"select {JOB_COLUMNS}, {ATTEMPT_COLUMNS}
-               from jobs j
-               left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
-               where j.owner_id = ? and j.id = ?
-               order by a.number"#
-        ))
-        .bind(owner.as_str())
-        .bind(id.0)
-        .fetch_all(&self.pool)
-        .await?;
-        read_job_with_attempts(&rows)
+        let rows = sqlx::query(GET_JOB.as_str()).bind(owner.as_str()).bind(id.0).fetch_all(&self.pool).await?;
+        job_from_rows(&rows)
     }
 
     async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
-        let rows = sqlx::query(&format!(
-            r#"select {JOB_COLUMNS}, {ATTEMPT_COLUMNS}
-               from jobs j
-               left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
-               where j.owner_id = ? and j.idempotency_key = ?
-               order by a.number"#
-        ))
-        .bind(owner.as_str())
-        .bind(key.as_str())
-        .fetch_all(&self.pool)
-        .await?;
-        read_job_with_attempts(&rows)
+        let rows = sqlx::query(FIND_JOB_BY_KEY.as_str()).bind(owner.as_str()).bind(key.as_str()).fetch_all(&self.pool).await?;
+        job_from_rows(&rows)
     }
 
     async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
-        let rows = sqlx::query(
-            r#"select id, idempotency_key, task, provider, state, winning_attempt, created_at, updated_at
-               from jobs
-               where owner_id = ?1
-                 and (?2 is null or state = ?2)
-                 and (?3 is null or task = ?3)
-                 and (?4 is null or id < ?4)
-               order by id desc
-               limit ?5"#,
-        )
-        .bind(owner.as_str())
-        .bind(filter.state.map(JobState::as_str))
-        .bind(filter.task.as_deref())
-        .bind(filter.before.map(|id| id.0))
-        .bind(i64::from(filter.limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(read_job_summary).collect()
+        Ok(self.browse_jobs(Some(owner), None, filter).await?.into_iter().map(|owned| owned.job).collect())
     }
 
     async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
-        let rows = sqlx::query(
-            r#"select id, at, kind, attempt_number, detail from job_events
-               where owner_id = ? and job_id = ?
-               order by id"#,
-        )
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(JobEvent {
-                    id: row.try_get("id")?,
-                    at: time(row.try_get("at")?)?,
-                    kind: row.try_get("kind")?,
-                    attempt_number: row.try_get("attempt_number")?,
-                    detail: json_column(row, "detail")?.unwrap_or(Value::Null),
-                })
-            })
-            .collect()
-    }
-
-    async fn admit_attempt(
-        &self,
-        owner: &OwnerId,
-        job_id: JobId,
-        new: &NewAttempt,
-        rules: &dyn TaskRules,
-    ) -> Result<Admission> {
-        let (_turn, mut tx) = self.write().await?;
-        let at = now();
-        let Some(job) = read_job_row(&mut tx, owner, job_id).await? else {
-            return Ok(Admission::JobNotFound);
-        };
-        let job_state: JobState = parse_state(job.try_get("state")?)?;
-        let task: String = job.try_get("task")?;
-        let primary: String = job.try_get("provider")?;
-        let provider = new.provider.as_deref().unwrap_or(&primary);
-        let attempts = read_attempts(&mut tx, owner, job_id).await?;
-
-        if let Some(answer) = earlier_attempt(&attempts, new.idempotency_key.as_ref(), provider) {
-            return Ok(answer);
-        }
-
-        let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
-        let qualification = check_qualified(&mut tx, rules, &task, &primary, provider).await?;
-        let mut verdict = check_admission(job_state, &states, rules.limits(&task), qualification.is_ok());
-        let mut reason = None;
-        if verdict.is_ok()
-            && let Some((budget, input)) = read_budget(&mut tx, owner, job_id, &task, rules).await?
-            && let Err(why) = check_budget(rules, &task, &input, budget, &attempts, provider)
-        {
-            (verdict, reason) = (Err(AdmissionRefusal::BudgetExceeded), Some(why));
-        }
-        if let Err(refusal) = verdict {
-            let reason = match refusal {
-                AdmissionRefusal::ProviderNotQualified => qualification.err(),
-                _ => reason,
-            };
-            let detail = json!({ "problem": refusal.problem_type(), "provider": provider, "reason": reason,
-                                 "idempotency_key": new.idempotency_key.as_ref().map(IdempotencyKey::as_str),
-                                 "origin": new.origin.as_str() });
-            append_event(&mut tx, at, owner, job_id, "admission-refused", None, detail).await?;
-            tx.commit().await?;
-            return Ok(Admission::Refused { refusal, reason });
-        }
-
-        let number = i32::try_from(attempts.len() + 1).map_err(corrupt)?;
-        let attempt = insert_attempt(&mut tx, at, owner, job_id, number, new, provider).await?;
-        let job_state = update_job_state(&mut tx, at, owner, job_id, job_state).await?;
-        let detail = json!({ "attempt_id": new.id, "provider": provider, "origin": new.origin.as_str(),
-                             "job_state": job_state.as_str() });
-        append_event(&mut tx, at, owner, job_id, "attempt-admitted", Some(number), detail).await?;
-        tx.commit().await?;
-        Ok(Admission::Admitted(attempt))
+        let rows: Vec<EventRow> =
+            sqlx::query_as(r#"select id, at, kind, attempt_number, detail from job_events where owner_id = ? and job_id = ? order by id"#)
+                .bind(owner.as_str())
+                .bind(job_id.0)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
     }
 
     async fn claim_attempts(&self, worker: &str, max: u32, leases: &Leases) -> Result<Vec<ClaimedAttempt>> {
-        let names = Value::from(leases.by_provider.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>()).to_string();
+        let names = json_list(leases.by_provider.iter().map(|(name, _)| name.as_str()));
         // The write lock makes the claim atomic: no other claimer runs between
         // the select and the updates.
-        let (_turn, mut tx) = self.write().await?;
-        let at = now();
-        let rows = sqlx::query(
-            r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, j.task, j.input
-               from attempts a
-               join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-               where a.state = 'pending' and a.not_before <= ?1
-                 and a.provider in (select value from json_each(?2))
-                 and j.state not in ('succeeded', 'canceled')
-               order by a.not_before
-               limit ?3"#,
-        )
-        .bind(at)
-        .bind(&names)
-        .bind(i64::from(max))
-        .fetch_all(&mut *tx)
-        .await?;
+        let mut write = self.write().await?;
+        let at = write.at;
+        let rows = sqlx::query(CLAIMABLE.as_str()).bind(at).bind(&names).bind(i64::from(max)).fetch_all(&mut *write.tx).await?;
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
-            let attempt = read_attempt_ref(row)?;
+            let attempt = AttemptRef::from(<AttemptRefRow as sqlx::FromRow<_>>::from_row(row)?);
             let provider: String = row.try_get("provider")?;
             let lease = leases.by_provider.iter().find(|(name, _)| *name == provider).map_or(leases.default, |(_, l)| *l);
             let lease_until = at.saturating_add(micros(lease));
             sqlx::query(
-                r#"update attempts set state = 'running', worker = ?, started_at = ?, lease_until = ?
-                   where owner_id = ? and job_id = ? and number = ? and state = 'pending'"#,
+                r#"update attempts set state = ?, worker = ?, started_at = ?, lease_until = ?
+                   where owner_id = ? and job_id = ? and number = ? and state = ?"#,
             )
+            .bind(AttemptState::Running)
             .bind(worker)
             .bind(at)
             .bind(lease_until)
             .bind(attempt.owner.as_str())
             .bind(attempt.job_id.0)
             .bind(attempt.number)
-            .execute(&mut *tx)
+            .bind(AttemptState::Pending)
+            .execute(&mut *write.tx)
             .await?;
-            sqlx::query(r#"update jobs set state = 'running', updated_at = ? where owner_id = ? and id = ?"#)
-                .bind(at)
-                .bind(attempt.owner.as_str())
-                .bind(attempt.job_id.0)
-                .execute(&mut *tx)
-                .await?;
+            write.set_job_state(&attempt.owner, attempt.job_id, JobState::Running).await?;
             let id = AttemptId(row.try_get("id")?);
             let detail = json!({ "worker": worker, "attempt_id": id, "lease_until": time(lease_until)? });
-            append_event(&mut tx, at, &attempt.owner, attempt.job_id, "attempt-claimed", Some(attempt.number), detail).await?;
+            write.append_event(&attempt.owner, attempt.job_id, EventKind::AttemptClaimed, Some(attempt.number), detail).await?;
             claimed.push(ClaimedAttempt {
                 attempt,
                 id,
                 provider,
                 task: row.try_get("task")?,
-                input: json_column(row, "input")?.unwrap_or(Value::Null),
+                input: row.try_get::<Option<Json<Value>>, _>("input")?.map_or(Value::Null, |i| i.0),
                 lease_until: time(lease_until)?,
             });
         }
-        tx.commit().await?;
+        write.tx.commit().await?;
         Ok(claimed)
     }
 
-    async fn expire_leases(&self, max: u32) -> Result<Vec<AttemptRef>> {
-        let rows = sqlx::query(
-            r#"select owner_id, job_id, number from attempts
-               where state = 'running' and lease_until < ?
-               order by lease_until
-               limit ?"#,
-        )
-        .bind(now())
-        .bind(i64::from(max))
-        .fetch_all(&self.pool)
-        .await?;
-        let error = AttemptError::new("lease-expired", "the worker running this attempt stopped answering before it finished");
-        let mut expired = Vec::with_capacity(rows.len());
-        for row in rows {
-            let attempt = read_attempt_ref(&row)?;
-            let outcome = self
-                .settle_without_output(&attempt, AttemptState::Unknown, &[AttemptState::Running], &error, "attempt-unknown", None, None)
-                .await?;
-            if outcome == Transition::Applied {
-                expired.push(attempt);
-            }
-        }
-        Ok(expired)
-    }
-
     async fn claim_reconciliations(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>> {
-        let names = Value::from(providers.iter().map(String::as_str).collect::<Vec<_>>()).to_string();
-        let (_turn, mut tx) = self.write().await?;
-        let at = now();
-        let rows = sqlx::query(
-            r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count, a.finished_at, j.task
-               from attempts a
-               join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-               where a.state = 'unknown' and a.provider in (select value from json_each(?1)) and a.reconcile_after <= ?2
-               order by a.reconcile_after
-               limit ?3"#,
-        )
-        .bind(&names)
-        .bind(at)
-        .bind(i64::from(max))
-        .fetch_all(&mut *tx)
-        .await?;
+        let names = json_list(providers.iter().map(String::as_str));
+        let mut write = self.write().await?;
+        let at = write.at;
+        let rows = sqlx::query(RECONCILABLE.as_str()).bind(&names).bind(at).bind(i64::from(max)).fetch_all(&mut *write.tx).await?;
         let mut due = Vec::with_capacity(rows.len());
         for row in &rows {
-            let attempt = read_attempt_ref(row)?;
+            let attempt = AttemptRef::from(<AttemptRefRow as sqlx::FromRow<_>>::from_row(row)?);
             sqlx::query(
                 r#"update attempts set reconcile_after = ?, reconcile_count = reconcile_count + 1
                    where owner_id = ? and job_id = ? and number = ?"#,
@@ -1082,7 +801,7 @@ impl Store for SqliteStore {
             .bind(attempt.owner.as_str())
             .bind(attempt.job_id.0)
             .bind(attempt.number)
-            .execute(&mut *tx)
+            .execute(&mut *write.tx)
             .await?;
             let finished: Option<i64> = row.try_get("finished_at")?;
             due.push(UnknownAttempt {
@@ -1094,77 +813,31 @@ impl Store for SqliteStore {
                 reconcile_count: row.try_get::<i32, _>("reconcile_count")? + 1,
             });
         }
-        tx.commit().await?;
+        write.tx.commit().await?;
         Ok(due)
     }
 
     async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
-        sqlx::query(
-            r#"update attempts set reconcile_after = ?
-               where owner_id = ? and job_id = ? and number = ? and state = 'unknown'"#,
-        )
-        .bind(now().saturating_add(micros(delay)))
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(r#"update attempts set reconcile_after = ? where owner_id = ? and job_id = ? and number = ? and state = ?"#)
+            .bind(now().saturating_add(micros(delay)))
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .bind(attempt.number)
+            .bind(AttemptState::Unknown)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
     async fn sample_gauges(&self) -> Result<Gauges> {
         let at = now();
-        let row = sqlx::query(
-            r#"select
-                   (select count(*) from attempts where state = 'pending' and not_before <= ?1) as pending_due,
-                   (select count(*) from attempts where state = 'unknown') as unknown_open,
-                   (select min(finished_at) from attempts where state = 'unknown') as oldest"#,
-        )
-        .bind(at)
-        .fetch_one(&self.pool)
-        .await?;
+        let row = sqlx::query(SAMPLE_GAUGES.as_str()).bind(at).fetch_one(&self.pool).await?;
         let oldest: Option<i64> = row.try_get("oldest")?;
         Ok(Gauges {
             pending_due: row.try_get("pending_due")?,
             unknown_open: row.try_get("unknown_open")?,
             oldest_unknown: Duration::from_micros(oldest.map_or(0, |o| u64::try_from(at - o).unwrap_or(0))),
         })
-    }
-
-    async fn cancel_job(&self, owner: &OwnerId, id: JobId) -> Result<Cancel> {
-        let (turn, mut tx) = self.write().await?;
-        let at = now();
-        let Some(job) = read_job_row(&mut tx, owner, id).await? else {
-            return Ok(Cancel::NotFound);
-        };
-        let state: JobState = parse_state(job.try_get("state")?)?;
-        if state == JobState::Canceled || state == JobState::Succeeded {
-            drop(tx);
-            drop(turn);
-            let job = self.get_job(owner, id).await?.ok_or_else(|| corrupt("a job vanished"))?;
-            return Ok(if state == JobState::Canceled { Cancel::AlreadyCanceled(job) } else { Cancel::Succeeded(job) });
-        }
-        sqlx::query(r#"update jobs set state = 'canceled', updated_at = ? where owner_id = ? and id = ?"#)
-            .bind(at)
-            .bind(owner.as_str())
-            .bind(id.0)
-            .execute(&mut *tx)
-            .await?;
-        let canceled: Vec<i32> = sqlx::query_scalar(
-            r#"update attempts set state = 'canceled', finished_at = ?
-               where owner_id = ? and job_id = ? and state = 'pending'
-               returning number"#,
-        )
-        .bind(at)
-        .bind(owner.as_str())
-        .bind(id.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        append_event(&mut tx, at, owner, id, "job-canceled", None, json!({ "from": state.as_str(), "canceled": canceled })).await?;
-        tx.commit().await?;
-        drop(turn);
-        let job = self.get_job(owner, id).await?.ok_or_else(|| corrupt("a canceled job vanished"))?;
-        Ok(Cancel::Canceled(job))
     }
 
     async fn insert_qualification(
@@ -1175,30 +848,21 @@ impl Store for SqliteStore {
         passed: bool,
         report: &Value,
     ) -> Result<QualificationRecord> {
-        let id = Uuid::now_v7();
-        let created = now();
-        sqlx::query(
+        let row: QualificationRow = sqlx::query_as(
             r#"insert into qualifications (id, provider, task, contract_hash, passed, report, created_at)
-               values (?, ?, ?, ?, ?, ?, ?)"#,
+               values (?, ?, ?, ?, ?, ?, ?)
+               returning id, provider, task, contract_hash, passed, report, created_at"#,
         )
-        .bind(id)
+        .bind(Uuid::now_v7())
         .bind(provider)
         .bind(task)
         .bind(&contract_hash[..])
         .bind(passed)
         .bind(Json(report))
-        .bind(created)
-        .execute(&self.pool)
+        .bind(now())
+        .fetch_one(&self.pool)
         .await?;
-        Ok(QualificationRecord {
-            id,
-            provider: provider.to_owned(),
-            task: task.to_owned(),
-            contract_hash: *contract_hash,
-            passed,
-            report: report.clone(),
-            created_at: time(created)?,
-        })
+        row.try_into()
     }
 
     async fn qualification_state(&self, provider: &str, task: &str, contract_hash: &[u8; 32]) -> Result<QualificationState> {
@@ -1206,72 +870,20 @@ impl Store for SqliteStore {
     }
 
     async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>> {
-        let row = sqlx::query(
-            r#"select id, contract_hash, passed, report, created_at from qualifications
-               where provider = ? and task = ?
-               order by created_at desc
-               limit 1"#,
+        let row: Option<QualificationRow> = sqlx::query_as(
+            r#"select id, provider, task, contract_hash, passed, report, created_at from qualifications
+               where provider = ? and task = ? order by created_at desc limit 1"#,
         )
         .bind(provider)
         .bind(task)
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|row| {
-            let hash: Vec<u8> = row.try_get("contract_hash")?;
-            Ok(QualificationRecord {
-                id: row.try_get("id")?,
-                provider: provider.to_owned(),
-                task: task.to_owned(),
-                contract_hash: hash.try_into().map_err(|_| corrupt("contract hash length"))?,
-                passed: row.try_get("passed")?,
-                report: json_column(&row, "report")?.unwrap_or(Value::Null),
-                created_at: time(row.try_get("created_at")?)?,
-            })
-        })
-        .transpose()
-    }
-
-    async fn finish_attempt(&self, attempt: &AttemptRef, output: &Value) -> Result<Transition> {
-        self.settle_with_output(attempt, output, &[AttemptState::Running, AttemptState::Unknown], None).await
-    }
-
-    async fn fail_attempt(&self, attempt: &AttemptRef, error: &AttemptError, rules: &dyn TaskRules) -> Result<Transition> {
-        let from = [AttemptState::Running, AttemptState::Unknown];
-        self.settle_without_output(attempt, AttemptState::Failed, &from, error, "attempt-failed", None, Some(rules)).await
-    }
-
-    async fn mark_unknown(&self, attempt: &AttemptRef, error: &AttemptError) -> Result<Transition> {
-        let from = [AttemptState::Running];
-        self.settle_without_output(attempt, AttemptState::Unknown, &from, error, "attempt-unknown", None, None).await
-    }
-
-    async fn resolve_unknown(
-        &self,
-        attempt: &AttemptRef,
-        resolution: &Resolution,
-        reason: &str,
-        rules: &dyn TaskRules,
-    ) -> Result<Transition> {
-        match resolution {
-            Resolution::Succeeded(output) => {
-                self.settle_with_output(attempt, output, &[AttemptState::Unknown], Some(reason)).await
-            }
-            Resolution::Failed => {
-                let error = AttemptError::new("resolved-failed", reason);
-                let from = [AttemptState::Unknown];
-                self.settle_without_output(attempt, AttemptState::Failed, &from, &error, "attempt-resolved", Some(reason), Some(rules))
-                    .await
-            }
-        }
+        row.map(QualificationRecord::try_from).transpose()
     }
 
     async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>> {
         let owner: Option<String> =
-            sqlx::query_scalar(r#"select owner_id from attempts where job_id = ? and number = ? and state = 'unknown'"#)
-                .bind(job_id.0)
-                .bind(number)
-                .fetch_optional(&self.pool)
-                .await?;
+            sqlx::query_scalar(FIND_UNKNOWN_ATTEMPT_OWNER.as_str()).bind(job_id.0).bind(number).fetch_optional(&self.pool).await?;
         Ok(owner.map(OwnerId::from_trusted))
     }
 
@@ -1311,88 +923,42 @@ impl Store for SqliteStore {
         .bind(filter.to.timestamp_micros())
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(UsageRow {
-                    task: row.try_get("task")?,
-                    provider: row.try_get("provider")?,
-                    state: parse_state(row.try_get("state")?)?,
-                    created_at: time(row.try_get("created_at")?)?,
-                    usage: read_usage(row.try_get("prompt_tokens")?, row.try_get("completion_tokens")?, row.try_get("usage_estimated")?)
-                        .ok_or_else(|| corrupt("a counted attempt without usage"))?,
-                    cost: read_cost(row.try_get("cost")?, row.try_get("currency")?, row.try_get("price_version")?)?,
-                })
-            })
-            .collect()
+        read_all::<_, UsageReportRow, _>(&rows)
     }
 
-    async fn browse_jobs(
-        &self,
-        owner: Option<&OwnerId>,
-        key: Option<&str>,
-        filter: &JobFilter,
-    ) -> Result<Vec<super::OwnedJobSummary>> {
-        let rows = sqlx::query(
+    async fn browse_jobs(&self, owner: Option<&OwnerId>, key: Option<&str>, filter: &JobFilter) -> Result<Vec<OwnedJobSummary>> {
+        let rows: Vec<JobSummaryRow> = sqlx::query_as(
             r#"select owner_id, id, idempotency_key, task, provider, state, winning_attempt, created_at, updated_at
                from jobs
-               where (?1 is null or owner_id = ?1)
-                 and (?2 is null or idempotency_key = ?2)
-                 and (?3 is null or state = ?3)
-                 and (?4 is null or task = ?4)
-                 and (?5 is null or id < ?5)
+               where (?1 is null or owner_id = ?1) and (?2 is null or idempotency_key = ?2) and (?3 is null or state = ?3)
+                 and (?4 is null or task = ?4) and (?5 is null or id < ?5)
                order by id desc
                limit ?6"#,
         )
         .bind(owner.map(OwnerId::as_str))
         .bind(key)
-        .bind(filter.state.map(JobState::as_str))
+        .bind(filter.state)
         .bind(filter.task.as_deref())
         .bind(filter.before.map(|id| id.0))
         .bind(i64::from(filter.limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(super::OwnedJobSummary {
-                    owner: OwnerId::from_trusted(row.try_get("owner_id")?),
-                    job: read_job_summary(row)?,
-                })
-            })
-            .collect()
+        Ok(rows.into_iter().map(Into::into).collect())
     }
 
     async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>> {
-        let owner: Option<String> = sqlx::query_scalar(r#"select owner_id from jobs where id = ?"#)
-            .bind(id.0)
-            .fetch_optional(&self.pool)
-            .await?;
+        let owner: Option<String> =
+            sqlx::query_scalar(r#"select owner_id from jobs where id = ?"#).bind(id.0).fetch_optional(&self.pool).await?;
         Ok(owner.map(OwnerId::from_trusted))
     }
 
-    async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<super::OpenUnknown>> {
-        let rows = sqlx::query(
-            r#"select a.owner_id, a.job_id, a.number, a.provider, j.task, a.finished_at, a.error, a.reconcile_count
-               from attempts a join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-               where (?1 is null or a.owner_id = ?1) and a.state = 'unknown'
-               order by a.finished_at, a.job_id, a.number
-               limit ?2"#,
-        )
-        .bind(owner.map(OwnerId::as_str))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(super::OpenUnknown {
-                    attempt: read_attempt_ref(row)?,
-                    provider: row.try_get("provider")?,
-                    task: row.try_get("task")?,
-                    unknown_since: optional_time(row.try_get("finished_at")?)?,
-                    error: json_column(row, "error")?,
-                    reconcile_count: row.try_get("reconcile_count")?,
-                })
-            })
-            .collect()
+    async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>> {
+        let rows: Vec<OpenUnknownRow> = sqlx::query_as(LIST_UNKNOWN_ATTEMPTS.as_str())
+            .bind(owner.map(OwnerId::as_str))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
     }
 }
 

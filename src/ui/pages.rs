@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::session::{self, Session, Sessions};
 use super::{PageError, PageSession, fragment, page, safe_next, ser, timeline};
-use crate::domain::{Job, JobEvent, JobId, JobState, KeyRole};
+use crate::domain::{EventKind, Job, JobEvent, JobId, JobState, KeyRole};
 use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiError, Problem};
@@ -299,13 +299,18 @@ fn timeline_context(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> minij
         .iter()
         .map(|e| EventRow {
             offset: format!("+{:.3} s", (e.at - job.created_at).num_microseconds().unwrap_or(0) as f64 / 1e6),
-            kind: e.kind.clone(),
+            kind: e.kind.as_str().to_owned(),
             attempt: e.attempt_number,
             detail: if e.detail.is_null() { String::new() } else { e.detail.to_string() },
             notable: matches!(
-                e.kind.as_str(),
-                "admission-refused" | "race-lost" | "attempt-unknown" | "attempt-resolved" | "failover-skipped" | "job-canceled"
-            ) || e.kind.starts_with("reconcil"),
+                e.kind,
+                EventKind::AdmissionRefused
+                    | EventKind::RaceLost
+                    | EventKind::AttemptUnknown
+                    | EventKind::AttemptResolved
+                    | EventKind::FailoverSkipped
+                    | EventKind::JobCanceled
+            ),
         })
         .collect();
     let open = job.attempts.iter().any(|a| {

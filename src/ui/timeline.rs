@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{Attempt, AttemptState, Job, JobEvent};
+use crate::domain::{Attempt, AttemptState, EventKind, Job, JobEvent};
 
 const WIDTH: f64 = 860.0;
 const LABELS: f64 = 150.0;
@@ -39,7 +39,7 @@ pub fn escape(text: &str) -> String {
 /// The time at which attempt `number` became unknown, if it ever did.
 fn unknown_since(attempt: &Attempt, events: &[JobEvent]) -> Option<DateTime<Utc>> {
     let from_events =
-        events.iter().find(|e| e.kind == "attempt-unknown" && e.attempt_number == Some(attempt.number)).map(|e| e.at);
+        events.iter().find(|e| e.kind == EventKind::AttemptUnknown && e.attempt_number == Some(attempt.number)).map(|e| e.at);
     match (from_events, attempt.state) {
         (Some(at), _) => Some(at),
         // Unknown without its event (an older log): it has been since it stopped.
@@ -191,11 +191,14 @@ pub fn render(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> String {
             bar(&mut svg, "unknown-span", x(since), x(until), y, BAR, &title);
         }
         for event in events.iter().filter(|e| e.attempt_number == Some(attempt.number)) {
-            if matches!(event.kind.as_str(), "race-lost" | "attempt-resolved" | "admission-refused" | "attempt-succeeded") {
+            if matches!(
+                event.kind,
+                EventKind::RaceLost | EventKind::AttemptResolved | EventKind::AdmissionRefused | EventKind::AttemptSucceeded
+            ) {
                 let _ = write!(
                     svg,
                     r#"<circle class="event-mark k-{kind}" cx="{cx:.1}" cy="{cy:.1}" r="4"><title>{kind}</title></circle>"#,
-                    kind = escape(&event.kind),
+                    kind = event.kind,
                     cx = x(event.at),
                     cy = y + BAR + 3.0,
                 );
@@ -279,7 +282,7 @@ mod tests {
     }
 
     fn event(kind: &str, number: i32, when: DateTime<Utc>) -> JobEvent {
-        JobEvent { id: 1, at: when, kind: kind.into(), attempt_number: Some(number), detail: json!({}) }
+        JobEvent { id: 1, at: when, kind: kind.parse().expect("a known event kind"), attempt_number: Some(number), detail: json!({}) }
     }
 
     #[test]

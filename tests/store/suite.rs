@@ -140,7 +140,7 @@ async fn attempt_states(store: &dyn Store, job: JobId) -> Vec<AttemptState> {
 }
 
 async fn event_kinds(store: &dyn Store, job: JobId) -> Vec<String> {
-    store.list_events(&owner("alice"), job).await.unwrap().into_iter().map(|e| e.kind).collect()
+    store.list_events(&owner("alice"), job).await.unwrap().into_iter().map(|e| e.kind.to_string()).collect()
 }
 
 pub async fn create_job_inserts_the_job_with_one_pending_attempt(store: Shared) {

@@ -1,0 +1,94 @@
+//! The kinds of rows in a job's append-only audit log. The stores write
+//! them, the dashboard's timeline reads them; both name them only through
+//! this enum.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::state::UnknownState;
+
+macro_rules! event_kinds {
+    ($($(#[$doc:meta])* $variant:ident = $text:literal),+ $(,)?) => {
+        /// What happened to a job.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+        #[serde(rename_all = "kebab-case")]
+        pub enum EventKind {
+            $($(#[$doc])* $variant),+
+        }
+
+        impl EventKind {
+            /// Every kind, in declaration order.
+            pub const ALL: &'static [EventKind] = &[$(EventKind::$variant),+];
+
+            /// The name stored in the database and shown by the API.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(EventKind::$variant => $text),+
+                }
+            }
+        }
+
+        impl FromStr for EventKind {
+            type Err = UnknownState;
+            fn from_str(text: &str) -> Result<Self, UnknownState> {
+                match text {
+                    $($text => Ok(EventKind::$variant),)+
+                    _ => Err(UnknownState(text.to_owned())),
+                }
+            }
+        }
+    };
+}
+
+event_kinds!(
+    /// The job was created with its first attempt.
+    JobCreated = "job-created",
+    /// An attempt was admitted, by a client or by the retry policy.
+    AttemptAdmitted = "attempt-admitted",
+    /// An admission rule refused an attempt.
+    AdmissionRefused = "admission-refused",
+    /// The failover policy passed over a provider (unqualified, over budget).
+    FailoverSkipped = "failover-skipped",
+    /// A worker claimed an attempt.
+    AttemptClaimed = "attempt-claimed",
+    /// An attempt's output won the job's compare-and-swap.
+    AttemptSucceeded = "attempt-succeeded",
+    /// An attempt's output came after another had won; kept as superseded.
+    RaceLost = "race-lost",
+    /// An attempt failed definitively.
+    AttemptFailed = "attempt-failed",
+    /// An attempt's outcome became unknown.
+    AttemptUnknown = "attempt-unknown",
+    /// An operator settled an unknown attempt as not done.
+    AttemptResolved = "attempt-resolved",
+    /// The owner canceled the job.
+    JobCanceled = "job-canceled",
+);
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for EventKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_kinds_round_trip_through_their_names_and_serde_agrees() {
+        for kind in EventKind::ALL {
+            assert_eq!(kind.as_str().parse::<EventKind>().unwrap(), *kind);
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+        }
+        assert!("job-done".parse::<EventKind>().is_err());
+    }
+}

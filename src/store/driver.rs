@@ -1,0 +1,147 @@
+//! The per-backend interface the transitions run on: one method per
+//! statement, the same names in `postgres.rs` and `sqlite.rs`. Which
+//! statements run, in which order and under which checks is decided once,
+//! in `transitions.rs`; a backend only says how each statement is written
+//! for its database. Where one database does in one statement what the
+//! other needs several for (settling with an output on Postgres), that is
+//! one driver method, not a second copy of the logic.
+//!
+//! Nothing outside the store calls these: callers use [`super::Store`].
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::{AttemptRef, NewAttempt, NewJob, QualificationState, Result};
+use crate::domain::{Attempt, AttemptError, AttemptState, EventKind, JobId, JobState, OwnerId};
+
+/// A write transaction of one backend. Postgres holds the job's row lock
+/// from [`DriverTx::lock_job`] to commit; SQLite holds its one write lock
+/// for the whole transaction. Dropped without [`DriverTx::commit`], it
+/// rolls back.
+#[async_trait]
+pub trait DriverTx: Send {
+    /// Locks the job's row (every transition on an existing job starts
+    /// here) and reads what the transitions need of it.
+    async fn lock_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Option<LockedJob>>;
+
+    /// The job's budget column (decimal text) and its input.
+    async fn job_budget(&mut self, owner: &OwnerId, job_id: JobId) -> Result<(Option<String>, Value)>;
+
+    /// The state of one attempt.
+    async fn attempt_state(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptState>>;
+
+    /// The states of a job's attempts.
+    async fn attempt_states(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<AttemptState>>;
+
+    /// A job's attempts, by number.
+    async fn read_attempts(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<Attempt>>;
+
+    /// Stores a job's state.
+    async fn set_job_state(&mut self, owner: &OwnerId, job_id: JobId, state: JobState) -> Result<()>;
+
+    /// Inserts a pending attempt numbered `number` on `provider`.
+    async fn insert_attempt(
+        &mut self,
+        owner: &OwnerId,
+        job_id: JobId,
+        number: i32,
+        new: &NewAttempt,
+        provider: &str,
+    ) -> Result<Attempt>;
+
+    /// Appends a row to the job's audit log.
+    async fn append_event(
+        &mut self,
+        owner: &OwnerId,
+        job_id: JobId,
+        kind: EventKind,
+        attempt_number: Option<i32>,
+        detail: Value,
+    ) -> Result<()>;
+
+    /// Where `provider` stands for `task`'s contract with this hash.
+    async fn qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState>;
+
+    /// Moves the attempt from one of `from` to `to` (`failed` or
+    /// `unknown`) with `error`; an unknown one becomes due for
+    /// reconciliation. The number of rows changed: 0 when the guard failed.
+    async fn set_attempt_outcome(
+        &mut self,
+        attempt: &AttemptRef,
+        to: AttemptState,
+        from: &[AttemptState],
+        error: &AttemptError,
+    ) -> Result<u64>;
+
+    /// Settles the attempt with an output through the job's compare-and-swap
+    /// (only a job that has not finished takes a winner), cancels the
+    /// winner's pending siblings, and appends the event: `settlement.won`
+    /// (with the canceled numbers added as `canceled`) or
+    /// `settlement.lost`.
+    async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled>;
+
+    /// Marks the job canceled and cancels its pending attempts: their numbers.
+    async fn cancel_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>>;
+
+    /// Commits.
+    async fn commit(self: Box<Self>) -> Result<()>;
+}
+
+/// A transaction of any backend.
+pub type Tx = Box<dyn DriverTx>;
+
+/// The statements of a backend that run outside the transitions'
+/// transactions, and how to begin one.
+#[async_trait]
+pub trait Driver: Send + Sync + 'static {
+    /// Begins a write transaction.
+    async fn begin(&self) -> Result<Tx>;
+
+    /// Inserts a job, its first attempt and its `job-created` event unless
+    /// its key is taken (the unique constraint decides, I1): when it was
+    /// inserted, or `None`.
+    async fn insert_job(&self, new: &NewJob) -> Result<Option<DateTime<Utc>>>;
+
+    /// Running attempts whose lease has expired, the oldest first.
+    async fn expired_leases(&self, max: u32) -> Result<Vec<AttemptRef>>;
+}
+
+/// What a transition needs of its locked job.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct LockedJob {
+    /// Its state as stored.
+    pub state: JobState,
+    /// Its task.
+    pub task: String,
+    /// Its own provider.
+    pub provider: String,
+    /// The attempt that won, if one has.
+    pub winning_attempt: Option<i32>,
+}
+
+/// An attempt to settle with an output.
+#[derive(Debug)]
+pub struct OutputSettlement<'a> {
+    /// Which attempt.
+    pub attempt: &'a AttemptRef,
+    /// Its output.
+    pub output: &'a Value,
+    /// The states it may be settled from.
+    pub from: &'static [AttemptState],
+    /// The detail of the `attempt-succeeded` event, should it win.
+    pub won: Value,
+    /// The detail of the `race-lost` event, should it lose.
+    pub lost: Value,
+}
+
+/// What [`DriverTx::settle_with_output`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settled {
+    /// Whether the compare-and-swap took this attempt's output.
+    pub won: bool,
+    /// How many attempts were settled: 1, or the guard failed.
+    pub settled: u64,
+    /// The pending siblings canceled by the win.
+    pub canceled: Vec<i32>,
+}

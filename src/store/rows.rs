@@ -1,0 +1,430 @@
+//! How rows become values, once for both databases: the row types derive
+//! `sqlx::FromRow`, the states, roles, origins and event kinds travel as
+//! their stored names, and [`Stamp`] reads a time as each database keeps it
+//! (Postgres `timestamptz`, SQLite microseconds since the epoch).
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::error::BoxDynError;
+use sqlx::types::Json;
+use sqlx::{Database, Decode, Encode, FromRow, Postgres, Row, Sqlite, Type};
+use uuid::Uuid;
+
+use super::usage::{read_cost, read_usage};
+use super::{ApiKey, AttemptRef, LiveKey, OpenUnknown, OwnedJobSummary, QualificationRecord, Result, UsageRow, corrupt};
+use crate::domain::job::JobCost;
+use crate::domain::{
+    Attempt, AttemptId, AttemptOrigin, AttemptState, EventKind, Fingerprint, Job, JobEvent, JobId, JobState, JobSummary,
+    KeyRole, OwnerId,
+};
+
+/// Stores a type as its name (a `text` column) and reads it back by
+/// parsing, on any database.
+macro_rules! stored_as_name {
+    ($($name:ty),+) => {$(
+        impl<DB: Database> Type<DB> for $name
+        where
+            str: Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <str as Type<DB>>::type_info()
+            }
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <str as Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'q, DB: Database> Encode<'q, DB> for $name
+        where
+            &'q str: Encode<'q, DB>,
+        {
+            fn encode_by_ref(&self, buf: &mut <DB as Database>::ArgumentBuffer<'q>) -> Result<sqlx::encode::IsNull, BoxDynError> {
+                let name: &'q str = self.as_str();
+                <&'q str as Encode<'q, DB>>::encode(name, buf)
+            }
+        }
+
+        impl<'r, DB: Database> Decode<'r, DB> for $name
+        where
+            &'r str: Decode<'r, DB>,
+        {
+            fn decode(value: <DB as Database>::ValueRef<'r>) -> Result<Self, BoxDynError> {
+                Ok(<&'r str as Decode<'r, DB>>::decode(value)?.parse()?)
+            }
+        }
+    )+};
+}
+
+stored_as_name!(AttemptState, JobState, KeyRole, AttemptOrigin, EventKind);
+
+/// A point in time as a database stores it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stamp(pub DateTime<Utc>);
+
+impl Type<Postgres> for Stamp {
+    fn type_info() -> <Postgres as Database>::TypeInfo {
+        <DateTime<Utc> as Type<Postgres>>::type_info()
+    }
+}
+
+impl<'r> Decode<'r, Postgres> for Stamp {
+    fn decode(value: <Postgres as Database>::ValueRef<'r>) -> Result<Self, BoxDynError> {
+        Ok(Stamp(<DateTime<Utc> as Decode<'r, Postgres>>::decode(value)?))
+    }
+}
+
+impl Type<Sqlite> for Stamp {
+    fn type_info() -> <Sqlite as Database>::TypeInfo {
+        <i64 as Type<Sqlite>>::type_info()
+    }
+    fn compatible(ty: &<Sqlite as Database>::TypeInfo) -> bool {
+        <i64 as Type<Sqlite>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, Sqlite> for Stamp {
+    fn decode(value: <Sqlite as Database>::ValueRef<'r>) -> Result<Self, BoxDynError> {
+        let micros = <i64 as Decode<'r, Sqlite>>::decode(value)?;
+        DateTime::from_timestamp_micros(micros).map(Stamp).ok_or_else(|| format!("time {micros} is out of range").into())
+    }
+}
+
+fn time(stamp: Option<Stamp>) -> Option<DateTime<Utc>> {
+    stamp.map(|s| s.0)
+}
+
+/// A row of `jobs`, as the job readers select it (`max_cost` as text).
+#[derive(FromRow)]
+pub(crate) struct JobRow {
+    owner_id: String,
+    id: Uuid,
+    idempotency_key: String,
+    fingerprint: Vec<u8>,
+    task: String,
+    input: Json<Value>,
+    provider: String,
+    state: JobState,
+    winning_attempt: Option<i32>,
+    result: Option<Json<Value>>,
+    created_at: Stamp,
+    updated_at: Stamp,
+    max_cost: Option<String>,
+}
+
+impl JobRow {
+    fn into_job(self, attempts: Vec<Attempt>) -> Result<Job> {
+        Ok(Job {
+            id: JobId(self.id),
+            owner: OwnerId::from_trusted(self.owner_id),
+            idempotency_key: self.idempotency_key,
+            fingerprint: Fingerprint::from_slice(&self.fingerprint).ok_or_else(|| corrupt("fingerprint length"))?,
+            task: self.task,
+            input: self.input.0,
+            provider: self.provider,
+            state: self.state,
+            winning_attempt: self.winning_attempt,
+            result: self.result.map(|r| r.0),
+            created_at: self.created_at.0,
+            updated_at: self.updated_at.0,
+            max_cost: self.max_cost.map(|m| m.parse()).transpose().map_err(corrupt)?,
+            cost: JobCost::of(&attempts),
+            attempts,
+        })
+    }
+}
+
+/// A row of `attempts`, its columns prefixed `a_` (they share rows with a
+/// job's in the job readers).
+#[derive(FromRow)]
+pub(crate) struct AttemptRow {
+    a_number: i32,
+    a_id: Uuid,
+    a_provider: String,
+    a_state: AttemptState,
+    a_origin: AttemptOrigin,
+    a_idempotency_key: Option<String>,
+    a_worker: Option<String>,
+    a_lease_until: Option<Stamp>,
+    a_output: Option<Json<Value>>,
+    a_error: Option<Json<Value>>,
+    a_created_at: Stamp,
+    a_not_before: Stamp,
+    a_started_at: Option<Stamp>,
+    a_finished_at: Option<Stamp>,
+    a_prompt_tokens: Option<i64>,
+    a_completion_tokens: Option<i64>,
+    a_usage_estimated: Option<bool>,
+    a_cost: Option<String>,
+    a_currency: Option<String>,
+    a_price_version: Option<String>,
+}
+
+impl AttemptRow {
+    pub(crate) fn into_attempt(self) -> Result<Attempt> {
+        Ok(Attempt {
+            number: self.a_number,
+            id: AttemptId(self.a_id),
+            provider: self.a_provider,
+            state: self.a_state,
+            origin: self.a_origin,
+            idempotency_key: self.a_idempotency_key,
+            worker: self.a_worker,
+            lease_until: time(self.a_lease_until),
+            output: self.a_output.map(|o| o.0),
+            error: self.a_error.map(|e| e.0),
+            created_at: self.a_created_at.0,
+            not_before: self.a_not_before.0,
+            started_at: time(self.a_started_at),
+            finished_at: time(self.a_finished_at),
+            usage: read_usage(self.a_prompt_tokens, self.a_completion_tokens, self.a_usage_estimated),
+            cost: read_cost(self.a_cost, self.a_currency, self.a_price_version)?,
+        })
+    }
+}
+
+/// Reads a job and its attempts from the rows of a `jobs left join
+/// attempts` (one row per attempt, `a_number` null for a job without any).
+pub(crate) fn job_from_rows<R: Row>(rows: &[R]) -> Result<Option<Job>>
+where
+    for<'r> JobRow: FromRow<'r, R>,
+    for<'r> AttemptRow: FromRow<'r, R>,
+    for<'r> Option<i32>: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+{
+    let Some(first) = rows.first() else { return Ok(None) };
+    let mut attempts = Vec::with_capacity(rows.len());
+    for row in rows {
+        if row.try_get::<Option<i32>, _>("a_number")?.is_some() {
+            attempts.push(AttemptRow::from_row(row)?.into_attempt()?);
+        }
+    }
+    JobRow::from_row(first)?.into_job(attempts).map(Some)
+}
+
+/// Reads attempts from rows of [`AttemptRow`]'s columns.
+pub(crate) fn attempts_from_rows<R: Row>(rows: &[R]) -> Result<Vec<Attempt>>
+where
+    for<'r> AttemptRow: FromRow<'r, R>,
+{
+    rows.iter().map(|row| AttemptRow::from_row(row)?.into_attempt()).collect()
+}
+
+/// A row of `jobs` for listings, with its owner.
+#[derive(FromRow)]
+pub(crate) struct JobSummaryRow {
+    owner_id: String,
+    id: Uuid,
+    idempotency_key: String,
+    task: String,
+    provider: String,
+    state: JobState,
+    winning_attempt: Option<i32>,
+    created_at: Stamp,
+    updated_at: Stamp,
+}
+
+impl From<JobSummaryRow> for OwnedJobSummary {
+    fn from(row: JobSummaryRow) -> Self {
+        OwnedJobSummary {
+            owner: OwnerId::from_trusted(row.owner_id),
+            job: JobSummary {
+                id: JobId(row.id),
+                idempotency_key: row.idempotency_key,
+                task: row.task,
+                provider: row.provider,
+                state: row.state,
+                winning_attempt: row.winning_attempt,
+                created_at: row.created_at.0,
+                updated_at: row.updated_at.0,
+            },
+        }
+    }
+}
+
+/// The key of a row naming an attempt.
+#[derive(FromRow)]
+pub(crate) struct AttemptRefRow {
+    owner_id: String,
+    job_id: Uuid,
+    number: i32,
+}
+
+impl From<AttemptRefRow> for AttemptRef {
+    fn from(row: AttemptRefRow) -> Self {
+        AttemptRef { owner: OwnerId::from_trusted(row.owner_id), job_id: JobId(row.job_id), number: row.number }
+    }
+}
+
+/// A row of a job's audit log.
+#[derive(FromRow)]
+pub(crate) struct EventRow {
+    id: i64,
+    at: Stamp,
+    kind: EventKind,
+    attempt_number: Option<i32>,
+    detail: Option<Json<Value>>,
+}
+
+impl From<EventRow> for JobEvent {
+    fn from(row: EventRow) -> Self {
+        JobEvent {
+            id: row.id,
+            at: row.at.0,
+            kind: row.kind,
+            attempt_number: row.attempt_number,
+            detail: row.detail.map_or(Value::Null, |d| d.0),
+        }
+    }
+}
+
+/// A row of `api_keys` for listings.
+#[derive(FromRow)]
+pub(crate) struct ApiKeyRow {
+    owner_id: String,
+    id: Uuid,
+    created_at: Stamp,
+    revoked_at: Option<Stamp>,
+    role: KeyRole,
+}
+
+impl From<ApiKeyRow> for ApiKey {
+    fn from(row: ApiKeyRow) -> Self {
+        ApiKey {
+            id: row.id,
+            owner: OwnerId::from_trusted(row.owner_id),
+            created_at: row.created_at.0,
+            revoked_at: time(row.revoked_at),
+            role: row.role,
+        }
+    }
+}
+
+/// A live key found by its hash.
+#[derive(FromRow)]
+pub(crate) struct LiveKeyRow {
+    owner_id: String,
+    id: Uuid,
+    role: KeyRole,
+    token_hash: Vec<u8>,
+}
+
+impl TryFrom<LiveKeyRow> for LiveKey {
+    type Error = super::StoreError;
+    fn try_from(row: LiveKeyRow) -> Result<Self> {
+        Ok(LiveKey {
+            id: row.id,
+            owner: OwnerId::from_trusted(row.owner_id),
+            role: row.role,
+            token_hash: row.token_hash.try_into().map_err(|_| corrupt("a stored token hash is not 32 bytes"))?,
+        })
+    }
+}
+
+/// A row of `qualifications`.
+#[derive(FromRow)]
+pub(crate) struct QualificationRow {
+    id: Uuid,
+    provider: String,
+    task: String,
+    contract_hash: Vec<u8>,
+    passed: bool,
+    report: Json<Value>,
+    created_at: Stamp,
+}
+
+impl TryFrom<QualificationRow> for QualificationRecord {
+    type Error = super::StoreError;
+    fn try_from(row: QualificationRow) -> Result<Self> {
+        Ok(QualificationRecord {
+            id: row.id,
+            provider: row.provider,
+            task: row.task,
+            contract_hash: row.contract_hash.try_into().map_err(|_| corrupt("contract hash length"))?,
+            passed: row.passed,
+            report: row.report.0,
+            created_at: row.created_at.0,
+        })
+    }
+}
+
+/// The latest qualification of a provider for a task, against a hash.
+#[derive(FromRow)]
+pub(crate) struct QualificationStateRow {
+    pub current: bool,
+    pub passed: bool,
+    pub created_at: Stamp,
+    pub summary: Option<String>,
+}
+
+impl From<Option<QualificationStateRow>> for super::QualificationState {
+    fn from(row: Option<QualificationStateRow>) -> Self {
+        use super::QualificationState;
+        let Some(row) = row else { return QualificationState::Never };
+        let at = row.created_at.0;
+        match (row.current, row.passed) {
+            (true, true) => QualificationState::Qualified { at },
+            (true, false) => QualificationState::Failed { at, summary: row.summary.unwrap_or_default() },
+            (false, _) => QualificationState::Stale { at },
+        }
+    }
+}
+
+/// An attempt with recorded usage, for the usage report.
+#[derive(FromRow)]
+pub(crate) struct UsageReportRow {
+    task: String,
+    provider: String,
+    state: AttemptState,
+    created_at: Stamp,
+    prompt_tokens: Option<i64>,
+    completion_tokens: Option<i64>,
+    usage_estimated: Option<bool>,
+    cost: Option<String>,
+    currency: Option<String>,
+    price_version: Option<String>,
+}
+
+impl TryFrom<UsageReportRow> for UsageRow {
+    type Error = super::StoreError;
+    fn try_from(row: UsageReportRow) -> Result<Self> {
+        Ok(UsageRow {
+            task: row.task,
+            provider: row.provider,
+            state: row.state,
+            created_at: row.created_at.0,
+            usage: read_usage(row.prompt_tokens, row.completion_tokens, row.usage_estimated)
+                .ok_or_else(|| corrupt("a counted attempt without usage"))?,
+            cost: read_cost(row.cost, row.currency, row.price_version)?,
+        })
+    }
+}
+
+/// An unknown attempt, for the operators' list.
+#[derive(FromRow)]
+pub(crate) struct OpenUnknownRow {
+    #[sqlx(flatten)]
+    attempt: AttemptRefRow,
+    provider: String,
+    task: String,
+    finished_at: Option<Stamp>,
+    error: Option<Json<Value>>,
+    reconcile_count: i32,
+}
+
+impl From<OpenUnknownRow> for OpenUnknown {
+    fn from(row: OpenUnknownRow) -> Self {
+        OpenUnknown {
+            attempt: row.attempt.into(),
+            provider: row.provider,
+            task: row.task,
+            unknown_since: time(row.finished_at),
+            error: row.error.map(|e| e.0),
+            reconcile_count: row.reconcile_count,
+        }
+    }
+}
+
+/// Reads every row as `T` through its row type `R`.
+pub(crate) fn read_all<'r, Db: Row, R: FromRow<'r, Db>, T: TryFrom<R, Error = super::StoreError>>(rows: &'r [Db]) -> Result<Vec<T>> {
+    rows.iter().map(|row| T::try_from(R::from_row(row)?)).collect()
+}

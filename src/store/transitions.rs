@@ -1,0 +1,377 @@
+//! The logic of every transition, written once for both databases over the
+//! statements of [`super::driver`]: creating a job, admitting an attempt,
+//! settling one with or without an output, reaping expired leases,
+//! resolving, canceling, and scheduling the retry policy's next attempt.
+//! The edges come from [`AttemptTransition::edge`]; job states from
+//! [`JobState::derive`]; admission from [`check_admission`].
+//!
+//! Every transition on an existing job locks the job first
+//! ([`DriverTx::lock_job`]), so the stored job state is always the state of
+//! its attempts, and guards its update by the edge's `from` states. A guard
+//! that matches zero rows is a typed outcome ([`Transition::Stale`],
+//! [`Transition::Lost`]), never an error and never ignored (I3).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::driver::{LockedJob, OutputSettlement, Tx};
+use super::usage::{check_budget, stored_budget};
+use super::{
+    Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Result, Scheduled, Store, TaskRules,
+    Transition, corrupt,
+};
+use crate::domain::policy::PastAttempt;
+use crate::domain::{
+    AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, AttemptTransition, EventKind,
+    IdempotencyKey, JobId, JobState, Money, OwnerId, check_admission,
+};
+
+/// Creates a job with its first attempt, or finds the job that holds its
+/// key (I1: the unique constraint decides).
+pub(super) async fn create_job<S: Store + ?Sized>(store: &S, new: &NewJob) -> Result<CreateJob> {
+    if let Some(created_at) = store.insert_job(new).await? {
+        return Ok(CreateJob::Created(new.created(created_at)));
+    }
+    // The key is taken. The insert's snapshot may predate the racing insert
+    // it waited for, so the holder is read by a new statement.
+    match store.find_job_by_key(&new.owner, &new.idempotency_key).await? {
+        Some(job) => Ok(CreateJob::Existing(job)),
+        None => Err(corrupt("an idempotency key conflicted, but no job holds it")),
+    }
+}
+
+/// Adds an attempt to a job if every admission rule allows it, with the
+/// job locked so that the answer holds until commit.
+pub(super) async fn admit_attempt<S: Store + ?Sized>(
+    store: &S,
+    owner: &OwnerId,
+    job_id: JobId,
+    new: &NewAttempt,
+    rules: &dyn TaskRules,
+) -> Result<Admission> {
+    let mut tx = store.begin().await?;
+    let Some(job) = tx.lock_job(owner, job_id).await? else {
+        return Ok(Admission::JobNotFound);
+    };
+    let provider = new.provider.as_deref().unwrap_or(&job.provider);
+    let attempts = tx.read_attempts(owner, job_id).await?;
+
+    // A key seen before on this job answers with what it made, whatever the
+    // job's state is now.
+    if let Some(answer) = earlier_attempt(&attempts, new.idempotency_key.as_ref(), provider) {
+        return Ok(answer);
+    }
+
+    let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
+    let qualification = check_qualified(&mut tx, rules, &job.task, &job.provider, provider).await?;
+    let mut verdict = check_admission(job.state, &states, rules.limits(&job.task), qualification.is_ok());
+    let mut reason = None;
+    if verdict.is_ok()
+        && let Some((budget, input)) = job_budget(&mut tx, owner, job_id, &job.task, rules).await?
+        && let Err(why) = check_budget(rules, &job.task, &input, budget, &attempts, provider)
+    {
+        (verdict, reason) = (Err(AdmissionRefusal::BudgetExceeded), Some(why));
+    }
+    if let Err(refusal) = verdict {
+        let reason = match refusal {
+            AdmissionRefusal::ProviderNotQualified => qualification.err(),
+            _ => reason,
+        };
+        let detail = json!({ "problem": refusal.problem_type(), "provider": provider, "reason": reason,
+                             "idempotency_key": new.idempotency_key.as_ref().map(IdempotencyKey::as_str),
+                             "origin": new.origin.as_str() });
+        tx.append_event(owner, job_id, EventKind::AdmissionRefused, None, detail).await?;
+        tx.commit().await?;
+        return Ok(Admission::Refused { refusal, reason });
+    }
+
+    let number = next_number(&attempts)?;
+    let attempt = tx.insert_attempt(owner, job_id, number, new, provider).await?;
+    let job_state = update_job_state(&mut tx, owner, job_id, job.state).await?;
+    let detail = json!({ "attempt_id": new.id, "provider": provider, "origin": new.origin.as_str(),
+                         "job_state": job_state.as_str() });
+    tx.append_event(owner, job_id, EventKind::AttemptAdmitted, Some(number), detail).await?;
+    tx.commit().await?;
+    Ok(Admission::Admitted(attempt))
+}
+
+/// Settles an attempt with an output through the job's compare-and-swap
+/// (I3): `transition` is [`AttemptTransition::Finish`] (a worker's or the
+/// reconciler's) or [`AttemptTransition::ResolveSucceeded`] (an operator's,
+/// with `reason`).
+pub(super) async fn settle_with_output<S: Store + ?Sized>(
+    store: &S,
+    attempt: &AttemptRef,
+    output: &Value,
+    transition: AttemptTransition,
+    reason: Option<&str>,
+) -> Result<Transition> {
+    let mut tx = store.begin().await?;
+    let Some(job) = tx.lock_job(&attempt.owner, attempt.job_id).await? else {
+        return Ok(Transition::NotFound);
+    };
+    let Some(current) = tx.attempt_state(attempt).await? else {
+        return Ok(Transition::NotFound);
+    };
+    if !transition.from().contains(&current) {
+        return Ok(Transition::Stale(current));
+    }
+    let winner = job.winning_attempt;
+    let settlement = OutputSettlement {
+        attempt,
+        output,
+        from: transition.from(),
+        won: json!({ "from": current.as_str(), "reason": reason }),
+        lost: json!({ "loser": attempt.number, "winner": winner, "job_state": job.state.as_str(), "reason": reason }),
+    };
+    let settled = tx.settle_with_output(&settlement).await?;
+    if settled.settled != 1 {
+        // Cannot happen with the job locked; refuse to commit if it does.
+        return Err(corrupt("an attempt changed under its locked job"));
+    }
+    tx.commit().await?;
+    if settled.won {
+        Ok(Transition::Won { canceled: settled.canceled })
+    } else {
+        log_race_lost(attempt, winner);
+        Ok(Transition::Lost { winner })
+    }
+}
+
+/// Moves an attempt to `failed` or `unknown` along `transition`, and the
+/// job to the state that implies. After a failure, when `rules` are given
+/// and nothing else of the job is open, the retry policy's next attempt is
+/// admitted in the same transaction, so that it cannot be lost between the two.
+pub(super) async fn settle_without_output<S: Store + ?Sized>(
+    store: &S,
+    attempt: &AttemptRef,
+    transition: AttemptTransition,
+    error: &AttemptError,
+    reason: Option<&str>,
+    rules: Option<&dyn TaskRules>,
+) -> Result<Transition> {
+    let &[to] = transition.to() else {
+        return Err(corrupt(format!("{transition:?} does not settle without an output")));
+    };
+    let mut tx = store.begin().await?;
+    let Some(job) = tx.lock_job(&attempt.owner, attempt.job_id).await? else {
+        return Ok(Transition::NotFound);
+    };
+    if tx.set_attempt_outcome(attempt, to, transition.from(), error).await? == 0 {
+        return Ok(match tx.attempt_state(attempt).await? {
+            Some(state) => Transition::Stale(state),
+            None => Transition::NotFound,
+        });
+    }
+    let job_state = update_job_state(&mut tx, &attempt.owner, attempt.job_id, job.state).await?;
+    let detail = json!({ "error": error, "job_state": job_state.as_str(), "reason": reason });
+    tx.append_event(&attempt.owner, attempt.job_id, transition.event(), Some(attempt.number), detail).await?;
+    let outcome = match (to, rules) {
+        (AttemptState::Failed, Some(rules)) if job_state == JobState::Failed => {
+            Transition::Failed { next: schedule_next_attempt(&mut tx, attempt, &job, rules).await? }
+        }
+        (AttemptState::Failed, _) => Transition::Failed { next: None },
+        _ => Transition::Applied,
+    };
+    tx.commit().await?;
+    Ok(outcome)
+}
+
+/// Settles an unknown attempt by an operator's word.
+pub(super) async fn resolve_unknown<S: Store + ?Sized>(
+    store: &S,
+    attempt: &AttemptRef,
+    resolution: &Resolution,
+    reason: &str,
+    rules: &dyn TaskRules,
+) -> Result<Transition> {
+    match resolution {
+        Resolution::Succeeded(output) => {
+            settle_with_output(store, attempt, output, AttemptTransition::ResolveSucceeded, Some(reason)).await
+        }
+        Resolution::Failed => {
+            let error = AttemptError::new("resolved-failed", reason);
+            settle_without_output(store, attempt, AttemptTransition::ResolveFailed, &error, Some(reason), Some(rules)).await
+        }
+    }
+}
+
+/// Turns running attempts whose lease expired into `unknown` (I4).
+pub(super) async fn expire_leases<S: Store + ?Sized>(store: &S, max: u32) -> Result<Vec<AttemptRef>> {
+    let error = AttemptError::new("lease-expired", "the worker running this attempt stopped answering before it finished");
+    let mut expired = Vec::new();
+    for attempt in store.expired_leases(max).await? {
+        let outcome = settle_without_output(store, &attempt, AttemptTransition::ExpireLease, &error, None, None).await?;
+        if outcome == Transition::Applied {
+            expired.push(attempt);
+        }
+    }
+    Ok(expired)
+}
+
+/// Cancels a job unless it succeeded: pending attempts are canceled;
+/// running ones finish and are recorded, never applied.
+pub(super) async fn cancel_job<S: Store + ?Sized>(store: &S, owner: &OwnerId, id: JobId) -> Result<Cancel> {
+    let mut tx = store.begin().await?;
+    let Some(job) = tx.lock_job(owner, id).await? else {
+        return Ok(Cancel::NotFound);
+    };
+    if job.state.is_terminal() {
+        drop(tx);
+        let current = store.get_job(owner, id).await?.ok_or_else(|| corrupt("a locked job vanished"))?;
+        return Ok(match job.state {
+            JobState::Canceled => Cancel::AlreadyCanceled(current),
+            _ => Cancel::Succeeded(current),
+        });
+    }
+    let canceled = tx.cancel_job(owner, id).await?;
+    let detail = json!({ "from": job.state.as_str(), "canceled": canceled });
+    tx.append_event(owner, id, AttemptTransition::Cancel.event(), None, detail).await?;
+    tx.commit().await?;
+    let job = store.get_job(owner, id).await?.ok_or_else(|| corrupt("a canceled job vanished"))?;
+    Ok(Cancel::Canceled(job))
+}
+
+/// Asks the retry policy for the next attempt of a job whose attempt just
+/// failed, and admits it under the same rules as a client's: the first
+/// candidate that is qualified and fits the budget; skipped ones are
+/// recorded. The job is locked by the caller.
+async fn schedule_next_attempt(
+    tx: &mut Tx,
+    failed: &AttemptRef,
+    job: &LockedJob,
+    rules: &dyn TaskRules,
+) -> Result<Option<Scheduled>> {
+    let (owner, job_id, task) = (&failed.owner, failed.job_id, job.task.as_str());
+    let attempts = tx.read_attempts(owner, job_id).await?;
+    let past = past_attempts(&attempts);
+    let budget = job_budget(tx, owner, job_id, task, rules).await?;
+    let mut chosen = None;
+    for candidate in rules.retry_candidates(task, &job.provider, &past) {
+        let mut verdict = check_qualified(tx, rules, task, &job.provider, &candidate.provider).await?;
+        if verdict.is_ok()
+            && let Some((budget, input)) = &budget
+        {
+            verdict = check_budget(rules, task, input, *budget, &attempts, &candidate.provider);
+        }
+        match verdict {
+            Ok(()) => {
+                chosen = Some(candidate);
+                break;
+            }
+            Err(reason) => {
+                tracing::info!(owner = %owner, job.id = %job_id, provider = %candidate.provider, %reason,
+                               "failover skipped a provider that is not qualified or over the budget");
+                let detail = json!({ "provider": candidate.provider, "reason": reason, "after": failed.number });
+                tx.append_event(owner, job_id, EventKind::FailoverSkipped, None, detail).await?;
+            }
+        }
+    }
+    let Some(next) = chosen else { return Ok(None) };
+    let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
+    if let Err(refusal) = check_admission(JobState::Failed, &states, rules.limits(task), true) {
+        let detail = json!({ "problem": refusal.problem_type(), "provider": next.provider, "origin": AttemptOrigin::Policy.as_str() });
+        tx.append_event(owner, job_id, EventKind::AdmissionRefused, None, detail).await?;
+        return Ok(None);
+    }
+    let number = next_number(&attempts)?;
+    let new = NewAttempt {
+        id: AttemptId::new(),
+        provider: Some(next.provider.clone()),
+        idempotency_key: None,
+        origin: AttemptOrigin::Policy,
+        delay: next.delay,
+    };
+    tx.insert_attempt(owner, job_id, number, &new, &next.provider).await?;
+    let job_state = update_job_state(tx, owner, job_id, JobState::Failed).await?;
+    let detail = json!({ "attempt_id": new.id, "provider": next.provider, "origin": AttemptOrigin::Policy.as_str(),
+                         "after": failed.number, "delay_ms": next.delay.as_millis() as u64,
+                         "job_state": job_state.as_str() });
+    tx.append_event(owner, job_id, EventKind::AttemptAdmitted, Some(number), detail).await?;
+    Ok(Some(Scheduled { number, provider: next.provider, delay: next.delay }))
+}
+
+/// Stores the job state that its attempts now imply (a terminal one stays).
+async fn update_job_state(tx: &mut Tx, owner: &OwnerId, job_id: JobId, current: JobState) -> Result<JobState> {
+    let derived = JobState::derive(current, tx.attempt_states(owner, job_id).await?);
+    if derived != current {
+        tx.set_job_state(owner, job_id, derived).await?;
+    }
+    Ok(derived)
+}
+
+/// Whether `provider` may serve an attempt of a `task` job whose own
+/// provider is `primary`: the job's own provider always may; any other
+/// needs a passing qualification of the task's current contract (I5).
+/// `Err` says why not.
+async fn check_qualified(
+    tx: &mut Tx,
+    rules: &dyn TaskRules,
+    task: &str,
+    primary: &str,
+    provider: &str,
+) -> Result<std::result::Result<(), String>> {
+    if provider == primary {
+        return Ok(Ok(()));
+    }
+    let Some(hash) = rules.contract_hash(task, provider) else {
+        return Ok(Err(format!("provider '{provider}' cannot serve task '{task}' here: one of them is not configured")));
+    };
+    let state = tx.qualification_state(provider, task, &hash).await?;
+    Ok(state.refusal(provider, task).map_or(Ok(()), Err))
+}
+
+/// The budget of a job (its own `max_cost` or its task's, the lower) and
+/// its input, to cost attempts with; `None` when it has no budget.
+async fn job_budget(
+    tx: &mut Tx,
+    owner: &OwnerId,
+    job_id: JobId,
+    task: &str,
+    rules: &dyn TaskRules,
+) -> Result<Option<(Money, Value)>> {
+    let (max_cost, input) = tx.job_budget(owner, job_id).await?;
+    stored_budget(rules, task, max_cost, || Ok(input))
+}
+
+/// The number the next attempt of a job with these attempts takes.
+fn next_number(attempts: &[Attempt]) -> Result<i32> {
+    i32::try_from(attempts.len() + 1).map_err(corrupt)
+}
+
+/// What the retry policy needs of a job's attempts.
+fn past_attempts(attempts: &[Attempt]) -> Vec<PastAttempt<'_>> {
+    attempts
+        .iter()
+        .map(|a| PastAttempt {
+            provider: &a.provider,
+            state: a.state,
+            retryable: a.error.as_ref().and_then(|e| e.pointer("/detail/retryable")).and_then(Value::as_bool).unwrap_or(false),
+            retry_after: a.error.as_ref().and_then(|e| e.pointer("/detail/retry_after_ms")).and_then(Value::as_u64).map(Duration::from_millis),
+        })
+        .collect()
+}
+
+/// The answer to an attempt request whose key this job has seen before:
+/// a replay when it asked for the same provider, a reused key otherwise.
+fn earlier_attempt(attempts: &[Attempt], key: Option<&IdempotencyKey>, provider: &str) -> Option<Admission> {
+    let key = key?;
+    let earlier = attempts.iter().find(|a| a.idempotency_key.as_deref() == Some(key.as_str()))?;
+    Some(if earlier.provider == provider {
+        Admission::Replayed(earlier.clone())
+    } else {
+        Admission::KeyReused(earlier.clone())
+    })
+}
+
+/// Writes the one log line a lost race gets (I3).
+fn log_race_lost(attempt: &AttemptRef, winner: Option<i32>) {
+    tracing::warn!(
+        owner = %attempt.owner,
+        job.id = %attempt.job_id,
+        attempt.number = attempt.number,
+        winner = ?winner,
+        "race lost: the compare-and-swap touched zero rows; output kept as superseded"
+    );
+}
