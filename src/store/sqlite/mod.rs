@@ -25,7 +25,7 @@
 //! match a partial index.
 
 use std::str::FromStr;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -47,8 +47,16 @@ use super::{
     OwnedJobSummary, QualificationRecord, QualificationState, Result, Store, StoreError, UnknownAttempt, corrupt,
 };
 use crate::domain::{
-    Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, EventKind, IdempotencyKey, Job, JobEvent, JobId,
+    Attempt, AttemptError, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobEvent, JobId,
     JobState, JobSummary, KeyRole, OwnerId,
+};
+
+mod group;
+mod sql;
+
+use sql::{
+    ATTEMPT_COLUMNS, CLAIMABLE, EXPIRED_LEASES, FIND_JOB_BY_KEY, FIND_UNKNOWN_ATTEMPT_OWNER, GET_JOB, LIST_UNKNOWN_ATTEMPTS,
+    QUALIFICATION_STATE, RECONCILABLE, SAMPLE_GAUGES,
 };
 
 /// The embedded migrations of `migrations/sqlite`.
@@ -127,131 +135,6 @@ impl SqliteStore {
     }
 }
 
-/// Why a request queued for a group commit got no answer: the task writing
-/// its group ended without one (nothing of it is acknowledged).
-fn interrupted() -> StoreError {
-    StoreError::Unavailable(sqlx::Error::Protocol("the write of this request was interrupted".into()))
-}
-
-impl SqliteStore {
-    /// Waits for the answer to a queued creation. Whoever gets the write turn
-    /// first with its creation still queued takes every queued creation
-    /// (its own among them) and writes them in one transaction; the others
-    /// find their answer while they wait. The group is written by a task of
-    /// its own, so a client that hangs up cannot abandon the others.
-    async fn group_commit(&self, mut answered: tokio::sync::oneshot::Receiver<Result<Option<i64>>>) -> Result<Option<i64>> {
-        loop {
-            let turn = tokio::select! {
-                biased;
-                answer = &mut answered => return answer.map_err(|_| interrupted())?,
-                turn = self.writer.clone().lock_owned() => turn,
-            };
-            // Whoever wrote before us answered everything it took before
-            // giving up the turn; no answer yet means ours is still queued.
-            match answered.try_recv() {
-                Ok(answer) => return answer,
-                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => return Err(interrupted()),
-                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
-            }
-            let group: Vec<PendingCreate> = {
-                let mut queued = self.creates.lock().unwrap_or_else(|p| p.into_inner());
-                let take = queued.len().min(MAX_GROUP);
-                queued.drain(..take).collect()
-            };
-            let store = self.clone();
-            tokio::spawn(async move {
-                let _turn = turn;
-                store.write_group(group).await;
-            });
-            // Ours was in that group, or (past MAX_GROUP) is in a later one:
-            // wait for the answer or the next turn.
-        }
-    }
-
-    /// Writes a group of creations in one transaction and answers each. If
-    /// the group fails, each creation is written alone, so that one bad
-    /// request cannot fail the others.
-    async fn write_group(&self, group: Vec<PendingCreate>) {
-        let together = async {
-            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-            let mut inserted = Vec::with_capacity(group.len());
-            for pending in &group {
-                inserted.push(insert_new_job(&mut tx, &pending.new).await?);
-            }
-            tx.commit().await?;
-            Ok::<_, StoreError>(inserted)
-        };
-        match together.await {
-            Ok(inserted) => {
-                for (pending, inserted) in group.into_iter().zip(inserted) {
-                    let _ = pending.answer.send(Ok(inserted));
-                }
-            }
-            Err(error) if group.len() == 1 => {
-                let _ = group.into_iter().next().map(|pending| pending.answer.send(Err(error)));
-            }
-            Err(error) => {
-                tracing::debug!(%error, size = group.len(), "a group commit failed; writing its creations one by one");
-                for pending in group {
-                    let alone = async {
-                        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-                        let inserted = insert_new_job(&mut tx, &pending.new).await?;
-                        tx.commit().await?;
-                        Ok::<_, StoreError>(inserted)
-                    };
-                    let _ = pending.answer.send(alone.await);
-                }
-            }
-        }
-    }
-}
-
-/// Inserts a job, its first attempt and its event, unless its key is taken
-/// (the unique constraint decides, I1): the time it was inserted at, or
-/// `None`.
-async fn insert_new_job(tx: &mut Transaction<'static, Sqlite>, new: &NewJob) -> Result<Option<i64>> {
-    let created = now();
-    let inserted = sqlx::query(
-        r#"insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
-                             state, created_at, updated_at, max_cost)
-           values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10)
-           on conflict (owner_id, idempotency_key) do nothing"#,
-    )
-    .bind(new.owner.as_str())
-    .bind(new.id.0)
-    .bind(new.idempotency_key.as_str())
-    .bind(&new.fingerprint.as_bytes()[..])
-    .bind(&new.task)
-    .bind(Json(&new.input))
-    .bind(&new.provider)
-    .bind(JobState::Queued)
-    .bind(created)
-    .bind(new.max_cost.map(|m| m.to_string()))
-    .execute(&mut **tx)
-    .await?
-    .rows_affected()
-        == 1;
-    if !inserted {
-        return Ok(None);
-    }
-    sqlx::query(
-        r#"insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before)
-           values (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7, ?7)"#,
-    )
-    .bind(new.owner.as_str())
-    .bind(new.id.0)
-    .bind(new.first_attempt_id.0)
-    .bind(&new.provider)
-    .bind(AttemptState::Pending)
-    .bind(AttemptOrigin::Client)
-    .bind(created)
-    .execute(&mut **tx)
-    .await?;
-    let detail = json!({ "attempt_id": new.first_attempt_id, "provider": new.provider });
-    insert_event(tx, created, &new.owner, new.id, EventKind::JobCreated, Some(1), detail).await?;
-    Ok(Some(created))
-}
-
 fn now() -> i64 {
     Utc::now().timestamp_micros()
 }
@@ -268,114 +151,6 @@ fn time(micros: i64) -> Result<DateTime<Utc>> {
 fn json_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     Value::from(names.into_iter().collect::<Vec<_>>()).to_string()
 }
-
-const JOB_COLUMNS: &str = r#"j.owner_id, j.id, j.idempotency_key, j.fingerprint, j.task, j.input, j.provider,
-    j.state, j.winning_attempt, j.result, j.created_at, j.updated_at, j.max_cost as max_cost"#;
-
-const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider as a_provider, a.state as a_state,
-    a.origin as a_origin, a.idempotency_key as a_idempotency_key, a.worker as a_worker,
-    a.lease_until as a_lease_until, a.output as a_output, a.error as a_error,
-    a.created_at as a_created_at, a.not_before as a_not_before, a.started_at as a_started_at,
-    a.finished_at as a_finished_at, a.prompt_tokens as a_prompt_tokens,
-    a.completion_tokens as a_completion_tokens, a.usage_estimated as a_usage_estimated,
-    a.cost as a_cost, a.currency as a_currency, a.price_version as a_price_version"#;
-
-/// A job with its attempts, in one statement (one snapshot).
-fn select_job_where(condition: &str) -> String {
-    format!(
-        r#"select {JOB_COLUMNS}, {ATTEMPT_COLUMNS}
-           from jobs j
-           left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
-           where {condition}
-           order by a.number"#
-    )
-}
-
-static GET_JOB: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = ?1 and j.id = ?2"));
-static FIND_JOB_BY_KEY: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = ?1 and j.idempotency_key = ?2"));
-
-/// Running attempts past their lease (the `attempts_leased` partial index).
-static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r#"select owner_id, job_id, number from attempts
-           where state = '{running}' and lease_until < ?1
-           order by lease_until
-           limit ?2"#,
-        running = AttemptState::Running,
-    )
-});
-
-/// Due pending attempts of the given providers (the `attempts_claimable`
-/// partial index), whose jobs have not finished.
-static CLAIMABLE: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, j.task, j.input
-           from attempts a
-           join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-           where a.state = '{pending}' and a.not_before <= ?1
-             and a.provider in (select value from json_each(?2))
-             and j.state not in ('{succeeded}', '{canceled}')
-           order by a.not_before
-           limit ?3"#,
-        pending = AttemptState::Pending,
-        succeeded = JobState::Succeeded,
-        canceled = JobState::Canceled,
-    )
-});
-
-/// Unknown attempts of the given providers due for a status lookup (the
-/// `attempts_unknown` partial index).
-static RECONCILABLE: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count, a.finished_at, j.task
-           from attempts a
-           join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-           where a.state = '{unknown}' and a.provider in (select value from json_each(?1)) and a.reconcile_after <= ?2
-           order by a.reconcile_after
-           limit ?3"#,
-        unknown = AttemptState::Unknown,
-    )
-});
-
-/// The metrics gauges (the partial indexes of pending and unknown attempts).
-static SAMPLE_GAUGES: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r#"select
-               (select count(*) from attempts where state = '{pending}' and not_before <= ?1) as pending_due,
-               (select count(*) from attempts where state = '{unknown}') as unknown_open,
-               (select min(finished_at) from attempts where state = '{unknown}') as oldest"#,
-        pending = AttemptState::Pending,
-        unknown = AttemptState::Unknown,
-    )
-});
-
-/// The owner of an unknown attempt (the `attempts_unknown_by_job` index).
-static FIND_UNKNOWN_ATTEMPT_OWNER: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r#"select owner_id from attempts where job_id = ?1 and number = ?2 and state = '{unknown}'"#,
-        unknown = AttemptState::Unknown,
-    )
-});
-
-/// Unknown attempts of one owner or all, the longest unknown first.
-static LIST_UNKNOWN_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r#"select a.owner_id, a.job_id, a.number, a.provider, j.task, a.finished_at, a.error, a.reconcile_count
-           from attempts a join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-           where (?1 is null or a.owner_id = ?1) and a.state = '{unknown}'
-           order by a.finished_at, a.job_id, a.number
-           limit ?2"#,
-        unknown = AttemptState::Unknown,
-    )
-});
-
-/// Where a provider stands for a task's contract with a hash.
-const QUALIFICATION_STATE: &str = r#"select contract_hash = ?3 as current, passed, created_at,
-           json_extract(report, '$.summary') as summary
-    from qualifications
-    where provider = ?1 and task = ?2
-    order by contract_hash = ?3 desc, created_at desc
-    limit 1"#;
 
 async fn read_qualification_state<'e>(
     executor: impl sqlx::SqliteExecutor<'e>,

@@ -1,0 +1,127 @@
+//! API keys across processes: a trigger NOTIFYs every change, each serving
+//! process LISTENs and forgets changed keys from its cache, and a
+//! revocation waits until every listener confirmed it forgot the key.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgListener, PgPool};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use super::super::{KeyChange, Result};
+
+/// The channel the `api_keys_changed` trigger notifies with a key's id.
+const KEY_CHANNEL: &str = "onejob_api_keys";
+/// The channel on which servers confirm they forgot a changed key.
+const KEY_ACK_CHANNEL: &str = "onejob_api_keys_forgotten";
+/// How long a revocation waits for those confirmations.
+const KEY_ACK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// LISTENs on [`KEY_CHANNEL`] over a connection of its own and reports what
+/// it hears, reconnecting (and saying so) whenever the connection is lost,
+/// until `changes` is closed.
+pub(super) async fn follow_key_changes(pool: PgPool, changes: mpsc::Sender<KeyChange>) {
+    const FIRST_RETRY: Duration = Duration::from_millis(100);
+    let mut retry = FIRST_RETRY;
+    loop {
+        let listening = async {
+            let mut listener = PgListener::connect_with(&pool).await?;
+            // A lost connection is reported, not mended behind our back: the
+            // cache must hear that notifications may have been missed.
+            listener.eager_reconnect(false);
+            listener.listen(KEY_CHANNEL).await?;
+            Ok::<_, sqlx::Error>(listener)
+        }
+        .await;
+        match listening {
+            Ok(mut listener) => {
+                retry = FIRST_RETRY;
+                if changes.send(KeyChange::Following).await.is_err() {
+                    return;
+                }
+                loop {
+                    let next = tokio::select! {
+                        () = changes.closed() => return,
+                        next = listener.try_recv() => next,
+                    };
+                    let change = match next {
+                        Ok(Some(notification)) => match Uuid::try_parse(notification.payload()) {
+                            Ok(id) => KeyChange::Changed(id),
+                            Err(_) => {
+                                tracing::warn!(payload = notification.payload(), "ignored a key notification that names no key");
+                                continue;
+                            }
+                        },
+                        Ok(None) => {
+                            tracing::warn!("lost the connection that listens for key changes; reconnecting");
+                            break;
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "the connection that listens for key changes failed; reconnecting");
+                            break;
+                        }
+                    };
+                    if changes.send(change).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot listen for key changes; checked keys are not cached until then"),
+        }
+        if changes.send(KeyChange::Lost).await.is_err() {
+            return;
+        }
+        tokio::select! {
+            () = changes.closed() => return,
+            () = tokio::time::sleep(retry) => {}
+        }
+        retry = (retry * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Revokes key `id` and waits until every listening server confirmed it
+/// forgot the key (or [`KEY_ACK_TIMEOUT`] passed); `false` when there is no
+/// such live key.
+pub(super) async fn revoke_and_wait(pool: &PgPool, id: Uuid) -> Result<bool> {
+    // Every serving process caches checked keys and LISTENs for changes;
+    // each forgets the key when the trigger's notification reaches it and
+    // confirms on KEY_ACK_CHANNEL. Waiting for those confirmations makes
+    // "revoked" mean that no listening server accepts the key any more.
+    let mut confirmations = PgListener::connect_with(pool).await?;
+    confirmations.listen(KEY_ACK_CHANNEL).await?;
+    let listening: i64 = sqlx::query_scalar(
+        r#"select count(*) from pg_stat_activity where datname = current_database() and query = $1"#,
+    )
+    .bind(format!(r#"LISTEN "{KEY_CHANNEL}""#))
+    .fetch_one(pool)
+    .await?;
+    let changed = sqlx::query(r#"update api_keys set revoked_at = now() where id = $1 and revoked_at is null"#)
+        .bind(id)
+        .execute(pool)
+        .await?
+        .rows_affected();
+    if changed == 0 {
+        return Ok(false);
+    }
+    let key = id.to_string();
+    let deadline = tokio::time::Instant::now() + KEY_ACK_TIMEOUT;
+    let mut confirmed = 0;
+    while confirmed < listening {
+        match tokio::time::timeout_at(deadline, confirmations.try_recv()).await {
+            Ok(Ok(Some(notification))) if notification.payload() == key => confirmed += 1,
+            Ok(Ok(Some(_))) => {}
+            _ => break,
+        }
+    }
+    if confirmed < listening {
+        tracing::warn!(key = %id, listening, confirmed,
+            "not every listening server confirmed in time that it forgot the revoked key");
+    }
+    Ok(true)
+}
+
+/// Tells a revoker that this process forgot key `id`.
+pub(super) async fn confirm_forgotten(pool: &PgPool, id: Uuid) -> Result<()> {
+    sqlx::query(r#"select pg_notify($1, $2)"#).bind(KEY_ACK_CHANNEL).bind(id.to_string()).execute(pool).await?;
+    Ok(())
+}
