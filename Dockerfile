@@ -1,5 +1,5 @@
 # onejob: build with `docker build -t onejob .`, run with
-# `docker run -p 8080:8080 onejob` (see the README's Operations section).
+# `docker run -p 8080:8080 onejob` (see docs/operations.md).
 
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src

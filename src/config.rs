@@ -342,7 +342,7 @@ pub enum SimOutput {
 }
 
 /// How a simulated provider misbehaves on the wire. Each one lands the
-/// attempt in the state DESIGN.md's failure classification gives it.
+/// attempt in the state docs/design.md's failure classification gives it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SimFault {
@@ -524,7 +524,7 @@ impl Settings {
         settings
     }
 
-    /// Applies the environment overrides listed in the README.
+    /// Applies the environment overrides listed in docs/configuration.md.
     pub fn apply_env(&mut self) -> Result<(), ConfigError> {
         if let Some(url) = env_var("DATABASE_URL") {
             self.database.url = Some(url);

@@ -3,7 +3,7 @@
 //! that job, so that double clicks, retries, fallbacks and lost responses
 //! never become two charges, two side effects or two answers.
 //!
-//! The invariants I1–I8 are listed in the README; each module says which it
+//! The invariants I1–I8 are listed in docs/design.md; each module says which it
 //! keeps.
 
 #![warn(missing_docs)]

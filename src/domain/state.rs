@@ -279,7 +279,7 @@ impl AdmissionRefusal {
     }
 }
 
-/// The admission rules, in the order DESIGN.md lists them. `qualified` says
+/// The admission rules, in the order docs/design.md lists them. `qualified` says
 /// whether the requested provider may serve this job's task. Stores call this
 /// with the job row locked, so the answer holds until they commit.
 pub fn check_admission(

@@ -100,7 +100,7 @@ impl ProviderError {
     }
 }
 
-/// What an HTTP status from a provider means, as DESIGN.md classifies it.
+/// What an HTTP status from a provider means, as docs/design.md classifies it.
 pub fn classify_status(status: u16) -> FailureClass {
     match status {
         429 | 500 | 502 | 503 => FailureClass::Definitive { retryable: true },
