@@ -130,7 +130,7 @@ pub enum AttemptOrigin {
 
 impl AttemptOrigin {
     /// The name stored in the database.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             AttemptOrigin::Client => "client",
             AttemptOrigin::Policy => "policy",

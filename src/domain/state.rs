@@ -32,7 +32,7 @@ macro_rules! named_states {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
 
             /// The name stored in the database and shown by the API.
-            pub fn as_str(self) -> &'static str {
+            pub const fn as_str(self) -> &'static str {
                 match self {
                     $($name::$variant => $text),+
                 }

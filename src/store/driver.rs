@@ -41,24 +41,10 @@ pub trait DriverTx: Send {
     async fn set_job_state(&mut self, owner: &OwnerId, job_id: JobId, state: JobState) -> Result<()>;
 
     /// Inserts a pending attempt numbered `number` on `provider`.
-    async fn insert_attempt(
-        &mut self,
-        owner: &OwnerId,
-        job_id: JobId,
-        number: i32,
-        new: &NewAttempt,
-        provider: &str,
-    ) -> Result<Attempt>;
+    async fn insert_attempt(&mut self, attempt: &AttemptRef, new: &NewAttempt, provider: &str) -> Result<Attempt>;
 
     /// Appends a row to the job's audit log.
-    async fn append_event(
-        &mut self,
-        owner: &OwnerId,
-        job_id: JobId,
-        kind: EventKind,
-        attempt_number: Option<i32>,
-        detail: Value,
-    ) -> Result<()>;
+    async fn append_event(&mut self, owner: &OwnerId, job_id: JobId, kind: EventKind, attempt_number: Option<i32>, detail: Value) -> Result<()>;
 
     /// Where `provider` stands for `task`'s contract with this hash.
     async fn qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState>;
@@ -66,13 +52,7 @@ pub trait DriverTx: Send {
     /// Moves the attempt from one of `from` to `to` (`failed` or
     /// `unknown`) with `error`; an unknown one becomes due for
     /// reconciliation. The number of rows changed: 0 when the guard failed.
-    async fn set_attempt_outcome(
-        &mut self,
-        attempt: &AttemptRef,
-        to: AttemptState,
-        from: &[AttemptState],
-        error: &AttemptError,
-    ) -> Result<u64>;
+    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, to: AttemptState, from: &[AttemptState], error: &AttemptError) -> Result<u64>;
 
     /// Settles the attempt with an output through the job's compare-and-swap
     /// (only a job that has not finished takes a winner), cancels the

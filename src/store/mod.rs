@@ -16,6 +16,7 @@ pub mod driver;
 mod hot;
 pub mod postgres;
 mod rows;
+mod shared;
 pub mod sqlite;
 mod transitions;
 pub mod usage;

@@ -73,6 +73,18 @@ impl<'r> Decode<'r, Postgres> for Stamp {
     }
 }
 
+impl<'q> Encode<'q, Postgres> for Stamp {
+    fn encode_by_ref(&self, buf: &mut <Postgres as Database>::ArgumentBuffer<'q>) -> Result<sqlx::encode::IsNull, BoxDynError> {
+        <DateTime<Utc> as Encode<'q, Postgres>>::encode_by_ref(&self.0, buf)
+    }
+}
+
+impl<'q> Encode<'q, Sqlite> for Stamp {
+    fn encode_by_ref(&self, buf: &mut <Sqlite as Database>::ArgumentBuffer<'q>) -> Result<sqlx::encode::IsNull, BoxDynError> {
+        <i64 as Encode<'q, Sqlite>>::encode(self.0.timestamp_micros(), buf)
+    }
+}
+
 impl Type<Sqlite> for Stamp {
     fn type_info() -> <Sqlite as Database>::TypeInfo {
         <i64 as Type<Sqlite>>::type_info()
@@ -91,6 +103,54 @@ impl<'r> Decode<'r, Sqlite> for Stamp {
 
 fn time(stamp: Option<Stamp>) -> Option<DateTime<Utc>> {
     stamp.map(|s| s.0)
+}
+
+/// The stored names of states, origins and event kinds, for statements
+/// that must name them in their text (a partial index matches only a
+/// literal): taken from the enums, never typed by hand.
+pub(crate) mod names {
+    use crate::domain::{AttemptOrigin, AttemptState, EventKind, JobState};
+
+    pub const PENDING: &str = AttemptState::Pending.as_str();
+    pub const RUNNING: &str = AttemptState::Running.as_str();
+    pub const SUCCEEDED: &str = AttemptState::Succeeded.as_str();
+    pub const UNKNOWN: &str = AttemptState::Unknown.as_str();
+    pub const SUPERSEDED: &str = AttemptState::Superseded.as_str();
+    pub const CANCELED: &str = AttemptState::Canceled.as_str();
+    pub const JOB_QUEUED: &str = JobState::Queued.as_str();
+    pub const JOB_RUNNING: &str = JobState::Running.as_str();
+    pub const JOB_SUCCEEDED: &str = JobState::Succeeded.as_str();
+    pub const JOB_CANCELED: &str = JobState::Canceled.as_str();
+    pub const ORIGIN_CLIENT: &str = AttemptOrigin::Client.as_str();
+    pub const EVENT_JOB_CREATED: &str = EventKind::JobCreated.as_str();
+    pub const EVENT_ATTEMPT_CLAIMED: &str = EventKind::AttemptClaimed.as_str();
+    pub const EVENT_ATTEMPT_SUCCEEDED: &str = EventKind::AttemptSucceeded.as_str();
+    pub const EVENT_RACE_LOST: &str = EventKind::RaceLost.as_str();
+}
+
+/// The columns of [`JobRow`], as both databases select them.
+pub(crate) const JOB_COLUMNS: &str = r#"j.owner_id, j.id, j.idempotency_key, j.fingerprint, j.task, j.input, j.provider,
+    j.state, j.winning_attempt, j.result, j.created_at, j.updated_at, cast(j.max_cost as text) as max_cost"#;
+
+/// The columns of [`AttemptRow`], as both databases select them.
+pub(crate) const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider as a_provider, a.state as a_state,
+    a.origin as a_origin, a.idempotency_key as a_idempotency_key, a.worker as a_worker,
+    a.lease_until as a_lease_until, a.output as a_output, a.error as a_error,
+    a.created_at as a_created_at, a.not_before as a_not_before, a.started_at as a_started_at,
+    a.finished_at as a_finished_at, a.prompt_tokens as a_prompt_tokens,
+    a.completion_tokens as a_completion_tokens, a.usage_estimated as a_usage_estimated,
+    cast(a.cost as text) as a_cost, a.currency as a_currency, a.price_version as a_price_version"#;
+
+/// A job with its attempts, in one statement (one snapshot), for
+/// [`job_from_rows`].
+pub(crate) fn select_job_where(condition: &str) -> String {
+    format!(
+        r#"select {JOB_COLUMNS}, {ATTEMPT_COLUMNS}
+           from jobs j
+           left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
+           where {condition}
+           order by a.number"#
+    )
 }
 
 /// A row of `jobs`, as the job readers select it (`max_cost` as text).

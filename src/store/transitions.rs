@@ -87,7 +87,8 @@ pub(super) async fn admit_attempt<S: Store + ?Sized>(
     }
 
     let number = next_number(&attempts)?;
-    let attempt = tx.insert_attempt(owner, job_id, number, new, provider).await?;
+    let key = AttemptRef { owner: owner.clone(), job_id, number };
+    let attempt = tx.insert_attempt(&key, new, provider).await?;
     let job_state = update_job_state(&mut tx, owner, job_id, job.state).await?;
     let detail = json!({ "attempt_id": new.id, "provider": provider, "origin": new.origin.as_str(),
                          "job_state": job_state.as_str() });
@@ -283,7 +284,8 @@ async fn schedule_next_attempt(
         origin: AttemptOrigin::Policy,
         delay: next.delay,
     };
-    tx.insert_attempt(owner, job_id, number, &new, &next.provider).await?;
+    let key = AttemptRef { owner: owner.clone(), job_id, number };
+    tx.insert_attempt(&key, &new, &next.provider).await?;
     let job_state = update_job_state(tx, owner, job_id, JobState::Failed).await?;
     let detail = json!({ "attempt_id": new.id, "provider": next.provider, "origin": AttemptOrigin::Policy.as_str(),
                          "after": failed.number, "delay_ms": next.delay.as_millis() as u64,

@@ -20,20 +20,18 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::types::Json;
-use sqlx::{PgExecutor, Postgres, Row, Transaction};
+use sqlx::{Postgres, Row, Transaction};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::driver::{Driver, DriverTx, LockedJob, OutputSettlement, Settled, Tx};
+use super::driver::{Driver, LockedJob, OutputSettlement, Settled, Tx};
+use super::shared::{impl_driver_tx, impl_store};
 use super::hot::HotConnections;
-use super::rows::{
-    ApiKeyRow, AttemptRefRow, EventRow, JobSummaryRow, LiveKeyRow, OpenUnknownRow, QualificationRow, QualificationStateRow,
-    UsageReportRow, attempts_from_rows, job_from_rows, read_all,
-};
+use super::rows::{ATTEMPT_COLUMNS, AttemptRefRow, JobSummaryRow, QualificationRow, attempts_from_rows, job_from_rows};
 use super::usage::{AttemptUsage, UsageFilter, UsageRow};
 use super::{
     ApiKey, AttemptRef, ClaimedAttempt, Gauges, JobFilter, KeyChange, Leases, LiveKey, NewAttempt, NewJob, OpenUnknown,
-    OwnedJobSummary, QualificationRecord, QualificationState, Result, Store, StoreError, UnknownAttempt, corrupt,
+    OwnedJobSummary, QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
 };
 use crate::domain::{
     Attempt, AttemptError, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobEvent, JobId,
@@ -45,8 +43,8 @@ mod sql;
 
 pub use sql::{CREATE_JOB, GET_JOB};
 use sql::{
-    ATTEMPT_COLUMNS, CLAIM_ATTEMPTS, CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, FIND_UNKNOWN_ATTEMPT_OWNER,
-    LIST_UNKNOWN_ATTEMPTS, QUALIFICATION_STATE, SAMPLE_GAUGES, SETTLE_WITH_OUTPUT,
+    CLAIM_ATTEMPTS, CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, SAMPLE_GAUGES,
+    SETTLE_WITH_OUTPUT,
 };
 
 /// The embedded migrations of `migrations/postgres`.
@@ -64,7 +62,7 @@ pub struct PostgresOptions {
     pub statement_timeout: Duration,
 }
 
-/// The Postgres implementation of [`Store`].
+/// The Postgres implementation of [`super::Store`].
 #[derive(Clone, Debug)]
 pub struct PostgresStore {
     pool: PgPool,
@@ -107,144 +105,61 @@ impl PostgresStore {
     }
 }
 
-async fn read_qualification_state<'e>(
-    executor: impl PgExecutor<'e>,
-    provider: &str,
-    task: &str,
-    hash: &[u8; 32],
-) -> Result<QualificationState> {
-    let row: Option<QualificationStateRow> =
-        sqlx::query_as(QUALIFICATION_STATE).bind(provider).bind(task).bind(&hash[..]).fetch_optional(executor).await?;
-    Ok(row.into())
-}
 
 fn state_names(states: &[AttemptState]) -> Vec<&'static str> {
     states.iter().map(|s| s.as_str()).collect()
 }
 
 /// A Postgres write transaction; times are the database's `now()`.
-struct PgTx(Transaction<'static, Postgres>);
+struct PgTx {
+    tx: Transaction<'static, Postgres>,
+}
 
-#[async_trait]
-impl DriverTx for PgTx {
-    async fn lock_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Option<LockedJob>> {
-        Ok(sqlx::query_as(
-            r#"select state, task, provider, winning_attempt from jobs
-               where owner_id = $1 and id = $2
-               for no key update"#,
-        )
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .fetch_optional(&mut *self.0)
-        .await?)
-    }
-
-    async fn job_budget(&mut self, owner: &OwnerId, job_id: JobId) -> Result<(Option<String>, Value)> {
-        let (max_cost, Json(input)) =
-            sqlx::query_as(r#"select max_cost::text, input from jobs where owner_id = $1 and id = $2"#)
-                .bind(owner.as_str())
-                .bind(job_id.0)
-                .fetch_one(&mut *self.0)
-                .await?;
-        Ok((max_cost, input))
-    }
-
-    async fn attempt_state(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptState>> {
-        Ok(sqlx::query_scalar(r#"select state from attempts where owner_id = $1 and job_id = $2 and number = $3"#)
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
-            .fetch_optional(&mut *self.0)
-            .await?)
-    }
-
-    async fn attempt_states(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<AttemptState>> {
-        Ok(sqlx::query_scalar(r#"select state from attempts where owner_id = $1 and job_id = $2"#)
-            .bind(owner.as_str())
-            .bind(job_id.0)
-            .fetch_all(&mut *self.0)
-            .await?)
-    }
-
-    async fn read_attempts(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<Attempt>> {
-        let rows = sqlx::query(&format!(
-            r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = $1 and a.job_id = $2 order by a.number"#
-        ))
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .fetch_all(&mut *self.0)
-        .await?;
-        attempts_from_rows(&rows)
-    }
-
+impl_driver_tx!(PgTx, {
     async fn set_job_state(&mut self, owner: &OwnerId, job_id: JobId, state: JobState) -> Result<()> {
         sqlx::query(r#"update jobs set state = $3, updated_at = now() where owner_id = $1 and id = $2"#)
             .bind(owner.as_str())
             .bind(job_id.0)
             .bind(state)
-            .execute(&mut *self.0)
+            .execute(&mut *self.tx)
             .await?;
         Ok(())
     }
 
-    async fn insert_attempt(
-        &mut self,
-        owner: &OwnerId,
-        job_id: JobId,
-        number: i32,
-        new: &NewAttempt,
-        provider: &str,
-    ) -> Result<Attempt> {
+    async fn insert_attempt(&mut self, attempt: &AttemptRef, new: &NewAttempt, provider: &str) -> Result<Attempt> {
         let rows = sqlx::query(&format!(
             r#"insert into attempts as a (owner_id, job_id, number, id, provider, state, origin, idempotency_key,
                                           created_at, not_before)
                values ($1, $2, $3, $4, $5, $9, $6, $7, now(), now() + make_interval(secs => $8))
                returning {ATTEMPT_COLUMNS}"#
         ))
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .bind(number)
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
         .bind(new.id.0)
         .bind(provider)
         .bind(new.origin)
         .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
         .bind(new.delay.as_secs_f64())
         .bind(AttemptState::Pending)
-        .fetch_all(&mut *self.0)
+        .fetch_all(&mut *self.tx)
         .await?;
         attempts_from_rows(&rows)?.pop().ok_or_else(|| corrupt("an inserted attempt returned no row"))
     }
 
-    async fn append_event(
-        &mut self,
-        owner: &OwnerId,
-        job_id: JobId,
-        kind: EventKind,
-        attempt_number: Option<i32>,
-        detail: Value,
-    ) -> Result<()> {
+    async fn append_event(&mut self, owner: &OwnerId, job_id: JobId, kind: EventKind, attempt_number: Option<i32>, detail: Value) -> Result<()> {
         sqlx::query(r#"insert into job_events (owner_id, job_id, kind, attempt_number, detail) values ($1, $2, $3, $4, $5)"#)
             .bind(owner.as_str())
             .bind(job_id.0)
             .bind(kind)
             .bind(attempt_number)
             .bind(detail)
-            .execute(&mut *self.0)
+            .execute(&mut *self.tx)
             .await?;
         Ok(())
     }
 
-    async fn qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
-        read_qualification_state(&mut *self.0, provider, task, hash).await
-    }
-
-    async fn set_attempt_outcome(
-        &mut self,
-        attempt: &AttemptRef,
-        to: AttemptState,
-        from: &[AttemptState],
-        error: &AttemptError,
-    ) -> Result<u64> {
+    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, to: AttemptState, from: &[AttemptState], error: &AttemptError) -> Result<u64> {
         Ok(sqlx::query(
             r#"update attempts
                set state = $4, error = $5, finished_at = now(), lease_until = null,
@@ -258,7 +173,7 @@ impl DriverTx for PgTx {
         .bind(Json(error))
         .bind(state_names(from))
         .bind(to == AttemptState::Unknown)
-        .execute(&mut *self.0)
+        .execute(&mut *self.tx)
         .await?
         .rows_affected())
     }
@@ -276,7 +191,7 @@ impl DriverTx for PgTx {
             .bind(state_names(settlement.from))
             .bind(&settlement.won)
             .bind(&settlement.lost)
-            .fetch_one(&mut *self.0)
+            .fetch_one(&mut *self.tx)
             .await?;
         Ok(Settled {
             won: row.try_get("won")?,
@@ -290,7 +205,7 @@ impl DriverTx for PgTx {
             .bind(owner.as_str())
             .bind(job_id.0)
             .bind(JobState::Canceled)
-            .execute(&mut *self.0)
+            .execute(&mut *self.tx)
             .await?;
         Ok(sqlx::query_scalar(
             r#"update attempts set state = $4, finished_at = now()
@@ -301,19 +216,15 @@ impl DriverTx for PgTx {
         .bind(job_id.0)
         .bind(AttemptState::Pending)
         .bind(AttemptState::Canceled)
-        .fetch_all(&mut *self.0)
+        .fetch_all(&mut *self.tx)
         .await?)
     }
-
-    async fn commit(self: Box<Self>) -> Result<()> {
-        Ok(self.0.commit().await?)
-    }
-}
+});
 
 #[async_trait]
 impl Driver for PostgresStore {
     async fn begin(&self) -> Result<Tx> {
-        Ok(Box::new(PgTx(self.pool.begin().await?)))
+        Ok(Box::new(PgTx { tx: self.pool.begin().await? }))
     }
 
     async fn insert_job(&self, new: &NewJob) -> Result<Option<DateTime<Utc>>> {
@@ -342,7 +253,7 @@ impl Driver for PostgresStore {
     }
 }
 
-/// Reads the job a statement of `sql::select_job_where` selects (binds: the
+/// Reads the job a statement of `rows::select_job_where` selects (binds: the
 /// owner, then `key`), on a connection of the hot path.
 async fn fetch_job<'q, T>(hot: &HotConnections, sql: &'q str, owner: &'q OwnerId, key: T) -> Result<Option<Job>>
 where
@@ -354,20 +265,7 @@ where
     job_from_rows(&rows?)
 }
 
-#[async_trait]
-impl Store for PostgresStore {
-    async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.pool).await?;
-        Ok(())
-    }
-
-    async fn check_ready(&self) -> Result<()> {
-        let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-        let applied: Option<i64> =
-            sqlx::query_scalar(r#"select max(version) from _sqlx_migrations where success"#).fetch_one(&self.pool).await?;
-        super::check_migrations(applied, latest)
-    }
-
+impl_store!(PostgresStore, {
     async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
         sqlx::query(r#"insert into api_keys (owner_id, id, role, token_hash) values ($1, $2, $3, $4)"#)
             .bind(owner.as_str())
@@ -377,16 +275,6 @@ impl Store for PostgresStore {
             .execute(&self.pool)
             .await?;
         Ok(())
-    }
-
-    async fn find_api_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>> {
-        let row: Option<LiveKeyRow> = sqlx::query_as(
-            r#"select owner_id, id, role, token_hash from api_keys where token_hash = $1 and revoked_at is null"#,
-        )
-        .bind(&token_hash[..])
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(LiveKey::try_from).transpose()
     }
 
     async fn revoke_api_key(&self, id: Uuid) -> Result<bool> {
@@ -401,22 +289,6 @@ impl Store for PostgresStore {
         let (changes, receiver) = mpsc::channel(256);
         tokio::spawn(keys::follow_key_changes(self.pool.clone(), changes));
         Some(receiver)
-    }
-
-    async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
-        let rows: Vec<ApiKeyRow> = sqlx::query_as(
-            r#"select owner_id, id, created_at, revoked_at, role from api_keys
-               where $1::text is null or owner_id = $1
-               order by created_at, id"#,
-        )
-        .bind(owner.map(OwnerId::as_str))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    async fn has_api_keys(&self) -> Result<bool> {
-        Ok(sqlx::query_scalar(r#"select exists (select 1 from api_keys)"#).fetch_one(&self.pool).await?)
     }
 
     async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
@@ -447,17 +319,6 @@ impl Store for PostgresStore {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(|row| OwnedJobSummary::from(row).job).collect())
-    }
-
-    async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
-        let rows: Vec<EventRow> = sqlx::query_as(
-            r#"select id, at, kind, attempt_number, detail from job_events where owner_id = $1 and job_id = $2 order by id"#,
-        )
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
     }
 
     async fn claim_attempts(&self, worker: &str, max: u32, leases: &Leases) -> Result<Vec<ClaimedAttempt>> {
@@ -545,24 +406,6 @@ impl Store for PostgresStore {
         row.try_into()
     }
 
-    async fn qualification_state(&self, provider: &str, task: &str, contract_hash: &[u8; 32]) -> Result<QualificationState> {
-        read_qualification_state(&self.pool, provider, task, contract_hash).await
-    }
-
-    async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>> {
-        let row: Option<QualificationRow> = sqlx::query_as(
-            r#"select id, provider, task, contract_hash, passed, report, created_at from qualifications
-               where provider = $1 and task = $2
-               order by created_at desc
-               limit 1"#,
-        )
-        .bind(provider)
-        .bind(task)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(QualificationRecord::try_from).transpose()
-    }
-
     async fn sample_gauges(&self) -> Result<Gauges> {
         let row = sqlx::query(SAMPLE_GAUGES.as_str()).fetch_one(&self.pool).await?;
         Ok(Gauges {
@@ -570,15 +413,6 @@ impl Store for PostgresStore {
             unknown_open: row.try_get("unknown_open")?,
             oldest_unknown: Duration::from_secs_f64(row.try_get::<f64, _>("oldest")?.max(0.0)),
         })
-    }
-
-    async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>> {
-        let owner: Option<String> = sqlx::query_scalar(FIND_UNKNOWN_ATTEMPT_OWNER.as_str())
-            .bind(job_id.0)
-            .bind(number)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(owner.map(OwnerId::from_trusted))
     }
 
     async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
@@ -605,60 +439,5 @@ impl Store for PostgresStore {
         lease.keep_after(&changed);
         Ok(changed?.rows_affected() == 1)
     }
-
-    async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>> {
-        let rows = sqlx::query(
-            r#"select j.task, a.provider, a.state, a.created_at, a.prompt_tokens, a.completion_tokens,
-                      a.usage_estimated, a.cost::text as cost, a.currency, a.price_version
-               from attempts a
-               join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-               where a.owner_id = $1 and a.created_at >= $2 and a.created_at < $3 and a.prompt_tokens is not null
-               order by a.created_at"#,
-        )
-        .bind(owner.as_str())
-        .bind(filter.from)
-        .bind(filter.to)
-        .fetch_all(&self.pool)
-        .await?;
-        read_all::<_, UsageReportRow, _>(&rows)
-    }
-
-    async fn browse_jobs(&self, owner: Option<&OwnerId>, key: Option<&str>, filter: &JobFilter) -> Result<Vec<OwnedJobSummary>> {
-        let rows: Vec<JobSummaryRow> = sqlx::query_as(
-            r#"select owner_id, id, idempotency_key, task, provider, state, winning_attempt, created_at, updated_at
-               from jobs
-               where ($1::text is null or owner_id = $1)
-                 and ($2::text is null or idempotency_key = $2)
-                 and ($3::text is null or state = $3)
-                 and ($4::text is null or task = $4)
-                 and ($5::uuid is null or id < $5)
-               order by id desc
-               limit $6"#,
-        )
-        .bind(owner.map(OwnerId::as_str))
-        .bind(key)
-        .bind(filter.state)
-        .bind(filter.task.as_deref())
-        .bind(filter.before.map(|id| id.0))
-        .bind(i64::from(filter.limit))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>> {
-        let owner: Option<String> =
-            sqlx::query_scalar(r#"select owner_id from jobs where id = $1"#).bind(id.0).fetch_optional(&self.pool).await?;
-        Ok(owner.map(OwnerId::from_trusted))
-    }
-
-    async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>> {
-        let rows: Vec<OpenUnknownRow> = sqlx::query_as(LIST_UNKNOWN_ATTEMPTS.as_str())
-            .bind(owner.map(OwnerId::as_str))
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-}
+});
 

@@ -5,18 +5,9 @@
 
 use std::sync::LazyLock;
 
-use crate::domain::{AttemptOrigin, AttemptState, EventKind, JobState};
+use crate::store::rows::names::*;
+use crate::store::rows::{ATTEMPT_COLUMNS, select_job_where};
 
-pub(super) const JOB_COLUMNS: &str = r#"j.owner_id, j.id, j.idempotency_key, j.fingerprint, j.task, j.input, j.provider,
-    j.state, j.winning_attempt, j.result, j.created_at, j.updated_at, j.max_cost::text as max_cost"#;
-
-pub(super) const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider as a_provider, a.state as a_state,
-    a.origin as a_origin, a.idempotency_key as a_idempotency_key, a.worker as a_worker,
-    a.lease_until as a_lease_until, a.output as a_output, a.error as a_error,
-    a.created_at as a_created_at, a.not_before as a_not_before, a.started_at as a_started_at,
-    a.finished_at as a_finished_at, a.prompt_tokens as a_prompt_tokens,
-    a.completion_tokens as a_completion_tokens, a.usage_estimated as a_usage_estimated,
-    a.cost::text as a_cost, a.currency as a_currency, a.price_version as a_price_version"#;
 
 /// The statements of the hot path, public so that `bench/ceiling.sh` runs
 /// exactly these under pgbench (`onejob bench-sql`).
@@ -29,36 +20,22 @@ pub static CREATE_JOB: LazyLock<String> = LazyLock::new(|| {
         r#"with new_job as (
         insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
                           state, created_at, updated_at, max_cost)
-        values ($1, $2, $3, $4, $5, $6, $7, '{queued}', now(), now(), $9::numeric)
+        values ($1, $2, $3, $4, $5, $6, $7, '{JOB_QUEUED}', now(), now(), $9::numeric)
         on conflict (owner_id, idempotency_key) do nothing
         returning owner_id, id, created_at
     ), first_attempt as (
         insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before)
-        select owner_id, id, 1, $8, $7, '{pending}', '{client}', created_at, created_at from new_job
+        select owner_id, id, 1, $8, $7, '{PENDING}', '{ORIGIN_CLIENT}', created_at, created_at from new_job
     ), created_event as (
         insert into job_events (owner_id, job_id, at, kind, attempt_number, detail)
-        select owner_id, id, created_at, '{created}', 1,
+        select owner_id, id, created_at, '{EVENT_JOB_CREATED}', 1,
                jsonb_build_object('attempt_id', $8::uuid, 'provider', $7::text)
         from new_job
     )
-    select created_at from new_job"#,
-        queued = JobState::Queued,
-        pending = AttemptState::Pending,
-        client = AttemptOrigin::Client.as_str(),
-        created = EventKind::JobCreated,
+    select created_at from new_job"#
     )
 });
 
-/// A job with its attempts, in one statement (one snapshot).
-pub(super) fn select_job_where(condition: &str) -> String {
-    format!(
-        r#"select {JOB_COLUMNS}, {ATTEMPT_COLUMNS}
-           from jobs j
-           left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
-           where {condition}
-           order by a.number"#
-    )
-}
 
 /// Reading a job by id. Binds: owner, job id.
 pub static GET_JOB: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = $1 and j.id = $2"));
@@ -76,39 +53,32 @@ pub(super) static SETTLE_WITH_OUTPUT: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"
     with won as (
-        update jobs set state = '{succeeded}', winning_attempt = $3, result = $4, updated_at = now()
-        where owner_id = $1 and id = $2 and state not in ('{succeeded}', '{job_canceled}')
+        update jobs set state = '{JOB_SUCCEEDED}', winning_attempt = $3, result = $4, updated_at = now()
+        where owner_id = $1 and id = $2 and state not in ('{JOB_SUCCEEDED}', '{JOB_CANCELED}')
         returning id
     ), settled as (
         update attempts
-        set state = case when exists (select from won) then '{succeeded}' else '{superseded}' end,
+        set state = case when exists (select from won) then '{SUCCEEDED}' else '{SUPERSEDED}' end,
             output = $4, finished_at = now(), lease_until = null, reconcile_after = null
         where owner_id = $1 and job_id = $2 and number = $3 and state = any($5)
         returning number
     ), canceled as (
-        update attempts set state = '{canceled}', finished_at = now()
-        where owner_id = $1 and job_id = $2 and number <> $3 and state = '{pending}' and exists (select from won)
+        update attempts set state = '{CANCELED}', finished_at = now()
+        where owner_id = $1 and job_id = $2 and number <> $3 and state = '{PENDING}' and exists (select from won)
         returning number
     ), event as (
         insert into job_events (owner_id, job_id, kind, attempt_number, detail)
-        select $1, $2, '{won_event}', $3,
+        select $1, $2, '{EVENT_ATTEMPT_SUCCEEDED}', $3,
                $6::jsonb || jsonb_build_object('canceled',
                    coalesce((select jsonb_agg(number order by number) from canceled), '[]'))
         where exists (select from won) and exists (select from settled)
         union all
-        select $1, $2, '{lost_event}', $3, $7::jsonb
+        select $1, $2, '{EVENT_RACE_LOST}', $3, $7::jsonb
         where not exists (select from won) and exists (select from settled)
     )
     select exists (select from won) as won,
            (select count(*) from settled) as settled,
-           coalesce((select array_agg(number order by number) from canceled), '{{}}') as canceled"#,
-        succeeded = AttemptState::Succeeded,
-        job_canceled = JobState::Canceled,
-        superseded = AttemptState::Superseded,
-        canceled = AttemptState::Canceled,
-        pending = AttemptState::Pending,
-        won_event = EventKind::AttemptSucceeded,
-        lost_event = EventKind::RaceLost,
+           coalesce((select array_agg(number order by number) from canceled), '{{}}') as canceled"#
     )
 });
 
@@ -116,10 +86,9 @@ pub(super) static SETTLE_WITH_OUTPUT: LazyLock<String> = LazyLock::new(|| {
 pub(super) static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"select owner_id, job_id, number from attempts
-           where state = '{running}' and lease_until < now()
+           where state = '{RUNNING}' and lease_until < now()
            order by lease_until
-           limit $1"#,
-        running = AttemptState::Running,
+           limit $1"#
     )
 });
 
@@ -135,15 +104,15 @@ pub(super) static CLAIM_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
                select a.owner_id, a.job_id, a.number
                from attempts a
                join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-               where a.state = '{pending}' and a.not_before <= now()
+               where a.state = '{PENDING}' and a.not_before <= now()
                  and a.provider = any($4::text[])
-                 and j.state not in ('{succeeded}', '{canceled}')
+                 and j.state not in ('{JOB_SUCCEEDED}', '{JOB_CANCELED}')
                order by a.not_before
                limit $1
                for update of a, j skip locked
            ), claimed as (
                update attempts a
-               set state = '{running}', worker = $2, started_at = now(),
+               set state = '{RUNNING}', worker = $2, started_at = now(),
                    lease_until = now() + make_interval(secs => coalesce(
                        (select l.seconds from unnest($4::text[], $5::float8[]) as l(provider, seconds)
                         where l.provider = a.provider),
@@ -152,25 +121,19 @@ pub(super) static CLAIM_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
                where a.owner_id = p.owner_id and a.job_id = p.job_id and a.number = p.number
                returning a.owner_id, a.job_id, a.number, a.id, a.provider, a.lease_until
            ), running_jobs as (
-               update jobs j set state = '{job_running}', updated_at = now()
+               update jobs j set state = '{JOB_RUNNING}', updated_at = now()
                from claimed c
                where j.owner_id = c.owner_id and j.id = c.job_id
            ), claimed_events as (
                insert into job_events (owner_id, job_id, kind, attempt_number, detail)
-               select owner_id, job_id, '{claimed_event}', number,
+               select owner_id, job_id, '{EVENT_ATTEMPT_CLAIMED}', number,
                       jsonb_build_object('worker', $2::text, 'attempt_id', id, 'lease_until', lease_until)
                from claimed
            )
            select c.owner_id, c.job_id, c.number, c.id, c.provider, c.lease_until, j.task, j.input
            from claimed c
            join jobs j on j.owner_id = c.owner_id and j.id = c.job_id
-           order by c.number"#,
-        pending = AttemptState::Pending,
-        succeeded = JobState::Succeeded,
-        canceled = JobState::Canceled,
-        running = AttemptState::Running,
-        job_running = JobState::Running,
-        claimed_event = EventKind::AttemptClaimed,
+           order by c.number"#
     )
 });
 
@@ -181,7 +144,7 @@ pub(super) static CLAIM_RECONCILIATIONS: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"with due as (
                select owner_id, job_id, number from attempts
-               where state = '{unknown}' and provider = any($1) and reconcile_after <= now()
+               where state = '{UNKNOWN}' and provider = any($1) and reconcile_after <= now()
                order by reconcile_after
                limit $2
                for update skip locked
@@ -193,8 +156,7 @@ pub(super) static CLAIM_RECONCILIATIONS: LazyLock<String> = LazyLock::new(|| {
                returning a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count,
                          extract(epoch from now() - a.finished_at)::float8 as unknown_for
            )
-           select h.*, j.task from held h join jobs j on j.owner_id = h.owner_id and j.id = h.job_id"#,
-        unknown = AttemptState::Unknown,
+           select h.*, j.task from held h join jobs j on j.owner_id = h.owner_id and j.id = h.job_id"#
     )
 });
 
@@ -202,20 +164,17 @@ pub(super) static CLAIM_RECONCILIATIONS: LazyLock<String> = LazyLock::new(|| {
 pub(super) static SAMPLE_GAUGES: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"select
-               (select count(*) from attempts where state = '{pending}' and not_before <= now()) as pending_due,
-               (select count(*) from attempts where state = '{unknown}') as unknown_open,
-               coalesce(extract(epoch from now() - (select min(finished_at) from attempts where state = '{unknown}')),
-                        0)::float8 as oldest"#,
-        pending = AttemptState::Pending,
-        unknown = AttemptState::Unknown,
+               (select count(*) from attempts where state = '{PENDING}' and not_before <= now()) as pending_due,
+               (select count(*) from attempts where state = '{UNKNOWN}') as unknown_open,
+               coalesce(extract(epoch from now() - (select min(finished_at) from attempts where state = '{UNKNOWN}')),
+                        0)::float8 as oldest"#
     )
 });
 
 /// The owner of an unknown attempt (the `attempts_unknown_by_job` index).
 pub(super) static FIND_UNKNOWN_ATTEMPT_OWNER: LazyLock<String> = LazyLock::new(|| {
     format!(
-        r#"select owner_id from attempts where job_id = $1 and number = $2 and state = '{unknown}'"#,
-        unknown = AttemptState::Unknown,
+        r#"select owner_id from attempts where job_id = $1 and number = $2 and state = '{UNKNOWN}'"#
     )
 });
 
@@ -224,10 +183,9 @@ pub(super) static LIST_UNKNOWN_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"select a.owner_id, a.job_id, a.number, a.provider, j.task, a.finished_at, a.error, a.reconcile_count
            from attempts a join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-           where ($1::text is null or a.owner_id = $1) and a.state = '{unknown}'
+           where ($1::text is null or a.owner_id = $1) and a.state = '{UNKNOWN}'
            order by a.finished_at, a.job_id, a.number
-           limit $2"#,
-        unknown = AttemptState::Unknown,
+           limit $2"#
     )
 });
 
@@ -238,3 +196,66 @@ pub(super) const QUALIFICATION_STATE: &str = r#"select contract_hash = $3 as cur
     order by contract_hash = $3 desc, created_at desc
     limit 1"#;
 
+
+/// A live key by its token's hash. Binds: hash.
+pub(super) const FIND_API_KEY: &str =
+    r#"select owner_id, id, role, token_hash from api_keys where token_hash = $1 and revoked_at is null"#;
+
+/// Every key, or one owner's. Binds: owner or null.
+pub(super) const LIST_API_KEYS: &str = r#"select owner_id, id, created_at, revoked_at, role from api_keys
+    where $1::text is null or owner_id = $1
+    order by created_at, id"#;
+
+/// A job's audit log, oldest first. Binds: owner, job.
+pub(super) const LIST_EVENTS: &str =
+    r#"select id, at, kind, attempt_number, detail from job_events where owner_id = $1 and job_id = $2 order by id"#;
+
+/// The latest qualification of a provider for a task. Binds: provider, task.
+pub(super) const LATEST_QUALIFICATION: &str = r#"select id, provider, task, contract_hash, passed, report, created_at
+    from qualifications
+    where provider = $1 and task = $2
+    order by created_at desc
+    limit 1"#;
+
+/// An owner's attempts with usage created in a range. Binds: owner, from, to.
+pub(super) const LIST_USAGE: &str = r#"select j.task, a.provider, a.state, a.created_at, a.prompt_tokens,
+           a.completion_tokens, a.usage_estimated, a.cost::text as cost, a.currency, a.price_version
+    from attempts a
+    join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
+    where a.owner_id = $1 and a.created_at >= $2 and a.created_at < $3 and a.prompt_tokens is not null
+    order by a.created_at"#;
+
+/// A page of jobs, of one owner or every owner. Binds: owner or null, key
+/// or null, state or null, task or null, before or null, limit.
+pub(super) const BROWSE_JOBS: &str = r#"select owner_id, id, idempotency_key, task, provider, state, winning_attempt,
+           created_at, updated_at
+    from jobs
+    where ($1::text is null or owner_id = $1)
+      and ($2::text is null or idempotency_key = $2)
+      and ($3::text is null or state = $3)
+      and ($4::text is null or task = $4)
+      and ($5::uuid is null or id < $5)
+    order by id desc
+    limit $6"#;
+
+/// The owner of a job, of any owner. Binds: job.
+pub(super) const FIND_JOB_OWNER: &str = r#"select owner_id from jobs where id = $1"#;
+
+/// Locks a job's row for a transition. Binds: owner, job.
+pub(super) const LOCK_JOB: &str = r#"select state, task, provider, winning_attempt from jobs
+    where owner_id = $1 and id = $2
+    for no key update"#;
+
+/// A job's budget and input. Binds: owner, job.
+pub(super) const JOB_BUDGET: &str = r#"select max_cost::text, input from jobs where owner_id = $1 and id = $2"#;
+
+/// One attempt's state. Binds: owner, job, number.
+pub(super) const ATTEMPT_STATE: &str = r#"select state from attempts where owner_id = $1 and job_id = $2 and number = $3"#;
+
+/// The states of a job's attempts. Binds: owner, job.
+pub(super) const ATTEMPT_STATES: &str = r#"select state from attempts where owner_id = $1 and job_id = $2"#;
+
+/// A job's attempts, by number. Binds: owner, job.
+pub(super) static READ_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
+    format!(r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = $1 and a.job_id = $2 order by a.number"#)
+});

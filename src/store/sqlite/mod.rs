@@ -37,14 +37,12 @@ use sqlx::{Row, Sqlite, Transaction};
 use uuid::Uuid;
 
 use super::driver::{Driver, DriverTx, LockedJob, OutputSettlement, Settled, Tx};
-use super::rows::{
-    ApiKeyRow, AttemptRefRow, EventRow, JobSummaryRow, LiveKeyRow, OpenUnknownRow, QualificationRow, QualificationStateRow,
-    UsageReportRow, attempts_from_rows, job_from_rows, read_all,
-};
+use super::shared::{impl_driver_tx, impl_store};
+use super::rows::{ATTEMPT_COLUMNS, AttemptRefRow, QualificationRow, attempts_from_rows, job_from_rows};
 use super::usage::{AttemptUsage, UsageFilter, UsageRow};
 use super::{
     ApiKey, AttemptRef, ClaimedAttempt, Gauges, JobFilter, Leases, LiveKey, NewAttempt, NewJob, OpenUnknown,
-    OwnedJobSummary, QualificationRecord, QualificationState, Result, Store, StoreError, UnknownAttempt, corrupt,
+    OwnedJobSummary, QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
 };
 use crate::domain::{
     Attempt, AttemptError, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobEvent, JobId,
@@ -55,8 +53,7 @@ mod group;
 mod sql;
 
 use sql::{
-    ATTEMPT_COLUMNS, CLAIMABLE, EXPIRED_LEASES, FIND_JOB_BY_KEY, FIND_UNKNOWN_ATTEMPT_OWNER, GET_JOB, LIST_UNKNOWN_ATTEMPTS,
-    QUALIFICATION_STATE, RECONCILABLE, SAMPLE_GAUGES,
+    CLAIMABLE, EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, RECONCILABLE, SAMPLE_GAUGES,
 };
 
 /// The embedded migrations of `migrations/sqlite`.
@@ -73,7 +70,7 @@ pub struct SqliteOptions {
     pub acquire_timeout: Duration,
 }
 
-/// The SQLite implementation of [`Store`].
+/// The SQLite implementation of [`super::Store`].
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -152,16 +149,6 @@ fn json_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     Value::from(names.into_iter().collect::<Vec<_>>()).to_string()
 }
 
-async fn read_qualification_state<'e>(
-    executor: impl sqlx::SqliteExecutor<'e>,
-    provider: &str,
-    task: &str,
-    hash: &[u8; 32],
-) -> Result<QualificationState> {
-    let row: Option<QualificationStateRow> =
-        sqlx::query_as(QUALIFICATION_STATE).bind(provider).bind(task).bind(&hash[..]).fetch_optional(executor).await?;
-    Ok(row.into())
-}
 
 async fn insert_event(
     tx: &mut Transaction<'static, Sqlite>,
@@ -192,54 +179,7 @@ struct SqliteTx {
     _turn: tokio::sync::OwnedMutexGuard<()>,
 }
 
-#[async_trait]
-impl DriverTx for SqliteTx {
-    async fn lock_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Option<LockedJob>> {
-        // The write lock the transaction holds keeps the row as read until commit.
-        Ok(sqlx::query_as(r#"select state, task, provider, winning_attempt from jobs where owner_id = ? and id = ?"#)
-            .bind(owner.as_str())
-            .bind(job_id.0)
-            .fetch_optional(&mut *self.tx)
-            .await?)
-    }
-
-    async fn job_budget(&mut self, owner: &OwnerId, job_id: JobId) -> Result<(Option<String>, Value)> {
-        let (max_cost, Json(input)) = sqlx::query_as(r#"select max_cost, input from jobs where owner_id = ? and id = ?"#)
-            .bind(owner.as_str())
-            .bind(job_id.0)
-            .fetch_one(&mut *self.tx)
-            .await?;
-        Ok((max_cost, input))
-    }
-
-    async fn attempt_state(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptState>> {
-        Ok(sqlx::query_scalar(r#"select state from attempts where owner_id = ? and job_id = ? and number = ?"#)
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
-            .fetch_optional(&mut *self.tx)
-            .await?)
-    }
-
-    async fn attempt_states(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<AttemptState>> {
-        Ok(sqlx::query_scalar(r#"select state from attempts where owner_id = ? and job_id = ?"#)
-            .bind(owner.as_str())
-            .bind(job_id.0)
-            .fetch_all(&mut *self.tx)
-            .await?)
-    }
-
-    async fn read_attempts(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<Attempt>> {
-        let rows = sqlx::query(&format!(
-            r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = ? and a.job_id = ? order by a.number"#
-        ))
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .fetch_all(&mut *self.tx)
-        .await?;
-        attempts_from_rows(&rows)
-    }
-
+impl_driver_tx!(SqliteTx, {
     async fn set_job_state(&mut self, owner: &OwnerId, job_id: JobId, state: JobState) -> Result<()> {
         sqlx::query(r#"update jobs set state = ?, updated_at = ? where owner_id = ? and id = ?"#)
             .bind(state)
@@ -251,22 +191,15 @@ impl DriverTx for SqliteTx {
         Ok(())
     }
 
-    async fn insert_attempt(
-        &mut self,
-        owner: &OwnerId,
-        job_id: JobId,
-        number: i32,
-        new: &NewAttempt,
-        provider: &str,
-    ) -> Result<Attempt> {
+    async fn insert_attempt(&mut self, attempt: &AttemptRef, new: &NewAttempt, provider: &str) -> Result<Attempt> {
         sqlx::query(
             r#"insert into attempts (owner_id, job_id, number, id, provider, state, origin, idempotency_key,
                                      created_at, not_before)
                values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"#,
         )
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .bind(number)
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
         .bind(new.id.0)
         .bind(provider)
         .bind(AttemptState::Pending)
@@ -280,36 +213,19 @@ impl DriverTx for SqliteTx {
         let rows = sqlx::query(&format!(
             r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = ? and a.job_id = ? and a.number = ?"#
         ))
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .bind(number)
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
         .fetch_all(&mut *self.tx)
         .await?;
         attempts_from_rows(&rows)?.pop().ok_or_else(|| corrupt("an inserted attempt cannot be read back"))
     }
 
-    async fn append_event(
-        &mut self,
-        owner: &OwnerId,
-        job_id: JobId,
-        kind: EventKind,
-        attempt_number: Option<i32>,
-        detail: Value,
-    ) -> Result<()> {
+    async fn append_event(&mut self, owner: &OwnerId, job_id: JobId, kind: EventKind, attempt_number: Option<i32>, detail: Value) -> Result<()> {
         insert_event(&mut self.tx, self.at, owner, job_id, kind, attempt_number, detail).await
     }
 
-    async fn qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
-        read_qualification_state(&mut *self.tx, provider, task, hash).await
-    }
-
-    async fn set_attempt_outcome(
-        &mut self,
-        attempt: &AttemptRef,
-        to: AttemptState,
-        from: &[AttemptState],
-        error: &AttemptError,
-    ) -> Result<u64> {
+    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, to: AttemptState, from: &[AttemptState], error: &AttemptError) -> Result<u64> {
         Ok(sqlx::query(
             r#"update attempts
                set state = ?1, error = ?2, finished_at = ?3, lease_until = null,
@@ -388,25 +304,18 @@ impl DriverTx for SqliteTx {
             .await?;
         self.cancel_pending(owner.as_str(), job_id).await
     }
-
-    async fn commit(self: Box<Self>) -> Result<()> {
-        Ok(self.tx.commit().await?)
-    }
-}
+});
 
 impl SqliteTx {
     /// Cancels a job's pending attempts: their numbers.
     async fn cancel_pending(&mut self, owner: &str, job_id: JobId) -> Result<Vec<i32>> {
-        Ok(sqlx::query_scalar(
-            r#"update attempts set state = ?, finished_at = ?
-               where owner_id = ? and job_id = ? and state = ?
-               returning number"#,
-        )
-        .bind(AttemptState::Canceled)
+        // The states are in the statement's text, not bound: SQLite 3.46.0
+        // (the bundled one) crashes running this `update … returning` on a
+        // table with partial indexes when they are bound parameters.
+        Ok(sqlx::query_scalar(&*sql::CANCEL_PENDING)
         .bind(self.at)
         .bind(owner)
         .bind(job_id.0)
-        .bind(AttemptState::Pending)
         .fetch_all(&mut *self.tx)
         .await?)
     }
@@ -431,20 +340,7 @@ impl Driver for SqliteStore {
     }
 }
 
-#[async_trait]
-impl Store for SqliteStore {
-    async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.pool).await?;
-        Ok(())
-    }
-
-    async fn check_ready(&self) -> Result<()> {
-        let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-        let applied: Option<i64> =
-            sqlx::query_scalar(r#"select max(version) from _sqlx_migrations where success"#).fetch_one(&self.pool).await?;
-        super::check_migrations(applied, latest)
-    }
-
+impl_store!(SqliteStore, {
     async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
         sqlx::query(r#"insert into api_keys (owner_id, id, role, token_hash, created_at) values (?, ?, ?, ?, ?)"#)
             .bind(owner.as_str())
@@ -457,15 +353,6 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn find_api_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>> {
-        let row: Option<LiveKeyRow> =
-            sqlx::query_as(r#"select owner_id, id, role, token_hash from api_keys where token_hash = ? and revoked_at is null"#)
-                .bind(&token_hash[..])
-                .fetch_optional(&self.pool)
-                .await?;
-        row.map(LiveKey::try_from).transpose()
-    }
-
     async fn revoke_api_key(&self, id: Uuid) -> Result<bool> {
         let changed = sqlx::query(r#"update api_keys set revoked_at = ? where id = ? and revoked_at is null"#)
             .bind(now())
@@ -474,21 +361,6 @@ impl Store for SqliteStore {
             .await?
             .rows_affected();
         Ok(changed > 0)
-    }
-
-    async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
-        let rows: Vec<ApiKeyRow> = sqlx::query_as(
-            r#"select owner_id, id, created_at, revoked_at, role from api_keys where ?1 is null or owner_id = ?1
-               order by created_at, id"#,
-        )
-        .bind(owner.map(OwnerId::as_str))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    async fn has_api_keys(&self) -> Result<bool> {
-        Ok(sqlx::query_scalar(r#"select exists (select 1 from api_keys)"#).fetch_one(&self.pool).await?)
     }
 
     async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
@@ -506,16 +378,6 @@ impl Store for SqliteStore {
         Ok(self.browse_jobs(Some(owner), None, filter).await?.into_iter().map(|owned| owned.job).collect())
     }
 
-    async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
-        let rows: Vec<EventRow> =
-            sqlx::query_as(r#"select id, at, kind, attempt_number, detail from job_events where owner_id = ? and job_id = ? order by id"#)
-                .bind(owner.as_str())
-                .bind(job_id.0)
-                .fetch_all(&self.pool)
-                .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
     async fn claim_attempts(&self, worker: &str, max: u32, leases: &Leases) -> Result<Vec<ClaimedAttempt>> {
         let names = json_list(leases.by_provider.iter().map(|(name, _)| name.as_str()));
         // The write lock makes the claim atomic: no other claimer runs between
@@ -529,18 +391,13 @@ impl Store for SqliteStore {
             let provider: String = row.try_get("provider")?;
             let lease = leases.by_provider.iter().find(|(name, _)| *name == provider).map_or(leases.default, |(_, l)| *l);
             let lease_until = at.saturating_add(micros(lease));
-            sqlx::query(
-                r#"update attempts set state = ?, worker = ?, started_at = ?, lease_until = ?
-                   where owner_id = ? and job_id = ? and number = ? and state = ?"#,
-            )
-            .bind(AttemptState::Running)
+            sqlx::query(&*sql::CLAIM_ATTEMPT)
             .bind(worker)
             .bind(at)
             .bind(lease_until)
             .bind(attempt.owner.as_str())
             .bind(attempt.job_id.0)
             .bind(attempt.number)
-            .bind(AttemptState::Pending)
             .execute(&mut *write.tx)
             .await?;
             write.set_job_state(&attempt.owner, attempt.job_id, JobState::Running).await?;
@@ -593,12 +450,11 @@ impl Store for SqliteStore {
     }
 
     async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
-        sqlx::query(r#"update attempts set reconcile_after = ? where owner_id = ? and job_id = ? and number = ? and state = ?"#)
+        sqlx::query(&*sql::POSTPONE_RECONCILIATION)
             .bind(now().saturating_add(micros(delay)))
             .bind(attempt.owner.as_str())
             .bind(attempt.job_id.0)
             .bind(attempt.number)
-            .bind(AttemptState::Unknown)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -640,28 +496,6 @@ impl Store for SqliteStore {
         row.try_into()
     }
 
-    async fn qualification_state(&self, provider: &str, task: &str, contract_hash: &[u8; 32]) -> Result<QualificationState> {
-        read_qualification_state(&self.pool, provider, task, contract_hash).await
-    }
-
-    async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>> {
-        let row: Option<QualificationRow> = sqlx::query_as(
-            r#"select id, provider, task, contract_hash, passed, report, created_at from qualifications
-               where provider = ? and task = ? order by created_at desc limit 1"#,
-        )
-        .bind(provider)
-        .bind(task)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(QualificationRecord::try_from).transpose()
-    }
-
-    async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>> {
-        let owner: Option<String> =
-            sqlx::query_scalar(FIND_UNKNOWN_ATTEMPT_OWNER.as_str()).bind(job_id.0).bind(number).fetch_optional(&self.pool).await?;
-        Ok(owner.map(OwnerId::from_trusted))
-    }
-
     async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
         let cost = usage.cost.as_ref();
         let changed = sqlx::query(
@@ -683,59 +517,7 @@ impl Store for SqliteStore {
         .rows_affected();
         Ok(changed == 1)
     }
-
-    async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>> {
-        let rows = sqlx::query(
-            r#"select j.task, a.provider, a.state, a.created_at, a.prompt_tokens, a.completion_tokens,
-                      a.usage_estimated, a.cost, a.currency, a.price_version
-               from attempts a
-               join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-               where a.owner_id = ? and a.created_at >= ? and a.created_at < ? and a.prompt_tokens is not null
-               order by a.created_at"#,
-        )
-        .bind(owner.as_str())
-        .bind(filter.from.timestamp_micros())
-        .bind(filter.to.timestamp_micros())
-        .fetch_all(&self.pool)
-        .await?;
-        read_all::<_, UsageReportRow, _>(&rows)
-    }
-
-    async fn browse_jobs(&self, owner: Option<&OwnerId>, key: Option<&str>, filter: &JobFilter) -> Result<Vec<OwnedJobSummary>> {
-        let rows: Vec<JobSummaryRow> = sqlx::query_as(
-            r#"select owner_id, id, idempotency_key, task, provider, state, winning_attempt, created_at, updated_at
-               from jobs
-               where (?1 is null or owner_id = ?1) and (?2 is null or idempotency_key = ?2) and (?3 is null or state = ?3)
-                 and (?4 is null or task = ?4) and (?5 is null or id < ?5)
-               order by id desc
-               limit ?6"#,
-        )
-        .bind(owner.map(OwnerId::as_str))
-        .bind(key)
-        .bind(filter.state)
-        .bind(filter.task.as_deref())
-        .bind(filter.before.map(|id| id.0))
-        .bind(i64::from(filter.limit))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-
-    async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>> {
-        let owner: Option<String> =
-            sqlx::query_scalar(r#"select owner_id from jobs where id = ?"#).bind(id.0).fetch_optional(&self.pool).await?;
-        Ok(owner.map(OwnerId::from_trusted))
-    }
-
-    async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>> {
-        let rows: Vec<OpenUnknownRow> = sqlx::query_as(LIST_UNKNOWN_ATTEMPTS.as_str())
-            .bind(owner.map(OwnerId::as_str))
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.into_iter().map(Into::into).collect())
-    }
-}
+});
 
 #[cfg(test)]
 mod tests {

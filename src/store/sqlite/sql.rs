@@ -1,33 +1,17 @@
 //! The SQL of the SQLite store, statement by statement, under the same
 //! names as Postgres's. State names are written into the statements from
-//! the enums when each is first built where they must match a partial index;
-//! elsewhere they are bound as parameters.
+//! the enums when each is first built wherever a statement filters attempts
+//! by state: so that a partial index can match, and because the bundled
+//! SQLite (3.46.0) crashes on an `update … returning` whose `where state = ?`
+//! is a bound parameter on this table (seen in `cancel_pending`). Elsewhere
+//! (states a row is set to) they are bound as parameters.
 
 use std::sync::LazyLock;
 
-use crate::domain::{AttemptState, JobState};
+use crate::store::rows::names::*;
+use crate::store::rows::{ATTEMPT_COLUMNS, select_job_where};
 
-pub(super) const JOB_COLUMNS: &str = r#"j.owner_id, j.id, j.idempotency_key, j.fingerprint, j.task, j.input, j.provider,
-    j.state, j.winning_attempt, j.result, j.created_at, j.updated_at, j.max_cost as max_cost"#;
 
-pub(super) const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, a.provider as a_provider, a.state as a_state,
-    a.origin as a_origin, a.idempotency_key as a_idempotency_key, a.worker as a_worker,
-    a.lease_until as a_lease_until, a.output as a_output, a.error as a_error,
-    a.created_at as a_created_at, a.not_before as a_not_before, a.started_at as a_started_at,
-    a.finished_at as a_finished_at, a.prompt_tokens as a_prompt_tokens,
-    a.completion_tokens as a_completion_tokens, a.usage_estimated as a_usage_estimated,
-    a.cost as a_cost, a.currency as a_currency, a.price_version as a_price_version"#;
-
-/// A job with its attempts, in one statement (one snapshot).
-fn select_job_where(condition: &str) -> String {
-    format!(
-        r#"select {JOB_COLUMNS}, {ATTEMPT_COLUMNS}
-           from jobs j
-           left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
-           where {condition}
-           order by a.number"#
-    )
-}
 
 pub(super) static GET_JOB: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = ?1 and j.id = ?2"));
 pub(super) static FIND_JOB_BY_KEY: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = ?1 and j.idempotency_key = ?2"));
@@ -36,10 +20,9 @@ pub(super) static FIND_JOB_BY_KEY: LazyLock<String> = LazyLock::new(|| select_jo
 pub(super) static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"select owner_id, job_id, number from attempts
-           where state = '{running}' and lease_until < ?1
+           where state = '{RUNNING}' and lease_until < ?1
            order by lease_until
-           limit ?2"#,
-        running = AttemptState::Running,
+           limit ?2"#
     )
 });
 
@@ -50,14 +33,11 @@ pub(super) static CLAIMABLE: LazyLock<String> = LazyLock::new(|| {
         r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, j.task, j.input
            from attempts a
            join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-           where a.state = '{pending}' and a.not_before <= ?1
+           where a.state = '{PENDING}' and a.not_before <= ?1
              and a.provider in (select value from json_each(?2))
-             and j.state not in ('{succeeded}', '{canceled}')
+             and j.state not in ('{JOB_SUCCEEDED}', '{JOB_CANCELED}')
            order by a.not_before
-           limit ?3"#,
-        pending = AttemptState::Pending,
-        succeeded = JobState::Succeeded,
-        canceled = JobState::Canceled,
+           limit ?3"#
     )
 });
 
@@ -68,10 +48,9 @@ pub(super) static RECONCILABLE: LazyLock<String> = LazyLock::new(|| {
         r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count, a.finished_at, j.task
            from attempts a
            join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-           where a.state = '{unknown}' and a.provider in (select value from json_each(?1)) and a.reconcile_after <= ?2
+           where a.state = '{UNKNOWN}' and a.provider in (select value from json_each(?1)) and a.reconcile_after <= ?2
            order by a.reconcile_after
-           limit ?3"#,
-        unknown = AttemptState::Unknown,
+           limit ?3"#
     )
 });
 
@@ -79,19 +58,16 @@ pub(super) static RECONCILABLE: LazyLock<String> = LazyLock::new(|| {
 pub(super) static SAMPLE_GAUGES: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"select
-               (select count(*) from attempts where state = '{pending}' and not_before <= ?1) as pending_due,
-               (select count(*) from attempts where state = '{unknown}') as unknown_open,
-               (select min(finished_at) from attempts where state = '{unknown}') as oldest"#,
-        pending = AttemptState::Pending,
-        unknown = AttemptState::Unknown,
+               (select count(*) from attempts where state = '{PENDING}' and not_before <= ?1) as pending_due,
+               (select count(*) from attempts where state = '{UNKNOWN}') as unknown_open,
+               (select min(finished_at) from attempts where state = '{UNKNOWN}') as oldest"#
     )
 });
 
 /// The owner of an unknown attempt (the `attempts_unknown_by_job` index).
 pub(super) static FIND_UNKNOWN_ATTEMPT_OWNER: LazyLock<String> = LazyLock::new(|| {
     format!(
-        r#"select owner_id from attempts where job_id = ?1 and number = ?2 and state = '{unknown}'"#,
-        unknown = AttemptState::Unknown,
+        r#"select owner_id from attempts where job_id = ?1 and number = ?2 and state = '{UNKNOWN}'"#
     )
 });
 
@@ -100,10 +76,9 @@ pub(super) static LIST_UNKNOWN_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"select a.owner_id, a.job_id, a.number, a.provider, j.task, a.finished_at, a.error, a.reconcile_count
            from attempts a join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-           where (?1 is null or a.owner_id = ?1) and a.state = '{unknown}'
+           where (?1 is null or a.owner_id = ?1) and a.state = '{UNKNOWN}'
            order by a.finished_at, a.job_id, a.number
-           limit ?2"#,
-        unknown = AttemptState::Unknown,
+           limit ?2"#
     )
 });
 
@@ -114,3 +89,94 @@ pub(super) const QUALIFICATION_STATE: &str = r#"select contract_hash = ?3 as cur
     where provider = ?1 and task = ?2
     order by contract_hash = ?3 desc, created_at desc
     limit 1"#;
+
+/// A live key by its token's hash. Binds: hash.
+pub(super) const FIND_API_KEY: &str =
+    r#"select owner_id, id, role, token_hash from api_keys where token_hash = ?1 and revoked_at is null"#;
+
+/// Every key, or one owner's. Binds: owner or null.
+pub(super) const LIST_API_KEYS: &str = r#"select owner_id, id, created_at, revoked_at, role from api_keys
+    where ?1 is null or owner_id = ?1
+    order by created_at, id"#;
+
+/// A job's audit log, oldest first. Binds: owner, job.
+pub(super) const LIST_EVENTS: &str =
+    r#"select id, at, kind, attempt_number, detail from job_events where owner_id = ?1 and job_id = ?2 order by id"#;
+
+/// The latest qualification of a provider for a task. Binds: provider, task.
+pub(super) const LATEST_QUALIFICATION: &str = r#"select id, provider, task, contract_hash, passed, report, created_at
+    from qualifications
+    where provider = ?1 and task = ?2
+    order by created_at desc
+    limit 1"#;
+
+/// An owner's attempts with usage created in a range. Binds: owner, from, to.
+pub(super) const LIST_USAGE: &str = r#"select j.task, a.provider, a.state, a.created_at, a.prompt_tokens,
+           a.completion_tokens, a.usage_estimated, a.cost as cost, a.currency, a.price_version
+    from attempts a
+    join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
+    where a.owner_id = ?1 and a.created_at >= ?2 and a.created_at < ?3 and a.prompt_tokens is not null
+    order by a.created_at"#;
+
+/// A page of jobs, of one owner or every owner. Binds: owner or null, key
+/// or null, state or null, task or null, before or null, limit.
+pub(super) const BROWSE_JOBS: &str = r#"select owner_id, id, idempotency_key, task, provider, state, winning_attempt,
+           created_at, updated_at
+    from jobs
+    where (?1 is null or owner_id = ?1)
+      and (?2 is null or idempotency_key = ?2)
+      and (?3 is null or state = ?3)
+      and (?4 is null or task = ?4)
+      and (?5 is null or id < ?5)
+    order by id desc
+    limit ?6"#;
+
+/// The owner of a job, of any owner. Binds: job.
+pub(super) const FIND_JOB_OWNER: &str = r#"select owner_id from jobs where id = ?1"#;
+
+/// Reads a job for a transition (the write lock the transaction holds
+/// keeps it as read until commit). Binds: owner, job.
+pub(super) const LOCK_JOB: &str = r#"select state, task, provider, winning_attempt from jobs
+    where owner_id = ?1 and id = ?2"#;
+
+/// A job's budget and input. Binds: owner, job.
+pub(super) const JOB_BUDGET: &str = r#"select max_cost, input from jobs where owner_id = ?1 and id = ?2"#;
+
+/// One attempt's state. Binds: owner, job, number.
+pub(super) const ATTEMPT_STATE: &str = r#"select state from attempts where owner_id = ?1 and job_id = ?2 and number = ?3"#;
+
+/// The states of a job's attempts. Binds: owner, job.
+pub(super) const ATTEMPT_STATES: &str = r#"select state from attempts where owner_id = ?1 and job_id = ?2"#;
+
+/// A job's attempts, by number. Binds: owner, job.
+pub(super) static READ_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
+    format!(r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = ?1 and a.job_id = ?2 order by a.number"#)
+});
+
+/// Cancels a job's pending attempts, with their numbers. Binds: time,
+/// owner, job.
+pub(super) static CANCEL_PENDING: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"update attempts set state = '{CANCELED}', finished_at = ?1
+           where owner_id = ?2 and job_id = ?3 and state = '{PENDING}'
+           returning number"#
+    )
+});
+
+/// Claims one pending attempt. Binds: worker, time, lease end, owner, job,
+/// number.
+pub(super) static CLAIM_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"update attempts set state = '{RUNNING}', worker = ?1, started_at = ?2, lease_until = ?3
+           where owner_id = ?4 and job_id = ?5 and number = ?6 and state = '{PENDING}'"#
+    )
+});
+
+/// Puts off an unknown attempt's next status lookup. Binds: when, owner,
+/// job, number.
+pub(super) static POSTPONE_RECONCILIATION: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"update attempts set reconcile_after = ?1
+           where owner_id = ?2 and job_id = ?3 and number = ?4 and state = '{UNKNOWN}'"#
+    )
+});

@@ -1,0 +1,154 @@
+//! The statements whose Rust is the same on both databases, written once:
+//! each backend instantiates these templates with its own SQL (its
+//! `sql.rs`, under the same names) and its own pool and transaction types.
+//! What differs between the databases (the hot path's connections, whose
+//! clock stamps a row, claims, group commit) stays in the backend.
+
+/// Implements [`crate::store::Store`] for a backend: its own methods, given
+/// as the second argument, and the shared reads, run on `self.pool` with
+/// the backend's `sql` module and `MIGRATOR` in scope.
+macro_rules! impl_store {
+    ($store:ty, { $($own:tt)* }) => {
+        #[async_trait::async_trait]
+        impl $crate::store::Store for $store {
+            $($own)*
+
+            async fn migrate(&self) -> Result<()> {
+                MIGRATOR.run(&self.pool).await?;
+                Ok(())
+            }
+
+            async fn check_ready(&self) -> Result<()> {
+                let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+                let applied: Option<i64> =
+                    sqlx::query_scalar(r#"select max(version) from _sqlx_migrations where success"#).fetch_one(&self.pool).await?;
+                $crate::store::check_migrations(applied, latest)
+            }
+
+            async fn find_api_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>> {
+                let row: Option<$crate::store::rows::LiveKeyRow> =
+                    sqlx::query_as(&*sql::FIND_API_KEY).bind(&token_hash[..]).fetch_optional(&self.pool).await?;
+                row.map(LiveKey::try_from).transpose()
+            }
+
+            async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
+                let rows: Vec<$crate::store::rows::ApiKeyRow> =
+                    sqlx::query_as(&*sql::LIST_API_KEYS).bind(owner.map(OwnerId::as_str)).fetch_all(&self.pool).await?;
+                Ok(rows.into_iter().map(Into::into).collect())
+            }
+
+            async fn has_api_keys(&self) -> Result<bool> {
+                Ok(sqlx::query_scalar(r#"select exists (select 1 from api_keys)"#).fetch_one(&self.pool).await?)
+            }
+
+            async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
+                let rows: Vec<$crate::store::rows::EventRow> =
+                    sqlx::query_as(&*sql::LIST_EVENTS).bind(owner.as_str()).bind(job_id.0).fetch_all(&self.pool).await?;
+                Ok(rows.into_iter().map(Into::into).collect())
+            }
+
+            async fn qualification_state(&self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
+                let row: Option<$crate::store::rows::QualificationStateRow> = sqlx::query_as(&*sql::QUALIFICATION_STATE)
+                    .bind(provider).bind(task).bind(&hash[..]).fetch_optional(&self.pool).await?;
+                Ok(row.into())
+            }
+
+            async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>> {
+                let row: Option<$crate::store::rows::QualificationRow> =
+                    sqlx::query_as(&*sql::LATEST_QUALIFICATION).bind(provider).bind(task).fetch_optional(&self.pool).await?;
+                row.map(QualificationRecord::try_from).transpose()
+            }
+
+            async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>> {
+                let owner: Option<String> = sqlx::query_scalar(&*sql::FIND_UNKNOWN_ATTEMPT_OWNER)
+                    .bind(job_id.0).bind(number).fetch_optional(&self.pool).await?;
+                Ok(owner.map(OwnerId::from_trusted))
+            }
+
+            async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>> {
+                let rows = sqlx::query(&*sql::LIST_USAGE)
+                    .bind(owner.as_str())
+                    .bind($crate::store::rows::Stamp(filter.from))
+                    .bind($crate::store::rows::Stamp(filter.to))
+                    .fetch_all(&self.pool)
+                    .await?;
+                $crate::store::rows::read_all::<_, $crate::store::rows::UsageReportRow, _>(&rows)
+            }
+
+            async fn browse_jobs(
+                &self, owner: Option<&OwnerId>, key: Option<&str>, filter: &JobFilter,
+            ) -> Result<Vec<OwnedJobSummary>> {
+                let rows: Vec<$crate::store::rows::JobSummaryRow> = sqlx::query_as(&*sql::BROWSE_JOBS)
+                    .bind(owner.map(OwnerId::as_str))
+                    .bind(key)
+                    .bind(filter.state)
+                    .bind(filter.task.as_deref())
+                    .bind(filter.before.map(|id| id.0))
+                    .bind(i64::from(filter.limit))
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(rows.into_iter().map(Into::into).collect())
+            }
+
+            async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>> {
+                let owner: Option<String> = sqlx::query_scalar(&*sql::FIND_JOB_OWNER).bind(id.0).fetch_optional(&self.pool).await?;
+                Ok(owner.map(OwnerId::from_trusted))
+            }
+
+            async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>> {
+                let rows: Vec<$crate::store::rows::OpenUnknownRow> = sqlx::query_as(&*sql::LIST_UNKNOWN_ATTEMPTS)
+                    .bind(owner.map(OwnerId::as_str)).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+                Ok(rows.into_iter().map(Into::into).collect())
+            }
+        }
+    };
+}
+
+/// Implements [`crate::store::driver::DriverTx`] for a backend's
+/// transaction type: its own methods, given as the second argument, and the
+/// shared ones, run on `self.tx` with the backend's `sql` module in scope.
+macro_rules! impl_driver_tx {
+    ($tx:ty, { $($own:tt)* }) => {
+        #[async_trait::async_trait]
+        impl $crate::store::driver::DriverTx for $tx {
+            $($own)*
+
+            async fn lock_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Option<LockedJob>> {
+                Ok(sqlx::query_as(&*sql::LOCK_JOB).bind(owner.as_str()).bind(job_id.0).fetch_optional(&mut *self.tx).await?)
+            }
+
+            async fn job_budget(&mut self, owner: &OwnerId, job_id: JobId) -> Result<(Option<String>, Value)> {
+                let (max_cost, sqlx::types::Json(input)) =
+                    sqlx::query_as(&*sql::JOB_BUDGET).bind(owner.as_str()).bind(job_id.0).fetch_one(&mut *self.tx).await?;
+                Ok((max_cost, input))
+            }
+
+            async fn attempt_state(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptState>> {
+                Ok(sqlx::query_scalar(&*sql::ATTEMPT_STATE)
+                    .bind(attempt.owner.as_str()).bind(attempt.job_id.0).bind(attempt.number)
+                    .fetch_optional(&mut *self.tx).await?)
+            }
+
+            async fn attempt_states(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<AttemptState>> {
+                Ok(sqlx::query_scalar(&*sql::ATTEMPT_STATES).bind(owner.as_str()).bind(job_id.0).fetch_all(&mut *self.tx).await?)
+            }
+
+            async fn read_attempts(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<Attempt>> {
+                let rows = sqlx::query(&*sql::READ_ATTEMPTS).bind(owner.as_str()).bind(job_id.0).fetch_all(&mut *self.tx).await?;
+                $crate::store::rows::attempts_from_rows(&rows)
+            }
+
+            async fn qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
+                let row: Option<$crate::store::rows::QualificationStateRow> = sqlx::query_as(&*sql::QUALIFICATION_STATE)
+                    .bind(provider).bind(task).bind(&hash[..]).fetch_optional(&mut *self.tx).await?;
+                Ok(row.into())
+            }
+
+            async fn commit(self: Box<Self>) -> Result<()> {
+                Ok(self.tx.commit().await?)
+            }
+        }
+    };
+}
+
+pub(crate) use {impl_driver_tx, impl_store};
