@@ -12,7 +12,10 @@ use tokio::sync::watch;
 
 use crate::catalog::Catalog;
 use crate::config::{ProviderKind, Settings};
-use crate::http::{self, AppState, auth::Authenticator};
+use crate::http;
+use crate::jobs::Jobs;
+use crate::keys::Authenticator;
+use crate::state::AppState;
 use crate::provider::{self, Providers};
 use crate::signals::Signals;
 use crate::sim::{self, RunningSimulator};
@@ -41,6 +44,9 @@ pub enum StartError {
     /// The providers could not be set up.
     #[error("providers: {0}")]
     Providers(String),
+    /// A task's schema or template does not compile.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// Opens the store the settings name: Postgres for `postgres://`, SQLite
@@ -131,7 +137,7 @@ impl Application {
 
     /// Builds around an open store.
     pub async fn build_with_store(settings: Settings, store: Arc<dyn Store>, role: Role) -> Result<Self, StartError> {
-        let catalog = Arc::new(Catalog::new(&settings));
+        let catalog = Arc::new(Catalog::new(&settings)?);
         let signals = Arc::new(Signals::default());
         let (providers, simulator) = start_providers(&settings).await?;
         let providers = Arc::new(providers);
@@ -159,20 +165,19 @@ impl Application {
         let worker_heartbeat = worker.as_ref().map(|w| w.heartbeat.clone());
         let worker_heartbeat_limit =
             Duration::from_millis(settings.worker.poll_interval_ms.saturating_mul(10)).max(Duration::from_secs(15));
+        let long_poll_interval = Duration::from_millis(settings.worker.long_poll_interval_ms);
+        let jobs = Arc::new(Jobs::new(store.clone(), catalog.clone(), signals.clone(), long_poll_interval));
         let state = AppState {
             store,
             catalog,
+            jobs,
             providers,
             metrics: crate::metrics::install(),
             limiter,
             worker_heartbeat,
             worker_heartbeat_limit,
             auth,
-            taken_keys: Arc::new(crate::http::replay::TakenKeys::new(crate::http::replay::CAPACITY)),
-            flights: Arc::new(crate::http::replay::Flights::default()),
-            reads: Arc::new(crate::http::replay::SharedReads::default()),
             signals,
-            long_poll_interval: Duration::from_millis(settings.worker.long_poll_interval_ms),
             settings: Arc::new(settings.server),
         };
         Ok(Self { listener, state, worker, qualifying, shutdown_grace, _simulator: simulator, _key_follower: key_follower })
@@ -207,7 +212,7 @@ impl Application {
         if let Some(listener) = self.listener {
             let mut api_stopped = stopped.clone();
             let head_timeout = self.state.settings.request_timeout();
-            let router = http::router(self.state);
+            let router = router(self.state);
             http::serve::serve(listener, router, head_timeout, async move {
                 let _ = api_stopped.wait_for(|stop| *stop).await;
             })
@@ -220,6 +225,13 @@ impl Application {
         }
         Ok(())
     }
+}
+
+/// Every route this process serves: the JSON API's and the dashboard's,
+/// with what every request gets (see [`http::serve_routes`]).
+pub fn router(state: AppState) -> axum::Router {
+    let (api, _) = http::api().split_for_parts();
+    http::serve_routes(api.merge(crate::ui::router()), state)
 }
 
 /// Builds the providers, starting the simulator in-process when a `sim`

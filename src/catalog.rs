@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::config::{ProviderSettings, Settings, TaskSettings};
+use crate::config::{ConfigError, ProviderSettings, Settings, TaskSettings};
 use crate::provider::contract::Contract;
 use crate::domain::{AttemptLimits, Money, Usage};
 use crate::domain::policy::{NextAttempt, PastAttempt, RetryPolicy};
@@ -56,20 +56,19 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Compiles validated settings. Schemas and templates were checked by
-    /// [`Settings::validate`], so compiling them again cannot fail.
-    pub fn new(settings: &Settings) -> Self {
-        let tasks = settings
-            .tasks
-            .iter()
-            .map(|(name, task)| {
-                let input_validator =
-                    jsonschema::draft202012::new(&task.input_schema).expect("schemas are checked at load");
-                let contract = Contract::new(task).expect("contracts are checked at load");
-                (name.clone(), Task { name: name.clone(), settings: task.clone(), contract, input_validator })
-            })
-            .collect();
-        Self { tasks, providers: settings.providers.clone().into_iter().collect() }
+    /// Compiles validated settings: the one place where each task's input
+    /// schema, output schema and prompt template are compiled, and so where
+    /// a broken one is reported.
+    pub fn new(settings: &Settings) -> Result<Self, ConfigError> {
+        let mut tasks = HashMap::new();
+        for (name, task) in &settings.tasks {
+            let input_validator = jsonschema::draft202012::new(&task.input_schema).map_err(|error| {
+                ConfigError::Invalid(format!("tasks.{name}.input_schema is not a valid JSON Schema: {error}"))
+            })?;
+            let contract = Contract::new(task).map_err(|error| ConfigError::Invalid(format!("tasks.{name}.{error}")))?;
+            tasks.insert(name.clone(), Task { name: name.clone(), settings: task.clone(), contract, input_validator });
+        }
+        Ok(Self { tasks, providers: settings.providers.clone().into_iter().collect() })
     }
 
     /// The contract hash of `task` for `provider`, if both exist.
@@ -139,7 +138,7 @@ mod tests {
 
     #[test]
     fn input_violations_point_into_the_request_body() {
-        let catalog = Catalog::new(&Settings::builtin());
+        let catalog = Catalog::new(&Settings::builtin()).unwrap();
         let summarize = catalog.task("summarize").unwrap();
         assert!(summarize.check_input(&json!({"text": "hello", "max_words": 3})).is_empty());
         let violations = summarize.check_input(&json!({"text": "hello", "max_words": "three"}));
@@ -152,10 +151,28 @@ mod tests {
 
     #[test]
     fn contract_hashes_exist_for_configured_pairs_only() {
-        let catalog = Catalog::new(&Settings::builtin());
+        let catalog = Catalog::new(&Settings::builtin()).unwrap();
         assert!(catalog.contract_hash("summarize", "sim-fast").is_some());
         assert_ne!(catalog.contract_hash("summarize", "sim-fast"), None);
         assert_eq!(catalog.contract_hash("summarize", "nowhere"), None);
         assert_eq!(catalog.contract_hash("translate", "sim-fast"), None);
+    }
+
+    #[test]
+    fn a_broken_schema_or_template_is_reported_by_the_catalog_naming_its_task() {
+        let with = |task: &str| {
+            let text = format!("[providers.p]\nkind = \"sim\"\n[tasks.t]\ndefault_provider = \"p\"\n{task}");
+            let settings = Settings::parse(&text).unwrap();
+            // The settings' own checks pass: compiling is the catalog's.
+            settings.validate().unwrap();
+            Catalog::new(&settings).err().map(|error| error.to_string())
+        };
+        assert_eq!(with(""), None);
+        let schema = with("input_schema = { type = \"nonsense\" }").expect("a broken input schema is refused");
+        assert!(schema.contains("tasks.t.input_schema"), "{schema}");
+        let output = with("output_schema = { type = 3 }").expect("a broken output schema is refused");
+        assert!(output.contains("tasks.t.output_schema"), "{output}");
+        let template = with("[tasks.t.prompt]\nuser = \"{{ unclosed\"").expect("a broken template is refused");
+        assert!(template.contains("tasks.t.prompt.user"), "{template}");
     }
 }

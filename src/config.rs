@@ -548,6 +548,8 @@ impl Settings {
     }
 
     /// Checks what serde cannot: references between tables, and ranges.
+    /// Schemas and templates are compiled, and so checked, once, by
+    /// `Catalog::new`.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |message: String| Err(ConfigError::Invalid(message));
         if self.server.max_body_bytes == 0 {
@@ -576,12 +578,6 @@ impl Settings {
             }
             if task.max_attempts == 0 || task.max_in_flight == 0 {
                 return invalid(format!("tasks.{name}: max_attempts and max_in_flight must be at least 1"));
-            }
-            if let Err(error) = jsonschema::draft202012::new(&task.input_schema) {
-                return invalid(format!("tasks.{name}.input_schema is not a valid JSON Schema: {error}"));
-            }
-            if let Err(error) = crate::provider::contract::Contract::new(task) {
-                return invalid(format!("tasks.{name}.{error}"));
             }
         }
         for (name, provider) in &self.providers {

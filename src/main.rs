@@ -283,7 +283,7 @@ async fn run(command: Command) -> Result<(), AnyError> {
         Command::Providers { command, config } => {
             let settings = Settings::load(config.config.as_deref())?;
             let store = app::open_store(&settings)?;
-            let catalog = std::sync::Arc::new(onejob::catalog::Catalog::new(&settings));
+            let catalog = std::sync::Arc::new(onejob::catalog::Catalog::new(&settings)?);
             match command {
                 ProvidersCommand::Qualify { name, task } => {
                     let (providers, _simulator) = app::start_providers(&settings).await?;

@@ -7,7 +7,10 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::state::UnknownState;
+/// An event kind's name that no kind has.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown event kind '{0}'")]
+pub struct UnknownEventKind(pub String);
 
 macro_rules! event_kinds {
     ($($(#[$doc:meta])* $variant:ident = $text:literal),+ $(,)?) => {
@@ -31,11 +34,11 @@ macro_rules! event_kinds {
         }
 
         impl FromStr for EventKind {
-            type Err = UnknownState;
-            fn from_str(text: &str) -> Result<Self, UnknownState> {
+            type Err = UnknownEventKind;
+            fn from_str(text: &str) -> Result<Self, UnknownEventKind> {
                 match text {
                     $($text => Ok(EventKind::$variant),)+
-                    _ => Err(UnknownState(text.to_owned())),
+                    _ => Err(UnknownEventKind(text.to_owned())),
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! The one HTTP error type. Client errors are RFC 9457 problems with a stable
-//! `type`; a database that cannot be reached is 503 `unavailable` with
-//! `Retry-After`; anything else is a bare 500 whose cause is logged once and
-//! never shown to the client.
+//! `type`, one of [`ProblemType`]; a database that cannot be reached is 503
+//! `unavailable` with `Retry-After`; anything else is a bare 500 whose cause
+//! is logged once and never shown to the client.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -9,14 +9,115 @@ use serde_json::{Map, Value, json};
 
 use crate::catalog::Violation;
 use crate::domain::AdmissionRefusal;
+use crate::jobs::JobError;
+use crate::keys::AuthError;
 use crate::store::StoreError;
+
+macro_rules! problem_types {
+    ($($(#[$doc:meta])* $variant:ident = $text:literal, $status:ident, $title:literal;)+) => {
+        /// Every problem `type` the API answers with, its status and its title.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum ProblemType {
+            $($(#[$doc])* $variant),+
+        }
+
+        impl ProblemType {
+            /// Every type, in declaration order.
+            pub const ALL: &'static [ProblemType] = &[$(ProblemType::$variant),+];
+
+            /// The stable `type` member.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(ProblemType::$variant => $text),+
+                }
+            }
+
+            /// The HTTP status it is answered with.
+            pub const fn status(self) -> StatusCode {
+                match self {
+                    $(ProblemType::$variant => StatusCode::$status),+
+                }
+            }
+
+            /// Its title, fixed per type.
+            pub const fn title(self) -> &'static str {
+                match self {
+                    $(ProblemType::$variant => $title),+
+                }
+            }
+        }
+    };
+}
+
+problem_types! {
+    /// No `Idempotency-Key` header.
+    IdempotencyKeyMissing = "idempotency-key-missing", BAD_REQUEST, "Idempotency-Key required";
+    /// A malformed key, or more than one.
+    IdempotencyKeyInvalid = "idempotency-key-invalid", BAD_REQUEST, "Invalid Idempotency-Key";
+    /// No bearer token, or not a live API key.
+    Unauthorized = "unauthorized", UNAUTHORIZED, "Authentication required";
+    /// The key's role may not do this.
+    Forbidden = "forbidden", FORBIDDEN, "Forbidden";
+    /// No such resource for this owner.
+    NotFound = "not-found", NOT_FOUND, "Not found";
+    /// The route does not take this method.
+    MethodNotAllowed = "method-not-allowed", METHOD_NOT_ALLOWED, "Method not allowed";
+    /// The same key with another intent (I2).
+    IdempotencyKeyReused = "idempotency-key-reused", CONFLICT, "Idempotency-Key reused";
+    /// The job succeeded or was canceled.
+    JobFinished = "job-finished", CONFLICT, "Job finished";
+    /// An attempt is still waiting for a worker.
+    AttemptPending = "attempt-pending", CONFLICT, "Attempt pending";
+    /// An attempt's outcome is unknown (I4).
+    AttemptOutcomeUnknown = "attempt-outcome-unknown", CONFLICT, "Attempt outcome unknown";
+    /// As many attempts are running as the task allows.
+    TooManyAttemptsInFlight = "too-many-attempts-in-flight", CONFLICT, "Too many attempts in flight";
+    /// The job has used every attempt its task allows.
+    AttemptLimitReached = "attempt-limit-reached", CONFLICT, "Attempt limit reached";
+    /// Only an unknown attempt can be resolved.
+    AttemptNotUnknown = "attempt-not-unknown", CONFLICT, "Attempt not unknown";
+    /// Over `server.max_body_bytes`.
+    PayloadTooLarge = "payload-too-large", PAYLOAD_TOO_LARGE, "Payload too large";
+    /// The body did not arrive within the request timeout.
+    RequestTimeout = "request-timeout", REQUEST_TIMEOUT, "Request timeout";
+    /// The body is not JSON.
+    UnsupportedMediaType = "unsupported-media-type", UNSUPPORTED_MEDIA_TYPE, "Unsupported media type";
+    /// The request breaks a rule; `errors` names each.
+    ValidationFailed = "validation-failed", UNPROCESSABLE_ENTITY, "The request is not valid";
+    /// The named provider is not configured.
+    ProviderUnknown = "provider-unknown", UNPROCESSABLE_ENTITY, "Unknown provider";
+    /// The provider is not qualified for the task (I5).
+    ProviderNotQualified = "provider-not-qualified", UNPROCESSABLE_ENTITY, "Provider not qualified";
+    /// The attempt could cost more than is left of the budget.
+    BudgetExceeded = "budget-exceeded", CONFLICT, "Budget exceeded";
+    /// An operator's output breaks the task's output contract.
+    ContractViolation = "contract-violation", UNPROCESSABLE_ENTITY, "Output breaks the contract";
+    /// Over the owner's request rate.
+    RateLimited = "rate-limited", TOO_MANY_REQUESTS, "Rate limited";
+    /// The database cannot be reached, or the server is at capacity.
+    Unavailable = "unavailable", SERVICE_UNAVAILABLE, "Service unavailable";
+    /// Anything else; the cause is logged, never shown.
+    Internal = "internal", INTERNAL_SERVER_ERROR, "Internal error";
+}
+
+impl From<AdmissionRefusal> for ProblemType {
+    fn from(refusal: AdmissionRefusal) -> Self {
+        match refusal {
+            AdmissionRefusal::JobFinished => ProblemType::JobFinished,
+            AdmissionRefusal::AttemptPending => ProblemType::AttemptPending,
+            AdmissionRefusal::AttemptOutcomeUnknown => ProblemType::AttemptOutcomeUnknown,
+            AdmissionRefusal::TooManyAttemptsInFlight => ProblemType::TooManyAttemptsInFlight,
+            AdmissionRefusal::AttemptLimitReached => ProblemType::AttemptLimitReached,
+            AdmissionRefusal::ProviderNotQualified => ProblemType::ProviderNotQualified,
+            AdmissionRefusal::BudgetExceeded => ProblemType::BudgetExceeded,
+        }
+    }
+}
 
 /// A client-facing problem (RFC 9457).
 #[derive(Debug)]
 pub struct Problem {
-    status: StatusCode,
-    kind: &'static str,
-    title: &'static str,
+    kind: ProblemType,
     detail: Option<String>,
     extensions: Map<String, Value>,
     retry_after: Option<u64>,
@@ -24,9 +125,9 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// A problem of a stable `type`, with its fixed title.
-    pub fn new(status: StatusCode, kind: &'static str, title: &'static str) -> Self {
-        Self { status, kind, title, detail: None, extensions: Map::new(), retry_after: None, www_authenticate: false }
+    /// A problem of a stable `type`, with its status and title.
+    pub fn new(kind: ProblemType) -> Self {
+        Self { kind, detail: None, extensions: Map::new(), retry_after: None, www_authenticate: false }
     }
 
     /// Says what happened in this case.
@@ -49,24 +150,24 @@ impl Problem {
 
     /// The problem's type.
     pub fn kind(&self) -> &'static str {
-        self.kind
+        self.kind.as_str()
     }
 
     /// 401: no token, or not a live one.
     pub fn unauthorized(detail: &str) -> Self {
-        let mut problem = Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "Authentication required").detail(detail);
+        let mut problem = Self::new(ProblemType::Unauthorized).detail(detail);
         problem.www_authenticate = true;
         problem
     }
 
     /// 403: the key is valid but its role may not do this.
     pub fn forbidden(detail: &str) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "forbidden", "Forbidden").detail(detail)
+        Self::new(ProblemType::Forbidden).detail(detail)
     }
 
     /// 404: no such resource for this owner (another owner's looks the same).
     pub fn not_found() -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not-found", "Not found")
+        Self::new(ProblemType::NotFound)
     }
 
     /// 422: one field is wrong.
@@ -89,7 +190,7 @@ impl Problem {
         if omitted > 0 {
             detail.push(format!("and {omitted} more"));
         }
-        let problem = Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation-failed", "The request is not valid")
+        let problem = Self::new(ProblemType::ValidationFailed)
             .detail(detail.join("; "))
             .with("errors", serde_json::to_value(violations).unwrap_or_default());
         if omitted > 0 { problem.with("errors_omitted", omitted) } else { problem }
@@ -98,14 +199,14 @@ impl Problem {
     /// 422: a query parameter is wrong.
     pub fn invalid_parameter(name: &str, detail: &str) -> Self {
         let shown = if name.is_empty() { "query" } else { name };
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation-failed", "The request is not valid")
+        Self::new(ProblemType::ValidationFailed)
             .detail(format!("{shown}: {detail}"))
             .with("errors", json!([{ "parameter": name, "detail": detail }]))
     }
 
     /// 422: the named provider is not configured.
     pub fn provider_unknown(name: &str) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "provider-unknown", "Unknown provider")
+        Self::new(ProblemType::ProviderUnknown)
             .detail(format!("no provider named '{name}' is configured"))
             .with("errors", json!([{ "pointer": "/provider", "detail": "not a configured provider" }]))
     }
@@ -113,47 +214,29 @@ impl Problem {
     /// 409 or 422: an admission rule refused a new attempt.
     pub fn refused(refusal: AdmissionRefusal, unknown_retry_after: u64) -> Self {
         use AdmissionRefusal::*;
-        let (status, title, detail) = match refusal {
-            JobFinished => (StatusCode::CONFLICT, "Job finished", "the job succeeded or was canceled"),
-            AttemptPending => (StatusCode::CONFLICT, "Attempt pending", "an attempt is still waiting to be sent"),
-            AttemptOutcomeUnknown => (
-                StatusCode::CONFLICT,
-                "Attempt outcome unknown",
-                "an attempt's outcome is unknown; no new attempt until it is reconciled",
-            ),
-            TooManyAttemptsInFlight => (
-                StatusCode::CONFLICT,
-                "Too many attempts in flight",
-                "as many attempts are running as the task allows",
-            ),
-            AttemptLimitReached => {
-                (StatusCode::CONFLICT, "Attempt limit reached", "the job has used every attempt its task allows")
-            }
-            ProviderNotQualified => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Provider not qualified",
-                "the provider is not qualified for this task",
-            ),
-            BudgetExceeded => (
-                StatusCode::CONFLICT,
-                "Budget exceeded",
-                "the attempt's worst-case cost exceeds what is left of the job's budget",
-            ),
+        let detail = match refusal {
+            JobFinished => "the job succeeded or was canceled",
+            AttemptPending => "an attempt is still waiting to be sent",
+            AttemptOutcomeUnknown => "an attempt's outcome is unknown; no new attempt until it is reconciled",
+            TooManyAttemptsInFlight => "as many attempts are running as the task allows",
+            AttemptLimitReached => "the job has used every attempt its task allows",
+            ProviderNotQualified => "the provider is not qualified for this task",
+            BudgetExceeded => "the attempt's worst-case cost exceeds what is left of the job's budget",
         };
-        let problem = Self::new(status, refusal.problem_type(), title).detail(detail);
+        let problem = Self::new(refusal.into()).detail(detail);
         if refusal == AttemptOutcomeUnknown { problem.retry_after(unknown_retry_after) } else { problem }
     }
 
     /// 503: try again later.
     pub fn unavailable() -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable")
+        Self::new(ProblemType::Unavailable)
             .detail("the service cannot answer right now; retry with the same Idempotency-Key")
             .retry_after(1)
     }
 
     /// 500, with nothing about the cause.
     pub fn internal() -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error")
+        Self::new(ProblemType::Internal)
     }
 }
 
@@ -176,15 +259,16 @@ fn display_pointer(pointer: &str) -> &str {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
+        let status = self.kind.status();
         let mut body = Map::new();
-        body.insert("type".into(), self.kind.into());
-        body.insert("title".into(), self.title.into());
-        body.insert("status".into(), self.status.as_u16().into());
+        body.insert("type".into(), self.kind.as_str().into());
+        body.insert("title".into(), self.kind.title().into());
+        body.insert("status".into(), status.as_u16().into());
         if let Some(detail) = self.detail {
             body.insert("detail".into(), detail.into());
         }
         body.extend(self.extensions);
-        let mut response = (self.status, serde_json::to_vec(&body).unwrap_or_default()).into_response();
+        let mut response = (status, serde_json::to_vec(&body).unwrap_or_default()).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         if let Some(seconds) = self.retry_after {
@@ -201,7 +285,7 @@ impl IntoResponse for Problem {
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// The client's problem, answered as it is.
-    #[error("{}", .0.kind)]
+    #[error("{}", .0.kind())]
     Problem(Problem),
     /// The store failed: 503 when it is unreachable, 500 otherwise.
     #[error(transparent)]
@@ -227,5 +311,49 @@ impl IntoResponse for ApiError {
                 Problem::internal().into_response()
             }
         }
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(error: AuthError) -> Self {
+        match error {
+            AuthError::Store(error) => ApiError::Store(error),
+            refused => Problem::unauthorized(&refused.to_string()).into(),
+        }
+    }
+}
+
+impl ApiError {
+    /// The answer to a use case's error; `unknown_retry_after` is the
+    /// `Retry-After` of `attempt-outcome-unknown`.
+    pub fn from_job(error: JobError, unknown_retry_after: u64) -> Self {
+        let message = error.to_string();
+        let problem = match error {
+            JobError::Store(error) => return ApiError::Store(error),
+            JobError::NotFound => Problem::not_found(),
+            JobError::Invalid(violations) => Problem::invalid(violations),
+            JobError::ProviderUnknown(name) => Problem::provider_unknown(&name),
+            JobError::JobKeyReused { job_id } => {
+                Problem::new(ProblemType::IdempotencyKeyReused).detail(message).with("job_id", job_id.to_string())
+            }
+            JobError::AttemptKeyReused { attempt } => {
+                Problem::new(ProblemType::IdempotencyKeyReused).detail(message).with("attempt", attempt)
+            }
+            JobError::Refused { refusal, reason } => {
+                let problem = Problem::refused(refusal, unknown_retry_after);
+                match reason {
+                    Some(reason) => problem.detail(reason),
+                    None => problem,
+                }
+            }
+            JobError::ContractViolation(violations) => {
+                Problem::new(ProblemType::ContractViolation).detail(violations.join("; ")).with("violations", violations)
+            }
+            JobError::AttemptNotUnknown(state) => {
+                Problem::new(ProblemType::AttemptNotUnknown).detail(message).with("state", state.as_str())
+            }
+            JobError::JobSucceeded => Problem::refused(AdmissionRefusal::JobFinished, 0).detail(message),
+        };
+        ApiError::Problem(problem)
     }
 }

@@ -1,15 +1,27 @@
-//! Reading requests strictly: the `Idempotency-Key` header, and JSON bodies
+//! Reading requests strictly: the `Idempotency-Key` header, JSON bodies
 //! with their content type and size checked and their content parsed
-//! strictly (no duplicate member names, no NUL: see `json.rs`). Every refusal is a problem
-//! answer, never a 500 and never a dropped connection.
+//! strictly (no duplicate member names, no NUL: see `json.rs`), and the
+//! members of body objects. Every refusal is a problem answer, never a 500
+//! and never a dropped connection.
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
 
 use axum::body::Body;
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use http_body_util::BodyExt;
+use jsonschema::error::{TypeKind, ValidationErrorKind};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+use utoipa::ToSchema;
 
-use super::error::{ApiError, Problem};
-use crate::domain::IdempotencyKey;
+use super::error::{ApiError, Problem, ProblemType};
+use crate::catalog::Violation;
+use crate::domain::{IdempotencyKey, JobId};
+use crate::state::AppState;
 
 /// How much of an over-long body is read and thrown away before answering
 /// 413, so that the client reads the answer instead of a reset connection.
@@ -21,7 +33,7 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, Problem> {
     let (Some(value), None) = (values.next(), values.next()) else {
         let missing = headers.get("idempotency-key").is_none();
         return Err(if missing {
-            Problem::new(axum::http::StatusCode::BAD_REQUEST, "idempotency-key-missing", "Idempotency-Key required")
+            Problem::new(ProblemType::IdempotencyKeyMissing)
                 .detail("send an Idempotency-Key header: 1 to 255 visible ASCII characters naming this intent")
         } else {
             invalid_key("send exactly one Idempotency-Key header")
@@ -31,7 +43,7 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, Problem> {
 }
 
 fn invalid_key(detail: &str) -> Problem {
-    Problem::new(axum::http::StatusCode::BAD_REQUEST, "idempotency-key-invalid", "Invalid Idempotency-Key").detail(detail)
+    Problem::new(ProblemType::IdempotencyKeyInvalid).detail(detail)
 }
 
 fn is_json(headers: &HeaderMap) -> bool {
@@ -43,7 +55,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 fn too_large(limit: usize) -> Problem {
-    Problem::new(axum::http::StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Payload too large")
+    Problem::new(ProblemType::PayloadTooLarge)
         .detail(format!("the body is larger than {limit} bytes"))
         .with("limit", limit)
 }
@@ -65,11 +77,7 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize, empty_is_o
         return Ok(Value::Object(Default::default()));
     }
     if !is_json(headers) {
-        return Err(Problem::new(
-            axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported-media-type",
-            "Unsupported media type",
-        )
+        return Err(Problem::new(ProblemType::UnsupportedMediaType)
         .detail("send the body as Content-Type: application/json")
         .into());
     }
@@ -98,6 +106,180 @@ async fn read_limited(mut body: Body, limit: usize) -> Result<Vec<u8>, ApiError>
         return Err(too_large(limit).into());
     }
     Ok(bytes)
+}
+
+/// Escapes a member name for use in a JSON Pointer (RFC 6901).
+pub(crate) fn pointer_to(name: &str) -> String {
+    format!("/{}", name.replace('~', "~0").replace('/', "~1"))
+}
+
+
+
+/// The request's `Idempotency-Key`; a request without a valid one is
+/// answered 400.
+pub struct Key(pub IdempotencyKey);
+
+impl<S: Send + Sync> FromRequestParts<S> for Key {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        Ok(Key(idempotency_key(&parts.headers)?))
+    }
+}
+
+/// The job a path's `{id}` names; an id that cannot exist is answered 404,
+/// as absent as one that does not.
+pub struct JobPath(pub JobId);
+
+impl<S: Send + Sync> FromRequestParts<S> for JobPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state).await.map_err(|_| Problem::not_found())?;
+        let id = JobId::parse(&id).ok_or_else(Problem::not_found)?;
+        tracing::Span::current().record("job.id", tracing::field::display(id));
+        Ok(JobPath(id))
+    }
+}
+
+/// The attempt a path's `{id}` and `{number}` name, or 404.
+pub struct AttemptPath(pub JobId, pub i32);
+
+impl<S: Send + Sync> FromRequestParts<S> for AttemptPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path((id, number)) =
+            Path::<(String, String)>::from_request_parts(parts, state).await.map_err(|_| Problem::not_found())?;
+        let id = JobId::parse(&id).ok_or_else(Problem::not_found)?;
+        let number: i32 = number.parse().map_err(|_| Problem::not_found())?;
+        tracing::Span::current().record("job.id", tracing::field::display(id));
+        Ok(AttemptPath(id, number))
+    }
+}
+
+/// A request body of a declared shape: a serde type that also derives its
+/// schema. [`StrictJson`] reads it.
+pub trait JsonBody: DeserializeOwned + ToSchema + 'static {
+    /// Whether an empty body (no bytes at all) means `{}`, whatever its
+    /// content type.
+    const EMPTY_IS_OBJECT: bool = false;
+
+    /// What to say of any violation at `pointer`, where the schema's own
+    /// words would not help (a pattern, say).
+    fn explain(_pointer: &str) -> Option<&'static str> {
+        None
+    }
+}
+
+/// A JSON body read strictly into `T`: its size and content type checked,
+/// its text parsed strictly (no duplicate member names, no NUL, no integer a
+/// double cannot hold: `json.rs`), and its value checked against `T`'s own
+/// schema, so that every violation (unknown members, missing or mistyped
+/// fields) is answered at once, each with its JSON pointer, before serde
+/// reads it.
+pub struct StrictJson<T>(pub T);
+
+impl<T: JsonBody> FromRequest<AppState> for StrictJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
+        let (parts, body) = request.into_parts();
+        let value = read_json(&parts.headers, body, state.settings.max_body_bytes, T::EMPTY_IS_OBJECT).await?;
+        Ok(StrictJson(parse_body(value)?))
+    }
+}
+
+/// Reads `value` as a `T`, or every way it breaks `T`'s schema.
+pub fn parse_body<T: JsonBody>(value: Value) -> Result<T, Problem> {
+    if !value.is_object() {
+        return Err(Problem::invalid_field("", "the body must be a JSON object"));
+    }
+    let validator = validator_of::<T>();
+    if !validator.is_valid(&value) {
+        let mut violations = violations(validator, &value);
+        for violation in &mut violations {
+            if let Some(words) = T::explain(&violation.pointer) {
+                violation.detail = words.to_owned();
+            }
+        }
+        return Err(Problem::invalid(violations));
+    }
+    serde_json::from_value(value).map_err(|error| Problem::invalid_field("", error.to_string()))
+}
+
+/// Every way `value` breaks the schema, by JSON pointer.
+fn violations(validator: &jsonschema::Validator, value: &Value) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    for error in validator.iter_errors(value) {
+        let at = error.instance_path().to_string();
+        match error.kind() {
+            ValidationErrorKind::AdditionalProperties { unexpected } => violations.extend(
+                unexpected.iter().map(|name| Violation { pointer: format!("{at}{}", pointer_to(name)), detail: "unknown field".into() }),
+            ),
+            ValidationErrorKind::Required { property } => {
+                let name = property.as_str().unwrap_or_default();
+                violations.push(Violation { pointer: format!("{at}{}", pointer_to(name)), detail: "is required".into() });
+            }
+            ValidationErrorKind::Type { kind } => {
+                let types: Vec<String> = match kind {
+                    TypeKind::Single(one) => vec![one.to_string()],
+                    TypeKind::Multiple(set) => set.iter().map(|t| t.to_string()).filter(|t| t != "null").collect(),
+                };
+                let types: Vec<String> = types.iter().map(|t| with_article(t)).collect();
+                violations.push(Violation { pointer: at, detail: format!("must be {}", types.join(" or ")) });
+            }
+            _ => violations.push(Violation { pointer: at, detail: error.to_string() }),
+        }
+    }
+    violations
+}
+
+fn with_article(json_type: &str) -> String {
+    match json_type {
+        "object" | "array" | "integer" => format!("an {json_type}"),
+        "null" => "null".to_owned(),
+        other => format!("a {other}"),
+    }
+}
+
+/// The validator of `T`'s schema, compiled once per type.
+fn validator_of<T: JsonBody>() -> &'static jsonschema::Validator {
+    static VALIDATORS: LazyLock<Mutex<HashMap<TypeId, &'static jsonschema::Validator>>> = LazyLock::new(Default::default);
+    let mut validators = VALIDATORS.lock().unwrap_or_else(|p| p.into_inner());
+    validators.entry(TypeId::of::<T>()).or_insert_with(|| {
+        let schema = schema_of::<T>();
+        let validator = jsonschema::draft202012::new(&schema).expect("a body type's own schema compiles");
+        Box::leak(Box::new(validator))
+    })
+}
+
+/// `T`'s schema as JSON Schema, with the schemas it refers to written in
+/// place of their references.
+fn schema_of<T: JsonBody>() -> Value {
+    let mut referred = Vec::new();
+    T::schemas(&mut referred);
+    let referred: HashMap<String, Value> =
+        referred.into_iter().map(|(name, schema)| (name, serde_json::to_value(schema).unwrap_or_default())).collect();
+    let mut schema = serde_json::to_value(T::schema()).unwrap_or_default();
+    inline_refs(&mut schema, &referred);
+    schema
+}
+
+fn inline_refs(schema: &mut Value, referred: &HashMap<String, Value>) {
+    match schema {
+        Value::Object(members) => {
+            let target = members.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/components/schemas/"));
+            if let Some(found) = target.and_then(|name| referred.get(name)) {
+                *schema = found.clone();
+                inline_refs(schema, referred);
+            } else {
+                members.values_mut().for_each(|member| inline_refs(member, referred));
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| inline_refs(item, referred)),
+        _ => {}
+    }
 }
 
 #[cfg(test)]

@@ -2,21 +2,21 @@
 //! this server before the answer is sent, and on every other server when the
 //! store's change notification reaches it (see `auth`).
 
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use uuid::Uuid;
+
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::Admin;
 use super::error::{ApiError, Problem};
-use super::openapi::listed;
 
 /// The routes of this resource.
-pub fn router() -> Router<AppState> {
-    Router::new().route(listed("/keys/{id}/revoke"), post(revoke_key))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(revoke_key))
 }
 
 #[utoipa::path(post, path = "/keys/{id}/revoke", tag = "keys",

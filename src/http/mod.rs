@@ -1,8 +1,11 @@
-//! The HTTP API: one file per resource, each exporting `router()`. Handlers
-//! parse and answer; the store does the work; no handler writes SQL.
+//! The HTTP API: one file per resource, each exporting `router()`, whose
+//! routes and OpenAPI description come from one list ([`api`]). Handlers
+//! are thin: they extract and parse, call a use case of [`crate::jobs`] (or
+//! the store, for plain reads), and map its typed outcome to a response.
 
 pub mod attempts;
 pub mod auth;
+pub mod bodies;
 pub mod error;
 pub mod extract;
 pub mod jobs;
@@ -10,7 +13,7 @@ pub mod json;
 pub mod keys;
 pub mod openapi;
 pub mod providers;
-pub mod replay;
+pub mod respond;
 pub mod serve;
 pub mod usage;
 
@@ -22,75 +25,50 @@ use std::task::{Context, Poll};
 use axum::Router;
 use axum::body::HttpBody;
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use crate::catalog::Catalog;
-use crate::config::ServerSettings;
-use crate::provider::Providers;
-use crate::signals::Signals;
-use crate::store::Store;
-use auth::Authenticator;
-use error::Problem;
-use openapi::listed;
+pub use crate::state::AppState;
+use error::{Problem, ProblemType};
+use openapi::{Access, with_access};
 
-/// What every handler can reach.
-#[derive(Clone)]
-pub struct AppState {
-    /// The database.
-    pub store: Arc<dyn Store>,
-    /// Tasks and providers.
-    pub catalog: Arc<Catalog>,
-    /// The providers, for qualification runs.
-    pub providers: Arc<Providers>,
-    /// API key checks.
-    pub auth: Arc<Authenticator>,
-    /// Keys this process has seen taken, for cheap replays.
-    pub taken_keys: Arc<replay::TakenKeys>,
-    /// Same-key requests at the database at once.
-    pub flights: Arc<replay::Flights>,
-    /// Reads of one job by many requests at once.
-    pub reads: Arc<replay::SharedReads>,
-    /// `[server]` settings.
-    pub settings: Arc<ServerSettings>,
-    /// Wake-ups for the worker, change notices for long-polls.
-    pub signals: Arc<Signals>,
-    /// How often a long-poll rereads its job when no notice came.
-    pub long_poll_interval: std::time::Duration,
-    /// Renders `/metrics`.
-    pub metrics: metrics_exporter_prometheus::PrometheusHandle,
-    /// The per-owner rate limit, if any.
-    pub limiter: Option<Arc<governor::DefaultKeyedRateLimiter<crate::domain::OwnerId>>>,
-    /// The worker's heartbeat (Unix seconds), when this process runs one.
-    pub worker_heartbeat: Option<Arc<std::sync::atomic::AtomicI64>>,
-    /// How stale that heartbeat may be before `/readyz` fails.
-    pub worker_heartbeat_limit: std::time::Duration,
+/// Every route of the JSON API with its description, from one list: each
+/// resource's `router()` registers its handlers with their `#[utoipa::path]`
+/// annotations, and the access each group needs (`x-onejob-role`).
+pub fn api() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .merge(with_access(Access::Client, jobs::router()))
+        .merge(with_access(Access::Client, attempts::router()))
+        .merge(with_access(Access::Client, usage::router()))
+        .merge(with_access(Access::Admin, providers::router()))
+        .merge(with_access(Access::Admin, keys::router()))
+        .merge(with_access(Access::Public, operations()))
 }
 
-/// The whole API.
-pub fn router(state: AppState) -> Router {
-    Router::new()
-        .merge(jobs::router())
-        .merge(attempts::router())
-        .merge(providers::router())
-        .merge(keys::router())
-        .merge(usage::router())
-        .route(listed("/healthz"), get(healthz))
-        .route(listed("/readyz"), get(readyz))
-        .route(listed("/metrics"), get(render_metrics))
-        .route(listed("/openapi.json"), get(openapi::openapi_json))
-        .route(listed("/docs"), get(openapi::docs))
-        // The dashboard's pages are for people: not in the specification.
-        .merge(crate::ui::router())
+/// The routes for operators and tools, which need no key.
+fn operations() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(render_metrics))
+        .routes(routes!(openapi::openapi_json))
+        .routes(routes!(openapi::docs))
+}
+
+/// Serves `routes` (the API's and the dashboard's) with what every request
+/// gets: problem answers for unknown routes and methods, per-route metrics,
+/// the request deadline, the limit of requests in flight, panics caught,
+/// and a span per request.
+pub fn serve_routes(routes: Router<AppState>, state: AppState) -> Router {
+    routes
         .route_layer(middleware::from_fn(record_request))
         .fallback(|| async { Problem::not_found().detail("no such route") })
-        .method_not_allowed_fallback(|| async {
-            Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed")
-        })
+        .method_not_allowed_fallback(|| async { Problem::new(ProblemType::MethodNotAllowed) })
         .layer(middleware::from_fn_with_state(state.clone(), deadline))
         .layer(
             tower::ServiceBuilder::new()
@@ -137,7 +115,7 @@ async fn deadline(State(state): State<AppState>, request: Request, next: Next) -
         Ok(response) => response,
         Err(_) if body_waited.load(Ordering::Relaxed) => {
             tracing::info!("the request body did not arrive in time");
-            let mut response = Problem::new(StatusCode::REQUEST_TIMEOUT, "request-timeout", "Request timeout")
+            let mut response = Problem::new(ProblemType::RequestTimeout)
                 .detail(format!("the request body did not arrive within {} ms", limit.as_millis()))
                 .into_response();
             // The rest of the body may still be on its way: do not read it as the next request.

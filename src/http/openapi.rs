@@ -1,6 +1,10 @@
 //! The OpenAPI 3.1 description of the API, generated from the handlers'
-//! annotations and the types they answer with; served at `/openapi.json`,
-//! rendered at `/docs` (a page of this server's own, no CDN).
+//! annotations and the types they answer with, as the routers register
+//! them (so a route cannot be served and not described, or the other way
+//! round); served at `/openapi.json`, rendered at `/docs` (a page of this
+//! server's own, no CDN).
+
+use std::sync::LazyLock;
 
 use axum::Json;
 use axum::response::Html;
@@ -8,28 +12,12 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+
+use super::bodies::{CreateAttemptBody, CreateJobBody, Outcome, QualifyBody, ResolveBody};
+use super::error::ProblemType;
 
 use crate::domain::{Attempt, AttemptOrigin, AttemptState, Job, JobState, JobSummary};
-
-/// Every route the router serves, as (method, path): the router is checked
-/// against this list, and the specification against it too.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("post", "/jobs"),
-    ("get", "/jobs"),
-    ("get", "/jobs/{id}"),
-    ("post", "/jobs/{id}/cancel"),
-    ("post", "/jobs/{id}/attempts"),
-    ("post", "/jobs/{id}/attempts/{number}/resolve"),
-    ("get", "/providers"),
-    ("post", "/providers/{name}/qualifications"),
-    ("post", "/keys/{id}/revoke"),
-    ("get", "/usage"),
-    ("get", "/healthz"),
-    ("get", "/readyz"),
-    ("get", "/metrics"),
-    ("get", "/openapi.json"),
-    ("get", "/docs"),
-];
 
 /// Who may call a route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,119 +42,24 @@ impl Access {
     }
 }
 
-/// The routes only admin keys may call.
-pub const ADMIN_ROUTES: &[(&str, &str)] =
-    &[("get", "/providers"), ("post", "/providers/{name}/qualifications"), ("post", "/keys/{id}/revoke")];
-
-/// The routes that need no key.
-pub const PUBLIC_ROUTES: &[(&str, &str)] =
-    &[("get", "/healthz"), ("get", "/readyz"), ("get", "/metrics"), ("get", "/openapi.json"), ("get", "/docs")];
-
-/// Who may call `method path`: every route not listed as admin or public is
-/// a client route.
-pub fn access(method: &str, path: &str) -> Access {
-    let is = |list: &[(&str, &str)]| list.iter().any(|(m, p)| m.eq_ignore_ascii_case(method) && *p == path);
-    if is(ADMIN_ROUTES) {
-        Access::Admin
-    } else if is(PUBLIC_ROUTES) {
-        Access::Public
-    } else {
-        Access::Client
+/// Marks every operation of `router` with the least role that may call it
+/// (`x-onejob-role`): how a group of routes declares its access in the
+/// specification. The handlers enforce it with their extractors (`Owner`,
+/// `Caller`, `Admin`, none for public ones).
+pub fn with_access<S: Clone + Send + Sync + 'static>(access: Access, mut router: OpenApiRouter<S>) -> OpenApiRouter<S> {
+    for item in router.get_openapi_mut().paths.paths.values_mut() {
+        let operations = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
+        for operation in operations.into_iter().flatten() {
+            operation.extensions.get_or_insert_with(Default::default).insert("x-onejob-role".into(), access.as_str().into());
+        }
     }
+    router
 }
 
-/// A route's path, checked against [`ROUTES`]: the router registers every
-/// path through this, so a route missing from the list (and so from the
-/// specification, which a test compares with the list) fails at start.
-pub fn listed(path: &'static str) -> &'static str {
-    assert!(ROUTES.iter().any(|(_, listed)| *listed == path), "route {path} is missing from openapi::ROUTES");
-    path
-}
-
-/// Every problem `type` the API answers with.
-pub const PROBLEM_TYPES: &[&str] = &[
-    "idempotency-key-missing",
-    "idempotency-key-invalid",
-    "unauthorized",
-    "forbidden",
-    "not-found",
-    "method-not-allowed",
-    "idempotency-key-reused",
-    "job-finished",
-    "attempt-pending",
-    "attempt-outcome-unknown",
-    "too-many-attempts-in-flight",
-    "attempt-limit-reached",
-    "attempt-not-unknown",
-    "payload-too-large",
-    "request-timeout",
-    "unsupported-media-type",
-    "validation-failed",
-    "provider-unknown",
-    "provider-not-qualified",
-    "budget-exceeded",
-    "contract-violation",
-    "rate-limited",
-    "unavailable",
-    "internal",
-];
-
-/// `POST /jobs` body.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateJobBody {
-    /// A configured task.
-    pub task: String,
-    /// The task's input; must meet its input schema.
-    #[schema(value_type = Object)]
-    pub input: Value,
-    /// A configured provider; the task's default when left out.
-    pub provider: Option<String>,
-    /// The most the job's attempts may cost together, a decimal string in
-    /// the providers' currency (at most 18 decimals). Part of the intent:
-    /// the same key with another `max_cost` is a conflict.
-    #[schema(pattern = r"^[0-9]{1,20}(\.[0-9]{1,18})?$", example = "0.05")]
-    pub max_cost: Option<String>,
-}
-
-/// `POST /jobs/{id}/attempts` body (or no body at all).
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateAttemptBody {
-    /// A configured provider; the job's own when left out.
-    pub provider: Option<String>,
-}
-
-/// How an operator settles an unknown attempt.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    /// The provider did the work.
-    Succeeded,
-    /// It did not.
-    Failed,
-}
-
-/// `POST /jobs/{id}/attempts/{number}/resolve` body.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ResolveBody {
-    /// What became of the attempt.
-    pub outcome: Outcome,
-    /// The output, for `succeeded`; it must meet the task's output schema.
-    #[schema(value_type = Option<Object>)]
-    pub output: Option<Value>,
-    /// Why (1 to 1000 characters); kept in the job's events.
-    #[schema(min_length = 1, max_length = 1000)]
-    pub reason: String,
-}
-
-/// `POST /providers/{name}/qualifications` body.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct QualifyBody {
-    /// The task whose contract the provider must meet.
-    pub task: String,
+/// The specification of every route [`super::api`] serves, built once.
+pub fn spec() -> &'static utoipa::openapi::OpenApi {
+    static SPEC: LazyLock<utoipa::openapi::OpenApi> = LazyLock::new(|| super::api().into_openapi());
+    &SPEC
 }
 
 /// A page of jobs.
@@ -241,30 +134,6 @@ pub enum CommonErrors {
     Unavailable(Problem),
 }
 
-/// Marks every operation with the least role that may call it
-/// (`x-onejob-role`: public, client or admin), from [`access`].
-struct Roles;
-
-impl Modify for Roles {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        for (path, item) in openapi.paths.paths.iter_mut() {
-            let operations = [
-                ("get", item.get.as_mut()),
-                ("put", item.put.as_mut()),
-                ("post", item.post.as_mut()),
-                ("delete", item.delete.as_mut()),
-                ("patch", item.patch.as_mut()),
-            ];
-            for (method, operation) in operations {
-                if let Some(operation) = operation {
-                    let role = access(method, path).as_str();
-                    operation.extensions.get_or_insert_with(Default::default).insert("x-onejob-role".into(), role.into());
-                }
-            }
-        }
-    }
-}
-
 /// The answers of every route that reads a JSON body.
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)]
@@ -291,44 +160,26 @@ impl Modify for BearerAuth {
 #[openapi(
     info(title = "onejob", description = "One job per intent: idempotent jobs, guarded attempts, one winner. \
         Each operation's x-onejob-role names the least API-key role that may call it: public (no key), client, or admin."),
-    paths(
-        super::jobs::create_job,
-        super::jobs::list_jobs,
-        super::jobs::get_job,
-        super::jobs::cancel_job,
-        super::attempts::create_attempt,
-        super::attempts::resolve_attempt,
-        super::providers::list_providers,
-        super::providers::run_qualification,
-        super::keys::revoke_key,
-        super::usage::usage_report,
-        super::healthz,
-        super::readyz,
-        super::render_metrics,
-        openapi_json,
-        docs,
-    ),
     components(schemas(
         Job, JobSummary, Attempt, AttemptState, JobState, AttemptOrigin, CreateJobBody, CreateAttemptBody,
         ResolveBody, Outcome, QualifyBody, JobPage, AttemptWithJob, Problem,
-        crate::domain::job::JobCost, crate::domain::Usage, crate::domain::Cost,
-        super::usage::UsageReport, super::usage::UsageTotals, super::usage::UsageGroup, super::usage::GroupBy
+        crate::domain::job::JobCost, crate::domain::Usage, crate::domain::Cost
     )),
-    modifiers(&BearerAuth, &Roles),
+    modifiers(&BearerAuth),
     security(("api_key" = []))
 )]
 pub struct ApiDoc;
 
 /// The specification.
 #[utoipa::path(get, path = "/openapi.json", security(()), responses((status = 200, description = "OpenAPI 3.1")))]
-pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+pub async fn openapi_json() -> Json<&'static utoipa::openapi::OpenApi> {
+    Json(spec())
 }
 
 /// A readable page of the specification, rendered here.
 #[utoipa::path(get, path = "/docs", security(()), responses((status = 200, description = "HTML", content_type = "text/html")))]
 pub async fn docs() -> Html<String> {
-    let spec = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    let spec = serde_json::to_value(spec()).unwrap_or_default();
     let mut page = String::from(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>onejob API</title>\
          <style>body{font-family:sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}\
@@ -357,8 +208,8 @@ pub async fn docs() -> Html<String> {
         }
     }
     page.push_str("<h2>Problem types</h2><ul>");
-    for kind in PROBLEM_TYPES {
-        page.push_str(&format!("<li><code>{kind}</code></li>"));
+    for kind in ProblemType::ALL {
+        page.push_str(&format!("<li><code>{}</code></li>", kind.as_str()));
     }
     page.push_str("</ul></body></html>");
     Html(page)

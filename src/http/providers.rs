@@ -2,28 +2,41 @@
 //! current contract, and running a qualification on demand (I5). Admin
 //! keys only: providers are the service's, not a tenant's.
 
-use axum::Router;
-use axum::body::Body;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::Response;
-use axum::routing::{get, post};
 use serde_json::{Map, Value, json};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
-use super::openapi::listed;
 use super::auth::Admin;
+use super::bodies::QualifyBody;
 use super::error::{ApiError, Problem};
-use super::extract::read_json;
-use super::jobs::{json_response, object_body};
+use super::extract::StrictJson;
+use super::respond::json_response;
 use crate::qualify::{self, QualifyError};
 use crate::store::QualificationState;
 
+/// The provider a path's `{name}` names: 404 when none is configured.
+pub(crate) struct ProviderPath(String);
+
+impl FromRequestParts<AppState> for ProviderPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
+        let Path(name) = Path::<String>::from_request_parts(parts, app).await.map_err(|_| Problem::not_found())?;
+        if !app.providers.contains_key(&name) {
+            return Err(Problem::not_found().detail(format!("no provider named '{name}'")).into());
+        }
+        Ok(ProviderPath(name))
+    }
+}
+
 /// The routes of this resource.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route(listed("/providers"), get(list_providers))
-        .route(listed("/providers/{name}/qualifications"), post(run_qualification))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_providers)).routes(routes!(run_qualification))
 }
 
 #[utoipa::path(get, path = "/providers", tag = "providers",
@@ -86,7 +99,7 @@ pub(crate) async fn providers_report(app: &AppState) -> Result<Value, ApiError> 
 
 #[utoipa::path(post, path = "/providers/{name}/qualifications", tag = "providers",
     params(("name" = String, Path, description = "the provider")),
-    request_body = crate::http::openapi::QualifyBody,
+    request_body = crate::http::bodies::QualifyBody,
     responses(
         (status = 201, description = "the stored qualification with its report, per example", body = Object),
         (status = 403, description = "forbidden: an admin route called with a client key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
@@ -97,22 +110,10 @@ pub(crate) async fn providers_report(app: &AppState) -> Result<Value, ApiError> 
 pub(crate) async fn run_qualification(
     State(app): State<AppState>,
     Admin(_): Admin,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Body,
+    ProviderPath(name): ProviderPath,
+    StrictJson(body): StrictJson<QualifyBody>,
 ) -> Result<Response, ApiError> {
-    if !app.providers.contains_key(&name) {
-        return Err(Problem::not_found().detail(format!("no provider named '{name}'")).into());
-    }
-    let body = read_json(&headers, body, app.settings.max_body_bytes, false).await?;
-    let (body, violations) = object_body(body, &["task"])?;
-    if !violations.is_empty() {
-        return Err(Problem::invalid(violations).into());
-    }
-    let Some(task) = body.get("task").and_then(Value::as_str) else {
-        return Err(Problem::invalid_field("/task", "a task name is required").into());
-    };
-    match qualify::qualify(app.store.as_ref(), &app.providers, &app.catalog, &name, task).await {
+    match qualify::qualify(app.store.as_ref(), &app.providers, &app.catalog, &name, &body.task).await {
         Ok(record) => Ok(json_response(
             StatusCode::CREATED,
             &json!({

@@ -6,24 +6,22 @@
 
 use std::collections::BTreeMap;
 
-use axum::Router;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::get;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
+
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::Owner;
 use super::error::{ApiError, Problem};
-use super::jobs::json_response;
-use super::openapi::listed;
-use serde_json::Value;
+use super::respond::json_response;
 
-use crate::catalog::{Catalog, Violation};
-use crate::domain::{AdmissionRefusal, AttemptState, Money};
-use crate::store::{TaskRules, UsageFilter, UsageRow};
+use crate::domain::{AttemptState, Money};
+use crate::store::{UsageFilter, UsageRow};
 
 /// The longest range one report covers, in days.
 pub const MAX_RANGE_DAYS: i64 = 366;
@@ -31,8 +29,8 @@ pub const MAX_RANGE_DAYS: i64 = 366;
 const DEFAULT_RANGE_DAYS: i64 = 30;
 
 /// The routes of this resource.
-pub fn router() -> Router<AppState> {
-    Router::new().route(listed("/usage"), get(usage_report))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(usage_report))
 }
 
 /// What the report's groups are.
@@ -140,41 +138,6 @@ pub fn build_report(filter: &UsageFilter, group_by: GroupBy, rows: &[UsageRow]) 
     }
 }
 
-/// Reads the create request's `max_cost`: a decimal string, at least zero,
-/// at most 18 decimals (never a JSON number: a float cannot hold money).
-pub(crate) fn parse_max_cost(value: Option<Value>, violations: &mut Vec<Violation>) -> Option<Money> {
-    let mut refuse = |detail: &str| {
-        violations.push(Violation { pointer: "/max_cost".into(), detail: detail.into() });
-        None
-    };
-    match value {
-        None | Some(Value::Null) => None,
-        Some(Value::String(text)) => match text.parse::<Money>() {
-            Ok(amount) if amount >= Money::ZERO => Some(amount),
-            _ => refuse("must be a decimal string of at least 0 with at most 18 decimals, such as \"0.05\""),
-        },
-        Some(_) => refuse("must be a decimal string, such as \"0.05\" (a JSON number could not hold it exactly)"),
-    }
-}
-
-/// 409 `budget-exceeded` when a new job's first attempt could cost more
-/// than its budget (its `max_cost`, or its task's, the lower): nothing is
-/// created and nothing is sent.
-pub(crate) fn refuse_over_budget(
-    catalog: &Catalog,
-    task: &str,
-    provider: &str,
-    input: &Value,
-    max_cost: Option<Money>,
-) -> Result<(), Problem> {
-    let Some(budget) = crate::store::usage::budget_of(catalog, task, max_cost) else { return Ok(()) };
-    let Some(worst_case) = catalog.worst_case_cost(task, provider, input) else { return Ok(()) };
-    if worst_case <= budget {
-        return Ok(());
-    }
-    Err(Problem::refused(AdmissionRefusal::BudgetExceeded, 0)
-        .detail(format!("the first attempt on '{provider}' may cost up to {worst_case}, over the job's budget of {budget}")))
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -5,19 +5,23 @@
 //! its own; the live timeline shows the race and its one winner.
 //!
 //! The page's script calls the two routes below with the session's cookie
-//! and CSRF token; they hand the request to the JSON API's own handlers
-//! (`POST /jobs`, `POST /jobs/{id}/attempts`), so a double click is settled
-//! by the same unique constraint and admission rules as any API client's.
+//! and CSRF token; they read the same bodies as `POST /jobs` and
+//! `POST /jobs/{id}/attempts`, call the same use cases ([`crate::jobs`]) and
+//! answer the same way, so a double click is settled by the same unique
+//! constraint and admission rules as any API client's.
 
-use axum::body::Body;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::{PageError, PageSession, ScriptSession, page};
-use crate::http::AppState;
-use crate::http::auth::Owner;
+use crate::http::attempts::attempt_added;
+use crate::http::bodies::{CreateAttemptBody, CreateJobBody};
 use crate::http::error::ApiError;
+use crate::http::extract::{JobPath, Key, StrictJson};
+use crate::http::jobs::created_or_replayed;
+use crate::http::respond::job_error;
+use crate::state::AppState;
 
 /// The provider the demo's job starts on: it answers after a visible stall.
 pub const SLOW: &str = "sim-slow";
@@ -40,10 +44,11 @@ pub(crate) async fn show(State(app): State<AppState>, PageSession(session): Page
 pub(crate) async fn create_job(
     State(app): State<AppState>,
     ScriptSession(session): ScriptSession,
-    headers: HeaderMap,
-    body: Body,
+    Key(key): Key,
+    StrictJson(body): StrictJson<CreateJobBody>,
 ) -> Result<Response, ApiError> {
-    crate::http::jobs::create_job(State(app), Owner(session.identity.owner), headers, body).await
+    let answer = app.jobs.create_job(session.identity.owner, key, body.try_into()?).await.map_err(|e| job_error(&app, e))?;
+    Ok(created_or_replayed(&answer))
 }
 
 /// `POST /ui/api/jobs/{id}/attempts`: `POST /jobs/{id}/attempts` for the
@@ -51,9 +56,10 @@ pub(crate) async fn create_job(
 pub(crate) async fn create_attempt(
     State(app): State<AppState>,
     ScriptSession(session): ScriptSession,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Body,
+    JobPath(job_id): JobPath,
+    Key(key): Key,
+    StrictJson(body): StrictJson<CreateAttemptBody>,
 ) -> Result<Response, ApiError> {
-    crate::http::attempts::create_attempt(State(app), Owner(session.identity.owner), Path(id), headers, body).await
+    let answer = app.jobs.add_attempt(&session.identity.owner, job_id, key, body.provider).await.map_err(|e| job_error(&app, e))?;
+    Ok(attempt_added(job_id, &answer))
 }

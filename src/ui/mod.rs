@@ -7,9 +7,9 @@
 //!
 //! What a session sees: a client key's session, its owner's jobs; an admin
 //! key's session, every owner's (the job list, job pages and unknown
-//! attempts), and the providers. Changes go through the same handlers and
-//! store calls as the JSON API, so the dashboard keeps every invariant the
-//! API keeps.
+//! attempts), and the providers. Changes go through the same use cases
+//! ([`crate::jobs`]) as the JSON API, never through its handlers, so the
+//! dashboard keeps every invariant the API keeps.
 
 pub mod demo;
 pub mod pages;
@@ -28,7 +28,8 @@ use minijinja::Environment;
 use serde::Serialize;
 
 use crate::domain::KeyRole;
-use crate::http::AppState;
+use crate::keys::AuthError;
+use crate::state::AppState;
 use crate::http::auth::check_rate;
 use crate::http::error::{ApiError, Problem};
 use session::{Session, Sessions};
@@ -239,11 +240,11 @@ async fn find_session(parts: &Parts, state: &AppState) -> Result<Option<Session>
     let Some((token_hash, csrf)) = sessions.touch(&id) else { return Ok(None) };
     let identity = match state.auth.authenticate_hash(&token_hash).await {
         Ok(identity) => identity,
-        Err(ApiError::Problem(problem)) if problem.kind() == "unauthorized" => {
+        Err(AuthError::Store(error)) => return Err(error.into()),
+        Err(_) => {
             sessions.end(&id);
             return Ok(None);
         }
-        Err(error) => return Err(error),
     };
     check_rate(state, &identity)?;
     Ok(Some(Session { identity, csrf }))

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::Extension;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -18,9 +18,11 @@ use serde_json::{Value, json};
 use super::session::{self, Session, Sessions};
 use super::{PageError, PageSession, fragment, page, safe_next, ser, timeline};
 use crate::domain::{EventKind, Job, JobEvent, JobId, JobState, KeyRole};
-use crate::http::AppState;
-use crate::http::auth::Caller;
+use crate::http::bodies::parse_resolution;
+use crate::keys::AuthError;
 use crate::http::error::{ApiError, Problem};
+use crate::http::respond::job_error;
+use crate::state::AppState;
 use crate::store::JobFilter;
 
 /// Jobs a page of the list shows.
@@ -103,11 +105,11 @@ pub(crate) async fn signin(
             response.headers_mut().insert(header::SET_COOKIE, session::set_cookie(&id, session::over_https(&headers)));
             Ok(response)
         }
-        Err(ApiError::Problem(problem)) if problem.kind() == "unauthorized" => {
+        Err(AuthError::Store(error)) => Err(ApiError::from(error).into()),
+        Err(_) => {
             let message = Some("That is not a live API key.");
             Ok(page(StatusCode::UNAUTHORIZED, None, "Sign in", "signin", "signin.html", ser(&SignInView { next, message })))
         }
-        Err(error) => Err(error.into()),
     }
 }
 
@@ -459,8 +461,9 @@ async fn problem_words(error: ApiError) -> (StatusCode, String) {
 }
 
 /// `POST /ui/unknown/resolve`: settles an unknown attempt with a reason,
-/// through `POST /jobs/{id}/attempts/{number}/resolve`'s own handler (an
-/// admin's session reaches any owner's unknown attempt, as an admin key does).
+/// through the use case `POST /jobs/{id}/attempts/{number}/resolve` calls
+/// (an admin's session reaches any owner's unknown attempt, as an admin key
+/// does).
 pub(crate) async fn resolve(
     State(app): State<AppState>,
     PageSession(session): PageSession,
@@ -479,15 +482,12 @@ pub(crate) async fn resolve(
             }
         }
     }
-    let mut json_headers = HeaderMap::new();
-    json_headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let answer = crate::http::attempts::resolve_attempt(
-        State(app.clone()),
-        Caller(session.identity.clone()),
-        Path((form.job.clone(), form.number.clone())),
-        json_headers,
-        Body::from(request.to_string()),
-    )
+    let answer = async {
+        let (resolution, reason) = parse_resolution(request)?;
+        let job_id = JobId::parse(&form.job).ok_or_else(Problem::not_found)?;
+        let number: i32 = form.number.parse().map_err(|_| Problem::not_found())?;
+        app.jobs.resolve_attempt(&session.identity, job_id, number, resolution, &reason).await.map_err(|e| job_error(&app, e))
+    }
     .await;
     match answer {
         Ok(_) => {

@@ -21,7 +21,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::http::auth::Identity;
+use crate::keys::Identity;
 
 /// The cookie's name.
 pub const COOKIE: &str = "onejob_session";

@@ -1,5 +1,10 @@
-//! API tokens. A token is shown once, when it is made; only its SHA-256 is
-//! stored, so a leaked database does not leak working keys.
+//! API keys. A token is shown once, when it is made; only its SHA-256 is
+//! stored, so a leaked database does not leak working keys. Checking a
+//! presented token is [`Authenticator`]'s.
+
+mod authenticator;
+
+pub use authenticator::{AuthError, Authenticator, Identity};
 
 use sha2::{Digest, Sha256};
 use uuid::Uuid;

@@ -1,0 +1,312 @@
+//! The use cases of jobs, written once for every caller: the JSON API's
+//! handlers and the dashboard call these and never each other. Each takes
+//! the authenticated owner (I7) and typed, already parsed input, and answers
+//! with a typed outcome or a [`JobError`]; none knows about HTTP.
+//!
+//! - [`Jobs::create_job`]: one job per (owner, key) (I1), a reused key with
+//!   another intent refused (I2), replays and same-key storms made cheap
+//!   without deciding anything the database decides (`replay`).
+//! - [`Jobs::add_attempt`]: a retry or a fallback, admitted or refused by
+//!   the store's rules under the job's lock (I4, I5).
+//! - [`Jobs::resolve_attempt`]: an operator settles an unknown attempt,
+//!   through the same compare-and-swap as a worker (I3).
+//! - [`Jobs::cancel_job`], [`Jobs::get_job`], [`Jobs::watch_job`].
+
+mod error;
+pub mod replay;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use error::JobError;
+use replay::{Flight, Flights, SharedReads, TakenKeys, Trip};
+
+use crate::catalog::Catalog;
+use crate::domain::{
+    AdmissionRefusal, Attempt, AttemptId, AttemptOrigin, Fingerprint, IdempotencyKey, Job, JobId, KeyRole, Money, OwnerId,
+};
+use crate::keys::Identity;
+use crate::metrics;
+use crate::signals::Signals;
+use crate::store::{Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Store, TaskRules, Transition};
+
+/// What a client asks a job to do: parsed, not yet checked against the
+/// catalog.
+#[derive(Clone, Debug)]
+pub struct JobRequest {
+    /// The task's name.
+    pub task: String,
+    /// Its input.
+    pub input: Value,
+    /// The provider; the task's default when `None`.
+    pub provider: Option<String>,
+    /// The job's budget.
+    pub max_cost: Option<Money>,
+}
+
+/// A job as a request with its key made or found it.
+#[derive(Clone, Debug)]
+pub struct Keyed<T> {
+    /// The job or attempt.
+    pub value: T,
+    /// Whether an earlier request with the same key made it (a replay).
+    pub replayed: bool,
+}
+
+/// The job use cases, with what they share between requests.
+pub struct Jobs {
+    store: Arc<dyn Store>,
+    catalog: Arc<Catalog>,
+    signals: Arc<Signals>,
+    taken_keys: TakenKeys,
+    flights: Flights,
+    reads: SharedReads,
+    long_poll_interval: Duration,
+}
+
+impl Jobs {
+    /// The use cases over `store`, for the tasks and providers of `catalog`;
+    /// a long-poll rereads its job every `long_poll_interval` when no
+    /// notice came.
+    pub fn new(store: Arc<dyn Store>, catalog: Arc<Catalog>, signals: Arc<Signals>, long_poll_interval: Duration) -> Self {
+        Self {
+            store,
+            catalog,
+            signals,
+            taken_keys: TakenKeys::new(replay::CAPACITY),
+            flights: Flights::default(),
+            reads: SharedReads::default(),
+            long_poll_interval,
+        }
+    }
+
+    /// Creates the job `request` describes under `key`, or answers with the
+    /// job the key made before when the intent is the same (a replay), or
+    /// refuses the key when it made a job of another intent.
+    pub async fn create_job(&self, owner: OwnerId, key: IdempotencyKey, request: JobRequest) -> Result<Keyed<Arc<Job>>, JobError> {
+        let task = self
+            .catalog
+            .task(&request.task)
+            .ok_or_else(|| JobError::invalid("/task", format!("no task named '{}'", request.task)))?;
+        let provider = request.provider.unwrap_or_else(|| task.settings.default_provider.clone());
+        if self.catalog.provider(&provider).is_none() {
+            return Err(JobError::ProviderUnknown(provider));
+        }
+        let violations = task.check_input(&request.input);
+        if !violations.is_empty() {
+            return Err(JobError::Invalid(violations));
+        }
+        // A prompt that cannot be rendered is the request's fault, found now
+        // rather than by a worker.
+        if let Err(message) = task.contract.render(&request.input) {
+            return Err(JobError::invalid("/input", message));
+        }
+        self.refuse_over_budget(&task.name, &provider, &request.input, request.max_cost)?;
+        let fingerprint =
+            Fingerprint::of_job_with_budget(&task.name, &request.input, &provider, request.max_cost.map(|m| m.to_string()));
+        let new = NewJob {
+            owner,
+            id: JobId::new(),
+            idempotency_key: key,
+            fingerprint,
+            task: task.name.clone(),
+            input: request.input,
+            provider,
+            first_attempt_id: AttemptId::new(),
+            max_cost: request.max_cost,
+        };
+        // A key this process has seen taken: its holder never changes, so read
+        // that job by id (one cheap statement) instead of trying the insert.
+        if let Some(holder) = self.taken_keys.get(&new.owner, &new.idempotency_key) {
+            if holder.fingerprint != fingerprint {
+                return Err(key_reused(&holder.task, holder.job_id));
+            }
+            let (store, owner) = (&self.store, &new.owner);
+            if let Some(job) = self.reads.read(owner, holder.job_id, || store.get_job(owner, holder.job_id)).await? {
+                return Ok(replayed(job));
+            }
+            self.taken_keys.forget(&new.owner, &new.idempotency_key);
+        }
+        let store = &self.store;
+        let flight = self
+            .flights
+            .join(&new.owner, &new.idempotency_key, || async {
+                match store.create_job(&new).await {
+                    Ok(CreateJob::Created(job)) => Trip::Created(job),
+                    Ok(CreateJob::Existing(job)) => Trip::Existing(job),
+                    Err(error) => Trip::Failed(error),
+                }
+            })
+            .await;
+        match flight {
+            Flight::Created(job) => {
+                self.taken_keys.remember(&new.idempotency_key, &job);
+                self.signals.work_available();
+                metrics::job_request(metrics::JOBS_CREATED, &job.task);
+                Ok(Keyed { value: job, replayed: false })
+            }
+            Flight::Taken(job) => {
+                self.taken_keys.remember(&new.idempotency_key, &job);
+                if job.fingerprint == fingerprint { Ok(replayed(job)) } else { Err(key_reused(&job.task, job.id)) }
+            }
+            Flight::Failed(error) => Err(error.into()),
+        }
+    }
+
+    /// 409 `budget-exceeded` when a new job's first attempt could cost more
+    /// than its budget (its `max_cost`, or its task's, the lower): nothing is
+    /// created and nothing is sent.
+    fn refuse_over_budget(&self, task: &str, provider: &str, input: &Value, max_cost: Option<Money>) -> Result<(), JobError> {
+        let Some(budget) = crate::store::usage::budget_of(self.catalog.as_ref(), task, max_cost) else { return Ok(()) };
+        let Some(worst_case) = self.catalog.worst_case_cost(task, provider, input) else { return Ok(()) };
+        if worst_case <= budget {
+            return Ok(());
+        }
+        Err(JobError::Refused {
+            refusal: AdmissionRefusal::BudgetExceeded,
+            reason: Some(format!("the first attempt on '{provider}' may cost up to {worst_case}, over the job's budget of {budget}")),
+        })
+    }
+
+    /// Adds an attempt on `provider` (the job's own when `None`) to one of
+    /// `owner`'s jobs, if every admission rule allows it; the key is scoped
+    /// to the job, so a double-clicked fallback makes one attempt.
+    pub async fn add_attempt(
+        &self,
+        owner: &OwnerId,
+        job_id: JobId,
+        key: IdempotencyKey,
+        provider: Option<String>,
+    ) -> Result<Keyed<Attempt>, JobError> {
+        if let Some(provider) = &provider
+            && self.catalog.provider(provider).is_none()
+        {
+            return Err(JobError::ProviderUnknown(provider.clone()));
+        }
+        let new = NewAttempt {
+            id: AttemptId::new(),
+            provider,
+            idempotency_key: Some(key),
+            origin: AttemptOrigin::Client,
+            delay: Duration::ZERO,
+        };
+        match self.store.admit_attempt(owner, job_id, &new, self.catalog.as_ref()).await? {
+            Admission::Admitted(attempt) => {
+                self.signals.work_available();
+                self.signals.job_changed(job_id);
+                Ok(Keyed { value: attempt, replayed: false })
+            }
+            Admission::Replayed(attempt) => Ok(Keyed { value: attempt, replayed: true }),
+            Admission::KeyReused(attempt) => Err(JobError::AttemptKeyReused { attempt: attempt.number }),
+            Admission::Refused { refusal, reason } => Err(JobError::Refused { refusal, reason }),
+            Admission::JobNotFound => Err(JobError::NotFound),
+        }
+    }
+
+    /// Settles an unknown attempt by an operator's word: any key its own
+    /// owner's, an admin key any owner's (found by job id and number among
+    /// unknown attempts). A succeeded output must meet the task's contract
+    /// and goes through the job's compare-and-swap. The job as it is after.
+    pub async fn resolve_attempt(
+        &self,
+        caller: &Identity,
+        job_id: JobId,
+        number: i32,
+        resolution: Resolution,
+        reason: &str,
+    ) -> Result<Job, JobError> {
+        let owner = match caller.role {
+            KeyRole::Admin => self.store.find_unknown_attempt_owner(job_id, number).await?.unwrap_or(caller.owner.clone()),
+            KeyRole::Client => caller.owner.clone(),
+        };
+        if let Resolution::Succeeded(output) = &resolution {
+            // The job's task is only known to the store; a missing job is a 404 either way.
+            let job = self.store.get_job(&owner, job_id).await?.ok_or(JobError::NotFound)?;
+            if let Some(task) = self.catalog.task(&job.task) {
+                let violations = task.contract.check_output(output);
+                if !violations.is_empty() {
+                    return Err(JobError::ContractViolation(violations));
+                }
+            }
+        }
+        let attempt = AttemptRef { owner: owner.clone(), job_id, number };
+        let transition = self.store.resolve_unknown(&attempt, &resolution, reason, self.catalog.as_ref()).await?;
+        tracing::info!(owner = %owner, by = %caller.owner, role = %caller.role, key = %caller.key, job.id = %job_id,
+                       attempt.number = number, outcome = ?transition, %reason, "operator resolved an unknown attempt");
+        match transition {
+            Transition::NotFound => return Err(JobError::NotFound),
+            Transition::Stale(state) => return Err(JobError::AttemptNotUnknown(state)),
+            Transition::Failed { next: Some(next) } => self.signals.work_available_after(next.delay),
+            Transition::Failed { next: None } | Transition::Applied | Transition::Won { .. } | Transition::Lost { .. } => {}
+        }
+        self.signals.job_changed(job_id);
+        self.store.get_job(&owner, job_id).await?.ok_or(JobError::NotFound)
+    }
+
+    /// Cancels one of `owner`'s jobs unless it succeeded: pending attempts
+    /// are canceled, running ones finish and are never applied. Canceling a
+    /// canceled job changes nothing and answers the same.
+    pub async fn cancel_job(&self, owner: &OwnerId, id: JobId) -> Result<Job, JobError> {
+        match self.store.cancel_job(owner, id).await? {
+            Cancel::Canceled(job) => {
+                tracing::info!(owner = %owner, job.id = %id, "job canceled");
+                metrics::attempts_canceled(job.attempts.iter().filter(|a| a.state == crate::domain::AttemptState::Canceled).count());
+                self.signals.job_changed(id);
+                Ok(job)
+            }
+            Cancel::AlreadyCanceled(job) => Ok(job),
+            Cancel::Succeeded(_) => Err(JobError::JobSucceeded),
+            Cancel::NotFound => Err(JobError::NotFound),
+        }
+    }
+
+    /// One of `owner`'s jobs, read by a read that began after this call
+    /// (concurrent readers of one job share it).
+    pub async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Arc<Job>, JobError> {
+        self.reads.read(owner, id, || self.store.get_job(owner, id)).await?.ok_or(JobError::NotFound)
+    }
+
+    /// One of `owner`'s jobs once `changed` says it differs from what the
+    /// caller saw, or it is finished, or `wait` has passed: a long-poll. The
+    /// job's change notices wake it early; it rereads the job every
+    /// `long_poll_interval` anyway, for changes made by other processes.
+    pub async fn watch_job(
+        &self,
+        owner: &OwnerId,
+        id: JobId,
+        wait: Duration,
+        changed: impl Fn(&Job) -> bool,
+    ) -> Result<Arc<Job>, JobError> {
+        // The watch listens for the job's changes from before each read, so
+        // that no change slips in between.
+        let watch = (!wait.is_zero()).then(|| self.signals.watch_job(id));
+        let mut change = watch.as_ref().map(|watch| watch.next_change());
+        let mut job = self.get_job(owner, id).await?;
+        let deadline = tokio::time::Instant::now() + wait;
+        while let Some(notice) = change.take() {
+            let now = tokio::time::Instant::now();
+            if job.state.is_terminal() || changed(&job) || now >= deadline {
+                break;
+            }
+            tokio::select! {
+                _ = notice => {}
+                _ = tokio::time::sleep(self.long_poll_interval.min(deadline - now)) => {}
+            }
+            change = watch.as_ref().map(|watch| watch.next_change());
+            job = self.get_job(owner, id).await?;
+        }
+        Ok(job)
+    }
+}
+
+fn replayed(job: Arc<Job>) -> Keyed<Arc<Job>> {
+    metrics::job_request(metrics::JOBS_REPLAYED, &job.task);
+    Keyed { value: job, replayed: true }
+}
+
+fn key_reused(task: &str, job_id: JobId) -> JobError {
+    metrics::job_request(metrics::JOBS_CONFLICTED, task);
+    JobError::JobKeyReused { job_id }
+}

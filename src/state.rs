@@ -1,0 +1,41 @@
+//! What every request handler, of the JSON API and of the dashboard alike,
+//! can reach. It lives beside both, so neither imports the other for it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::catalog::Catalog;
+use crate::config::ServerSettings;
+use crate::domain::OwnerId;
+use crate::jobs::Jobs;
+use crate::keys::Authenticator;
+use crate::provider::Providers;
+use crate::signals::Signals;
+use crate::store::Store;
+
+/// The shared state of the API and the dashboard.
+#[derive(Clone)]
+pub struct AppState {
+    /// The database.
+    pub store: Arc<dyn Store>,
+    /// Tasks and providers.
+    pub catalog: Arc<Catalog>,
+    /// The job use cases.
+    pub jobs: Arc<Jobs>,
+    /// The providers, for qualification runs.
+    pub providers: Arc<Providers>,
+    /// API key checks.
+    pub auth: Arc<Authenticator>,
+    /// `[server]` settings.
+    pub settings: Arc<ServerSettings>,
+    /// Wake-ups for the worker, change notices for long-polls.
+    pub signals: Arc<Signals>,
+    /// Renders `/metrics`.
+    pub metrics: metrics_exporter_prometheus::PrometheusHandle,
+    /// The per-owner rate limit, if any.
+    pub limiter: Option<Arc<governor::DefaultKeyedRateLimiter<OwnerId>>>,
+    /// The worker's heartbeat (Unix seconds), when this process runs one.
+    pub worker_heartbeat: Option<Arc<std::sync::atomic::AtomicI64>>,
+    /// How stale that heartbeat may be before `/readyz` fails.
+    pub worker_heartbeat_limit: Duration,
+}
