@@ -2,11 +2,9 @@
 //! it (and nothing else), with the headers and problem types of the API.
 //! The description does not depend on the store, so this runs on SQLite.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::{Backend, TestApp};
+use crate::common::{Backend, TestApp};
 use onejob::http::openapi::{PROBLEM_TYPES, ROUTES};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};

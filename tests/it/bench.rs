@@ -3,11 +3,9 @@
 //! one job. The figures themselves are measured by hand (see the README's
 //! Performance section), not asserted here.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Backend, TestApp};
+use crate::common::{Backend, TestApp};
 use onejob::bench::{Options, Scenario, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
