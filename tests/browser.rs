@@ -4,8 +4,9 @@
 //! simulator. The script (tests/browser/dashboard.mjs) saves screenshots to
 //! `target/browser-screenshots/`.
 //!
-//! Without node, Chromium or playwright-core the test says so and passes,
-//! except under `CI=true`, where it fails: CI must run it.
+//! It needs node, Chromium and playwright-core, so it is ignored unless asked
+//! for (`.ci/run` installs them and runs `cargo test -- --include-ignored`);
+//! run without any of them, it fails and says what is missing.
 
 mod common;
 
@@ -33,15 +34,9 @@ fn browser_tools() -> Result<(PathBuf, PathBuf), String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs node, Chromium and playwright-core: installed by .ci/run"]
 async fn the_dashboard_and_the_demo_work_in_a_real_browser() {
-    let (chromium, browser_dir) = match browser_tools() {
-        Ok(tools) => tools,
-        Err(missing) if std::env::var("CI").as_deref() == Ok("true") => panic!("the browser test cannot run under CI: {missing}"),
-        Err(missing) => {
-            eprintln!("SKIPPED the browser test: {missing}");
-            return;
-        }
-    };
+    let (chromium, browser_dir) = browser_tools().unwrap_or_else(|missing| panic!("the browser test cannot run: {missing}"));
     let app = TestApp::spawn_live(Backend::Sqlite, |settings| {
         // A stall long enough to see and to press the fallback during.
         let slow = settings.providers.get_mut("sim-slow").unwrap();

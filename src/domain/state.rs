@@ -265,6 +265,17 @@ pub enum AdmissionRefusal {
 }
 
 impl AdmissionRefusal {
+    /// Every refusal, in declaration order.
+    pub const ALL: &'static [AdmissionRefusal] = &[
+        AdmissionRefusal::JobFinished,
+        AdmissionRefusal::AttemptPending,
+        AdmissionRefusal::AttemptOutcomeUnknown,
+        AdmissionRefusal::TooManyAttemptsInFlight,
+        AdmissionRefusal::AttemptLimitReached,
+        AdmissionRefusal::ProviderNotQualified,
+        AdmissionRefusal::BudgetExceeded,
+    ];
+
     /// The problem type, also the name stored in refusal events.
     pub fn problem_type(self) -> &'static str {
         match self {
@@ -366,6 +377,24 @@ mod tests {
             assert_eq!(state.as_str().parse::<JobState>().unwrap(), *state);
         }
         assert!("done".parse::<JobState>().is_err());
+    }
+
+    #[test]
+    fn every_admission_refusal_is_in_all() {
+        // One arm per variant, numbered in declaration order: a new variant
+        // fails to compile here until it has an arm and a number, and then
+        // this test fails until ALL lists it (and the 7 below counts it).
+        let position = |refusal: AdmissionRefusal| match refusal {
+            AdmissionRefusal::JobFinished => 0,
+            AdmissionRefusal::AttemptPending => 1,
+            AdmissionRefusal::AttemptOutcomeUnknown => 2,
+            AdmissionRefusal::TooManyAttemptsInFlight => 3,
+            AdmissionRefusal::AttemptLimitReached => 4,
+            AdmissionRefusal::ProviderNotQualified => 5,
+            AdmissionRefusal::BudgetExceeded => 6,
+        };
+        let positions: Vec<usize> = AdmissionRefusal::ALL.iter().map(|r| position(*r)).collect();
+        assert_eq!(positions, (0..7).collect::<Vec<_>>(), "ALL lists each refusal once, in declaration order");
     }
 
     #[test]

@@ -26,27 +26,35 @@ impl Backend {
     }
 }
 
-/// Runs each named `async fn NAME(backend: Backend)` of the calling file as
-/// two tests, `postgres::NAME` and `sqlite::NAME`.
+/// Runs each named `async fn NAME(backend: Backend)` of the calling module as
+/// two tests, `postgres::NAME` and `sqlite::NAME`. With `setup = SETUP;`
+/// first, each is an `async fn NAME(given: T)` instead, called with what the
+/// calling module's `async fn SETUP(backend: Backend) -> T` made for it.
 #[macro_export]
 macro_rules! on_both_backends {
+    (@backend $module:ident, $variant:ident, $setup:tt, $($name:ident),+) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::on_both_backends!(@given $variant, $setup)).await;
+                }
+            )+
+        }
+    };
+    (@given $variant:ident, []) => {
+        $crate::common::Backend::$variant
+    };
+    (@given $variant:ident, [$setup:ident]) => {
+        super::$setup($crate::common::Backend::$variant).await
+    };
+    (setup = $setup:ident; $($name:ident),+ $(,)?) => {
+        $crate::on_both_backends!(@backend postgres, Postgres, [$setup], $($name),+);
+        $crate::on_both_backends!(@backend sqlite, Sqlite, [$setup], $($name),+);
+    };
     ($($name:ident),+ $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name($crate::common::Backend::Postgres).await;
-                }
-            )+
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name($crate::common::Backend::Sqlite).await;
-                }
-            )+
-        }
+        $crate::on_both_backends!(@backend postgres, Postgres, [], $($name),+);
+        $crate::on_both_backends!(@backend sqlite, Sqlite, [], $($name),+);
     };
 }
 

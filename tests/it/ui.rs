@@ -5,9 +5,7 @@
 //! token and the same origin; the cookie is `HttpOnly`, `SameSite=Strict`
 //! and holds no token; revoking the key ends its sessions.
 
-mod common;
-
-use common::{Backend, TestApp, claim_all};
+use crate::common::{Backend, TestApp, claim_all};
 use onejob::domain::{AttemptError, JobId, OwnerId};
 use onejob::store::{AttemptRef, Transition};
 use onejob::ui::ROUTES;

@@ -1,11 +1,9 @@
 //! The `onejob` binary as an operator runs it: `migrate`, `keys create`,
 //! `serve`, then the core behaviours over real HTTP against that process.
 
-mod common;
-
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use common::BIN;
+use crate::common::BIN;
 use tokio::process::Command;
 
 
@@ -16,7 +14,7 @@ async fn onejob(database_url: &str, args: &[&str]) -> (bool, String, String) {
 
 #[tokio::test]
 async fn the_binary_serves_the_core_contract_after_migrate_and_keys_create() {
-    let database_url = common::postgres::empty_database().await;
+    let database_url = crate::common::postgres::empty_database().await;
     let (ok, _, stderr) = onejob(&database_url, &["migrate"]).await;
     assert!(ok, "migrate failed: {stderr}");
     let (ok, _, _) = onejob(&database_url, &["migrate"]).await;
@@ -30,7 +28,7 @@ async fn the_binary_serves_the_core_contract_after_migrate_and_keys_create() {
     let bob = stdout.lines().last().unwrap().trim().to_owned();
     assert!(!stderr.contains(&token), "the token is not logged");
 
-    let (_child, address) = common::spawn_server(&database_url, None).await;
+    let (_child, address) = crate::common::spawn_server(&database_url, None).await;
     let client = reqwest::Client::new();
     let url = |path: &str| format!("http://{address}{path}");
     let post = |key: &str, body: Value| {
@@ -183,7 +181,7 @@ async fn a_first_run_with_nothing_configured_serves_on_sqlite_and_prints_a_key_o
 
 #[tokio::test]
 async fn serve_refuses_a_non_loopback_address_without_an_explicit_flag() {
-    let out = Command::new(BIN).args(["serve", "--listen", "0.0.0.0:0"]).env("DATABASE_URL", common::sqlite::fresh_database()).output().await.unwrap();
+    let out = Command::new(BIN).args(["serve", "--listen", "0.0.0.0:0"]).env("DATABASE_URL", crate::common::sqlite::fresh_database()).output().await.unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--allow-remote"), "{stderr}");

@@ -4,12 +4,9 @@
 //! the owner's usage report, over HTTP against the running application,
 //! the worker and the simulator, on both backends.
 
-#[macro_use]
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::{Backend, TestApp};
+use crate::common::{Backend, TestApp};
 use onejob::config::{Settings, Tokenizer};
 use onejob::domain::{JobId, Money, OwnerId, Price, Usage};
 use onejob::store::TaskRules;
@@ -211,10 +208,10 @@ async fn a_job_with_max_cost_just_below_a_second_attempts_worst_case_refuses_tha
         assert_eq!(money(&job["max_cost"]), budget);
         ids.push(job["id"].as_str().unwrap().to_owned());
     }
-    common::claim_all(&app).await;
+    crate::common::claim_all(&app).await;
 
     let refused = app.post_attempt(&app.alice, &ids[0], "fallback", &json!({"provider": "sim-slow"})).await;
-    let problem = common::expect_problem(refused, StatusCode::CONFLICT, "budget-exceeded").await;
+    let problem = crate::common::expect_problem(refused, StatusCode::CONFLICT, "budget-exceeded").await;
     assert!(problem["detail"].as_str().unwrap().contains(&worst_case(&app, "sim-slow", &input).to_string()), "{problem}");
     let job: Value = app.get(&app.alice, &format!("/jobs/{}", ids[0])).await.json().await.unwrap();
     assert_eq!(attempts(&job).len(), 1, "nothing was added: {job}");
@@ -233,17 +230,17 @@ async fn max_cost_is_part_of_the_intent_and_a_first_attempt_over_it_makes_no_job
     let with = |budget: Value| json!({"task": "summarize", "input": input, "max_cost": budget});
     let too_small = Money::from_units(first.units() - TICK.units()).to_string();
     let response = app.post_job("tiny", &with(json!(too_small))).await;
-    common::expect_problem(response, StatusCode::CONFLICT, "budget-exceeded").await;
+    crate::common::expect_problem(response, StatusCode::CONFLICT, "budget-exceeded").await;
     let listed: Value = app.get(&app.alice, "/jobs").await.json().await.unwrap();
     assert_eq!(listed["jobs"], json!([]), "no job was made");
 
     assert_eq!(app.post_job("b", &with(json!("0.05"))).await.status(), StatusCode::CREATED);
     assert_eq!(app.post_job("b", &with(json!("0.050"))).await.status(), StatusCode::OK, "the same budget, written otherwise");
-    common::expect_problem(app.post_job("b", &with(json!("0.06"))).await, StatusCode::CONFLICT, "idempotency-key-reused").await;
+    crate::common::expect_problem(app.post_job("b", &with(json!("0.06"))).await, StatusCode::CONFLICT, "idempotency-key-reused").await;
     let without = json!({"task": "summarize", "input": input});
-    common::expect_problem(app.post_job("b", &without).await, StatusCode::CONFLICT, "idempotency-key-reused").await;
+    crate::common::expect_problem(app.post_job("b", &without).await, StatusCode::CONFLICT, "idempotency-key-reused").await;
     for bad in [json!(0.05), json!("-1"), json!("1e-3"), json!("0.0000000000000000001")] {
-        let problem = common::expect_problem(app.post_job("bad", &with(bad.clone())).await, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+        let problem = crate::common::expect_problem(app.post_job("bad", &with(bad.clone())).await, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
         assert_eq!(problem["errors"][0]["pointer"], "/max_cost", "{bad}: {problem}");
     }
 }
@@ -254,7 +251,7 @@ async fn the_failover_policy_skips_a_provider_over_the_budget_with_an_event(back
     let app = TestApp::spawn_live(backend, |s| {
         s.providers.insert(
             "sim-prose".into(),
-            common::provider(
+            crate::common::provider(
                 "kind = \"sim\"\ntokenizer = \"o200k_base\"\noutput = \"not_json\"\n\
                  price = { input_per_million = \"1.000000000001\", output_per_million = \"0\", currency = \"USD\" }",
             ),

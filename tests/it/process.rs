@@ -2,15 +2,12 @@
 //! restarted (I8: nothing lost, one winner, no attempt sent twice), and a
 //! server stopped with SIGTERM that drains its attempts first.
 
-#[macro_use]
-mod common;
-
-use common::Backend;
+use crate::common::Backend;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::processes::{database, eventually, simulator_and_config, simulator_log};
+use crate::common::processes::{database, eventually, simulator_and_config, simulator_log};
 use serde_json::{Value, json};
 
 async fn create_jobs(client: &reqwest::Client, address: &str, token: &str, count: usize) -> Vec<String> {
@@ -45,7 +42,7 @@ async fn a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothin
     let (database_url, pool, token) = database(backend).await;
     let client = reqwest::Client::new();
 
-    let (mut first, address) = common::spawn_server(&database_url, Some(&config)).await;
+    let (mut first, address) = crate::common::spawn_server(&database_url, Some(&config)).await;
     let ids = create_jobs(&client, &address, &token, 200).await;
     assert_eq!(ids.len(), 200);
     eventually("most jobs reaching the provider", Duration::from_secs(20), || async {
@@ -57,7 +54,7 @@ async fn a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothin
     let running: i64 = sqlx::query_scalar("select count(*) from attempts where state = 'running'").fetch_one(&pool).await.unwrap();
     assert!(running > 0, "the kill left attempts in flight");
 
-    let (_second, _) = common::spawn_server(&database_url, Some(&config)).await;
+    let (_second, _) = crate::common::spawn_server(&database_url, Some(&config)).await;
     eventually("every job settling", Duration::from_secs(60), || async {
         let open: i64 = sqlx::query_scalar("select count(*) from attempts where state in ('pending', 'running', 'unknown')")
             .fetch_one(&pool)
@@ -103,7 +100,7 @@ async fn sigterm_lets_attempts_in_flight_finish_before_the_server_exits(backend:
     let (database_url, pool, token) = database(backend).await;
     let client = reqwest::Client::new();
 
-    let (mut server, address) = common::spawn_server(&database_url, Some(&config)).await;
+    let (mut server, address) = crate::common::spawn_server(&database_url, Some(&config)).await;
     create_jobs(&client, &address, &token, 5).await;
     eventually("the jobs reaching the provider", Duration::from_secs(20), || async {
         simulator_log(&client, &simulator).await.len() == 5
@@ -123,13 +120,13 @@ async fn an_api_only_server_and_a_separate_worker_process_share_the_work(backend
     let (database_url, pool, token) = database(backend).await;
     let client = reqwest::Client::new();
 
-    let (_api, address) = common::spawn_server_with(&database_url, Some(&config), &["--no-worker"]).await;
+    let (_api, address) = crate::common::spawn_server_with(&database_url, Some(&config), &["--no-worker"]).await;
     create_jobs(&client, &address, &token, 3).await;
     let queued: i64 = sqlx::query_scalar("select count(*) from jobs where state = 'queued'").fetch_one(&pool).await.unwrap();
     assert_eq!(queued, 3, "the API alone runs nothing");
     assert!(simulator_log(&client, &simulator).await.is_empty());
 
-    let _worker = tokio::process::Command::new(common::BIN)
+    let _worker = tokio::process::Command::new(crate::common::BIN)
         .args(["worker", "--config"])
         .arg(&config)
         .env("DATABASE_URL", &database_url)
@@ -150,13 +147,13 @@ async fn every_acknowledged_job_survives_a_sigkill_right_after_its_201(backend: 
     let (_simulator, config) = simulator_and_config(1_000).await;
     let (database_url, pool, token) = database(backend).await;
     let client = reqwest::Client::new();
-    let (mut server, address) = common::spawn_server(&database_url, Some(&config)).await;
+    let (mut server, address) = crate::common::spawn_server(&database_url, Some(&config)).await;
     // Every one of these returned 201; then the process dies at once.
     let ids = create_jobs(&client, &address, &token, 100).await;
     server.kill().await.unwrap();
     server.wait().await.unwrap();
 
-    let (_restarted, address) = common::spawn_server(&database_url, Some(&config)).await;
+    let (_restarted, address) = crate::common::spawn_server(&database_url, Some(&config)).await;
     let stored: i64 = sqlx::query_scalar("select count(*) from jobs").fetch_one(&pool).await.unwrap();
     assert_eq!(stored, 100);
     for id in &ids {

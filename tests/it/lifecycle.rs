@@ -4,12 +4,9 @@
 //! Timing comes from the simulator's configured latencies; the tests wait
 //! by long-polling for the states they expect, never by sleeping.
 
-#[macro_use]
-mod common;
-
 use std::sync::Arc;
 
-use common::{Backend, TestApp, expect_problem, provider};
+use crate::common::{Backend, TestApp, expect_problem, provider};
 use onejob::domain::{JobId, OwnerId};
 use reqwest::StatusCode;
 use serde_json::{Value, json};

@@ -1,13 +1,10 @@
 //! The HTTP API over a real socket, against a real Postgres: I1, I2, I7 and
 //! the admission rules as a client sees them.
 
-#[macro_use]
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Backend, TestApp, claim_all, expect_problem};
+use crate::common::{Backend, TestApp, claim_all, expect_problem};
 use onejob::domain::{AttemptError, JobId, OwnerId};
 use onejob::store::{AttemptRef, Transition};
 use reqwest::StatusCode;

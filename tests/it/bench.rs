@@ -3,17 +3,16 @@
 //! one job. The figures themselves are measured by hand (see the README's
 //! Performance section), not asserted here.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Backend, TestApp};
+use crate::common::{Backend, TestApp};
+use clap::ValueEnum;
 use onejob::bench::{Options, Scenario, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_bench_scenario_runs_cleanly() {
     let app = TestApp::spawn_live(Backend::Sqlite, |s| s.server.rate_limit_per_second = 0).await;
-    for scenario in [Scenario::Create, Scenario::Replay, Scenario::Poll, Scenario::E2e, Scenario::Storm, Scenario::Inflight] {
+    for &scenario in Scenario::value_variants() {
         let options = Options {
             url: format!("http://{}", app.addr),
             token: app.alice.clone(),

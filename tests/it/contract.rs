@@ -4,10 +4,7 @@
 //! changed contract voids earlier qualifications; a prompt too long for a
 //! provider is never sent.
 
-#[macro_use]
-mod common;
-
-use common::{Backend, TestApp, expect_problem, provider};
+use crate::common::{Backend, TestApp, expect_problem, provider};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -112,7 +109,7 @@ async fn changing_the_contract_voids_an_earlier_qualification_until_it_is_run_ag
     assert!(states["sim-fast"]["reason"].as_str().unwrap().contains("changed since"));
 
     let id = create(&after, "k", &json!({"task": "summarize", "input": {"text": "x"}, "provider": "sim-slow"})).await;
-    common::claim_all(&after).await;
+    crate::common::claim_all(&after).await;
     let refused = after.post_attempt(&after.alice, &id, "f1", &json!({"provider": "sim-fast"})).await;
     let problem = expect_problem(refused, StatusCode::UNPROCESSABLE_ENTITY, "provider-not-qualified").await;
     assert!(problem["detail"].as_str().unwrap().contains("changed since"), "{problem}");

@@ -1,12 +1,9 @@
 //! Operating onejob: metrics, readiness with the database stopped, the
 //! per-owner rate limit, and logs that never carry a secret.
 
-#[macro_use]
-mod common;
-
 use std::time::Duration;
 
-use common::{Backend, TestApp, expect_problem};
+use crate::common::{Backend, TestApp, expect_problem};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
@@ -108,7 +105,7 @@ impl Door {
 async fn readiness_and_requests_answer_503_while_the_database_is_stopped() {
     // Postgres only: an embedded SQLite file cannot be stopped apart from
     // the process that opens it.
-    let url = common::postgres::fresh_database().await;
+    let url = crate::common::postgres::fresh_database().await;
     let Some(socket_dir) = url.split("host=").nth(1).map(str::to_owned) else {
         eprintln!("TEST_DATABASE_URL names a TCP server; this test needs the throwaway cluster's socket");
         return;
@@ -151,11 +148,11 @@ async fn a_full_run_logs_no_secret() {
     std::fs::write(&config, toml::to_string(&table).unwrap()).unwrap();
 
     let url = Backend::Sqlite.fresh_database().await;
-    let store = common::open_store(&url);
+    let store = crate::common::open_store(&url);
     store.migrate().await.unwrap();
     let token = onejob::keys::create_key(store.as_ref(), &onejob::domain::OwnerId::parse("alice").unwrap()).await.unwrap().1;
 
-    let mut child = tokio::process::Command::new(common::BIN)
+    let mut child = tokio::process::Command::new(crate::common::BIN)
         .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&config)
         .env("DATABASE_URL", &url)
