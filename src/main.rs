@@ -354,7 +354,20 @@ async fn run(command: Command) -> Result<(), AnyError> {
 /// installed it, and needs a key that can also see providers and make keys
 /// for others (`onejob keys create`).
 async fn first_run_key(store: &dyn onejob::store::Store, addr: SocketAddr) -> Result<(), AnyError> {
-    if store.has_api_keys().await? {
+    // At start the pool may be briefly exhausted (the qualifications at
+    // start, the worker's loops, a loaded machine): a database that is only
+    // busy must not stop the server. Give it 30 seconds.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let has_keys = loop {
+        match store.has_api_keys().await {
+            Err(onejob::store::StoreError::Unavailable(error)) if tokio::time::Instant::now() < deadline => {
+                tracing::warn!(%error, "cannot yet check for API keys; trying again");
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            answer => break answer?,
+        }
+    };
+    if has_keys {
         return Ok(());
     }
     let owner = OwnerId::parse("demo")?;

@@ -95,12 +95,3 @@ pub(crate) async fn resolve_attempt(
     let job = app.jobs.resolve_attempt(&caller, job_id, number, resolution, &reason).await.map_err(|e| job_error(&app, e))?;
     Ok(json_response(StatusCode::OK, &job, &[]))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-
-
-}

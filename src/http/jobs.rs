@@ -245,7 +245,7 @@ mod tests {
         assert_eq!(parse_list_query(Some("limit=101")).unwrap_err().kind(), "validation-failed");
         assert_eq!(parse_list_query(Some("cursor=abc")).unwrap_err().kind(), "validation-failed");
         assert_eq!(parse_list_query(Some("colour=red")).unwrap_err().kind(), "validation-failed");
-        assert_eq!(pointer_to("a/b~c"), "/a~1b~0c");
+        assert_eq!(crate::http::extract::pointer_to("a/b~c"), "/a~1b~0c");
         assert_eq!(parse_wait(Some("wait=30")).unwrap(), Duration::from_secs(30));
         assert_eq!(parse_wait(Some("wait=31")).unwrap_err().kind(), "validation-failed");
         assert_eq!(parse_wait(None).unwrap(), Duration::ZERO);

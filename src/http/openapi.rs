@@ -56,6 +56,21 @@ pub fn with_access<S: Clone + Send + Sync + 'static>(access: Access, mut router:
     router
 }
 
+/// Every route [`super::api`] serves, as (method, path), in the order of
+/// the specification's paths.
+pub fn routes() -> Vec<(String, String)> {
+    let mut routes = Vec::new();
+    for (path, item) in &spec().paths.paths {
+        let operations = [("get", &item.get), ("put", &item.put), ("post", &item.post), ("delete", &item.delete), ("patch", &item.patch)];
+        for (method, operation) in operations {
+            if operation.is_some() {
+                routes.push((method.to_owned(), path.clone()));
+            }
+        }
+    }
+    routes
+}
+
 /// The specification of every route [`super::api`] serves, built once.
 pub fn spec() -> &'static utoipa::openapi::OpenApi {
     static SPEC: LazyLock<utoipa::openapi::OpenApi> = LazyLock::new(|| super::api().into_openapi());

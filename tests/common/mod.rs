@@ -166,7 +166,7 @@ impl TestApp {
             settings.simulator.url = Some(running.url());
             Some(running)
         };
-        let catalog = onejob::catalog::Catalog::new(&settings);
+        let catalog = onejob::catalog::Catalog::new(&settings).expect("the test's tasks compile");
         let mut application = Application::build_as(settings, role).await.expect("the application builds");
         // Live apps are used once the providers marked qualify_on_start are qualified.
         if let Some(qualifying) = application.take_startup_qualifications() {

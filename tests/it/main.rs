@@ -1,8 +1,7 @@
 //! The integration tests, one binary (each test binary links the whole
 //! library, so fewer binaries build much faster), one module per concern.
-//! The fault suite (`tests/faults`), the browser test (`tests/browser.rs`)
-//! and, for now, the README reference tests (`tests/docs.rs`) are binaries
-//! of their own.
+//! The fault suite (`tests/faults`) and the browser test (`tests/browser.rs`)
+//! are binaries of their own.
 //! The helpers in `tests/common` are shared with `tests/faults`.
 
 #[macro_use]
@@ -13,11 +12,13 @@ mod api;
 mod bench;
 mod cli;
 mod contract;
+mod docs;
 mod lifecycle;
 mod openai;
 mod openapi;
 mod ops;
 mod process;
 mod store;
+mod structure;
 mod ui;
 mod usage;

@@ -1,0 +1,206 @@
+//! The shape of the source tree, checked: no module of `src/` imports
+//! another that imports it back (directly or through others), and no file
+//! grows past what a reader can hold.
+//!
+//! A module's imports are read from its text: every `crate::…` and
+//! `super::…` path outside comments and unit tests, `use` groups included,
+//! resolved to the longest module it names. A parent and its own children
+//! may name each other (a parent declares them); every other pair of
+//! modules is compared at the level where their paths part: the top-level
+//! modules of the crate with each other, and the children of one parent
+//! with each other.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const LONGEST_FILE: usize = 900;
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, found);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            found.push(path);
+        }
+    }
+}
+
+/// The library's modules by path (`http::jobs`), with their text; the
+/// binary's `main.rs` is another crate.
+fn modules() -> BTreeMap<String, String> {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut modules = BTreeMap::new();
+    for file in files {
+        let relative = file.strip_prefix(src()).unwrap().with_extension("");
+        let mut segments: Vec<String> = relative.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+        if segments == ["main"] {
+            continue;
+        }
+        if matches!(segments.last().map(String::as_str), Some("mod" | "lib")) {
+            segments.pop();
+        }
+        modules.insert(segments.join("::"), std::fs::read_to_string(&file).unwrap());
+    }
+    modules
+}
+
+/// The code of a module without its comments and unit tests.
+fn code(text: &str) -> String {
+    let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+    text.lines().map(|line| line.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n")
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// Every path `crate::a::b…` or `super::…` in `code`, as the segments
+/// after `crate`, resolved from module `at`; `use x::{a, b::c}` gives one
+/// path per member.
+fn paths(code: &str, at: &[String]) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    for (start, _) in code.match_indices("::") {
+        // The first segment of a path: the word before the first `::`.
+        let before = &code[..start];
+        let word_start = before.rfind(|c: char| !is_ident(c)).map_or(0, |i| i + 1);
+        let first = &before[word_start..];
+        if before[..word_start].ends_with("::") || !(first == "crate" || first == "super") {
+            continue;
+        }
+        let mut base: Vec<String> = if first == "crate" { Vec::new() } else { at[..at.len().saturating_sub(1)].to_vec() };
+        let mut rest = &code[start + 2..];
+        let mut segments = Vec::new();
+        loop {
+            if let Some(group) = rest.strip_prefix('{') {
+                let inner = &group[..group.find('}').unwrap_or(group.len())];
+                for member in inner.split(',') {
+                    let head: String = member.trim().chars().take_while(|&c| is_ident(c)).collect();
+                    if !head.is_empty() {
+                        found.push([base.clone(), segments.clone(), vec![head]].concat());
+                    }
+                }
+                break;
+            }
+            let segment: String = rest.chars().take_while(|&c| is_ident(c)).collect();
+            if segment.is_empty() {
+                break;
+            }
+            rest = &rest[segment.len()..];
+            if segment == "super" && segments.is_empty() {
+                base.pop();
+            } else {
+                segments.push(segment);
+            }
+            match rest.strip_prefix("::") {
+                Some(more) => rest = more,
+                None => break,
+            }
+        }
+        found.push([base, segments].concat());
+    }
+    found
+}
+
+/// Which module of `modules` a path names: its longest prefix that is one.
+fn module_of(path: &[String], modules: &BTreeMap<String, String>) -> Option<String> {
+    (1..=path.len()).rev().map(|n| path[..n].join("::")).find(|candidate| modules.contains_key(candidate))
+}
+
+fn is_within(inner: &str, outer: &str) -> bool {
+    outer.is_empty() || inner == outer || inner.starts_with(&format!("{outer}::"))
+}
+
+/// The import edges between modules that are neither the other's ancestor,
+/// at the level where their paths part: (parent, from, to).
+fn edges() -> BTreeSet<(String, String, String)> {
+    let modules = modules();
+    let mut edges = BTreeSet::new();
+    for (name, text) in &modules {
+        let at: Vec<String> = if name.is_empty() { Vec::new() } else { name.split("::").map(str::to_owned).collect() };
+        for path in paths(&code(text), &at) {
+            let Some(target) = module_of(&path, &modules) else { continue };
+            if is_within(&target, name) || is_within(name, &target) {
+                continue;
+            }
+            let (from, to): (Vec<&str>, Vec<&str>) = (name.split("::").collect(), target.split("::").collect());
+            let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            edges.insert((from[..common].join("::"), from[common].to_owned(), to[common].to_owned()));
+        }
+    }
+    edges
+}
+
+/// A circle among the children of one parent, if any.
+fn circle(edges: &BTreeSet<(String, String, String)>) -> Option<Vec<String>> {
+    let mut graph: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+    for (parent, from, to) in edges {
+        graph.entry((parent, from)).or_default().push(to);
+    }
+    fn visit<'a>(
+        graph: &BTreeMap<(&'a str, &'a str), Vec<&'a str>>,
+        parent: &'a str,
+        node: &'a str,
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<(&'a str, &'a str)>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|&n| n == node) {
+            let mut found: Vec<String> = path[start..].iter().map(|n| format!("{parent}::{n}")).collect();
+            found.push(format!("{parent}::{node}"));
+            return Some(found);
+        }
+        if !done.insert((parent, node)) {
+            return None;
+        }
+        path.push(node);
+        for next in graph.get(&(parent, node)).into_iter().flatten() {
+            if let Some(found) = visit(graph, parent, next, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph.keys().find_map(|&(parent, node)| visit(&graph, parent, node, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_modules_of_src_import_each_other_without_a_circle() {
+    let edges = edges();
+    // The reader sees real imports: the API's handlers use the use cases,
+    // the dashboard uses the API's extractors, the stores use the domain.
+    for (parent, from, to) in [("", "http", "jobs"), ("", "ui", "http"), ("", "store", "domain"), ("http", "jobs", "error")] {
+        assert!(edges.contains(&(parent.to_owned(), from.to_owned(), to.to_owned())), "{from} uses {to}: {edges:?}");
+    }
+    assert_eq!(circle(&edges), None, "modules that import each other");
+}
+
+#[test]
+fn a_circle_between_modules_is_found() {
+    let edges: BTreeSet<(String, String, String)> = [("http", "a", "b"), ("http", "b", "c"), ("http", "c", "a"), ("", "x", "y")]
+        .iter()
+        .map(|(p, a, b)| (p.to_string(), a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(circle(&edges), Some(vec!["http::a".into(), "http::b".into(), "http::c".into(), "http::a".into()]));
+    let at = ["http".to_owned(), "jobs".to_owned()];
+    let found = paths("use super::{error::Problem, extract};\nlet x = crate::store::Store::get;", &at);
+    assert!(found.contains(&vec!["http".into(), "error".into()]), "{found:?}");
+    assert!(found.contains(&vec!["http".into(), "extract".into()]), "{found:?}");
+    assert!(found.contains(&vec!["store".into(), "Store".into(), "get".into()]), "{found:?}");
+}
+
+#[test]
+fn no_source_file_is_longer_than_a_reader_can_hold() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    for file in files {
+        let lines = std::fs::read_to_string(&file).unwrap().lines().count();
+        assert!(lines <= LONGEST_FILE, "{} has {lines} lines, over {LONGEST_FILE}", file.display());
+    }
+}
