@@ -61,6 +61,11 @@ async fn same_key_with_different_input_is_a_conflict_and_changes_nothing(backend
     let response = app.post_job("k", &summarize("something else")).await;
     let problem = expect_problem(response, StatusCode::CONFLICT, "idempotency-key-reused").await;
     assert_eq!(problem["job_id"], job["id"]);
+    // The detail names every part of the intent, the budget included.
+    let detail = problem["detail"].as_str().unwrap();
+    for part in ["task", "input", "provider", "max_cost"] {
+        assert!(detail.contains(part), "the detail names {part}: {detail}");
+    }
     let other_provider = app.post_job("k", &json!({"task": "summarize", "input": {"text": "one two three"}, "provider": "sim-slow"})).await;
     expect_problem(other_provider, StatusCode::CONFLICT, "idempotency-key-reused").await;
     let now: Value = app.get(&app.alice, &format!("/jobs/{}", job["id"].as_str().unwrap())).await.json().await.unwrap();
