@@ -46,9 +46,13 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_specificat
     let work = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/schemathesis-work");
     std::fs::create_dir_all(&work).unwrap();
     let mut command = tokio::process::Command::new(&st);
+    // One worker: with two, schemathesis parses Python source from two
+    // threads, and the machine's CPython 3.11 can then fail inside
+    // `ast.parse` ("AST constructor recursion depth mismatch"), an error
+    // of the tool's that says nothing of the server.
     command
         .current_dir(&work)
-        .args(["run", &app.url("/openapi.json"), "--max-examples", MAX_EXAMPLES, "--workers", "2", "--no-color"])
+        .args(["run", &app.url("/openapi.json"), "--max-examples", MAX_EXAMPLES, "--workers", "1", "--no-color"])
         .args(["--checks", "all", "--exclude-checks", "positive_data_acceptance"])
         .arg("--header")
         .arg(format!("Authorization: Bearer {}", app.alice))
