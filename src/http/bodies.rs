@@ -5,12 +5,14 @@
 //! input, checking what a schema cannot say (zero-to-production's "parse,
 //! don't validate").
 
+use std::sync::OnceLock;
+
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::Problem;
-use super::extract::{JsonBody, parse_body};
+use super::extract::{JsonBody, compiled, parse_body};
 use crate::catalog::Violation;
 use crate::domain::Money;
 use crate::jobs::JobRequest;
@@ -75,6 +77,11 @@ pub struct QualifyBody {
 }
 
 impl JsonBody for CreateJobBody {
+    fn validator() -> &'static jsonschema::Validator {
+        static SCHEMA: OnceLock<jsonschema::Validator> = OnceLock::new();
+        compiled::<Self>(&SCHEMA)
+    }
+
     fn explain(pointer: &str) -> Option<&'static str> {
         (pointer == "/max_cost").then_some(MAX_COST_WORDS)
     }
@@ -86,11 +93,26 @@ const MAX_COST_WORDS: &str =
 
 impl JsonBody for CreateAttemptBody {
     const EMPTY_IS_OBJECT: bool = true;
+
+    fn validator() -> &'static jsonschema::Validator {
+        static SCHEMA: OnceLock<jsonschema::Validator> = OnceLock::new();
+        compiled::<Self>(&SCHEMA)
+    }
 }
 
-impl JsonBody for ResolveBody {}
+impl JsonBody for ResolveBody {
+    fn validator() -> &'static jsonschema::Validator {
+        static SCHEMA: OnceLock<jsonschema::Validator> = OnceLock::new();
+        compiled::<Self>(&SCHEMA)
+    }
+}
 
-impl JsonBody for QualifyBody {}
+impl JsonBody for QualifyBody {
+    fn validator() -> &'static jsonschema::Validator {
+        static SCHEMA: OnceLock<jsonschema::Validator> = OnceLock::new();
+        compiled::<Self>(&SCHEMA)
+    }
+}
 
 impl TryFrom<CreateJobBody> for JobRequest {
     type Error = Problem;

@@ -4,9 +4,8 @@
 //! members of body objects. Every refusal is a problem answer, never a 500
 //! and never a dropped connection.
 
-use std::any::TypeId;
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::OnceLock;
 
 use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
@@ -170,6 +169,16 @@ pub trait JsonBody: DeserializeOwned + ToSchema + 'static {
     fn explain(_pointer: &str) -> Option<&'static str> {
         None
     }
+
+    /// The type's schema, compiled once: each type keeps it in a static of
+    /// its own and hands it to [`compiled`], so that no lock is shared by
+    /// the requests of every route.
+    fn validator() -> &'static jsonschema::Validator;
+}
+
+/// `T`'s schema compiled into `cell` on first use.
+pub fn compiled<T: JsonBody>(cell: &'static OnceLock<jsonschema::Validator>) -> &'static jsonschema::Validator {
+    cell.get_or_init(|| jsonschema::draft202012::new(&schema_of::<T>()).expect("a body type's own schema compiles"))
 }
 
 /// A JSON body read strictly into `T`: its size and content type checked,
@@ -195,7 +204,7 @@ pub fn parse_body<T: JsonBody>(value: Value) -> Result<T, Problem> {
     if !value.is_object() {
         return Err(Problem::invalid_field("", "the body must be a JSON object"));
     }
-    let validator = validator_of::<T>();
+    let validator = T::validator();
     if !validator.is_valid(&value) {
         let mut violations = violations(validator, &value);
         for violation in &mut violations {
@@ -241,17 +250,6 @@ fn with_article(json_type: &str) -> String {
         "null" => "null".to_owned(),
         other => format!("a {other}"),
     }
-}
-
-/// The validator of `T`'s schema, compiled once per type.
-fn validator_of<T: JsonBody>() -> &'static jsonschema::Validator {
-    static VALIDATORS: LazyLock<Mutex<HashMap<TypeId, &'static jsonschema::Validator>>> = LazyLock::new(Default::default);
-    let mut validators = VALIDATORS.lock().unwrap_or_else(|p| p.into_inner());
-    validators.entry(TypeId::of::<T>()).or_insert_with(|| {
-        let schema = schema_of::<T>();
-        let validator = jsonschema::draft202012::new(&schema).expect("a body type's own schema compiles");
-        Box::leak(Box::new(validator))
-    })
 }
 
 /// `T`'s schema as JSON Schema, with the schemas it refers to written in
