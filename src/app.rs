@@ -126,18 +126,25 @@ impl Application {
         Self::build_as(settings, Role::All).await
     }
 
-    /// Builds only the parts `role` names.
+    /// Builds only the parts `role` names. The tasks' schemas and
+    /// templates are compiled first, so that a broken one stops the process
+    /// before it touches the database.
     pub async fn build_as(settings: Settings, role: Role) -> Result<Self, StartError> {
+        let catalog = Arc::new(Catalog::new(&settings)?);
         let store = open_store(&settings)?;
         if settings.database.migrate_on_start {
             store.migrate().await?;
         }
-        Self::build_with_store(settings, store, role).await
+        Self::build_with_catalog(settings, store, catalog, role).await
     }
 
     /// Builds around an open store.
     pub async fn build_with_store(settings: Settings, store: Arc<dyn Store>, role: Role) -> Result<Self, StartError> {
         let catalog = Arc::new(Catalog::new(&settings)?);
+        Self::build_with_catalog(settings, store, catalog, role).await
+    }
+
+    async fn build_with_catalog(settings: Settings, store: Arc<dyn Store>, catalog: Arc<Catalog>, role: Role) -> Result<Self, StartError> {
         let signals = Arc::new(Signals::default());
         let (providers, simulator) = start_providers(&settings).await?;
         let providers = Arc::new(providers);

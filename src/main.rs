@@ -241,20 +241,20 @@ async fn run(command: Command) -> Result<(), AnyError> {
             Ok(())
         }
         Command::Sim { listen, config } => {
-            let settings = Settings::load(config.config.as_deref())?;
+            let settings = load_checked(config.config.as_deref())?;
             let simulator = onejob::sim::spawn(&settings, listen).await?;
             tracing::info!(address = %simulator.addr, "simulator listening on http://{}", simulator.addr);
             shutdown_signal().await;
             Ok(())
         }
         Command::Migrate { config } => {
-            let settings = Settings::load(config.config.as_deref())?;
+            let settings = load_checked(config.config.as_deref())?;
             app::open_store(&settings)?.migrate().await?;
             tracing::info!("migrations applied");
             Ok(())
         }
         Command::Keys { command, config } => {
-            let settings = Settings::load(config.config.as_deref())?;
+            let settings = load_checked(config.config.as_deref())?;
             let store = app::open_store(&settings)?;
             match command {
                 KeysCommand::Create { owner, role } => {
@@ -353,6 +353,14 @@ async fn run(command: Command) -> Result<(), AnyError> {
 /// It is an admin key: whoever can start the server on an empty database
 /// installed it, and needs a key that can also see providers and make keys
 /// for others (`onejob keys create`).
+/// The settings, with the tasks' schemas and templates compiled to check
+/// them (for the commands that build no application, which would).
+fn load_checked(path: Option<&std::path::Path>) -> Result<Settings, AnyError> {
+    let settings = Settings::load(path)?;
+    onejob::catalog::Catalog::new(&settings)?;
+    Ok(settings)
+}
+
 async fn first_run_key(store: &dyn onejob::store::Store, addr: SocketAddr) -> Result<(), AnyError> {
     // At start the pool may be briefly exhausted (the qualifications at
     // start, the worker's loops, a loaded machine): a database that is only

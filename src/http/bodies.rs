@@ -24,8 +24,9 @@ use crate::store::Resolution;
 pub struct CreateJobBody {
     /// A configured task.
     pub task: String,
-    /// The task's input; must meet its input schema.
-    #[schema(value_type = Object)]
+    /// The task's input: any JSON value, which the task's input schema
+    /// then checks.
+    #[schema(value_type = Value)]
     pub input: Value,
     /// A configured provider; the task's default when left out.
     pub provider: Option<String>,
@@ -61,7 +62,10 @@ pub struct ResolveBody {
     /// What became of the attempt.
     pub outcome: Outcome,
     /// The output, for `succeeded`; it must meet the task's output schema.
+    /// `null` is an output like any other (refused for `failed`), unlike
+    /// leaving it out.
     #[schema(value_type = Option<Object>)]
+    #[serde(default, deserialize_with = "present")]
     pub output: Option<Value>,
     /// Why (1 to 1000 characters); kept in the job's events.
     #[schema(min_length = 1, max_length = 1000)]
@@ -74,6 +78,11 @@ pub struct ResolveBody {
 pub struct QualifyBody {
     /// The task whose contract the provider must meet.
     pub task: String,
+}
+
+/// A member that is present, whatever its value (`null` included).
+fn present<'de, D: serde::Deserializer<'de>>(value: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(value).map(Some)
 }
 
 impl JsonBody for CreateJobBody {
@@ -243,5 +252,23 @@ mod tests {
         assert_eq!(parse_create_request(json!({"task": "t", "input": {}, "max_cost": "-1"})).unwrap_err().kind(), "validation-failed");
         let request = parse_create_request(json!({"task": "t", "input": {}, "max_cost": "0.05"})).unwrap();
         assert_eq!(request.max_cost, Some("0.05".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_null_output_is_an_output_and_refused_for_a_failed_outcome() {
+        let problem = parse_resolution(json!({"outcome": "failed", "output": null, "reason": "r"})).unwrap_err();
+        assert!(format!("{problem:?}").contains("a failed outcome has no output"), "{problem:?}");
+        assert!(parse_resolution(json!({"outcome": "succeeded", "output": null, "reason": "r"})).is_err());
+        assert!(parse_resolution(json!({"outcome": "failed", "reason": "r"})).is_ok());
+    }
+
+    #[test]
+    fn any_json_value_is_an_input_for_the_tasks_schema_to_judge() {
+        for input in [json!("text"), json!([1, 2]), json!(null), json!(3)] {
+            assert_eq!(parse_create_request(json!({"task": "t", "input": input.clone()})).unwrap().input, input);
+        }
+        // One violation per member, even where the schema breaks twice.
+        let problem = parse_resolution(json!({"outcome": null, "reason": "r"})).unwrap_err();
+        assert_eq!(format!("{problem:?}").matches("\"/outcome\"").count(), 1, "{problem:?}");
     }
 }

@@ -11,6 +11,7 @@ use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use serde::de::DeserializeOwned;
@@ -80,7 +81,16 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize, empty_is_o
         .detail("send the body as Content-Type: application/json")
         .into());
     }
-    super::json::parse(&bytes).map_err(|error| Problem::invalid_field(&error.pointer, error.detail).into())
+    Ok(parse_json_text(&bytes, limit)?)
+}
+
+/// JSON text of at most `limit` bytes, parsed strictly: how a body already
+/// read (or made, by the dashboard, from a form) is read.
+pub fn parse_json_text(bytes: &[u8], limit: usize) -> Result<Value, Problem> {
+    if bytes.len() > limit {
+        return Err(too_large(limit));
+    }
+    super::json::parse(bytes).map_err(|error| Problem::invalid_field(&error.pointer, error.detail))
 }
 
 async fn read_limited(mut body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
@@ -131,11 +141,12 @@ impl<S: Send + Sync> FromRequestParts<S> for Key {
 pub struct JobPath(pub JobId);
 
 impl<S: Send + Sync> FromRequestParts<S> for JobPath {
-    type Rejection = ApiError;
+    type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path(id) = Path::<String>::from_request_parts(parts, state).await.map_err(|_| Problem::not_found())?;
-        let id = JobId::parse(&id).ok_or_else(Problem::not_found)?;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        // A path that does not decode is axum's own 400, as for any route.
+        let Path(id) = Path::<String>::from_request_parts(parts, state).await.map_err(IntoResponse::into_response)?;
+        let id = JobId::parse(&id).ok_or_else(|| Problem::not_found().into_response())?;
         tracing::Span::current().record("job.id", tracing::field::display(id));
         Ok(JobPath(id))
     }
@@ -145,13 +156,13 @@ impl<S: Send + Sync> FromRequestParts<S> for JobPath {
 pub struct AttemptPath(pub JobId, pub i32);
 
 impl<S: Send + Sync> FromRequestParts<S> for AttemptPath {
-    type Rejection = ApiError;
+    type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
         let Path((id, number)) =
-            Path::<(String, String)>::from_request_parts(parts, state).await.map_err(|_| Problem::not_found())?;
-        let id = JobId::parse(&id).ok_or_else(Problem::not_found)?;
-        let number: i32 = number.parse().map_err(|_| Problem::not_found())?;
+            Path::<(String, String)>::from_request_parts(parts, state).await.map_err(IntoResponse::into_response)?;
+        let id = JobId::parse(&id).ok_or_else(|| Problem::not_found().into_response())?;
+        let number: i32 = number.parse().map_err(|_| Problem::not_found().into_response())?;
         tracing::Span::current().record("job.id", tracing::field::display(id));
         Ok(AttemptPath(id, number))
     }
@@ -241,6 +252,10 @@ fn violations(validator: &jsonschema::Validator, value: &Value) -> Vec<Violation
             _ => violations.push(Violation { pointer: at, detail: error.to_string() }),
         }
     }
+    // One violation per member, as a reader would list them: the first
+    // word said of each (a `null` outcome breaks both its type and its enum).
+    let mut named = std::collections::HashSet::new();
+    violations.retain(|violation| named.insert(violation.pointer.clone()));
     violations
 }
 

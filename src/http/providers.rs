@@ -5,7 +5,7 @@
 use axum::extract::{FromRequestParts, Path, State};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -23,12 +23,13 @@ use crate::store::QualificationState;
 pub(crate) struct ProviderPath(String);
 
 impl FromRequestParts<AppState> for ProviderPath {
-    type Rejection = ApiError;
+    type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
-        let Path(name) = Path::<String>::from_request_parts(parts, app).await.map_err(|_| Problem::not_found())?;
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Response> {
+        // A path that does not decode is axum's own 400, as for any route.
+        let Path(name) = Path::<String>::from_request_parts(parts, app).await.map_err(IntoResponse::into_response)?;
         if !app.providers.contains_key(&name) {
-            return Err(Problem::not_found().detail(format!("no provider named '{name}'")).into());
+            return Err(Problem::not_found().detail(format!("no provider named '{name}'")).into_response());
         }
         Ok(ProviderPath(name))
     }

@@ -19,6 +19,7 @@ use super::session::{self, Session, Sessions};
 use super::{PageError, PageSession, fragment, page, safe_next, ser, timeline};
 use crate::domain::{EventKind, Job, JobEvent, JobId, JobState, KeyRole};
 use crate::http::bodies::parse_resolution;
+use crate::http::extract::parse_json_text;
 use crate::keys::AuthError;
 use crate::http::error::{ApiError, Problem};
 use crate::http::respond::job_error;
@@ -483,9 +484,12 @@ pub(crate) async fn resolve(
         }
     }
     let answer = async {
-        let (resolution, reason) = parse_resolution(request)?;
         let job_id = JobId::parse(&form.job).ok_or_else(Problem::not_found)?;
         let number: i32 = form.number.parse().map_err(|_| Problem::not_found())?;
+        // Read as the API reads a body: within its limit, strictly (no NUL,
+        // no integer a double cannot hold), then as a resolve body.
+        let request = parse_json_text(request.to_string().as_bytes(), app.settings.max_body_bytes)?;
+        let (resolution, reason) = parse_resolution(request)?;
         app.jobs.resolve_attempt(&session.identity, job_id, number, resolution, &reason).await.map_err(|e| job_error(&app, e))
     }
     .await;
