@@ -278,16 +278,14 @@ impl_driver_tx!(SqliteTx, {
         .execute(&mut *self.tx)
         .await?
         .rows_affected();
-        let mut canceled = Vec::new();
-        let (kind, mut detail) = if won {
-            canceled = self.cancel_pending(attempt.owner.as_str(), attempt.job_id).await?;
-            (EventKind::AttemptSucceeded, settlement.won.clone())
-        } else {
-            (EventKind::RaceLost, settlement.lost.clone())
-        };
-        if won {
+        let (kind, detail, canceled) = if won {
+            let canceled = self.cancel_pending(attempt.owner.as_str(), attempt.job_id).await?;
+            let mut detail = settlement.won.clone();
             detail["canceled"] = json!(canceled);
-        }
+            (EventKind::AttemptSucceeded, detail, canceled)
+        } else {
+            (EventKind::RaceLost, settlement.lost.clone(), Vec::new())
+        };
         if settled == 1 {
             insert_event(&mut self.tx, at, &attempt.owner, attempt.job_id, kind, Some(attempt.number), detail).await?;
         }
