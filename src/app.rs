@@ -227,7 +227,12 @@ impl Application {
             tracing::info!("API stopped");
         }
         if let Some(worker) = worker {
-            // The worker bounds its own drain by the grace period; this is a backstop.
+            // A worker runs until it is told to stop (a worker-only process
+            // has no API to wait for); it then bounds its own drain by the
+            // grace period, and this timeout is a backstop counted from the
+            // stop, never from the start.
+            let mut worker_stopped = stopped.clone();
+            let _ = worker_stopped.wait_for(|stop| *stop).await;
             let _ = tokio::time::timeout(self.shutdown_grace + Duration::from_secs(5), worker).await;
         }
         Ok(())

@@ -97,34 +97,97 @@ impl fmt::Display for IdempotencyKey {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Fingerprint(pub [u8; 32]);
 
+/// What a request to create a job asks for, as the client sent it: the
+/// provider as named, or `None`; the budget in its shortest decimal form
+/// (`Money`'s, so that `0.050` is the same budget as `0.05`), or `None`.
+#[derive(Clone, Copy, Debug)]
+pub struct JobIntent<'a> {
+    /// The task's name.
+    pub task: &'a str,
+    /// The input.
+    pub input: &'a Value,
+    /// The provider the request named, if it named one.
+    pub provider: Option<&'a str>,
+    /// The budget the request set, if it set one.
+    pub max_cost: Option<&'a str>,
+}
+
+/// The canonical JSON a job's fingerprint is taken over. `intent` marks the
+/// form: a fingerprint of this form never equals one of the first form
+/// ([`FirstForm`]), which had no such member.
 #[derive(Serialize)]
-struct JobIntent<'a> {
+struct IntentForm<'a> {
+    intent: u8,
+    task: &'a str,
+    input: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    provider: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_cost: Option<&'a str>,
+}
+
+/// The first form, over the provider the job resolved to (the task's
+/// default at the time when the request named none). Jobs stored before the
+/// fingerprint covered the intent as sent still carry it, and still replay.
+#[derive(Serialize)]
+struct FirstForm<'a> {
     task: &'a str,
     input: &'a Value,
     provider: &'a str,
     // Left out when absent, so that a job without a budget keeps the
     // fingerprint it had before budgets existed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    max_cost: Option<String>,
+    max_cost: Option<&'a str>,
+}
+
+impl<'a> JobIntent<'a> {
+    /// The fingerprint a new job of this intent is stored with, when
+    /// `default` is its task's default provider now: naming the default is
+    /// the same intent as naming none, so it is left out.
+    pub fn fingerprint(&self, default: &str) -> Fingerprint {
+        self.form(self.provider.filter(|named| *named != default))
+    }
+
+    /// Whether this intent is the one a job was made for, from what the job
+    /// stored alone (its fingerprint and its provider), whatever the
+    /// configuration says now. Naming the job's provider matches a job made
+    /// without naming one (it was made under that default); naming none
+    /// matches only a job made without naming one (or naming its default
+    /// then). A job stored with the first form matches the request that
+    /// made it, with its provider named or not.
+    pub fn made(&self, stored: Fingerprint, job_provider: &str) -> bool {
+        self.form(self.provider) == stored
+            || (self.provider == Some(job_provider) && self.form(None) == stored)
+            || self.first_form(self.provider.unwrap_or(job_provider)) == stored
+    }
+
+    fn form(&self, provider: Option<&str>) -> Fingerprint {
+        let form = IntentForm { intent: 2, task: self.task, input: self.input, provider, max_cost: self.max_cost };
+        Fingerprint::of_canonical(&form)
+    }
+
+    fn first_form(&self, provider: &str) -> Fingerprint {
+        Fingerprint::of_canonical(&FirstForm { task: self.task, input: self.input, provider, max_cost: self.max_cost })
+    }
 }
 
 impl Fingerprint {
-    /// The fingerprint of a job's intent. `provider` must already be resolved
-    /// (the task's default when the request named none), so that naming the
-    /// default explicitly is a replay, not a conflict.
+    /// The first form's fingerprint of a job's intent, over its resolved
+    /// provider (see [`JobIntent::made`]). (This file is also built alone by
+    /// the fuzzer: it names no other module.)
     pub fn of_job(task: &str, input: &Value, provider: &str) -> Self {
         Self::of_job_with_budget(task, input, provider, None)
     }
 
-    /// The fingerprint of a job's intent with its budget, which the caller
-    /// writes in its shortest decimal form (`Money`'s, so that `0.050` is the
-    /// same budget as `0.05`). Without one it is [`Self::of_job`]. (This file
-    /// is also built alone by the fuzzer: it names no other module.)
+    /// [`Self::of_job`] with the job's budget in its shortest decimal form.
     pub fn of_job_with_budget(task: &str, input: &Value, provider: &str, max_cost: Option<String>) -> Self {
-        let intent = JobIntent { task, input, provider, max_cost };
+        let intent = JobIntent { task, input, provider: Some(provider), max_cost: max_cost.as_deref() };
+        intent.first_form(provider)
+    }
+
+    fn of_canonical(form: &impl Serialize) -> Self {
         // Serialising a `Value` tree cannot fail: every map key is a string.
-        let canonical = serde_json_canonicalizer::to_vec(&intent)
-            .expect("canonical JSON of a JSON value");
+        let canonical = serde_json_canonicalizer::to_vec(form).expect("canonical JSON of a JSON value");
         Self(Sha256::digest(&canonical).into())
     }
 
@@ -203,6 +266,50 @@ mod tests {
         assert_eq!(base, Fingerprint::of_job_with_budget("summarize", &input, "sim-fast", None));
         assert_ne!(base, budget("0.05"));
         assert_ne!(budget("0.05"), budget("0.06"));
+    }
+
+    fn intent<'a>(input: &'a Value, provider: Option<&'a str>, max_cost: Option<&'a str>) -> JobIntent<'a> {
+        JobIntent { task: "summarize", input, provider, max_cost }
+    }
+
+    #[test]
+    fn naming_the_default_is_the_same_intent_only_for_a_job_made_under_that_default() {
+        let input = json!({"text": "hi"});
+        let unnamed = intent(&input, None, None);
+        let named = |p| intent(&input, Some(p), None);
+        // Made without naming one, under the default sim-fast.
+        let made = unnamed.fingerprint("sim-fast");
+        assert_eq!(made, named("sim-fast").fingerprint("sim-fast"));
+        assert!(unnamed.made(made, "sim-fast"));
+        assert!(named("sim-fast").made(made, "sim-fast"));
+        assert!(!named("sim-slow").made(made, "sim-fast"));
+        // Made naming sim-slow, which was not the default: leaving it out is another intent.
+        let named_slow = named("sim-slow").fingerprint("sim-fast");
+        assert!(named("sim-slow").made(named_slow, "sim-slow"));
+        assert!(!unnamed.made(named_slow, "sim-slow"));
+        assert!(!named("sim-fast").made(named_slow, "sim-slow"));
+    }
+
+    #[test]
+    fn a_job_stored_with_the_first_form_matches_the_requests_that_made_it() {
+        let input = json!({"text": "hi"});
+        let first = Fingerprint::of_job_with_budget("summarize", &input, "sim-fast", Some("0.05".into()));
+        assert!(intent(&input, None, Some("0.05")).made(first, "sim-fast"));
+        assert!(intent(&input, Some("sim-fast"), Some("0.05")).made(first, "sim-fast"));
+        assert!(!intent(&input, Some("sim-slow"), Some("0.05")).made(first, "sim-fast"));
+        assert!(!intent(&input, None, None).made(first, "sim-fast"));
+        assert!(!intent(&json!({"text": "ho"}), None, Some("0.05")).made(first, "sim-fast"));
+        // The two forms never collide.
+        assert_ne!(intent(&input, Some("sim-fast"), Some("0.05")).fingerprint("sim-slow"), first);
+    }
+
+    #[test]
+    fn the_budget_is_part_of_the_intent() {
+        let input = json!({"text": "hi"});
+        let made = intent(&input, None, Some("0.05")).fingerprint("sim-fast");
+        assert!(intent(&input, None, Some("0.05")).made(made, "sim-fast"));
+        assert!(!intent(&input, None, Some("0.06")).made(made, "sim-fast"));
+        assert!(!intent(&input, None, None).made(made, "sim-fast"));
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod role;
 pub mod state;
 
 pub use ids::{AttemptId, JobId, OwnerId};
-pub use idempotency::{Fingerprint, IdempotencyKey};
+pub use idempotency::{Fingerprint, IdempotencyKey, JobIntent};
 pub use role::KeyRole;
 pub use money::{Cost, Money, Price, Usage};
 pub use job::{Attempt, AttemptError, AttemptOrigin, Job, JobEvent, JobSummary};

@@ -25,7 +25,8 @@ use replay::{Flight, Flights, SharedReads, TakenKeys, Trip};
 
 use crate::catalog::Catalog;
 use crate::domain::{
-    AdmissionRefusal, Attempt, AttemptId, AttemptOrigin, Fingerprint, IdempotencyKey, Job, JobId, KeyRole, Money, OwnerId,
+    AdmissionRefusal, Attempt, AttemptId, AttemptOrigin, Fingerprint, IdempotencyKey, Job, JobId, JobIntent, KeyRole, Money,
+    OwnerId,
 };
 use crate::keys::Identity;
 use crate::metrics;
@@ -85,50 +86,50 @@ impl Jobs {
     /// Creates the job `request` describes under `key`, or answers with the
     /// job the key made before when the intent is the same (a replay), or
     /// refuses the key when it made a job of another intent.
+    ///
+    /// A replay is answered from what is stored, whatever the configuration
+    /// says now: the intent is compared as the client sent it (see
+    /// [`JobIntent::made`]), and the checks against the current tasks,
+    /// providers and prices apply only to a job that does not exist yet. A
+    /// request they refuse is looked up by its key before it is refused.
     pub async fn create_job(&self, owner: OwnerId, key: IdempotencyKey, request: JobRequest) -> Result<Keyed<Arc<Job>>, JobError> {
-        let task = self
-            .catalog
-            .task(&request.task)
-            .ok_or_else(|| JobError::invalid("/task", format!("no task named '{}'", request.task)))?;
-        let provider = request.provider.unwrap_or_else(|| task.settings.default_provider.clone());
-        if self.catalog.provider(&provider).is_none() {
-            return Err(JobError::ProviderUnknown(provider));
+        let max_cost = request.max_cost.map(|m| m.to_string());
+        let intent = |request| intent_of(request, max_cost.as_deref());
+        // A key this process has seen taken: its holder never changes, so read
+        // that job by id (one cheap statement) instead of trying the insert.
+        if let Some(holder) = self.taken_keys.get(&owner, &key) {
+            if !intent(&request).made(holder.fingerprint, &holder.provider) {
+                return Err(key_reused(&holder.task, holder.job_id));
+            }
+            let store = &self.store;
+            if let Some(job) = self.reads.read(&owner, holder.job_id, || store.get_job(&owner, holder.job_id)).await? {
+                return Ok(replayed(job));
+            }
+            self.taken_keys.forget(&owner, &key);
         }
-        let violations = task.check_input(&request.input);
-        if !violations.is_empty() {
-            return Err(JobError::Invalid(violations));
-        }
-        // A prompt that cannot be rendered is the request's fault, found now
-        // rather than by a worker.
-        if let Err(message) = task.contract.render(&request.input) {
-            return Err(JobError::invalid("/input", message));
-        }
-        self.refuse_over_budget(&task.name, &provider, &request.input, request.max_cost)?;
-        let fingerprint =
-            Fingerprint::of_job_with_budget(&task.name, &request.input, &provider, request.max_cost.map(|m| m.to_string()));
+        let (provider, fingerprint) = match self.check_new_job(&request, intent(&request)) {
+            Ok(checked) => checked,
+            Err(refused) => {
+                // Refused as a new job; a job this key made under another
+                // configuration answers all the same.
+                let Some(job) = self.store.find_job_by_key(&owner, &key).await? else { return Err(refused) };
+                let job = Arc::new(job);
+                self.taken_keys.remember(&key, &job);
+                return answer_taken(intent(&request), job);
+            }
+        };
+        let JobRequest { task, input, provider: named, max_cost: budget } = request;
         let new = NewJob {
             owner,
             id: JobId::new(),
             idempotency_key: key,
             fingerprint,
-            task: task.name.clone(),
-            input: request.input,
+            task,
+            input,
             provider,
             first_attempt_id: AttemptId::new(),
-            max_cost: request.max_cost,
+            max_cost: budget,
         };
-        // A key this process has seen taken: its holder never changes, so read
-        // that job by id (one cheap statement) instead of trying the insert.
-        if let Some(holder) = self.taken_keys.get(&new.owner, &new.idempotency_key) {
-            if holder.fingerprint != fingerprint {
-                return Err(key_reused(&holder.task, holder.job_id));
-            }
-            let (store, owner) = (&self.store, &new.owner);
-            if let Some(job) = self.reads.read(owner, holder.job_id, || store.get_job(owner, holder.job_id)).await? {
-                return Ok(replayed(job));
-            }
-            self.taken_keys.forget(&new.owner, &new.idempotency_key);
-        }
         let store = &self.store;
         let flight = self
             .flights
@@ -149,10 +150,38 @@ impl Jobs {
             }
             Flight::Taken(job) => {
                 self.taken_keys.remember(&new.idempotency_key, &job);
-                if job.fingerprint == fingerprint { Ok(replayed(job)) } else { Err(key_reused(&job.task, job.id)) }
+                let intent = JobIntent { task: &new.task, input: &new.input, provider: named.as_deref(), max_cost: max_cost.as_deref() };
+                answer_taken(intent, job)
             }
             Flight::Failed(error) => Err(error.into()),
         }
+    }
+
+    /// Checks a request for a new job against the current configuration:
+    /// its task, its provider (the task's default when it names none), its
+    /// input, its prompt and its budget. The provider and the fingerprint
+    /// the job is stored with.
+    fn check_new_job(&self, request: &JobRequest, intent: JobIntent<'_>) -> Result<(String, Fingerprint), JobError> {
+        let task = self
+            .catalog
+            .task(&request.task)
+            .ok_or_else(|| JobError::invalid("/task", format!("no task named '{}'", request.task)))?;
+        let default = &task.settings.default_provider;
+        let provider = request.provider.clone().unwrap_or_else(|| default.clone());
+        if self.catalog.provider(&provider).is_none() {
+            return Err(JobError::ProviderUnknown(provider));
+        }
+        let violations = task.check_input(&request.input);
+        if !violations.is_empty() {
+            return Err(JobError::Invalid(violations));
+        }
+        // A prompt that cannot be rendered is the request's fault, found now
+        // rather than by a worker.
+        if let Err(message) = task.contract.render(&request.input) {
+            return Err(JobError::invalid("/input", message));
+        }
+        self.refuse_over_budget(&task.name, &provider, &request.input, request.max_cost)?;
+        Ok((provider, intent.fingerprint(default)))
     }
 
     /// 409 `budget-exceeded` when a new job's first attempt could cost more
@@ -304,6 +333,17 @@ impl Jobs {
 fn replayed(job: Arc<Job>) -> Keyed<Arc<Job>> {
     metrics::job_request(metrics::JOBS_REPLAYED, &job.task);
     Keyed { value: job, replayed: true }
+}
+
+/// The intent of `request`, whose budget is written `max_cost`.
+fn intent_of<'a>(request: &'a JobRequest, max_cost: Option<&'a str>) -> JobIntent<'a> {
+    JobIntent { task: &request.task, input: &request.input, provider: request.provider.as_deref(), max_cost }
+}
+
+/// The answer to a request whose key a job holds: a replay when the job was
+/// made for this intent, a reused key otherwise.
+fn answer_taken(intent: JobIntent<'_>, job: Arc<Job>) -> Result<Keyed<Arc<Job>>, JobError> {
+    if intent.made(job.fingerprint, &job.provider) { Ok(replayed(job)) } else { Err(key_reused(&job.task, job.id)) }
 }
 
 fn key_reused(task: &str, job_id: JobId) -> JobError {

@@ -2,7 +2,7 @@
 //! decide anything the database decides (I1).
 //!
 //! Two facts about an idempotency key never change once a job holds it: which
-//! job holds it, and that job's fingerprint. This process remembers them for
+//! job holds it, and that job's fingerprint (with its provider). This process remembers them for
 //! keys it has seen taken ([`TakenKeys`]), so a replay costs one read of the
 //! job by its primary key instead of a refused insert and a read by key.
 //!
@@ -45,6 +45,9 @@ pub struct Holder {
     pub fingerprint: Fingerprint,
     /// That job's task (for metrics of a conflict).
     pub task: Arc<str>,
+    /// That job's provider (a request naming it may replay a job made
+    /// without naming one).
+    pub provider: Arc<str>,
 }
 
 /// Keys known to be taken, bounded: two generations of at most `capacity`
@@ -77,7 +80,12 @@ impl TakenKeys {
     /// Remembers that `job` holds `key`.
     pub fn remember(&self, key: &IdempotencyKey, job: &Job) {
         let key = (job.owner.clone(), key.clone());
-        let holder = Holder { job_id: job.id, fingerprint: job.fingerprint, task: Arc::from(job.task.as_str()) };
+        let holder = Holder {
+            job_id: job.id,
+            fingerprint: job.fingerprint,
+            task: Arc::from(job.task.as_str()),
+            provider: Arc::from(job.provider.as_str()),
+        };
         let mut generations = self.generations.lock().unwrap_or_else(|p| p.into_inner());
         Self::insert_young(&mut generations, self.capacity, key, holder);
     }

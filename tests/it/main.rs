@@ -12,6 +12,7 @@ mod api;
 mod bench;
 mod cli;
 mod contract;
+mod deploys;
 mod docs;
 mod lifecycle;
 mod openai;

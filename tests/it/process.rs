@@ -1,13 +1,14 @@
 //! onejob as processes that die: a server killed with SIGKILL mid-flight and
 //! restarted (I8: nothing lost, one winner, no attempt sent twice), and a
-//! server stopped with SIGTERM that drains its attempts first.
+//! server stopped with SIGTERM that drains its attempts first, and a
+//! worker-only process that runs until it is told to stop.
 
 use crate::common::Backend;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::processes::{database, eventually, simulator_and_config, simulator_log};
+use crate::common::processes::{database, eventually, set, simulator_and_config, simulator_and_config_with, simulator_log};
 use serde_json::{Value, json};
 
 async fn create_jobs(client: &reqwest::Client, address: &str, token: &str, count: usize) -> Vec<String> {
@@ -35,6 +36,18 @@ async fn create_jobs(client: &reqwest::Client, address: &str, token: &str, count
         ids.push(task.await.unwrap());
     }
     ids
+}
+
+/// `onejob worker` on `database_url` with the configuration file `config`.
+fn spawn_worker(database_url: &str, config: &std::path::Path) -> tokio::process::Child {
+    tokio::process::Command::new(crate::common::BIN)
+        .args(["worker", "--config"])
+        .arg(config)
+        .env("DATABASE_URL", database_url)
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
 }
 
 async fn a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothing_twice(backend: Backend) {
@@ -126,20 +139,46 @@ async fn an_api_only_server_and_a_separate_worker_process_share_the_work(backend
     assert_eq!(queued, 3, "the API alone runs nothing");
     assert!(simulator_log(&client, &simulator).await.is_empty());
 
-    let _worker = tokio::process::Command::new(crate::common::BIN)
-        .args(["worker", "--config"])
-        .arg(&config)
-        .env("DATABASE_URL", &database_url)
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let _worker = spawn_worker(&database_url, &config);
     eventually("the worker process running the jobs", Duration::from_secs(30), || async {
         let done: i64 = sqlx::query_scalar("select count(*) from jobs where state = 'succeeded'").fetch_one(&pool).await.unwrap();
         done == 3
     })
     .await;
     assert_eq!(simulator_log(&client, &simulator).await.len(), 3);
+    let _ = std::fs::remove_file(config);
+}
+
+/// A worker-only process (`onejob worker`) runs until it is told to stop:
+/// it is still running long after its shutdown backstop (grace + 5 s) would
+/// have passed, runs a job created then, and SIGTERM still drains it.
+async fn a_worker_only_process_runs_until_told_to_stop_then_drains(backend: Backend) {
+    let grace_ms = 3_000;
+    let (simulator, config) =
+        simulator_and_config_with(1_000, |t| set(t, &["worker", "shutdown_grace_ms"], grace_ms.into())).await;
+    let (database_url, pool, token) = database(backend).await;
+    let client = reqwest::Client::new();
+    let (_api, address) = crate::common::spawn_server_with(&database_url, Some(&config), &["--no-worker"]).await;
+    let mut worker = spawn_worker(&database_url, &config);
+    // Sixty seconds is twelve times the backstop a worker-only process used
+    // to stop at by itself; any exit in between fails at once.
+    let alive_until = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tokio::time::Instant::now() < alive_until {
+        assert!(worker.try_wait().unwrap().is_none(), "the worker exited with no signal sent");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    create_jobs(&client, &address, &token, 3).await;
+    eventually("the jobs created a minute later reaching the provider", Duration::from_secs(20), || async {
+        simulator_log(&client, &simulator).await.len() == 3
+    })
+    .await;
+    let pid = worker.id().unwrap().to_string();
+    assert!(tokio::process::Command::new("kill").args(["-TERM", &pid]).status().await.unwrap().success());
+    let grace = Duration::from_millis(grace_ms as u64);
+    let status = tokio::time::timeout(grace, worker.wait()).await.expect("SIGTERM drains within the grace period").unwrap();
+    assert!(status.success(), "a clean exit: {status}");
+    let succeeded: i64 = sqlx::query_scalar("select count(*) from jobs where state = 'succeeded'").fetch_one(&pool).await.unwrap();
+    assert_eq!(succeeded, 3, "the attempts in flight finished before the worker exited");
     let _ = std::fs::remove_file(config);
 }
 
@@ -168,4 +207,5 @@ on_both_backends!(
     a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothing_twice,
     sigterm_lets_attempts_in_flight_finish_before_the_server_exits,
     an_api_only_server_and_a_separate_worker_process_share_the_work,
+    a_worker_only_process_runs_until_told_to_stop_then_drains,
 );
