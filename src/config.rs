@@ -415,6 +415,18 @@ pub struct ProviderSettings {
     /// openai: the URL of that status lookup; `{id}` is the attempt id.
     #[serde(default)]
     pub status_url: Option<String>,
+    /// Whether the status lookup's "no such request" (404) is final: the
+    /// provider records every request before it acts on it, so absence
+    /// means it never received the request (default: yes for `sim`, which
+    /// does; no for `openai`). Only then is an unknown attempt settled as
+    /// `failed` (`not-received`, retryable); otherwise it stays `unknown`.
+    #[serde(default)]
+    pub absence_is_final: Option<bool>,
+    /// How long past the attempt's deadline the lookup must keep saying
+    /// "no such request" before that is believed (a provider may index
+    /// requests late).
+    #[serde(default = "default_absence_grace_ms")]
+    pub absence_grace_ms: u64,
     /// sim: fixed latency before answering.
     #[serde(default)]
     pub latency_ms: u64,
@@ -460,6 +472,10 @@ fn default_timeout_ms() -> u64 {
     30_000
 }
 
+fn default_absence_grace_ms() -> u64 {
+    60_000
+}
+
 fn default_error_status() -> u16 {
     503
 }
@@ -494,6 +510,17 @@ impl ProviderSettings {
     /// Whether unknown attempts on this provider can be reconciled by asking it.
     pub fn has_status_lookup(&self) -> bool {
         self.status_lookup.unwrap_or(self.kind == ProviderKind::Sim)
+    }
+
+    /// Whether a "no such request" from the status lookup may settle an
+    /// attempt as never received (see `absence_is_final`).
+    pub fn absence_is_final(&self) -> bool {
+        self.absence_is_final.unwrap_or(self.kind == ProviderKind::Sim)
+    }
+
+    /// `absence_grace_ms`.
+    pub fn absence_grace(&self) -> Duration {
+        Duration::from_millis(self.absence_grace_ms)
     }
 }
 

@@ -181,6 +181,9 @@ enum ConfigCommand {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Failpoints from FAILPOINTS, in a build with the `failpoints` feature
+    // (the tests'); nothing otherwise.
+    let _failpoints = fail::FailScenario::setup();
     let cli = Cli::parse();
     let command = cli.command.unwrap_or(Command::Serve {
         listen: None,

@@ -188,6 +188,36 @@ pub struct Attempt {
     pub usage: Option<Usage>,
     /// What those tokens cost at the provider's configured price.
     pub cost: Option<Cost>,
+    /// An output the provider gave that did not become this attempt's
+    /// output, kept for audit and never validated: one that broke the
+    /// task's contract, or one that came after the attempt was settled.
+    /// `{why, received_at, output}`, or past 64 KiB `{why, received_at,
+    /// truncated: true, text}` with the output's first 64 KiB of JSON text.
+    #[schema(value_type = Option<Object>)]
+    pub unapplied_output: Option<Value>,
+}
+
+/// The error type of an attempt the provider says it never received: it
+/// used and cost nothing, and is safe to retry.
+pub const NOT_RECEIVED: &str = "not-received";
+
+/// The most of an unapplied output kept on its attempt, in bytes of JSON.
+pub const MAX_UNAPPLIED_OUTPUT: usize = 64 * 1024;
+
+/// An output the provider gave that did not become its attempt's output,
+/// as kept on the attempt for audit (never validated): `why` it was not
+/// applied (`contract-violation`, `late`), when it arrived, and the output
+/// itself, or past [`MAX_UNAPPLIED_OUTPUT`] its first bytes of JSON text.
+pub fn unapplied_output(why: &str, output: &Value, received_at: DateTime<Utc>) -> Value {
+    let text = output.to_string();
+    if text.len() <= MAX_UNAPPLIED_OUTPUT {
+        return serde_json::json!({ "why": why, "received_at": received_at, "output": output });
+    }
+    let mut end = MAX_UNAPPLIED_OUTPUT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    serde_json::json!({ "why": why, "received_at": received_at, "truncated": true, "text": &text[..end] })
 }
 
 /// What went wrong with an attempt: a stable type and a human message, plus

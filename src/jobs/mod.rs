@@ -31,7 +31,9 @@ use crate::domain::{
 use crate::keys::Identity;
 use crate::metrics;
 use crate::signals::Signals;
-use crate::store::{Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Store, TaskRules, Transition};
+use crate::store::{
+    Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Resolved, Store, TaskRules, Transition,
+};
 
 /// What a client asks a job to do: parsed, not yet checked against the
 /// catalog.
@@ -261,12 +263,13 @@ impl Jobs {
             }
         }
         let attempt = AttemptRef { owner: owner.clone(), job_id, number };
-        let transition = self.store.resolve_unknown(&attempt, &resolution, reason, self.catalog.as_ref()).await?;
+        let resolved = Resolved { reason, key: Some(caller.key), role: Some(caller.role) };
+        let transition = self.store.resolve_unknown(&attempt, &resolution, &resolved, self.catalog.as_ref()).await?;
         tracing::info!(owner = %owner, by = %caller.owner, role = %caller.role, key = %caller.key, job.id = %job_id,
                        attempt.number = number, outcome = ?transition, %reason, "operator resolved an unknown attempt");
         match transition {
             Transition::NotFound => return Err(JobError::NotFound),
-            Transition::Stale(state) => return Err(JobError::AttemptNotUnknown(state)),
+            Transition::Stale(state) | Transition::Fenced(state) => return Err(JobError::AttemptNotUnknown(state)),
             Transition::Failed { next: Some(next) } => self.signals.work_available_after(next.delay),
             Transition::Failed { next: None } | Transition::Applied | Transition::Won { .. } | Transition::Lost { .. } => {}
         }

@@ -140,7 +140,13 @@ fn transport_error(error: reqwest::Error) -> ProviderError {
 pub fn parse_content(content: &str) -> Result<Completion, ProviderError> {
     match serde_json::from_str::<Value>(content) {
         Ok(output) => Ok(Completion { output, usage: None }),
-        Err(error) => Err(ProviderError::contract_violation(format!("the answer is not JSON: {error}"))),
+        Err(error) => {
+            let mut error = ProviderError::contract_violation(format!("the answer is not JSON: {error}"));
+            // What the provider said, for the attempt's audit (taken out of
+            // the error before it is stored; see `worker::attempt`).
+            error.detail = serde_json::json!({ RECEIVED_TEXT: content });
+            Err(error)
+        }
     }
 }
 
@@ -155,10 +161,19 @@ pub fn parse_usage(body: &Value) -> Option<crate::domain::Usage> {
 /// Adds the usage of a charged answer to its error's detail, as `usage`.
 fn with_usage(mut error: ProviderError, usage: Option<crate::domain::Usage>) -> ProviderError {
     if let Some(usage) = usage {
-        error.detail = serde_json::json!({ "usage": usage });
+        match &mut error.detail {
+            Value::Object(detail) => {
+                detail.insert("usage".into(), serde_json::json!(usage));
+            }
+            _ => error.detail = serde_json::json!({ "usage": usage }),
+        }
     }
     error
 }
+
+/// The member of a contract violation's detail that holds the answer's
+/// text when it was not JSON.
+pub const RECEIVED_TEXT: &str = "received_text";
 
 /// Reads a chat completion body down to its output.
 pub fn parse_completion(body: &[u8]) -> Result<Completion, ProviderError> {

@@ -31,6 +31,16 @@ pub trait DriverTx: Send {
     /// The state of one attempt.
     async fn attempt_state(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptState>>;
 
+    /// The state of one attempt, who holds it and whether that holder's
+    /// lease is still live by the database's clock: what fences a worker's
+    /// settlement.
+    async fn attempt_holder(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptHolder>>;
+
+    /// The attempt used and cost nothing: its usage becomes zero (as
+    /// counted, not estimated), and its cost zero if it had one. For an
+    /// attempt the provider never received.
+    async fn forget_usage(&mut self, attempt: &AttemptRef) -> Result<()>;
+
     /// The states of a job's attempts.
     async fn attempt_states(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<AttemptState>>;
 
@@ -98,6 +108,25 @@ pub struct LockedJob {
     pub provider: String,
     /// The attempt that won, if one has.
     pub winning_attempt: Option<i32>,
+}
+
+/// Who holds an attempt, read under its job's lock.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct AttemptHolder {
+    /// Its state.
+    pub state: AttemptState,
+    /// The worker that claimed it, if one has.
+    pub worker: Option<String>,
+    /// Whether its lease has not yet expired (false without one).
+    pub lease_live: bool,
+}
+
+impl AttemptHolder {
+    /// Whether `worker` may still settle the attempt: it is `running`
+    /// under `worker`'s lease, and the lease has not expired.
+    pub fn held_by(&self, worker: &str) -> bool {
+        self.state == AttemptState::Running && self.worker.as_deref() == Some(worker) && self.lease_live
+    }
 }
 
 /// An attempt to settle with an output.

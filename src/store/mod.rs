@@ -119,6 +119,7 @@ impl NewJob {
                 finished_at: None,
                 usage: None,
                 cost: None,
+                unapplied_output: None,
             }],
         }
     }
@@ -158,6 +159,13 @@ pub struct Leases {
     pub default: Duration,
     /// Per provider name.
     pub by_provider: Vec<(String, Duration)>,
+}
+
+impl Leases {
+    /// The lease of an attempt on `provider`.
+    pub fn of(&self, provider: &str) -> Duration {
+        self.by_provider.iter().find(|(name, _)| name == provider).map_or(self.default, |(_, lease)| *lease)
+    }
 }
 
 /// An unknown attempt due for a status lookup, claimed for a while so that
@@ -388,6 +396,27 @@ pub enum Transition {
     Stale(AttemptState),
     /// No such attempt for this owner.
     NotFound,
+    /// The worker settling it no longer holds it (its lease expired, or the
+    /// attempt left `running`): nothing changed. Its state then.
+    Fenced(AttemptState),
+}
+
+/// Why and by whom an operator settled an unknown attempt, for its event.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Resolved<'a> {
+    /// The operator's reason.
+    pub reason: &'a str,
+    /// The API key that resolved it, when a key did.
+    pub key: Option<uuid::Uuid>,
+    /// That key's role.
+    pub role: Option<crate::domain::KeyRole>,
+}
+
+impl<'a> Resolved<'a> {
+    /// A resolution with `reason` and no key (the store's own callers).
+    pub fn because(reason: &'a str) -> Self {
+        Self { reason, key: None, role: None }
+    }
 }
 
 /// How an operator settles an unknown attempt.
@@ -603,21 +632,38 @@ pub trait Store: Driver {
     async fn sample_gauges(&self) -> Result<Gauges>;
 
     /// Records an attempt's output. The job's compare-and-swap decides: the
-    /// first output wins, every later one is `superseded` (I3).
-    async fn finish_attempt(&self, attempt: &AttemptRef, output: &Value) -> Result<Transition> {
-        transitions::settle_with_output(self, attempt, output, AttemptTransition::Finish, None).await
+    /// first output wins, every later one is `superseded` (I3). `holder`
+    /// fences the settlement: when given, it applies only while the attempt
+    /// is `running` under that worker's live lease ([`Transition::Fenced`]
+    /// otherwise); the reconciler, which settles `unknown` attempts, gives
+    /// none.
+    async fn finish_attempt(&self, attempt: &AttemptRef, output: &Value, holder: Option<&str>) -> Result<Transition> {
+        transitions::settle_with_output(self, attempt, output, AttemptTransition::Finish, None, holder).await
     }
 
     /// Records a definitive failure of a running or unknown attempt, and
-    /// admits the retry policy's next attempt in the same transaction.
-    async fn fail_attempt(&self, attempt: &AttemptRef, error: &AttemptError, rules: &dyn TaskRules) -> Result<Transition> {
-        transitions::settle_without_output(self, attempt, AttemptTransition::Fail, error, None, Some(rules)).await
+    /// admits the retry policy's next attempt in the same transaction;
+    /// fenced by `holder` as [`Store::finish_attempt`] is.
+    async fn fail_attempt(
+        &self,
+        attempt: &AttemptRef,
+        error: &AttemptError,
+        rules: &dyn TaskRules,
+        holder: Option<&str>,
+    ) -> Result<Transition> {
+        transitions::settle_without_output(self, attempt, AttemptTransition::Fail, error, None, Some(rules), holder).await
     }
 
-    /// Records that a running attempt's outcome cannot be known (I4).
-    async fn mark_unknown(&self, attempt: &AttemptRef, error: &AttemptError) -> Result<Transition> {
-        transitions::settle_without_output(self, attempt, AttemptTransition::MarkUnknown, error, None, None).await
+    /// Records that a running attempt's outcome cannot be known (I4);
+    /// fenced by `holder` as [`Store::finish_attempt`] is.
+    async fn mark_unknown(&self, attempt: &AttemptRef, error: &AttemptError, holder: Option<&str>) -> Result<Transition> {
+        transitions::settle_without_output(self, attempt, AttemptTransition::MarkUnknown, error, None, None, holder).await
     }
+
+    /// Keeps an output that did not become the attempt's (it broke the
+    /// contract, or came after the attempt was settled) on the attempt, for
+    /// audit: `unapplied` is [`crate::domain::unapplied_output`]'s.
+    async fn record_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool>;
 
     /// Settles an unknown attempt by an operator's word, through the same
     /// compare-and-swap as a worker's finish.
@@ -625,10 +671,10 @@ pub trait Store: Driver {
         &self,
         attempt: &AttemptRef,
         resolution: &Resolution,
-        reason: &str,
+        resolved: &Resolved<'_>,
         rules: &dyn TaskRules,
     ) -> Result<Transition> {
-        transitions::resolve_unknown(self, attempt, resolution, reason, rules).await
+        transitions::resolve_unknown(self, attempt, resolution, resolved, rules).await
     }
 
     /// The owner of the job `job_id` whose attempt `number` is unknown, of

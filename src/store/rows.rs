@@ -139,7 +139,8 @@ pub(crate) const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, 
     a.created_at as a_created_at, a.not_before as a_not_before, a.started_at as a_started_at,
     a.finished_at as a_finished_at, a.prompt_tokens as a_prompt_tokens,
     a.completion_tokens as a_completion_tokens, a.usage_estimated as a_usage_estimated,
-    cast(a.cost as text) as a_cost, a.currency as a_currency, a.price_version as a_price_version"#;
+    cast(a.cost as text) as a_cost, a.currency as a_currency, a.price_version as a_price_version,
+    a.unapplied_output as a_unapplied_output"#;
 
 /// A job with its attempts, in one statement (one snapshot), for
 /// [`job_from_rows`].
@@ -217,6 +218,7 @@ pub(crate) struct AttemptRow {
     a_cost: Option<String>,
     a_currency: Option<String>,
     a_price_version: Option<String>,
+    a_unapplied_output: Option<Json<Value>>,
 }
 
 impl AttemptRow {
@@ -238,6 +240,7 @@ impl AttemptRow {
             finished_at: time(self.a_finished_at),
             usage: read_usage(self.a_prompt_tokens, self.a_completion_tokens, self.a_usage_estimated),
             cost: read_cost(self.a_cost, self.a_currency, self.a_price_version)?,
+            unapplied_output: self.a_unapplied_output.map(|o| o.0),
         })
     }
 }

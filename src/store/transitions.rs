@@ -18,13 +18,13 @@ use serde_json::{Value, json};
 use super::driver::{LockedJob, OutputSettlement, Tx};
 use super::usage::{check_budget, stored_budget};
 use super::{
-    Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Result, Scheduled, Store, TaskRules,
-    Transition, corrupt,
+    Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Resolved, Result, Scheduled, Store,
+    TaskRules, Transition, corrupt,
 };
 use crate::domain::policy::PastAttempt;
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, AttemptTransition, EventKind,
-    IdempotencyKey, JobId, JobState, Money, OwnerId, check_admission,
+    IdempotencyKey, JobId, JobState, Money, NOT_RECEIVED, OwnerId, check_admission,
 };
 
 /// Creates a job with its first attempt, or finds the job that holds its
@@ -98,33 +98,43 @@ pub(super) async fn admit_attempt<S: Store + ?Sized>(
 }
 
 /// Settles an attempt with an output through the job's compare-and-swap
-/// (I3): `transition` is [`AttemptTransition::Finish`] (a worker's or the
-/// reconciler's) or [`AttemptTransition::ResolveSucceeded`] (an operator's,
-/// with `reason`).
+/// (I3): `transition` is [`AttemptTransition::Finish`] (a worker's, fenced
+/// by its `holder` name, or the reconciler's) or
+/// [`AttemptTransition::ResolveSucceeded`] (an operator's, `resolved`).
 pub(super) async fn settle_with_output<S: Store + ?Sized>(
     store: &S,
     attempt: &AttemptRef,
     output: &Value,
     transition: AttemptTransition,
-    reason: Option<&str>,
+    resolved: Option<&Resolved<'_>>,
+    holder: Option<&str>,
 ) -> Result<Transition> {
     let mut tx = store.begin().await?;
     let Some(job) = tx.lock_job(&attempt.owner, attempt.job_id).await? else {
         return Ok(Transition::NotFound);
     };
-    let Some(current) = tx.attempt_state(attempt).await? else {
-        return Ok(Transition::NotFound);
+    let current = match holder {
+        Some(worker) => match check_held(&mut tx, attempt, worker).await? {
+            Ok(state) => state,
+            Err(refused) => return Ok(refused),
+        },
+        None => match tx.attempt_state(attempt).await? {
+            Some(state) => state,
+            None => return Ok(Transition::NotFound),
+        },
     };
     if !transition.from().contains(&current) {
         return Ok(Transition::Stale(current));
     }
     let winner = job.winning_attempt;
+    let (reason, resolved_by) = resolution_detail(resolved);
     let settlement = OutputSettlement {
         attempt,
         output,
         from: transition.from(),
-        won: json!({ "from": current.as_str(), "reason": reason }),
-        lost: json!({ "loser": attempt.number, "winner": winner, "job_state": job.state.as_str(), "reason": reason }),
+        won: json!({ "from": current.as_str(), "reason": reason, "resolved_by": resolved_by }),
+        lost: json!({ "loser": attempt.number, "winner": winner, "job_state": job.state.as_str(), "reason": reason,
+                      "resolved_by": resolved_by }),
     };
     let settled = tx.settle_with_output(&settlement).await?;
     if settled.settled != 1 {
@@ -141,16 +151,20 @@ pub(super) async fn settle_with_output<S: Store + ?Sized>(
 }
 
 /// Moves an attempt to `failed` or `unknown` along `transition`, and the
-/// job to the state that implies. After a failure, when `rules` are given
-/// and nothing else of the job is open, the retry policy's next attempt is
-/// admitted in the same transaction, so that it cannot be lost between the two.
+/// job to the state that implies; fenced by `holder` as
+/// [`settle_with_output`] is. After a failure, when `rules` are given and
+/// nothing else of the job is open, the retry policy's next attempt is
+/// admitted in the same transaction, so that it cannot be lost between the
+/// two. An attempt the provider never received ([`NOT_RECEIVED`]) used and
+/// cost nothing: its estimated usage is forgotten in the same transaction.
 pub(super) async fn settle_without_output<S: Store + ?Sized>(
     store: &S,
     attempt: &AttemptRef,
     transition: AttemptTransition,
     error: &AttemptError,
-    reason: Option<&str>,
+    resolved: Option<&Resolved<'_>>,
     rules: Option<&dyn TaskRules>,
+    holder: Option<&str>,
 ) -> Result<Transition> {
     let &[to] = transition.to() else {
         return Err(corrupt(format!("{transition:?} does not settle without an output")));
@@ -159,14 +173,23 @@ pub(super) async fn settle_without_output<S: Store + ?Sized>(
     let Some(job) = tx.lock_job(&attempt.owner, attempt.job_id).await? else {
         return Ok(Transition::NotFound);
     };
+    if let Some(worker) = holder
+        && let Err(refused) = check_held(&mut tx, attempt, worker).await?
+    {
+        return Ok(refused);
+    }
     if tx.set_attempt_outcome(attempt, to, transition.from(), error).await? == 0 {
         return Ok(match tx.attempt_state(attempt).await? {
             Some(state) => Transition::Stale(state),
             None => Transition::NotFound,
         });
     }
+    if error.kind == NOT_RECEIVED {
+        tx.forget_usage(attempt).await?;
+    }
     let job_state = update_job_state(&mut tx, &attempt.owner, attempt.job_id, job.state).await?;
-    let detail = json!({ "error": error, "job_state": job_state.as_str(), "reason": reason });
+    let (reason, resolved_by) = resolution_detail(resolved);
+    let detail = json!({ "error": error, "job_state": job_state.as_str(), "reason": reason, "resolved_by": resolved_by });
     tx.append_event(&attempt.owner, attempt.job_id, transition.event(), Some(attempt.number), detail).await?;
     let outcome = match (to, rules) {
         (AttemptState::Failed, Some(rules)) if job_state == JobState::Failed => {
@@ -184,18 +207,39 @@ pub(super) async fn resolve_unknown<S: Store + ?Sized>(
     store: &S,
     attempt: &AttemptRef,
     resolution: &Resolution,
-    reason: &str,
+    resolved: &Resolved<'_>,
     rules: &dyn TaskRules,
 ) -> Result<Transition> {
     match resolution {
         Resolution::Succeeded(output) => {
-            settle_with_output(store, attempt, output, AttemptTransition::ResolveSucceeded, Some(reason)).await
+            settle_with_output(store, attempt, output, AttemptTransition::ResolveSucceeded, Some(resolved), None).await
         }
         Resolution::Failed => {
-            let error = AttemptError::new("resolved-failed", reason);
-            settle_without_output(store, attempt, AttemptTransition::ResolveFailed, &error, Some(reason), Some(rules)).await
+            let error = AttemptError::new("resolved-failed", resolved.reason);
+            let transition = AttemptTransition::ResolveFailed;
+            settle_without_output(store, attempt, transition, &error, Some(resolved), Some(rules), None).await
         }
     }
+}
+
+/// The fence of a worker's settlement: the attempt's state when `worker`
+/// still holds it under a live lease, or the answer that it does not.
+async fn check_held(tx: &mut Tx, attempt: &AttemptRef, worker: &str) -> Result<std::result::Result<AttemptState, Transition>> {
+    Ok(match tx.attempt_holder(attempt).await? {
+        None => Err(Transition::NotFound),
+        Some(holder) if holder.held_by(worker) => Ok(holder.state),
+        Some(holder) => Err(Transition::Fenced(holder.state)),
+    })
+}
+
+/// The reason and the resolving key of an operator's settlement, for its event.
+fn resolution_detail<'a>(resolved: Option<&Resolved<'a>>) -> (Option<&'a str>, Value) {
+    let Some(resolved) = resolved else { return (None, Value::Null) };
+    let by = match resolved.key {
+        Some(key) => json!({ "key": key, "role": resolved.role }),
+        None => Value::Null,
+    };
+    (Some(resolved.reason), by)
 }
 
 /// Turns running attempts whose lease expired into `unknown` (I4).
@@ -203,7 +247,7 @@ pub(super) async fn expire_leases<S: Store + ?Sized>(store: &S, max: u32) -> Res
     let error = AttemptError::new("lease-expired", "the worker running this attempt stopped answering before it finished");
     let mut expired = Vec::new();
     for attempt in store.expired_leases(max).await? {
-        let outcome = settle_without_output(store, &attempt, AttemptTransition::ExpireLease, &error, None, None).await?;
+        let outcome = settle_without_output(store, &attempt, AttemptTransition::ExpireLease, &error, None, None, None).await?;
         if outcome == Transition::Applied {
             expired.push(attempt);
         }

@@ -258,6 +258,7 @@ mod tests {
             finished_at: times.2,
             usage: None,
             cost: None,
+            unapplied_output: None,
         }
     }
 

@@ -1,20 +1,33 @@
 //! Running one claimed attempt, and recording any outcome (the worker's or
 //! the reconciler's) through the store's guarded transitions.
+//!
+//! The worker's claim is fenced at both ends. Its lease covers the whole
+//! call: the provider's deadline ends no later than the lease, less its
+//! margin, by this process's monotonic clock, and an attempt whose lease
+//! has run out by the moment of the send is not sent (a worker paused
+//! after its claim wakes to find its attempt reaped, perhaps reconciled and
+//! retried under a new id). Its settlements apply only while the attempt is
+//! `running` under its unexpired lease ([`Transition::Fenced`] otherwise).
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Worker;
 use crate::metrics;
-use crate::domain::{AttemptError, Usage};
+use crate::domain::{AttemptError, Usage, unapplied_output};
 use crate::provider::{Completion, FailureClass, ProviderError};
 use crate::store::{self, AttemptRef, AttemptUsage, ClaimedAttempt, Transition};
 
+/// The error kind of an attempt not sent because its lease ran out first.
+const LEASE_LOST: &str = "lease-lost";
+
 /// Renders the prompt, checks it fits, calls the provider within the
-/// attempt's deadline, and records the outcome.
-pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt) {
+/// attempt's deadline and its lease (which ends at `lease_end`), and
+/// records the outcome.
+pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Instant) {
     let span = tracing::info_span!(
         "attempt",
         owner = %claimed.attempt.owner,
@@ -24,8 +37,16 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt) {
         provider = %claimed.provider,
     );
     async {
-        let (outcome, estimate) = call(worker, &claimed).await;
-        record_metered_outcome(worker, &claimed.attempt, &claimed.task, &claimed.provider, outcome, estimate).await;
+        let (outcome, estimate) = call(worker, &claimed, lease_end).await;
+        if matches!(&outcome, Err(error) if error.kind == LEASE_LOST) {
+            tracing::warn!("the attempt's lease ran out before its request was sent: not sent, left to the reaper");
+            return;
+        }
+        if let Some(park) = parked_before_record() {
+            tokio::time::sleep(park).await;
+        }
+        let (attempt, holder) = (&claimed.attempt, Some(worker.id.as_str()));
+        record_metered_outcome(worker, attempt, &claimed.task, &claimed.provider, outcome, estimate, holder).await;
     }
     .instrument(span)
     .await;
@@ -34,13 +55,33 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt) {
 /// Calls the provider; with the outcome, the most the call could have used
 /// (the rendered prompt's tokens and `max_output_tokens`), once the prompt
 /// was rendered and counted.
-async fn call(worker: &Worker, claimed: &ClaimedAttempt) -> (Result<Completion, ProviderError>, Option<Usage>) {
+async fn call(worker: &Worker, claimed: &ClaimedAttempt, lease_end: Instant) -> (Result<Completion, ProviderError>, Option<Usage>) {
     let mut estimate = None;
-    let outcome = call_counted(worker, claimed, &mut estimate).await;
+    let outcome = call_counted(worker, claimed, lease_end, &mut estimate).await;
     (outcome, estimate)
 }
 
-async fn call_counted(worker: &Worker, claimed: &ClaimedAttempt, estimate: &mut Option<Usage>) -> Result<Completion, ProviderError> {
+/// How long a failpoint-built worker parks between claim and send:
+/// `FAILPOINTS=worker-before-send=return(MILLISECONDS)`. Nothing without
+/// the `failpoints` feature.
+fn parked_before_send() -> Option<Duration> {
+    fail::fail_point!("worker-before-send", |ms| ms.and_then(|ms| ms.parse().ok()).map(Duration::from_millis));
+    None
+}
+
+/// The same after the call, before its outcome is recorded:
+/// `FAILPOINTS=worker-before-record=return(MILLISECONDS)`.
+fn parked_before_record() -> Option<Duration> {
+    fail::fail_point!("worker-before-record", |ms| ms.and_then(|ms| ms.parse().ok()).map(Duration::from_millis));
+    None
+}
+
+async fn call_counted(
+    worker: &Worker,
+    claimed: &ClaimedAttempt,
+    lease_end: Instant,
+    estimate: &mut Option<Usage>,
+) -> Result<Completion, ProviderError> {
     let not_configured = |what: &str| {
         ProviderError::new(
             FailureClass::Definitive { retryable: false },
@@ -58,8 +99,18 @@ async fn call_counted(worker: &Worker, claimed: &ClaimedAttempt, estimate: &mut 
         completion_tokens: i64::from(settings.max_output_tokens),
         estimated: true,
     });
-    // One deadline for connect, headers and body.
-    let timeout = settings.timeout();
+    if let Some(park) = parked_before_send() {
+        tokio::time::sleep(park).await;
+    }
+    // One deadline for connect, headers and body, inside the lease: checked
+    // here, right before the send.
+    let margin = Duration::from_millis(worker.settings.lease_margin_ms);
+    let left = lease_end.saturating_duration_since(Instant::now()).saturating_sub(margin);
+    if left.is_zero() {
+        let message = "the lease ran out before the request was sent";
+        return Err(ProviderError::new(FailureClass::Definitive { retryable: false }, LEASE_LOST, None, message));
+    }
+    let timeout = settings.timeout().min(left);
     let started = std::time::Instant::now();
     let result = match tokio::time::timeout(timeout, provider.call(&prepared.request)).await {
         Ok(result) => result,
@@ -103,12 +154,14 @@ pub async fn record_outcome(
     provider: &str,
     outcome: Result<Completion, ProviderError>,
 ) {
-    record_metered_outcome(worker, attempt, task, provider, outcome, None).await;
+    record_metered_outcome(worker, attempt, task, provider, outcome, None, None).await;
 }
 
 /// [`record_outcome`], with the usage the attempt may have had when the
-/// provider does not say (`estimate`). The usage and its cost are recorded
-/// first (see [`usage_of`]), then the outcome.
+/// provider does not say (`estimate`), fenced by the claim of `holder`
+/// (the worker's own outcomes). The usage and its cost are recorded first
+/// (see [`usage_of`]), then the outcome. An output that breaks the
+/// contract is kept on the attempt, unvalidated, as its failure is recorded.
 async fn record_metered_outcome(
     worker: &Worker,
     attempt: &AttemptRef,
@@ -116,14 +169,31 @@ async fn record_metered_outcome(
     provider: &str,
     outcome: Result<Completion, ProviderError>,
     estimate: Option<Usage>,
+    holder: Option<&str>,
 ) {
     let usage = usage_of(&outcome, estimate).map(|usage| AttemptUsage {
         usage,
         cost: worker.providers.get(provider).and_then(|p| p.settings().price.as_ref()).map(|price| price.cost(&usage)),
     });
-    let outcome = outcome.and_then(|completion| match worker.catalog.task(task) {
-        Some(task) => task.contract.accept(&completion.output).map(|()| completion),
-        None => Err(ProviderError::contract_violation(format!("task '{task}' is not configured; no output can be checked"))),
+    let mut rejected = None;
+    let mut outcome = outcome;
+    if let Err(error) = &mut outcome
+        && let Some(text) = error.detail.as_object_mut().and_then(|detail| detail.remove(crate::provider::openai::RECEIVED_TEXT))
+    {
+        rejected = Some(unapplied_output("contract-violation", &text, chrono::Utc::now()));
+    }
+    let outcome = outcome.and_then(|completion| {
+        let checked = match worker.catalog.task(task) {
+            Some(task) => task.contract.accept(&completion.output),
+            None => Err(ProviderError::contract_violation(format!("task '{task}' is not configured; no output can be checked"))),
+        };
+        match checked {
+            Ok(()) => Ok(completion),
+            Err(error) => {
+                rejected = Some(unapplied_output("contract-violation", &completion.output, chrono::Utc::now()));
+                Err(error)
+            }
+        }
     });
     let started = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(100);
@@ -132,7 +202,7 @@ async fn record_metered_outcome(
             Some(usage) => worker.store.record_usage(attempt, usage).await.map(|_| ()),
             None => Ok(()),
         };
-        match recorded.and(record_once(worker, attempt, provider, &outcome).await) {
+        match recorded.and(record_once(worker, attempt, provider, &outcome, rejected.as_ref(), holder).await) {
             Ok(settled) => {
                 if let (Some(settled), Some(usage)) = (settled, &usage) {
                     metrics::usage(provider, settled, &usage.usage, usage.cost.as_ref());
@@ -158,11 +228,16 @@ async fn record_once(
     attempt: &AttemptRef,
     provider: &str,
     outcome: &Result<Completion, ProviderError>,
+    rejected: Option<&Value>,
+    holder: Option<&str>,
 ) -> store::Result<Option<&'static str>> {
     let store = worker.store.as_ref();
     let mut settled = None;
+    if let Some(rejected) = rejected {
+        store.record_unapplied_output(attempt, rejected).await?;
+    }
     match outcome {
-        Ok(completion) => match store.finish_attempt(attempt, &completion.output).await? {
+        Ok(completion) => match store.finish_attempt(attempt, &completion.output, holder).await? {
             Transition::Won { canceled } => {
                 tracing::info!(?canceled, "attempt succeeded and won the job");
                 metrics::attempt(provider, "succeeded");
@@ -175,11 +250,14 @@ async fn record_once(
                 metrics::race_lost(provider);
                 settled = Some("superseded");
             }
-            other => tracing::info!(outcome = ?other, "output arrived for an attempt that was already settled"),
+            other => {
+                store.record_unapplied_output(attempt, &unapplied_output("late", &completion.output, chrono::Utc::now())).await?;
+                tracing::info!(outcome = ?other, "output arrived for an attempt already settled or no longer held; kept as unapplied");
+            }
         },
         Err(error) => match error.class {
             FailureClass::Definitive { .. } => {
-                let transition = store.fail_attempt(attempt, &attempt_error(error), worker.catalog.as_ref()).await?;
+                let transition = store.fail_attempt(attempt, &attempt_error(error), worker.catalog.as_ref(), holder).await?;
                 tracing::info!(%error, outcome = ?transition, "attempt failed");
                 if let Transition::Failed { next } = &transition {
                     metrics::attempt(provider, "failed");
@@ -191,7 +269,7 @@ async fn record_once(
                 }
             }
             FailureClass::Ambiguous => {
-                let transition = store.mark_unknown(attempt, &attempt_error(error)).await?;
+                let transition = store.mark_unknown(attempt, &attempt_error(error), holder).await?;
                 tracing::warn!(%error, outcome = ?transition, "attempt outcome unknown; new attempts wait for reconciliation");
                 if transition == Transition::Applied {
                     metrics::attempt(provider, "unknown");

@@ -97,14 +97,18 @@ impl Worker {
                 continue;
             }
             let want = u32::try_from(free).unwrap_or(u32::MAX).min(self.settings.batch_size);
+            // Each lease ends, by this process's monotonic clock, no later
+            // than the database's: counted from before the claim was sent.
+            let claim_sent = tokio::time::Instant::now();
             match self.store.claim_attempts(&self.id, want, &leases).await {
                 Ok(claimed) if !claimed.is_empty() => {
                     crate::metrics::claim_batch(claimed.len());
                     for claimed in claimed {
                         let permit = permits.clone().try_acquire_owned().expect("claimed no more than the free permits");
                         let worker = self.clone();
+                        let lease_end = claim_sent + leases.of(&claimed.provider);
                         in_flight.spawn(async move {
-                            attempt::run(&worker, claimed).await;
+                            attempt::run(&worker, claimed, lease_end).await;
                             drop(permit);
                         });
                     }

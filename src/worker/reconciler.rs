@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{Worker, record_outcome};
+use crate::domain::NOT_RECEIVED;
 use crate::provider::{FailureClass, ProviderError, RequestStatus};
 use crate::store::UnknownAttempt;
 
@@ -72,22 +73,42 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
         Ok(RequestStatus::Failed(message)) => {
             settle(Err(ProviderError::new(FailureClass::Definitive { retryable: false }, "provider-error", None, message))).await
         }
-        Ok(RequestStatus::NotFound) if unknown.unknown_for > timeout => {
-            // Long past its deadline and the provider never saw it: it was never received.
+        Ok(RequestStatus::NotFound) if absence_settles(provider.settings(), unknown.unknown_for) => {
+            // The provider records every request it takes, and long past the
+            // attempt's deadline it has none: it was never received.
             let error = ProviderError::new(
                 FailureClass::Definitive { retryable: true },
-                "not-received",
+                NOT_RECEIVED,
                 None,
                 "the provider has no record of this request",
             );
             settle(Err(error)).await;
         }
-        Ok(RequestStatus::Running | RequestStatus::NotFound) => postpone(worker, &unknown, later).await,
+        Ok(RequestStatus::NotFound) => {
+            if !provider.settings().absence_is_final() && lookups == 1 {
+                tracing::warn!(
+                    owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
+                    "the provider's status lookup has no record of this attempt, but its absence is not final \
+                     (absence_is_final): it stays unknown until the provider finds it or an operator resolves it"
+                );
+            }
+            postpone(worker, &unknown, later).await;
+        }
+        Ok(RequestStatus::Running) => postpone(worker, &unknown, later).await,
         Err(error) => {
             tracing::warn!(%error, attempt.id = %unknown.id, "status lookup failed; asking again later");
             postpone(worker, &unknown, later).await;
         }
     }
+}
+
+/// Whether a "no such request" settles an attempt unknown for `unknown_for`
+/// as never received: only from a provider whose absence is final, and only
+/// once its grace has passed after the attempt's deadline (an attempt
+/// becomes unknown no earlier than it started, so `unknown_for` past the
+/// deadline plus the grace is past both).
+fn absence_settles(settings: &crate::config::ProviderSettings, unknown_for: Duration) -> bool {
+    settings.absence_is_final() && unknown_for > settings.timeout() + settings.absence_grace()
 }
 
 async fn postpone(worker: &Worker, unknown: &UnknownAttempt, delay: Duration) {

@@ -301,6 +301,9 @@ pub fn fast_timings(settings: &mut Settings) {
     w.shutdown_grace_ms = 5_000;
     w.long_poll_interval_ms = 200;
     let p = &mut settings.providers;
+    for provider in p.values_mut() {
+        provider.absence_grace_ms = 200;
+    }
     p.get_mut("sim-slow").unwrap().latency_ms = 1_500;
     p.get_mut("sim-slow").unwrap().timeout_ms = 5_000;
     // Qualifying sim-slow would hold every live test for its latency; a test
@@ -344,12 +347,25 @@ pub async fn spawn_server_with(
     config: Option<&std::path::Path>,
     extra: &[&str],
 ) -> (tokio::process::Child, String) {
+    let (child, address, _log) = spawn_server_logged(database_url, config, extra, &[]).await;
+    (child, address)
+}
+
+/// [`spawn_server_with`] with environment variables `env` set, and the
+/// lines of its log after it started listening.
+pub async fn spawn_server_logged(
+    database_url: &str,
+    config: Option<&std::path::Path>,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (tokio::process::Child, String, tokio::sync::mpsc::UnboundedReceiver<String>) {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let mut command = tokio::process::Command::new(BIN);
     command.args(["serve", "--listen", "127.0.0.1:0", "--no-migrate"]).args(extra);
     if let Some(config) = config {
         command.arg("--config").arg(config);
     }
+    command.envs(env.iter().copied());
     let mut child = command
         .env("DATABASE_URL", database_url)
         .env("RUST_LOG", "info")
@@ -369,8 +385,13 @@ pub async fn spawn_server_with(
     .await
     .expect("serve starts listening within 30 s");
     // Keep draining its log so that it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, address)
+    let (sender, log) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = sender.send(line);
+        }
+    });
+    (child, address, log)
 }
 
 /// Claims every pending attempt of the test's database by hand (for

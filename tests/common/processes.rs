@@ -42,6 +42,10 @@ pub async fn simulator_and_config_with(
     set(&mut table, &["worker", "reconcile_interval_ms"], 50.into());
     set(&mut table, &["worker", "reconcile_backoff_ms"], 100.into());
     set(&mut table, &["worker", "reconcile_backoff_max_ms"], 400.into());
+    let providers: Vec<String> = table["providers"].as_table().unwrap().keys().cloned().collect();
+    for name in providers {
+        set(&mut table, &["providers", &name, "absence_grace_ms"], 200.into());
+    }
     set(&mut table, &["providers", "sim-slow", "latency_ms"], slow_latency_ms.into());
     set(&mut table, &["providers", "sim-slow", "timeout_ms"], (slow_latency_ms * 2).into());
     adjust(&mut table);

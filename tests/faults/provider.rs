@@ -12,12 +12,14 @@ use crate::common::{Backend, TestApp, provider};
 
 /// The deadline of the faulty provider's attempts.
 const DEADLINE_MS: i64 = 400;
+/// How long past it the status lookup's "no such request" must last.
+const ABSENCE_GRACE_MS: i64 = 300;
 
 /// A live application with provider `sim-faulty` configured by `settings`
 /// (TOML lines), and no retry or failover unless `retries` says so.
 async fn app_with(backend: Backend, settings: &str, retries: u32) -> TestApp {
     TestApp::spawn_live(backend, |s| {
-        let text = format!("kind = \"sim\"\ntimeout_ms = {DEADLINE_MS}\n{settings}");
+        let text = format!("kind = \"sim\"\ntimeout_ms = {DEADLINE_MS}\nabsence_grace_ms = {ABSENCE_GRACE_MS}\n{settings}");
         s.providers.insert("sim-faulty".into(), provider(&text));
         let summarize = s.tasks.get_mut("summarize").unwrap();
         summarize.failover.clear();
@@ -55,15 +57,20 @@ async fn first_attempt_ends(app: &TestApp, id: &str, state: &str, error_type: &s
     attempt
 }
 
-async fn a_reset_before_the_request_was_read_fails_the_attempt_as_never_received_and_retryable(backend: Backend) {
+async fn a_reset_before_the_request_was_read_fails_the_attempt_as_never_received_retryable_and_free(backend: Backend) {
     // The client cannot tell a reset before the provider took its request
     // from one after: the attempt is `unknown` first. The provider's status
     // lookup then says it never received the request, which settles it as
     // failed and safe to retry.
-    let app = app_with(backend, "fault = \"reset_before_request\"", 0).await;
+    let priced = "fault = \"reset_before_request\"\nprice = { input_per_million = \"2.50\", output_per_million = \"10.00\", currency = \"USD\" }";
+    let app = app_with(backend, priced, 0).await;
     let id = create_on_faulty(&app).await;
     let attempt = first_attempt_ends(&app, &id, "failed", "not-received").await;
     assert_eq!(attempt["error"]["detail"]["retryable"], true, "{attempt:#}");
+    assert!(ran_for_ms(&attempt) >= DEADLINE_MS + ABSENCE_GRACE_MS, "absence is believed only past the deadline and its grace: {attempt:#}");
+    // Never received: nothing used, nothing to pay.
+    assert_eq!(attempt["usage"], json!({"prompt_tokens": 0, "completion_tokens": 0, "estimated": false}), "{attempt:#}");
+    assert_eq!(attempt["cost"]["amount"], "0", "{attempt:#}");
     assert!(app.simulator_log().await.is_empty(), "the provider never took the request");
     let job = app.wait_for(&id, "failed", |j| j["state"] == "failed").await;
     assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "no retry budget was given: {job:#}");
@@ -157,7 +164,7 @@ async fn a_429_with_retry_after_fails_the_attempt_as_retryable_and_the_retry_wai
 }
 
 on_both_backends!(
-    a_reset_before_the_request_was_read_fails_the_attempt_as_never_received_and_retryable,
+    a_reset_before_the_request_was_read_fails_the_attempt_as_never_received_retryable_and_free,
     a_reset_before_the_request_was_read_is_retried_on_the_same_provider,
     a_reset_after_the_request_was_read_leaves_the_attempt_unknown,
     a_reset_after_the_request_was_read_is_reconciled_to_the_work_the_provider_did,

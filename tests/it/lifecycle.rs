@@ -195,8 +195,30 @@ async fn an_output_that_is_not_json_fails_the_attempt_and_never_wins(backend: Ba
     .await;
     let id = create(&app, "k", &summarize_on("sim-chatty", "x y")).await;
     let job = app.wait_for(&id, "failed", |j| j["state"] == "failed").await;
-    assert_eq!(attempts(&job)[0]["error"]["type"], "contract-violation");
+    let attempt = &attempts(&job)[0];
+    assert_eq!(attempt["error"]["type"], "contract-violation");
     assert_eq!(job["result"], Value::Null);
+    // What the provider said is kept on the attempt, marked as never applied.
+    let kept = &attempt["unapplied_output"];
+    assert_eq!(kept["why"], "contract-violation", "{attempt:#}");
+    assert!(kept["output"].as_str().is_some_and(|text| !text.is_empty()), "the provider's text: {attempt:#}");
+    assert!(attempt["error"]["detail"].get("received_text").is_none(), "kept once, not in the error too: {attempt:#}");
+}
+
+async fn an_output_that_breaks_the_schema_is_kept_on_its_attempt_unvalidated(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| {
+        s.providers.insert("sim-extra".into(), provider("kind = \"sim\"\noutput = \"extra_top_level_key\""));
+        s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-extra".into()];
+    })
+    .await;
+    let id = create(&app, "k", &summarize_on("sim-extra", "x y")).await;
+    let job = app.wait_for(&id, "failed", |j| j["state"] == "failed").await;
+    let attempt = &attempts(&job)[0];
+    assert_eq!((&attempt["error"]["type"], &attempt["output"]), (&json!("contract-violation"), &Value::Null), "{attempt:#}");
+    let kept = &attempt["unapplied_output"];
+    assert_eq!(kept["why"], "contract-violation", "{attempt:#}");
+    assert_eq!(kept["output"]["summary"], "x y", "the output as the provider gave it: {attempt:#}");
+    assert!(kept["output"].as_object().unwrap().len() > 2, "with the member the contract refuses: {attempt:#}");
 }
 
 async fn cancel_stops_a_job_and_a_running_attempts_late_output_is_never_applied(backend: Backend) {
@@ -245,6 +267,14 @@ async fn an_unknown_attempt_without_a_status_lookup_waits_for_an_operators_resol
     assert_eq!(resolved.status(), StatusCode::OK);
     let job: Value = resolved.json().await.unwrap();
     assert_eq!((job["state"].clone(), job["result"].clone()), (json!("succeeded"), output));
+    // The event says who resolved it: the key and its role, with the reason.
+    let alice = onejob::domain::OwnerId::parse("alice").unwrap();
+    let keys = app.store.list_api_keys(Some(&alice)).await.unwrap();
+    let events = app.store.list_events(&alice, onejob::domain::JobId::parse(&id).unwrap()).await.unwrap();
+    let won = events.iter().find(|e| e.kind == "attempt-succeeded").expect("the resolve's event");
+    assert_eq!(won.detail["reason"], "seen in the provider's console");
+    assert_eq!(won.detail["resolved_by"]["role"], "client", "{:?}", won.detail);
+    assert!(keys.iter().any(|k| won.detail["resolved_by"]["key"] == k.id.to_string().as_str()), "{:?}", won.detail);
     let again = resolve(json!({"outcome": "failed", "reason": "twice"}), app.alice.clone()).await.unwrap();
     let problem = expect_problem(again, StatusCode::CONFLICT, "attempt-not-unknown").await;
     assert_eq!(problem["state"], "succeeded");
@@ -289,6 +319,7 @@ on_both_backends!(
     the_policy_stops_at_the_attempt_budget,
     nothing_is_retried_automatically_while_an_attempt_is_unknown,
     an_output_that_is_not_json_fails_the_attempt_and_never_wins,
+    an_output_that_breaks_the_schema_is_kept_on_its_attempt_unvalidated,
     cancel_stops_a_job_and_a_running_attempts_late_output_is_never_applied,
     an_unknown_attempt_without_a_status_lookup_waits_for_an_operators_resolve,
     a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_to_date,

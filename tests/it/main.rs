@@ -19,6 +19,7 @@ mod openai;
 mod openapi;
 mod ops;
 mod process;
+mod stalls;
 mod store;
 mod structure;
 mod ui;

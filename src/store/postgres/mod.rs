@@ -24,7 +24,7 @@ use sqlx::{Postgres, Row, Transaction};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::driver::{Driver, LockedJob, OutputSettlement, Settled, Tx};
+use super::driver::{AttemptHolder, Driver, LockedJob, OutputSettlement, Settled, Tx};
 use super::shared::{impl_driver_tx, impl_store};
 use super::hot::HotConnections;
 use super::rows::{ATTEMPT_COLUMNS, AttemptRefRow, JobSummaryRow, QualificationRow, attempts_from_rows, job_from_rows};
@@ -156,6 +156,33 @@ impl_driver_tx!(PgTx, {
             .bind(detail)
             .execute(&mut *self.tx)
             .await?;
+        Ok(())
+    }
+
+    async fn attempt_holder(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptHolder>> {
+        Ok(sqlx::query_as(
+            r#"select state, worker, coalesce(lease_until > now(), false) as lease_live
+               from attempts where owner_id = $1 and job_id = $2 and number = $3"#,
+        )
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .fetch_optional(&mut *self.tx)
+        .await?)
+    }
+
+    async fn forget_usage(&mut self, attempt: &AttemptRef) -> Result<()> {
+        sqlx::query(
+            r#"update attempts
+               set prompt_tokens = 0, completion_tokens = 0, usage_estimated = false,
+                   cost = case when cost is null then null else 0 end
+               where owner_id = $1 and job_id = $2 and number = $3 and prompt_tokens is not null"#,
+        )
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .execute(&mut *self.tx)
+        .await?;
         Ok(())
     }
 
@@ -413,6 +440,19 @@ impl_store!(PostgresStore, {
             unknown_open: row.try_get("unknown_open")?,
             oldest_unknown: Duration::from_secs_f64(row.try_get::<f64, _>("oldest")?.max(0.0)),
         })
+    }
+
+    async fn record_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool> {
+        let changed = sqlx::query(
+            r#"update attempts set unapplied_output = $4 where owner_id = $1 and job_id = $2 and number = $3"#,
+        )
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .bind(unapplied)
+        .execute(&self.pool)
+        .await?;
+        Ok(changed.rows_affected() == 1)
     }
 
     async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {

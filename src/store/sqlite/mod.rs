@@ -36,7 +36,7 @@ use sqlx::types::Json;
 use sqlx::{Row, Sqlite, Transaction};
 use uuid::Uuid;
 
-use super::driver::{Driver, DriverTx, LockedJob, OutputSettlement, Settled, Tx};
+use super::driver::{AttemptHolder, Driver, DriverTx, LockedJob, OutputSettlement, Settled, Tx};
 use super::shared::{impl_driver_tx, impl_store};
 use super::rows::{ATTEMPT_COLUMNS, AttemptRefRow, QualificationRow, attempts_from_rows, job_from_rows};
 use super::usage::{AttemptUsage, UsageFilter, UsageRow};
@@ -225,6 +225,34 @@ impl_driver_tx!(SqliteTx, {
         insert_event(&mut self.tx, self.at, owner, job_id, kind, attempt_number, detail).await
     }
 
+    async fn attempt_holder(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptHolder>> {
+        Ok(sqlx::query_as(
+            r#"select state, worker, coalesce(lease_until > ?4, 0) as lease_live
+               from attempts where owner_id = ?1 and job_id = ?2 and number = ?3"#,
+        )
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .bind(self.at)
+        .fetch_optional(&mut *self.tx)
+        .await?)
+    }
+
+    async fn forget_usage(&mut self, attempt: &AttemptRef) -> Result<()> {
+        sqlx::query(
+            r#"update attempts
+               set prompt_tokens = 0, completion_tokens = 0, usage_estimated = 0,
+                   cost = case when cost is null then null else '0' end
+               where owner_id = ?1 and job_id = ?2 and number = ?3 and prompt_tokens is not null"#,
+        )
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
     async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, to: AttemptState, from: &[AttemptState], error: &AttemptError) -> Result<u64> {
         Ok(sqlx::query(
             r#"update attempts
@@ -387,7 +415,7 @@ impl_store!(SqliteStore, {
         for row in &rows {
             let attempt = AttemptRef::from(<AttemptRefRow as sqlx::FromRow<_>>::from_row(row)?);
             let provider: String = row.try_get("provider")?;
-            let lease = leases.by_provider.iter().find(|(name, _)| *name == provider).map_or(leases.default, |(_, l)| *l);
+            let lease = leases.of(&provider);
             let lease_until = at.saturating_add(micros(lease));
             sqlx::query(&*sql::CLAIM_ATTEMPT)
             .bind(worker)
@@ -492,6 +520,19 @@ impl_store!(SqliteStore, {
         .fetch_one(&self.pool)
         .await?;
         row.try_into()
+    }
+
+    async fn record_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool> {
+        let changed = sqlx::query(
+            r#"update attempts set unapplied_output = ?4 where owner_id = ?1 and job_id = ?2 and number = ?3"#,
+        )
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .bind(Json(unapplied))
+        .execute(&self.pool)
+        .await?;
+        Ok(changed.rows_affected() == 1)
     }
 
     async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
