@@ -39,6 +39,7 @@ use crate::domain::{
 };
 
 mod keys;
+mod sessions;
 mod sql;
 
 pub use sql::{CREATE_JOB, GET_JOB};

@@ -50,6 +50,7 @@ use crate::domain::{
 };
 
 mod group;
+mod sessions;
 mod sql;
 
 use sql::{
