@@ -20,3 +20,15 @@ create table dashboard_sessions (
 -- Every dashboard request finds its session by hash alone.
 create index dashboard_sessions_token_hash on dashboard_sessions (token_hash);
 
+-- The first run: `serve` on a database without keys makes one admin key and
+-- prints it. Replicas starting together on an empty database would each
+-- make one; this table's one row decides instead, inserted in the same
+-- transaction as the key, so that the key is made and shown at most once.
+create table bootstrap (
+    id            smallint primary key check (id = 1),
+    -- The key the first run made; null when keys existed already.
+    first_key_id  uuid,
+    created_at    timestamptz not null default now()
+);
+-- A database with keys was set up before this table existed.
+insert into bootstrap (id, first_key_id) select 1, null where exists (select 1 from api_keys);

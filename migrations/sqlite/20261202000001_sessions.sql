@@ -20,3 +20,16 @@ create table dashboard_sessions (
 -- Every dashboard request finds its session by hash alone.
 create index dashboard_sessions_token_hash on dashboard_sessions (token_hash);
 
+-- The first run: `serve` on a database without keys makes one admin key and
+-- prints it. Processes starting together on an empty file would each make
+-- one; this table's one row decides instead, inserted in the same
+-- transaction as the key, so that the key is made and shown at most once.
+create table bootstrap (
+    id            integer primary key check (id = 1),
+    -- The key the first run made; null when keys existed already.
+    first_key_id  blob,
+    created_at    integer not null
+);
+-- A database with keys was set up before this table existed.
+insert into bootstrap (id, first_key_id, created_at)
+    select 1, null, cast(strftime('%s', 'now') as integer) * 1000000 where exists (select 1 from api_keys);

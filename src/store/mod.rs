@@ -660,7 +660,7 @@ pub trait Store: Driver {
     /// range, oldest first, for the usage report.
     async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>>;
 
-    // Dashboard sessions (see `sessions.rs`).
+    // Dashboard sessions and the first run (see `sessions.rs`).
 
     /// Stores a new dashboard session, ending `session.lifetime` from now
     /// by the database's clock.
@@ -681,6 +681,12 @@ pub trait Store: Driver {
     /// Deletes every dashboard session past its lifetime or unused for
     /// `idle`; how many.
     async fn delete_expired_dashboard_sessions(&self, idle: Duration) -> Result<u64>;
+
+    /// Stores the first run's key, unless the database had its first run
+    /// already or has a key: `bootstrap`'s one row, inserted in the key's
+    /// transaction, decides, so that of replicas starting together on an
+    /// empty database exactly one makes it. `true` when this call made it.
+    async fn insert_first_run_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<bool>;
 }
 
 /// A stored value the program cannot read back.

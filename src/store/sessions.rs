@@ -1,4 +1,4 @@
-//! Dashboard sessions, as the store keeps them (the
+//! Dashboard sessions and the first run, as the store keeps them (the
 //! statements are each backend's `sessions.rs`; what a session may do is
 //! [`crate::ui::session`]'s).
 //!
@@ -7,6 +7,10 @@
 //! sharing it honours the session, before and after a restart. The store
 //! only keeps the times; whether a session is still live is decided above
 //! it, from the times and the database's clock read in the same statement.
+//!
+//! The first run's admin key is made at most once per database: a one-row
+//! `bootstrap` table, whose primary key the first `serve` inserts in the
+//! same transaction as the key, decides among replicas starting together.
 
 use std::time::Duration;
 

@@ -7,8 +7,8 @@
 /// Implements [`crate::store::Store`] for a backend: its own methods, given
 /// as the second argument, and the shared reads, run on `self.pool` with
 /// the backend's `sql` module and `MIGRATOR` in scope; and the dashboard
-/// sessions, handed to the backend's `sessions` module, whose functions
-/// have the same names and arguments on both.
+/// sessions and the first run, handed to the backend's `sessions` module,
+/// whose functions have the same names and arguments on both.
 macro_rules! impl_store {
     ($store:ty, { $($own:tt)* }) => {
         #[async_trait::async_trait]
@@ -121,6 +121,10 @@ macro_rules! impl_store {
 
             async fn delete_expired_dashboard_sessions(&self, idle: std::time::Duration) -> Result<u64> {
                 sessions::delete_expired(&self.pool, idle).await
+            }
+
+            async fn insert_first_run_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<bool> {
+                sessions::insert_first_run_key(self, id, owner, role, token_hash).await
             }
         }
     };
