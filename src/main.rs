@@ -351,11 +351,6 @@ async fn run(command: Command) -> Result<(), AnyError> {
     }
 }
 
-/// On a database without any API key, makes one for owner `demo` and shows
-/// it once on standard output (never in the logs), with a request to try.
-/// It is an admin key: whoever can start the server on an empty database
-/// installed it, and needs a key that can also see providers and make keys
-/// for others (`onejob keys create`).
 /// The settings, with the tasks' schemas and templates compiled to check
 /// them (for the commands that build no application, which would).
 fn load_checked(path: Option<&std::path::Path>) -> Result<Settings, AnyError> {
@@ -364,27 +359,33 @@ fn load_checked(path: Option<&std::path::Path>) -> Result<Settings, AnyError> {
     Ok(settings)
 }
 
+/// On a database that never had its first run and has no API key, makes an
+/// admin key for owner `demo` (see [`keys::create_first_run_key`]) and shows
+/// it once on standard error, written there directly and never as a log
+/// event, with a request to try. Of replicas starting together on an empty
+/// database, one makes and shows it; the database decides which.
 async fn first_run_key(store: &dyn onejob::store::Store, addr: SocketAddr) -> Result<(), AnyError> {
     // At start the pool may be briefly exhausted (the qualifications at
     // start, the worker's loops, a loaded machine): a database that is only
     // busy must not stop the server. Give it 30 seconds.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    let has_keys = loop {
-        match store.has_api_keys().await {
+    let made = loop {
+        match keys::create_first_run_key(store).await {
             Err(onejob::store::StoreError::Unavailable(error)) if tokio::time::Instant::now() < deadline => {
-                tracing::warn!(%error, "cannot yet check for API keys; trying again");
+                tracing::warn!(%error, "cannot yet check for the first run's key; trying again");
                 tokio::time::sleep(std::time::Duration::from_millis(250)).await;
             }
             answer => break answer?,
         }
     };
-    if has_keys {
+    let Some((_, token)) = made else {
+        tracing::info!("no first-run key made: the database has API keys, or had its first run before");
         return Ok(());
-    }
-    let owner = OwnerId::parse("demo")?;
-    let (_, token) = keys::create_key_with_role(store, &owner, KeyRole::Admin).await?;
-    println!(
-        "No API key existed, so an admin key was made for owner \"demo\". It is shown once; only its SHA-256 is stored:\n\n\
+    };
+    let owner = keys::FIRST_RUN_OWNER;
+    eprintln!(
+        "\nNo API key existed, so an admin key was made for owner \"{owner}\". It is shown once, here, and never again; \
+         only its SHA-256 is stored:\n\n\
          {token}\n\nTry it:\n\n\
          curl -s http://{addr}/jobs -H 'Authorization: Bearer {token}' -H 'Idempotency-Key: first-job' \\\n  \
          -H 'Content-Type: application/json' -d '{{\"task\": \"summarize\", \"input\": {{\"text\": \"one job per intent\"}}}}'\n"

@@ -55,6 +55,23 @@ pub async fn create_key_with_role(store: &dyn Store, owner: &OwnerId, role: KeyR
     Ok((id, token))
 }
 
+/// The owner of the first run's key.
+pub const FIRST_RUN_OWNER: &str = "demo";
+
+/// On a database that never had its first run and has no key, makes the
+/// first run's key: an admin key of owner [`FIRST_RUN_OWNER`]. Whoever can
+/// start the server on an empty database installed it, and needs a key
+/// that can also see providers and make keys for others. The database
+/// decides, so that of replicas starting together exactly one makes it;
+/// `None` for every other call. Returns its id and the token to show once.
+pub async fn create_first_run_key(store: &dyn Store) -> store::Result<Option<(Uuid, String)>> {
+    let owner = OwnerId::parse(FIRST_RUN_OWNER).expect("a valid owner");
+    let id = Uuid::now_v7();
+    let NewToken { token, hash } = generate_token();
+    let made = store.insert_first_run_key(id, &owner, KeyRole::Admin, &hash).await?;
+    Ok(made.then_some((id, token)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@ pub mod driver;
 mod hot;
 pub mod postgres;
 mod rows;
+pub mod sessions;
 mod shared;
 pub mod sqlite;
 mod transitions;
@@ -36,6 +37,7 @@ use crate::domain::{
 pub use driver::Driver;
 
 pub use postgres::PostgresStore;
+pub use sessions::{NewSession, StoredSession};
 pub use sqlite::SqliteStore;
 pub use usage::{AttemptUsage, UsageFilter, UsageRow};
 
@@ -703,6 +705,34 @@ pub trait Store: Driver {
     /// The owner's attempts with recorded usage created in the filter's
     /// range, oldest first, for the usage report.
     async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>>;
+
+    // Dashboard sessions and the first run (see `sessions.rs`).
+
+    /// Stores a new dashboard session, ending `session.lifetime` from now
+    /// by the database's clock.
+    async fn insert_dashboard_session(&self, session: &NewSession) -> Result<()>;
+
+    /// The dashboard session whose token hashes to `token_hash`, live or
+    /// not, with its key's token hash and the database's clock: one look-up
+    /// by an index.
+    async fn find_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<Option<StoredSession>>;
+
+    /// Marks a dashboard session used now.
+    async fn touch_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<()>;
+
+    /// Ends a dashboard session: its row is deleted. `false` when there was
+    /// none.
+    async fn delete_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<bool>;
+
+    /// Deletes every dashboard session past its lifetime or unused for
+    /// `idle`; how many.
+    async fn delete_expired_dashboard_sessions(&self, idle: Duration) -> Result<u64>;
+
+    /// Stores the first run's key, unless the database had its first run
+    /// already or has a key: `bootstrap`'s one row, inserted in the key's
+    /// transaction, decides, so that of replicas starting together on an
+    /// empty database exactly one makes it. `true` when this call made it.
+    async fn insert_first_run_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<bool>;
 }
 
 /// A stored value the program cannot read back.

@@ -6,7 +6,9 @@
 
 /// Implements [`crate::store::Store`] for a backend: its own methods, given
 /// as the second argument, and the shared reads, run on `self.pool` with
-/// the backend's `sql` module and `MIGRATOR` in scope.
+/// the backend's `sql` module and `MIGRATOR` in scope; and the dashboard
+/// sessions and the first run, handed to the backend's `sessions` module,
+/// whose functions have the same names and arguments on both.
 macro_rules! impl_store {
     ($store:ty, { $($own:tt)* }) => {
         #[async_trait::async_trait]
@@ -99,6 +101,30 @@ macro_rules! impl_store {
                 let rows: Vec<$crate::store::rows::OpenUnknownRow> = sqlx::query_as(&*sql::LIST_UNKNOWN_ATTEMPTS)
                     .bind(owner.map(OwnerId::as_str)).bind(i64::from(limit)).fetch_all(&self.pool).await?;
                 Ok(rows.into_iter().map(Into::into).collect())
+            }
+
+            async fn insert_dashboard_session(&self, session: &$crate::store::NewSession) -> Result<()> {
+                sessions::insert(&self.pool, session).await
+            }
+
+            async fn find_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<Option<$crate::store::StoredSession>> {
+                sessions::find(&self.pool, token_hash).await
+            }
+
+            async fn touch_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<()> {
+                sessions::touch(&self.pool, token_hash).await
+            }
+
+            async fn delete_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<bool> {
+                sessions::delete(&self.pool, token_hash).await
+            }
+
+            async fn delete_expired_dashboard_sessions(&self, idle: std::time::Duration) -> Result<u64> {
+                sessions::delete_expired(&self.pool, idle).await
+            }
+
+            async fn insert_first_run_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<bool> {
+                sessions::insert_first_run_key(self, id, owner, role, token_hash).await
             }
         }
     };

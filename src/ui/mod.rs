@@ -16,14 +16,14 @@ pub mod pages;
 pub mod session;
 pub mod timeline;
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Extension, Router};
+use axum::Router;
 use minijinja::Environment;
 use serde::Serialize;
 
@@ -57,7 +57,7 @@ fn listed(path: &'static str) -> &'static str {
     path
 }
 
-/// The dashboard's and the demo's routes, with this process's sessions.
+/// The dashboard's and the demo's routes (their sessions are in the store).
 pub fn router() -> Router<AppState> {
     Router::new()
         .route(listed("/ui"), get(pages::jobs))
@@ -72,7 +72,6 @@ pub fn router() -> Router<AppState> {
         .route(listed("/ui/api/jobs"), post(demo::create_job))
         .route(listed("/ui/api/jobs/{id}/attempts"), post(demo::create_attempt))
         .route(listed("/demo"), get(demo::show))
-        .layer(Extension(Arc::new(Sessions::default())))
 }
 
 static TEMPLATES: LazyLock<Environment<'static>> = LazyLock::new(|| {
@@ -230,24 +229,24 @@ fn encode_next(next: &str) -> String {
     serde_urlencoded::to_string([("", next)]).map(|s| s.trim_start_matches('=').to_owned()).unwrap_or_default()
 }
 
-/// Finds the request's live session: its cookie names one of this process's
-/// sessions, and that session's key is still live (checked as a bearer
+/// Finds the request's live session: its cookie names a live session in
+/// the database, and that session's key is still live (checked as a bearer
 /// token would be, so a revoked key ends its sessions). Applies the owner's
 /// rate limit.
 async fn find_session(parts: &Parts, state: &AppState) -> Result<Option<Session>, ApiError> {
-    let Some(sessions) = parts.extensions.get::<Arc<Sessions>>() else { return Ok(None) };
-    let Some(id) = session::cookie_session(&parts.headers) else { return Ok(None) };
-    let Some((token_hash, csrf)) = sessions.touch(&id) else { return Ok(None) };
-    let identity = match state.auth.authenticate_hash(&token_hash).await {
-        Ok(identity) => identity,
+    let Some(token) = session::cookie_session(&parts.headers) else { return Ok(None) };
+    let sessions = Sessions::new(state.store.as_ref());
+    let Some(found) = sessions.find(&token).await? else { return Ok(None) };
+    let identity = match state.auth.authenticate_hash(&found.key_token_hash).await {
+        Ok(identity) if identity.key == found.key_id => identity,
         Err(AuthError::Store(error)) => return Err(error.into()),
-        Err(_) => {
-            sessions.end(&id);
+        _ => {
+            sessions.end(&token).await?;
             return Ok(None);
         }
     };
     check_rate(state, &identity)?;
-    Ok(Some(Session { identity, csrf }))
+    Ok(Some(Session { identity, csrf: found.csrf }))
 }
 
 /// The session of a page request; without one, the sign-in page.

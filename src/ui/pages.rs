@@ -4,9 +4,6 @@
 //! for an admin key's session; every change goes through the API's own
 //! handler.
 
-use std::sync::Arc;
-
-use axum::Extension;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -84,11 +81,11 @@ pub(crate) struct SignInForm {
 }
 
 /// Checks the API key like a bearer token; a live one starts a session.
-/// The token travels in the form's body only, and is neither logged nor
-/// kept: the session holds its SHA-256.
+/// The key's token travels in the form's body only, and is neither logged
+/// nor kept: the session names the key by its id. The session's own token
+/// goes to the cookie only; the database keeps its SHA-256.
 pub(crate) async fn signin(
     State(app): State<AppState>,
-    Extension(sessions): Extension<Arc<Sessions>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, PageError> {
@@ -100,7 +97,7 @@ pub(crate) async fn signin(
     let token = form.token.trim();
     match app.auth.authenticate(token).await {
         Ok(identity) => {
-            let id = sessions.start(crate::keys::hash_token(token));
+            let id = Sessions::new(app.store.as_ref()).start(&identity).await?;
             tracing::info!(owner = %identity.owner, role = %identity.role, key = %identity.key, "dashboard sign-in");
             let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, next.to_owned())]).into_response();
             response.headers_mut().insert(header::SET_COOKIE, session::set_cookie(&id, session::over_https(&headers)));
@@ -125,9 +122,9 @@ fn check_form(session: &Session, headers: &HeaderMap, csrf: &str) -> Result<(), 
     if session::same_origin(headers) && session::csrf_matches(session, csrf) { Ok(()) } else { Err(PageError::Forbidden) }
 }
 
-/// Ends the session and forgets the cookie.
+/// Ends the session, on every server, and forgets the cookie.
 pub(crate) async fn signout(
-    Extension(sessions): Extension<Arc<Sessions>>,
+    State(app): State<AppState>,
     PageSession(session): PageSession,
     headers: HeaderMap,
     body: Body,
@@ -135,7 +132,7 @@ pub(crate) async fn signout(
     let form: CsrfForm = read_form(body).await?;
     check_form(&session, &headers, &form.csrf)?;
     if let Some(id) = session::cookie_session(&headers) {
-        sessions.end(&id);
+        Sessions::new(app.store.as_ref()).end(&id).await?;
     }
     let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/ui/signin")]).into_response();
     response.headers_mut().insert(header::SET_COOKIE, session::clear_cookie());

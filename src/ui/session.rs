@@ -1,27 +1,37 @@
-//! Dashboard sessions. Signing in with an API key makes a server-side
-//! session: the browser holds only a random session id, in an `HttpOnly`,
-//! `SameSite=Strict` cookie; the server holds the key's SHA-256 (never the
-//! token) and checks it through the same authenticator as a bearer token on
-//! every request, so revoking the key ends its sessions at once.
+//! Dashboard sessions. Signing in with an API key makes a session: the
+//! browser holds only the session's random token, in an `HttpOnly`,
+//! `SameSite=Strict` cookie; the database holds the token's SHA-256 (never
+//! the token) with the API key it acts as, and that key is checked through
+//! the same authenticator as a bearer token on every request, so revoking
+//! the key ends its sessions at once.
+//!
+//! Sessions live in the database (`dashboard_sessions`, see
+//! [`crate::store::sessions`]): every server sharing it honours a session,
+//! so a round-robin load balancer needs no sticky sessions, and a restart
+//! signs no one out. A request costs one look-up by an index; a session is
+//! marked used at most once every [`REFRESH`], not on every request. A
+//! session ends [`IDLE`] after it was last marked used or [`LIFETIME`]
+//! after sign-in, whichever comes first, by the database's clock; an ended
+//! row is refused, and deleted when it is presented or at the next sign-in.
+//! A session is found by its token's SHA-256, which is no timing oracle for
+//! the same reason as a key's (see [`crate::keys::Authenticator`]): an
+//! attacker chooses tokens, not their hashes.
 //!
 //! Every request that changes something must also prove it comes from a
 //! page this server rendered for the session: forms carry the session's
 //! CSRF token in a hidden field, scripts in the `X-CSRF-Token` header, and
 //! any `Origin` or `Sec-Fetch-Site` header must say the same origin.
-//!
-//! Sessions live in this process's memory: a restart signs everyone out, and
-//! replicas behind a load balancer need sticky sessions (or a sign-in per
-//! replica).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, header};
+use chrono::TimeDelta;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use uuid::Uuid;
 
 use crate::keys::Identity;
+use crate::store::{NewSession, Store, StoredSession};
 
 /// The cookie's name.
 pub const COOKIE: &str = "onejob_session";
@@ -31,8 +41,10 @@ pub const CSRF_HEADER: &str = "x-csrf-token";
 pub const IDLE: Duration = Duration::from_secs(8 * 3600);
 /// A session ends this long after sign-in, used or not.
 pub const LIFETIME: Duration = Duration::from_secs(24 * 3600);
-/// Past this many sessions the oldest are dropped.
-const CAPACITY: usize = 10_000;
+/// A session is marked used again only when it was last marked longer ago
+/// than this, so that most requests write nothing. (It may therefore end
+/// up to this much before [`IDLE`] has passed since its true last use.)
+pub const REFRESH: Duration = Duration::from_secs(60);
 
 /// A signed-in browser.
 #[derive(Clone, Debug)]
@@ -43,18 +55,41 @@ pub struct Session {
     pub csrf: String,
 }
 
-struct Entry {
-    token_hash: [u8; 32],
-    csrf: String,
-    signed_in: Instant,
-    last_seen: Instant,
+/// A live session as the database has it, before its key is checked.
+#[derive(Clone, Debug)]
+pub struct Found {
+    /// The token hash of the key it acts as, to check as a bearer token's.
+    pub key_token_hash: [u8; 32],
+    /// The key it acts as.
+    pub key_id: Uuid,
+    /// The token every change must carry.
+    pub csrf: String,
 }
 
-/// Every live session of this process, by the SHA-256 of its id (a memory
-/// dump shows no usable cookie).
-#[derive(Default)]
-pub struct Sessions {
-    entries: Mutex<HashMap<[u8; 32], Entry>>,
+/// Where a stored session stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Live; `mark` when it is due to be marked used.
+    Live {
+        /// It was last marked used longer than [`REFRESH`] ago.
+        mark: bool,
+    },
+    /// Past its lifetime or its idle time.
+    Ended,
+}
+
+/// Where `session` stands at the database's clock as read with it.
+pub fn standing(session: &StoredSession) -> Standing {
+    let since_seen = session.now - session.last_seen_at;
+    if session.now >= session.expires_at || since_seen >= delta(IDLE) {
+        Standing::Ended
+    } else {
+        Standing::Live { mark: since_seen >= delta(REFRESH) }
+    }
+}
+
+fn delta(duration: Duration) -> TimeDelta {
+    TimeDelta::from_std(duration).expect("the session durations fit")
 }
 
 fn random_hex() -> String {
@@ -63,53 +98,79 @@ fn random_hex() -> String {
     hex::encode(bytes)
 }
 
-fn digest(id: &str) -> [u8; 32] {
-    Sha256::digest(id.as_bytes()).into()
+/// What the database stores of a session's token.
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
 }
 
-impl Sessions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Entry>> {
-        self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Starts a session for the key whose token hashes to `token_hash`;
-    /// returns the session id for the cookie.
-    pub fn start(&self, token_hash: [u8; 32]) -> String {
-        let id = random_hex();
-        let now = Instant::now();
-        let mut entries = self.lock();
-        entries.retain(|_, entry| live(entry, now));
-        if entries.len() >= CAPACITY
-            && let Some(oldest) = entries.iter().min_by_key(|(_, e)| e.last_seen).map(|(k, _)| *k)
-        {
-            entries.remove(&oldest);
-        }
-        entries.insert(digest(&id), Entry { token_hash, csrf: random_hex(), signed_in: now, last_seen: now });
-        id
-    }
-
-    /// The key hash and CSRF token of a live session, marking it used.
-    pub fn touch(&self, id: &str) -> Option<([u8; 32], String)> {
-        let now = Instant::now();
-        let mut entries = self.lock();
-        let key = digest(id);
-        let entry = entries.get_mut(&key)?;
-        if !live(entry, now) {
-            entries.remove(&key);
-            return None;
-        }
-        entry.last_seen = now;
-        Some((entry.token_hash, entry.csrf.clone()))
-    }
-
-    /// Ends a session (signing out, or its key is no longer live).
-    pub fn end(&self, id: &str) {
-        self.lock().remove(&digest(id));
-    }
+/// The session's CSRF token, derived from its token rather than stored:
+/// every server computes the same one, and the database holds nothing that
+/// gives it. It is the SHA-256 of the session's token under a prefix of its
+/// own, so it differs from the stored hash, and neither it nor the stored
+/// hash yields the token (or each other) without a preimage of SHA-256. A
+/// page that shows it (it is in every form) thus gives away neither the
+/// cookie nor anything to find the session by.
+pub fn csrf_token(token: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"onejob dashboard csrf\0");
+    hasher.update(token.as_bytes());
+    hex::encode(hasher.finalize())
 }
 
-fn live(entry: &Entry, now: Instant) -> bool {
-    now.duration_since(entry.last_seen) < IDLE && now.duration_since(entry.signed_in) < LIFETIME
+/// The dashboard's sessions, in `store`.
+pub struct Sessions<'a> {
+    store: &'a dyn Store,
+}
+
+impl<'a> Sessions<'a> {
+    /// The sessions kept in `store`.
+    pub fn new(store: &'a dyn Store) -> Self {
+        Self { store }
+    }
+
+    /// Starts a session acting as `identity`'s key; returns the session's
+    /// token, for the cookie. Sessions that ended are swept first.
+    pub async fn start(&self, identity: &Identity) -> crate::store::Result<String> {
+        // The table holds operators' sessions only: sweeping it at sign-in
+        // (as rare as operators) keeps it small without a timer.
+        if let Err(error) = self.store.delete_expired_dashboard_sessions(IDLE).await {
+            tracing::warn!(%error, "cannot delete ended dashboard sessions");
+        }
+        let token = random_hex();
+        let session =
+            NewSession { token_hash: digest(&token), owner: identity.owner.clone(), key_id: identity.key, lifetime: LIFETIME };
+        self.store.insert_dashboard_session(&session).await?;
+        Ok(token)
+    }
+
+    /// The live session of `token`, marked used when it is due; an ended
+    /// one is deleted and is none.
+    pub async fn find(&self, token: &str) -> crate::store::Result<Option<Found>> {
+        let hash = digest(token);
+        let Some(stored) = self.store.find_dashboard_session(&hash).await? else { return Ok(None) };
+        match standing(&stored) {
+            Standing::Ended => {
+                self.store.delete_dashboard_session(&hash).await?;
+                return Ok(None);
+            }
+            Standing::Live { mark: true } => {
+                // A session that cannot be marked now is still live: serve
+                // the request, and mark it on a later one.
+                if let Err(error) = self.store.touch_dashboard_session(&hash).await {
+                    tracing::warn!(%error, "cannot mark a dashboard session used");
+                }
+            }
+            Standing::Live { mark: false } => {}
+        }
+        Ok(Some(Found { key_token_hash: stored.key_token_hash, key_id: stored.key_id, csrf: csrf_token(token) }))
+    }
+
+    /// Ends the session of `token` (signing out, or its key is no longer
+    /// live), on every server.
+    pub async fn end(&self, token: &str) -> crate::store::Result<()> {
+        self.store.delete_dashboard_session(&digest(token)).await?;
+        Ok(())
+    }
 }
 
 /// The session id the request's cookie names, if any.
@@ -179,16 +240,40 @@ mod tests {
         map
     }
 
+    fn stored(signed_in_ago: Duration, seen_ago: Duration) -> StoredSession {
+        let now = chrono::Utc::now();
+        let created_at = now - delta(signed_in_ago);
+        StoredSession {
+            owner: crate::domain::OwnerId::parse("a").unwrap(),
+            key_id: Uuid::nil(),
+            key_token_hash: [3; 32],
+            created_at,
+            last_seen_at: now - delta(seen_ago),
+            expires_at: created_at + delta(LIFETIME),
+            now,
+        }
+    }
+
     #[test]
-    fn a_session_is_found_by_its_id_until_it_ends() {
-        let sessions = Sessions::default();
-        let id = sessions.start([3; 32]);
-        let (hash, csrf) = sessions.touch(&id).unwrap();
-        assert_eq!(hash, [3; 32]);
+    fn a_session_ends_at_its_idle_time_or_its_lifetime_and_is_marked_once_a_minute() {
+        let second = Duration::from_secs(1);
+        assert_eq!(standing(&stored(Duration::ZERO, Duration::ZERO)), Standing::Live { mark: false });
+        assert_eq!(standing(&stored(REFRESH - second, REFRESH - second)), Standing::Live { mark: false });
+        assert_eq!(standing(&stored(REFRESH, REFRESH)), Standing::Live { mark: true });
+        assert_eq!(standing(&stored(IDLE - second, IDLE - second)), Standing::Live { mark: true });
+        assert_eq!(standing(&stored(IDLE, IDLE)), Standing::Ended);
+        assert_eq!(standing(&stored(LIFETIME - second, Duration::ZERO)), Standing::Live { mark: false });
+        assert_eq!(standing(&stored(LIFETIME, Duration::ZERO)), Standing::Ended);
+    }
+
+    #[test]
+    fn the_csrf_token_is_the_sessions_own_and_not_its_stored_hash() {
+        let token = random_hex();
+        let csrf = csrf_token(&token);
+        assert_eq!(csrf, csrf_token(&token), "every server derives the same one");
         assert_eq!(csrf.len(), 64);
-        assert!(sessions.touch(&random_hex()).is_none());
-        sessions.end(&id);
-        assert!(sessions.touch(&id).is_none());
+        assert_ne!(csrf, hex::encode(digest(&token)), "not what the database stores");
+        assert_ne!(csrf, csrf_token(&random_hex()));
     }
 
     #[test]

@@ -1,9 +1,16 @@
 //! The `onejob` binary as an operator runs it: `migrate`, `keys create`,
-//! `serve`, then the core behaviours over real HTTP against that process.
+//! `serve`, then the core behaviours over real HTTP against that process;
+//! the first run's admin key, printed once on standard error, and made at
+//! most once by replicas starting together on an empty database.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use crate::common::BIN;
+use crate::common::processes::{eventually, set};
+use crate::common::{BIN, Backend};
 use tokio::process::Command;
 
 
@@ -99,53 +106,96 @@ async fn the_printed_default_configuration_is_valid_and_complete() {
     assert_eq!(settings.providers.len(), 6);
 }
 
+/// Which stream of a process a line came on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stream {
+    Out,
+    Err,
+}
+
+/// What a `serve` that made no first-run key logs.
+const NO_FIRST_RUN_KEY: &str = "no first-run key";
+
+/// A `onejob` process whose standard output and error are kept, line by line.
+struct Served {
+    child: tokio::process::Child,
+    lines: Arc<Mutex<Vec<(Stream, String)>>>,
+}
+
+impl Served {
+    fn start(mut command: Command) -> Self {
+        let mut child =
+            command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).spawn().expect("onejob starts");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        keep_lines(child.stdout.take().unwrap(), Stream::Out, &lines);
+        keep_lines(child.stderr.take().unwrap(), Stream::Err, &lines);
+        Self { child, lines }
+    }
+
+    fn lines(&self) -> Vec<(Stream, String)> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// The address it said it listens on.
+    fn address(&self) -> Option<String> {
+        let lines = self.lines();
+        let found = lines.iter().find_map(|(_, line)| line.split("listening on http://").nth(1).map(str::to_owned));
+        found.map(|rest| rest.split_whitespace().next().unwrap().to_owned())
+    }
+
+    /// The lines of `stream` that are an API token alone.
+    fn tokens(&self, stream: Stream) -> Vec<String> {
+        let lines = self.lines().into_iter().filter(|(s, _)| *s == stream);
+        lines.map(|(_, line)| line.trim().to_owned()).filter(|line| onejob::keys::looks_like_token(line)).collect()
+    }
+
+    /// Whether it has said whether it made the first-run key: it printed a
+    /// token, or logged that it made none.
+    fn decided(&self) -> bool {
+        !self.tokens(Stream::Err).is_empty()
+            || !self.tokens(Stream::Out).is_empty()
+            || self.lines().iter().any(|(_, line)| line.contains(NO_FIRST_RUN_KEY))
+    }
+
+    /// Waits until `check` holds of it; fails after 60 s, showing its output.
+    async fn wait_until(&self, what: &str, check: impl Fn(&Served) -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !check(self) {
+            assert!(std::time::Instant::now() < deadline, "serve never got to {what}; it wrote {:#?}", self.lines());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn keep_lines(reader: impl tokio::io::AsyncRead + Unpin + Send + 'static, stream: Stream, lines: &Arc<Mutex<Vec<(Stream, String)>>>) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let lines = lines.clone();
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(reader).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            lines.lock().unwrap().push((stream, line));
+        }
+    });
+}
+
 #[tokio::test]
 async fn a_first_run_with_nothing_configured_serves_on_sqlite_and_prints_a_key_once() {
-    use tokio::io::{AsyncBufReadExt, BufReader};
     let dir = std::env::temp_dir().join(format!("onejob-first-run-{}", uuid::Uuid::now_v7().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     let start = || {
-        let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .current_dir(&dir)
-            .env_remove("DATABASE_URL")
-            .env_remove("ONEJOB_CONFIG")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-        let stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-        (child, stdout, stderr)
-    };
-    let listening = |mut stderr: tokio::io::Lines<BufReader<tokio::process::ChildStderr>>| async move {
-        let address = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-            while let Some(line) = stderr.next_line().await.unwrap() {
-                if let Some(rest) = line.split("listening on http://").nth(1) {
-                    return rest.split_whitespace().next().unwrap().to_owned();
-                }
-            }
-            panic!("serve exited before listening");
-        })
-        .await
-        .expect("serve listens");
-        tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
-        address
+        let mut command = Command::new(BIN);
+        command.args(["serve", "--listen", "127.0.0.1:0"]).current_dir(&dir).env_remove("DATABASE_URL").env_remove("ONEJOB_CONFIG");
+        Served::start(command)
     };
 
-    let (mut first, mut stdout, stderr) = start();
-    let address = listening(stderr).await;
-    let mut printed = String::new();
-    let token = loop {
-        let line = stdout.next_line().await.unwrap().expect("the key is printed");
-        printed.push_str(&line);
-        printed.push('\n');
-        if line.starts_with("oj_") {
-            break line;
-        }
-    };
-    assert!(printed.contains("owner \"demo\""), "{printed}");
+    let mut first = start();
+    first.wait_until("printing the first-run key", |s| s.address().is_some() && !s.tokens(Stream::Err).is_empty()).await;
+    let address = first.address().unwrap();
+    let token = first.tokens(Stream::Err).remove(0);
+    let printed: Vec<String> = first.lines().into_iter().filter(|(s, _)| *s == Stream::Err).map(|(_, l)| l).collect();
+    let printed = printed.join("\n");
+    assert!(printed.contains("owner \"demo\"") && printed.contains("shown once"), "{printed}");
+    assert!(first.lines().iter().all(|(s, line)| *s == Stream::Err || !line.contains(&token)), "the key is on standard error only");
     assert!(dir.join("onejob.db").exists(), "the default database is a file in the working directory");
 
     let client = reqwest::Client::new();
@@ -167,16 +217,114 @@ async fn a_first_run_with_nothing_configured_serves_on_sqlite_and_prints_a_key_o
         }
     }
     assert_eq!(job["result"], json!({"summary": "one job per intent", "word_count": 4}));
-    first.kill().await.unwrap();
+    first.child.kill().await.unwrap();
 
     // The second run finds a key and prints none; the job is still there.
-    let (mut second, mut stdout, stderr) = start();
-    let address = listening(stderr).await;
+    let mut second = start();
+    second.wait_until("its first-run decision", |s| s.address().is_some() && s.decided()).await;
+    assert!(second.tokens(Stream::Err).is_empty() && second.tokens(Stream::Out).is_empty(), "no second key");
+    let address = second.address().unwrap();
     let again: Value = client.get(format!("http://{address}/jobs/{id}")).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
     assert_eq!(again["state"], "succeeded");
-    second.kill().await.unwrap();
-    assert_eq!(stdout.next_line().await.unwrap(), None, "no second key");
+    second.child.kill().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+on_both_backends!(replicas_starting_together_on_an_empty_database_make_and_print_one_first_run_key);
+
+/// A lock that every replica's first-run check must wait for, held by the
+/// test until all of them are at it: the replicas then go on together, as
+/// when they start at the same moment, without hoping for the timing.
+enum FirstRunGate {
+    /// Postgres: `api_keys` locked, so that reading it waits.
+    Postgres(sqlx::PgConnection),
+    /// SQLite: the write lock taken (in WAL mode reads go on, writes wait).
+    Sqlite(sqlx::SqliteConnection),
+}
+
+impl FirstRunGate {
+    async fn close(backend: Backend, database_url: &str) -> Self {
+        use sqlx::Connection;
+        match backend {
+            Backend::Postgres => {
+                let mut connection = sqlx::PgConnection::connect(database_url).await.unwrap();
+                sqlx::query("begin").execute(&mut connection).await.unwrap();
+                sqlx::query("lock table api_keys in access exclusive mode").execute(&mut connection).await.unwrap();
+                FirstRunGate::Postgres(connection)
+            }
+            Backend::Sqlite => {
+                let mut connection = sqlx::SqliteConnection::connect(database_url).await.unwrap();
+                sqlx::query("begin immediate").execute(&mut connection).await.unwrap();
+                FirstRunGate::Sqlite(connection)
+            }
+        }
+    }
+
+    /// Waits until every one of `replicas` is held at the gate.
+    async fn wait_for(&self, replicas: &[Served], db: &sqlx::AnyPool) {
+        match self {
+            FirstRunGate::Postgres(_) => {
+                let waiting = "select count(*) from pg_stat_activity
+                               where datname = current_database() and application_name = 'onejob' and wait_event_type = 'Lock'";
+                eventually("every replica waiting at its first-run check", Duration::from_secs(60), || async {
+                    let count: i64 = sqlx::query_scalar(waiting).fetch_one(db).await.unwrap();
+                    count >= i64::try_from(replicas.len()).unwrap()
+                })
+                .await;
+            }
+            // Its check follows at once: a read, which goes on, then the
+            // write, which waits.
+            FirstRunGate::Sqlite(_) => {
+                for replica in replicas {
+                    replica.wait_until("listening", |s| s.address().is_some()).await;
+                }
+            }
+        }
+    }
+
+    async fn open(self) {
+        match self {
+            FirstRunGate::Postgres(mut connection) => sqlx::query("rollback").execute(&mut connection).await.map(drop).unwrap(),
+            FirstRunGate::Sqlite(mut connection) => sqlx::query("rollback").execute(&mut connection).await.map(drop).unwrap(),
+        }
+    }
+}
+
+async fn replicas_starting_together_on_an_empty_database_make_and_print_one_first_run_key(backend: Backend) {
+    let database_url = backend.fresh_database().await;
+    let store = crate::common::open_store(&database_url);
+    store.migrate().await.unwrap();
+    let db = crate::common::any_pool(&database_url).await;
+    // Writers and statements may wait at the gate for as long as the test holds it.
+    let mut table: toml::Table = onejob::config::DEFAULT_CONFIG.parse().unwrap();
+    set(&mut table, &["database", "sqlite_busy_timeout_ms"], 60_000.into());
+    set(&mut table, &["database", "statement_timeout_ms"], 60_000.into());
+    let config = std::env::temp_dir().join(format!("onejob-first-run-race-{}.toml", uuid::Uuid::now_v7().simple()));
+    std::fs::write(&config, toml::to_string(&table).unwrap()).unwrap();
+
+    let gate = FirstRunGate::close(backend, &database_url).await;
+    let replicas: Vec<Served> = (0..4)
+        .map(|_| {
+            let mut command = Command::new(BIN);
+            command.args(["serve", "--listen", "127.0.0.1:0", "--no-migrate", "--no-worker", "--config"]).arg(&config);
+            command.env("DATABASE_URL", &database_url).env("RUST_LOG", "info");
+            Served::start(command)
+        })
+        .collect();
+    gate.wait_for(&replicas, &db).await;
+    gate.open().await;
+    for replica in &replicas {
+        replica.wait_until("its first-run decision", Served::decided).await;
+    }
+
+    let admins: i64 = sqlx::query_scalar("select count(*) from api_keys").fetch_one(&db).await.unwrap();
+    assert_eq!(admins, 1, "one first-run key in the database, whatever the replicas printed");
+    assert!(replicas.iter().all(|r| r.tokens(Stream::Out).is_empty()), "no key on standard output");
+    let printed: Vec<String> = replicas.iter().flat_map(|r| r.tokens(Stream::Err)).collect();
+    assert_eq!(printed.len(), 1, "exactly one replica printed a key: {printed:?}");
+    let key = store.find_api_key(&onejob::keys::hash_token(&printed[0])).await.unwrap().expect("the printed key is the stored one");
+    assert_eq!((key.owner.as_str(), key.role), ("demo", onejob::domain::KeyRole::Admin));
+    let _ = std::fs::remove_file(config);
 }
 
 #[tokio::test]

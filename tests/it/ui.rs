@@ -3,12 +3,19 @@
 //! owner's jobs (another owner's job page is a 404, as in the API), an
 //! admin's reaches every owner's; every change needs the session's CSRF
 //! token and the same origin; the cookie is `HttpOnly`, `SameSite=Strict`
-//! and holds no token; revoking the key ends its sessions.
+//! and holds no token; revoking the key ends its sessions. Sessions live in
+//! the database: a session made on one server works on another sharing the
+//! database and after a restart, signing out anywhere ends it everywhere,
+//! and one past its idle time or lifetime is refused and deleted.
 
-use crate::common::{Backend, TestApp, claim_all};
+use std::time::Duration;
+
+use crate::common::processes::database;
+use crate::common::{Backend, TestApp, claim_all, spawn_server};
 use onejob::domain::{AttemptError, JobId, OwnerId};
 use onejob::store::{AttemptRef, Transition};
 use onejob::ui::ROUTES;
+use onejob::ui::session::{IDLE, LIFETIME};
 use reqwest::{Client, StatusCode, header};
 use serde_json::{Value, json};
 
@@ -17,6 +24,11 @@ on_both_backends!(
     a_client_session_sees_only_its_owners_jobs_and_an_admin_session_sees_every_owners,
     every_change_needs_the_sessions_csrf_token_and_the_same_origin,
     the_session_cookie_holds_no_token_and_ends_on_sign_out_or_revocation,
+    a_session_made_on_one_server_works_on_another_sharing_the_database,
+    a_session_outlives_a_restart_of_its_server,
+    signing_out_on_one_server_ends_the_session_on_every_server,
+    a_session_past_its_lifetime_or_idle_time_is_refused_and_deleted,
+    a_session_is_marked_used_at_most_once_a_minute,
 );
 
 /// A browser's view of the dashboard: its session cookie and CSRF token.
@@ -32,9 +44,14 @@ fn no_redirects() -> Client {
 }
 
 async fn sign_in(app: &TestApp, token: &str) -> Browser {
+    sign_in_at(&app.url(""), token).await
+}
+
+/// Signs in on the server at `base` (`http://host:port`).
+async fn sign_in_at(base: &str, token: &str) -> Browser {
     let client = no_redirects();
     let response = client
-        .post(app.url("/ui/signin"))
+        .post(format!("{base}/ui/signin"))
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
         .body(format!("token={token}&next=%2Fui"))
         .send()
@@ -43,13 +60,28 @@ async fn sign_in(app: &TestApp, token: &str) -> Browser {
     assert_eq!(response.status(), StatusCode::SEE_OTHER);
     let set_cookie = response.headers()[header::SET_COOKIE].to_str().unwrap().to_owned();
     let cookie = set_cookie.split(';').next().unwrap().to_owned();
-    let mut browser = Browser { client, base: app.url(""), cookie, csrf: String::new() };
+    let mut browser = Browser { client, base: base.to_owned(), cookie, csrf: String::new() };
     let page = browser.get("/ui").await.text().await.unwrap();
-    browser.csrf = page.split(r#"name="csrf-token" content=""#).nth(1).unwrap().split('"').next().unwrap().to_owned();
+    browser.csrf = csrf_of(&page).to_owned();
     browser
 }
 
+/// The CSRF token a page was rendered with.
+fn csrf_of(page: &str) -> &str {
+    page.split(r#"name="csrf-token" content=""#).nth(1).expect("a signed-in page").split('"').next().unwrap()
+}
+
 impl Browser {
+    /// The same browser (its cookie, its CSRF token) talking to the server at `base`.
+    fn at(&self, base: &str) -> Browser {
+        Browser { client: self.client.clone(), base: base.to_owned(), cookie: self.cookie.clone(), csrf: self.csrf.clone() }
+    }
+
+    /// The session token the cookie carries.
+    fn session_token(&self) -> &str {
+        self.cookie.split_once('=').unwrap().1
+    }
+
     async fn get(&self, path: &str) -> reqwest::Response {
         self.client.get(format!("{}{path}", self.base)).header(header::COOKIE, &self.cookie).send().await.unwrap()
     }
@@ -271,4 +303,159 @@ async fn the_session_cookie_holds_no_token_and_ends_on_sign_out_or_revocation(ba
     assert_eq!(alice.get("/ui").await.status(), StatusCode::SEE_OTHER, "a revoked key's session is over");
     let script = alice.script_post("/ui/api/jobs", "after-revoke", &json!({"task": "summarize", "input": {"text": "x"}}));
     assert_eq!(script.header("x-csrf-token", &alice.csrf).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+}
+
+/// A job made through the demo's script route with the session's CSRF
+/// token: a change, as the dashboard makes them. Its id.
+async fn script_job(browser: &Browser, key: &str) -> String {
+    let body = json!({"task": "summarize", "input": {"text": "made from the dashboard"}});
+    let forged = browser.script_post("/ui/api/jobs", key, &body).header("x-csrf-token", "0".repeat(64)).send().await.unwrap();
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN, "the server checks the CSRF token");
+    let made = browser.script_post("/ui/api/jobs", key, &body).header("x-csrf-token", &browser.csrf).send().await.unwrap();
+    assert_eq!(made.status(), StatusCode::CREATED, "the session's CSRF token is good on {}", browser.base);
+    made.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned()
+}
+
+async fn session_rows(db: &sqlx::AnyPool) -> i64 {
+    sqlx::query_scalar("select count(*) from dashboard_sessions").fetch_one(db).await.unwrap()
+}
+
+/// Two `onejob serve` processes on one fresh database, and alice signed in
+/// on the first.
+struct TwoServers {
+    _processes: [tokio::process::Child; 2],
+    db: sqlx::AnyPool,
+    /// The browser talking to the server it signed in on.
+    on_one: Browser,
+    /// The same browser talking to the other server.
+    on_two: Browser,
+}
+
+async fn signed_in_on_one_of_two_servers(backend: Backend) -> TwoServers {
+    let (database_url, db, token) = database(backend).await;
+    let (first, one) = spawn_server(&database_url, None).await;
+    let (second, two) = spawn_server(&database_url, None).await;
+    let on_one = sign_in_at(&format!("http://{one}"), &token).await;
+    let on_two = on_one.at(&format!("http://{two}"));
+    TwoServers { _processes: [first, second], db, on_one, on_two }
+}
+
+async fn a_session_made_on_one_server_works_on_another_sharing_the_database(backend: Backend) {
+    // Bound by name, so that the processes live until the end.
+    let TwoServers { _processes, on_one, on_two, .. } = signed_in_on_one_of_two_servers(backend).await;
+
+    let (status, page) = on_two.page("/ui").await;
+    assert_eq!(status, StatusCode::OK, "the other server knows the session");
+    assert!(page.contains("alice"), "as alice");
+    assert_eq!(csrf_of(&page), on_one.csrf, "both servers give the session one CSRF token");
+    let job = script_job(&on_two, "across-servers").await;
+    assert!(on_one.page("/ui").await.1.contains(&job), "the first server lists the job made on the second");
+    assert_eq!(on_two.page(&format!("/ui/jobs/{job}")).await.0, StatusCode::OK);
+}
+
+async fn a_session_outlives_a_restart_of_its_server(backend: Backend) {
+    let (database_url, _db, token) = database(backend).await;
+    let (mut server, address) = spawn_server(&database_url, None).await;
+    let before = sign_in_at(&format!("http://{address}"), &token).await;
+    server.kill().await.unwrap();
+    server.wait().await.unwrap();
+
+    let (_server, address) = spawn_server(&database_url, None).await;
+    let after = before.at(&format!("http://{address}"));
+    let (status, page) = after.page("/ui").await;
+    assert_eq!(status, StatusCode::OK, "still signed in after the restart");
+    assert_eq!(csrf_of(&page), before.csrf);
+    script_job(&after, "after-restart").await;
+}
+
+async fn signing_out_on_one_server_ends_the_session_on_every_server(backend: Backend) {
+    let TwoServers { _processes, db, on_one, on_two } = signed_in_on_one_of_two_servers(backend).await;
+    assert_eq!(on_two.page("/ui").await.0, StatusCode::OK, "signed in on both servers");
+
+    let out = on_two.form("/ui/signout", &[("csrf", on_two.csrf.as_str())]).await;
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    assert_eq!(on_one.get("/ui").await.status(), StatusCode::SEE_OTHER, "signed out on the first server too");
+    let script = on_one.script_post("/ui/api/jobs", "after-sign-out", &json!({"task": "summarize", "input": {"text": "x"}}));
+    assert_eq!(script.header("x-csrf-token", &on_one.csrf).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(session_rows(&db).await, 0, "signing out deleted the session's row");
+}
+
+/// Moves the session rows back in time: signed in `signed_in` ago (so
+/// their lifetime ends `LIFETIME` after that), last used `seen` ago.
+async fn age_sessions(app: &TestApp, signed_in: Duration, seen: Duration) {
+    match app.backend {
+        Backend::Postgres => {
+            sqlx::query(
+                "update dashboard_sessions set created_at = now() - make_interval(secs => $1),
+                     last_seen_at = now() - make_interval(secs => $2),
+                     expires_at = now() - make_interval(secs => $1) + make_interval(secs => $3)",
+            )
+            .bind(signed_in.as_secs_f64())
+            .bind(seen.as_secs_f64())
+            .bind(LIFETIME.as_secs_f64())
+            .execute(&app.db)
+            .await
+            .unwrap();
+        }
+        Backend::Sqlite => {
+            let now = chrono::Utc::now().timestamp_micros();
+            let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap();
+            sqlx::query("update dashboard_sessions set created_at = ?, last_seen_at = ?, expires_at = ?")
+                .bind(now - micros(signed_in))
+                .bind(now - micros(seen))
+                .bind(now - micros(signed_in) + micros(LIFETIME))
+                .execute(&app.db)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+const MINUTE: Duration = Duration::from_secs(60);
+
+async fn a_session_past_its_lifetime_or_idle_time_is_refused_and_deleted(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let alice = sign_in(&app, &app.alice).await;
+    let hex_hash = match backend {
+        Backend::Postgres => "select encode(token_hash, 'hex') from dashboard_sessions",
+        Backend::Sqlite => "select lower(hex(token_hash)) from dashboard_sessions",
+    };
+    let stored: Vec<String> = sqlx::query_scalar(hex_hash).fetch_all(&app.db).await.unwrap();
+    let expected = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(alice.session_token().as_bytes()));
+    assert_eq!(stored, [expected], "the database holds the SHA-256 of the session's token, not the token");
+
+    // Used a minute ago, but signed in longer ago than a session lives.
+    age_sessions(&app, LIFETIME + HOUR, MINUTE).await;
+    assert_eq!(alice.get("/ui").await.status(), StatusCode::SEE_OTHER, "past its lifetime");
+    assert_eq!(session_rows(&app.db).await, 0, "the expired row was deleted");
+
+    // Unused for longer than a session may idle.
+    let alice = sign_in(&app, &app.alice).await;
+    age_sessions(&app, IDLE + HOUR, IDLE + MINUTE).await;
+    assert_eq!(alice.get("/ui").await.status(), StatusCode::SEE_OTHER, "past its idle time");
+    assert_eq!(session_rows(&app.db).await, 0, "the idle row was deleted");
+
+    // Just inside both: still live.
+    let alice = sign_in(&app, &app.alice).await;
+    age_sessions(&app, LIFETIME - MINUTE, IDLE - MINUTE).await;
+    assert_eq!(alice.page("/ui").await.0, StatusCode::OK, "inside its lifetime and idle time");
+    script_job(&alice, "late-but-live").await;
+}
+
+async fn a_session_is_marked_used_at_most_once_a_minute(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let alice = sign_in(&app, &app.alice).await;
+    let unmarked = "select count(*) from dashboard_sessions where last_seen_at = created_at";
+    let marked = "select count(*) from dashboard_sessions where last_seen_at > created_at";
+    for _ in 0..3 {
+        assert_eq!(alice.get("/ui").await.status(), StatusCode::OK);
+    }
+    let rows: i64 = sqlx::query_scalar(unmarked).fetch_one(&app.db).await.unwrap();
+    assert_eq!(rows, 1, "requests within a minute of the last mark write nothing");
+
+    age_sessions(&app, 2 * MINUTE, 2 * MINUTE).await;
+    assert_eq!(alice.get("/ui").await.status(), StatusCode::OK);
+    let rows: i64 = sqlx::query_scalar(marked).fetch_one(&app.db).await.unwrap();
+    assert_eq!(rows, 1, "a request two minutes after the last mark marks the session used");
 }

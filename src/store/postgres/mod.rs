@@ -39,6 +39,7 @@ use crate::domain::{
 };
 
 mod keys;
+mod sessions;
 mod sql;
 
 pub use sql::{CREATE_JOB, GET_JOB};
@@ -294,7 +295,7 @@ where
 
 impl_store!(PostgresStore, {
     async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
-        sqlx::query(r#"insert into api_keys (owner_id, id, role, token_hash) values ($1, $2, $3, $4)"#)
+        sqlx::query(sql::INSERT_API_KEY)
             .bind(owner.as_str())
             .bind(id)
             .bind(role)

@@ -201,6 +201,9 @@ pub(super) const QUALIFICATION_STATE: &str = r#"select contract_hash = $3 as cur
 pub(super) const FIND_API_KEY: &str =
     r#"select owner_id, id, role, token_hash from api_keys where token_hash = $1 and revoked_at is null"#;
 
+/// A new key. Binds: owner, id, role, hash.
+pub(super) const INSERT_API_KEY: &str = r#"insert into api_keys (owner_id, id, role, token_hash) values ($1, $2, $3, $4)"#;
+
 /// Every key, or one owner's. Binds: owner or null.
 pub(super) const LIST_API_KEYS: &str = r#"select owner_id, id, created_at, revoked_at, role from api_keys
     where $1::text is null or owner_id = $1

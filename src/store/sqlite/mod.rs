@@ -50,6 +50,7 @@ use crate::domain::{
 };
 
 mod group;
+mod sessions;
 mod sql;
 
 use sql::{
@@ -368,7 +369,7 @@ impl Driver for SqliteStore {
 
 impl_store!(SqliteStore, {
     async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
-        sqlx::query(r#"insert into api_keys (owner_id, id, role, token_hash, created_at) values (?, ?, ?, ?, ?)"#)
+        sqlx::query(sql::INSERT_API_KEY)
             .bind(owner.as_str())
             .bind(id)
             .bind(role)
