@@ -37,8 +37,14 @@ pub const QUALIFICATIONS: &str = "onejob_qualifications_total";
 pub const CLAIM_BATCH: &str = "onejob_claim_batch_size";
 /// Pending attempts due for a worker now.
 pub const QUEUE_DEPTH: &str = "onejob_queue_depth";
-/// Requests refused by the per-owner rate limit.
+/// Requests refused by the per-owner rate limit of this process (each
+/// replica has its own).
 pub const RATE_LIMITED: &str = "onejob_rate_limited_total";
+/// Long-polls waiting in this process now.
+pub const LONG_POLLS_OPEN: &str = "onejob_long_polls_open";
+/// Long-polls refused because their owner held as many open in this
+/// process as `server.max_long_polls_per_owner` allows.
+pub const LONG_POLLS_REFUSED: &str = "onejob_long_polls_refused_total";
 /// Tokens of settled attempts, by provider, outcome and kind (prompt,
 /// completion); estimates included.
 pub const TOKENS: &str = "onejob_tokens_total";
@@ -64,6 +70,8 @@ pub const ALL: &[&str] = &[
     CLAIM_BATCH,
     QUEUE_DEPTH,
     RATE_LIMITED,
+    LONG_POLLS_OPEN,
+    LONG_POLLS_REFUSED,
     TOKENS,
     COST,
 ];
@@ -106,7 +114,9 @@ fn describe() {
     metrics::describe_counter!(QUALIFICATIONS, "qualification runs by result");
     metrics::describe_histogram!(CLAIM_BATCH, "attempts claimed per claim");
     metrics::describe_gauge!(QUEUE_DEPTH, "pending attempts due now");
-    metrics::describe_counter!(RATE_LIMITED, "requests refused by the per-owner rate limit");
+    metrics::describe_counter!(RATE_LIMITED, "requests refused by this process's per-owner rate limit (each replica has its own)");
+    metrics::describe_gauge!(LONG_POLLS_OPEN, "long-polls waiting in this process");
+    metrics::describe_counter!(LONG_POLLS_REFUSED, "long-polls refused: their owner held max_long_polls_per_owner open in this process");
     metrics::describe_counter!(TOKENS, "tokens of settled attempts by provider, outcome and kind");
     metrics::describe_counter!(COST, "cost of settled attempts in billionths of the currency");
 }
@@ -184,4 +194,19 @@ pub fn http_request(route: &str, method: &str, status: u16, took: Duration) {
 /// Counts a rate-limited request.
 pub fn rate_limited() {
     counter!(RATE_LIMITED).increment(1);
+}
+
+/// Counts a long-poll that began waiting.
+pub fn long_poll_opened() {
+    gauge!(LONG_POLLS_OPEN).increment(1.0);
+}
+
+/// Counts a long-poll that ended, however it did.
+pub fn long_poll_closed() {
+    gauge!(LONG_POLLS_OPEN).decrement(1.0);
+}
+
+/// Counts a long-poll refused by its owner's cap.
+pub fn long_poll_refused() {
+    counter!(LONG_POLLS_REFUSED).increment(1);
 }
