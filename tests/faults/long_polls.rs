@@ -112,17 +112,17 @@ impl Drop for Server {
 /// Raises this process's soft limit of open files (its children inherit
 /// it) to at least `wanted`, as far as the hard limit allows; fails when
 /// that is not enough.
-fn raise_open_files(wanted: u64) {
+fn raise_open_files(wanted: libc::rlim_t) {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit and setrlimit only read and write the struct given.
     unsafe {
         assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0, "getrlimit(RLIMIT_NOFILE)");
-        if (limit.rlim_cur as u64) < wanted {
-            limit.rlim_cur = limit.rlim_max.min(wanted as libc::rlim_t);
+        if limit.rlim_cur < wanted {
+            limit.rlim_cur = limit.rlim_max.min(wanted);
             assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0, "setrlimit(RLIMIT_NOFILE)");
         }
     }
-    assert!(limit.rlim_cur as u64 >= wanted, "{wanted} open files are needed; the hard limit is {}", limit.rlim_max);
+    assert!(limit.rlim_cur >= wanted, "{wanted} open files are needed; the hard limit is {}", limit.rlim_max);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -130,7 +130,7 @@ async fn one_owner_holding_1500_long_polls_leaves_another_owner_creating_and_the
     const HELD: usize = 1_500;
     // One socket a long-poll in this process, one in the server (which
     // inherits the limit), and room for the tests running beside this one.
-    raise_open_files(2 * HELD as u64 + 1_000);
+    raise_open_files(2 * HELD as libc::rlim_t + 1_000);
     let server = Server::start(Backend::Postgres, |table| {
         set(table, &["server", "max_long_polls_per_owner"], (HELD as i64).into());
         // More long-polls than requests may be served at once.
