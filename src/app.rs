@@ -173,13 +173,16 @@ impl Application {
         let worker_heartbeat_limit =
             Duration::from_millis(settings.worker.poll_interval_ms.saturating_mul(10)).max(Duration::from_secs(15));
         let long_poll_interval = Duration::from_millis(settings.worker.long_poll_interval_ms);
-        let jobs = Arc::new(Jobs::new(store.clone(), catalog.clone(), signals.clone(), long_poll_interval));
+        let long_polls_per_owner = settings.server.max_long_polls_per_owner;
+        let jobs = Arc::new(Jobs::new(store.clone(), catalog.clone(), signals.clone(), long_polls_per_owner, long_poll_interval));
+        let metrics = crate::metrics::install();
+        crate::metrics::start_at_zero(&settings);
         let state = AppState {
             store,
             catalog,
             jobs,
             providers,
-            metrics: crate::metrics::install(),
+            metrics,
             limiter,
             worker_heartbeat,
             worker_heartbeat_limit,

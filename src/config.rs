@@ -79,12 +79,21 @@ pub struct ServerSettings {
     pub auth_cache_ttl_ms: u64,
     /// Retry-After of 409 `attempt-outcome-unknown`.
     pub unknown_retry_after_secs: u64,
-    /// Requests per second each owner may make, on average (0: no limit).
+    /// Requests per second each owner may make to this process, on average
+    /// (0: no limit). Each replica counts on its own: behind a load
+    /// balancer spreading requests over N replicas an owner may make N
+    /// times this many, so set it to the wanted total divided by N.
     pub rate_limit_per_second: u32,
-    /// Requests an owner may make in a burst above that rate.
+    /// Requests an owner may make to this process in a burst above that
+    /// rate (also per replica).
     pub rate_limit_burst: u32,
-    /// Requests served at once; more are answered 503 at once.
+    /// Requests this process serves at once; more are answered 503 at once.
+    /// A long-poll holds a slot only until it starts waiting.
     pub max_concurrent_requests: usize,
+    /// Long-polls (`GET /jobs/{id}?wait=N`, N over 0) each owner may hold
+    /// open on this process at once; one more is answered 429
+    /// `too-many-long-polls`. Per replica, like the rate limit.
+    pub max_long_polls_per_owner: usize,
 }
 
 impl Default for ServerSettings {
@@ -98,6 +107,7 @@ impl Default for ServerSettings {
             rate_limit_per_second: 200,
             rate_limit_burst: 400,
             max_concurrent_requests: 1024,
+            max_long_polls_per_owner: 256,
         }
     }
 }
@@ -584,6 +594,9 @@ impl Settings {
         }
         if self.server.max_concurrent_requests == 0 {
             return invalid("server.max_concurrent_requests must be at least 1".into());
+        }
+        if self.server.max_long_polls_per_owner == 0 {
+            return invalid("server.max_long_polls_per_owner must be at least 1".into());
         }
         if self.server.rate_limit_per_second > 0 && self.server.rate_limit_burst == 0 {
             return invalid("server.rate_limit_burst must be at least 1".into());

@@ -1,6 +1,9 @@
 //! Prometheus metrics, recorded through the `metrics` facade and rendered
 //! at `GET /metrics`. Every name onejob records is here, so that the list
-//! an operator alerts on is in one place.
+//! an operator alerts on is in one place. Each process counts its own: the
+//! series of N replicas add up. The counters whose labels the configuration
+//! names (its tasks and providers) are exported at zero from start
+//! ([`start_at_zero`]), so that rates and alerts work before the first event.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -18,8 +21,8 @@ pub const JOBS_CREATED: &str = "onejob_jobs_created_total";
 pub const JOBS_REPLAYED: &str = "onejob_jobs_replayed_total";
 /// Creations refused because the key was used for another intent, by task.
 pub const JOBS_CONFLICTED: &str = "onejob_jobs_conflicted_total";
-/// Attempts that reached an outcome, by provider and outcome (succeeded,
-/// failed, unknown, superseded, canceled).
+/// Attempts that reached an outcome, by provider and outcome ([`Settled`],
+/// and canceled).
 pub const ATTEMPTS: &str = "onejob_attempts_total";
 /// Races lost: outputs that arrived after another attempt had won, by provider.
 pub const RACES_LOST: &str = "onejob_races_lost_total";
@@ -27,7 +30,7 @@ pub const RACES_LOST: &str = "onejob_races_lost_total";
 pub const UNKNOWN_OPEN: &str = "onejob_unknown_attempts_open";
 /// How long the oldest unknown attempt has been unknown.
 pub const UNKNOWN_OLDEST_AGE: &str = "onejob_unknown_attempt_oldest_age_seconds";
-/// Status lookups of unknown attempts, by provider and result.
+/// Status lookups of unknown attempts, by provider and result ([`Lookup`]).
 pub const RECONCILIATIONS: &str = "onejob_reconciliations_total";
 /// Provider call latency, by provider and outcome.
 pub const PROVIDER_DURATION: &str = "onejob_provider_request_duration_seconds";
@@ -37,8 +40,14 @@ pub const QUALIFICATIONS: &str = "onejob_qualifications_total";
 pub const CLAIM_BATCH: &str = "onejob_claim_batch_size";
 /// Pending attempts due for a worker now.
 pub const QUEUE_DEPTH: &str = "onejob_queue_depth";
-/// Requests refused by the per-owner rate limit.
+/// Requests refused by the per-owner rate limit of this process (each
+/// replica has its own).
 pub const RATE_LIMITED: &str = "onejob_rate_limited_total";
+/// Long-polls waiting in this process now.
+pub const LONG_POLLS_OPEN: &str = "onejob_long_polls_open";
+/// Long-polls refused because their owner held as many open in this
+/// process as `server.max_long_polls_per_owner` allows.
+pub const LONG_POLLS_REFUSED: &str = "onejob_long_polls_refused_total";
 /// Tokens of settled attempts, by provider, outcome and kind (prompt,
 /// completion); estimates included.
 pub const TOKENS: &str = "onejob_tokens_total";
@@ -64,9 +73,82 @@ pub const ALL: &[&str] = &[
     CLAIM_BATCH,
     QUEUE_DEPTH,
     RATE_LIMITED,
+    LONG_POLLS_OPEN,
+    LONG_POLLS_REFUSED,
     TOKENS,
     COST,
 ];
+
+/// What became of an attempt its worker (or the reconciler) settled: the
+/// `outcome` of [`ATTEMPTS`], [`TOKENS`] and [`COST`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Its output won the job.
+    Succeeded,
+    /// Its output came after another attempt had won.
+    Superseded,
+    /// It failed definitively.
+    Failed,
+    /// Its outcome cannot be known yet.
+    Unknown,
+}
+
+impl Settled {
+    /// Every outcome.
+    pub const ALL: [Settled; 4] = [Settled::Succeeded, Settled::Superseded, Settled::Failed, Settled::Unknown];
+
+    /// As the label shows it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Settled::Succeeded => "succeeded",
+            Settled::Superseded => "superseded",
+            Settled::Failed => "failed",
+            Settled::Unknown => "unknown",
+        }
+    }
+}
+
+/// What a status lookup of an unknown attempt found: the `result` of
+/// [`RECONCILIATIONS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// The provider finished it with an output.
+    Succeeded,
+    /// The provider says it failed.
+    Failed,
+    /// The provider is still at it.
+    Running,
+    /// The provider has no record of it.
+    NotFound,
+    /// The lookup itself failed.
+    Error,
+}
+
+impl Lookup {
+    /// Every result.
+    pub const ALL: [Lookup; 5] = [Lookup::Succeeded, Lookup::Failed, Lookup::Running, Lookup::NotFound, Lookup::Error];
+
+    /// As the label shows it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Lookup::Succeeded => "succeeded",
+            Lookup::Failed => "failed",
+            Lookup::Running => "running",
+            Lookup::NotFound => "not_found",
+            Lookup::Error => "error",
+        }
+    }
+}
+
+/// The `provider` of the attempts counted without theirs: those canceled
+/// with their job or by a sibling's win, and those whose lease expired.
+const UNATTRIBUTED: &str = "";
+
+/// The `kind` of [`TOKENS`].
+const TOKEN_KINDS: [&str; 2] = ["prompt", "completion"];
+
+/// The `result` of [`QUALIFICATIONS`]: passed, then failed.
+const QUALIFICATION_RESULTS: [&str; 2] = ["passed", "failed"];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -106,39 +188,113 @@ fn describe() {
     metrics::describe_counter!(QUALIFICATIONS, "qualification runs by result");
     metrics::describe_histogram!(CLAIM_BATCH, "attempts claimed per claim");
     metrics::describe_gauge!(QUEUE_DEPTH, "pending attempts due now");
-    metrics::describe_counter!(RATE_LIMITED, "requests refused by the per-owner rate limit");
+    metrics::describe_counter!(RATE_LIMITED, "requests refused by this process's per-owner rate limit (each replica has its own)");
+    metrics::describe_gauge!(LONG_POLLS_OPEN, "long-polls waiting in this process");
+    metrics::describe_counter!(LONG_POLLS_REFUSED, "long-polls refused: their owner held max_long_polls_per_owner open in this process");
     metrics::describe_counter!(TOKENS, "tokens of settled attempts by provider, outcome and kind");
     metrics::describe_counter!(COST, "cost of settled attempts in billionths of the currency");
 }
 
+/// Exports at zero every counter whose labels the configuration names,
+/// with the label sets the code counts under: jobs per task; attempts,
+/// races, tokens and cost per provider and outcome (cost for priced
+/// providers, in their currency); status lookups per provider that has
+/// one; qualifications per provider and task; and the counters without
+/// labels. Counting nothing, it leaves counts already made as they are.
+pub fn start_at_zero(settings: &crate::config::Settings) {
+    for task in settings.tasks.keys() {
+        for metric in [JOBS_CREATED, JOBS_REPLAYED, JOBS_CONFLICTED] {
+            job_requests(metric, task).increment(0);
+        }
+    }
+    for (provider, provider_settings) in &settings.providers {
+        races_lost(provider).increment(0);
+        for outcome in Settled::ALL {
+            attempts(provider, outcome.as_str()).increment(0);
+            for kind in TOKEN_KINDS {
+                tokens(provider, outcome, kind).increment(0);
+            }
+            if let Some(price) = &provider_settings.price {
+                cost_nanos(provider, outcome, &price.currency).increment(0);
+            }
+        }
+        if provider_settings.has_status_lookup() {
+            for result in Lookup::ALL {
+                reconciliations(provider, result).increment(0);
+            }
+        }
+        for task in settings.tasks.keys() {
+            for result in QUALIFICATION_RESULTS {
+                qualifications(provider, task, result).increment(0);
+            }
+        }
+    }
+    attempts(UNATTRIBUTED, "canceled").increment(0);
+    attempts(UNATTRIBUTED, Settled::Unknown.as_str()).increment(0);
+    counter!(RATE_LIMITED).increment(0);
+    counter!(LONG_POLLS_REFUSED).increment(0);
+    gauge!(LONG_POLLS_OPEN).increment(0.0);
+}
+
+fn attempts(provider: &str, outcome: &'static str) -> metrics::Counter {
+    counter!(ATTEMPTS, "provider" => provider.to_owned(), "outcome" => outcome)
+}
+
+fn races_lost(provider: &str) -> metrics::Counter {
+    counter!(RACES_LOST, "provider" => provider.to_owned())
+}
+
+fn tokens(provider: &str, outcome: Settled, kind: &'static str) -> metrics::Counter {
+    counter!(TOKENS, "provider" => provider.to_owned(), "outcome" => outcome.as_str(), "kind" => kind)
+}
+
+fn cost_nanos(provider: &str, outcome: Settled, currency: &str) -> metrics::Counter {
+    counter!(COST, "provider" => provider.to_owned(), "outcome" => outcome.as_str(), "currency" => currency.to_owned())
+}
+
+fn reconciliations(provider: &str, result: Lookup) -> metrics::Counter {
+    counter!(RECONCILIATIONS, "provider" => provider.to_owned(), "result" => result.as_str())
+}
+
+fn qualifications(provider: &str, task: &str, result: &'static str) -> metrics::Counter {
+    counter!(QUALIFICATIONS, "provider" => provider.to_owned(), "task" => task.to_owned(), "result" => result)
+}
+
+fn job_requests(metric: &'static str, task: &str) -> metrics::Counter {
+    counter!(metric, "task" => task.to_owned())
+}
+
 /// Counts the tokens and cost of an attempt that reached `outcome`.
-pub fn usage(provider: &str, outcome: &'static str, usage: &crate::domain::Usage, cost: Option<&crate::domain::Cost>) {
-    for (kind, tokens) in [("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens)] {
-        counter!(TOKENS, "provider" => provider.to_owned(), "outcome" => outcome, "kind" => kind)
-            .increment(u64::try_from(tokens).unwrap_or(0));
+pub fn usage(provider: &str, outcome: Settled, usage: &crate::domain::Usage, cost: Option<&crate::domain::Cost>) {
+    for (kind, count) in TOKEN_KINDS.into_iter().zip([usage.prompt_tokens, usage.completion_tokens]) {
+        tokens(provider, outcome, kind).increment(u64::try_from(count).unwrap_or(0));
     }
     if let Some(cost) = cost {
         let nanos = cost.amount.units() / 1_000_000_000;
-        counter!(COST, "provider" => provider.to_owned(), "outcome" => outcome, "currency" => cost.currency.clone())
-            .increment(u64::try_from(nanos).unwrap_or(0));
+        cost_nanos(provider, outcome, &cost.currency).increment(u64::try_from(nanos).unwrap_or(0));
     }
 }
 
 /// Counts an attempt that reached `outcome`.
-pub fn attempt(provider: &str, outcome: &'static str) {
-    counter!(ATTEMPTS, "provider" => provider.to_owned(), "outcome" => outcome).increment(1);
+pub fn attempt(provider: &str, outcome: Settled) {
+    attempts(provider, outcome.as_str()).increment(1);
 }
 
 /// Counts attempts canceled with their job or by a sibling's win.
 pub fn attempts_canceled(count: usize) {
     if count > 0 {
-        counter!(ATTEMPTS, "provider" => "", "outcome" => "canceled").increment(count as u64);
+        attempts(UNATTRIBUTED, "canceled").increment(count as u64);
     }
+}
+
+/// Counts an attempt whose lease expired: its outcome is unknown.
+pub fn lease_expired() {
+    attempts(UNATTRIBUTED, Settled::Unknown.as_str()).increment(1);
 }
 
 /// Counts a lost race.
 pub fn race_lost(provider: &str) {
-    counter!(RACES_LOST, "provider" => provider.to_owned()).increment(1);
+    races_lost(provider).increment(1);
 }
 
 /// Records one provider call.
@@ -147,19 +303,19 @@ pub fn provider_call(provider: &str, outcome: &'static str, took: Duration) {
 }
 
 /// Counts one status lookup.
-pub fn reconciliation(provider: &str, result: &'static str) {
-    counter!(RECONCILIATIONS, "provider" => provider.to_owned(), "result" => result).increment(1);
+pub fn reconciliation(provider: &str, result: Lookup) {
+    reconciliations(provider, result).increment(1);
 }
 
 /// Counts a job creation by what it turned out to be.
 pub fn job_request(metric: &'static str, task: &str) {
-    counter!(metric, "task" => task.to_owned()).increment(1);
+    job_requests(metric, task).increment(1);
 }
 
 /// Counts a qualification run.
 pub fn qualification(provider: &str, task: &str, passed: bool) {
-    let result = if passed { "passed" } else { "failed" };
-    counter!(QUALIFICATIONS, "provider" => provider.to_owned(), "task" => task.to_owned(), "result" => result).increment(1);
+    let [pass, fail] = QUALIFICATION_RESULTS;
+    qualifications(provider, task, if passed { pass } else { fail }).increment(1);
 }
 
 /// Records a claim's size.
@@ -184,4 +340,19 @@ pub fn http_request(route: &str, method: &str, status: u16, took: Duration) {
 /// Counts a rate-limited request.
 pub fn rate_limited() {
     counter!(RATE_LIMITED).increment(1);
+}
+
+/// Counts a long-poll that began waiting.
+pub fn long_poll_opened() {
+    gauge!(LONG_POLLS_OPEN).increment(1.0);
+}
+
+/// Counts a long-poll that ended, however it did.
+pub fn long_poll_closed() {
+    gauge!(LONG_POLLS_OPEN).decrement(1.0);
+}
+
+/// Counts a long-poll refused by its owner's cap.
+pub fn long_poll_refused() {
+    counter!(LONG_POLLS_REFUSED).increment(1);
 }

@@ -32,7 +32,8 @@ pub struct AppState {
     pub signals: Arc<Signals>,
     /// Renders `/metrics`.
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
-    /// The per-owner rate limit, if any.
+    /// The per-owner rate limit of this process (each replica keeps its
+    /// own), if any.
     pub limiter: Option<Arc<governor::DefaultKeyedRateLimiter<OwnerId>>>,
     /// The worker's heartbeat (Unix seconds), when this process runs one.
     pub worker_heartbeat: Option<Arc<std::sync::atomic::AtomicI64>>,

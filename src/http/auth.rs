@@ -11,7 +11,8 @@ use crate::domain::{KeyRole, OwnerId};
 pub use crate::keys::Identity;
 use crate::state::AppState;
 
-/// Authenticates a request and applies the owner's rate limit.
+/// Authenticates a request and applies the owner's rate limit of this
+/// process (each replica has its own).
 async fn authenticate_request(parts: &Parts, state: &AppState) -> Result<Identity, ApiError> {
     let header = parts
         .headers
@@ -30,7 +31,8 @@ async fn authenticate_request(parts: &Parts, state: &AppState) -> Result<Identit
 }
 
 /// Records the caller's owner in the request's span and applies the owner's
-/// rate limit, before any work: a replay costs the same as a create.
+/// rate limit of this process, before any work: a replay costs the same as
+/// a create.
 pub(crate) fn check_rate(state: &AppState, identity: &Identity) -> Result<(), ApiError> {
     tracing::Span::current().record("owner", identity.owner.as_str());
     if let Some(limiter) = &state.limiter
@@ -39,7 +41,7 @@ pub(crate) fn check_rate(state: &AppState, identity: &Identity) -> Result<(), Ap
         let wait = not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
         crate::metrics::rate_limited();
         return Err(Problem::new(ProblemType::RateLimited)
-            .detail("this API key's owner is over its request rate; retry after the time given")
+            .detail("this API key's owner is over its request rate on this server; retry after the time given")
             .retry_after(wait.as_secs_f64().ceil().max(1.0) as u64)
             .into());
     }

@@ -92,8 +92,10 @@ problem_types! {
     BudgetExceeded = "budget-exceeded", CONFLICT, "Budget exceeded";
     /// An operator's output breaks the task's output contract.
     ContractViolation = "contract-violation", UNPROCESSABLE_ENTITY, "Output breaks the contract";
-    /// Over the owner's request rate.
+    /// Over the owner's request rate on this server.
     RateLimited = "rate-limited", TOO_MANY_REQUESTS, "Rate limited";
+    /// The owner holds as many long-polls open on this server as it may.
+    TooManyLongPolls = "too-many-long-polls", TOO_MANY_REQUESTS, "Too many long-polls";
     /// The database cannot be reached, or the server is at capacity.
     Unavailable = "unavailable", SERVICE_UNAVAILABLE, "Service unavailable";
     /// Anything else; the cause is logged, never shown.
@@ -240,6 +242,10 @@ impl Problem {
     }
 }
 
+/// `Retry-After` of 429 `too-many-long-polls`: an owner's long-polls end
+/// within their wait, most of them sooner, each giving its place back.
+pub const LONG_POLL_RETRY_AFTER_SECS: u64 = 1;
+
 /// The most violations one answer lists.
 pub const MAX_VIOLATIONS: usize = 100;
 
@@ -353,6 +359,9 @@ impl ApiError {
                 Problem::new(ProblemType::AttemptNotUnknown).detail(message).with("state", state.as_str())
             }
             JobError::JobSucceeded => Problem::refused(AdmissionRefusal::JobFinished, 0).detail(message),
+            JobError::TooManyLongPolls { .. } => {
+                Problem::new(ProblemType::TooManyLongPolls).detail(message).retry_after(LONG_POLL_RETRY_AFTER_SECS)
+            }
         };
         ApiError::Problem(problem)
     }

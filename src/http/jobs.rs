@@ -21,6 +21,7 @@ use super::auth::Owner;
 use super::error::{ApiError, Problem};
 use super::bodies::CreateJobBody;
 use super::extract::{JobPath, Key, StrictJson};
+use super::in_flight::Slot;
 use super::respond::{REPLAYED, job_error, json_response};
 use crate::domain::{Job, JobId, JobState};
 use crate::jobs::Keyed;
@@ -123,13 +124,17 @@ fn matches_tag(if_none_match: &str, etag: &str) -> bool {
         (status = 304, description = "not modified: the client's ETag is current", headers(("ETag" = String))),
         (status = 404, description = "not-found: no such job for this owner", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed: a bad `wait`", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        crate::http::openapi::CommonErrors
+        crate::http::openapi::CommonErrors,
+        // After the common answers, so that this route's 429 says both.
+        (status = 429, description = "rate-limited: over the owner's request rate on this server; or too-many-long-polls: a `wait` over 0 while the owner holds `server.max_long_polls_per_owner` long-polls open on this server (a read without `wait` is never refused for it)", body = crate::http::openapi::Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "seconds to wait")))
     ))]
 pub(crate) async fn get_job(
     State(app): State<AppState>,
     Owner(owner): Owner,
     JobPath(id): JobPath,
     RawQuery(query): RawQuery,
+    slot: Slot,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let wait = parse_wait(query.as_deref())?;
@@ -145,7 +150,16 @@ pub(crate) async fn get_job(
             None => *baseline.get_or_init(|| shown.etag.clone()) != shown.etag,
         }
     };
-    let job = app.jobs.watch_job(&owner, id, wait, changed).await.map_err(|e| job_error(&app, e))?;
+    let job = if wait.is_zero() {
+        app.jobs.get_job(&owner, id).await
+    } else {
+        let poll = app.jobs.open_long_poll(&owner, wait).map_err(|e| job_error(&app, e))?;
+        // Waiting, it holds one of its owner's places for long-polls, not a
+        // slot of the requests in flight.
+        slot.release();
+        app.jobs.watch_job(&poll, id, changed).await
+    };
+    let job = job.map_err(|e| job_error(&app, e))?;
     let shown = show(&job);
     let mut response = if seen(&shown) {
         StatusCode::NOT_MODIFIED.into_response()

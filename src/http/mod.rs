@@ -8,6 +8,7 @@ pub mod auth;
 pub mod bodies;
 pub mod error;
 pub mod extract;
+pub mod in_flight;
 pub mod jobs;
 pub mod json;
 pub mod keys;
@@ -62,22 +63,16 @@ fn operations() -> OpenApiRouter<AppState> {
 
 /// Serves `routes` (the API's and the dashboard's) with what every request
 /// gets: problem answers for unknown routes and methods, per-route metrics,
-/// the request deadline, the limit of requests in flight, panics caught,
-/// and a span per request.
+/// the request deadline, the limit of requests in flight (one budget for
+/// every route, see [`in_flight`]), panics caught, and a span per request.
 pub fn serve_routes(routes: Router<AppState>, state: AppState) -> Router {
+    let slots = in_flight::Slots::new(state.settings.max_concurrent_requests);
     routes
         .route_layer(middleware::from_fn(record_request))
         .fallback(|| async { Problem::not_found().detail("no such route") })
         .method_not_allowed_fallback(|| async { Problem::new(ProblemType::MethodNotAllowed) })
         .layer(middleware::from_fn_with_state(state.clone(), deadline))
-        .layer(
-            tower::ServiceBuilder::new()
-                .layer(axum::error_handling::HandleErrorLayer::new(|_: tower::BoxError| async {
-                    Problem::unavailable().detail("the server is at its limit of requests in flight; retry shortly")
-                }))
-                .load_shed()
-                .concurrency_limit(state.settings.max_concurrent_requests),
-        )
+        .layer(middleware::from_fn_with_state(slots, in_flight::limit))
         .layer(CatchPanicLayer::custom(|_| {
             tracing::error!("a request handler panicked");
             Problem::internal().into_response()

@@ -104,7 +104,7 @@ pub struct AttemptWithJob {
 /// attempt-limit-reached, attempt-not-unknown, payload-too-large,
 /// request-timeout, unsupported-media-type, validation-failed, provider-unknown,
 /// provider-not-qualified, budget-exceeded, contract-violation, rate-limited,
-/// unavailable, internal.
+/// too-many-long-polls, unavailable, internal.
 #[derive(Serialize, ToSchema)]
 pub struct Problem {
     /// The stable problem type.
@@ -133,8 +133,8 @@ pub enum CommonErrors {
     #[response(status = 401, description = "unauthorized: no bearer token, or not a live API key",
                content_type = "application/problem+json")]
     Unauthorized(Problem),
-    /// Over the owner's request rate.
-    #[response(status = 429, description = "rate-limited: over the owner's request rate",
+    /// Over the owner's request rate on this server.
+    #[response(status = 429, description = "rate-limited: over the owner's request rate on this server (each replica has its own)",
                content_type = "application/problem+json",
                headers(("Retry-After" = u64, description = "seconds to wait")))]
     RateLimited(Problem),

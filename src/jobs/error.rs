@@ -48,6 +48,15 @@ pub enum JobError {
     /// A job that succeeded cannot be canceled.
     #[error("the job succeeded; a finished job cannot be canceled")]
     JobSucceeded,
+    /// The owner holds as many long-polls open in this process as it may.
+    #[error(
+        "this API key's owner holds {per_owner} long-polls open on this server, as many as it may; \
+         retry after the time given, or read the job without waiting"
+    )]
+    TooManyLongPolls {
+        /// How many one owner may hold at once (`server.max_long_polls_per_owner`).
+        per_owner: usize,
+    },
     /// The database failed.
     #[error(transparent)]
     Store(#[from] StoreError),

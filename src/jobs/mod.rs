@@ -10,9 +10,12 @@
 //!   the store's rules under the job's lock (I4, I5).
 //! - [`Jobs::resolve_attempt`]: an operator settles an unknown attempt,
 //!   through the same compare-and-swap as a worker (I3).
-//! - [`Jobs::cancel_job`], [`Jobs::get_job`], [`Jobs::watch_job`].
+//! - [`Jobs::cancel_job`], [`Jobs::get_job`].
+//! - [`Jobs::open_long_poll`], [`Jobs::watch_job`]: a long-poll, in one of
+//!   the owner's places for long-polls (`long_polls`).
 
 mod error;
+pub mod long_polls;
 pub mod replay;
 
 use std::sync::Arc;
@@ -21,6 +24,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use error::JobError;
+pub use long_polls::{LongPoll, LongPolls};
 use replay::{Flight, Flights, SharedReads, TakenKeys, Trip};
 
 use crate::catalog::Catalog;
@@ -66,14 +70,22 @@ pub struct Jobs {
     taken_keys: TakenKeys,
     flights: Flights,
     reads: SharedReads,
+    long_polls: LongPolls,
     long_poll_interval: Duration,
 }
 
 impl Jobs {
     /// The use cases over `store`, for the tasks and providers of `catalog`;
-    /// a long-poll rereads its job every `long_poll_interval` when no
-    /// notice came.
-    pub fn new(store: Arc<dyn Store>, catalog: Arc<Catalog>, signals: Arc<Signals>, long_poll_interval: Duration) -> Self {
+    /// each owner may hold `long_polls_per_owner` long-polls at once, and a
+    /// long-poll rereads its job every `long_poll_interval` when no notice
+    /// came.
+    pub fn new(
+        store: Arc<dyn Store>,
+        catalog: Arc<Catalog>,
+        signals: Arc<Signals>,
+        long_polls_per_owner: usize,
+        long_poll_interval: Duration,
+    ) -> Self {
         Self {
             store,
             catalog,
@@ -81,6 +93,7 @@ impl Jobs {
             taken_keys: TakenKeys::new(replay::CAPACITY),
             flights: Flights::default(),
             reads: SharedReads::default(),
+            long_polls: LongPolls::new(long_polls_per_owner),
             long_poll_interval,
         }
     }
@@ -300,36 +313,42 @@ impl Jobs {
         self.reads.read(owner, id, || self.store.get_job(owner, id)).await?.ok_or(JobError::NotFound)
     }
 
-    /// One of `owner`'s jobs once `changed` says it differs from what the
-    /// caller saw, or it is finished, or `wait` has passed: a long-poll. The
-    /// job's change notices wake it early; it rereads the job every
-    /// `long_poll_interval` anyway, for changes made by other processes.
-    pub async fn watch_job(
-        &self,
-        owner: &OwnerId,
-        id: JobId,
-        wait: Duration,
-        changed: impl Fn(&Job) -> bool,
-    ) -> Result<Arc<Job>, JobError> {
+    /// A place for one of `owner`'s long-polls, waiting up to `wait`, or
+    /// [`JobError::TooManyLongPolls`] when the owner holds as many as it
+    /// may in this process. The place is given back when the [`LongPoll`]
+    /// is dropped.
+    pub fn open_long_poll(&self, owner: &OwnerId, wait: Duration) -> Result<LongPoll, JobError> {
+        self.long_polls.open(owner, wait).ok_or_else(|| {
+            metrics::long_poll_refused();
+            JobError::TooManyLongPolls { per_owner: self.long_polls.per_owner() }
+        })
+    }
+
+    /// The job `id` of `poll`'s owner once `changed` says it differs from
+    /// what the caller saw, or it is finished, or the poll's wait has
+    /// passed: a long-poll. The job's change notices wake it early; it
+    /// rereads the job every `long_poll_interval` anyway, for changes made
+    /// by other processes.
+    pub async fn watch_job(&self, poll: &LongPoll, id: JobId, changed: impl Fn(&Job) -> bool) -> Result<Arc<Job>, JobError> {
+        let owner = poll.owner();
         // The watch listens for the job's changes from before each read, so
         // that no change slips in between.
-        let watch = (!wait.is_zero()).then(|| self.signals.watch_job(id));
-        let mut change = watch.as_ref().map(|watch| watch.next_change());
+        let watch = self.signals.watch_job(id);
+        let mut change = watch.next_change();
         let mut job = self.get_job(owner, id).await?;
-        let deadline = tokio::time::Instant::now() + wait;
-        while let Some(notice) = change.take() {
+        let deadline = tokio::time::Instant::now() + poll.wait();
+        loop {
             let now = tokio::time::Instant::now();
             if job.state.is_terminal() || changed(&job) || now >= deadline {
-                break;
+                return Ok(job);
             }
             tokio::select! {
-                _ = notice => {}
+                _ = change => {}
                 _ = tokio::time::sleep(self.long_poll_interval.min(deadline - now)) => {}
             }
-            change = watch.as_ref().map(|watch| watch.next_change());
+            change = watch.next_change();
             job = self.get_job(owner, id).await?;
         }
-        Ok(job)
     }
 }
 

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Worker;
-use crate::metrics;
+use crate::metrics::{self, Settled};
 use crate::domain::{AttemptError, Usage, unapplied_output};
 use crate::provider::{Completion, FailureClass, ProviderError};
 use crate::store::{self, AttemptRef, AttemptUsage, ClaimedAttempt, Transition};
@@ -230,7 +230,7 @@ async fn record_once(
     outcome: &Result<Completion, ProviderError>,
     rejected: Option<&Value>,
     holder: Option<&str>,
-) -> store::Result<Option<&'static str>> {
+) -> store::Result<Option<Settled>> {
     let store = worker.store.as_ref();
     let mut settled = None;
     if let Some(rejected) = rejected {
@@ -240,15 +240,15 @@ async fn record_once(
         Ok(completion) => match store.finish_attempt(attempt, &completion.output, holder).await? {
             Transition::Won { canceled } => {
                 tracing::info!(?canceled, "attempt succeeded and won the job");
-                metrics::attempt(provider, "succeeded");
+                metrics::attempt(provider, Settled::Succeeded);
                 metrics::attempts_canceled(canceled.len());
-                settled = Some("succeeded");
+                settled = Some(Settled::Succeeded);
             }
             // Logged by the store with both numbers.
             Transition::Lost { .. } => {
-                metrics::attempt(provider, "superseded");
+                metrics::attempt(provider, Settled::Superseded);
                 metrics::race_lost(provider);
-                settled = Some("superseded");
+                settled = Some(Settled::Superseded);
             }
             other => {
                 store.record_unapplied_output(attempt, &unapplied_output("late", &completion.output, chrono::Utc::now())).await?;
@@ -260,8 +260,8 @@ async fn record_once(
                 let transition = store.fail_attempt(attempt, &attempt_error(error), worker.catalog.as_ref(), holder).await?;
                 tracing::info!(%error, outcome = ?transition, "attempt failed");
                 if let Transition::Failed { next } = &transition {
-                    metrics::attempt(provider, "failed");
-                    settled = Some("failed");
+                    metrics::attempt(provider, Settled::Failed);
+                    settled = Some(Settled::Failed);
                     if let Some(next) = next {
                         tracing::info!(next.number = next.number, next.provider = %next.provider, "the retry policy added an attempt");
                         worker.signals.work_available_after(next.delay);
@@ -272,8 +272,8 @@ async fn record_once(
                 let transition = store.mark_unknown(attempt, &attempt_error(error), holder).await?;
                 tracing::warn!(%error, outcome = ?transition, "attempt outcome unknown; new attempts wait for reconciliation");
                 if transition == Transition::Applied {
-                    metrics::attempt(provider, "unknown");
-                    settled = Some("unknown");
+                    metrics::attempt(provider, Settled::Unknown);
+                    settled = Some(Settled::Unknown);
                 }
             }
         },

@@ -20,7 +20,7 @@ pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>
                         "lease expired: attempt outcome unknown"
                     );
                     worker.signals.job_changed(attempt.job_id);
-                    crate::metrics::attempt("", "unknown");
+                    crate::metrics::lease_expired();
                 }
             }
             Err(error) => tracing::warn!(%error, "reaping expired leases failed"),

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use super::{Worker, record_outcome};
 use crate::domain::NOT_RECEIVED;
+use crate::metrics::Lookup;
 use crate::provider::{FailureClass, ProviderError, RequestStatus};
 use crate::store::UnknownAttempt;
 
@@ -53,11 +54,11 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
     };
     let later = worker.reconcile_backoff(unknown.reconcile_count);
     let result = match &answer {
-        Ok(RequestStatus::Succeeded(_)) => "succeeded",
-        Ok(RequestStatus::Failed(_)) => "failed",
-        Ok(RequestStatus::Running) => "running",
-        Ok(RequestStatus::NotFound) => "not_found",
-        Err(_) => "error",
+        Ok(RequestStatus::Succeeded(_)) => Lookup::Succeeded,
+        Ok(RequestStatus::Failed(_)) => Lookup::Failed,
+        Ok(RequestStatus::Running) => Lookup::Running,
+        Ok(RequestStatus::NotFound) => Lookup::NotFound,
+        Err(_) => Lookup::Error,
     };
     crate::metrics::reconciliation(&unknown.provider, result);
     let (task, provider_name, lookups) = (&unknown.task, &unknown.provider, unknown.reconcile_count);

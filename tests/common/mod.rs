@@ -5,6 +5,7 @@
 
 pub mod postgres;
 pub mod processes;
+pub mod prometheus;
 pub mod sqlite;
 
 /// Which database a test runs on.

@@ -1,7 +1,7 @@
 //! Reliability and security under faults: providers that misbehave on the
-//! wire, clients that send hostile input, keys and owners kept apart, many
-//! nodes on one database, and a database that stops or runs out of
-//! connections. One module per concern.
+//! wire, clients that send hostile input, keys and owners kept apart, one
+//! owner's crowd of long-polls, many nodes on one database, and a database
+//! that stops or runs out of connections. One module per concern.
 
 #[macro_use]
 #[path = "../common/mod.rs"]
@@ -9,6 +9,7 @@ mod common;
 
 mod database;
 mod hostile;
+mod long_polls;
 mod nodes;
 mod provider;
 mod schemathesis;

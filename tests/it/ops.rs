@@ -1,5 +1,6 @@
-//! Operating onejob: metrics, readiness with the database stopped, the
-//! per-owner rate limit, and logs that never carry a secret.
+//! Operating onejob: metrics (the counters whose labels the configuration
+//! names exported at zero from start), readiness with the database stopped,
+//! the per-owner rate limit, and logs that never carry a secret.
 
 use std::time::Duration;
 
@@ -39,7 +40,7 @@ async fn metrics_cover_every_documented_series(backend: Backend) {
     app.wait_for(&late, "reconciled", |j| j["state"] == "succeeded").await;
 
     let text = metrics_text(&app).await;
-    for name in onejob::metrics::ALL.iter().filter(|n| **n != onejob::metrics::RATE_LIMITED) {
+    for name in onejob::metrics::ALL {
         assert!(text.contains(name), "{name} is missing from /metrics:\n{text}");
     }
     assert!(text.contains(r#"onejob_http_requests_total{route="/jobs",method="POST",status="201"}"#), "{text}");
@@ -67,6 +68,83 @@ async fn the_rate_limit_is_per_owner_and_a_replay_costs_as_much_as_a_create(back
 }
 
 on_both_backends!(metrics_cover_every_documented_series, the_rate_limit_is_per_owner_and_a_replay_costs_as_much_as_a_create);
+
+/// The outcomes an attempt is counted under by the worker, as its usage is.
+const SETTLED: [&str; 4] = ["succeeded", "superseded", "failed", "unknown"];
+/// What a status lookup of an unknown attempt can find.
+const LOOKUPS: [&str; 5] = ["succeeded", "failed", "running", "not_found", "error"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_counter_whose_labels_the_configuration_names_is_exported_at_zero_from_start() {
+    use crate::common::prometheus::{label_sets, scrape, value};
+    use crate::common::processes::{set, simulator_and_config_with};
+    // The default configuration, nothing qualified at start (so that nothing
+    // happens before the scrape), plus a provider without a price or a
+    // status lookup and a second task on it.
+    let (_simulator, config) = simulator_and_config_with(1_000, |table| {
+        for provider in ["sim-fast", "sim-slow", "sim-hang", "sim-late", "sim-flaky", "sim-bad-json"] {
+            set(table, &["providers", provider, "qualify_on_start"], false.into());
+        }
+        set(table, &["providers", "gpt", "kind"], "openai".into());
+        set(table, &["providers", "gpt", "base_url"], "http://127.0.0.1:9/v1".into());
+        set(table, &["providers", "gpt", "api_key_env"], "ONEJOB_TEST_GPT_KEY".into());
+        set(table, &["tasks", "echo", "default_provider"], "gpt".into());
+    })
+    .await;
+    let settings = onejob::config::Settings::parse(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    let url = Backend::Sqlite.fresh_database().await;
+    crate::common::processes::alice_key(&url).await;
+    let (_server, address) = crate::common::spawn_server(&url, Some(&config)).await;
+    let samples = scrape(&reqwest::Client::new(), &address).await;
+    let _ = std::fs::remove_file(&config);
+
+    let zero = |name: &str, labels: &[(&str, &str)]| {
+        assert_eq!(value(&samples, name, labels), Some(0.0), "{name} {labels:?} is exported at zero from start");
+    };
+    let tasks: Vec<&str> = settings.tasks.keys().map(String::as_str).collect();
+    assert_eq!(tasks, ["echo", "summarize"]);
+    for task in &tasks {
+        for name in ["onejob_jobs_created_total", "onejob_jobs_replayed_total", "onejob_jobs_conflicted_total"] {
+            zero(name, &[("task", task)]);
+        }
+    }
+    assert_eq!(settings.providers.len(), 7);
+    for (provider, provider_settings) in &settings.providers {
+        zero("onejob_races_lost_total", &[("provider", provider)]);
+        for outcome in SETTLED {
+            zero("onejob_attempts_total", &[("provider", provider), ("outcome", outcome)]);
+            for kind in ["prompt", "completion"] {
+                zero("onejob_tokens_total", &[("provider", provider), ("outcome", outcome), ("kind", kind)]);
+            }
+            if let Some(price) = &provider_settings.price {
+                zero("onejob_cost_nanos_total", &[("provider", provider), ("outcome", outcome), ("currency", &price.currency)]);
+            }
+        }
+        if provider_settings.has_status_lookup() {
+            for result in LOOKUPS {
+                zero("onejob_reconciliations_total", &[("provider", provider), ("result", result)]);
+            }
+        }
+        for task in &tasks {
+            for result in ["passed", "failed"] {
+                zero("onejob_qualifications_total", &[("provider", provider), ("task", task), ("result", result)]);
+            }
+        }
+    }
+    // The attempts counted without their provider: canceled ones, and those
+    // whose lease expired.
+    zero("onejob_attempts_total", &[("provider", ""), ("outcome", "canceled")]);
+    zero("onejob_attempts_total", &[("provider", ""), ("outcome", "unknown")]);
+    zero("onejob_rate_limited_total", &[]);
+    zero("onejob_long_polls_refused_total", &[]);
+    zero("onejob_long_polls_open", &[]);
+    // Exactly the label sets the code counts under: none for a lookup or a
+    // cost the provider cannot have.
+    assert_eq!(label_sets(&samples, "onejob_attempts_total").len(), settings.providers.len() * SETTLED.len() + 2);
+    let gpt = |name: &str| label_sets(&samples, name).iter().any(|labels| labels["provider"] == "gpt");
+    assert!(!gpt("onejob_reconciliations_total"), "gpt has no status lookup");
+    assert!(!gpt("onejob_cost_nanos_total"), "gpt has no price");
+}
 
 /// A TCP door to the test Postgres server's socket that the test can close:
 /// the database "stops" for the application behind it.
