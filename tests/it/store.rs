@@ -523,6 +523,33 @@ pub async fn a_claim_runs_the_attempt_under_a_lease_and_the_job_runs(store: Shar
     assert!(store.claim_attempts("w2", 10, &leases()).await.unwrap().is_empty());
 }
 
+pub async fn a_worker_settles_only_an_attempt_it_still_holds(store: Shared) {
+    let s = store.as_ref();
+    let output = json!({"summary": "x", "word_count": 1});
+    let error = AttemptError::new("provider-error", "503 from provider");
+    let job = create(s, "held").await;
+    assert_eq!(s.claim_attempts("w1", 10, &leases()).await.unwrap().len(), 1);
+    // Another worker's settlements change nothing.
+    let fenced = Transition::Fenced(AttemptState::Running);
+    assert_eq!(s.finish_attempt(&at(job, 1), &output, Some("w2")).await.unwrap(), fenced);
+    assert_eq!(s.mark_unknown(&at(job, 1), &error, Some("w2")).await.unwrap(), fenced);
+    assert_eq!(s.fail_attempt(&at(job, 1), &error, &rules(5, 2), Some("w2")).await.unwrap(), fenced);
+    assert_eq!(attempt_states(s, job).await, vec![AttemptState::Running]);
+    // Its holder's applies.
+    assert!(matches!(s.finish_attempt(&at(job, 1), &output, Some("w1")).await.unwrap(), Transition::Won { .. }));
+
+    // A lease that has run out (sim-hang's is zero here): not even its holder may settle.
+    let expired = create_on(s, "expired", "sim-hang").await;
+    assert_eq!(s.claim_attempts("w1", 10, &leases()).await.unwrap().len(), 1);
+    assert_eq!(s.finish_attempt(&at(expired, 1), &output, Some("w1")).await.unwrap(), fenced);
+    assert_eq!(s.mark_unknown(&at(expired, 1), &error, Some("w1")).await.unwrap(), fenced);
+    // Reaped, it is the reconciler's, which settles by the state alone.
+    assert_eq!(s.expire_leases(10).await.unwrap().len(), 1);
+    let unknown = Transition::Fenced(AttemptState::Unknown);
+    assert_eq!(s.finish_attempt(&at(expired, 1), &output, Some("w1")).await.unwrap(), unknown);
+    assert!(matches!(s.finish_attempt(&at(expired, 1), &output, None).await.unwrap(), Transition::Won { .. }));
+}
+
 pub async fn failures_and_unknowns_set_the_job_state_from_its_attempts(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 2).await;
     let error = AttemptError::new("provider-error", "503 from provider");
@@ -793,6 +820,7 @@ pub async fn usage_and_cost_are_stored_exactly_and_summed_as_winner_plus_waste(s
 
 on_both_backends!(
     setup = conformance_store;
+    a_worker_settles_only_an_attempt_it_still_holds,
     create_job_inserts_the_job_with_one_pending_attempt,
     second_create_with_the_same_key_finds_the_existing_job,
     fifty_concurrent_creates_with_one_key_make_one_job,
