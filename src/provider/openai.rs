@@ -347,7 +347,7 @@ mod tests {
         let usage = crate::domain::Usage { prompt_tokens: 12, completion_tokens: 3, estimated: false };
         assert_eq!(parse_completion(body).unwrap().usage, Some(usage));
         let not_json = br#"{"choices": [{"message": {"content": "Sure!"}}], "usage": {"prompt_tokens": 12, "completion_tokens": 3}}"#;
-        assert_eq!(parse_completion(not_json).unwrap_err().detail, json!({"usage": usage}));
+        assert_eq!(parse_completion(not_json).unwrap_err().detail, json!({"usage": usage, RECEIVED_TEXT: "Sure!"}));
         for partial in [r#"{"prompt_tokens": 12}"#, r#"{"prompt_tokens": -1, "completion_tokens": 3}"#, "null"] {
             let body = format!(r#"{{"choices": [{{"message": {{"content": "{{}}"}}}}], "usage": {partial}}}"#);
             assert_eq!(parse_completion(body.as_bytes()).unwrap().usage, None, "{partial}");
