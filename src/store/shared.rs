@@ -97,6 +97,14 @@ macro_rules! impl_store {
                 Ok(owner.map(OwnerId::from_trusted))
             }
 
+            async fn record_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool> {
+                let changed = sqlx::query(sql::RECORD_UNAPPLIED_OUTPUT)
+                    .bind(attempt.owner.as_str()).bind(attempt.job_id.0).bind(attempt.number)
+                    .bind(sqlx::types::Json(unapplied))
+                    .execute(&self.pool).await?;
+                Ok(changed.rows_affected() == 1)
+            }
+
             async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>> {
                 let rows: Vec<$crate::store::rows::OpenUnknownRow> = sqlx::query_as(&*sql::LIST_UNKNOWN_ATTEMPTS)
                     .bind(owner.map(OwnerId::as_str)).bind(i64::from(limit)).fetch_all(&self.pool).await?;
@@ -147,6 +155,13 @@ macro_rules! impl_driver_tx {
                 let (max_cost, sqlx::types::Json(input)) =
                     sqlx::query_as(&*sql::JOB_BUDGET).bind(owner.as_str()).bind(job_id.0).fetch_one(&mut *self.tx).await?;
                 Ok((max_cost, input))
+            }
+
+            async fn forget_usage(&mut self, attempt: &AttemptRef) -> Result<()> {
+                sqlx::query(sql::FORGET_USAGE)
+                    .bind(attempt.owner.as_str()).bind(attempt.job_id.0).bind(attempt.number)
+                    .execute(&mut *self.tx).await?;
+                Ok(())
             }
 
             async fn attempt_state(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptState>> {

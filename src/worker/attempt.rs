@@ -42,7 +42,7 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
             tracing::warn!("the attempt's lease ran out before its request was sent: not sent, left to the reaper");
             return;
         }
-        if let Some(park) = parked_before_record() {
+        if let Some(park) = parked_at("worker-before-record") {
             tokio::time::sleep(park).await;
         }
         let (attempt, holder) = (&claimed.attempt, Some(worker.id.as_str()));
@@ -61,18 +61,13 @@ async fn call(worker: &Worker, claimed: &ClaimedAttempt, lease_end: Instant) -> 
     (outcome, estimate)
 }
 
-/// How long a failpoint-built worker parks between claim and send:
-/// `FAILPOINTS=worker-before-send=return(MILLISECONDS)`. Nothing without
-/// the `failpoints` feature.
-fn parked_before_send() -> Option<Duration> {
-    fail::fail_point!("worker-before-send", |ms| ms.and_then(|ms| ms.parse().ok()).map(Duration::from_millis));
-    None
-}
-
-/// The same after the call, before its outcome is recorded:
-/// `FAILPOINTS=worker-before-record=return(MILLISECONDS)`.
-fn parked_before_record() -> Option<Duration> {
-    fail::fail_point!("worker-before-record", |ms| ms.and_then(|ms| ms.parse().ok()).map(Duration::from_millis));
+/// How long a failpoint-built worker parks at `failpoint`
+/// (`FAILPOINTS=worker-before-send=return(MILLISECONDS)`; also
+/// `worker-before-record`, between the call and its recording). Nothing
+/// without the `failpoints` feature.
+#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
+fn parked_at(failpoint: &str) -> Option<Duration> {
+    fail::fail_point!(failpoint, |ms| ms.and_then(|ms| ms.parse().ok()).map(Duration::from_millis));
     None
 }
 
@@ -99,7 +94,7 @@ async fn call_counted(
         completion_tokens: i64::from(settings.max_output_tokens),
         estimated: true,
     });
-    if let Some(park) = parked_before_send() {
+    if let Some(park) = parked_at("worker-before-send") {
         tokio::time::sleep(park).await;
     }
     // One deadline for connect, headers and body, inside the lease: checked
@@ -167,7 +162,7 @@ async fn record_metered_outcome(
     attempt: &AttemptRef,
     task: &str,
     provider: &str,
-    outcome: Result<Completion, ProviderError>,
+    mut outcome: Result<Completion, ProviderError>,
     estimate: Option<Usage>,
     holder: Option<&str>,
 ) {
@@ -176,7 +171,6 @@ async fn record_metered_outcome(
         cost: worker.providers.get(provider).and_then(|p| p.settings().price.as_ref()).map(|price| price.cost(&usage)),
     });
     let mut rejected = None;
-    let mut outcome = outcome;
     if let Err(error) = &mut outcome
         && let Some(text) = error.detail.as_object_mut().and_then(|detail| detail.remove(crate::provider::openai::RECEIVED_TEXT))
     {

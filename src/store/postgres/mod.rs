@@ -172,20 +172,6 @@ impl_driver_tx!(PgTx, {
         .await?)
     }
 
-    async fn forget_usage(&mut self, attempt: &AttemptRef) -> Result<()> {
-        sqlx::query(
-            r#"update attempts
-               set prompt_tokens = 0, completion_tokens = 0, usage_estimated = false,
-                   cost = case when cost is null then null else 0 end
-               where owner_id = $1 and job_id = $2 and number = $3 and prompt_tokens is not null"#,
-        )
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
-        .execute(&mut *self.tx)
-        .await?;
-        Ok(())
-    }
 
     async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, to: AttemptState, from: &[AttemptState], error: &AttemptError) -> Result<u64> {
         Ok(sqlx::query(
@@ -443,18 +429,6 @@ impl_store!(PostgresStore, {
         })
     }
 
-    async fn record_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool> {
-        let changed = sqlx::query(
-            r#"update attempts set unapplied_output = $4 where owner_id = $1 and job_id = $2 and number = $3"#,
-        )
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
-        .bind(unapplied)
-        .execute(&self.pool)
-        .await?;
-        Ok(changed.rows_affected() == 1)
-    }
 
     async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
         let cost = usage.cost.as_ref();

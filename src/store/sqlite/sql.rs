@@ -147,6 +147,17 @@ pub(super) const LOCK_JOB: &str = r#"select state, task, provider, winning_attem
 pub(super) const JOB_BUDGET: &str = r#"select max_cost, input from jobs where owner_id = ?1 and id = ?2"#;
 
 /// One attempt's state. Binds: owner, job, number.
+/// An attempt that used and cost nothing (never received): zero usage as
+/// counted, zero cost if it was priced. Binds: owner, job, number.
+pub(super) const FORGET_USAGE: &str = r#"update attempts
+    set prompt_tokens = 0, completion_tokens = 0, usage_estimated = 0,
+        cost = case when cost is null then null else '0' end
+    where owner_id = ?1 and job_id = ?2 and number = ?3 and prompt_tokens is not null"#;
+
+/// Keeps an unapplied output on its attempt. Binds: owner, job, number, the output's record.
+pub(super) const RECORD_UNAPPLIED_OUTPUT: &str =
+    r#"update attempts set unapplied_output = ?4 where owner_id = ?1 and job_id = ?2 and number = ?3"#;
+
 pub(super) const ATTEMPT_STATE: &str = r#"select state from attempts where owner_id = ?1 and job_id = ?2 and number = ?3"#;
 
 /// The states of a job's attempts. Binds: owner, job.
