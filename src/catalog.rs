@@ -1,9 +1,11 @@
 //! The tasks and providers of the configuration, compiled for use: input
-//! schemas turned into validators once, limits and failover lists at hand.
+//! schemas turned into validators once, limits and failover lists at hand,
+//! and the qualifications running in this process ([`Running`]).
 //! It answers the questions admission and the retry policy ask
 //! ([`TaskRules`]).
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -53,6 +55,7 @@ impl Task {
 pub struct Catalog {
     tasks: HashMap<String, Task>,
     providers: HashMap<String, ProviderSettings>,
+    qualifications: Arc<Running>,
 }
 
 impl Catalog {
@@ -68,7 +71,13 @@ impl Catalog {
             let contract = Contract::new(task).map_err(|error| ConfigError::Invalid(format!("tasks.{name}.{error}")))?;
             tasks.insert(name.clone(), Task { name: name.clone(), settings: task.clone(), contract, input_validator });
         }
-        Ok(Self { tasks, providers: settings.providers.clone().into_iter().collect() })
+        let providers = settings.providers.clone().into_iter().collect();
+        Ok(Self { tasks, providers, qualifications: Arc::default() })
+    }
+
+    /// The qualifications running in this process.
+    pub fn qualifications(&self) -> &Arc<Running> {
+        &self.qualifications
     }
 
     /// The contract hash of `task` for `provider`, if both exist.
@@ -105,6 +114,10 @@ impl TaskRules for Catalog {
         self.task(task)?.settings.max_cost
     }
 
+    fn being_qualified(&self, task: &str, provider: &str) -> bool {
+        self.qualifications.is_running(provider, task)
+    }
+
     fn worst_case_cost(&self, task: &str, provider: &str, input: &Value) -> Option<Money> {
         let settings = self.provider(provider)?;
         let price = settings.price.as_ref()?;
@@ -131,10 +144,75 @@ impl TaskRules for Catalog {
     }
 }
 
+/// The qualifications running in this process, by provider and task.
+/// Each run holds a [`RunningGuard`]; waiters are woken when one ends.
+#[derive(Default)]
+pub struct Running {
+    runs: Mutex<HashMap<(String, String), usize>>,
+    ended: tokio::sync::Notify,
+}
+
+/// One running qualification, counted in [`Running`] until dropped.
+pub struct RunningGuard {
+    running: Arc<Running>,
+    pair: (String, String),
+}
+
+impl Running {
+    /// Counts a qualification of `provider` for `task` as running.
+    pub fn start(self: &Arc<Self>, provider: &str, task: &str) -> RunningGuard {
+        let pair = (provider.to_owned(), task.to_owned());
+        *self.runs.lock().expect("not poisoned").entry(pair.clone()).or_default() += 1;
+        RunningGuard { running: self.clone(), pair }
+    }
+
+    /// Whether a qualification of `provider` for `task` is running here.
+    pub fn is_running(&self, provider: &str, task: &str) -> bool {
+        // Looked through without allocating a key: the map holds only the
+        // runs of this moment, usually none.
+        self.runs.lock().expect("not poisoned").keys().any(|(p, t)| p == provider && t == task)
+    }
+
+    /// Waits until no qualification for `task` of any of `providers` runs
+    /// here, or until `until`; says whether none is left running.
+    pub async fn wait(&self, task: &str, providers: &[String], until: tokio::time::Instant) -> bool {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            // Registered before looking, so that an end between the look
+            // and the wait still wakes it.
+            ended.as_mut().enable();
+            if !providers.iter().any(|provider| self.is_running(provider, task)) {
+                return true;
+            }
+            tokio::select! {
+                _ = &mut ended => {}
+                _ = tokio::time::sleep_until(until) => return false,
+            }
+        }
+    }
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        let mut runs = self.running.runs.lock().expect("not poisoned");
+        if let Some(count) = runs.get_mut(&self.pair) {
+            *count -= 1;
+            if *count == 0 {
+                runs.remove(&self.pair);
+            }
+        }
+        drop(runs);
+        self.running.ended.notify_waiters();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::time::Duration;
+    use tokio::time::Instant;
 
     #[test]
     fn input_violations_point_into_the_request_body() {
@@ -174,5 +252,34 @@ mod tests {
         assert!(output.contains("tasks.t.output_schema"), "{output}");
         let template = with("[tasks.t.prompt]\nuser = \"{{ unclosed\"").expect("a broken template is refused");
         assert!(template.contains("tasks.t.prompt.user"), "{template}");
+    }
+
+    fn names(names: &[&str]) -> Vec<String> {
+        names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_wait_ends_when_the_last_run_of_a_pair_ends_and_not_before() {
+        let running = Arc::new(Running::default());
+        let (first, second) = (running.start("slow", "summarize"), running.start("slow", "summarize"));
+        let other = running.start("slow", "translate");
+        assert!(running.is_running("slow", "summarize"));
+        drop(first);
+        // One of two runs ended: still running, so a short wait times out.
+        assert!(running.is_running("slow", "summarize"));
+        assert!(!running.wait("summarize", &names(&["fast", "slow"]), Instant::now() + Duration::from_millis(20)).await);
+        let waiter = {
+            let running = running.clone();
+            tokio::spawn(async move { running.wait("summarize", &names(&["slow"]), Instant::now() + Duration::from_secs(60)).await })
+        };
+        tokio::task::yield_now().await;
+        drop(second);
+        let ended = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("woken by the end").unwrap();
+        assert!(ended);
+        assert!(!running.is_running("slow", "summarize"));
+        // Another task's run is its own.
+        assert!(running.is_running("slow", "translate"));
+        drop(other);
+        assert!(running.wait("translate", &names(&["slow"]), Instant::now()).await);
     }
 }

@@ -182,6 +182,10 @@ pub struct WorkerSettings {
     /// How often a long-poll looks at the database for changes made by
     /// other processes.
     pub long_poll_interval_ms: u64,
+    /// How long a failed attempt waits, at most, for the verdict of a
+    /// qualification of a failover provider still running in this process
+    /// (within the attempt's lease), before its failover is decided.
+    pub failover_qualification_wait_ms: u64,
 }
 
 impl Default for WorkerSettings {
@@ -198,6 +202,7 @@ impl Default for WorkerSettings {
             reconcile_backoff_max_ms: 30_000,
             shutdown_grace_ms: 10_000,
             long_poll_interval_ms: 1_000,
+            failover_qualification_wait_ms: 30_000,
         }
     }
 }

@@ -4,7 +4,13 @@
 //! normal provider path at the qualification temperature, parsed, checked
 //! against the output schema and the example's expected members. The report
 //! is stored with the contract hash it proves.
+//!
+//! A process knows which of its own qualifications are running
+//! ([`crate::catalog::Running`]): a failover to a provider whose qualification has not
+//! finished yet waits for its verdict, for a bounded time, instead of
+//! skipping a provider that passes seconds later.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -141,6 +147,7 @@ pub async fn qualify(
 ) -> Result<QualificationRecord, QualifyError> {
     let chosen = providers.get(provider).ok_or_else(|| QualifyError::UnknownProvider(provider.to_owned()))?;
     let hash = catalog.contract_hash(task, provider).ok_or_else(|| QualifyError::UnknownTask(task.to_owned()))?;
+    let _running = catalog.qualifications().start(provider, task);
     let (passed, report) = run(chosen.clone(), catalog.clone(), task).await?;
     let record = store.insert_qualification(provider, task, &hash, passed, &report).await?;
     crate::metrics::qualification(provider, task, passed);
@@ -149,27 +156,37 @@ pub async fn qualify(
 }
 
 /// Qualifies every provider marked `qualify_on_start` for every task,
-/// unless it already passed a qualification of the current contract.
-pub async fn qualify_on_start(store: Arc<dyn Store>, providers: Arc<Providers>, catalog: Arc<Catalog>) {
-    let mut runs = tokio::task::JoinSet::new();
+/// unless it already passed a qualification of the current contract. Each
+/// pair counts as running from this call on, before the returned future
+/// first runs, so that no failover decided in between misses it.
+pub fn qualify_on_start(store: Arc<dyn Store>, providers: Arc<Providers>, catalog: Arc<Catalog>) -> impl Future<Output = ()> + Send {
+    let mut pending = Vec::new();
     for (name, _) in providers.iter().filter(|(_, p)| p.settings().qualify_on_start) {
         for task in catalog.tasks() {
-            let Some(hash) = catalog.contract_hash(&task.name, name) else { continue };
-            match store.qualification_state(name, &task.name, &hash).await {
+            if let Some(hash) = catalog.contract_hash(&task.name, name) {
+                let guard = catalog.qualifications().start(name, &task.name);
+                pending.push((name.clone(), task.name.clone(), hash, guard));
+            }
+        }
+    }
+    async move {
+        let mut runs = tokio::task::JoinSet::new();
+        for (name, task, hash, guard) in pending {
+            match store.qualification_state(&name, &task, &hash).await {
                 Ok(state) if state.passed() => continue,
                 Ok(_) => {}
                 Err(error) => {
-                    tracing::warn!(provider = %name, task = %task.name, %error, "cannot read qualifications; qualifying anyway");
+                    tracing::warn!(provider = %name, %task, %error, "cannot read qualifications; qualifying anyway");
                 }
             }
-            let (store, providers, catalog, name, task) =
-                (store.clone(), providers.clone(), catalog.clone(), name.clone(), task.name.clone());
+            let (store, providers, catalog) = (store.clone(), providers.clone(), catalog.clone());
             runs.spawn(async move {
                 if let Err(error) = qualify(store.as_ref(), &providers, &catalog, &name, &task).await {
                     tracing::warn!(provider = %name, %task, %error, "qualification at start failed to run");
                 }
+                drop(guard);
             });
         }
+        runs.join_all().await;
     }
-    runs.join_all().await;
 }

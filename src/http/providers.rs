@@ -42,7 +42,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 #[utoipa::path(get, path = "/providers", tag = "providers",
     responses(
-        (status = 200, description = "every provider with, per task, its qualification state (qualified, failed, stale, never), the current contract hash, why it may not be used, and the last report's summary", body = Object),
+        (status = 200, description = "every provider with, per task, its qualification state (qualified, failed, stale, never), whether a qualification of it is running in the answering process (qualifying), the current contract hash, why it may not be used, and the last report's summary", body = Object),
         (status = 403, description = "forbidden: an admin route called with a client key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
@@ -73,6 +73,7 @@ pub(crate) async fn providers_report(app: &AppState) -> Result<Value, ApiError> 
                     "state": state.name(),
                     "contract_hash": format!("sha256:{}", hex::encode(hash)),
                     "qualified_at": qualified_at,
+                    "qualifying": app.catalog.qualifications().is_running(name, &task.name),
                     "reason": state.refusal(name, &task.name),
                     "last_report": last.map(|q| json!({
                         "passed": q.passed,

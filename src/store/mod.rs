@@ -214,6 +214,11 @@ pub trait TaskRules: Send + Sync {
     /// `task` job whose attempts (in number order) are these could go, best
     /// first. The store takes the first qualified one.
     fn retry_candidates(&self, task: &str, primary: &str, attempts: &[PastAttempt<'_>]) -> Vec<NextAttempt>;
+    /// Whether a qualification of `provider` for `task` is running in this
+    /// process (a refusal for want of a passing one says so).
+    fn being_qualified(&self, _task: &str, _provider: &str) -> bool {
+        false
+    }
     /// The task's budget per job, if it has one.
     fn max_cost(&self, _task: &str) -> Option<crate::domain::Money> {
         None

@@ -365,6 +365,9 @@ async fn check_qualified(
         return Ok(Err(format!("provider '{provider}' cannot serve task '{task}' here: one of them is not configured")));
     };
     let state = tx.qualification_state(provider, task, &hash).await?;
+    if !state.passed() && rules.being_qualified(task, provider) {
+        return Ok(Err(format!("provider '{provider}' is still being qualified for task '{task}'; it can serve attempts once it passes")));
+    }
     Ok(state.refusal(provider, task).map_or(Ok(()), Err))
 }
 

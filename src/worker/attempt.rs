@@ -24,6 +24,14 @@ use crate::store::{self, AttemptRef, AttemptUsage, ClaimedAttempt, Transition};
 /// The error kind of an attempt not sent because its lease ran out first.
 const LEASE_LOST: &str = "lease-lost";
 
+/// A worker's hold on the attempt it records: its settlements are fenced by
+/// it, and must land before the lease ends.
+#[derive(Clone, Copy)]
+struct Claim<'a> {
+    worker: &'a str,
+    lease_end: Instant,
+}
+
 /// Renders the prompt, checks it fits, calls the provider within the
 /// attempt's deadline and its lease (which ends at `lease_end`), and
 /// records the outcome.
@@ -45,8 +53,8 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
         if let Some(park) = parked_at("worker-before-record") {
             tokio::time::sleep(park).await;
         }
-        let (attempt, holder) = (&claimed.attempt, Some(worker.id.as_str()));
-        record_metered_outcome(worker, attempt, &claimed.task, &claimed.provider, outcome, estimate, holder).await;
+        let claim = Claim { worker: &worker.id, lease_end };
+        record_metered_outcome(worker, &claimed.attempt, &claimed.task, &claimed.provider, outcome, estimate, Some(claim)).await;
     }
     .instrument(span)
     .await;
@@ -152,10 +160,33 @@ pub async fn record_outcome(
     record_metered_outcome(worker, attempt, task, provider, outcome, None, None).await;
 }
 
+/// Before a failed attempt's failover is decided: waits for the verdicts
+/// of the task's failover providers whose qualification is running in this
+/// process, at most `worker.failover_qualification_wait_ms` and never past
+/// the claim's lease (less its margin). A provider still unqualified then
+/// is skipped, and the skip says it was still being qualified.
+async fn await_failover_qualifications(worker: &Worker, task: &str, claim: Option<Claim<'_>>) {
+    let Some(task) = worker.catalog.task(task) else { return };
+    let running = worker.catalog.qualifications();
+    let failover = &task.settings.failover;
+    if !failover.iter().any(|provider| running.is_running(provider, &task.name)) {
+        return;
+    }
+    let mut until = Instant::now() + Duration::from_millis(worker.settings.failover_qualification_wait_ms);
+    if let Some(claim) = claim {
+        let margin = Duration::from_millis(worker.settings.lease_margin_ms);
+        until = until.min(claim.lease_end.checked_sub(margin).unwrap_or(claim.lease_end));
+    }
+    tracing::info!("waiting for the qualification of a failover provider before deciding the failover");
+    let started = Instant::now();
+    let finished = running.wait(&task.name, failover, until).await;
+    tracing::info!(finished, waited_ms = started.elapsed().as_millis() as u64, "failover qualifications waited for");
+}
+
 /// [`record_outcome`], with the usage the attempt may have had when the
-/// provider does not say (`estimate`), fenced by the claim of `holder`
-/// (the worker's own outcomes). The usage and its cost are recorded first
-/// (see [`usage_of`]), then the outcome. An output that breaks the
+/// provider does not say (`estimate`), fenced by the worker's `claim` (its
+/// own outcomes, which must land within its lease). The usage and its cost
+/// are recorded first (see [`usage_of`]), then the outcome. An output that breaks the
 /// contract is kept on the attempt, unvalidated, as its failure is recorded.
 async fn record_metered_outcome(
     worker: &Worker,
@@ -164,8 +195,9 @@ async fn record_metered_outcome(
     provider: &str,
     mut outcome: Result<Completion, ProviderError>,
     estimate: Option<Usage>,
-    holder: Option<&str>,
+    claim: Option<Claim<'_>>,
 ) {
+    let holder = claim.map(|claim| claim.worker);
     let usage = usage_of(&outcome, estimate).map(|usage| AttemptUsage {
         usage,
         cost: worker.providers.get(provider).and_then(|p| p.settings().price.as_ref()).map(|price| price.cost(&usage)),
@@ -189,6 +221,9 @@ async fn record_metered_outcome(
             }
         }
     });
+    if matches!(&outcome, Err(error) if matches!(error.class, FailureClass::Definitive { .. })) {
+        await_failover_qualifications(worker, task, claim).await;
+    }
     let started = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(100);
     loop {

@@ -144,6 +144,17 @@ impl TestApp {
 
     /// An application on an existing database (two applications can share one).
     pub async fn spawn_on(backend: Backend, database_url: &str, role: Role, adjust: impl FnOnce(&mut Settings)) -> Self {
+        Self::start(backend, database_url, role, adjust, true).await
+    }
+
+    /// A live application used at once, while the qualifications it runs
+    /// at start (`qualify_on_start`) may still be running.
+    pub async fn spawn_live_qualifying(backend: Backend, adjust: impl FnOnce(&mut Settings)) -> Self {
+        let database_url = backend.fresh_database().await;
+        Self::start(backend, &database_url, Role::All, adjust, false).await
+    }
+
+    async fn start(backend: Backend, database_url: &str, role: Role, adjust: impl FnOnce(&mut Settings), qualified: bool) -> Self {
         let database_url = database_url.to_owned();
         // RUST_LOG=onejob=debug shows the application's logs with a test's output.
         if std::env::var_os("RUST_LOG").is_some() {
@@ -169,8 +180,11 @@ impl TestApp {
         };
         let catalog = onejob::catalog::Catalog::new(&settings).expect("the test's tasks compile");
         let mut application = Application::build_as(settings, role).await.expect("the application builds");
-        // Live apps are used once the providers marked qualify_on_start are qualified.
-        if let Some(qualifying) = application.take_startup_qualifications() {
+        // Live apps are used once the providers marked qualify_on_start are
+        // qualified, unless the test wants them still qualifying.
+        if let Some(qualifying) = application.take_startup_qualifications()
+            && qualified
+        {
             qualifying.await.unwrap();
         }
         let addr = application.local_addr().expect("the API listens");

@@ -2,7 +2,8 @@
 //! application and the simulator: a provider that adds a top-level key fails
 //! qualification and is never failed over to; its outputs never win; a
 //! changed contract voids earlier qualifications; a prompt too long for a
-//! provider is never sent.
+//! provider is never sent; a failover to a provider still being qualified
+//! waits for its verdict, for a bounded time.
 
 use crate::common::{Backend, TestApp, expect_problem, provider};
 use reqwest::StatusCode;
@@ -196,7 +197,61 @@ async fn qualification_of_an_unknown_provider_or_task_is_refused(backend: Backen
     expect_problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
 }
 
+/// Right after start, with sim-slow's qualification (1.5 s per example)
+/// still running, a job on sim-bad-json breaks the contract at once and its
+/// failover has to be decided. Failing over may wait `wait_ms`.
+fn failover_to_sim_slow_qualifying_at_start(settings: &mut onejob::config::Settings, wait_ms: u64) {
+    settings.providers.get_mut("sim-slow").unwrap().qualify_on_start = true;
+    settings.tasks.get_mut("summarize").unwrap().failover = vec!["sim-slow".into()];
+    settings.worker.failover_qualification_wait_ms = wait_ms;
+}
+
+async fn job_events(app: &TestApp, id: &str) -> Vec<onejob::domain::JobEvent> {
+    let owner = onejob::domain::OwnerId::parse("alice").unwrap();
+    app.store().list_events(&owner, onejob::domain::JobId::parse(id).unwrap()).await.unwrap()
+}
+
+async fn a_failover_waits_for_the_verdict_of_a_qualification_still_running(backend: Backend) {
+    let app = TestApp::spawn_live_qualifying(backend, |s| failover_to_sim_slow_qualifying_at_start(s, 30_000)).await;
+    let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": "wait for it"}, "provider": "sim-bad-json"})).await;
+    let job = app.wait_for(&id, "succeeded", |j| j["state"] == "succeeded").await;
+    let providers_used: Vec<&str> = job["attempts"].as_array().unwrap().iter().map(|a| a["provider"].as_str().unwrap()).collect();
+    assert_eq!(providers_used, ["sim-bad-json", "sim-slow"], "{job:#}");
+    assert_eq!(job["attempts"][0]["error"]["type"], "contract-violation");
+    let events = job_events(&app, &id).await;
+    assert!(!events.iter().any(|e| e.kind == "failover-skipped"), "{events:#?}");
+    // The broken output came before sim-slow had passed (the premise); the
+    // failure was recorded after it (the wait).
+    let states = providers(&app).await;
+    let at = |value: &Value| serde_json::from_value::<chrono::DateTime<chrono::Utc>>(value.clone()).unwrap();
+    let qualified_at = at(&states["sim-slow"]["qualified_at"]);
+    let received_at = at(&job["attempts"][0]["unapplied_output"]["received_at"]);
+    let failed_at = at(&job["attempts"][0]["finished_at"]);
+    assert!(received_at < qualified_at, "the broken output came at {received_at}, after sim-slow passed at {qualified_at}");
+    assert!(qualified_at <= failed_at, "the first attempt was failed at {failed_at}, before sim-slow passed at {qualified_at}");
+    assert_eq!(states["sim-slow"]["qualifying"], false);
+}
+
+async fn a_failover_that_waited_its_limit_skips_saying_the_provider_was_still_being_qualified(backend: Backend) {
+    let app = TestApp::spawn_live_qualifying(backend, |s| failover_to_sim_slow_qualifying_at_start(s, 100)).await;
+    let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": "no patience"}, "provider": "sim-bad-json"})).await;
+    let job = app.wait_for(&id, "failed", |j| j["state"] == "failed").await;
+    assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "{job:#}");
+    let events = job_events(&app, &id).await;
+    let skipped = events.iter().find(|e| e.kind == "failover-skipped").expect("the skip is recorded");
+    assert_eq!(skipped.detail["provider"], "sim-slow");
+    let reason = skipped.detail["reason"].as_str().unwrap();
+    assert!(reason.contains("still being qualified"), "{reason}");
+    // It goes on and passes; only the job that could not wait went without it.
+    crate::common::processes::eventually("sim-slow qualified", std::time::Duration::from_secs(20), || async {
+        providers(&app).await["sim-slow"]["state"] == "qualified"
+    })
+    .await;
+}
+
 on_both_backends!(
+    a_failover_waits_for_the_verdict_of_a_qualification_still_running,
+    a_failover_that_waited_its_limit_skips_saying_the_provider_was_still_being_qualified,
     sim_bad_json_fails_qualification_naming_the_extra_key_and_is_never_failed_over_to,
     a_job_on_sim_bad_json_fails_its_first_attempt_and_takes_the_failovers_output,
     changing_the_contract_voids_an_earlier_qualification_until_it_is_run_again,
