@@ -174,7 +174,11 @@ impl Application {
             Duration::from_millis(settings.worker.poll_interval_ms.saturating_mul(10)).max(Duration::from_secs(15));
         let long_poll_interval = Duration::from_millis(settings.worker.long_poll_interval_ms);
         let long_polls_per_owner = settings.server.max_long_polls_per_owner;
-        let jobs = Arc::new(Jobs::new(store.clone(), catalog.clone(), signals.clone(), long_polls_per_owner, long_poll_interval));
+        let intervals = crate::jobs::Intervals {
+            long_poll: long_poll_interval,
+            event_stream: Duration::from_millis(settings.server.event_stream_interval_ms),
+        };
+        let jobs = Arc::new(Jobs::new(store.clone(), catalog.clone(), signals.clone(), long_polls_per_owner, intervals));
         let metrics = crate::metrics::install();
         crate::metrics::start_at_zero(&settings);
         let state = AppState {

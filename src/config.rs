@@ -92,8 +92,12 @@ pub struct ServerSettings {
     pub max_concurrent_requests: usize,
     /// Long-polls (`GET /jobs/{id}?wait=N`, N over 0) each owner may hold
     /// open on this process at once; one more is answered 429
-    /// `too-many-long-polls`. Per replica, like the rate limit.
+    /// `too-many-long-polls`. Per replica, like the rate limit. Event
+    /// streams (`GET /jobs/{id}/events`) count among them.
     pub max_long_polls_per_owner: usize,
+    /// How often an event stream rereads its job's log for events
+    /// committed by other processes (its own process's wake it at once).
+    pub event_stream_interval_ms: u64,
 }
 
 impl Default for ServerSettings {
@@ -108,6 +112,7 @@ impl Default for ServerSettings {
             rate_limit_burst: 400,
             max_concurrent_requests: 1024,
             max_long_polls_per_owner: 256,
+            event_stream_interval_ms: 500,
         }
     }
 }
@@ -599,6 +604,9 @@ impl Settings {
         }
         if self.server.max_concurrent_requests == 0 {
             return invalid("server.max_concurrent_requests must be at least 1".into());
+        }
+        if self.server.event_stream_interval_ms == 0 {
+            return invalid("server.event_stream_interval_ms must be at least 1".into());
         }
         if self.server.max_long_polls_per_owner == 0 {
             return invalid("server.max_long_polls_per_owner must be at least 1".into());

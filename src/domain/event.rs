@@ -7,6 +7,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::JobState;
+
 /// An event kind's name that no kind has.
 #[derive(Debug, thiserror::Error)]
 #[error("unknown event kind '{0}'")]
@@ -82,9 +84,44 @@ impl PartialEq<&str> for EventKind {
     }
 }
 
+impl EventKind {
+    /// The job's state after an event of this kind with this `detail`,
+    /// given its state `before`: what the event's detail records
+    /// (`job_state`), else what the kind implies (a creation leaves the job
+    /// queued, a claim running, a win succeeded, a cancel canceled), else
+    /// unchanged (a skip or a refusal changes nothing).
+    pub fn job_state_after(self, detail: &serde_json::Value, before: Option<JobState>) -> Option<JobState> {
+        if let Some(recorded) = detail.get("job_state").and_then(|state| state.as_str()).and_then(|state| state.parse().ok()) {
+            return Some(recorded);
+        }
+        match self {
+            EventKind::JobCreated => Some(JobState::Queued),
+            EventKind::AttemptClaimed => Some(JobState::Running),
+            EventKind::AttemptSucceeded => Some(JobState::Succeeded),
+            EventKind::JobCanceled => Some(JobState::Canceled),
+            _ => before,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_job_state_after_an_event_is_its_recorded_one_else_its_kinds_else_the_last() {
+        let none = json!({});
+        assert_eq!(EventKind::JobCreated.job_state_after(&none, None), Some(JobState::Queued));
+        assert_eq!(EventKind::AttemptClaimed.job_state_after(&none, Some(JobState::Queued)), Some(JobState::Running));
+        let failed = json!({"job_state": "failed"});
+        assert_eq!(EventKind::AttemptFailed.job_state_after(&failed, Some(JobState::Running)), Some(JobState::Failed));
+        assert_eq!(EventKind::FailoverSkipped.job_state_after(&none, Some(JobState::Failed)), Some(JobState::Failed));
+        assert_eq!(EventKind::AttemptSucceeded.job_state_after(&none, Some(JobState::Running)), Some(JobState::Succeeded));
+        let lost = json!({"job_state": "succeeded", "loser": 2});
+        assert_eq!(EventKind::RaceLost.job_state_after(&lost, Some(JobState::Succeeded)), Some(JobState::Succeeded));
+        assert_eq!(EventKind::JobCanceled.job_state_after(&json!({"from": "running"}), Some(JobState::Running)), Some(JobState::Canceled));
+    }
 
     #[test]
     fn event_kinds_round_trip_through_their_names_and_serde_agrees() {

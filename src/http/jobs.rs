@@ -122,12 +122,8 @@ fn matches_tag(if_none_match: &str, etag: &str) -> bool {
     responses(
         (status = 200, description = "the job with all its attempts", body = Job, headers(("ETag" = String, description = "this representation's tag"))),
         (status = 304, description = "not modified: the client's ETag is current", headers(("ETag" = String))),
-        (status = 404, description = "not-found: no such job for this owner", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed: a bad `wait`", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        crate::http::openapi::CommonErrors,
-        // After the common answers, so that this route's 429 says both.
-        (status = 429, description = "rate-limited: over the owner's request rate on this server; or too-many-long-polls: a `wait` over 0 while the owner holds `server.max_long_polls_per_owner` long-polls open on this server (a read without `wait` is never refused for it)", body = crate::http::openapi::Problem, content_type = "application/problem+json",
-         headers(("Retry-After" = u64, description = "seconds to wait")))
+        crate::http::openapi::CommonErrors, crate::http::openapi::WaitingErrors
     ))]
 pub(crate) async fn get_job(
     State(app): State<AppState>,

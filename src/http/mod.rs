@@ -7,6 +7,7 @@ pub mod attempts;
 pub mod auth;
 pub mod bodies;
 pub mod error;
+pub mod events;
 pub mod extract;
 pub mod in_flight;
 pub mod jobs;
@@ -44,6 +45,7 @@ use openapi::{Access, with_access};
 pub fn api() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(with_access(Access::Client, jobs::router()))
+        .merge(with_access(Access::Client, events::router()))
         .merge(with_access(Access::Client, attempts::router()))
         .merge(with_access(Access::Client, usage::router()))
         .merge(with_access(Access::Admin, providers::router()))

@@ -149,6 +149,21 @@ pub enum CommonErrors {
     Unavailable(Problem),
 }
 
+/// The answers of the routes that wait on one job (a long-poll, an event
+/// stream). Listed after [`CommonErrors`], so that its 429 says both.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum WaitingErrors {
+    /// No such job for this owner.
+    #[response(status = 404, description = "not-found: no such job for this owner", content_type = "application/problem+json")]
+    NotFound(Problem),
+    /// Over the rate, or at the owner's places for waiting.
+    #[response(status = 429, description = "rate-limited: over the owner's request rate on this server; or too-many-long-polls: the owner holds `server.max_long_polls_per_owner` long-polls and event streams open on this server (a read without `wait` is never refused for it)",
+               content_type = "application/problem+json",
+               headers(("Retry-After" = u64, description = "seconds to wait")))]
+    TooManyLongPolls(Problem),
+}
+
 /// The answers of every route that reads a JSON body.
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)]

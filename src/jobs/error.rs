@@ -50,7 +50,7 @@ pub enum JobError {
     JobSucceeded,
     /// The owner holds as many long-polls open in this process as it may.
     #[error(
-        "this API key's owner holds {per_owner} long-polls open on this server, as many as it may; \
+        "this API key's owner holds {per_owner} long-polls and event streams open on this server, as many as it may; \
          retry after the time given, or read the job without waiting"
     )]
     TooManyLongPolls {

@@ -13,8 +13,11 @@
 //! - [`Jobs::cancel_job`], [`Jobs::get_job`].
 //! - [`Jobs::open_long_poll`], [`Jobs::watch_job`]: a long-poll, in one of
 //!   the owner's places for long-polls (`long_polls`).
+//! - [`Jobs::follow_events`]: a job's event log followed live, in one of
+//!   those places too (`events`).
 
 mod error;
+pub mod events;
 pub mod long_polls;
 pub mod replay;
 
@@ -71,20 +74,29 @@ pub struct Jobs {
     flights: Flights,
     reads: SharedReads,
     long_polls: LongPolls,
-    long_poll_interval: Duration,
+    intervals: Intervals,
+}
+
+/// How often waiters reread the database for changes made by other
+/// processes (their own process's changes wake them at once).
+#[derive(Clone, Copy, Debug)]
+pub struct Intervals {
+    /// A long-poll rereads its job.
+    pub long_poll: Duration,
+    /// An event stream rereads its job's log.
+    pub event_stream: Duration,
 }
 
 impl Jobs {
     /// The use cases over `store`, for the tasks and providers of `catalog`;
-    /// each owner may hold `long_polls_per_owner` long-polls at once, and a
-    /// long-poll rereads its job every `long_poll_interval` when no notice
-    /// came.
+    /// each owner may hold `long_polls_per_owner` long-polls at once, and
+    /// waiters reread the database at `intervals` when no notice came.
     pub fn new(
         store: Arc<dyn Store>,
         catalog: Arc<Catalog>,
         signals: Arc<Signals>,
         long_polls_per_owner: usize,
-        long_poll_interval: Duration,
+        intervals: Intervals,
     ) -> Self {
         Self {
             store,
@@ -94,7 +106,7 @@ impl Jobs {
             flights: Flights::default(),
             reads: SharedReads::default(),
             long_polls: LongPolls::new(long_polls_per_owner),
-            long_poll_interval,
+            intervals,
         }
     }
 
@@ -344,7 +356,7 @@ impl Jobs {
             }
             tokio::select! {
                 _ = change => {}
-                _ = tokio::time::sleep(self.long_poll_interval.min(deadline - now)) => {}
+                _ = tokio::time::sleep(self.intervals.long_poll.min(deadline - now)) => {}
             }
             change = watch.next_change();
             job = self.get_job(owner, id).await?;

@@ -14,6 +14,7 @@ mod cli;
 mod contract;
 mod deploys;
 mod docs;
+mod events;
 mod lifecycle;
 mod openai;
 mod openapi;

@@ -27,6 +27,7 @@ async fn the_specification_lists_every_route_the_router_serves() {
         ("post", "/jobs"),
         ("get", "/jobs"),
         ("get", "/jobs/{id}"),
+        ("get", "/jobs/{id}/events"),
         ("post", "/jobs/{id}/cancel"),
         ("post", "/jobs/{id}/attempts"),
         ("post", "/jobs/{id}/attempts/{number}/resolve"),
@@ -46,6 +47,8 @@ async fn the_specification_lists_every_route_the_router_serves() {
     assert_eq!(listed, expected, "the specification describes exactly the API's routes");
     let served: BTreeSet<(String, String)> = routes().into_iter().collect();
     assert_eq!(served, expected, "the router's list is the specification's");
+    let stream = &spec["paths"]["/jobs/{id}/events"]["get"]["responses"]["200"]["content"];
+    assert!(stream.get("text/event-stream").is_some(), "the event stream's content type is described: {stream}");
 
     // And the router serves each of them: none falls through to "no such
     // route" or "method not allowed".

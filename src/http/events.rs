@@ -1,0 +1,92 @@
+//! `GET /jobs/{id}/events`: a job's event log as Server-Sent Events. Every
+//! event after the client's cursor (`Last-Event-ID`, else `?after=`, else
+//! from the start), then each new one, until the event that makes the job
+//! terminal; a comment every 15 s keeps idle connections open. The stream
+//! is followed by [`crate::jobs::Jobs::follow_events`] and holds one of
+//! the owner's places for long-polls.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream;
+use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::AppState;
+use super::auth::Owner;
+use super::error::{ApiError, Problem};
+use super::extract::JobPath;
+use super::in_flight::Slot;
+use super::respond::job_error;
+
+/// How often an idle stream sends a comment.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The routes of this resource.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(job_events))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    after: Option<String>,
+}
+
+/// The event id to resume after: the `Last-Event-ID` header (a reconnecting
+/// `EventSource` sends it), else `?after=`, else 0 (from the start).
+fn cursor(headers: &HeaderMap, query: Option<&str>) -> Result<i64, Problem> {
+    let parse = |name: &str, text: &str| {
+        text.trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|id| *id >= 0)
+            .ok_or_else(|| Problem::invalid_parameter(name, "must be an event id: a whole number from 0"))
+    };
+    if let Some(header) = headers.get("last-event-id") {
+        let text = header.to_str().map_err(|_| Problem::invalid_parameter("Last-Event-ID", "must be an event id"))?;
+        return parse("Last-Event-ID", text);
+    }
+    let query: EventsQuery = serde_urlencoded::from_str(query.unwrap_or_default())
+        .map_err(|error| Problem::invalid_parameter("", &error.to_string()))?;
+    query.after.as_deref().map_or(Ok(0), |after| parse("after", after))
+}
+
+#[utoipa::path(get, path = "/jobs/{id}/events", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "the job's id"),
+           ("after" = Option<i64>, Query, description = "resume after this event id (the Last-Event-ID header, when sent, takes precedence)"),
+           ("Last-Event-ID" = Option<i64>, Header, description = "resume after this event id, as a reconnecting EventSource sends it")),
+    responses(
+        (status = 200, description = "a stream of the job's events (`text/event-stream`): each with `id:` its event id, `event:` its kind and `data:` its JSON (id, job_id, kind, at, job_state after it, the attempt it concerns with its number, id and provider, and detail); every event after the cursor, then live ones; it ends after the event that makes the job succeeded or canceled; a comment every 15 s", body = String, content_type = "text/event-stream"),
+        (status = 422, description = "validation-failed: a bad `after` or `Last-Event-ID`", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        crate::http::openapi::CommonErrors, crate::http::openapi::WaitingErrors
+    ))]
+pub(crate) async fn job_events(
+    State(app): State<AppState>,
+    Owner(owner): Owner,
+    JobPath(id): JobPath,
+    RawQuery(query): RawQuery,
+    slot: Slot,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let after = cursor(&headers, query.as_deref())?;
+    let place = app.jobs.open_long_poll(&owner, Duration::MAX).map_err(|e| job_error(&app, e))?;
+    let events = app.jobs.follow_events(place, id, after).await.map_err(|e| job_error(&app, e))?;
+    // Streaming, it holds one of its owner's places, not a slot of the
+    // requests in flight.
+    slot.release();
+    let events = stream::unfold(events, |mut events| async move {
+        let shown = events.recv().await?;
+        let event = Event::default().id(shown.id.to_string()).event(shown.kind.as_str()).data(shown.data.to_string());
+        Some((Ok::<_, Infallible>(event), events))
+    });
+    let mut response = Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)).into_response();
+    // A proxy (nginx) passes each event on as it comes.
+    response.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}

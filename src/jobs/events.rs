@@ -1,0 +1,120 @@
+//! Following a job's event log live (`GET /jobs/{id}/events`): every event
+//! after a cursor, then each one as it is committed, until the event that
+//! makes the job terminal. Nothing is made up for the stream: each item is
+//! one row of the log, with the job's state after it (see
+//! [`EventKind::job_state_after`]) and the facts of the attempt it
+//! concerns.
+//!
+//! A follower holds one of its owner's places for long-polls while it
+//! lives. It is woken by the job's change notices in this process, and
+//! rereads the log every `server.event_stream_interval_ms` for events
+//! committed by other processes.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::{JobError, Jobs, LongPoll};
+use crate::domain::{EventKind, Job, JobEvent, JobId, JobState};
+
+/// One event of a job's log as a follower shows it.
+#[derive(Clone, Debug)]
+pub struct ShownEvent {
+    /// The event's id, increasing in the job's log: the cursor to resume after.
+    pub id: i64,
+    /// What happened.
+    pub kind: EventKind,
+    /// The event as JSON: its id, kind, time, the job's state after it, the
+    /// attempt it concerns and its detail.
+    pub data: Value,
+}
+
+/// How many shown events wait for a slow reader before the follower waits too.
+const BUFFER: usize = 64;
+
+impl Jobs {
+    /// Follows the log of job `id` of `place`'s owner from after event
+    /// `after` (0: from the start): the events come on the receiver, and it
+    /// closes after the event that makes the job terminal (at once when the
+    /// job was terminal by then). [`JobError::NotFound`] for another owner's
+    /// job. The follower stops when the receiver is dropped.
+    pub async fn follow_events(self: &Arc<Self>, place: LongPoll, id: JobId, after: i64) -> Result<mpsc::Receiver<ShownEvent>, JobError> {
+        self.get_job(place.owner(), id).await?;
+        let (sender, receiver) = mpsc::channel(BUFFER);
+        tokio::spawn(self.clone().follow(place, id, after, sender));
+        Ok(receiver)
+    }
+
+    async fn follow(self: Arc<Self>, place: LongPoll, id: JobId, mut cursor: i64, sender: mpsc::Sender<ShownEvent>) {
+        let owner = place.owner().clone();
+        let watch = self.signals.watch_job(id);
+        loop {
+            // Listening from before the read, so that no change slips in between.
+            let change = watch.next_change();
+            let events = match self.store.list_events(&owner, id).await {
+                Ok(events) => events,
+                Err(error) => {
+                    // The client resumes from its last event.
+                    tracing::warn!(job.id = %id, %error, "reading a followed job's events failed; its stream ends");
+                    return;
+                }
+            };
+            // The job is read only for new events, after its log: it has
+            // every attempt the log names.
+            let mut job = None;
+            let mut state = None;
+            for event in events {
+                state = event.kind.job_state_after(&event.detail, state);
+                let terminal = state.is_some_and(JobState::is_terminal);
+                if event.id > cursor {
+                    let read = match &job {
+                        Some(read) => Arc::clone(read),
+                        None => match self.get_job(&owner, id).await {
+                            Ok(read) => Arc::clone(job.insert(read)),
+                            Err(error) => {
+                                tracing::warn!(job.id = %id, %error, "reading a followed job failed; its stream ends");
+                                return;
+                            }
+                        },
+                    };
+                    cursor = event.id;
+                    let shown = show(&read, event, state);
+                    if sender.send(shown).await.is_err() {
+                        return;
+                    }
+                }
+                if terminal {
+                    return;
+                }
+            }
+            tokio::select! {
+                _ = change => {}
+                _ = tokio::time::sleep(self.intervals.event_stream) => {}
+                _ = sender.closed() => return,
+            }
+        }
+    }
+}
+
+/// `event` of `job`'s log, after which the job was in `state`.
+fn show(job: &Job, event: JobEvent, state: Option<JobState>) -> ShownEvent {
+    let attempt = event.attempt_number.map(|number| {
+        let known = job.attempts.iter().find(|attempt| attempt.number == number);
+        json!({
+            "number": number,
+            "id": known.map(|attempt| attempt.id),
+            "provider": known.map(|attempt| attempt.provider.as_str()),
+        })
+    });
+    let data = json!({
+        "id": event.id,
+        "job_id": job.id,
+        "kind": event.kind,
+        "at": event.at,
+        "job_state": state.map(JobState::as_str),
+        "attempt": attempt,
+        "detail": event.detail,
+    });
+    ShownEvent { id: event.id, kind: event.kind, data }
+}

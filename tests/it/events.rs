@@ -1,0 +1,183 @@
+//! A job's events as Server-Sent Events (`GET /jobs/{id}/events`), over a
+//! real socket, parsed by the `eventsource-stream` crate: the log so far,
+//! then live events, ending after the one that makes the job terminal;
+//! resumed exactly after `Last-Event-ID`; owner-scoped and counted with
+//! long-polls; an event committed through another server reaches a stream
+//! within a second.
+
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::common::{Backend, TestApp, expect_problem};
+use onejob::app::Role;
+
+/// One event as received, with when it arrived.
+struct Received {
+    id: String,
+    kind: String,
+    data: Value,
+    arrived: chrono::DateTime<chrono::Utc>,
+}
+
+async fn open(app: &TestApp, token: &str, id: &str, query: &str, last_event_id: Option<&str>) -> reqwest::Response {
+    let mut request = app.client.get(app.url(&format!("/jobs/{id}/events{query}"))).bearer_auth(token);
+    if let Some(last) = last_event_id {
+        request = request.header("last-event-id", last);
+    }
+    request.send().await.unwrap()
+}
+
+/// The events of an open stream as they come, until it ends.
+fn events(response: reqwest::Response) -> impl futures_util::Stream<Item = Received> + Unpin {
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let bytes = futures_util::stream::unfold(response, |mut response| async move {
+        match response.chunk().await {
+            Ok(Some(chunk)) => Some((Ok::<_, reqwest::Error>(chunk), response)),
+            Ok(None) => None,
+            Err(error) => Some((Err(error), response)),
+        }
+    });
+    Box::pin(bytes.eventsource().map(|event| {
+        let event = event.expect("a well-formed event stream");
+        Received {
+            data: serde_json::from_str(&event.data).expect("each event's data is JSON"),
+            id: event.id,
+            kind: event.event,
+            arrived: chrono::Utc::now(),
+        }
+    }))
+}
+
+/// Every event of a stream until it ends by itself (within 30 s).
+async fn read_to_end(response: reqwest::Response) -> Vec<Received> {
+    tokio::time::timeout(Duration::from_secs(30), events(response).collect()).await.expect("the stream ends by itself")
+}
+
+fn kinds(events: &[Received]) -> Vec<&str> {
+    events.iter().map(|event| event.kind.as_str()).collect()
+}
+
+async fn created(app: &TestApp, key: &str, provider: &str) -> Value {
+    let response = app.post_job(key, &json!({"task": "summarize", "input": {"text": "stream it"}, "provider": provider})).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    response.json().await.unwrap()
+}
+
+async fn a_stream_sends_the_log_so_far_then_live_events_and_ends_after_the_terminal_one(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |_| {}).await;
+    let job = created(&app, "k", "sim-slow").await;
+    let id = job["id"].as_str().unwrap();
+    let received = read_to_end(open(&app, &app.alice, id, "", None).await).await;
+    assert_eq!(kinds(&received), ["job-created", "attempt-claimed", "attempt-succeeded"]);
+    // sim-slow answers after 1.5 s: the log so far came at once, and the
+    // stream stayed open for the win.
+    assert!(received[2].arrived - received[0].arrived >= chrono::Duration::milliseconds(1_000));
+    let states: Vec<&str> = received.iter().map(|event| event.data["job_state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["queued", "running", "succeeded"]);
+    // One row of the log each, under its own id, with the attempt it concerns.
+    let owner = onejob::domain::OwnerId::parse("alice").unwrap();
+    let log = app.store().list_events(&owner, onejob::domain::JobId::parse(id).unwrap()).await.unwrap();
+    let logged: Vec<String> = log.iter().map(|event| event.id.to_string()).collect();
+    let streamed: Vec<String> = received.iter().map(|event| event.id.clone()).collect();
+    assert_eq!(streamed, logged);
+    for (event, row) in received.iter().zip(&log) {
+        assert_eq!(event.data["id"], row.id);
+        assert_eq!(event.data["kind"], event.kind);
+        assert_eq!(event.data["job_id"], id);
+        assert_eq!(event.data["detail"], row.detail);
+        assert_eq!(event.data["attempt"]["number"], 1);
+        assert_eq!(event.data["attempt"]["provider"], "sim-slow");
+        assert_eq!(event.data["attempt"]["id"], job["attempts"][0]["id"]);
+    }
+}
+
+async fn a_stream_resumes_exactly_after_the_last_event_id(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |_| {}).await;
+    let id = created(&app, "k", "sim-fast").await["id"].as_str().unwrap().to_owned();
+    app.wait_for(&id, "succeeded", |job| job["state"] == "succeeded").await;
+    let all = read_to_end(open(&app, &app.alice, &id, "", None).await).await;
+    assert_eq!(kinds(&all), ["job-created", "attempt-claimed", "attempt-succeeded"]);
+    let ids: Vec<&str> = all.iter().map(|event| event.id.as_str()).collect();
+
+    let after_first = read_to_end(open(&app, &app.alice, &id, "", Some(ids[0])).await).await;
+    assert_eq!(kinds(&after_first), ["attempt-claimed", "attempt-succeeded"]);
+    let after_second = read_to_end(open(&app, &app.alice, &id, &format!("?after={}", ids[1]), None).await).await;
+    assert_eq!(kinds(&after_second), ["attempt-succeeded"]);
+    // The header a reconnecting EventSource sends wins over the URL's cursor.
+    let both = read_to_end(open(&app, &app.alice, &id, "?after=0", Some(ids[1])).await).await;
+    assert_eq!(kinds(&both), ["attempt-succeeded"]);
+    // After the terminal event there is nothing more to wait for.
+    let after_last = read_to_end(open(&app, &app.alice, &id, "", Some(ids[2])).await).await;
+    assert!(after_last.is_empty());
+
+    for (query, last) in [("?after=x", None), ("?after=-1", None), ("", Some("two")), ("?since=1", None)] {
+        let response = open(&app, &app.alice, &id, query, last).await;
+        expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+    }
+}
+
+async fn a_stream_is_its_owners_alone_and_counts_among_its_long_polls(backend: Backend) {
+    // No worker: the job stays queued, and its stream open.
+    let app = TestApp::spawn_with(backend, |s| s.server.max_long_polls_per_owner = 1).await;
+    let id = created(&app, "k", "sim-fast").await["id"].as_str().unwrap().to_owned();
+    expect_problem(open(&app, &app.bob, &id, "", None).await, StatusCode::NOT_FOUND, "not-found").await;
+    let nobody = onejob::domain::JobId::new().to_string();
+    expect_problem(open(&app, &app.alice, &nobody, "", None).await, StatusCode::NOT_FOUND, "not-found").await;
+    let anonymous = app.client.get(app.url(&format!("/jobs/{id}/events"))).send().await.unwrap();
+    expect_problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
+
+    let mut first = events(open(&app, &app.alice, &id, "", None).await);
+    assert_eq!(first.next().await.unwrap().kind, "job-created");
+    // Alice's one place is taken, by a stream or a long-poll alike.
+    let problem = expect_problem(open(&app, &app.alice, &id, "", None).await, StatusCode::TOO_MANY_REQUESTS, "too-many-long-polls").await;
+    assert!(problem["detail"].as_str().unwrap().contains("event streams"), "{problem}");
+    let long_poll = app.get(&app.alice, &format!("/jobs/{id}?wait=1")).await;
+    expect_problem(long_poll, StatusCode::TOO_MANY_REQUESTS, "too-many-long-polls").await;
+    // Bob's places are his own.
+    let bobs = created_by(&app, &app.bob).await;
+    let mut bobs_stream = events(open(&app, &app.bob, &bobs, "", None).await);
+    assert_eq!(bobs_stream.next().await.unwrap().kind, "job-created");
+
+    // Gone, the stream gives its place back.
+    drop(first);
+    crate::common::processes::eventually("alice's place given back", Duration::from_secs(10), || async {
+        open(&app, &app.alice, &id, "", None).await.status() == StatusCode::OK
+    })
+    .await;
+}
+
+async fn created_by(app: &TestApp, token: &str) -> String {
+    let body = json!({"task": "summarize", "input": {"text": "mine"}, "provider": "sim-fast"}).to_string();
+    let response = app.post_job_raw(token, "own", body).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    response.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned()
+}
+
+async fn an_event_committed_through_another_server_reaches_a_stream_within_a_second(backend: Backend) {
+    // The stream is held on an API-only server; the job runs on another
+    // server's worker, sharing the database: its events reach the stream
+    // only by the stream's rereads, at the default interval.
+    let default_interval = onejob::config::Settings::builtin().server.event_stream_interval_ms;
+    let api = TestApp::spawn_with(backend, |s| s.server.event_stream_interval_ms = default_interval).await;
+    let _worker = TestApp::spawn_on(backend, &api.database_url, Role::All, |_| {}).await;
+    let id = created(&api, "k", "sim-slow").await["id"].as_str().unwrap().to_owned();
+    let received = read_to_end(open(&api, &api.alice, &id, "", None).await).await;
+    assert_eq!(kinds(&received), ["job-created", "attempt-claimed", "attempt-succeeded"]);
+    for event in &received[1..] {
+        let at: chrono::DateTime<chrono::Utc> = serde_json::from_value(event.data["at"].clone()).unwrap();
+        let delay = event.arrived - at;
+        assert!(delay < chrono::Duration::seconds(1), "{} arrived {delay} after it was written", event.kind);
+    }
+}
+
+on_both_backends!(
+    a_stream_sends_the_log_so_far_then_live_events_and_ends_after_the_terminal_one,
+    a_stream_resumes_exactly_after_the_last_event_id,
+    a_stream_is_its_owners_alone_and_counts_among_its_long_polls,
+    an_event_committed_through_another_server_reaches_a_stream_within_a_second,
+);
