@@ -151,7 +151,14 @@ impl Application {
         let (worker, qualifying) = if role == Role::Api {
             (None, None)
         } else {
-            let worker = Worker::new(store.clone(), catalog.clone(), providers.clone(), signals.clone(), settings.worker.clone());
+            let worker = Worker::new(
+                store.clone(),
+                catalog.clone(),
+                providers.clone(),
+                signals.clone(),
+                settings.worker.clone(),
+                settings.webhooks.clone(),
+            );
             let qualifying = tokio::spawn(crate::qualify::qualify_on_start(store.clone(), providers.clone(), catalog.clone()));
             (Some(Arc::new(worker)), Some(qualifying))
         };
@@ -192,6 +199,7 @@ impl Application {
             worker_heartbeat_limit,
             auth,
             signals,
+            webhook_hosts: crate::webhooks::address::AllowedHosts::new(&settings.webhooks.allow_hosts),
             settings: Arc::new(settings.server),
         };
         Ok(Self { listener, state, worker, qualifying, shutdown_grace, _simulator: simulator, _key_follower: key_follower })

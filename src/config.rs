@@ -62,6 +62,48 @@ pub struct Settings {
     /// Providers by name.
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderSettings>,
+    /// Webhook deliveries.
+    #[serde(default)]
+    pub webhooks: WebhookSettings,
+}
+
+/// `[webhooks]`
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhookSettings {
+    /// Hosts an endpoint may name although they are not public: `http://`
+    /// is allowed for them, and their addresses may be private, loopback
+    /// or link-local. Empty: every endpoint is `https://` on a public address.
+    pub allow_hosts: Vec<String>,
+    /// How long one try may take, connecting and answering.
+    pub timeout_ms: u64,
+    /// The wait before the second try; doubled each try after.
+    pub retry_base_ms: u64,
+    /// The longest wait between two tries.
+    pub retry_max_ms: u64,
+    /// How long a delivery is tried before it is marked failed.
+    pub retry_for_ms: u64,
+    /// How often the outbox is looked at for due deliveries.
+    pub poll_interval_ms: u64,
+    /// Deliveries claimed, and sent at once, per look.
+    pub batch_size: u32,
+    /// The most of a receiver's answer that is read.
+    pub max_response_bytes: usize,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        Self {
+            allow_hosts: Vec::new(),
+            timeout_ms: 10_000,
+            retry_base_ms: 5_000,
+            retry_max_ms: 3_600_000,
+            retry_for_ms: 86_400_000,
+            poll_interval_ms: 500,
+            batch_size: 32,
+            max_response_bytes: 4_096,
+        }
+    }
 }
 
 /// `[server]`
@@ -604,6 +646,13 @@ impl Settings {
         }
         if self.server.max_concurrent_requests == 0 {
             return invalid("server.max_concurrent_requests must be at least 1".into());
+        }
+        let hooks = &self.webhooks;
+        if hooks.timeout_ms == 0 || hooks.retry_base_ms == 0 || hooks.poll_interval_ms == 0 || hooks.batch_size == 0 {
+            return invalid("webhooks.timeout_ms, retry_base_ms, poll_interval_ms and batch_size must be at least 1".into());
+        }
+        if hooks.retry_max_ms < hooks.retry_base_ms {
+            return invalid("webhooks.retry_max_ms must be at least webhooks.retry_base_ms".into());
         }
         if self.server.event_stream_interval_ms == 0 {
             return invalid("server.event_stream_interval_ms must be at least 1".into());

@@ -28,6 +28,9 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     /// `[server]` settings.
     pub settings: Arc<ServerSettings>,
+    /// The hosts a webhook endpoint may name although they are not public
+    /// (`webhooks.allow_hosts`).
+    pub webhook_hosts: crate::webhooks::address::AllowedHosts,
     /// Wake-ups for the worker, change notices for long-polls.
     pub signals: Arc<Signals>,
     /// Renders `/metrics`.

@@ -3,6 +3,7 @@
 //! beside its code and shared by every store and every caller.
 
 pub mod event;
+pub mod webhook;
 pub mod ids;
 pub mod idempotency;
 pub mod job;

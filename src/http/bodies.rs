@@ -45,6 +45,23 @@ pub struct CreateAttemptBody {
     pub provider: Option<String>,
 }
 
+/// `POST /webhooks` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateWebhookBody {
+    /// Where deliveries are posted: `https://` on a public address (hosts
+    /// in `webhooks.allow_hosts` excepted).
+    #[schema(min_length = 1, max_length = 2000)]
+    pub url: String,
+    /// What it hears of: `job.succeeded`, `job.failed`, `job.unknown`,
+    /// `job.canceled`, `attempt.unknown`, `attempt.superseded`.
+    #[schema(min_items = 1)]
+    pub events: Vec<String>,
+    /// For people (at most 500 characters).
+    #[schema(max_length = 500)]
+    pub description: Option<String>,
+}
+
 /// How an operator settles an unknown attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -103,6 +120,13 @@ const MAX_COST_WORDS: &str =
 impl JsonBody for CreateAttemptBody {
     const EMPTY_IS_OBJECT: bool = true;
 
+    fn validator() -> &'static jsonschema::Validator {
+        static SCHEMA: OnceLock<jsonschema::Validator> = OnceLock::new();
+        compiled::<Self>(&SCHEMA)
+    }
+}
+
+impl JsonBody for CreateWebhookBody {
     fn validator() -> &'static jsonschema::Validator {
         static SCHEMA: OnceLock<jsonschema::Validator> = OnceLock::new();
         compiled::<Self>(&SCHEMA)

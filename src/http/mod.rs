@@ -18,6 +18,7 @@ pub mod providers;
 pub mod respond;
 pub mod serve;
 pub mod usage;
+pub mod webhooks;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -50,6 +51,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(with_access(Access::Client, usage::router()))
         .merge(with_access(Access::Admin, providers::router()))
         .merge(with_access(Access::Admin, keys::router()))
+        .merge(with_access(Access::Admin, webhooks::router()))
         .merge(with_access(Access::Public, operations()))
 }
 

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::webhooks::Outgoing;
 use super::{AttemptRef, NewAttempt, NewJob, QualificationState, Result};
 use crate::domain::{Attempt, AttemptError, AttemptState, EventKind, JobId, JobState, OwnerId};
 
@@ -55,6 +56,10 @@ pub trait DriverTx: Send {
 
     /// Appends a row to the job's audit log.
     async fn append_event(&mut self, owner: &OwnerId, job_id: JobId, kind: EventKind, attempt_number: Option<i32>, detail: Value) -> Result<()>;
+
+    /// Writes a delivery of `message` to each of its owner's live endpoints
+    /// subscribed to its type: the outbox, in the transition's transaction.
+    async fn enqueue_webhook(&mut self, message: &Outgoing<'_>) -> Result<()>;
 
     /// Where `provider` stands for `task`'s contract with this hash.
     async fn qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState>;

@@ -17,6 +17,7 @@ mod hot;
 pub mod postgres;
 mod rows;
 pub mod sessions;
+pub mod webhooks;
 mod shared;
 pub mod sqlite;
 mod transitions;
@@ -38,6 +39,7 @@ pub use driver::Driver;
 
 pub use postgres::PostgresStore;
 pub use sessions::{NewSession, StoredSession};
+pub use webhooks::{ClaimedDelivery, Delivery, DeliveryTry, Endpoint, NewEndpoint, TryOutcome};
 pub use sqlite::SqliteStore;
 pub use usage::{AttemptUsage, UsageFilter, UsageRow};
 
@@ -738,6 +740,31 @@ pub trait Store: Driver {
     /// transaction, decides, so that of replicas starting together on an
     /// empty database exactly one makes it. `true` when this call made it.
     async fn insert_first_run_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<bool>;
+
+    // Webhooks (see `webhooks.rs`).
+
+    /// Stores an endpoint and its subscriptions.
+    async fn insert_webhook_endpoint(&self, new: &NewEndpoint) -> Result<Endpoint>;
+
+    /// An owner's endpoints, the oldest first.
+    async fn list_webhook_endpoints(&self, owner: &OwnerId) -> Result<Vec<Endpoint>>;
+
+    /// Deletes an owner's endpoint with its deliveries; `false` when it had none such.
+    async fn delete_webhook_endpoint(&self, owner: &OwnerId, id: Uuid) -> Result<bool>;
+
+    /// Gives an owner's endpoint a new secret; the old one still signs for
+    /// `keep_old`. `None` when it has no such endpoint.
+    async fn rotate_webhook_secret(&self, owner: &OwnerId, id: Uuid, secret: &str, keep_old: Duration) -> Result<Option<Endpoint>>;
+
+    /// The latest `limit` deliveries to an owner's endpoint, each with its
+    /// tries; `None` when it has no such endpoint.
+    async fn list_webhook_deliveries(&self, owner: &OwnerId, endpoint: Uuid, limit: u32) -> Result<Option<Vec<Delivery>>>;
+
+    /// Claims up to `max` due deliveries of live endpoints for `lease`.
+    async fn claim_webhook_deliveries(&self, max: u32, lease: Duration) -> Result<Vec<ClaimedDelivery>>;
+
+    /// Records a try of a claimed delivery and what follows from it.
+    async fn record_webhook_try(&self, done: &DeliveryTry) -> Result<()>;
 }
 
 /// A stored value the program cannot read back.

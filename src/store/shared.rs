@@ -134,6 +134,44 @@ macro_rules! impl_store {
             async fn insert_first_run_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<bool> {
                 sessions::insert_first_run_key(self, id, owner, role, token_hash).await
             }
+
+            async fn insert_webhook_endpoint(&self, new: &$crate::store::NewEndpoint) -> Result<$crate::store::Endpoint> {
+                webhooks::insert_endpoint(&self.pool, new).await
+            }
+
+            async fn list_webhook_endpoints(&self, owner: &OwnerId) -> Result<Vec<$crate::store::Endpoint>> {
+                webhooks::list_endpoints(&self.pool, owner).await
+            }
+
+            async fn delete_webhook_endpoint(&self, owner: &OwnerId, id: Uuid) -> Result<bool> {
+                let deleted = sqlx::query(webhooks::DELETE_ENDPOINT).bind(owner.as_str()).bind(id).execute(&self.pool).await?;
+                Ok(deleted.rows_affected() > 0)
+            }
+
+            async fn rotate_webhook_secret(&self, owner: &OwnerId, id: Uuid, secret: &str, keep_old: std::time::Duration) -> Result<Option<$crate::store::Endpoint>> {
+                webhooks::rotate_secret(&self.pool, owner, id, secret, keep_old).await
+            }
+
+            async fn list_webhook_deliveries(&self, owner: &OwnerId, endpoint: Uuid, limit: u32) -> Result<Option<Vec<$crate::store::Delivery>>> {
+                let exists: bool =
+                    sqlx::query_scalar(webhooks::ENDPOINT_EXISTS).bind(owner.as_str()).bind(endpoint).fetch_one(&self.pool).await?;
+                if !exists {
+                    return Ok(None);
+                }
+                let rows: Vec<$crate::store::webhooks::DeliveryRow> = sqlx::query_as(webhooks::LIST_DELIVERIES)
+                    .bind(owner.as_str()).bind(endpoint).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+                let tries: Vec<$crate::store::webhooks::TryRow> =
+                    sqlx::query_as(webhooks::LIST_TRIES).bind(owner.as_str()).bind(endpoint).fetch_all(&self.pool).await?;
+                Ok(Some($crate::store::webhooks::attach_tries(rows, tries)))
+            }
+
+            async fn claim_webhook_deliveries(&self, max: u32, lease: std::time::Duration) -> Result<Vec<$crate::store::ClaimedDelivery>> {
+                webhooks::claim_deliveries(&self.pool, max, lease).await
+            }
+
+            async fn record_webhook_try(&self, done: &$crate::store::DeliveryTry) -> Result<()> {
+                webhooks::record_try(&self.pool, done).await
+            }
         }
     };
 }

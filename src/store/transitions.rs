@@ -16,6 +16,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::driver::{LockedJob, OutputSettlement, Tx};
+use super::webhooks::Outgoing;
 use super::usage::{check_budget, stored_budget};
 use super::{
     Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Resolved, Result, Scheduled, Store,
@@ -26,6 +27,7 @@ use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, AttemptTransition, EventKind,
     IdempotencyKey, JobId, JobState, Money, NOT_RECEIVED, OwnerId, check_admission,
 };
+use crate::domain::webhook::WebhookEventType;
 
 /// Creates a job with its first attempt, or finds the job that holds its
 /// key (I1: the unique constraint decides).
@@ -141,6 +143,16 @@ pub(super) async fn settle_with_output<S: Store + ?Sized>(
         // Cannot happen with the job locked; refuse to commit if it does.
         return Err(corrupt("an attempt changed under its locked job"));
     }
+    let (owner, job_id, task) = (&attempt.owner, attempt.job_id, job.task.as_str());
+    if settled.won {
+        let data = json!({ "job_state": JobState::Succeeded.as_str(), "attempt": attempt.number, "result": output,
+                           "canceled": settled.canceled });
+        tell(&mut tx, owner, job_id, task, WebhookEventType::JobSucceeded, data).await?;
+    } else {
+        let data = json!({ "job_state": job.state.as_str(), "attempt": attempt.number, "winner": winner });
+        tell(&mut tx, owner, job_id, task, WebhookEventType::AttemptSuperseded, data).await?;
+    }
+    fail::fail_point!("settle-before-commit", |_| Err(corrupt("failpoint settle-before-commit")));
     tx.commit().await?;
     if settled.won {
         Ok(Transition::Won { canceled: settled.canceled })
@@ -198,6 +210,21 @@ pub(super) async fn settle_without_output<S: Store + ?Sized>(
         (AttemptState::Failed, _) => Transition::Failed { next: None },
         _ => Transition::Applied,
     };
+    let (owner, job_id, task) = (&attempt.owner, attempt.job_id, job.task.as_str());
+    let data = json!({ "job_state": job_state.as_str(), "attempt": attempt.number, "error": error });
+    match (to, &outcome) {
+        (AttemptState::Unknown, _) => {
+            tell(&mut tx, owner, job_id, task, WebhookEventType::AttemptUnknown, data.clone()).await?;
+            if job_state == JobState::Unknown && job.state != JobState::Unknown {
+                tell(&mut tx, owner, job_id, task, WebhookEventType::JobUnknown, data).await?;
+            }
+        }
+        // The job failed, and nothing follows by itself.
+        (AttemptState::Failed, Transition::Failed { next: None }) if job_state == JobState::Failed => {
+            tell(&mut tx, owner, job_id, task, WebhookEventType::JobFailed, data).await?;
+        }
+        _ => {}
+    }
     tx.commit().await?;
     Ok(outcome)
 }
@@ -272,7 +299,10 @@ pub(super) async fn cancel_job<S: Store + ?Sized>(store: &S, owner: &OwnerId, id
     }
     let canceled = tx.cancel_job(owner, id).await?;
     let detail = json!({ "from": job.state.as_str(), "canceled": canceled });
-    tx.append_event(owner, id, AttemptTransition::Cancel.event(), None, detail).await?;
+    tx.append_event(owner, id, AttemptTransition::Cancel.event(), None, detail.clone()).await?;
+    let mut data = detail;
+    data["job_state"] = json!(JobState::Canceled.as_str());
+    tell(&mut tx, owner, id, &job.task, WebhookEventType::JobCanceled, data).await?;
     tx.commit().await?;
     let job = store.get_job(owner, id).await?.ok_or_else(|| corrupt("a canceled job vanished"))?;
     Ok(Cancel::Canceled(job))
@@ -336,6 +366,19 @@ async fn schedule_next_attempt(
                          "job_state": job_state.as_str() });
     tx.append_event(owner, job_id, EventKind::AttemptAdmitted, Some(number), detail).await?;
     Ok(Some(Scheduled { number, provider: next.provider, delay: next.delay }))
+}
+
+/// Writes a webhook message about a job to the outbox, in the transition's
+/// transaction (a Standard Webhooks body: `type`, `timestamp`, `data` with
+/// the job's id and task added to `data`): a delivery to each of the
+/// owner's endpoints subscribed to `event`, or nothing when none is.
+async fn tell(tx: &mut Tx, owner: &OwnerId, job_id: JobId, task: &str, event: WebhookEventType, mut data: Value) -> Result<()> {
+    if let Some(fields) = data.as_object_mut() {
+        fields.insert("job_id".into(), json!(job_id));
+        fields.insert("task".into(), json!(task));
+    }
+    let payload = json!({ "type": event.as_str(), "timestamp": chrono::Utc::now(), "data": data }).to_string();
+    tx.enqueue_webhook(&Outgoing { owner, job_id, event, payload }).await
 }
 
 /// Stores the job state that its attempts now imply (a terminal one stays).

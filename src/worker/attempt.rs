@@ -50,7 +50,7 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
             tracing::warn!("the attempt's lease ran out before its request was sent: not sent, left to the reaper");
             return;
         }
-        if let Some(park) = parked_at("worker-before-record") {
+        if let Some(park) = crate::failpoints::parked_at("worker-before-record") {
             tokio::time::sleep(park).await;
         }
         let claim = Claim { worker: &worker.id, lease_end };
@@ -67,16 +67,6 @@ async fn call(worker: &Worker, claimed: &ClaimedAttempt, lease_end: Instant) -> 
     let mut estimate = None;
     let outcome = call_counted(worker, claimed, lease_end, &mut estimate).await;
     (outcome, estimate)
-}
-
-/// How long a failpoint-built worker parks at `failpoint`
-/// (`FAILPOINTS=worker-before-send=return(MILLISECONDS)`; also
-/// `worker-before-record`, between the call and its recording). Nothing
-/// without the `failpoints` feature.
-#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
-fn parked_at(failpoint: &str) -> Option<Duration> {
-    fail::fail_point!(failpoint, |ms| ms.and_then(|ms| ms.parse().ok()).map(Duration::from_millis));
-    None
 }
 
 async fn call_counted(
@@ -102,7 +92,7 @@ async fn call_counted(
         completion_tokens: i64::from(settings.max_output_tokens),
         estimated: true,
     });
-    if let Some(park) = parked_at("worker-before-send") {
+    if let Some(park) = crate::failpoints::parked_at("worker-before-send") {
         tokio::time::sleep(park).await;
     }
     // One deadline for connect, headers and body, inside the lease: checked

@@ -4,8 +4,8 @@
 //! store's guarded transitions: an output through the job's compare-and-swap
 //! (I3), a definitive failure as `failed` (then the retry policy), anything
 //! ambiguous as `unknown` (I4). Beside it run the reaper (expired leases →
-//! `unknown`) and the reconciler (unknown attempts settled by asking the
-//! provider).
+//! `unknown`), the reconciler (unknown attempts settled by asking the
+//! provider) and the webhooks' deliverer ([`crate::webhooks`]).
 
 mod attempt;
 mod reaper;
@@ -18,7 +18,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::catalog::Catalog;
-use crate::config::WorkerSettings;
+use crate::config::{WebhookSettings, WorkerSettings};
 use crate::provider::Providers;
 use crate::signals::Signals;
 use crate::store::{Leases, Store};
@@ -37,6 +37,8 @@ pub struct Worker {
     pub signals: Arc<Signals>,
     /// `[worker]`
     pub settings: WorkerSettings,
+    /// `[webhooks]`: its deliverer sends the outbox's deliveries.
+    pub webhooks: WebhookSettings,
     /// This worker's name in leases and events.
     pub id: String,
     /// When the claim loop last ran (Unix seconds), for `/readyz`.
@@ -51,11 +53,12 @@ impl Worker {
         providers: Arc<Providers>,
         signals: Arc<Signals>,
         settings: WorkerSettings,
+        webhooks: WebhookSettings,
     ) -> Self {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let id = format!("{}-{}-{}", host.trim(), std::process::id(), &uuid::Uuid::now_v7().simple().to_string()[24..]);
         let heartbeat = Arc::new(std::sync::atomic::AtomicI64::new(chrono::Utc::now().timestamp()));
-        Self { store, catalog, providers, signals, settings, id, heartbeat }
+        Self { store, catalog, providers, signals, settings, webhooks, id, heartbeat }
     }
 
     fn leases(&self) -> Leases {
@@ -73,10 +76,12 @@ impl Worker {
         tracing::info!(worker = %self.id, "worker started");
         let reaper = tokio::spawn(reaper::run(self.clone(), shutdown.clone()));
         let reconciler = tokio::spawn(reconciler::run(self.clone(), shutdown.clone()));
+        let deliverer = Arc::new(crate::webhooks::Deliverer::new(self.store.clone(), self.webhooks.clone()));
+        let deliveries = tokio::spawn(deliverer.run(shutdown.clone()));
         self.claim_loop(shutdown).await;
         // A stopped worker is not ready.
         self.heartbeat.store(0, std::sync::atomic::Ordering::Relaxed);
-        let _ = tokio::join!(reaper, reconciler);
+        let _ = tokio::join!(reaper, reconciler, deliveries);
         tracing::info!(worker = %self.id, "worker stopped");
     }
 

@@ -329,6 +329,10 @@ pub fn fast_timings(settings: &mut Settings) {
     p.get_mut("sim-late").unwrap().timeout_ms = 300;
     p.get_mut("sim-late").unwrap().late_ms = Some(900);
     settings.tasks.get_mut("summarize").unwrap().retry_backoff_ms = 50;
+    let hooks = &mut settings.webhooks;
+    hooks.poll_interval_ms = 50;
+    hooks.retry_base_ms = 100;
+    hooks.retry_max_ms = 400;
 }
 
 /// A provider from TOML, for tests that add their own.

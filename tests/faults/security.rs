@@ -37,6 +37,9 @@ struct Seeded {
     job: String,
     /// A spare key of alice's.
     key: String,
+    /// An admin key of alice's, and its webhook endpoint.
+    admin: String,
+    endpoint: String,
     /// Every identifier of alice's data, none of which owner B may see.
     markers: Vec<String>,
 }
@@ -46,19 +49,41 @@ async fn seed_alice(app: &TestApp) -> Seeded {
     make_unknown(app, &job, 1).await;
     let other = app.create_job("walk-pending", None).await["id"].as_str().unwrap().to_owned();
     let (key, _) = onejob::keys::create_key(app.store(), &owner("alice")).await.unwrap();
-    let mut markers = vec![job.clone(), other.clone(), key.to_string(), "alice".to_owned()];
+    let admin = onejob::keys::create_key_with_role(app.store(), &owner("alice"), onejob::domain::KeyRole::Admin).await.unwrap().1;
+    let registered = app.client.post(app.url("/webhooks")).bearer_auth(&admin).json(&webhook_body()).send().await.unwrap();
+    assert_eq!(registered.status(), StatusCode::CREATED);
+    let endpoint = registered.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    let mut markers = vec![job.clone(), other.clone(), key.to_string(), "alice".to_owned(), endpoint.clone()];
     for id in [&job, &other] {
         let seen: Value = app.get(&app.alice, &format!("/jobs/{id}")).await.json().await.unwrap();
         for attempt in seen["attempts"].as_array().unwrap() {
             markers.push(attempt["id"].as_str().unwrap().to_owned());
         }
     }
-    Seeded { job, key: key.to_string(), markers }
+    Seeded { job, key: key.to_string(), admin, endpoint, markers }
+}
+
+/// A webhook endpoint's registration (a public address; an API-only
+/// server sends nothing to it).
+fn webhook_body() -> Value {
+    json!({"url": "https://8.8.8.8/hooks", "events": ["job.succeeded"]})
+}
+
+/// Whether a route is about an owner's webhook endpoints: admin routes
+/// that keep owners apart too.
+fn is_webhooks(path: &str) -> bool {
+    path.starts_with("/webhooks")
 }
 
 /// The route with its parameters naming alice's data.
 fn concrete(path: &str, seeded: &Seeded) -> String {
-    let id = if path.starts_with("/keys/") { &seeded.key } else { &seeded.job };
+    let id = if path.starts_with("/keys/") {
+        &seeded.key
+    } else if is_webhooks(path) {
+        &seeded.endpoint
+    } else {
+        &seeded.job
+    };
     path.replace("{id}", id).replace("{number}", "1").replace("{name}", "sim-fast")
 }
 
@@ -71,6 +96,7 @@ fn valid_body(method: &str, path: &str) -> Option<Value> {
         ("post", "/jobs/{id}/attempts") => Some(json!({"provider": "sim-fast"})),
         ("post", "/jobs/{id}/attempts/{number}/resolve") => Some(json!({"outcome": "failed", "reason": "the walk"})),
         ("post", "/providers/{name}/qualifications") => Some(json!({"task": "summarize"})),
+        ("post", "/webhooks") => Some(webhook_body()),
         _ => None,
     }
 }
@@ -124,7 +150,16 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
     let pairs = |list: &[(&str, &str)]| -> BTreeSet<(String, String)> { list.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect() };
     assert_eq!(
         with_role("admin"),
-        pairs(&[("get", "/providers"), ("post", "/providers/{name}/qualifications"), ("post", "/keys/{id}/revoke")])
+        pairs(&[
+            ("get", "/providers"),
+            ("post", "/providers/{name}/qualifications"),
+            ("post", "/keys/{id}/revoke"),
+            ("post", "/webhooks"),
+            ("get", "/webhooks"),
+            ("delete", "/webhooks/{id}"),
+            ("post", "/webhooks/{id}/rotate-secret"),
+            ("get", "/webhooks/{id}/deliveries"),
+        ])
     );
     assert_eq!(
         with_role("public"),
@@ -152,6 +187,14 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
                 // A's own client key is refused the same way.
                 let alice = call(&app, method, path, Some(&app.alice), &seeded, &key).await;
                 expect_problem(alice, StatusCode::FORBIDDEN, "forbidden").await;
+                // Another owner's admin does not reach alice's endpoints.
+                if is_webhooks(path) {
+                    let other = call(&app, method, path, Some(&app.admin), &seeded, &key).await;
+                    let status = shows_nothing_of_alice(other, &seeded, &format!("{method} {path} as another owner's admin")).await;
+                    if path.contains('{') {
+                        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path} as another owner's admin");
+                    }
+                }
             }
             "client" => {
                 expect_problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
@@ -193,10 +236,14 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
             _ => {}
         }
     }
-    for (n, (method, path, role, _)) in operations.iter().enumerate() {
+    // Deleting comes last, so that the other routes find what it deletes.
+    let mut controls: Vec<_> = operations.iter().enumerate().collect();
+    controls.sort_by_key(|(_, (method, ..))| method == "delete");
+    for (n, (method, path, role, _)) in controls {
         let key = format!("control-{n}");
         let token = match role.as_str() {
             "client" if path.contains('{') => &app.alice,
+            "admin" if is_webhooks(path) => &seeded.admin,
             "admin" => &app.admin,
             _ => continue,
         };

@@ -25,3 +25,4 @@ mod store;
 mod structure;
 mod ui;
 mod usage;
+mod webhooks;

@@ -24,6 +24,7 @@ use sqlx::{Postgres, Row, Transaction};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use super::webhooks::Outgoing;
 use super::driver::{AttemptHolder, Driver, LockedJob, OutputSettlement, Settled, Tx};
 use super::shared::{impl_driver_tx, impl_store};
 use super::hot::HotConnections;
@@ -40,6 +41,7 @@ use crate::domain::{
 
 mod keys;
 mod sessions;
+mod webhooks;
 mod sql;
 
 pub use sql::{CREATE_JOB, GET_JOB};
@@ -157,6 +159,23 @@ impl_driver_tx!(PgTx, {
             .bind(detail)
             .execute(&mut *self.tx)
             .await?;
+        Ok(())
+    }
+
+    async fn enqueue_webhook(&mut self, message: &Outgoing<'_>) -> Result<()> {
+        sqlx::query(
+            r#"insert into webhook_deliveries (id, owner_id, endpoint_id, job_id, event_type, payload)
+               select gen_random_uuid(), e.owner_id, e.id, $2, $3, $4
+               from webhook_subscriptions s
+               join webhook_endpoints e on e.owner_id = s.owner_id and e.id = s.endpoint_id and e.disabled_at is null
+               where s.owner_id = $1 and s.event_type = $3"#,
+        )
+        .bind(message.owner.as_str())
+        .bind(message.job_id.0)
+        .bind(message.event.as_str())
+        .bind(&message.payload)
+        .execute(&mut *self.tx)
+        .await?;
         Ok(())
     }
 

@@ -36,6 +36,7 @@ use sqlx::types::Json;
 use sqlx::{Row, Sqlite, Transaction};
 use uuid::Uuid;
 
+use super::webhooks::Outgoing;
 use super::driver::{AttemptHolder, Driver, DriverTx, LockedJob, OutputSettlement, Settled, Tx};
 use super::shared::{impl_driver_tx, impl_store};
 use super::rows::{ATTEMPT_COLUMNS, AttemptRefRow, QualificationRow, attempts_from_rows, job_from_rows};
@@ -51,6 +52,7 @@ use crate::domain::{
 
 mod group;
 mod sessions;
+mod webhooks;
 mod sql;
 
 use sql::{
@@ -224,6 +226,24 @@ impl_driver_tx!(SqliteTx, {
 
     async fn append_event(&mut self, owner: &OwnerId, job_id: JobId, kind: EventKind, attempt_number: Option<i32>, detail: Value) -> Result<()> {
         insert_event(&mut self.tx, self.at, owner, job_id, kind, attempt_number, detail).await
+    }
+
+    async fn enqueue_webhook(&mut self, message: &Outgoing<'_>) -> Result<()> {
+        sqlx::query(
+            r#"insert into webhook_deliveries (id, owner_id, endpoint_id, job_id, event_type, payload, next_at, created_at)
+               select randomblob(16), e.owner_id, e.id, ?2, ?3, ?4, ?5, ?5
+               from webhook_subscriptions s
+               join webhook_endpoints e on e.owner_id = s.owner_id and e.id = s.endpoint_id and e.disabled_at is null
+               where s.owner_id = ?1 and s.event_type = ?3"#,
+        )
+        .bind(message.owner.as_str())
+        .bind(message.job_id.0)
+        .bind(message.event.as_str())
+        .bind(&message.payload)
+        .bind(self.at)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
     }
 
     async fn attempt_holder(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptHolder>> {

@@ -1,0 +1,156 @@
+//! Webhook endpoints and the outbox's deliveries on Postgres. Every time is
+//! the database's `now()`; claims skip rows another process holds.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgPool;
+use uuid::Uuid;
+
+use super::super::webhooks::{
+    ClaimedDelivery, ClaimedRow, DeliveryTry, Endpoint, EndpointRow, NewEndpoint, TryOutcome, check_events, state_after,
+    stored_latency, stored_status,
+};
+use super::super::Result;
+use crate::domain::OwnerId;
+
+/// An owner's endpoints (or one), with their subscriptions joined. Binds:
+/// owner, id or null.
+const LIST_ENDPOINTS: &str = r#"select e.id, e.url, e.description, e.created_at,
+        case when e.previous_until > now() then e.previous_until end as previous_until,
+        e.disabled_at, e.disabled_reason,
+        (select string_agg(s.event_type, ',') from webhook_subscriptions s
+          where s.owner_id = e.owner_id and s.endpoint_id = e.id) as events
+    from webhook_endpoints e
+    where e.owner_id = $1 and ($2::uuid is null or e.id = $2)
+    order by e.created_at, e.id"#;
+
+/// Claims due deliveries of live endpoints, moving each past its lease.
+/// Binds: max, lease seconds.
+const CLAIM_DELIVERIES: &str = r#"with due as (
+        select d.id from webhook_deliveries d
+        join webhook_endpoints e on e.owner_id = d.owner_id and e.id = d.endpoint_id and e.disabled_at is null
+        where d.state = 'pending' and d.next_at <= now()
+        order by d.next_at limit $1
+        for update of d skip locked
+    ), claimed as (
+        update webhook_deliveries d set tries = d.tries + 1, next_at = now() + make_interval(secs => $2)
+        from due where d.id = due.id
+        returning d.id, d.owner_id, d.endpoint_id, d.payload, d.tries, d.created_at
+    )
+    select c.id, c.owner_id, e.url, c.payload, c.tries, c.created_at, e.secret,
+           case when e.previous_until > now() then e.previous_secret end as previous_secret
+    from claimed c join webhook_endpoints e on e.owner_id = c.owner_id and e.id = c.endpoint_id"#;
+
+/// Deletes an owner's endpoint (its subscriptions and deliveries with it).
+/// Binds: owner, id.
+pub(super) const DELETE_ENDPOINT: &str = r#"delete from webhook_endpoints where owner_id = $1 and id = $2"#;
+
+/// Whether an owner has the endpoint. Binds: owner, id.
+pub(super) const ENDPOINT_EXISTS: &str = r#"select exists (select 1 from webhook_endpoints where owner_id = $1 and id = $2)"#;
+
+/// An endpoint's latest deliveries. Binds: owner, endpoint, limit.
+pub(super) const LIST_DELIVERIES: &str = r#"select id, job_id, event_type, state, created_at, finished_at from webhook_deliveries
+    where owner_id = $1 and endpoint_id = $2 order by created_at desc, id desc limit $3"#;
+
+/// The tries of an endpoint's deliveries. Binds: owner, endpoint.
+pub(super) const LIST_TRIES: &str = r#"select t.delivery_id, t.number, t.at, t.status, t.latency_ms, t.error
+    from webhook_tries t join webhook_deliveries d on d.id = t.delivery_id
+    where d.owner_id = $1 and d.endpoint_id = $2 order by t.delivery_id, t.number"#;
+
+pub(super) async fn insert_endpoint(pool: &PgPool, new: &NewEndpoint) -> Result<Endpoint> {
+    check_events(&new.events)?;
+    let mut tx = pool.begin().await?;
+    sqlx::query(r#"insert into webhook_endpoints (owner_id, id, url, description, secret) values ($1, $2, $3, $4, $5)"#)
+        .bind(new.owner.as_str())
+        .bind(new.id)
+        .bind(&new.url)
+        .bind(&new.description)
+        .bind(&new.secret)
+        .execute(&mut *tx)
+        .await?;
+    for event in &new.events {
+        sqlx::query(r#"insert into webhook_subscriptions (owner_id, endpoint_id, event_type) values ($1, $2, $3) on conflict do nothing"#)
+            .bind(new.owner.as_str())
+            .bind(new.id)
+            .bind(event.as_str())
+            .execute(&mut *tx)
+            .await?;
+    }
+    let row: EndpointRow = sqlx::query_as(LIST_ENDPOINTS).bind(new.owner.as_str()).bind(new.id).fetch_one(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(row.into())
+}
+
+pub(super) async fn list_endpoints(pool: &PgPool, owner: &OwnerId) -> Result<Vec<Endpoint>> {
+    let rows: Vec<EndpointRow> = sqlx::query_as(LIST_ENDPOINTS).bind(owner.as_str()).bind(None::<Uuid>).fetch_all(pool).await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+pub(super) async fn rotate_secret(pool: &PgPool, owner: &OwnerId, id: Uuid, secret: &str, keep_old: Duration) -> Result<Option<Endpoint>> {
+    let rotated = sqlx::query(
+        r#"update webhook_endpoints
+           set previous_secret = secret, previous_until = now() + make_interval(secs => $4), secret = $3
+           where owner_id = $1 and id = $2"#,
+    )
+    .bind(owner.as_str())
+    .bind(id)
+    .bind(secret)
+    .bind(keep_old.as_secs_f64())
+    .execute(pool)
+    .await?;
+    if rotated.rows_affected() == 0 {
+        return Ok(None);
+    }
+    let row: EndpointRow = sqlx::query_as(LIST_ENDPOINTS).bind(owner.as_str()).bind(id).fetch_one(pool).await?;
+    Ok(Some(row.into()))
+}
+
+pub(super) async fn claim_deliveries(pool: &PgPool, max: u32, lease: Duration) -> Result<Vec<ClaimedDelivery>> {
+    let rows: Vec<ClaimedRow> =
+        sqlx::query_as(CLAIM_DELIVERIES).bind(i64::from(max)).bind(lease.as_secs_f64()).fetch_all(pool).await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+pub(super) async fn record_try(pool: &PgPool, done: &DeliveryTry) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(r#"insert into webhook_tries (delivery_id, number, status, latency_ms, error) values ($1, $2, $3, $4, $5)
+                   on conflict do nothing"#)
+        .bind(done.delivery_id)
+        .bind(done.number)
+        .bind(stored_status(done.status))
+        .bind(stored_latency(done.latency))
+        .bind(&done.error)
+        .execute(&mut *tx)
+        .await?;
+    let retry_in = match &done.outcome {
+        TryOutcome::Retry(after) => after.as_secs_f64(),
+        _ => 0.0,
+    };
+    let endpoint: Option<Uuid> = sqlx::query_scalar(
+        r#"update webhook_deliveries
+           set state = $3, last_status = $4, last_error = $5,
+               next_at = now() + make_interval(secs => $6),
+               finished_at = case when $3 = 'pending' then null else now() end
+           where owner_id = $1 and id = $2 and state = 'pending'
+           returning endpoint_id"#,
+    )
+    .bind(done.owner.as_str())
+    .bind(done.delivery_id)
+    .bind(state_after(&done.outcome))
+    .bind(stored_status(done.status))
+    .bind(&done.error)
+    .bind(retry_in)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let (TryOutcome::Gone, Some(endpoint)) = (&done.outcome, endpoint) {
+        sqlx::query(r#"update webhook_endpoints set disabled_at = now(), disabled_reason = $3
+                       where owner_id = $1 and id = $2 and disabled_at is null"#)
+            .bind(done.owner.as_str())
+            .bind(endpoint)
+            .bind("the receiver answered 410 Gone")
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}

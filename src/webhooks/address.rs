@@ -1,0 +1,180 @@
+//! Which addresses a webhook may be sent to. An endpoint's URL is set by a
+//! user, so it must not reach the service's own network: it is `https://`
+//! on a public address, unless its host is listed in
+//! `webhooks.allow_hosts`. The check is made when the endpoint is
+//! registered (the URL's form and every address its host resolves to) and
+//! again on every send, by the resolver the sending client connects
+//! through, so that a name that later resolves to a private address is
+//! refused too. Redirects are never followed.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use reqwest::Url;
+
+/// Why a URL may not be an endpoint.
+pub type Refusal = String;
+
+/// The hosts exempt from the checks.
+#[derive(Clone, Debug, Default)]
+pub struct AllowedHosts(Arc<Vec<String>>);
+
+impl AllowedHosts {
+    /// From `webhooks.allow_hosts`.
+    pub fn new(hosts: &[String]) -> Self {
+        Self(Arc::new(hosts.iter().map(|host| host.trim_matches(['[', ']']).to_ascii_lowercase()).collect()))
+    }
+
+    fn allows(&self, host: &str) -> bool {
+        let host = host.trim_matches(['[', ']']).to_ascii_lowercase();
+        self.0.contains(&host)
+    }
+}
+
+/// Whether an address is one a user's URL may not reach: private,
+/// loopback, link-local, shared, unspecified, multicast, reserved or
+/// documentation ranges, and IPv6's equivalents (an IPv4 address inside an
+/// IPv6 one is judged as IPv4).
+pub fn is_internal(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_internal_v4(v4),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_internal_v4(v4);
+            }
+            let first = v6.segments()[0];
+            v6.is_unspecified()
+                || v6.is_loopback()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00 // unique local fc00::/7
+                || (first & 0xffc0) == 0xfe80 // link-local fe80::/10
+                || (first & 0xffc0) == 0xfec0 // site-local fec0::/10
+                || (first == 0x2001 && v6.segments()[1] == 0x0db8) // documentation
+                || (v6.segments()[..6] == [0, 0, 0, 0, 0, 0]) // IPv4-compatible
+                || (first == 0x0064 && v6.segments()[1] == 0xff9b) // NAT64
+        }
+    }
+}
+
+fn is_internal_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    ip.is_unspecified()
+        || ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_broadcast()
+        || ip.is_multicast()
+        || ip.is_documentation()
+        || a == 0
+        || (a == 100 && (64..128).contains(&b)) // shared 100.64.0.0/10
+        || (a == 192 && b == 0 && c == 0) // 192.0.0.0/24
+        || (a == 198 && (b == 18 || b == 19)) // benchmarking
+        || a >= 240 // reserved
+}
+
+/// Checks an endpoint URL's form: `https://` with a host (`http://` too
+/// for an allowed host), no user name or password, and, for a host
+/// written as an address, a public one unless allowed.
+pub fn check_form(text: &str, allowed: &AllowedHosts) -> Result<Url, Refusal> {
+    let url = Url::parse(text).map_err(|error| format!("not a URL: {error}"))?;
+    let host = url.host_str().filter(|host| !host.is_empty()).ok_or("the URL has no host")?.to_owned();
+    let exempt = allowed.allows(&host);
+    match url.scheme() {
+        "https" => {}
+        "http" if exempt => {}
+        "http" => return Err("only https:// URLs may be endpoints (webhooks.allow_hosts lists the exceptions)".into()),
+        other => return Err(format!("the scheme '{other}' cannot be an endpoint; use https://")),
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("an endpoint URL may not carry a user name or password".into());
+    }
+    if let Ok(ip) = host.trim_matches(['[', ']']).parse::<IpAddr>()
+        && !exempt
+        && is_internal(ip)
+    {
+        return Err(format!("{ip} is a private, loopback or link-local address"));
+    }
+    Ok(url)
+}
+
+/// Checks an endpoint URL as [`check_form`] does, then resolves its host:
+/// every address must be public, unless the host is allowed.
+pub async fn check(text: &str, allowed: &AllowedHosts) -> Result<Url, Refusal> {
+    let url = check_form(text, allowed)?;
+    let host = url.host_str().expect("checked above").to_owned();
+    if allowed.allows(&host) || host.trim_matches(['[', ']']).parse::<IpAddr>().is_ok() {
+        return Ok(url);
+    }
+    let port = url.port_or_known_default().unwrap_or(443);
+    let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .map_err(|error| format!("the host '{host}' cannot be resolved: {error}"))?
+        .collect();
+    if let Some(internal) = addresses.iter().find(|address| is_internal(address.ip())) {
+        return Err(format!("the host '{host}' resolves to {}, a private, loopback or link-local address", internal.ip()));
+    }
+    if addresses.is_empty() {
+        return Err(format!("the host '{host}' resolves to no address"));
+    }
+    Ok(url)
+}
+
+/// The sending client's resolver: a host's addresses, without the
+/// internal ones unless the host is allowed; none left is an error.
+pub struct PublicResolver {
+    allowed: AllowedHosts,
+}
+
+impl PublicResolver {
+    /// Resolves as `webhooks.allow_hosts` says.
+    pub fn new(allowed: AllowedHosts) -> Self {
+        Self { allowed }
+    }
+}
+
+impl reqwest::dns::Resolve for PublicResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let allowed = self.allowed.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let exempt = allowed.allows(&host);
+            let usable: Vec<SocketAddr> = found.into_iter().filter(|address| exempt || !is_internal(address.ip())).collect();
+            if usable.is_empty() {
+                return Err(format!("the host '{host}' resolves to no public address").into());
+            }
+            Ok(Box::new(usable.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_ranges_are_refused_and_public_ones_are_not() {
+        for internal in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0",
+                         "::1", "fe80::1", "fd00::1", "::ffff:10.0.0.1", "::ffff:127.0.0.1", "224.0.0.1"] {
+            assert!(is_internal(internal.parse().unwrap()), "{internal}");
+        }
+        for public in ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111"] {
+            assert!(!is_internal(public.parse().unwrap()), "{public}");
+        }
+    }
+
+    #[test]
+    fn an_endpoint_is_https_on_a_public_host_unless_allowed() {
+        let none = AllowedHosts::default();
+        assert!(check_form("https://hooks.example.com/in", &none).is_ok());
+        assert!(check_form("http://hooks.example.com/in", &none).unwrap_err().contains("https"));
+        assert!(check_form("https://10.0.0.5/in", &none).unwrap_err().contains("private"));
+        assert!(check_form("https://[::1]:8443/in", &none).unwrap_err().contains("private"));
+        assert!(check_form("https://user:pw@hooks.example.com/", &none).unwrap_err().contains("password"));
+        assert!(check_form("ftp://hooks.example.com/", &none).unwrap_err().contains("scheme"));
+        assert!(check_form("not a url", &none).is_err());
+        let loopback = AllowedHosts::new(&["127.0.0.1".into()]);
+        assert!(check_form("http://127.0.0.1:9000/in", &loopback).is_ok());
+        assert!(check_form("http://127.0.0.2:9000/in", &loopback).is_err());
+    }
+}

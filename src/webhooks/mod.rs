@@ -1,0 +1,217 @@
+//! Webhooks: endpoints an owner registers (`POST /webhooks`, admin keys)
+//! hear of that owner's jobs, signed as the Standard Webhooks
+//! specification says ([`crate::domain::webhook`]). The transitions write
+//! each message to the outbox in their own transaction
+//! ([`crate::store::webhooks`]); the worker's deliverer, here, claims due
+//! deliveries, posts them and records each try: a 2xx ends a delivery, 410
+//! Gone disables its endpoint, anything else is tried again with
+//! exponential backoff and jitter until `webhooks.retry_for_ms` has passed,
+//! then the delivery is marked failed. Delivery is at least once: a
+//! receiver drops duplicates by `webhook-id`.
+
+pub mod address;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::config::WebhookSettings;
+use crate::domain::webhook::signature;
+use crate::store::webhooks::{claim_lease, message_id};
+use crate::store::{ClaimedDelivery, DeliveryTry, Store, TryOutcome};
+use address::{AllowedHosts, PublicResolver};
+
+/// How long the secret before a rotation keeps signing.
+pub const ROTATION_OVERLAP: Duration = Duration::from_secs(24 * 3600);
+
+/// Sends the outbox's deliveries.
+pub struct Deliverer {
+    store: Arc<dyn Store>,
+    settings: WebhookSettings,
+    client: reqwest::Client,
+}
+
+impl Deliverer {
+    /// A deliverer for `store`'s outbox.
+    pub fn new(store: Arc<dyn Store>, settings: WebhookSettings) -> Self {
+        let allowed = AllowedHosts::new(&settings.allow_hosts);
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_millis(settings.timeout_ms))
+            .dns_resolver(Arc::new(PublicResolver::new(allowed)))
+            .user_agent(concat!("onejob-webhooks/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("the webhook client builds");
+        Self { store, settings, client }
+    }
+
+    /// Claims and sends due deliveries until `shutdown` turns true; the
+    /// tries in flight then finish (each is bounded by the timeout).
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let poll = Duration::from_millis(self.settings.poll_interval_ms);
+        let lease = claim_lease(Duration::from_millis(self.settings.timeout_ms));
+        while !*shutdown.borrow() {
+            let claimed = match self.store.claim_webhook_deliveries(self.settings.batch_size, lease).await {
+                Ok(claimed) => claimed,
+                Err(error) => {
+                    tracing::warn!(%error, "claiming webhook deliveries failed; retrying");
+                    Vec::new()
+                }
+            };
+            let full = claimed.len() as u32 >= self.settings.batch_size;
+            let mut sends = JoinSet::new();
+            for delivery in claimed {
+                let deliverer = self.clone();
+                sends.spawn(async move { deliverer.deliver(delivery).await });
+            }
+            sends.join_all().await;
+            if !full {
+                tokio::select! {
+                    _ = tokio::time::sleep(poll) => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+        }
+    }
+
+    /// Sends one delivery and records the try.
+    async fn deliver(&self, delivery: ClaimedDelivery) {
+        if let Some(park) = crate::failpoints::parked_at("webhook-before-send") {
+            tokio::time::sleep(park).await;
+        }
+        let started = Instant::now();
+        let (status, error) = self.send(&delivery).await;
+        let latency = started.elapsed();
+        let outcome = match status {
+            Some(code) if (200..300).contains(&code) => TryOutcome::Delivered,
+            Some(410) => TryOutcome::Gone,
+            _ => self.retry_or_give_up(&delivery),
+        };
+        let endpoint = shown_url(&delivery.url);
+        match &outcome {
+            TryOutcome::Delivered => tracing::info!(delivery = %message_id(delivery.id), endpoint, try_number = delivery.number, ?status, "webhook delivered"),
+            other => tracing::warn!(delivery = %message_id(delivery.id), endpoint, try_number = delivery.number, ?status,
+                                    error = error.as_deref().unwrap_or(""), outcome = ?other, "webhook not delivered"),
+        }
+        let done = DeliveryTry { delivery_id: delivery.id, owner: delivery.owner.clone(), number: delivery.number, status, latency, error, outcome };
+        if let Err(error) = self.store.record_webhook_try(&done).await {
+            // The claim's lease runs out, and the delivery is tried again.
+            tracing::warn!(%error, "recording a webhook try failed; the delivery will be tried again");
+        }
+    }
+
+    /// Posts the delivery: the answer's status, or why there was none (and
+    /// for a non-2xx answer, the start of its body).
+    async fn send(&self, delivery: &ClaimedDelivery) -> (Option<u16>, Option<String>) {
+        let allowed = AllowedHosts::new(&self.settings.allow_hosts);
+        if let Err(refusal) = address::check_form(&delivery.url, &allowed) {
+            return (None, Some(refusal));
+        }
+        let id = message_id(delivery.id);
+        let timestamp = chrono::Utc::now().timestamp();
+        let secrets: Vec<&str> = delivery.secrets.iter().map(String::as_str).collect();
+        let signed = signature(&secrets, &id, timestamp, delivery.payload.as_bytes());
+        let request = self
+            .client
+            .post(&delivery.url)
+            .header("content-type", "application/json")
+            .header("webhook-id", &id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signed)
+            .body(delivery.payload.clone());
+        let mut response = match request.send().await {
+            Ok(response) => response,
+            Err(error) => return (None, Some(describe(&error))),
+        };
+        let status = response.status().as_u16();
+        // At most a small part of the answer is read.
+        let mut body = Vec::new();
+        while body.len() < self.settings.max_response_bytes {
+            match response.chunk().await {
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                _ => break,
+            }
+        }
+        if response.status().is_success() {
+            return (Some(status), None);
+        }
+        body.truncate(self.settings.max_response_bytes.min(500));
+        let text = String::from_utf8_lossy(&body).trim().to_owned();
+        (Some(status), Some(if text.is_empty() { format!("answered {status}") } else { format!("answered {status}: {text}") }))
+    }
+
+    /// Tried again after a backoff, unless that would pass the retry period.
+    fn retry_or_give_up(&self, delivery: &ClaimedDelivery) -> TryOutcome {
+        let wait = backoff(&self.settings, delivery.number);
+        let age = (chrono::Utc::now() - delivery.created_at).to_std().unwrap_or_default();
+        if age + wait > Duration::from_millis(self.settings.retry_for_ms) {
+            TryOutcome::GiveUp
+        } else {
+            TryOutcome::Retry(wait)
+        }
+    }
+}
+
+/// The wait after the `number`th try: `retry_base_ms` doubled each try, at
+/// most `retry_max_ms`, and a random part of its second half (jitter), so
+/// that deliveries failed together do not all come back together.
+pub fn backoff(settings: &WebhookSettings, number: i32) -> Duration {
+    let doublings = u32::try_from(number.saturating_sub(1)).unwrap_or(0).min(30);
+    let full = settings.retry_base_ms.saturating_mul(1u64 << doublings).min(settings.retry_max_ms);
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).expect("the operating system's random source");
+    let half = full / 2;
+    Duration::from_millis(half + u64::from_le_bytes(random) % (full - half + 1))
+}
+
+/// A URL as logs show it: scheme, host and path, never its query (which
+/// may carry a token).
+fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(url) => format!("{}://{}{}", url.scheme(), url.host_str().unwrap_or(""), url.path()),
+        Err(_) => "(not a URL)".into(),
+    }
+}
+
+/// Why a request got no answer, without its URL.
+fn describe(error: &reqwest::Error) -> String {
+    let kind = if error.is_timeout() {
+        "timed out"
+    } else if error.is_connect() {
+        "could not connect"
+    } else {
+        "failed"
+    };
+    let mut cause = String::new();
+    let mut source = std::error::Error::source(error);
+    while let Some(inner) = source {
+        cause = inner.to_string();
+        source = inner.source();
+    }
+    if cause.is_empty() { kind.to_owned() } else { format!("{kind}: {cause}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_within_its_bounds_with_jitter_in_the_second_half() {
+        let settings = WebhookSettings { retry_base_ms: 1_000, retry_max_ms: 10_000, ..WebhookSettings::default() };
+        for _ in 0..100 {
+            let first = backoff(&settings, 1).as_millis();
+            assert!((500..=1_000).contains(&first), "{first}");
+            let third = backoff(&settings, 3).as_millis();
+            assert!((2_000..=4_000).contains(&third), "{third}");
+            let late = backoff(&settings, 40).as_millis();
+            assert!((5_000..=10_000).contains(&late), "{late}");
+        }
+    }
+
+    #[test]
+    fn logs_show_no_query_of_an_endpoint() {
+        assert_eq!(shown_url("https://hooks.example.com/in?token=secret"), "https://hooks.example.com/in");
+    }
+}
