@@ -23,6 +23,7 @@ use super::error::{ApiError, Problem};
 use super::extract::JobPath;
 use super::in_flight::Slot;
 use super::respond::job_error;
+use crate::domain::{JobId, OwnerId};
 
 /// How often an idle stream sends a comment.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -74,9 +75,25 @@ pub(crate) async fn job_events(
     slot: Slot,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let after = cursor(&headers, query.as_deref())?;
-    let place = app.jobs.open_long_poll(&owner, Duration::MAX).map_err(|e| job_error(&app, e))?;
-    let events = app.jobs.follow_events(place, id, after).await.map_err(|e| job_error(&app, e))?;
+    stream_events(&app, &owner, id, &headers, query.as_deref(), slot).await
+}
+
+/// The event stream of `owner`'s job `id` from the request's cursor (its
+/// `Last-Event-ID`, else `?after=`): it takes one of the owner's places for
+/// long-polls, follows the job with [`crate::jobs::Jobs::follow_events`]
+/// and gives back the request's `slot`. Shared by `GET /jobs/{id}/events`
+/// and the dashboard's `GET /ui/api/jobs/{id}/events`.
+pub(crate) async fn stream_events(
+    app: &AppState,
+    owner: &OwnerId,
+    id: JobId,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    slot: Slot,
+) -> Result<Response, ApiError> {
+    let after = cursor(headers, query)?;
+    let place = app.jobs.open_long_poll(owner, Duration::MAX).map_err(|e| job_error(app, e))?;
+    let events = app.jobs.follow_events(place, id, after).await.map_err(|e| job_error(app, e))?;
     // Streaming, it holds one of its owner's places, not a slot of the
     // requests in flight.
     slot.release();

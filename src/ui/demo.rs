@@ -36,6 +36,7 @@ pub(crate) async fn show(State(app): State<AppState>, PageSession(session): Page
         fast => FAST,
         ready => configured(SLOW) && configured(FAST) && app.catalog.task("summarize").is_some(),
         csrf => &session.csrf,
+        event_kinds => super::pages::event_kinds(),
     };
     Ok(page(StatusCode::OK, Some(&session), "Demo: one job per intent", "demo", "demo.html", context))
 }

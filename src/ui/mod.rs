@@ -7,11 +7,13 @@
 //!
 //! What a session sees: a client key's session, its owner's jobs; an admin
 //! key's session, every owner's (the job list, job pages and unknown
-//! attempts), and the providers. Changes go through the same use cases
+//! attempts), and the providers; a job's event stream (see [`events`]) is,
+//! as in the API, its owner's alone. Changes go through the same use cases
 //! ([`crate::jobs`]) as the JSON API, never through its handlers, so the
 //! dashboard keeps every invariant the API keeps.
 
 pub mod demo;
+pub mod events;
 pub mod pages;
 pub mod session;
 pub mod timeline;
@@ -48,6 +50,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/ui/static/{file}"),
     ("post", "/ui/api/jobs"),
     ("post", "/ui/api/jobs/{id}/attempts"),
+    ("get", "/ui/api/jobs/{id}/events"),
     ("get", "/demo"),
 ];
 
@@ -71,6 +74,7 @@ pub fn router() -> Router<AppState> {
         .route(listed("/ui/static/{file}"), get(static_file))
         .route(listed("/ui/api/jobs"), post(demo::create_job))
         .route(listed("/ui/api/jobs/{id}/attempts"), post(demo::create_attempt))
+        .route(listed("/ui/api/jobs/{id}/events"), get(events::job_events))
         .route(listed("/demo"), get(demo::show))
 }
 

@@ -327,6 +327,7 @@ fn timeline_context(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> minij
         events => ser(&event_rows),
         open => if open { "true" } else { "false" },
         attempt_states => attempt_states.join(" "),
+        last_event => events.last().map_or(0, |e| e.id),
         cost => job.cost.as_ref().map(ser),
     }
 }
@@ -352,6 +353,9 @@ pub(crate) async fn job(
         input => serde_json::to_string_pretty(&job.input).unwrap_or_default(),
         timeline => minijinja::Value::from_safe_string(timeline),
         admin => session.identity.role == KeyRole::Admin,
+        // The job's event stream is its owner's: an admin's page of another
+        // owner's job refreshes by polling.
+        event_kinds => (job.owner == session.identity.owner).then(event_kinds),
     };
     Ok(page(StatusCode::OK, Some(&session), &format!("Job {}", job.id), "jobs", "job.html", context))
 }
@@ -367,10 +371,20 @@ pub(crate) async fn timeline(
     Ok(fragment("timeline.html", minijinja::context! { live => live }))
 }
 
+/// Every kind of event, as the page's script listens for them on a job's
+/// event stream.
+pub fn event_kinds() -> String {
+    EventKind::ALL.iter().map(|kind| kind.as_str()).collect::<Vec<_>>().join(" ")
+}
+
 /// A job the session may see, with what its progress fragment shows.
 async fn job_progress(app: &AppState, session: &Session, id: &str) -> Result<(Job, minijinja::Value), PageError> {
-    let job = visible_job(app, session, id).await?.ok_or(PageError::NotFound)?;
-    let events = app.store.list_events(&job.owner, job.id).await?;
+    let seen = visible_job(app, session, id).await?.ok_or(PageError::NotFound)?;
+    let events = app.store.list_events(&seen.owner, seen.id).await?;
+    // The job is read again after its log, so that it is at least as new as
+    // the last event shown: the page's script follows the event stream from
+    // after that event, and misses no change.
+    let job = app.store.get_job(&seen.owner, seen.id).await?.ok_or(PageError::NotFound)?;
     let live = timeline_context(&job, &events, Utc::now());
     Ok((job, live))
 }

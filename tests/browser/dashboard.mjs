@@ -68,6 +68,16 @@ page.on('response', (response) => {
   }
 });
 
+// A job of alice's on sim-slow, which answers after a stall: its id.
+async function slowJob(key) {
+  const made = await api(clientKey, '/jobs', {
+    method: 'POST', headers: { 'Idempotency-Key': key },
+    body: JSON.stringify({ task: 'summarize', input: { text: 'followed live' }, provider: 'sim-slow' }),
+  });
+  assert.equal(made.status, 201);
+  return made.body.id;
+}
+
 async function signIn(key) {
   await page.goto(`${base}/ui/signin`);
   await page.fill('#token', key);
@@ -102,8 +112,10 @@ try {
   step('double-click Generate');
   const intentKey = await page.locator('#intent-key').textContent();
   const creates = [];
+  const eventStreams = [];
   page.on('request', (request) => {
     if (request.method() === 'POST' && request.url().endsWith('/ui/api/jobs')) creates.push(request.headers()['idempotency-key']);
+    if (request.resourceType() === 'eventsource') eventStreams.push(new URL(request.url()).pathname);
   });
   await page.dblclick('#generate');
   await page.locator('#requests li:nth-child(2)').waitFor();
@@ -146,6 +158,9 @@ try {
   await page.locator('#timeline-box tr.event[data-kind="race-lost"]').waitFor();
   assert.match(await page.locator('#status').textContent(), /attempt #2 on sim-fast won/);
   await page.screenshot({ path: join(shots, 'demo.png'), fullPage: true });
+  // The demo followed its job from the job's event stream.
+  assert.deepEqual(eventStreams, [`/ui/api/jobs/${jobId}/events`], 'one EventSource, on the job');
+  assert.ok(Number(await page.locator('#timeline-box').getAttribute('data-streamed')) >= 3, 'the stream brought the race');
   const job = await api(clientKey, `/jobs/${jobId}`);
   assert.deepEqual(job.body.attempts.map((a) => [a.number, a.provider, a.state]), [[1, 'sim-slow', 'superseded'], [2, 'sim-fast', 'succeeded']]);
   assert.equal(job.body.winning_attempt, 2);
@@ -162,6 +177,38 @@ try {
   assert.equal(await page.locator('svg.timeline g.winner').count(), 1);
   await page.locator('.timeline-figure').screenshot({ path: join(shots, 'timeline.png') });
   await page.screenshot({ path: join(shots, 'job.png'), fullPage: true });
+
+  // A job page follows a running job from its event stream: one
+  // EventSource, and the progress reloaded only when an event came (a poll
+  // would reload every 400 ms while sim-slow works for 4 s).
+  step('job page follows the stream');
+  const followed = await slowJob('browser-stream-1');
+  const requests = [];
+  const seen = (request) => {
+    const path = new URL(request.url()).pathname;
+    if (path.startsWith(`/ui/jobs/${followed}/`) || path.startsWith(`/ui/api/jobs/${followed}/`)) requests.push([request.resourceType(), path]);
+  };
+  page.on('request', seen);
+  await page.goto(`${base}/ui/jobs/${followed}`);
+  await page.locator('#timeline-box[data-following="stream"]').waitFor();
+  await page.locator('#timeline-box[data-settled="true"]').waitFor();
+  page.off('request', seen);
+  assert.equal(await page.locator('#job-state').textContent(), 'succeeded');
+  assert.equal(await page.locator('#timeline-box').getAttribute('data-following'), 'stream', 'the stream never failed');
+  assert.deepEqual(requests.filter(([type]) => type === 'eventsource').map(([, path]) => path), [`/ui/api/jobs/${followed}/events`]);
+  const reloads = requests.filter(([, path]) => path.endsWith('/timeline')).length;
+  const streamedEvents = Number(await page.locator('#timeline-box').getAttribute('data-streamed'));
+  assert.ok(reloads >= 1 && reloads <= streamedEvents, `reloaded only on events: ${reloads} reloads for ${streamedEvents} events`);
+
+  // Without the stream, the page polls, and still shows the job finish.
+  step('job page falls back to polling');
+  const polled = await slowJob('browser-stream-2');
+  await page.route('**/ui/api/jobs/*/events*', (route) => route.abort());
+  await page.goto(`${base}/ui/jobs/${polled}`);
+  await page.locator('#timeline-box[data-following="poll"]').waitFor();
+  await page.locator('#timeline-box[data-settled="true"]').waitFor();
+  assert.equal(await page.locator('#job-state').textContent(), 'succeeded');
+  await page.unroute('**/ui/api/jobs/*/events*');
 
   // The jobs list: filters, search by key and by id, live refresh.
   step('jobs list');

@@ -16,10 +16,10 @@ use crate::common::{Backend, TestApp, expect_problem};
 use onejob::app::Role;
 
 /// One event as received, with when it arrived.
-struct Received {
-    id: String,
-    kind: String,
-    data: Value,
+pub(crate) struct Received {
+    pub(crate) id: String,
+    pub(crate) kind: String,
+    pub(crate) data: Value,
     arrived: chrono::DateTime<chrono::Utc>,
 }
 
@@ -32,7 +32,7 @@ async fn open(app: &TestApp, token: &str, id: &str, query: &str, last_event_id: 
 }
 
 /// The events of an open stream as they come, until it ends.
-fn events(response: reqwest::Response) -> impl futures_util::Stream<Item = Received> + Unpin {
+pub(crate) fn events(response: reqwest::Response) -> impl futures_util::Stream<Item = Received> + Unpin {
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     let bytes = futures_util::stream::unfold(response, |mut response| async move {
@@ -54,11 +54,11 @@ fn events(response: reqwest::Response) -> impl futures_util::Stream<Item = Recei
 }
 
 /// Every event of a stream until it ends by itself (within 30 s).
-async fn read_to_end(response: reqwest::Response) -> Vec<Received> {
+pub(crate) async fn read_to_end(response: reqwest::Response) -> Vec<Received> {
     tokio::time::timeout(Duration::from_secs(30), events(response).collect()).await.expect("the stream ends by itself")
 }
 
-fn kinds(events: &[Received]) -> Vec<&str> {
+pub(crate) fn kinds(events: &[Received]) -> Vec<&str> {
     events.iter().map(|event| event.kind.as_str()).collect()
 }
 

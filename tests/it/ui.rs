@@ -6,12 +6,16 @@
 //! and holds no token; revoking the key ends its sessions. Sessions live in
 //! the database: a session made on one server works on another sharing the
 //! database and after a restart, signing out anywhere ends it everywhere,
-//! and one past its idle time or lifetime is refused and deleted.
+//! and one past its idle time or lifetime is refused and deleted. A
+//! session follows its owner's job on the dashboard's event stream, the
+//! API's stream under the session's owner.
 
 use std::time::Duration;
 
 use crate::common::processes::database;
-use crate::common::{Backend, TestApp, claim_all, spawn_server};
+use crate::common::{Backend, TestApp, claim_all, expect_problem, spawn_server};
+use crate::events::{events, kinds, read_to_end};
+use futures_util::StreamExt;
 use onejob::domain::{AttemptError, JobId, OwnerId};
 use onejob::store::{AttemptRef, Transition};
 use onejob::ui::ROUTES;
@@ -29,6 +33,7 @@ on_both_backends!(
     signing_out_on_one_server_ends_the_session_on_every_server,
     a_session_past_its_lifetime_or_idle_time_is_refused_and_deleted,
     a_session_is_marked_used_at_most_once_a_minute,
+    a_session_follows_its_owners_job_on_the_dashboards_event_stream,
 );
 
 /// A browser's view of the dashboard: its session cookie and CSRF token.
@@ -82,8 +87,12 @@ impl Browser {
         self.cookie.split_once('=').unwrap().1
     }
 
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
     async fn get(&self, path: &str) -> reqwest::Response {
-        self.client.get(format!("{}{path}", self.base)).header(header::COOKIE, &self.cookie).send().await.unwrap()
+        self.client.get(self.url(path)).header(header::COOKIE, &self.cookie).send().await.unwrap()
     }
 
     async fn page(&self, path: &str) -> (StatusCode, String) {
@@ -458,4 +467,66 @@ async fn a_session_is_marked_used_at_most_once_a_minute(backend: Backend) {
     assert_eq!(alice.get("/ui").await.status(), StatusCode::OK);
     let rows: i64 = sqlx::query_scalar(marked).fetch_one(&app.db).await.unwrap();
     assert_eq!(rows, 1, "a request two minutes after the last mark marks the session used");
+}
+
+async fn a_session_follows_its_owners_job_on_the_dashboards_event_stream(backend: Backend) {
+    // No worker: the job stays queued, and its streams open, until it is
+    // canceled. Alice may hold two streams or long-polls at once.
+    let app = TestApp::spawn_with(backend, |s| s.server.max_long_polls_per_owner = 2).await;
+    let job = app.create_job("streamed", None).await["id"].as_str().unwrap().to_owned();
+    let alice = sign_in(&app, &app.alice).await;
+    let bob = sign_in(&app, &app.bob).await;
+    let admin = sign_in(&app, &app.admin).await;
+    let path = format!("/ui/api/jobs/{job}/events");
+
+    // The job page tells its script where the stream starts: after the
+    // last event the page shows, with the kinds to listen for; an admin's
+    // page of another owner's job has no stream (it is the owner's alone).
+    let page = alice.page(&format!("/ui/jobs/{job}")).await.1;
+    assert!(page.contains(r#"data-event-kinds="job-created "#), "the owner's job page follows the stream");
+    let fragment = alice.page(&format!("/ui/jobs/{job}/timeline")).await.1;
+    let last_event = fragment.split(r#"data-last-event=""#).nth(1).unwrap().split('"').next().unwrap().to_owned();
+    let (status, page) = admin.page(&format!("/ui/jobs/{job}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!page.contains("data-event-kinds"), "an admin's page of alice's job polls");
+
+    // Refused: without a session as every script route, another owner's
+    // job (for an admin's session as for an admin key) and no job as 404.
+    let anonymous = no_redirects().get(app.url(&path)).send().await.unwrap();
+    expect_problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    let forged = no_redirects().get(app.url(&path)).header(header::COOKIE, format!("onejob_session={}", "ab".repeat(32)));
+    expect_problem(forged.send().await.unwrap(), StatusCode::UNAUTHORIZED, "unauthorized").await;
+    for other in [&bob, &admin] {
+        expect_problem(other.get(&path).await, StatusCode::NOT_FOUND, "not-found").await;
+    }
+    expect_problem(alice.get(&format!("/ui/api/jobs/{}/events", JobId::new())).await, StatusCode::NOT_FOUND, "not-found").await;
+
+    // Alice's session gets the job's events as a stream, and it stays open.
+    let mut dashboard = events(alice.get(&path).await);
+    let created = dashboard.next().await.unwrap();
+    assert_eq!((created.kind.as_str(), created.id.as_str()), ("job-created", last_event.as_str()));
+    assert_eq!((created.data["job_id"].as_str(), created.data["job_state"].as_str()), (Some(job.as_str()), Some("queued")));
+    // Each stream holds one of alice's places, the dashboard's as the API's.
+    let api = app.client.get(app.url(&format!("/jobs/{job}/events"))).bearer_auth(&app.alice).send().await.unwrap();
+    let api = events(api);
+    expect_problem(alice.get(&path).await, StatusCode::TOO_MANY_REQUESTS, "too-many-long-polls").await;
+
+    // Canceled, the job's last event reaches the stream, which ends: the
+    // same events as the API's stream.
+    let canceled = app.client.post(app.url(&format!("/jobs/{job}/cancel"))).bearer_auth(&app.alice).send().await.unwrap();
+    assert_eq!(canceled.status(), StatusCode::OK);
+    let rest = tokio::time::timeout(Duration::from_secs(30), dashboard.collect::<Vec<_>>()).await.expect("the stream ends by itself");
+    assert_eq!(kinds(&rest), ["job-canceled"]);
+    assert_eq!(rest[0].data["job_state"], "canceled");
+    let from_api = tokio::time::timeout(Duration::from_secs(30), api.collect::<Vec<_>>()).await.expect("the stream ends by itself");
+    let seen = |events: &[crate::events::Received]| events.iter().map(|e| (e.id.clone(), e.data.clone())).collect::<Vec<_>>();
+    let mut dashboards = vec![created];
+    dashboards.extend(rest);
+    assert_eq!(seen(&dashboards), seen(&from_api));
+
+    // Resumed after the page's last event, or a reconnect's Last-Event-ID.
+    let after = read_to_end(alice.get(&format!("{path}?after={last_event}")).await).await;
+    assert_eq!(kinds(&after), ["job-canceled"]);
+    let resumed = alice.client.get(alice.url(&path)).header(header::COOKIE, &alice.cookie).header("last-event-id", &last_event);
+    assert_eq!(kinds(&read_to_end(resumed.send().await.unwrap()).await), ["job-canceled"]);
 }

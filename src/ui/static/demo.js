@@ -113,6 +113,8 @@
     }
   }
 
+  // Follows the job from its event stream, polling when the stream fails
+  // (see OneJob.followTimeline).
   function follow(id) {
     const box = $('timeline-box');
     if (box.dataset.job === id) return;
