@@ -85,8 +85,10 @@ pub struct WebhookSettings {
     pub retry_for_ms: u64,
     /// How often the outbox is looked at for due deliveries.
     pub poll_interval_ms: u64,
-    /// Deliveries claimed, and sent at once, per look.
+    /// Deliveries claimed in one statement.
     pub batch_size: u32,
+    /// Deliveries one process sends at once.
+    pub concurrency: usize,
     /// The most of a receiver's answer that is read.
     pub max_response_bytes: usize,
 }
@@ -101,6 +103,7 @@ impl Default for WebhookSettings {
             retry_for_ms: 86_400_000,
             poll_interval_ms: 500,
             batch_size: 32,
+            concurrency: 256,
             max_response_bytes: 4_096,
         }
     }
@@ -648,8 +651,8 @@ impl Settings {
             return invalid("server.max_concurrent_requests must be at least 1".into());
         }
         let hooks = &self.webhooks;
-        if hooks.timeout_ms == 0 || hooks.retry_base_ms == 0 || hooks.poll_interval_ms == 0 || hooks.batch_size == 0 {
-            return invalid("webhooks.timeout_ms, retry_base_ms, poll_interval_ms and batch_size must be at least 1".into());
+        if hooks.timeout_ms == 0 || hooks.retry_base_ms == 0 || hooks.poll_interval_ms == 0 || hooks.batch_size == 0 || hooks.concurrency == 0 {
+            return invalid("webhooks.timeout_ms, retry_base_ms, poll_interval_ms, batch_size and concurrency must be at least 1".into());
         }
         if hooks.retry_max_ms < hooks.retry_base_ms {
             return invalid("webhooks.retry_max_ms must be at least webhooks.retry_base_ms".into());

@@ -155,7 +155,7 @@ enum KeysCommand {
         #[arg(long)]
         owner: String,
         /// `client` (its owner's jobs) or `admin` (also providers,
-        /// qualifications, keys, and any owner's unknown attempts).
+        /// qualifications, keys, its owner's webhooks, and any owner's unknown attempts).
         #[arg(long, default_value = "client", value_parser = ["client", "admin"])]
         role: String,
     },

@@ -14,7 +14,7 @@ pub mod address;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::config::WebhookSettings;
@@ -47,33 +47,50 @@ impl Deliverer {
         Self { store, settings, client }
     }
 
-    /// Claims and sends due deliveries until `shutdown` turns true; the
+    /// Claims and sends due deliveries until `shutdown` turns true: up to
+    /// `webhooks.concurrency` at once, claimed `batch_size` at a time as
+    /// places free up, so that a slow receiver holds up only its own. The
     /// tries in flight then finish (each is bounded by the timeout).
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let poll = Duration::from_millis(self.settings.poll_interval_ms);
         let lease = claim_lease(Duration::from_millis(self.settings.timeout_ms));
+        let places = Arc::new(Semaphore::new(self.settings.concurrency));
+        let mut sends = JoinSet::new();
         while !*shutdown.borrow() {
-            let claimed = match self.store.claim_webhook_deliveries(self.settings.batch_size, lease).await {
+            while sends.try_join_next().is_some() {}
+            let free = places.available_permits();
+            if free == 0 {
+                tokio::select! {
+                    _ = sends.join_next() => {}
+                    _ = shutdown.changed() => {}
+                }
+                continue;
+            }
+            let want = u32::try_from(free).unwrap_or(u32::MAX).min(self.settings.batch_size);
+            let claimed = match self.store.claim_webhook_deliveries(want, lease).await {
                 Ok(claimed) => claimed,
                 Err(error) => {
                     tracing::warn!(%error, "claiming webhook deliveries failed; retrying");
                     Vec::new()
                 }
             };
-            let full = claimed.len() as u32 >= self.settings.batch_size;
-            let mut sends = JoinSet::new();
+            let more = claimed.len() as u32 >= want;
             for delivery in claimed {
+                let place = places.clone().try_acquire_owned().expect("claimed no more than the free places");
                 let deliverer = self.clone();
-                sends.spawn(async move { deliverer.deliver(delivery).await });
+                sends.spawn(async move {
+                    deliverer.deliver(delivery).await;
+                    drop(place);
+                });
             }
-            sends.join_all().await;
-            if !full {
+            if !more {
                 tokio::select! {
                     _ = tokio::time::sleep(poll) => {}
                     _ = shutdown.changed() => {}
                 }
             }
         }
+        sends.join_all().await;
     }
 
     /// Sends one delivery and records the try.
