@@ -102,12 +102,16 @@ enum Command {
         /// Seconds the timed scenarios run.
         #[arg(long, default_value_t = 10)]
         duration: u64,
-        /// `inflight`: how many jobs.
+        /// `inflight`, `streams`: how many jobs (`streams`: one stream each).
         #[arg(long, default_value_t = 1000)]
         jobs: usize,
-        /// `inflight`: on which provider.
+        /// `inflight`, `streams`: on which provider.
         #[arg(long, default_value = "sim-slow")]
         provider: String,
+        /// `streams`: seconds to wait for every stream to end; one still
+        /// open then is an error.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
         /// `inflight`: the server's process id, to report its peak memory.
         #[arg(long)]
         server_pid: Option<u32>,
@@ -316,7 +320,7 @@ async fn run(command: Command) -> Result<(), AnyError> {
             }
             Ok(())
         }
-        Command::Bench { url, token, scenario, connections, duration, jobs, provider, server_pid, json } => {
+        Command::Bench { url, token, scenario, connections, duration, jobs, provider, timeout, server_pid, json } => {
             let options = onejob::bench::Options {
                 url: url.trim_end_matches('/').to_owned(),
                 token,
@@ -325,6 +329,7 @@ async fn run(command: Command) -> Result<(), AnyError> {
                 duration: std::time::Duration::from_secs(duration),
                 jobs,
                 provider,
+                timeout: std::time::Duration::from_secs(timeout),
                 server_pid,
             };
             let report = onejob::bench::run(options).await?;

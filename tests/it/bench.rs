@@ -1,7 +1,8 @@
 //! A seconds-long smoke of every `onejob bench` scenario against the
 //! running application: each completes, without errors, and the storm makes
-//! one job. The figures themselves are measured by hand (see the README's
-//! Performance section), not asserted here.
+//! one job; the streams scenario follows every job's stream to its end. The
+//! figures themselves are measured by hand (see the README's Performance
+//! section), not asserted here.
 
 use std::time::Duration;
 
@@ -9,21 +10,31 @@ use crate::common::{Backend, TestApp};
 use clap::ValueEnum;
 use onejob::bench::{Options, Scenario, run};
 
+/// How long the streams scenario may wait for its streams to end.
+const STREAMS_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// `scenario` against `app` as owner alice: 4 connections, 500 ms timed,
+/// 20 jobs on `provider`.
+fn options(app: &TestApp, scenario: Scenario, provider: &str) -> Options {
+    Options {
+        url: format!("http://{}", app.addr),
+        token: app.alice.clone(),
+        scenario,
+        connections: 4,
+        duration: Duration::from_millis(500),
+        jobs: 20,
+        provider: provider.into(),
+        timeout: STREAMS_TIMEOUT,
+        server_pid: None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_bench_scenario_runs_cleanly() {
     let app = TestApp::spawn_live(Backend::Sqlite, |s| s.server.rate_limit_per_second = 0).await;
-    for &scenario in Scenario::value_variants() {
-        let options = Options {
-            url: format!("http://{}", app.addr),
-            token: app.alice.clone(),
-            scenario,
-            connections: 4,
-            duration: Duration::from_millis(500),
-            jobs: 20,
-            provider: "sim-fast".into(),
-            server_pid: None,
-        };
-        let report = run(options).await.unwrap();
+    // `streams` has its own test below.
+    for &scenario in Scenario::value_variants().iter().filter(|&&s| s != Scenario::Streams) {
+        let report = run(options(&app, scenario, "sim-fast")).await.unwrap();
         assert_eq!(report.errors, 0, "{scenario:?}: {report:?}");
         assert!(report.ok > 0 && report.throughput > 0.0, "{scenario:?}: {report:?}");
         assert!(report.p50_ms <= report.p99_ms && report.p99_ms <= report.max_ms, "{report:?}");
@@ -35,4 +46,30 @@ async fn every_bench_scenario_runs_cleanly() {
             assert_eq!(report.ok, 20, "every job finished");
         }
     }
+}
+
+/// 20 jobs on sim-slow (1.5 s here), one stream each: every stream ends by
+/// itself after its job's win, every event of the log arrives on its job's
+/// stream, and each win, committed while its stream was open, is timed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_stream_receives_its_jobs_events_to_the_terminal_one() {
+    let app = TestApp::spawn_live(Backend::Sqlite, |s| s.server.rate_limit_per_second = 0).await;
+    let report = run(options(&app, Scenario::Streams, "sim-slow")).await.unwrap();
+    let extra = &report.extra;
+    assert_eq!(report.errors, 0, "{report:?}");
+    assert_eq!(extra["streams_ended"], 20, "{report:?}");
+    let at_once = extra["streams_open_at_once"].as_u64().unwrap();
+    assert!((1..=20).contains(&at_once), "{report:?}");
+
+    let logged: i64 = sqlx::query_scalar("select count(*) from job_events").fetch_one(&app.db).await.unwrap();
+    let wins: i64 =
+        sqlx::query_scalar("select count(*) from job_events where kind = 'attempt-succeeded'").fetch_one(&app.db).await.unwrap();
+    assert_eq!(wins, 20, "every job succeeded");
+    assert_eq!(extra["events"], logged, "every logged event came on its stream: {report:?}");
+    assert_eq!(report.ok + extra["events_from_the_log"].as_u64().unwrap(), logged as u64, "{report:?}");
+    assert!(report.ok >= 20, "at least every win is timed: {report:?}");
+
+    assert!(report.p50_ms > 0.0, "{report:?}");
+    assert!(report.p50_ms <= report.p90_ms && report.p90_ms <= report.p99_ms && report.p99_ms <= report.max_ms, "{report:?}");
+    assert!(report.max_ms < STREAMS_TIMEOUT.as_millis() as f64, "{report:?}");
 }

@@ -2,6 +2,8 @@
 //! with keep-alive connections and reports throughput and latency
 //! percentiles, as a table or as JSON. Every scenario stops by itself.
 
+mod streams;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -30,6 +32,10 @@ pub enum Scenario {
     E2e,
     /// `--jobs` jobs at once on `--provider`, until all have finished.
     Inflight,
+    /// `--jobs` jobs on `--provider`, each followed on its own stream of
+    /// events until it is terminal: the delay from each event's commit to
+    /// its arrival.
+    Streams,
 }
 
 /// A hot-path request whose SQL `bench/ceiling.sh` runs under pgbench.
@@ -65,10 +71,13 @@ pub struct Options {
     pub connections: usize,
     /// How long the timed scenarios run.
     pub duration: Duration,
-    /// Jobs of the `inflight` scenario.
+    /// Jobs of the `inflight` and `streams` scenarios.
     pub jobs: usize,
-    /// Provider of the `inflight` scenario.
+    /// Provider of the `inflight` and `streams` scenarios.
     pub provider: String,
+    /// How long the `streams` scenario waits for its streams to end: each
+    /// one still open then is an error.
+    pub timeout: Duration,
     /// The server's process id, to report its peak memory.
     pub server_pid: Option<u32>,
 }
@@ -82,13 +91,15 @@ pub struct Report {
     pub connections: usize,
     /// Wall time, seconds.
     pub seconds: f64,
-    /// Operations that succeeded.
+    /// Operations that succeeded (`streams`: events timed).
     pub ok: u64,
-    /// Operations that failed (non-2xx, transport errors).
+    /// Operations that failed (non-2xx, transport errors; `streams`: also
+    /// each stream that did not end after its job's terminal event in time).
     pub errors: u64,
     /// Successful operations a second.
     pub throughput: f64,
-    /// Latency percentiles, milliseconds.
+    /// Latency percentiles, milliseconds (`streams`: from an event's commit
+    /// to its arrival on the stream).
     pub p50_ms: f64,
     /// 90th percentile.
     pub p90_ms: f64,
@@ -293,6 +304,7 @@ pub async fn run(options: Options) -> Result<Report, String> {
     let (samples, extra) = match options.scenario {
         Scenario::Storm => storm(&target, &run).await?,
         Scenario::Inflight => inflight(&target, &options, &run).await?,
+        Scenario::Streams => streams::streams(&target, &options, &run).await?,
         _ => (timed(&target, &options, &run).await?, Value::Null),
     };
     let seconds = started.elapsed().as_secs_f64();
@@ -358,7 +370,7 @@ async fn timed(target: &Arc<Target>, options: &Arc<Options>, run: &str) -> Resul
                         connection.get(&format!("/jobs/{id}")).await.map(drop)
                     }
                     Scenario::E2e => e2e_one(&mut connection, &format!("bench-{run}-{worker}-{i}")).await,
-                    Scenario::Storm | Scenario::Inflight => unreachable!("not timed"),
+                    Scenario::Storm | Scenario::Inflight | Scenario::Streams => unreachable!("not timed"),
                 };
                 match result {
                     Ok(()) => sample.micros.push(began.elapsed().as_micros() as u64),
@@ -440,28 +452,9 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
 async fn inflight(target: &Arc<Target>, options: &Arc<Options>, run: &str) -> Result<(Vec<Sample>, Value), String> {
     // Create every job on `connections` connections, then wait for each on
     // the same connections.
-    let numbers: Numbers = Arc::new(std::sync::Mutex::new(0..options.jobs));
-    let mut creating = tokio::task::JoinSet::new();
-    for _ in 0..options.connections.max(1) {
-        let (target, options, numbers, run) = (target.clone(), options.clone(), numbers.clone(), run.to_owned());
-        creating.spawn(async move {
-            let mut connection = Connection::new(target);
-            let mut made = Vec::new();
-            let mut errors = 0;
-            while let Some(j) = next(&numbers) {
-                let began = Instant::now();
-                let key = format!("bench-{run}-inflight-{j}");
-                match connection.post_job(&key, &body(format!("inflight {j}"), Some(&options.provider))).await.and_then(|a| job_id(&a)) {
-                    Ok(id) => made.push((began, id)),
-                    Err(_) => errors += 1,
-                }
-            }
-            (connection, made, errors)
-        });
-    }
     let mut sample = Sample { micros: Vec::new(), errors: 0 };
     let mut waiting = tokio::task::JoinSet::new();
-    for (mut connection, made, errors) in creating.join_all().await {
+    for (mut connection, made, errors) in create_jobs(target, options, run, |began, id| (began, id)).await {
         sample.errors += errors;
         waiting.spawn(async move {
             let mut finished = Vec::new();
@@ -479,6 +472,41 @@ async fn inflight(target: &Arc<Target>, options: &Arc<Options>, run: &str) -> Re
     }
     let rss = options.server_pid.and_then(peak_rss_mib);
     Ok((vec![sample], json!({ "jobs": options.jobs, "provider": options.provider, "server_peak_rss_mib": rss })))
+}
+
+/// Creates `options.jobs` jobs on `options.provider` over
+/// `options.connections` connections, handing each new job to `made` (when
+/// its create was sent, its id) as soon as it is created. For each
+/// connection: the connection, what `made` returned, and how many creates
+/// failed.
+async fn create_jobs<T, F>(target: &Arc<Target>, options: &Arc<Options>, run: &str, made: F) -> Vec<(Connection, Vec<T>, u64)>
+where
+    T: Send + 'static,
+    F: Fn(Instant, String) -> T + Clone + Send + 'static,
+{
+    let scenario = format!("{:?}", options.scenario).to_lowercase();
+    let numbers: Numbers = Arc::new(std::sync::Mutex::new(0..options.jobs));
+    let mut creating = tokio::task::JoinSet::new();
+    for _ in 0..options.connections.max(1) {
+        let (target, options, numbers, made) = (target.clone(), options.clone(), numbers.clone(), made.clone());
+        let run = run.to_owned();
+        let scenario = scenario.clone();
+        creating.spawn(async move {
+            let mut connection = Connection::new(target);
+            let mut created = Vec::new();
+            let mut errors = 0;
+            while let Some(j) = next(&numbers) {
+                let began = Instant::now();
+                let key = format!("bench-{run}-{scenario}-{j}");
+                match connection.post_job(&key, &body(format!("{scenario} {j}"), Some(&options.provider))).await.and_then(|a| job_id(&a)) {
+                    Ok(id) => created.push(made(began, id)),
+                    Err(_) => errors += 1,
+                }
+            }
+            (connection, created, errors)
+        });
+    }
+    creating.join_all().await
 }
 
 /// Job numbers handed out to the creating connections.
