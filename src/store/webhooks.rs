@@ -24,7 +24,7 @@ use crate::domain::webhook::WebhookEventType;
 use crate::domain::{JobId, OwnerId};
 
 /// An endpoint to store.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct NewEndpoint {
     /// Its owner: it hears of this owner's jobs only.
     pub owner: OwnerId,
@@ -38,6 +38,13 @@ pub struct NewEndpoint {
     pub secret: String,
     /// What it hears of (at least one).
     pub events: Vec<WebhookEventType>,
+}
+
+impl std::fmt::Debug for NewEndpoint {
+    /// Without its secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewEndpoint").field("owner", &self.owner).field("id", &self.id).field("events", &self.events).finish()
+    }
 }
 
 /// A stored endpoint, without its secrets.
