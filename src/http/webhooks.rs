@@ -21,7 +21,7 @@ use super::extract::StrictJson;
 use super::respond::{job_error, json_response};
 use crate::domain::webhook::{WebhookEventType, new_secret};
 use crate::jobs::JobError;
-use crate::store::NewEndpoint;
+use crate::store::{Endpoint, NewEndpoint};
 use crate::webhooks::{ROTATION_OVERLAP, address};
 
 /// Deliveries a listing holds at most.
@@ -39,6 +39,13 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// An endpoint id from the path; one that cannot exist is 404.
 fn endpoint_id(text: &str) -> Result<Uuid, Problem> {
     Uuid::try_parse(text).map_err(|_| Problem::not_found().detail("no such webhook endpoint"))
+}
+
+/// An endpoint as shown the one time its secret is: on registration and rotation.
+fn with_secret(endpoint: &Endpoint, secret: &str) -> serde_json::Value {
+    let mut shown = serde_json::to_value(endpoint).expect("an endpoint serialises");
+    shown["secret"] = json!(secret);
+    shown
 }
 
 #[utoipa::path(post, path = "/webhooks", tag = "webhooks",
@@ -66,9 +73,8 @@ pub(crate) async fn create_webhook(
     let new = NewEndpoint { owner: admin.owner.clone(), id: Uuid::now_v7(), url: url.to_string(), description: body.description, secret, events };
     let endpoint = app.store.insert_webhook_endpoint(&new).await?;
     tracing::info!(endpoint = %endpoint.id, owner = %admin.owner, by = %admin.key, "webhook endpoint registered");
-    let mut shown = serde_json::to_value(&endpoint).expect("an endpoint serialises");
-    shown["secret"] = json!(new.secret);
-    Ok(json_response(StatusCode::CREATED, &shown, &[("location", format!("/webhooks/{}", endpoint.id))]))
+    let location = ("location", format!("/webhooks/{}", endpoint.id));
+    Ok(json_response(StatusCode::CREATED, &with_secret(&endpoint, &new.secret), &[location]))
 }
 
 #[utoipa::path(get, path = "/webhooks", tag = "webhooks",
@@ -114,9 +120,7 @@ pub(crate) async fn rotate_secret(State(app): State<AppState>, Admin(admin): Adm
         return Err(Problem::not_found().detail("no such webhook endpoint").into());
     };
     tracing::info!(endpoint = %id, owner = %admin.owner, by = %admin.key, "webhook secret rotated");
-    let mut shown = serde_json::to_value(&endpoint).expect("an endpoint serialises");
-    shown["secret"] = json!(secret);
-    Ok(json_response(StatusCode::OK, &shown, &[]))
+    Ok(json_response(StatusCode::OK, &with_secret(&endpoint, &secret), &[]))
 }
 
 #[derive(Deserialize)]

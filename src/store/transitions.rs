@@ -211,17 +211,17 @@ pub(super) async fn settle_without_output<S: Store + ?Sized>(
         _ => Transition::Applied,
     };
     let (owner, job_id, task) = (&attempt.owner, attempt.job_id, job.task.as_str());
-    let data = json!({ "job_state": job_state.as_str(), "attempt": attempt.number, "error": error });
+    let data = || json!({ "job_state": job_state.as_str(), "attempt": attempt.number, "error": error });
     match (to, &outcome) {
         (AttemptState::Unknown, _) => {
-            tell(&mut tx, owner, job_id, task, WebhookEventType::AttemptUnknown, data.clone()).await?;
+            tell(&mut tx, owner, job_id, task, WebhookEventType::AttemptUnknown, data()).await?;
             if job_state == JobState::Unknown && job.state != JobState::Unknown {
-                tell(&mut tx, owner, job_id, task, WebhookEventType::JobUnknown, data).await?;
+                tell(&mut tx, owner, job_id, task, WebhookEventType::JobUnknown, data()).await?;
             }
         }
         // The job failed, and nothing follows by itself.
         (AttemptState::Failed, Transition::Failed { next: None }) if job_state == JobState::Failed => {
-            tell(&mut tx, owner, job_id, task, WebhookEventType::JobFailed, data).await?;
+            tell(&mut tx, owner, job_id, task, WebhookEventType::JobFailed, data()).await?;
         }
         _ => {}
     }

@@ -317,7 +317,7 @@ pub(crate) fn state_after(outcome: &TryOutcome) -> &'static str {
     }
 }
 
-/// A subscription list read back must name known types.
+/// A new endpoint must hear of at least one event type.
 pub(crate) fn check_events(events: &[WebhookEventType]) -> Result<()> {
     if events.is_empty() {
         return Err(corrupt("an endpoint must hear of at least one event type"));

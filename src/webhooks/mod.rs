@@ -30,6 +30,7 @@ pub const ROTATION_OVERLAP: Duration = Duration::from_secs(24 * 3600);
 pub struct Deliverer {
     store: Arc<dyn Store>,
     settings: WebhookSettings,
+    allowed: AllowedHosts,
     client: reqwest::Client,
 }
 
@@ -40,11 +41,11 @@ impl Deliverer {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_millis(settings.timeout_ms))
-            .dns_resolver(Arc::new(PublicResolver::new(allowed)))
+            .dns_resolver(Arc::new(PublicResolver::new(allowed.clone())))
             .user_agent(concat!("onejob-webhooks/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("the webhook client builds");
-        Self { store, settings, client }
+        Self { store, settings, allowed, client }
     }
 
     /// Claims and sends due deliveries until `shutdown` turns true: up to
@@ -122,8 +123,7 @@ impl Deliverer {
     /// Posts the delivery: the answer's status, or why there was none (and
     /// for a non-2xx answer, the start of its body).
     async fn send(&self, delivery: &ClaimedDelivery) -> (Option<u16>, Option<String>) {
-        let allowed = AllowedHosts::new(&self.settings.allow_hosts);
-        if let Err(refusal) = address::check_form(&delivery.url, &allowed) {
+        if let Err(refusal) = address::check_form(&delivery.url, &self.allowed) {
             return (None, Some(refusal));
         }
         let id = message_id(delivery.id);
