@@ -299,6 +299,12 @@ pub struct TaskSettings {
     /// Backoff before the first retry; doubled for each further one.
     #[serde(default = "default_retry_backoff_ms")]
     pub retry_backoff_ms: u64,
+    /// Whether a job's end (a win, or the owner's cancel) aborts the calls
+    /// of its attempts still running, and cancels them at the provider
+    /// where it has a cancel call; off, they run to their answer, which is
+    /// kept as superseded.
+    #[serde(default = "default_cancel_losers")]
+    pub cancel_losers: bool,
     /// JSON Schema (2020-12) of the input: a TOML table, or JSON text.
     #[serde(default = "any_object_schema", deserialize_with = "json_or_table")]
     pub input_schema: Value,
@@ -362,6 +368,10 @@ fn default_max_attempts() -> u32 {
 
 fn default_max_in_flight() -> u32 {
     2
+}
+
+fn default_cancel_losers() -> bool {
+    true
 }
 
 fn default_retries_per_provider() -> u32 {
@@ -480,6 +490,15 @@ pub struct ProviderSettings {
     /// openai: the URL of that status lookup; `{id}` is the attempt id.
     #[serde(default)]
     pub status_url: Option<String>,
+    /// Whether the provider can be told to stop working on a request by
+    /// its client request id, which a worker does after aborting the call
+    /// of an attempt nobody wants any more (default: yes for `sim`, no for
+    /// `openai`: chat completions has no such call).
+    #[serde(default)]
+    pub cancel_call: Option<bool>,
+    /// openai: the URL of that cancel call (`POST`); `{id}` is the attempt id.
+    #[serde(default)]
+    pub cancel_url: Option<String>,
     /// Whether the status lookup's "no such request" (404) is final: the
     /// provider records every request before it acts on it, so absence
     /// means it never received the request (default: yes for `sim`, which
@@ -575,6 +594,11 @@ impl ProviderSettings {
     /// Whether unknown attempts on this provider can be reconciled by asking it.
     pub fn has_status_lookup(&self) -> bool {
         self.status_lookup.unwrap_or(self.kind == ProviderKind::Sim)
+    }
+
+    /// Whether an aborted call is followed by the provider's cancel call.
+    pub fn has_cancel_call(&self) -> bool {
+        self.cancel_call.unwrap_or(self.kind == ProviderKind::Sim)
     }
 
     /// Whether a "no such request" from the status lookup may settle an
@@ -701,6 +725,9 @@ impl Settings {
             if provider.kind == ProviderKind::Openai && provider.status_lookup == Some(true) && provider.status_url.is_none()
             {
                 return invalid(format!("providers.{name}: status_lookup needs a status_url"));
+            }
+            if provider.kind == ProviderKind::Openai && provider.cancel_call == Some(true) && provider.cancel_url.is_none() {
+                return invalid(format!("providers.{name}: cancel_call needs a cancel_url"));
             }
         }
         let mut currencies = self.providers.iter().filter_map(|(name, p)| Some((name, &p.price.as_ref()?.currency)));

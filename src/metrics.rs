@@ -91,11 +91,13 @@ pub enum Settled {
     Failed,
     /// Its outcome cannot be known yet.
     Unknown,
+    /// Its call was aborted because its job had finished.
+    Canceled,
 }
 
 impl Settled {
     /// Every outcome.
-    pub const ALL: [Settled; 4] = [Settled::Succeeded, Settled::Superseded, Settled::Failed, Settled::Unknown];
+    pub const ALL: [Settled; 5] = [Settled::Succeeded, Settled::Superseded, Settled::Failed, Settled::Unknown, Settled::Canceled];
 
     /// As the label shows it.
     pub const fn as_str(self) -> &'static str {
@@ -104,6 +106,7 @@ impl Settled {
             Settled::Superseded => "superseded",
             Settled::Failed => "failed",
             Settled::Unknown => "unknown",
+            Settled::Canceled => "canceled",
         }
     }
 }

@@ -1,6 +1,8 @@
-//! In-process signals: "there is work" for the worker, and "this job
-//! changed" for long-polls. They only make things faster: every waiter also
-//! polls the database, so changes made by other processes are seen too.
+//! In-process signals: "there is work" for the worker, "this job changed"
+//! for long-polls, and "this job finished" for the provider calls of its
+//! attempts still in flight. They only make things faster: every waiter
+//! also polls the database, so changes made by other processes are seen
+//! too (the worker's sweep finds finished jobs with calls in flight).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -8,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
-use crate::domain::JobId;
+use tokio::sync::watch;
+
+use crate::domain::{AttemptId, JobId};
 
 /// The signals one process shares between its API and its worker.
 #[derive(Default)]
@@ -17,6 +21,38 @@ pub struct Signals {
     // The jobs someone waits on, each with its own notice: a change wakes
     // the waiters of that job only.
     jobs: Mutex<HashMap<JobId, Arc<Notify>>>,
+    // The provider calls in flight that a job's end aborts, by job.
+    calls: Mutex<HashMap<JobId, Vec<(AttemptId, watch::Sender<bool>)>>>,
+}
+
+/// A provider call in flight that the end of its job aborts; dropped, it
+/// is forgotten.
+pub struct CallWatch<'a> {
+    signals: &'a Signals,
+    job: JobId,
+    attempt: AttemptId,
+    aborted: watch::Receiver<bool>,
+}
+
+impl CallWatch<'_> {
+    /// Resolves once the call's job has finished (at once if it had by the
+    /// time the watch began listening).
+    pub async fn job_finished(&mut self) {
+        // The sender lives as long as the watch: waiting never errs.
+        let _ = self.aborted.wait_for(|aborted| *aborted).await;
+    }
+}
+
+impl Drop for CallWatch<'_> {
+    fn drop(&mut self) {
+        let mut calls = self.signals.calls.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(list) = calls.get_mut(&self.job) {
+            list.retain(|(attempt, _)| *attempt != self.attempt);
+            if list.is_empty() {
+                calls.remove(&self.job);
+            }
+        }
+    }
 }
 
 /// A registration for the changes of one job; dropped, it is forgotten.
@@ -80,6 +116,29 @@ impl Signals {
         }
     }
 
+    /// The job finished (it won, or was canceled): its calls in flight in
+    /// this process are aborted.
+    pub fn job_finished(&self, id: JobId) {
+        if let Some(list) = self.calls.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+            for (_, abort) in list {
+                abort.send_replace(true);
+            }
+        }
+    }
+
+    /// Watches the provider call of attempt `attempt` of job `job` for its
+    /// job's end.
+    pub fn watch_call(&self, job: JobId, attempt: AttemptId) -> CallWatch<'_> {
+        let (abort, aborted) = watch::channel(false);
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).entry(job).or_default().push((attempt, abort));
+        CallWatch { signals: self, job, attempt, aborted }
+    }
+
+    /// How many jobs have provider calls in flight in this process.
+    pub fn jobs_with_calls(&self) -> usize {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// Watches one job's changes.
     pub fn watch_job(&self, id: JobId) -> JobWatch<'_> {
         let notify = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).entry(id).or_default().clone();
@@ -106,5 +165,20 @@ mod tests {
         assert!(woke.is_err(), "the waiter of another job slept on");
         drop((watching_one, watching_other));
         assert!(signals.jobs.lock().unwrap().is_empty(), "unwatched jobs are forgotten");
+    }
+
+    #[tokio::test]
+    async fn a_finished_job_aborts_the_calls_in_flight_of_that_job_only() {
+        let signals = Signals::default();
+        let (one, other) = (JobId::new(), JobId::new());
+        let mut first = signals.watch_call(one, AttemptId::new());
+        let mut elsewhere = signals.watch_call(other, AttemptId::new());
+        assert_eq!(signals.jobs_with_calls(), 2);
+        signals.job_finished(one);
+        tokio::time::timeout(std::time::Duration::from_secs(5), first.job_finished()).await.expect("the call of the finished job is aborted");
+        let woke = tokio::time::timeout(std::time::Duration::from_millis(50), elsewhere.job_finished()).await;
+        assert!(woke.is_err(), "the call of another job goes on");
+        drop((first, elsewhere));
+        assert_eq!(signals.jobs_with_calls(), 0, "calls that ended are forgotten");
     }
 }

@@ -10,6 +10,10 @@
 //! what a request's status is at any moment follows from when it arrived and
 //! its provider's settings, so `GET /v1/requests/{id}` answers the way a
 //! provider's status lookup would, even after the client gave up waiting.
+//! The log also says when a client closed its connection before the answer,
+//! and `POST /v1/requests/{id}/cancel` stops a request that has not finished:
+//! it is `canceled` from then on, charged for the prompt and for the part of
+//! its answer produced by then.
 
 use std::collections::HashMap;
 use std::io;
@@ -56,8 +60,40 @@ enum Plan {
 struct Entry {
     provider: String,
     received_at: chrono::DateTime<chrono::Utc>,
+    arrived: Instant,
     times: u32,
     plan: Plan,
+    /// How long after its arrival its client closed the connection, when
+    /// that came before the answer.
+    closed_after: Option<Duration>,
+    /// How long after its arrival it was canceled, when that came before
+    /// it finished.
+    canceled_after: Option<Duration>,
+}
+
+impl Entry {
+    /// When the request finished, or will; `None` for one that hangs.
+    fn done_at(&self) -> Option<Instant> {
+        match &self.plan {
+            Plan::Answer { at, .. } | Plan::Error { at, .. } => Some(*at),
+            Plan::Hang { .. } => None,
+        }
+    }
+
+    /// Whether it was still being worked on at `moment`.
+    fn working_at(&self, moment: Instant) -> bool {
+        self.canceled_after.is_none() && self.done_at().is_none_or(|done| moment < done)
+    }
+
+    /// The tokens used by `moment`: the whole prompt, and the share of the
+    /// answer produced by then (as if it came at an even pace).
+    fn usage_by(&self, moment: Instant) -> Option<(usize, usize)> {
+        let Plan::Answer { at, usage: (prompt, completion), .. } = &self.plan else { return None };
+        let whole = at.saturating_duration_since(self.arrived).as_secs_f64();
+        let done = moment.saturating_duration_since(self.arrived).as_secs_f64();
+        let share = if whole > 0.0 { (done / whole).min(1.0) } else { 1.0 };
+        Some((*prompt, (*completion as f64 * share) as usize))
+    }
 }
 
 struct SimState {
@@ -89,6 +125,7 @@ pub fn router(providers: &std::collections::BTreeMap<String, ProviderSettings>) 
     Router::new()
         .route("/providers/{name}/v1/chat/completions", post(complete))
         .route("/v1/requests/{id}", get(request_status))
+        .route("/v1/requests/{id}/cancel", post(cancel_request))
         .route("/v1/requests", get(all_requests))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(state)
@@ -331,8 +368,11 @@ async fn complete(
         let entry = log.entry(id.clone()).or_insert_with(|| Entry {
             provider: name.clone(),
             received_at: chrono::Utc::now(),
+            arrived: now,
             times: 0,
             plan: fresh_plan,
+            closed_after: None,
+            canceled_after: None,
         });
         entry.times += 1;
         entry.plan.clone()
@@ -343,20 +383,60 @@ async fn complete(
         tokio::time::sleep_until(ready).await;
         return misbehave(fault, connection, &id, &model).await;
     }
+    // Dropped before the answer is made: the client closed the connection.
+    let mut unanswered = Unanswered { sim: sim.clone(), id: id.clone(), armed: true };
+    let response = answer(&sim, &id, &name, &model, plan, provider.retry_after_secs).await;
+    unanswered.armed = false;
+    response
+}
+
+/// Logs, when dropped, that the client of request `id` closed its
+/// connection before its answer (a handler is dropped when that happens).
+struct Unanswered {
+    sim: Arc<SimState>,
+    id: String,
+    armed: bool,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let now = Instant::now();
+        let mut log = self.sim.log.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = log.get_mut(&self.id)
+            && entry.closed_after.is_none()
+        {
+            entry.closed_after = Some(now.saturating_duration_since(entry.arrived));
+        }
+    }
+}
+
+/// The answer its plan makes for request `id`, when it is due; a request
+/// canceled meanwhile is answered as canceled.
+async fn answer(sim: &SimState, id: &str, name: &str, model: &str, plan: Plan, retry_after_secs: Option<u64>) -> Response {
+    let canceled = || {
+        let log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+        log.get(id).is_some_and(|entry| entry.canceled_after.is_some())
+    };
+    let (Plan::Error { at, .. } | Plan::Answer { at, .. }) = &plan else {
+        return std::future::pending().await;
+    };
+    tokio::time::sleep_until(*at).await;
+    if canceled() {
+        return openai_error(409, "the request was canceled before it finished");
+    }
     match plan {
-        Plan::Hang { .. } => std::future::pending().await,
-        Plan::Error { at, status } => {
-            tokio::time::sleep_until(at).await;
+        Plan::Answer { content, usage, .. } => Json(completion(id, model, &content, usage)).into_response(),
+        Plan::Error { status, .. } => {
             let mut response = openai_error(status, &format!("simulated {status} from {name}"));
-            if let Some(seconds) = provider.retry_after_secs {
+            if let Some(seconds) = retry_after_secs {
                 response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
             }
             response
         }
-        Plan::Answer { at, content, usage } => {
-            tokio::time::sleep_until(at).await;
-            Json(completion(&id, &model, &content, usage)).into_response()
-        }
+        Plan::Hang { .. } => unreachable!("a hanging request never answers"),
     }
 }
 
@@ -418,12 +498,22 @@ async fn misbehave(fault: SimFault, connection: Option<Extension<ConnectInfo<Con
     }
 }
 
+fn usage_json((prompt, completion): (usize, usize)) -> Value {
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+}
+
 fn report(id: &str, entry: &Entry) -> Value {
     let now = Instant::now();
     let mut usage = Value::Null;
+    let millis = |d: Option<Duration>| d.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let (closed, canceled) = (millis(entry.closed_after), millis(entry.canceled_after));
     let (status, content, error) = match &entry.plan {
-        Plan::Answer { at, content, usage: (prompt, completion) } if now >= *at => {
-            usage = json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
+        _ if let Some(after) = entry.canceled_after => {
+            usage = entry.usage_by(entry.arrived + after).map_or(Value::Null, usage_json);
+            ("canceled", None, None)
+        }
+        Plan::Answer { at, content, usage: tokens } if now >= *at => {
+            usage = usage_json(*tokens);
             ("succeeded", Some(content.clone()), None)
         }
         Plan::Error { at, status } if now >= *at => ("failed", None, Some(format!("simulated {status}"))),
@@ -431,7 +521,24 @@ fn report(id: &str, entry: &Entry) -> Value {
         _ => ("running", None, None),
     };
     json!({"id": id, "provider": entry.provider, "status": status, "content": content, "error": error, "usage": usage,
-           "received": entry.times, "received_at": entry.received_at})
+           "received": entry.times, "received_at": entry.received_at,
+           "connection_closed_after_ms": closed, "canceled_after_ms": canceled})
+}
+
+/// Stops request `id` if it has not finished: it is `canceled` from now
+/// on. Answers with its report either way (a finished one keeps its status).
+async fn cancel_request(State(sim): State<Arc<SimState>>, Path(id): Path<String>) -> Response {
+    let now = Instant::now();
+    let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+    match log.get_mut(&id) {
+        Some(entry) => {
+            if entry.working_at(now) {
+                entry.canceled_after = Some(now.saturating_duration_since(entry.arrived));
+            }
+            Json(report(&id, entry)).into_response()
+        }
+        None => openai_error(404, "no request with that id"),
+    }
 }
 
 async fn request_status(State(sim): State<Arc<SimState>>, Path(id): Path<String>) -> Response {
@@ -458,6 +565,29 @@ mod tests {
         assert_eq!(answer_for(&job, &json!([])), json!({"summary": "the quick", "word_count": 2}));
         let all = json!({"input": {"text": "a b c"}});
         assert_eq!(answer_for(&all, &json!([]))["word_count"], 3);
+    }
+
+    #[test]
+    fn a_canceled_request_is_charged_its_prompt_and_the_share_of_its_answer_due_by_then() {
+        let arrived = Instant::now();
+        let plan = Plan::Answer { at: arrived + Duration::from_secs(4), content: "{}".into(), usage: (40, 100) };
+        let mut entry = Entry {
+            provider: "sim-slow".into(),
+            received_at: chrono::Utc::now(),
+            arrived,
+            times: 1,
+            plan,
+            closed_after: None,
+            canceled_after: None,
+        };
+        assert!(entry.working_at(arrived + Duration::from_secs(1)) && !entry.working_at(arrived + Duration::from_secs(4)));
+        assert_eq!(entry.usage_by(arrived + Duration::from_secs(1)), Some((40, 25)));
+        assert_eq!(entry.usage_by(arrived + Duration::from_secs(9)), Some((40, 100)), "never more than the answer");
+        entry.canceled_after = Some(Duration::from_secs(1));
+        let shown = report("r", &entry);
+        assert_eq!((&shown["status"], &shown["usage"]["completion_tokens"]), (&json!("canceled"), &json!(25)), "{shown}");
+        assert_eq!(shown["canceled_after_ms"], 1_000);
+        assert!(!entry.working_at(arrived + Duration::from_secs(2)), "a canceled request is not worked on");
     }
 
     #[test]

@@ -70,6 +70,9 @@ event_kinds!(
     AttemptResolved = "attempt-resolved",
     /// The owner canceled the job.
     JobCanceled = "job-canceled",
+    /// A running attempt's call was aborted because its job had finished
+    /// (won by another attempt, or canceled).
+    AttemptCanceled = "attempt-canceled",
 );
 
 impl fmt::Display for EventKind {

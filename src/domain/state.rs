@@ -6,7 +6,7 @@
 //! Attempt (the edges are [`AttemptTransition::edge`]):
 //! `pending → running → succeeded | failed | unknown | superseded`;
 //! `unknown → succeeded | failed | superseded` (reconciliation);
-//! `pending → canceled`.
+//! `pending → canceled`; `running → canceled` (its call aborted, `cancel_losers`).
 //!
 //! Job, the first that applies: `succeeded` · `canceled` · `running` ·
 //! `queued` · `unknown` · `failed`.
@@ -77,7 +77,8 @@ named_states!(
         Unknown = "unknown",
         /// Finished with an output after another attempt had won; kept for audit.
         Superseded = "superseded",
-        /// Never sent: the job finished or was canceled first.
+        /// The job finished or was canceled first: never sent, or its call
+        /// was aborted (and canceled at the provider where it can be).
         Canceled = "canceled",
     }
 );
@@ -174,6 +175,10 @@ pub enum AttemptTransition {
     ResolveFailed,
     /// The job won or was canceled before a worker claimed the attempt.
     Cancel,
+    /// The job won or was canceled while the attempt was running, and its
+    /// worker aborted the call (the task's `cancel_losers`): what the call
+    /// used is recorded as the provider said or as its worst case.
+    Abort,
 }
 
 impl AttemptTransition {
@@ -187,6 +192,7 @@ impl AttemptTransition {
         AttemptTransition::ResolveSucceeded,
         AttemptTransition::ResolveFailed,
         AttemptTransition::Cancel,
+        AttemptTransition::Abort,
     ];
 
     /// The edge: the states it may start from, and the states it may end in.
@@ -201,6 +207,7 @@ impl AttemptTransition {
             AttemptTransition::ResolveSucceeded => (&[Unknown], &[Succeeded, Superseded]),
             AttemptTransition::ResolveFailed => (&[Unknown], &[Failed]),
             AttemptTransition::Cancel => (&[Pending], &[Canceled]),
+            AttemptTransition::Abort => (&[Running], &[Canceled]),
         }
     }
 
@@ -224,6 +231,7 @@ impl AttemptTransition {
             AttemptTransition::MarkUnknown | AttemptTransition::ExpireLease => EventKind::AttemptUnknown,
             AttemptTransition::ResolveFailed => EventKind::AttemptResolved,
             AttemptTransition::Cancel => EventKind::JobCanceled,
+            AttemptTransition::Abort => EventKind::AttemptCanceled,
         }
     }
 }
@@ -342,6 +350,7 @@ mod tests {
             (Running, Failed),
             (Running, Unknown),
             (Running, Superseded),
+            (Running, Canceled),
             (Unknown, Succeeded),
             (Unknown, Failed),
             (Unknown, Superseded),

@@ -296,14 +296,17 @@ impl Jobs {
             Transition::NotFound => return Err(JobError::NotFound),
             Transition::Stale(state) | Transition::Fenced(state) => return Err(JobError::AttemptNotUnknown(state)),
             Transition::Failed { next: Some(next) } => self.signals.work_available_after(next.delay),
-            Transition::Failed { next: None } | Transition::Applied | Transition::Won { .. } | Transition::Lost { .. } => {}
+            // The job is won: its calls still in flight here stop.
+            Transition::Won { .. } => self.signals.job_finished(job_id),
+            Transition::Failed { next: None } | Transition::Applied | Transition::Lost { .. } => {}
         }
         self.signals.job_changed(job_id);
         self.store.get_job(&owner, job_id).await?.ok_or(JobError::NotFound)
     }
 
     /// Cancels one of `owner`'s jobs unless it succeeded: pending attempts
-    /// are canceled, running ones finish and are never applied. Canceling a
+    /// are canceled; running ones have their calls aborted (the task's
+    /// `cancel_losers`) or finish, and are never applied. Canceling a
     /// canceled job changes nothing and answers the same.
     pub async fn cancel_job(&self, owner: &OwnerId, id: JobId) -> Result<Job, JobError> {
         match self.store.cancel_job(owner, id).await? {
@@ -311,6 +314,7 @@ impl Jobs {
                 tracing::info!(owner = %owner, job.id = %id, "job canceled");
                 metrics::attempts_canceled(job.attempts.iter().filter(|a| a.state == crate::domain::AttemptState::Canceled).count());
                 self.signals.job_changed(id);
+                self.signals.job_finished(id);
                 Ok(job)
             }
             Cancel::AlreadyCanceled(job) => Ok(job),

@@ -59,6 +59,10 @@ pub enum FailureClass {
     },
     /// The provider may have done the work: the outcome is unknown.
     Ambiguous,
+    /// The call was aborted because its job had finished (another attempt
+    /// won, or the owner canceled it); the provider may have done part of
+    /// the work, which it was told to stop where it can be.
+    Canceled,
 }
 
 /// Why an attempt did not produce an output.
@@ -124,6 +128,16 @@ pub enum RequestStatus {
     NotFound,
 }
 
+/// What a provider said when told to stop working on a request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CancelAnswer {
+    /// Its status of the request after the cancel: `canceled`, or the
+    /// status it had reached first (`succeeded`, `failed`).
+    pub status: String,
+    /// What the request used until it stopped, when the provider says.
+    pub usage: Option<crate::domain::Usage>,
+}
+
 /// A configured provider.
 #[async_trait]
 pub trait Provider: Send + Sync {
@@ -139,6 +153,10 @@ pub trait Provider: Send + Sync {
     /// Asks for the status of an earlier request; `None` when this provider
     /// cannot be asked.
     async fn status(&self, attempt_id: AttemptId) -> Option<Result<RequestStatus, ProviderError>>;
+
+    /// Tells the provider to stop working on an earlier request whose call
+    /// was aborted; `None` when this provider has no cancel call.
+    async fn cancel(&self, attempt_id: AttemptId) -> Option<Result<CancelAnswer, ProviderError>>;
 }
 
 /// Every configured provider by name.

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{
-    Completion, FailureClass, Provider, ProviderError, ProviderRequest, RequestStatus, classify_status,
+    CancelAnswer, Completion, FailureClass, Provider, ProviderError, ProviderRequest, RequestStatus, classify_status,
 };
 use crate::config::ProviderSettings;
 use crate::domain::AttemptId;
@@ -35,6 +35,8 @@ pub struct HttpProvider {
     chat_url: String,
     /// With `{id}` where the attempt id goes.
     status_url: Option<String>,
+    /// The cancel call's URL, with `{id}` where the attempt id goes.
+    cancel_url: Option<String>,
     api_key: Option<String>,
     simulated: bool,
     client: reqwest::Client,
@@ -45,10 +47,12 @@ impl HttpProvider {
     pub fn simulated(name: &str, settings: ProviderSettings, base: &str, client: reqwest::Client) -> Self {
         let base = base.trim_end_matches('/');
         let status_url = settings.has_status_lookup().then(|| format!("{base}/v1/requests/{{id}}"));
+        let cancel_url = settings.has_cancel_call().then(|| format!("{base}/v1/requests/{{id}}/cancel"));
         Self {
             name: name.to_owned(),
             chat_url: format!("{base}/providers/{name}/v1/chat/completions"),
             status_url,
+            cancel_url,
             api_key: None,
             simulated: true,
             settings,
@@ -64,10 +68,12 @@ impl HttpProvider {
             tracing::warn!(provider = name, variable = ?settings.api_key_env, "the provider's API key variable is not set");
         }
         let status_url = if settings.has_status_lookup() { settings.status_url.clone() } else { None };
+        let cancel_url = if settings.has_cancel_call() { settings.cancel_url.clone() } else { None };
         Ok(Self {
             name: name.to_owned(),
             chat_url: format!("{}/chat/completions", base.trim_end_matches('/')),
             status_url,
+            cancel_url,
             api_key,
             simulated: false,
             settings,
@@ -249,6 +255,11 @@ impl Provider for HttpProvider {
         let url = self.status_url.as_ref()?.replace("{id}", &attempt_id.to_string());
         Some(self.lookup(&url).await)
     }
+
+    async fn cancel(&self, attempt_id: AttemptId) -> Option<Result<CancelAnswer, ProviderError>> {
+        let url = self.cancel_url.as_ref()?.replace("{id}", &attempt_id.to_string());
+        Some(self.cancel_at(&url).await)
+    }
 }
 
 /// Reads at most `limit` bytes of the body: the bytes, and whether that was
@@ -288,6 +299,20 @@ fn transport_error_after_answer(error: reqwest::Error) -> ProviderError {
 }
 
 impl HttpProvider {
+    async fn cancel_at(&self, url: &str) -> Result<CancelAnswer, ProviderError> {
+        let response = self.authorize(self.client.post(url)).send().await.map_err(transport_error)?;
+        let status = response.status().as_u16();
+        let (body, _) = read_bounded(response, MAX_ERROR_BYTES).await.map_err(transport_error_after_answer)?;
+        if !(200..300).contains(&status) {
+            return Err(ProviderError::new(classify_status(status), "provider-error", Some(status), error_message(&body)));
+        }
+        let report: Value = serde_json::from_slice(&body).map_err(|e| {
+            ProviderError::new(FailureClass::Ambiguous, "bad-response", Some(status), format!("unreadable cancel answer: {e}"))
+        })?;
+        let said = report.get("status").and_then(Value::as_str).unwrap_or("unknown");
+        Ok(CancelAnswer { status: truncate(said.to_owned()), usage: parse_usage(&report) })
+    }
+
     async fn lookup(&self, url: &str) -> Result<RequestStatus, ProviderError> {
         let response = self.authorize(self.client.get(url)).send().await.map_err(transport_error)?;
         let status = response.status().as_u16();
@@ -319,6 +344,8 @@ impl HttpProvider {
                 let message = report.get("error").and_then(Value::as_str).unwrap_or("the provider reports a failure");
                 Ok(RequestStatus::Failed(message.to_owned()))
             }
+            // Stopped by a cancel before it produced anything.
+            Some("canceled") => Ok(RequestStatus::Failed("the request was canceled before it finished".to_owned())),
             other => Err(ProviderError::new(
                 FailureClass::Ambiguous,
                 "bad-response",

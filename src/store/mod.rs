@@ -608,6 +608,10 @@ pub trait Store: Driver {
         transitions::expire_leases(self, max).await
     }
 
+    /// The jobs that finished (won, or were canceled) while attempts of
+    /// theirs run under `worker`'s leases: the calls its sweep aborts.
+    async fn finished_jobs_running_on(&self, worker: &str) -> Result<Vec<JobId>>;
+
     /// Claims up to `max` unknown attempts of `providers` that are due for a
     /// status lookup, and holds them for `hold` before they are due again.
     async fn claim_reconciliations(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>>;
@@ -616,7 +620,8 @@ pub trait Store: Driver {
     async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()>;
 
     /// Cancels a job unless it succeeded: pending attempts are canceled;
-    /// running ones finish and are recorded, never applied.
+    /// running ones are left to their workers, which abort their calls
+    /// (the task's `cancel_losers`) or record their answers, never applied.
     async fn cancel_job(&self, owner: &OwnerId, id: JobId) -> Result<Cancel> {
         transitions::cancel_job(self, owner, id).await
     }
@@ -661,6 +666,13 @@ pub trait Store: Driver {
         holder: Option<&str>,
     ) -> Result<Transition> {
         transitions::settle_without_output(self, attempt, AttemptTransition::Fail, error, None, Some(rules), holder).await
+    }
+
+    /// Records that a running attempt's call was aborted because its job
+    /// had finished: it is `canceled`; fenced by `holder` as
+    /// [`Store::finish_attempt`] is.
+    async fn abort_attempt(&self, attempt: &AttemptRef, error: &AttemptError, holder: Option<&str>) -> Result<Transition> {
+        transitions::settle_without_output(self, attempt, AttemptTransition::Abort, error, None, None, holder).await
     }
 
     /// Records that a running attempt's outcome cannot be known (I4);

@@ -201,7 +201,11 @@ pub(super) async fn settle_without_output<S: Store + ?Sized>(
     }
     let job_state = update_job_state(&mut tx, &attempt.owner, attempt.job_id, job.state).await?;
     let (reason, resolved_by) = resolution_detail(resolved);
-    let detail = json!({ "error": error, "job_state": job_state.as_str(), "reason": reason, "resolved_by": resolved_by });
+    let mut detail = json!({ "error": error, "job_state": job_state.as_str(), "reason": reason, "resolved_by": resolved_by });
+    if transition == AttemptTransition::Abort {
+        // The race is recorded as a lost one, without an output.
+        detail["winner"] = json!(job.winning_attempt);
+    }
     tx.append_event(&attempt.owner, attempt.job_id, transition.event(), Some(attempt.number), detail).await?;
     let outcome = match (to, rules) {
         (AttemptState::Failed, Some(rules)) if job_state == JobState::Failed => {
@@ -226,6 +230,10 @@ pub(super) async fn settle_without_output<S: Store + ?Sized>(
         _ => {}
     }
     tx.commit().await?;
+    if transition == AttemptTransition::Abort && job.winning_attempt.is_some() {
+        tracing::warn!(owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
+                       winner = ?job.winning_attempt, "race lost: the call was aborted before its answer; attempt canceled");
+    }
     Ok(outcome)
 }
 
@@ -283,7 +291,8 @@ pub(super) async fn expire_leases<S: Store + ?Sized>(store: &S, max: u32) -> Res
 }
 
 /// Cancels a job unless it succeeded: pending attempts are canceled;
-/// running ones finish and are recorded, never applied.
+/// running ones are left to their workers, which abort their calls (the
+/// task's `cancel_losers`) or record their answers, never applied.
 pub(super) async fn cancel_job<S: Store + ?Sized>(store: &S, owner: &OwnerId, id: JobId) -> Result<Cancel> {
     let mut tx = store.begin().await?;
     let Some(job) = tx.lock_job(owner, id).await? else {

@@ -8,6 +8,13 @@
 //! after its claim wakes to find its attempt reaped, perhaps reconciled and
 //! retried under a new id). Its settlements apply only while the attempt is
 //! `running` under its unexpired lease ([`Transition::Fenced`] otherwise).
+//!
+//! When the attempt's task has `cancel_losers`, the call is watched for the
+//! end of its job (another attempt won, or the owner canceled): the request
+//! is then dropped, which closes its connection, the provider is told to
+//! stop where it has a cancel call, and the attempt is recorded `canceled`
+//! with what it used as the provider said, or at worst. An answer that had
+//! arrived by then is recorded as usual (a lost race: `superseded`).
 
 use std::time::Duration;
 
@@ -19,10 +26,17 @@ use super::Worker;
 use crate::metrics::{self, Settled};
 use crate::domain::{AttemptError, Usage, unapplied_output};
 use crate::provider::{Completion, FailureClass, ProviderError};
+use crate::signals::CallWatch;
 use crate::store::{self, AttemptRef, AttemptUsage, ClaimedAttempt, Transition};
 
 /// The error kind of an attempt not sent because its lease ran out first.
 const LEASE_LOST: &str = "lease-lost";
+
+/// The error kind of an attempt whose call was aborted because its job had finished.
+const CANCELED: &str = "canceled";
+
+/// The longest wait for a provider's answer to its cancel call.
+const CANCEL_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A worker's hold on the attempt it records: its settlements are fenced by
 /// it, and must land before the lease ends.
@@ -45,7 +59,10 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
         provider = %claimed.provider,
     );
     async {
-        let (outcome, estimate) = call(worker, &claimed, lease_end).await;
+        let cancels = worker.catalog.task(&claimed.task).is_some_and(|task| task.settings.cancel_losers);
+        let mut watch = cancels.then(|| worker.signals.watch_call(claimed.attempt.job_id, claimed.id));
+        let (outcome, estimate) = call(worker, &claimed, lease_end, watch.as_mut()).await;
+        drop(watch);
         if matches!(&outcome, Err(error) if error.kind == LEASE_LOST) {
             tracing::warn!("the attempt's lease ran out before its request was sent: not sent, left to the reaper");
             return;
@@ -60,20 +77,81 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
     .await;
 }
 
+/// What a call got to: the most it could use, once the prompt was
+/// rendered and counted, and whether its request may have left.
+#[derive(Default)]
+struct Progress {
+    estimate: Option<Usage>,
+    sent: bool,
+}
+
 /// Calls the provider; with the outcome, the most the call could have used
 /// (the rendered prompt's tokens and `max_output_tokens`), once the prompt
-/// was rendered and counted.
-async fn call(worker: &Worker, claimed: &ClaimedAttempt, lease_end: Instant) -> (Result<Completion, ProviderError>, Option<Usage>) {
-    let mut estimate = None;
-    let outcome = call_counted(worker, claimed, lease_end, &mut estimate).await;
-    (outcome, estimate)
+/// was rendered and counted. With a `watch`, the end of the job aborts the
+/// call (an answer ready at the same moment is taken first).
+async fn call(
+    worker: &Worker,
+    claimed: &ClaimedAttempt,
+    lease_end: Instant,
+    watch: Option<&mut CallWatch<'_>>,
+) -> (Result<Completion, ProviderError>, Option<Usage>) {
+    let mut progress = Progress::default();
+    let answered = {
+        let calling = call_counted(worker, claimed, lease_end, &mut progress);
+        match watch {
+            None => Some(calling.await),
+            Some(watch) => tokio::select! {
+                biased;
+                outcome = calling => Some(outcome),
+                () = watch.job_finished() => None,
+            },
+        }
+    };
+    match answered {
+        Some(outcome) => (outcome, progress.estimate),
+        None => (Err(cancel_at_provider(worker, claimed, lease_end, progress.sent).await), progress.estimate),
+    }
+}
+
+/// After a call was aborted because its job had finished: tells the
+/// provider to stop, where it has a cancel call and the request may have
+/// left, within the lease; the failure to record says what is known (in
+/// its detail: `sent`, `cancel_call`, and what the provider said).
+async fn cancel_at_provider(worker: &Worker, claimed: &ClaimedAttempt, lease_end: Instant, sent: bool) -> ProviderError {
+    let canceled = |message: &str, detail: Value| {
+        let mut error = ProviderError::new(FailureClass::Canceled, CANCELED, None, message);
+        error.detail = detail;
+        error
+    };
+    if !sent {
+        return canceled("its job finished before the request was sent; nothing was sent", json!({ "sent": false }));
+    }
+    let message = "its job finished while the call was in flight; the call was aborted";
+    let Some(provider) = worker.providers.get(&claimed.provider) else {
+        return canceled(message, json!({ "sent": true, "cancel_call": "none" }));
+    };
+    let margin = Duration::from_millis(worker.settings.lease_margin_ms);
+    let left = lease_end.saturating_duration_since(Instant::now()).saturating_sub(margin).min(CANCEL_CALL_TIMEOUT);
+    let asked = tokio::time::timeout(left, provider.cancel(claimed.id)).await;
+    let (said, detail) = match asked {
+        Ok(None) => ("", json!({ "sent": true, "cancel_call": "none" })),
+        Ok(Some(Ok(answer))) => (
+            " and canceled at the provider",
+            json!({ "sent": true, "cancel_call": "made", "provider_status": answer.status, "usage": answer.usage }),
+        ),
+        Ok(Some(Err(error))) => ("", json!({ "sent": true, "cancel_call": "failed", "cancel_error": error.to_string() })),
+        Err(_) => ("", json!({ "sent": true, "cancel_call": "failed",
+                               "cancel_error": format!("no answer within {} ms", left.as_millis()) })),
+    };
+    tracing::info!(cancel_call = %detail["cancel_call"], "the attempt's call was aborted: its job finished");
+    canceled(&format!("{message}{said}"), detail)
 }
 
 async fn call_counted(
     worker: &Worker,
     claimed: &ClaimedAttempt,
     lease_end: Instant,
-    estimate: &mut Option<Usage>,
+    progress: &mut Progress,
 ) -> Result<Completion, ProviderError> {
     let not_configured = |what: &str| {
         ProviderError::new(
@@ -87,7 +165,7 @@ async fn call_counted(
     let task = worker.catalog.task(&claimed.task).ok_or_else(|| not_configured(&format!("task '{}'", claimed.task)))?;
     let settings = provider.settings();
     let prepared = task.contract.prepare(&task.name, settings, claimed.id.to_string(), &claimed.input, settings.temperature)?;
-    *estimate = Some(Usage {
+    progress.estimate = Some(Usage {
         prompt_tokens: i64::try_from(prepared.prompt_tokens).unwrap_or(i64::MAX),
         completion_tokens: i64::from(settings.max_output_tokens),
         estimated: true,
@@ -105,6 +183,7 @@ async fn call_counted(
     }
     let timeout = settings.timeout().min(left);
     let started = std::time::Instant::now();
+    progress.sent = true;
     let result = match tokio::time::timeout(timeout, provider.call(&prepared.request)).await {
         Ok(result) => result,
         Err(_) => Err(ProviderError::deadline(timeout)),
@@ -227,6 +306,10 @@ async fn record_metered_outcome(
                     metrics::usage(provider, settled, &usage.usage, usage.cost.as_ref());
                 }
                 worker.signals.job_changed(attempt.job_id);
+                if settled == Some(Settled::Succeeded) {
+                    // The job is won: its other calls in flight here stop.
+                    worker.signals.job_finished(attempt.job_id);
+                }
                 return;
             }
             Err(error) if started.elapsed() < RECORD_PATIENCE => {
@@ -287,6 +370,14 @@ async fn record_once(
                     }
                 }
             }
+            FailureClass::Canceled => {
+                let transition = store.abort_attempt(attempt, &attempt_error(error), holder).await?;
+                tracing::info!(outcome = ?transition, "attempt canceled: its call was aborted");
+                if transition == Transition::Applied {
+                    metrics::attempt(provider, Settled::Canceled);
+                    settled = Some(Settled::Canceled);
+                }
+            }
             FailureClass::Ambiguous => {
                 let transition = store.mark_unknown(attempt, &attempt_error(error), holder).await?;
                 tracing::warn!(%error, outcome = ?transition, "attempt outcome unknown; new attempts wait for reconciliation");
@@ -303,12 +394,19 @@ async fn record_once(
 /// What an outcome used: the provider's count when it answered (with an
 /// output, or with one that broke the contract, which it charged for all
 /// the same); the estimate when the outcome is unknown or the provider
-/// did not count; nothing for a definitive failure without an answer, which
-/// it did not charge.
+/// did not count; for an aborted call, what the provider's cancel call
+/// said it used, else the estimate, or nothing when nothing was sent;
+/// nothing for a definitive failure without an answer, which it did not
+/// charge.
 fn usage_of(outcome: &Result<Completion, ProviderError>, estimate: Option<Usage>) -> Option<Usage> {
+    let said = |error: &ProviderError| error.detail.get("usage").and_then(|usage| serde_json::from_value(usage.clone()).ok());
     match outcome {
         Ok(completion) => completion.usage.or(estimate),
         Err(error) if error.class == FailureClass::Ambiguous => estimate,
-        Err(error) => error.detail.get("usage").and_then(|usage| serde_json::from_value(usage.clone()).ok()),
+        Err(error) if error.class == FailureClass::Canceled => {
+            let sent = error.detail.get("sent").and_then(Value::as_bool).unwrap_or(true);
+            said(error).or(estimate.filter(|_| sent))
+        }
+        Err(error) => said(error),
     }
 }

@@ -1,6 +1,11 @@
 //! The reaper (which also samples the metrics gauges): a running attempt whose lease expired (its worker died or
 //! stalled past its deadline) becomes `unknown` — never `pending` (it may
 //! have been sent) and never `failed` (it may have succeeded) (I4, I8).
+//!
+//! Each tick it also sweeps for jobs that finished through another process
+//! (a win recorded there, a cancel through another API server) while this
+//! worker has calls of theirs in flight, and aborts those calls as a
+//! finish in this process would at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +30,7 @@ pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>
             }
             Err(error) => tracing::warn!(%error, "reaping expired leases failed"),
         }
+        sweep_finished_jobs(&worker).await;
         // The gauges are sampled here too: one look a tick, for every process.
         match worker.store.sample_gauges().await {
             Ok(g) => crate::metrics::sampled(g.pending_due, g.unknown_open, g.oldest_unknown),
@@ -34,5 +40,20 @@ pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>
             _ = tokio::time::sleep(interval) => {}
             _ = shutdown.changed() => {}
         }
+    }
+}
+
+/// Aborts this worker's calls in flight whose jobs finished elsewhere.
+async fn sweep_finished_jobs(worker: &Worker) {
+    if worker.signals.jobs_with_calls() == 0 {
+        return;
+    }
+    match worker.store.finished_jobs_running_on(&worker.id).await {
+        Ok(finished) => {
+            for job in finished {
+                worker.signals.job_finished(job);
+            }
+        }
+        Err(error) => tracing::warn!(%error, "looking for finished jobs with calls in flight failed"),
     }
 }

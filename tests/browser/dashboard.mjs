@@ -145,24 +145,24 @@ try {
   assert.ok(fallbackLog.every((line) => line.includes('attempt #2 on sim-fast')), `both clicks name attempt #2: ${fallbackLog}`);
   assert.ok(fallbackLog.some((line) => line.includes('→ 201')) && fallbackLog.some((line) => line.includes('replayed')), `one added, one replayed: ${fallbackLog}`);
 
-  // The fallback wins; the slow attempt answers later and is superseded.
+  // The fallback wins; the slow attempt's call is aborted, and it ends canceled.
   step('the race and its winner');
   await page.locator('#timeline-box[data-settled="true"]').waitFor();
   const bars = page.locator('#timeline-box svg.timeline g.attempt');
   assert.equal(await bars.count(), 2, 'two bars');
-  assert.equal(await page.locator('#timeline-box g.attempt[data-attempt="1"]').getAttribute('data-state'), 'superseded');
+  assert.equal(await page.locator('#timeline-box g.attempt[data-attempt="1"]').getAttribute('data-state'), 'canceled');
   assert.equal(await page.locator('#timeline-box g.attempt[data-attempt="2"]').getAttribute('data-state'), 'succeeded');
   assert.equal(await page.locator('#timeline-box g.attempt[data-winner="true"]').count(), 1, 'one winner');
   assert.equal(await page.locator('#timeline-box g.attempt[data-winner="true"]').getAttribute('data-attempt'), '2');
   assert.equal(await page.locator('#timeline-box rect.run').count(), 2, 'both attempts have a run bar');
-  await page.locator('#timeline-box tr.event[data-kind="race-lost"]').waitFor();
+  await page.locator('#timeline-box tr.event[data-kind="attempt-canceled"]').waitFor();
   assert.match(await page.locator('#status').textContent(), /attempt #2 on sim-fast won/);
   await page.screenshot({ path: join(shots, 'demo.png'), fullPage: true });
   // The demo followed its job from the job's event stream.
   assert.deepEqual(eventStreams, [`/ui/api/jobs/${jobId}/events`], 'one EventSource, on the job');
   assert.ok(Number(await page.locator('#timeline-box').getAttribute('data-streamed')) >= 3, 'the stream brought the race');
   const job = await api(clientKey, `/jobs/${jobId}`);
-  assert.deepEqual(job.body.attempts.map((a) => [a.number, a.provider, a.state]), [[1, 'sim-slow', 'superseded'], [2, 'sim-fast', 'succeeded']]);
+  assert.deepEqual(job.body.attempts.map((a) => [a.number, a.provider, a.state]), [[1, 'sim-slow', 'canceled'], [2, 'sim-fast', 'succeeded']]);
   assert.equal(job.body.winning_attempt, 2);
 
   // The job page: request, fingerprint, result, the timeline with both bars.
@@ -170,7 +170,7 @@ try {
   await page.goto(`${base}/ui/jobs/${jobId}`);
   assert.equal(await page.locator('.fingerprint').first().textContent(), job.body.fingerprint);
   await page.locator('#result').waitFor();
-  // What the job cost: the winner plus the superseded loser's waste, as the API says.
+  // What the job cost: the winner plus the canceled loser's waste, as the API says.
   const cost = await page.locator('#job-cost').textContent();
   assert.ok(job.body.cost && cost.includes(job.body.cost.total) && cost.includes(`waste ${job.body.cost.waste}`), cost);
   assert.equal(await page.locator('svg.timeline rect.run').count(), 2);

@@ -66,6 +66,11 @@ pub async fn simulator_log(client: &reqwest::Client, simulator: &RunningSimulato
     requests.filter(|r| !r["id"].as_str().unwrap().starts_with("qualification-")).cloned().collect()
 }
 
+/// `GET /jobs/{id}` of the server at `address` as `token`.
+pub async fn job(client: &reqwest::Client, address: &str, token: &str, id: &str) -> Value {
+    client.get(format!("http://{address}/jobs/{id}")).bearer_auth(token).send().await.unwrap().json().await.unwrap()
+}
+
 /// A fresh, migrated database of `backend` with an API key for alice: its
 /// URL, a pool for plain SQL, and the token.
 pub async fn database(backend: Backend) -> (String, sqlx::AnyPool, String) {

@@ -93,8 +93,13 @@ async fn a_timeout_is_unknown_not_failed_and_blocks_new_attempts_until_reconcile
     assert_eq!(app.simulator_log().await.values().filter(|r| r["received"] != 1).count(), 0);
 }
 
+/// A task that lets a losing call run to its answer (`cancel_losers` off).
+fn losers_run_on(s: &mut onejob::config::Settings) {
+    s.tasks.get_mut("summarize").unwrap().cancel_losers = false;
+}
+
 async fn reverse_order_finish_the_fallback_wins_and_the_slow_primary_is_superseded(backend: Backend) {
-    let app = TestApp::spawn_live(backend, |_| {}).await;
+    let app = TestApp::spawn_live(backend, losers_run_on).await;
     let id = create(&app, "k", &summarize_on("sim-slow", "slow primary answer")).await;
     app.wait_for(&id, "running", |j| j["state"] == "running").await;
     let fallback = app.post_attempt(&app.alice, &id, "use-fallback", &json!({"provider": "sim-fast"})).await;
@@ -222,7 +227,7 @@ async fn an_output_that_breaks_the_schema_is_kept_on_its_attempt_unvalidated(bac
 }
 
 async fn cancel_stops_a_job_and_a_running_attempts_late_output_is_never_applied(backend: Backend) {
-    let app = TestApp::spawn_live(backend, |_| {}).await;
+    let app = TestApp::spawn_live(backend, losers_run_on).await;
     let id = create(&app, "k", &summarize_on("sim-slow", "too slow")).await;
     app.wait_for(&id, "running", |j| j["state"] == "running").await;
     let cancel = |id: String| app.client.post(app.url(&format!("/jobs/{id}/cancel"))).bearer_auth(&app.alice).send();

@@ -10,6 +10,7 @@ mod common;
 
 mod api;
 mod bench;
+mod cancellation;
 mod cli;
 mod contract;
 mod deploys;

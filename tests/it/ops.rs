@@ -30,11 +30,11 @@ async fn metrics_cover_every_documented_series(backend: Backend) {
     app.wait_for(&id, "succeeded", |j| j["state"] == "succeeded").await;
     assert_eq!(app.post_job("k1", &body).await.status(), StatusCode::OK);
     assert_eq!(app.post_job("k1", &json!({"task": "summarize", "input": {"text": "other"}})).await.status(), StatusCode::CONFLICT);
-    // A race: the slow primary loses to the fallback.
+    // A race: the slow primary loses to the fallback, and its call is aborted.
     let race = create(&app, "k2", &json!({"task": "summarize", "input": {"text": "race"}, "provider": "sim-slow"})).await;
     app.wait_for(&race, "running", |j| j["state"] == "running").await;
     assert_eq!(app.post_attempt(&app.alice, &race, "fb", &json!({"provider": "sim-fast"})).await.status(), StatusCode::CREATED);
-    app.wait_for(&race, "the loser recorded", |j| j["attempts"][0]["state"] == "superseded").await;
+    app.wait_for(&race, "the loser recorded", |j| j["attempts"][0]["state"] == "canceled").await;
     // An unknown outcome, reconciled.
     let late = create(&app, "k3", &json!({"task": "summarize", "input": {"text": "late"}, "provider": "sim-late"})).await;
     app.wait_for(&late, "reconciled", |j| j["state"] == "succeeded").await;
@@ -44,7 +44,11 @@ async fn metrics_cover_every_documented_series(backend: Backend) {
         assert!(text.contains(name), "{name} is missing from /metrics:\n{text}");
     }
     assert!(text.contains(r#"onejob_http_requests_total{route="/jobs",method="POST",status="201"}"#), "{text}");
-    assert!(text.contains(r#"outcome="superseded""#) && text.contains(r#"outcome="unknown""#), "{text}");
+    let aborted = text
+        .lines()
+        .find_map(|line| line.strip_prefix(r#"onejob_attempts_total{provider="sim-slow",outcome="canceled"} "#))
+        .and_then(|count| count.parse::<f64>().ok());
+    assert!(aborted.is_some_and(|count| count >= 1.0) && text.contains(r#"outcome="unknown""#), "{text}");
     assert!(text.contains("onejob_http_request_duration_seconds_bucket"), "latency is a histogram");
 }
 
@@ -70,7 +74,7 @@ async fn the_rate_limit_is_per_owner_and_a_replay_costs_as_much_as_a_create(back
 on_both_backends!(metrics_cover_every_documented_series, the_rate_limit_is_per_owner_and_a_replay_costs_as_much_as_a_create);
 
 /// The outcomes an attempt is counted under by the worker, as its usage is.
-const SETTLED: [&str; 4] = ["succeeded", "superseded", "failed", "unknown"];
+const SETTLED: [&str; 5] = ["succeeded", "superseded", "failed", "unknown", "canceled"];
 /// What a status lookup of an unknown attempt can find.
 const LOOKUPS: [&str; 5] = ["succeeded", "failed", "running", "not_found", "error"];
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::common::Backend;
-use crate::common::processes::{database, eventually, set, simulator_and_config_with, simulator_log};
+use crate::common::processes::{database, eventually, job, set, simulator_and_config_with, simulator_log};
 
 async fn create(client: &reqwest::Client, address: &str, token: &str, key: &str, body: &Value) -> String {
     let response = client
@@ -26,10 +26,6 @@ async fn create(client: &reqwest::Client, address: &str, token: &str, key: &str,
     response.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned()
 }
 
-async fn job(client: &reqwest::Client, address: &str, token: &str, id: &str) -> Value {
-    client.get(format!("http://{address}/jobs/{id}")).bearer_auth(token).send().await.unwrap().json().await.unwrap()
-}
-
 /// How long the failpoint parks the worker between its claim and its send:
 /// past the attempt's lease (sim-fast's 500 ms deadline plus the 500 ms
 /// margin), its reaping, and its reconciliation as never received.
@@ -39,6 +35,9 @@ async fn a_worker_paused_between_claim_and_send_past_its_lease_never_sends_that_
     let (simulator, config) = simulator_and_config_with(200, |t| {
         set(t, &["providers", "sim-fast", "timeout_ms"], 500.into());
         set(t, &["tasks", "summarize", "failover"], toml::Value::Array(vec![]));
+        // The fence itself: the retry's win does not abort the paused call
+        // first (which would not send it either).
+        set(t, &["tasks", "summarize", "cancel_losers"], false.into());
     })
     .await;
     let (database_url, pool, token) = database(backend).await;

@@ -54,7 +54,8 @@ fn checked_cost(attempt: &Value) -> Money {
 }
 
 async fn a_race_where_the_loser_finishes_wastes_the_losers_cost_and_the_job_costs_winner_plus_waste(backend: Backend) {
-    let app = TestApp::spawn_live(backend, |_| {}).await;
+    // The loser runs to its answer (`cancel_losers` off).
+    let app = TestApp::spawn_live(backend, |s| s.tasks.get_mut("summarize").unwrap().cancel_losers = false).await;
     let text = "the slow primary loses the race but is charged all the same";
     let id = create(&app, "race", &json!({"task": "summarize", "input": {"text": text}, "provider": "sim-slow"})).await;
     app.wait_for(&id, "running", |j| j["state"] == "running").await;

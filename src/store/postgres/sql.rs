@@ -82,6 +82,17 @@ pub(super) static SETTLE_WITH_OUTPUT: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// The jobs that finished (won, or were canceled) while attempts of theirs
+/// run under worker $1's leases (the `attempts_leased` partial index).
+pub(super) static FINISHED_WITH_CALLS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"select distinct a.job_id from attempts a
+           join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
+           where a.state = '{RUNNING}' and a.worker = $1
+             and j.state in ('{JOB_SUCCEEDED}', '{JOB_CANCELED}')"#
+    )
+});
+
 /// Running attempts past their lease (the `attempts_leased` partial index).
 pub(super) static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
     format!(

@@ -16,6 +16,17 @@ use crate::store::rows::{ATTEMPT_COLUMNS, select_job_where};
 pub(super) static GET_JOB: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = ?1 and j.id = ?2"));
 pub(super) static FIND_JOB_BY_KEY: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = ?1 and j.idempotency_key = ?2"));
 
+/// The jobs that finished (won, or were canceled) while attempts of theirs
+/// run under worker ?1's leases (the `attempts_leased` partial index).
+pub(super) static FINISHED_WITH_CALLS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"select distinct a.job_id from attempts a
+           join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
+           where a.state = '{RUNNING}' and a.worker = ?1
+             and j.state in ('{JOB_SUCCEEDED}', '{JOB_CANCELED}')"#
+    )
+});
+
 /// Running attempts past their lease (the `attempts_leased` partial index).
 pub(super) static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
     format!(

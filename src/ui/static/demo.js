@@ -95,11 +95,12 @@
     clearInterval(stallTimer);
     if (finished) {
       const winner = attempts.find((a) => a.number === Number(progress.dataset.winner));
-      const losers = attempts.filter((a) => a.state === 'superseded').map((a) => '#' + a.number + ' on ' + a.provider);
-      const running = attempts.filter((a) => a.state === 'running');
+      const named = (wanted) => attempts.filter((a) => a.state === wanted).map((a) => '#' + a.number + ' on ' + a.provider);
+      const [losers, canceled, running] = [named('superseded'), named('canceled'), named('running')];
       let text = 'Done: attempt #' + winner.number + ' on ' + winner.provider + ' won; its answer is the job\'s result.';
+      if (canceled.length) text += ' Canceled, its call stopped at the provider (or never sent): ' + canceled.join(', ') + '.';
       if (losers.length) text += ' Superseded, kept for audit only: ' + losers.join(', ') + '.';
-      if (running.length) text += ' Still waiting for ' + running.map((a) => a.provider).join(', ') + ' to answer: its answer will lose.';
+      if (running.length) text += ' Still running: ' + running.join(', ') + ' (its call is being canceled, or its answer will lose).';
       status(text, 'done');
     } else if (first && first.state === 'running' && attempts.length === 1) {
       if (!stallSince) stallSince = Date.now();
