@@ -158,6 +158,7 @@ impl Application {
                 signals.clone(),
                 settings.worker.clone(),
                 settings.webhooks.clone(),
+                settings.retention.clone(),
             );
             let qualifying = tokio::spawn(crate::qualify::qualify_on_start(store.clone(), providers.clone(), catalog.clone()));
             (Some(Arc::new(worker)), Some(qualifying))

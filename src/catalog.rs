@@ -56,6 +56,7 @@ pub struct Catalog {
     tasks: HashMap<String, Task>,
     providers: HashMap<String, ProviderSettings>,
     qualifications: Arc<Running>,
+    retention: crate::config::Span,
 }
 
 impl Catalog {
@@ -72,7 +73,7 @@ impl Catalog {
             tasks.insert(name.clone(), Task { name: name.clone(), settings: task.clone(), contract, input_validator });
         }
         let providers = settings.providers.clone().into_iter().collect();
-        Ok(Self { tasks, providers, qualifications: Arc::default() })
+        Ok(Self { tasks, providers, qualifications: Arc::default(), retention: settings.retention.finished_jobs })
     }
 
     /// The qualifications running in this process.
@@ -88,6 +89,13 @@ impl Catalog {
     /// Every task.
     pub fn tasks(&self) -> impl Iterator<Item = &Task> {
         self.tasks.values()
+    }
+
+    /// How long a finished job of `task` is kept: its task's
+    /// `retain_finished`, else `retention.finished_jobs` (also for a task
+    /// no longer configured).
+    pub fn retention_of(&self, task: &str) -> crate::config::Span {
+        self.tasks.get(task).and_then(|t| t.settings.retain_finished).unwrap_or(self.retention)
     }
 
     /// A task by name.

@@ -10,6 +10,8 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+pub use crate::domain::retention::Span;
+
 /// The built-in configuration, printed by `onejob config print-default`.
 pub const DEFAULT_CONFIG: &str = include_str!("../config/default.toml");
 
@@ -65,6 +67,37 @@ pub struct Settings {
     /// Webhook deliveries.
     #[serde(default)]
     pub webhooks: WebhookSettings,
+    /// How long finished jobs, and with them their keys, are kept.
+    #[serde(default)]
+    pub retention: RetentionSettings,
+}
+
+/// `[retention]`: spans are written `"30d"`, `"24h"`, `"90m"`, `"2s"`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionSettings {
+    /// How long after its last change a finished job (`succeeded`,
+    /// `canceled`, or `failed` with no attempt open) is kept; then it is
+    /// purged with its attempts, events and deliveries, and its key is free.
+    /// A task's `retain_finished` overrides it.
+    pub finished_jobs: Span,
+    /// Allows retentions under 24 h (for tests): a key must otherwise be
+    /// held at least a day.
+    pub allow_short: bool,
+    /// How often the purger looks for jobs past their retention.
+    pub purge_interval: Span,
+    /// Jobs purged in one transaction.
+    pub batch_size: u32,
+    /// The pause between two batches, so that a large purge leaves the
+    /// database to the jobs' own work.
+    pub batch_pause: Span,
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        let span = |text: &str| text.parse().expect("a span");
+        Self { finished_jobs: span("30d"), allow_short: false, purge_interval: span("1m"), batch_size: 500, batch_pause: span("100ms") }
+    }
 }
 
 /// `[webhooks]`
@@ -305,6 +338,10 @@ pub struct TaskSettings {
     /// kept as superseded.
     #[serde(default = "default_cancel_losers")]
     pub cancel_losers: bool,
+    /// How long this task's finished jobs are kept (instead of
+    /// `retention.finished_jobs`).
+    #[serde(default)]
+    pub retain_finished: Option<Span>,
     /// JSON Schema (2020-12) of the input: a TOML table, or JSON text.
     #[serde(default = "any_object_schema", deserialize_with = "json_or_table")]
     pub input_schema: Value,
@@ -614,6 +651,12 @@ impl ProviderSettings {
 }
 
 impl Settings {
+    /// How long a finished job of `task` is kept: its task's
+    /// `retain_finished`, else `retention.finished_jobs`.
+    pub fn retention_of(&self, task: &str) -> Span {
+        self.tasks.get(task).and_then(|t| t.retain_finished).unwrap_or(self.retention.finished_jobs)
+    }
+
     /// The file's settings, or the built-in default without one; then the
     /// environment overrides; then the checks.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
@@ -673,6 +716,22 @@ impl Settings {
         }
         if self.server.max_concurrent_requests == 0 {
             return invalid("server.max_concurrent_requests must be at least 1".into());
+        }
+        let retention = &self.retention;
+        let day = Duration::from_secs(24 * 3600);
+        let short: Vec<String> = std::iter::once(("retention.finished_jobs".to_owned(), retention.finished_jobs))
+            .chain(self.tasks.iter().filter_map(|(name, t)| Some((format!("tasks.{name}.retain_finished"), t.retain_finished?))))
+            .filter(|(_, span)| span.0 < day && !retention.allow_short)
+            .map(|(name, span)| format!("{name} = \"{span}\""))
+            .collect();
+        if !short.is_empty() {
+            return invalid(format!(
+                "{} is under 24 h: a job's idempotency key is held as long as the job, at least a day (retention.allow_short = true allows it, for tests)",
+                short.join(", ")
+            ));
+        }
+        if retention.batch_size == 0 || retention.purge_interval.0.is_zero() {
+            return invalid("retention.batch_size and retention.purge_interval must be at least 1".into());
         }
         let hooks = &self.webhooks;
         if hooks.timeout_ms == 0 || hooks.retry_base_ms == 0 || hooks.poll_interval_ms == 0 || hooks.batch_size == 0 || hooks.concurrency == 0 {

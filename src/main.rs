@@ -61,6 +61,15 @@ enum Command {
         #[command(flatten)]
         config: ConfigArg,
     },
+    /// Purge the finished jobs past their retention now (the worker does it
+    /// every `retention.purge_interval`), then exit.
+    Purge {
+        /// Say how many jobs would go, by rule, and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
     /// Apply pending database migrations, then exit.
     Migrate {
         #[command(flatten)]
@@ -252,6 +261,33 @@ async fn run(command: Command) -> Result<(), AnyError> {
             let simulator = onejob::sim::spawn(&settings, listen).await?;
             tracing::info!(address = %simulator.addr, "simulator listening on http://{}", simulator.addr);
             shutdown_signal().await;
+            Ok(())
+        }
+        Command::Purge { dry_run, config } => {
+            let settings = load_checked(config.config.as_deref())?;
+            let store = app::open_store(&settings)?;
+            let catalog = onejob::catalog::Catalog::new(&settings)?;
+            for rule in onejob::worker::purge_rules(&catalog, &settings.retention) {
+                let which = match &rule.task {
+                    Some(task) => format!("task {task}"),
+                    None if rule.others.is_empty() => "every task".to_owned(),
+                    None => format!("every task but {}", rule.others.join(", ")),
+                };
+                if dry_run {
+                    let count = store.count_purgeable(&rule).await?;
+                    println!("{which}: {count} finished jobs unchanged since {} would be purged", rule.before.to_rfc3339());
+                    continue;
+                }
+                let mut purged = 0;
+                loop {
+                    match store.purge_batch(&rule, settings.retention.batch_size).await? {
+                        onejob::store::retention::PurgeBatch::Busy => return Err("another process is purging; try again later".into()),
+                        onejob::store::retention::PurgeBatch::Purged(0) => break,
+                        onejob::store::retention::PurgeBatch::Purged(jobs) => purged += jobs,
+                    }
+                }
+                println!("{which}: {purged} finished jobs purged");
+            }
             Ok(())
         }
         Command::Migrate { config } => {

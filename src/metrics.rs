@@ -55,6 +55,10 @@ pub const TOKENS: &str = "onejob_tokens_total";
 /// attempt; `GET /usage` has the exact amounts), by provider, outcome and
 /// currency.
 pub const COST: &str = "onejob_cost_nanos_total";
+/// Finished jobs purged past their retention.
+pub const PURGED_JOBS: &str = "onejob_purged_jobs_total";
+/// Jobs `unknown` for longer than the shortest retention: kept, to be settled.
+pub const UNKNOWN_PAST_RETENTION: &str = "onejob_unknown_jobs_past_retention";
 
 /// Every metric name, for the test that checks `/metrics` and the README.
 pub const ALL: &[&str] = &[
@@ -77,6 +81,8 @@ pub const ALL: &[&str] = &[
     LONG_POLLS_REFUSED,
     TOKENS,
     COST,
+    PURGED_JOBS,
+    UNKNOWN_PAST_RETENTION,
 ];
 
 /// What became of an attempt its worker (or the reconciler) settled: the
@@ -196,6 +202,8 @@ fn describe() {
     metrics::describe_counter!(LONG_POLLS_REFUSED, "long-polls refused: their owner held max_long_polls_per_owner open in this process");
     metrics::describe_counter!(TOKENS, "tokens of settled attempts by provider, outcome and kind");
     metrics::describe_counter!(COST, "cost of settled attempts in billionths of the currency");
+    metrics::describe_counter!(PURGED_JOBS, "finished jobs purged past their retention");
+    metrics::describe_gauge!(UNKNOWN_PAST_RETENTION, "jobs unknown for longer than the shortest retention (kept)");
 }
 
 /// Exports at zero every counter whose labels the configuration names,
@@ -235,6 +243,7 @@ pub fn start_at_zero(settings: &crate::config::Settings) {
     attempts(UNATTRIBUTED, "canceled").increment(0);
     attempts(UNATTRIBUTED, Settled::Unknown.as_str()).increment(0);
     counter!(RATE_LIMITED).increment(0);
+    counter!(PURGED_JOBS).increment(0);
     counter!(LONG_POLLS_REFUSED).increment(0);
     gauge!(LONG_POLLS_OPEN).increment(0.0);
 }
@@ -288,6 +297,16 @@ pub fn attempts_canceled(count: usize) {
     if count > 0 {
         attempts(UNATTRIBUTED, "canceled").increment(count as u64);
     }
+}
+
+/// Counts the jobs of a purge batch.
+pub fn purged(jobs: u64) {
+    counter!(PURGED_JOBS).increment(jobs);
+}
+
+/// The jobs unknown past their retention, as last counted.
+pub fn unknown_past_retention(count: u64) {
+    gauge!(UNKNOWN_PAST_RETENTION).set(count as f64);
 }
 
 /// Counts an attempt whose lease expired: its outcome is unknown.

@@ -40,6 +40,11 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
     /// When its state last changed.
     pub updated_at: DateTime<Utc>,
+    /// When this job, finished and with no attempt open, will be purged and
+    /// its idempotency key freed (its last change plus its task's
+    /// retention); `null` while it is not finished, since such a job is
+    /// never purged.
+    pub expires_at: Option<DateTime<Utc>>,
     /// The most its attempts may cost together, as the create request set
     /// it (the task's `max_cost` may be lower): a decimal string.
     #[schema(value_type = Option<String>, example = "0.05")]

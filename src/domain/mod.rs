@@ -9,6 +9,7 @@ pub mod idempotency;
 pub mod job;
 pub mod money;
 pub mod policy;
+pub mod retention;
 pub mod role;
 pub mod state;
 

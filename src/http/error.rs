@@ -76,6 +76,8 @@ problem_types! {
     AttemptLimitReached = "attempt-limit-reached", CONFLICT, "Attempt limit reached";
     /// Only an unknown attempt can be resolved.
     AttemptNotUnknown = "attempt-not-unknown", CONFLICT, "Attempt not unknown";
+    /// Only a finished job with no attempt open can be erased.
+    JobNotFinished = "job-not-finished", CONFLICT, "Job not finished";
     /// Over `server.max_body_bytes`.
     PayloadTooLarge = "payload-too-large", PAYLOAD_TOO_LARGE, "Payload too large";
     /// The body did not arrive within the request timeout.
@@ -359,6 +361,9 @@ impl ApiError {
                 Problem::new(ProblemType::AttemptNotUnknown).detail(message).with("state", state.as_str())
             }
             JobError::JobSucceeded => Problem::refused(AdmissionRefusal::JobFinished, 0).detail(message),
+            JobError::JobNotFinished(state) => {
+                Problem::new(ProblemType::JobNotFinished).detail(message).with("state", state.as_str())
+            }
             JobError::TooManyLongPolls { .. } => {
                 Problem::new(ProblemType::TooManyLongPolls).detail(message).retry_after(LONG_POLL_RETRY_AFTER_SECS)
             }

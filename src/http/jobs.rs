@@ -1,4 +1,5 @@
-//! `/jobs`: create a job (I1, I2), read one, list them, cancel one. The
+//! `/jobs`: create a job (I1, I2), read one, list them, cancel one, erase
+//! one. The
 //! handlers parse, call the use cases of [`crate::jobs`] and answer; every
 //! one is scoped by the authenticated owner, and another owner's job is a
 //! 404 (I7).
@@ -36,7 +37,10 @@ pub const MAX_WAIT_SECS: u64 = 30;
 
 /// The routes of this resource.
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(create_job, list_jobs)).routes(routes!(get_job)).routes(routes!(cancel_job))
+    OpenApiRouter::new()
+        .routes(routes!(create_job, list_jobs))
+        .routes(routes!(get_job, erase_job))
+        .routes(routes!(cancel_job))
 }
 
 
@@ -54,7 +58,7 @@ pub(crate) fn created_or_replayed(answer: &Keyed<Arc<Job>>) -> Response {
 }
 
 #[utoipa::path(post, path = "/jobs", tag = "jobs",
-    params(("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters naming this intent; the structured-field form \"abc\" is the same key as abc", pattern = r#"^([!#-~][!-~]{0,254}|"([!#-\[\]-~]|\\["\\]){1,255}")$"#)),
+    params(("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters naming this intent; the structured-field form \"abc\" is the same key as abc. A key is held as long as its job: a finished job (and its key) is kept for its task's retention after its last change (`retention.finished_jobs`, 30 days by default, never under 24 h), then purged; the job's `expires_at` says when, and after it the same key makes a new job", pattern = r#"^([!#-~][!-~]{0,254}|"([!#-\[\]-~]|\\["\\]){1,255}")$"#)),
     request_body = crate::http::bodies::CreateJobBody,
     responses(
         (status = 201, description = "created: the job and its pending first attempt", body = Job,
@@ -183,6 +187,21 @@ pub(crate) async fn get_job(
 pub(crate) async fn cancel_job(State(app): State<AppState>, Owner(owner): Owner, JobPath(id): JobPath) -> Result<Response, ApiError> {
     let job = app.jobs.cancel_job(&owner, id).await.map_err(|e| job_error(&app, e))?;
     Ok(json_response(StatusCode::OK, &job, &[]))
+}
+
+/// Erases a finished job now, with its attempts and events; what it cost
+/// stays in the usage report, and its key is free.
+#[utoipa::path(delete, path = "/jobs/{id}", tag = "jobs",
+    params(("id" = uuid::Uuid, Path, description = "the job's id")),
+    responses(
+        (status = 204, description = "erased: the job, its attempts, events and webhook deliveries are gone; its usage stays in `GET /usage`, and its idempotency key makes a new job"),
+        (status = 404, description = "not-found", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "job-not-finished: it is queued, running or unknown, or an attempt of it is still pending, running or unknown", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        crate::http::openapi::CommonErrors
+    ))]
+pub(crate) async fn erase_job(State(app): State<AppState>, Owner(owner): Owner, JobPath(id): JobPath) -> Result<Response, ApiError> {
+    app.jobs.erase_job(&owner, id).await.map_err(|e| job_error(&app, e))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 #[derive(Deserialize)]

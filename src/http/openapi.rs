@@ -101,7 +101,7 @@ pub struct AttemptWithJob {
 /// idempotency-key-invalid, unauthorized, forbidden, not-found, method-not-allowed,
 /// idempotency-key-reused, job-finished, attempt-pending,
 /// attempt-outcome-unknown, too-many-attempts-in-flight,
-/// attempt-limit-reached, attempt-not-unknown, payload-too-large,
+/// attempt-limit-reached, attempt-not-unknown, job-not-finished, payload-too-large,
 /// request-timeout, unsupported-media-type, validation-failed, provider-unknown,
 /// provider-not-qualified, budget-exceeded, contract-violation, rate-limited,
 /// too-many-long-polls, unavailable, internal.

@@ -76,10 +76,10 @@ impl UsageTotals {
     fn add(&mut self, row: &UsageRow) {
         let tokens = row.usage.prompt_tokens + row.usage.completion_tokens;
         let winner = row.state == AttemptState::Succeeded;
-        self.attempts += 1;
+        self.attempts += u64::try_from(row.attempts).unwrap_or(0);
         self.prompt_tokens += row.usage.prompt_tokens;
         self.completion_tokens += row.usage.completion_tokens;
-        self.estimated_attempts += u64::from(row.usage.estimated);
+        self.estimated_attempts += u64::try_from(row.estimated_attempts).unwrap_or(0);
         if !winner {
             self.waste_tokens += tokens;
         }
@@ -210,6 +210,8 @@ mod tests {
             created_at: NaiveDate::from_ymd_opt(2026, 11, day).unwrap().and_hms_opt(12, 0, 0).unwrap().and_utc(),
             usage: Usage { prompt_tokens: 10, completion_tokens: 5, estimated: state == AttemptState::Unknown },
             cost: Some(Cost { amount: cost.parse().unwrap(), currency: "USD".into(), price_version: "v".into() }),
+            attempts: 1,
+            estimated_attempts: i64::from(state == AttemptState::Unknown),
         }
     }
 

@@ -3,7 +3,7 @@
 //! [`JobError::Store`], the database's.
 
 use crate::catalog::Violation;
-use crate::domain::{AdmissionRefusal, AttemptState, JobId};
+use crate::domain::{AdmissionRefusal, AttemptState, JobId, JobState};
 use crate::store::StoreError;
 
 /// Why a use case did not do what it was asked.
@@ -48,6 +48,9 @@ pub enum JobError {
     /// A job that succeeded cannot be canceled.
     #[error("the job succeeded; a finished job cannot be canceled")]
     JobSucceeded,
+    /// Only a finished job with no attempt open can be erased; this one is in that state.
+    #[error("only a finished job (succeeded, failed or canceled) with no attempt pending, running or unknown can be erased; this one is {0}")]
+    JobNotFinished(JobState),
     /// The owner holds as many long-polls open in this process as it may.
     #[error(
         "this API key's owner holds {per_owner} long-polls and event streams open on this server, as many as it may; \

@@ -38,6 +38,7 @@ use crate::domain::{
 use crate::keys::Identity;
 use crate::metrics;
 use crate::signals::Signals;
+use crate::store::retention::Erasure;
 use crate::store::{
     Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Resolved, Store, TaskRules, Transition,
 };
@@ -128,8 +129,7 @@ impl Jobs {
             if !intent(&request).made(holder.fingerprint, &holder.provider) {
                 return Err(key_reused(&holder.task, holder.job_id));
             }
-            let store = &self.store;
-            if let Some(job) = self.reads.read(&owner, holder.job_id, || store.get_job(&owner, holder.job_id)).await? {
+            if let Some(job) = self.reads.read(&owner, holder.job_id, || self.read_job(&owner, holder.job_id)).await? {
                 return Ok(replayed(job));
             }
             self.taken_keys.forget(&owner, &key);
@@ -139,7 +139,7 @@ impl Jobs {
             Err(refused) => {
                 // Refused as a new job; a job this key made under another
                 // configuration answers all the same.
-                let Some(job) = self.store.find_job_by_key(&owner, &key).await? else { return Err(refused) };
+                let Some(job) = self.store.find_job_by_key(&owner, &key).await?.map(|job| self.dated(job)) else { return Err(refused) };
                 let job = Arc::new(job);
                 self.taken_keys.remember(&key, &job);
                 return answer_taken(intent(&request), job);
@@ -163,7 +163,7 @@ impl Jobs {
             .join(&new.owner, &new.idempotency_key, || async {
                 match store.create_job(&new).await {
                     Ok(CreateJob::Created(job)) => Trip::Created(job),
-                    Ok(CreateJob::Existing(job)) => Trip::Existing(job),
+                    Ok(CreateJob::Existing(job)) => Trip::Existing(self.dated(job)),
                     Err(error) => Trip::Failed(error),
                 }
             })
@@ -279,7 +279,7 @@ impl Jobs {
         };
         if let Resolution::Succeeded(output) = &resolution {
             // The job's task is only known to the store; a missing job is a 404 either way.
-            let job = self.store.get_job(&owner, job_id).await?.ok_or(JobError::NotFound)?;
+            let job = self.read_job(&owner, job_id).await?.ok_or(JobError::NotFound)?;
             if let Some(task) = self.catalog.task(&job.task) {
                 let violations = task.contract.check_output(output);
                 if !violations.is_empty() {
@@ -301,7 +301,7 @@ impl Jobs {
             Transition::Failed { next: None } | Transition::Applied | Transition::Lost { .. } => {}
         }
         self.signals.job_changed(job_id);
-        self.store.get_job(&owner, job_id).await?.ok_or(JobError::NotFound)
+        self.read_job(&owner, job_id).await?.ok_or(JobError::NotFound)
     }
 
     /// Cancels one of `owner`'s jobs unless it succeeded: pending attempts
@@ -315,18 +315,46 @@ impl Jobs {
                 metrics::attempts_canceled(job.attempts.iter().filter(|a| a.state == crate::domain::AttemptState::Canceled).count());
                 self.signals.job_changed(id);
                 self.signals.job_finished(id);
-                Ok(job)
+                Ok(self.dated(job))
             }
-            Cancel::AlreadyCanceled(job) => Ok(job),
+            Cancel::AlreadyCanceled(job) => Ok(self.dated(job)),
             Cancel::Succeeded(_) => Err(JobError::JobSucceeded),
             Cancel::NotFound => Err(JobError::NotFound),
         }
     }
 
+    /// Erases one of `owner`'s finished jobs now, with its attempts, events
+    /// and deliveries (`DELETE /jobs/{id}`); its usage stays in the rollup,
+    /// and its key is free. [`JobError::JobNotFinished`] while it is not
+    /// finished or an attempt of it is open.
+    pub async fn erase_job(&self, owner: &OwnerId, id: JobId) -> Result<(), JobError> {
+        match self.store.erase_job(owner, id).await? {
+            Erasure::Erased => {
+                tracing::info!(owner = %owner, job.id = %id, "job erased");
+                metrics::purged(1);
+                self.signals.job_changed(id);
+                Ok(())
+            }
+            Erasure::NotFinished(state) => Err(JobError::JobNotFinished(state)),
+            Erasure::NotFound => Err(JobError::NotFound),
+        }
+    }
+
+    /// A job as the store has it, with when it expires.
+    async fn read_job(&self, owner: &OwnerId, id: JobId) -> crate::store::Result<Option<Job>> {
+        Ok(self.store.get_job(owner, id).await?.map(|job| self.dated(job)))
+    }
+
+    /// The job with its `expires_at`, under its task's retention.
+    fn dated(&self, mut job: Job) -> Job {
+        job.expires_at = crate::domain::retention::expires_at(&job, self.catalog.retention_of(&job.task));
+        job
+    }
+
     /// One of `owner`'s jobs, read by a read that began after this call
     /// (concurrent readers of one job share it).
     pub async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Arc<Job>, JobError> {
-        self.reads.read(owner, id, || self.store.get_job(owner, id)).await?.ok_or(JobError::NotFound)
+        self.reads.read(owner, id, || self.read_job(owner, id)).await?.ok_or(JobError::NotFound)
     }
 
     /// A place for one of `owner`'s long-polls, waiting up to `wait`, or

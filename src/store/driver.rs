@@ -12,6 +12,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::purge::{PurgeRule, RollupKey, RollupTotals};
+use super::usage::UsageRow;
 use super::webhooks::Outgoing;
 use super::{AttemptRef, NewAttempt, NewJob, QualificationState, Result};
 use crate::domain::{Attempt, AttemptError, AttemptState, EventKind, JobId, JobState, OwnerId};
@@ -78,6 +80,28 @@ pub trait DriverTx: Send {
 
     /// Marks the job canceled and cancels its pending attempts: their numbers.
     async fn cancel_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>>;
+
+    /// Takes the purge's lock for this transaction: `false` while another
+    /// process's purge holds it (Postgres: an advisory lock; on SQLite the
+    /// write transaction is the one writer, so always `true`).
+    async fn take_purge_lock(&mut self) -> Result<bool>;
+
+    /// Up to `max` finished jobs under `rule`, oldest change first, none of
+    /// whose attempts is open or changed since the rule's cutoff; locked.
+    async fn purgeable_jobs(&mut self, rule: &PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>>;
+
+    /// The usage of the jobs' attempts that have any, with their owners.
+    async fn usage_of_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<Vec<(OwnerId, UsageRow)>>;
+
+    /// A rollup row's sums, if it exists.
+    async fn rollup_row(&mut self, key: &RollupKey) -> Result<Option<RollupTotals>>;
+
+    /// Writes a rollup row's sums.
+    async fn put_rollup_row(&mut self, key: &RollupKey, totals: &RollupTotals) -> Result<()>;
+
+    /// Deletes the jobs with their attempts, events and webhook deliveries
+    /// (and their tries): how many jobs went.
+    async fn delete_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<u64>;
 
     /// Commits.
     async fn commit(self: Box<Self>) -> Result<()>;

@@ -14,6 +14,8 @@
 
 pub mod driver;
 mod hot;
+pub mod purge;
+pub mod retention;
 pub mod postgres;
 mod rows;
 pub mod sessions;
@@ -104,6 +106,7 @@ impl NewJob {
             result: None,
             created_at,
             updated_at: created_at,
+            expires_at: None,
             max_cost: self.max_cost,
             cost: None,
             attempts: vec![Attempt {
@@ -619,6 +622,27 @@ pub trait Store: Driver {
     /// Puts off the next status lookup of an unknown attempt.
     async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()>;
 
+    /// Purges up to `max` finished jobs under `rule` in one transaction
+    /// (see [`retention`]), unless another process is purging.
+    async fn purge_batch(&self, rule: &retention::PurgeRule, max: u32) -> Result<retention::PurgeBatch> {
+        retention::purge_batch(self, rule, max).await
+    }
+
+    /// How many finished jobs `rule` would purge now (nothing is changed).
+    async fn count_purgeable(&self, rule: &retention::PurgeRule) -> Result<u64> {
+        let mut tx = self.begin().await?;
+        Ok(tx.purgeable_jobs(rule, u32::MAX).await?.len() as u64)
+    }
+
+    /// Erases one of `owner`'s finished jobs now (`DELETE /jobs/{id}`).
+    async fn erase_job(&self, owner: &OwnerId, id: JobId) -> Result<retention::Erasure> {
+        retention::erase_job(self, owner, id).await
+    }
+
+    /// How many jobs are `unknown` and unchanged since `before`: kept
+    /// whatever their age, and reported.
+    async fn count_unknown_since(&self, before: DateTime<Utc>) -> Result<u64>;
+
     /// Cancels a job unless it succeeded: pending attempts are canceled;
     /// running ones are left to their workers, which abort their calls
     /// (the task's `cancel_losers`) or record their answers, never applied.
@@ -775,8 +799,9 @@ pub trait Store: Driver {
     /// Claims up to `max` due deliveries of live endpoints for `lease`.
     async fn claim_webhook_deliveries(&self, max: u32, lease: Duration) -> Result<Vec<ClaimedDelivery>>;
 
-    /// Records a try of a claimed delivery and what follows from it.
-    async fn record_webhook_try(&self, done: &DeliveryTry) -> Result<()>;
+    /// Records tries of claimed deliveries, and what follows from each, in
+    /// one transaction.
+    async fn record_webhook_tries(&self, done: &[DeliveryTry]) -> Result<()>;
 }
 
 /// A stored value the program cannot read back.

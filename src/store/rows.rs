@@ -120,6 +120,8 @@ pub(crate) mod names {
     pub const JOB_QUEUED: &str = JobState::Queued.as_str();
     pub const JOB_RUNNING: &str = JobState::Running.as_str();
     pub const JOB_SUCCEEDED: &str = JobState::Succeeded.as_str();
+    pub const JOB_FAILED: &str = JobState::Failed.as_str();
+    pub const JOB_UNKNOWN: &str = JobState::Unknown.as_str();
     pub const JOB_CANCELED: &str = JobState::Canceled.as_str();
     pub const ORIGIN_CLIENT: &str = AttemptOrigin::Client.as_str();
     pub const EVENT_JOB_CREATED: &str = EventKind::JobCreated.as_str();
@@ -187,6 +189,7 @@ impl JobRow {
             result: self.result.map(|r| r.0),
             created_at: self.created_at.0,
             updated_at: self.updated_at.0,
+            expires_at: None,
             max_cost: self.max_cost.map(|m| m.parse()).transpose().map_err(corrupt)?,
             cost: JobCost::of(&attempts),
             attempts,
@@ -445,6 +448,8 @@ pub(crate) struct UsageReportRow {
     cost: Option<String>,
     currency: Option<String>,
     price_version: Option<String>,
+    attempts: i64,
+    estimated_attempts: i64,
 }
 
 impl TryFrom<UsageReportRow> for UsageRow {
@@ -458,6 +463,8 @@ impl TryFrom<UsageReportRow> for UsageRow {
             usage: read_usage(row.prompt_tokens, row.completion_tokens, row.usage_estimated)
                 .ok_or_else(|| corrupt("a counted attempt without usage"))?,
             cost: read_cost(row.cost, row.currency, row.price_version)?,
+            attempts: row.attempts,
+            estimated_attempts: row.estimated_attempts,
         })
     }
 }

@@ -92,6 +92,14 @@ macro_rules! impl_store {
                 Ok(rows.into_iter().map(Into::into).collect())
             }
 
+            async fn count_unknown_since(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
+                let count: i64 = sqlx::query_scalar(&*sql::COUNT_UNKNOWN_SINCE)
+                    .bind($crate::store::rows::Stamp(before))
+                    .fetch_one(&self.pool)
+                    .await?;
+                Ok(u64::try_from(count).unwrap_or(0))
+            }
+
             async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>> {
                 let owner: Option<String> = sqlx::query_scalar(&*sql::FIND_JOB_OWNER).bind(id.0).fetch_optional(&self.pool).await?;
                 Ok(owner.map(OwnerId::from_trusted))
@@ -169,8 +177,8 @@ macro_rules! impl_store {
                 webhooks::claim_deliveries(&self.pool, max, lease).await
             }
 
-            async fn record_webhook_try(&self, done: &$crate::store::DeliveryTry) -> Result<()> {
-                webhooks::record_try(&self.pool, done).await
+            async fn record_webhook_tries(&self, done: &[$crate::store::DeliveryTry]) -> Result<()> {
+                webhooks::record_tries(&self.pool, done).await
             }
         }
     };
@@ -221,6 +229,36 @@ macro_rules! impl_driver_tx {
                 let row: Option<$crate::store::rows::QualificationStateRow> = sqlx::query_as(&*sql::QUALIFICATION_STATE)
                     .bind(provider).bind(task).bind(&hash[..]).fetch_optional(&mut *self.tx).await?;
                 Ok(row.into())
+            }
+
+            async fn purgeable_jobs(&mut self, rule: &$crate::store::purge::PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>> {
+                retention::purgeable_jobs(&mut self.tx, rule, max).await
+            }
+
+            async fn usage_of_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<Vec<(OwnerId, $crate::store::usage::UsageRow)>> {
+                retention::usage_of_jobs(&mut self.tx, jobs).await
+            }
+
+            async fn rollup_row(&mut self, key: &$crate::store::purge::RollupKey) -> Result<Option<$crate::store::purge::RollupTotals>> {
+                let row: Option<(i64, i64, i64, i64, String)> = sqlx::query_as(sql::ROLLUP_ROW)
+                    .bind(key.owner.as_str()).bind($crate::store::rows::Stamp(key.day)).bind(&key.task)
+                    .bind(&key.provider).bind(&key.state).bind(&key.currency)
+                    .fetch_optional(&mut *self.tx).await?;
+                row.map($crate::store::purge::totals_from).transpose()
+            }
+
+            async fn put_rollup_row(&mut self, key: &$crate::store::purge::RollupKey, totals: &$crate::store::purge::RollupTotals) -> Result<()> {
+                sqlx::query(sql::PUT_ROLLUP_ROW)
+                    .bind(key.owner.as_str()).bind($crate::store::rows::Stamp(key.day)).bind(&key.task)
+                    .bind(&key.provider).bind(&key.state).bind(&key.currency)
+                    .bind(totals.attempts).bind(totals.estimated_attempts)
+                    .bind(totals.prompt_tokens).bind(totals.completion_tokens).bind(totals.cost.to_string())
+                    .execute(&mut *self.tx).await?;
+                Ok(())
+            }
+
+            async fn delete_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<u64> {
+                retention::delete_jobs(&mut self.tx, jobs).await
             }
 
             async fn commit(self: Box<Self>) -> Result<()> {

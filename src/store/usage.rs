@@ -28,7 +28,9 @@ pub struct UsageFilter {
     pub to: DateTime<Utc>,
 }
 
-/// One attempt with recorded usage, as the usage report reads it.
+/// One attempt with recorded usage, as the usage report reads it, or the
+/// sums of purged attempts of one day (see [`super::retention`]): their
+/// `usage` and `cost` are then the sums, `created_at` the day's start.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UsageRow {
     /// The job's task.
@@ -43,6 +45,10 @@ pub struct UsageRow {
     pub usage: Usage,
     /// Its cost, when its provider had a price.
     pub cost: Option<Cost>,
+    /// How many attempts: 1, or a rollup's count.
+    pub attempts: i64,
+    /// How many of them have estimated usage.
+    pub estimated_attempts: i64,
 }
 
 /// Reads an attempt's stored usage columns.

@@ -278,6 +278,7 @@ mod tests {
             cost: None,
             created_at: base,
             updated_at: base,
+            expires_at: None,
             attempts,
         }
     }

@@ -3,7 +3,7 @@
 //! specification says ([`crate::domain::webhook`]). The transitions write
 //! each message to the outbox in their own transaction
 //! ([`crate::store::webhooks`]); the worker's deliverer, here, claims due
-//! deliveries, posts them and records each try: a 2xx ends a delivery, 410
+//! deliveries, posts them and records the tries in batches: a 2xx ends a delivery, 410
 //! Gone disables its endpoint, anything else is tried again with
 //! exponential backoff and jitter until `webhooks.retry_for_ms` has passed,
 //! then the delivery is marked failed. Delivery is at least once: a
@@ -14,7 +14,7 @@ pub mod address;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::config::WebhookSettings;
@@ -25,6 +25,9 @@ use address::{AllowedHosts, PublicResolver};
 
 /// How long the secret before a rotation keeps signing.
 pub const ROTATION_OVERLAP: Duration = Duration::from_secs(24 * 3600);
+
+/// The most tries recorded in one transaction.
+const RECORD_BATCH: usize = 256;
 
 /// Sends the outbox's deliveries.
 pub struct Deliverer {
@@ -51,12 +54,15 @@ impl Deliverer {
     /// Claims and sends due deliveries until `shutdown` turns true: up to
     /// `webhooks.concurrency` at once, claimed `batch_size` at a time as
     /// places free up, so that a slow receiver holds up only its own. The
-    /// tries in flight then finish (each is bounded by the timeout).
+    /// tries in flight then finish (each is bounded by the timeout), and
+    /// the last ones are recorded.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let poll = Duration::from_millis(self.settings.poll_interval_ms);
         let lease = claim_lease(Duration::from_millis(self.settings.timeout_ms));
         let places = Arc::new(Semaphore::new(self.settings.concurrency));
         let mut sends = JoinSet::new();
+        let (records, finished) = mpsc::channel(self.settings.concurrency.max(1));
+        let recorder = tokio::spawn(record(self.store.clone(), finished));
         while !*shutdown.borrow() {
             while sends.try_join_next().is_some() {}
             let free = places.available_permits();
@@ -78,9 +84,11 @@ impl Deliverer {
             let more = claimed.len() as u32 >= want;
             for delivery in claimed {
                 let place = places.clone().try_acquire_owned().expect("claimed no more than the free places");
-                let deliverer = self.clone();
+                let (deliverer, records) = (self.clone(), records.clone());
                 sends.spawn(async move {
-                    deliverer.deliver(delivery).await;
+                    let done = deliverer.deliver(delivery).await;
+                    // The place is given back once the try is in line to be recorded.
+                    let _ = records.send(done).await;
                     drop(place);
                 });
             }
@@ -92,10 +100,12 @@ impl Deliverer {
             }
         }
         sends.join_all().await;
+        drop(records);
+        let _ = recorder.await;
     }
 
-    /// Sends one delivery and records the try.
-    async fn deliver(&self, delivery: ClaimedDelivery) {
+    /// Sends one delivery: the try to record.
+    async fn deliver(&self, delivery: ClaimedDelivery) -> DeliveryTry {
         if let Some(park) = crate::failpoints::parked_at("webhook-before-send") {
             tokio::time::sleep(park).await;
         }
@@ -113,11 +123,7 @@ impl Deliverer {
             other => tracing::warn!(delivery = %message_id(delivery.id), endpoint, try_number = delivery.number, ?status,
                                     error = error.as_deref().unwrap_or(""), outcome = ?other, "webhook not delivered"),
         }
-        let done = DeliveryTry { delivery_id: delivery.id, owner: delivery.owner.clone(), number: delivery.number, status, latency, error, outcome };
-        if let Err(error) = self.store.record_webhook_try(&done).await {
-            // The claim's lease runs out, and the delivery is tried again.
-            tracing::warn!(%error, "recording a webhook try failed; the delivery will be tried again");
-        }
+        DeliveryTry { delivery_id: delivery.id, owner: delivery.owner.clone(), number: delivery.number, status, latency, error, outcome }
     }
 
     /// Posts the delivery: the answer's status, or why there was none (and
@@ -168,6 +174,19 @@ impl Deliverer {
         } else {
             TryOutcome::Retry(wait)
         }
+    }
+}
+
+/// Records the tries as they come, each batch of those waiting (up to
+/// [`RECORD_BATCH`]) in one transaction, until every sender is gone.
+async fn record(store: Arc<dyn Store>, mut finished: mpsc::Receiver<DeliveryTry>) {
+    let mut batch = Vec::with_capacity(RECORD_BATCH);
+    while finished.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+        if let Err(error) = store.record_webhook_tries(&batch).await {
+            // The claims' lease runs out, and the deliveries are tried again.
+            tracing::warn!(%error, tries = batch.len(), "recording webhook tries failed; the deliveries will be tried again");
+        }
+        batch.clear();
     }
 }
 

@@ -5,9 +5,11 @@
 //! (I3), a definitive failure as `failed` (then the retry policy), anything
 //! ambiguous as `unknown` (I4). Beside it run the reaper (expired leases →
 //! `unknown`), the reconciler (unknown attempts settled by asking the
-//! provider) and the webhooks' deliverer ([`crate::webhooks`]).
+//! provider), the webhooks' deliverer ([`crate::webhooks`]) and the purger
+//! (finished jobs past their retention).
 
 mod attempt;
+mod purger;
 mod reaper;
 mod reconciler;
 
@@ -18,12 +20,13 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::catalog::Catalog;
-use crate::config::{WebhookSettings, WorkerSettings};
+use crate::config::{RetentionSettings, WebhookSettings, WorkerSettings};
 use crate::provider::Providers;
 use crate::signals::Signals;
 use crate::store::{Leases, Store};
 
 pub use attempt::record_outcome;
+pub use purger::rules as purge_rules;
 
 /// Everything a worker process shares between its loops and attempts.
 pub struct Worker {
@@ -39,6 +42,8 @@ pub struct Worker {
     pub settings: WorkerSettings,
     /// `[webhooks]`: its deliverer sends the outbox's deliveries.
     pub webhooks: WebhookSettings,
+    /// `[retention]`: its purger removes finished jobs past it.
+    pub retention: RetentionSettings,
     /// This worker's name in leases and events.
     pub id: String,
     /// When the claim loop last ran (Unix seconds), for `/readyz`.
@@ -54,11 +59,12 @@ impl Worker {
         signals: Arc<Signals>,
         settings: WorkerSettings,
         webhooks: WebhookSettings,
+        retention: RetentionSettings,
     ) -> Self {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let id = format!("{}-{}-{}", host.trim(), std::process::id(), &uuid::Uuid::now_v7().simple().to_string()[24..]);
         let heartbeat = Arc::new(std::sync::atomic::AtomicI64::new(chrono::Utc::now().timestamp()));
-        Self { store, catalog, providers, signals, settings, webhooks, id, heartbeat }
+        Self { store, catalog, providers, signals, settings, webhooks, retention, id, heartbeat }
     }
 
     fn leases(&self) -> Leases {
@@ -78,10 +84,11 @@ impl Worker {
         let reconciler = tokio::spawn(reconciler::run(self.clone(), shutdown.clone()));
         let deliverer = Arc::new(crate::webhooks::Deliverer::new(self.store.clone(), self.webhooks.clone()));
         let deliveries = tokio::spawn(deliverer.run(shutdown.clone()));
+        let purger = tokio::spawn(purger::run(self.clone(), shutdown.clone()));
         self.claim_loop(shutdown).await;
         // A stopped worker is not ready.
         self.heartbeat.store(0, std::sync::atomic::Ordering::Relaxed);
-        let _ = tokio::join!(reaper, reconciler, deliveries);
+        let _ = tokio::join!(reaper, reconciler, deliveries, purger);
         tracing::info!(worker = %self.id, "worker stopped");
     }
 

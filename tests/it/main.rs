@@ -19,6 +19,7 @@ mod events;
 mod lifecycle;
 mod openai;
 mod openapi;
+mod retention;
 mod ops;
 mod process;
 mod stalls;

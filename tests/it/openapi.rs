@@ -27,6 +27,7 @@ async fn the_specification_lists_every_route_the_router_serves() {
         ("post", "/jobs"),
         ("get", "/jobs"),
         ("get", "/jobs/{id}"),
+        ("delete", "/jobs/{id}"),
         ("get", "/jobs/{id}/events"),
         ("post", "/jobs/{id}/cancel"),
         ("post", "/jobs/{id}/attempts"),

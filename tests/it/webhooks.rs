@@ -32,12 +32,19 @@ struct Receiver {
 
 impl Receiver {
     /// Starts it; it answers 500 to the first `fail_first` requests.
+    /// A receiver answering 500 to its first `fail_first` requests, then 204.
     async fn start(fail_first: u32) -> Self {
+        Self::start_answering(fail_first, 204).await
+    }
+
+    /// A receiver answering 500 to its first `fail_first` requests, then `then`.
+    async fn start_answering(fail_first: u32, then: u16) -> Self {
         let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/schemathesis-venv/bin/python");
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/webhooks/receiver.py");
         let mut child = tokio::process::Command::new(&python)
             .arg(&script)
             .arg(fail_first.to_string())
+            .arg(then.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
@@ -159,6 +166,26 @@ async fn a_receiver_failing_three_times_gets_the_event_four_times_under_one_id_e
     assert_eq!(deliveries[0]["state"], "delivered");
     let tried: Vec<Value> = deliveries[0]["tries"].as_array().unwrap().iter().map(|t| t["status"].clone()).collect();
     assert_eq!(tried, [json!(500), json!(500), json!(500), json!(204)]);
+}
+
+async fn a_receiver_answering_410_gone_disables_its_endpoint_after_one_try(backend: Backend) {
+    let app = TestApp::spawn_live(backend, loopback_allowed).await;
+    let admin = alices_admin(&app.database_url).await;
+    let mut receiver = Receiver::start_answering(0, 410).await;
+    let address = app.addr.to_string();
+    let registered = register(&app.client, &address, &admin, &receiver.url(), &["job.succeeded"]).await;
+    let endpoint: Value = registered.json().await.unwrap();
+    receiver.verify_with(endpoint["secret"].as_str().unwrap()).await;
+    create(&app.client, &address, &app.alice, "gone").await;
+    assert_eq!(receiver.next().await["status"], 410);
+    let listing = || async { app.get(&admin, "/webhooks").await.json::<Value>().await.unwrap() };
+    eventually("the endpoint disabled", Duration::from_secs(10), || async { !listing().await["webhooks"][0]["disabled_at"].is_null() }).await;
+    let listed = listing().await;
+    assert_eq!(listed["webhooks"][0]["disabled_reason"], "the receiver answered 410 Gone", "{listed:#}");
+    let path = format!("/webhooks/{}/deliveries", endpoint["id"].as_str().unwrap());
+    let deliveries = app.get(&admin, &path).await.json::<Value>().await.unwrap();
+    assert_eq!(deliveries["deliveries"][0]["state"], "failed", "{deliveries:#}");
+    assert_eq!(deliveries["deliveries"][0]["tries"].as_array().map(Vec::len), Some(1), "{deliveries:#}");
 }
 
 async fn an_endpoint_must_be_https_on_a_public_address_and_is_its_owners_alone(backend: Backend) {
@@ -332,6 +359,7 @@ on_both_backends_with_a_receiver!(
         a_receiver_failing_three_times_gets_the_event_four_times_under_one_id_each_signature_verifying,
         a_delivery_committed_before_a_crash_is_sent_after_the_restart,
         a_settlement_rolled_back_delivers_nothing,
+        a_receiver_answering_410_gone_disables_its_endpoint_after_one_try,
     ],
     plain: [an_endpoint_must_be_https_on_a_public_address_and_is_its_owners_alone],
 );

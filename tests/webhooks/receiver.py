@@ -5,7 +5,8 @@ Prints {"port": N} once listening on 127.0.0.1, then reads the endpoint's
 signing secret from its standard input (one line). For each POST it prints
 one JSON line: the webhook-id, whether the signature verified, the body,
 and the status it answered. It answers 500 to the first FAIL_FIRST
-requests (its first argument), then 204.
+requests (its first argument), then THEN (its second argument, 204 by
+default).
 """
 
 import json
@@ -15,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from standardwebhooks.webhooks import Webhook
 
 FAIL_FIRST = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+THEN = int(sys.argv[2]) if len(sys.argv) > 2 else 204
 state = {"seen": 0, "secret": None}
 
 
@@ -28,7 +30,7 @@ class Receiver(BaseHTTPRequestHandler):
         except Exception as problem:  # the library's verification error, whatever its class
             verified, error = False, str(problem)
         state["seen"] += 1
-        status = 500 if state["seen"] <= FAIL_FIRST else 204
+        status = 500 if state["seen"] <= FAIL_FIRST else THEN
         print(json.dumps({
             "id": headers.get("webhook-id"),
             "verified": verified,

@@ -42,6 +42,7 @@ use crate::domain::{
 mod keys;
 mod sessions;
 mod webhooks;
+mod retention;
 mod sql;
 
 pub use sql::{CREATE_JOB, GET_JOB};
@@ -119,6 +120,10 @@ struct PgTx {
 }
 
 impl_driver_tx!(PgTx, {
+    async fn take_purge_lock(&mut self) -> Result<bool> {
+        retention::take_purge_lock(&mut self.tx).await
+    }
+
     async fn set_job_state(&mut self, owner: &OwnerId, job_id: JobId, state: JobState) -> Result<()> {
         sqlx::query(r#"update jobs set state = $3, updated_at = now() where owner_id = $1 and id = $2"#)
             .bind(owner.as_str())

@@ -111,41 +111,69 @@ pub(super) async fn claim_deliveries(pool: &PgPool, max: u32, lease: Duration) -
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
-pub(super) async fn record_try(pool: &PgPool, done: &DeliveryTry) -> Result<()> {
+/// Records a batch of tries: every try in one statement, every delivery's
+/// next state in another, and the endpoints that answered 410 disabled,
+/// in one transaction.
+pub(super) async fn record_tries(pool: &PgPool, done: &[DeliveryTry]) -> Result<()> {
+    if done.is_empty() {
+        return Ok(());
+    }
+    let column = |f: &dyn Fn(&DeliveryTry) -> Option<i32>| done.iter().map(f).collect::<Vec<_>>();
+    let ids: Vec<Uuid> = done.iter().map(|d| d.delivery_id).collect();
+    let owners: Vec<&str> = done.iter().map(|d| d.owner.as_str()).collect();
+    let numbers = column(&|d| Some(d.number));
+    let statuses = column(&|d| stored_status(d.status));
+    let latencies = column(&|d| Some(stored_latency(d.latency)));
+    let errors: Vec<Option<&str>> = done.iter().map(|d| d.error.as_deref()).collect();
+    let states: Vec<&str> = done.iter().map(|d| state_after(&d.outcome)).collect();
+    let retry_in: Vec<f64> = done
+        .iter()
+        .map(|d| match &d.outcome {
+            TryOutcome::Retry(after) => after.as_secs_f64(),
+            _ => 0.0,
+        })
+        .collect();
+    let gone: Vec<bool> = done.iter().map(|d| matches!(d.outcome, TryOutcome::Gone)).collect();
     let mut tx = pool.begin().await?;
-    sqlx::query(r#"insert into webhook_tries (delivery_id, number, status, latency_ms, error) values ($1, $2, $3, $4, $5)
+    sqlx::query(r#"insert into webhook_tries (delivery_id, number, status, latency_ms, error)
+                   select * from unnest($1::uuid[], $2::int[], $3::int[], $4::int[], $5::text[])
                    on conflict do nothing"#)
-        .bind(done.delivery_id)
-        .bind(done.number)
-        .bind(stored_status(done.status))
-        .bind(stored_latency(done.latency))
-        .bind(&done.error)
+        .bind(&ids)
+        .bind(&numbers)
+        .bind(&statuses)
+        .bind(&latencies)
+        .bind(&errors)
         .execute(&mut *tx)
         .await?;
-    let retry_in = match &done.outcome {
-        TryOutcome::Retry(after) => after.as_secs_f64(),
-        _ => 0.0,
-    };
-    let endpoint: Option<Uuid> = sqlx::query_scalar(
-        r#"update webhook_deliveries
-           set state = $3, last_status = $4, last_error = $5,
-               next_at = now() + make_interval(secs => $6),
-               finished_at = case when $3 = 'pending' then null else now() end
-           where owner_id = $1 and id = $2 and state = 'pending'
-           returning endpoint_id"#,
+    let disable: Vec<(String, Uuid)> = sqlx::query_as(
+        r#"with done as (
+               select * from unnest($1::text[], $2::uuid[], $3::text[], $4::int[], $5::text[], $6::float8[], $7::bool[])
+                   as t(owner_id, id, state, status, error, retry_in, gone)
+           )
+           update webhook_deliveries d
+           set state = done.state, last_status = done.status, last_error = done.error,
+               next_at = now() + make_interval(secs => done.retry_in),
+               finished_at = case when done.state = 'pending' then null else now() end
+           from done
+           where d.owner_id = done.owner_id and d.id = done.id and d.state = 'pending'
+           returning d.owner_id, d.endpoint_id, done.gone"#,
     )
-    .bind(done.owner.as_str())
-    .bind(done.delivery_id)
-    .bind(state_after(&done.outcome))
-    .bind(stored_status(done.status))
-    .bind(&done.error)
-    .bind(retry_in)
-    .fetch_optional(&mut *tx)
-    .await?;
-    if let (TryOutcome::Gone, Some(endpoint)) = (&done.outcome, endpoint) {
+    .bind(&owners)
+    .bind(&ids)
+    .bind(&states)
+    .bind(&statuses)
+    .bind(&errors)
+    .bind(&retry_in)
+    .bind(&gone)
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .filter_map(|(owner, endpoint, gone): (String, Uuid, bool)| gone.then_some((owner, endpoint)))
+    .collect();
+    for (owner, endpoint) in disable {
         sqlx::query(r#"update webhook_endpoints set disabled_at = now(), disabled_reason = $3
                        where owner_id = $1 and id = $2 and disabled_at is null"#)
-            .bind(done.owner.as_str())
+            .bind(owner)
             .bind(endpoint)
             .bind("the receiver answered 410 Gone")
             .execute(&mut *tx)

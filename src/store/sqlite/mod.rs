@@ -53,6 +53,7 @@ use crate::domain::{
 mod group;
 mod sessions;
 mod webhooks;
+mod retention;
 mod sql;
 
 use sql::{
@@ -183,6 +184,10 @@ struct SqliteTx {
 }
 
 impl_driver_tx!(SqliteTx, {
+    async fn take_purge_lock(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+
     async fn set_job_state(&mut self, owner: &OwnerId, job_id: JobId, state: JobState) -> Result<()> {
         sqlx::query(r#"update jobs set state = ?, updated_at = ? where owner_id = ? and id = ?"#)
             .bind(state)

@@ -128,9 +128,21 @@ pub(super) async fn claim_deliveries(pool: &SqlitePool, max: u32, lease: Duratio
     Ok(claimed)
 }
 
-pub(super) async fn record_try(pool: &SqlitePool, done: &DeliveryTry) -> Result<()> {
+/// Records a batch of tries in one transaction.
+pub(super) async fn record_tries(pool: &SqlitePool, tries: &[DeliveryTry]) -> Result<()> {
+    if tries.is_empty() {
+        return Ok(());
+    }
     let at = now();
     let mut tx = pool.begin().await?;
+    for done in tries {
+        record_try(&mut tx, done, at).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn record_try(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, done: &DeliveryTry, at: i64) -> Result<()> {
     sqlx::query(r#"insert into webhook_tries (delivery_id, number, at, status, latency_ms, error) values (?1, ?2, ?3, ?4, ?5, ?6)
                    on conflict do nothing"#)
         .bind(done.delivery_id)
@@ -139,7 +151,7 @@ pub(super) async fn record_try(pool: &SqlitePool, done: &DeliveryTry) -> Result<
         .bind(stored_status(done.status))
         .bind(stored_latency(done.latency))
         .bind(&done.error)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
     let next_at = match &done.outcome {
         TryOutcome::Retry(after) => at.saturating_add(micros(*after)),
@@ -158,7 +170,7 @@ pub(super) async fn record_try(pool: &SqlitePool, done: &DeliveryTry) -> Result<
     .bind(&done.error)
     .bind(next_at)
     .bind(finished_at)
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut **tx)
     .await?;
     if let (TryOutcome::Gone, Some(endpoint)) = (&done.outcome, endpoint) {
         sqlx::query(r#"update webhook_endpoints set disabled_at = ?3, disabled_reason = ?4
@@ -167,9 +179,8 @@ pub(super) async fn record_try(pool: &SqlitePool, done: &DeliveryTry) -> Result<
             .bind(endpoint)
             .bind(at)
             .bind("the receiver answered 410 Gone")
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?;
     }
-    tx.commit().await?;
     Ok(())
 }

@@ -1,0 +1,86 @@
+//! Purging finished jobs, written once for both databases over the
+//! statements of [`super::driver`]: a batch of jobs past their retention
+//! (or one job an owner erases) is deleted with its attempts, events and
+//! webhook deliveries in one transaction, after what its attempts used and
+//! cost is added to the daily rollup the usage report reads, so that the
+//! cost history outlives the jobs. A job with an open attempt (`pending`,
+//! `running`, `unknown`) is never purged, whatever its age (see
+//! [`crate::domain::retention`]).
+
+use std::collections::BTreeMap;
+
+use super::driver::Tx;
+use super::usage::UsageRow;
+use super::{Result, Store, corrupt};
+use crate::domain::retention::{FINISHED, OPEN};
+use crate::domain::{JobId, Money, OwnerId};
+
+pub use super::purge::{Erasure, PURGE_LOCK, PurgeBatch, PurgeRule, RollupKey, RollupTotals};
+
+/// Purges up to `max` jobs under `rule` in one transaction, unless another
+/// process is purging.
+pub(super) async fn purge_batch<S: Store + ?Sized>(store: &S, rule: &PurgeRule, max: u32) -> Result<PurgeBatch> {
+    let mut tx = store.begin().await?;
+    if !tx.take_purge_lock().await? {
+        return Ok(PurgeBatch::Busy);
+    }
+    let jobs = tx.purgeable_jobs(rule, max).await?;
+    if jobs.is_empty() {
+        return Ok(PurgeBatch::Purged(0));
+    }
+    let purged = remove(&mut tx, &jobs).await?;
+    fail::fail_point!("purge-before-commit", |_| Err(corrupt("failpoint purge-before-commit")));
+    tx.commit().await?;
+    Ok(PurgeBatch::Purged(purged))
+}
+
+/// Erases one of `owner`'s jobs now, if it is finished with no open attempt.
+pub(super) async fn erase_job<S: Store + ?Sized>(store: &S, owner: &OwnerId, id: JobId) -> Result<Erasure> {
+    let mut tx = store.begin().await?;
+    let Some(job) = tx.lock_job(owner, id).await? else {
+        return Ok(Erasure::NotFound);
+    };
+    let open = tx.attempt_states(owner, id).await?.iter().any(|state| OPEN.contains(state));
+    if !FINISHED.contains(&job.state) || open {
+        return Ok(Erasure::NotFinished(job.state));
+    }
+    remove(&mut tx, &[(owner.clone(), id)]).await?;
+    tx.commit().await?;
+    Ok(Erasure::Erased)
+}
+
+/// Adds the jobs' usage to the rollup, then deletes them; how many went.
+async fn remove(tx: &mut Tx, jobs: &[(OwnerId, JobId)]) -> Result<u64> {
+    let mut rollup: BTreeMap<RollupKey, RollupTotals> = BTreeMap::new();
+    for (owner, row) in tx.usage_of_jobs(jobs).await? {
+        let (key, totals) = rollup_of(owner, &row)?;
+        rollup.entry(key).or_default().add(&totals)?;
+    }
+    for (key, totals) in &rollup {
+        let mut sum = tx.rollup_row(key).await?.unwrap_or_default();
+        sum.add(totals)?;
+        tx.put_rollup_row(key, &sum).await?;
+    }
+    tx.delete_jobs(jobs).await
+}
+
+/// The rollup row an attempt's usage counts in, and what it adds.
+fn rollup_of(owner: OwnerId, row: &UsageRow) -> Result<(RollupKey, RollupTotals)> {
+    let day = row.created_at.date_naive().and_hms_opt(0, 0, 0).ok_or_else(|| corrupt("a day without a midnight"))?.and_utc();
+    let key = RollupKey {
+        owner,
+        day,
+        task: row.task.clone(),
+        provider: row.provider.clone(),
+        state: row.state.as_str().to_owned(),
+        currency: row.cost.as_ref().map(|c| c.currency.clone()).unwrap_or_default(),
+    };
+    let totals = RollupTotals {
+        attempts: row.attempts,
+        estimated_attempts: row.estimated_attempts,
+        prompt_tokens: row.usage.prompt_tokens,
+        completion_tokens: row.usage.completion_tokens,
+        cost: row.cost.as_ref().map_or(Money::ZERO, |c| c.amount),
+    };
+    Ok((key, totals))
+}

@@ -1,0 +1,81 @@
+//! The statements of a purge on SQLite (the logic is in
+//! [`crate::store::retention`]). The write transaction is SQLite's one
+//! writer, so no lock is needed, and each job's rows are deleted by their
+//! own statements (in-process, they cost microseconds).
+
+use sqlx::{Sqlite, Transaction};
+use uuid::Uuid;
+
+use crate::store::Result;
+use crate::store::purge::PurgeRule;
+use crate::store::rows::names::*;
+use crate::store::rows::{Stamp, UsageReportRow, read_all};
+use crate::store::usage::UsageRow;
+use crate::domain::{JobId, OwnerId};
+
+type SqliteTransaction = Transaction<'static, Sqlite>;
+
+pub(super) async fn purgeable_jobs(tx: &mut SqliteTransaction, rule: &PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>> {
+    // The state list is written out so that the `jobs_finished` partial index matches.
+    let sql = format!(
+        r#"select j.owner_id, j.id from jobs j
+           where j.state in ('{JOB_SUCCEEDED}', '{JOB_FAILED}', '{JOB_CANCELED}') and j.updated_at < ?1
+             and (case when ?2 is null then j.task not in (select value from json_each(?3)) else j.task = ?2 end)
+             and not exists (select 1 from attempts a where a.owner_id = j.owner_id and a.job_id = j.id
+                             and (a.state in ('{PENDING}', '{RUNNING}', '{UNKNOWN}') or a.finished_at >= ?1))
+           order by j.updated_at
+           limit ?4"#
+    );
+    let others = serde_json::Value::from(rule.others.clone()).to_string();
+    let rows: Vec<(String, Uuid)> = sqlx::query_as(&sql)
+        .bind(Stamp(rule.before))
+        .bind(rule.task.as_deref())
+        .bind(others)
+        .bind(i64::from(max))
+        .fetch_all(&mut **tx)
+        .await?;
+    Ok(rows.into_iter().map(|(owner, id)| (OwnerId::from_trusted(owner), JobId(id))).collect())
+}
+
+pub(super) async fn usage_of_jobs(tx: &mut SqliteTransaction, jobs: &[(OwnerId, JobId)]) -> Result<Vec<(OwnerId, UsageRow)>> {
+    let mut found = Vec::new();
+    for (owner, id) in jobs {
+        let rows = sqlx::query(
+            r#"select j.task, a.provider, a.state, a.created_at, a.prompt_tokens, a.completion_tokens,
+                      a.usage_estimated, a.cost, a.currency, a.price_version,
+                      1 as attempts, coalesce(a.usage_estimated, 0) as estimated_attempts
+               from jobs j join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
+               where j.owner_id = ?1 and j.id = ?2 and a.prompt_tokens is not null"#,
+        )
+        .bind(owner.as_str())
+        .bind(id.0)
+        .fetch_all(&mut **tx)
+        .await?;
+        let usage: Vec<UsageRow> = read_all::<_, UsageReportRow, _>(&rows)?;
+        found.extend(usage.into_iter().map(|row| (owner.clone(), row)));
+    }
+    Ok(found)
+}
+
+pub(super) async fn delete_jobs(tx: &mut SqliteTransaction, jobs: &[(OwnerId, JobId)]) -> Result<u64> {
+    // The audit log lets this transaction, and only it, delete events.
+    sqlx::query("insert into purging (marker) values (1)").execute(&mut **tx).await?;
+    let mut deleted = 0;
+    for (owner, id) in jobs {
+        for table in ["webhook_deliveries", "job_events", "attempts"] {
+            sqlx::query(&format!("delete from {table} where owner_id = ?1 and job_id = ?2"))
+                .bind(owner.as_str())
+                .bind(id.0)
+                .execute(&mut **tx)
+                .await?;
+        }
+        deleted += sqlx::query("delete from jobs where owner_id = ?1 and id = ?2")
+            .bind(owner.as_str())
+            .bind(id.0)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+    }
+    sqlx::query("delete from purging").execute(&mut **tx).await?;
+    Ok(deleted)
+}

@@ -1,0 +1,99 @@
+//! The purger: every `retention.purge_interval`, finished jobs past their
+//! retention are purged in batches of `retention.batch_size`, one
+//! transaction each, with `retention.batch_pause` between two, so that a
+//! large purge never holds what the jobs' own work needs for long. One
+//! process purges at a time (the store's purge lock): the others find it
+//! busy and wait for their next turn. Jobs `unknown` past their retention
+//! are never purged; how many there are is a gauge and a log line.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use tokio::sync::watch;
+
+use super::Worker;
+use crate::catalog::Catalog;
+use crate::config::RetentionSettings;
+use crate::store::retention::{PurgeBatch, PurgeRule};
+
+pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>) {
+    let settings = worker.retention.clone();
+    while !*shutdown.borrow() {
+        let purged = purge_due(&worker, &settings, &shutdown).await;
+        if purged > 0 {
+            tracing::info!(purged, "purged finished jobs past their retention");
+        }
+        report_old_unknowns(&worker, &settings).await;
+        tokio::select! {
+            _ = tokio::time::sleep(settings.purge_interval.0) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// The purge rules in force now: one per task with its own retention, and
+/// one for every other task.
+pub fn rules(catalog: &Catalog, settings: &RetentionSettings) -> Vec<PurgeRule> {
+    let now = Utc::now();
+    let own: Vec<(String, crate::config::Span)> =
+        catalog.tasks().filter_map(|task| Some((task.name.clone(), task.settings.retain_finished?))).collect();
+    let others: Vec<String> = own.iter().map(|(name, _)| name.clone()).collect();
+    let mut rules: Vec<PurgeRule> = own
+        .into_iter()
+        .map(|(task, span)| PurgeRule { task: Some(task), others: Vec::new(), before: now - span.as_chrono() })
+        .collect();
+    rules.push(PurgeRule { task: None, others, before: now - settings.finished_jobs.as_chrono() });
+    rules
+}
+
+/// Purges what is due, batch by batch, until none is left, another process
+/// purges, or the worker stops: how many jobs went.
+async fn purge_due(worker: &Worker, settings: &RetentionSettings, shutdown: &watch::Receiver<bool>) -> u64 {
+    let mut purged = 0;
+    for rule in rules(&worker.catalog, settings) {
+        loop {
+            if *shutdown.borrow() {
+                return purged;
+            }
+            let started = std::time::Instant::now();
+            match worker.store.purge_batch(&rule, settings.batch_size).await {
+                Ok(PurgeBatch::Busy) => {
+                    tracing::debug!("another process is purging; this one waits for its next turn");
+                    return purged;
+                }
+                Ok(PurgeBatch::Purged(0)) => break,
+                Ok(PurgeBatch::Purged(jobs)) => {
+                    purged += jobs;
+                    crate::metrics::purged(jobs);
+                    tracing::debug!(jobs, took_ms = started.elapsed().as_millis() as u64, task = rule.task.as_deref().unwrap_or("*"),
+                                    "purged a batch of finished jobs");
+                    if jobs < u64::from(settings.batch_size) {
+                        break;
+                    }
+                    tokio::time::sleep(settings.batch_pause.0).await;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "purging finished jobs failed; trying again at the next turn");
+                    return purged;
+                }
+            }
+        }
+    }
+    purged
+}
+
+/// Counts the jobs `unknown` for longer than the shortest retention: they
+/// are kept, and someone should look at them.
+async fn report_old_unknowns(worker: &Worker, settings: &RetentionSettings) {
+    let shortest = worker.catalog.tasks().filter_map(|task| task.settings.retain_finished).fold(settings.finished_jobs, std::cmp::min);
+    let before = Utc::now() - shortest.as_chrono();
+    match worker.store.count_unknown_since(before).await {
+        Ok(count) => {
+            crate::metrics::unknown_past_retention(count);
+            if count > 0 {
+                tracing::warn!(count, retention = %shortest, "jobs unknown for longer than their retention: kept until settled");
+            }
+        }
+        Err(error) => tracing::warn!(%error, "counting jobs unknown past their retention failed"),
+    }
+}
