@@ -51,7 +51,16 @@ async fn usage_total(app: &TestApp) -> Value {
 }
 
 async fn a_finished_job_past_its_retention_is_purged_and_its_key_makes_a_new_job(backend: Backend) {
-    let app = TestApp::spawn_live(backend, |s| s.tasks.get_mut("summarize").unwrap().failover.clear()).await;
+    let app = TestApp::spawn_live(backend, |s| {
+        s.tasks.get_mut("summarize").unwrap().failover.clear();
+        // A won job whose loser still runs, for as long as the test needs.
+        let mut racing = s.tasks["summarize"].clone();
+        racing.cancel_losers = false;
+        s.tasks.insert("summarize-racing".into(), racing);
+        let slow = s.providers.get_mut("sim-slow").unwrap();
+        (slow.latency_ms, slow.timeout_ms) = (20_000, 40_000);
+    })
+    .await;
     let body = json!({"task": "summarize", "input": {"text": "kept for a while"}});
     let (created, first) = create(&app, "kept-then-free", &body).await;
     assert_eq!(created, StatusCode::CREATED);
@@ -66,6 +75,13 @@ async fn a_finished_job_past_its_retention_is_purged_and_its_key_makes_a_new_job
     assert!(unknown_job["expires_at"].is_null(), "an open job never expires: {unknown_job:#}");
     let (_, running) = create(&app, "running", &json!({"task": "summarize", "input": {"text": "slow"}, "provider": "sim-slow"})).await;
     app.wait_for(&running, "running", |j| j["state"] == "running").await;
+    let (_, won) = create(&app, "won", &json!({"task": "summarize-racing", "input": {"text": "raced"}, "provider": "sim-slow"})).await;
+    app.wait_for(&won, "running", |j| j["state"] == "running").await;
+    let fallback = app.post_attempt(&app.alice, &won, "fallback", &json!({"provider": "sim-fast"})).await;
+    assert_eq!(fallback.status(), StatusCode::CREATED);
+    let won_job = app.wait_for(&won, "won, its loser running", |j| j["state"] == "succeeded").await;
+    assert_eq!(won_job["attempts"][0]["state"], "running", "{won_job:#}");
+    assert!(won_job["expires_at"].is_null(), "a job with an attempt running never expires: {won_job:#}");
     let before = usage_total(&app).await;
 
     let rule = everything_changed_before(Duration::from_secs(3600));
@@ -75,7 +91,7 @@ async fn a_finished_job_past_its_retention_is_purged_and_its_key_makes_a_new_job
     assert_eq!(app.get(&app.alice, &format!("/jobs/{first}")).await.status(), StatusCode::NOT_FOUND, "purged");
     let events = app.store().list_events(&alice(), JobId::parse(&first).unwrap()).await.unwrap();
     assert!(events.is_empty(), "its events went with it: {events:?}");
-    for kept in [&unknown, &running] {
+    for kept in [&unknown, &running, &won] {
         assert_eq!(app.get(&app.alice, &format!("/jobs/{kept}")).await.status(), StatusCode::OK, "an open job is kept");
     }
     assert_eq!(usage_total(&app).await, before, "the usage report counts the purged job's attempts from the rollup");
@@ -112,6 +128,7 @@ on_both_backends!(
     a_finished_job_past_its_retention_is_purged_and_its_key_makes_a_new_job,
     deleting_a_job_erases_it_if_finished_and_refuses_while_it_runs,
     the_worker_purges_by_itself_once_a_retention_passes_and_a_tasks_own_retention_wins,
+    onejob_purge_counts_with_dry_run_then_purges,
 );
 
 #[test]
@@ -174,4 +191,39 @@ async fn the_worker_purges_by_itself_once_a_retention_passes_and_a_tasks_own_ret
     .await;
     let kept: Value = app.get(&app.alice, &format!("/jobs/{long}")).await.json().await.unwrap();
     assert_eq!(kept["state"], "succeeded", "the task's own retention keeps it: {kept:#}");
+}
+
+/// `onejob purge --dry-run` counts what would go and changes nothing;
+/// `onejob purge` then purges it.
+async fn onejob_purge_counts_with_dry_run_then_purges(backend: Backend) {
+    // The app's own purger waits an hour between turns: the command does the work.
+    let app = TestApp::spawn_live(backend, |s| s.retention.purge_interval = "1h".parse().unwrap()).await;
+    let (_, done) = create(&app, "quick", &json!({"task": "summarize", "input": {"text": "quick"}})).await;
+    app.wait_for(&done, "succeeded", |j| j["state"] == "succeeded").await;
+    let mut table: toml::Table = onejob::config::DEFAULT_CONFIG.parse().unwrap();
+    crate::common::processes::set(&mut table, &["retention", "allow_short"], true.into());
+    crate::common::processes::set(&mut table, &["retention", "finished_jobs"], "1s".into());
+    let config = std::env::temp_dir().join(format!("onejob-purge-{}.toml", uuid::Uuid::now_v7().simple()));
+    std::fs::write(&config, toml::to_string(&table).unwrap()).unwrap();
+    // The job is due once a second has passed since its last change.
+    let rule = everything_changed_before(Duration::ZERO);
+    let due = || async { app.store().count_purgeable(&PurgeRule { before: Utc::now() - chrono::Duration::seconds(1), ..rule.clone() }).await.unwrap() == 1 };
+    crate::common::processes::eventually("the job a second old", Duration::from_secs(10), due).await;
+    let run = |dry: bool| {
+        let mut command = tokio::process::Command::new(crate::common::BIN);
+        command.arg("purge").arg("--config").arg(&config).env("DATABASE_URL", &app.database_url);
+        if dry {
+            command.arg("--dry-run");
+        }
+        command.output()
+    };
+    let dry = run(true).await.unwrap();
+    let said = String::from_utf8_lossy(&dry.stdout).into_owned();
+    assert!(dry.status.success() && said.contains("every task: 1 finished jobs"), "{said}{}", String::from_utf8_lossy(&dry.stderr));
+    assert_eq!(app.get(&app.alice, &format!("/jobs/{done}")).await.status(), StatusCode::OK, "a dry run changes nothing");
+    let purged = run(false).await.unwrap();
+    let said = String::from_utf8_lossy(&purged.stdout).into_owned();
+    assert!(purged.status.success() && said.contains("every task: 1 finished jobs purged"), "{said}");
+    assert_eq!(app.get(&app.alice, &format!("/jobs/{done}")).await.status(), StatusCode::NOT_FOUND);
+    let _ = std::fs::remove_file(config);
 }
