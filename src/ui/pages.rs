@@ -402,6 +402,9 @@ struct UnknownRow {
     age: String,
     asked: i32,
     error: String,
+    /// Its task's retention, when it has been unknown for longer: such a
+    /// job is kept until it is settled, never purged.
+    past_retention: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -420,6 +423,10 @@ async fn unknown_page(app: &AppState, session: &Session, status: StatusCode, res
         .await?
         .into_iter()
         .map(|u| UnknownRow {
+            past_retention: u.unknown_since.and_then(|at| {
+                let retention = app.catalog.retention_of(&u.task);
+                (now - at > retention.as_chrono()).then(|| retention.to_string())
+            }),
             job: u.attempt.job_id.to_string(),
             owner: u.attempt.owner.as_str().to_owned(),
             number: u.attempt.number,

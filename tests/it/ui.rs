@@ -34,7 +34,26 @@ on_both_backends!(
     a_session_past_its_lifetime_or_idle_time_is_refused_and_deleted,
     a_session_is_marked_used_at_most_once_a_minute,
     a_session_follows_its_owners_job_on_the_dashboards_event_stream,
+    the_unknown_page_marks_an_attempt_unknown_for_longer_than_its_retention,
 );
+
+/// An unknown job is kept past its retention, and the unknown page says so.
+async fn the_unknown_page_marks_an_attempt_unknown_for_longer_than_its_retention(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.retention.allow_short = true;
+        s.retention.finished_jobs = "1s".parse().unwrap();
+    })
+    .await;
+    let job = alices_unknown_job(&app, "kept-unknown").await;
+    let alice = sign_in(&app, &app.alice).await;
+    let (_, fresh) = alice.page("/ui/unknown").await;
+    assert!(fresh.contains(&job) && !fresh.contains("past retention"), "not yet past its retention");
+    crate::common::processes::eventually("the mark past the retention", Duration::from_secs(10), || async {
+        alice.page("/ui/unknown").await.1.contains("past retention 1s")
+    })
+    .await;
+    assert_eq!(attempt_state(&app, &job).await, "unknown", "kept, not purged");
+}
 
 /// A browser's view of the dashboard: its session cookie and CSRF token.
 struct Browser {
