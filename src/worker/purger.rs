@@ -23,6 +23,12 @@ pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>
         if purged > 0 {
             tracing::info!(purged, "purged finished jobs past their retention");
         }
+        // After a large purge, the freed space goes back to the disk.
+        if purged >= u64::from(settings.batch_size)
+            && let Err(error) = worker.store.reclaim_space().await
+        {
+            tracing::warn!(%error, "giving the purged space back failed");
+        }
         report_old_unknowns(&worker, &settings).await;
         tokio::select! {
             _ = tokio::time::sleep(settings.purge_interval.0) => {}

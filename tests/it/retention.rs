@@ -227,3 +227,32 @@ async fn onejob_purge_counts_with_dry_run_then_purges(backend: Backend) {
     assert_eq!(app.get(&app.alice, &format!("/jobs/{done}")).await.status(), StatusCode::NOT_FOUND);
     let _ = std::fs::remove_file(config);
 }
+
+/// SQLite: a database file made by onejob gives back the pages a purge
+/// freed (incremental vacuum), instead of keeping them for reuse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_space_freed_by_a_purge_goes_back_to_the_disk() {
+    use sqlx::sqlite::SqliteConnectOptions;
+    use std::str::FromStr;
+    let app = TestApp::spawn_live(Backend::Sqlite, |s| s.retention.purge_interval = "1h".parse().unwrap()).await;
+    let file = SqliteConnectOptions::from_str(&app.database_url).unwrap();
+    let mut raw = sqlx::SqliteConnection::connect_with(&file).await.unwrap();
+    let pragma = |name: &'static str| format!("pragma {name}");
+    let mode: i64 = sqlx::query_scalar(&pragma("auto_vacuum")).fetch_one(&mut raw).await.unwrap();
+    assert_eq!(mode, 2, "the file is made with incremental vacuum");
+    let text = "a text long enough to fill pages ".repeat(20);
+    for n in 0..60 {
+        create(&app, &format!("fill-{n}"), &json!({"task": "summarize", "input": {"text": text}})).await;
+    }
+    let rule = everything_changed_before(Duration::from_secs(3600));
+    crate::common::processes::eventually("every job finished", Duration::from_secs(30), || async {
+        app.store().count_purgeable(&rule).await.unwrap() == 60
+    })
+    .await;
+    assert_eq!(purge_all(&app, &rule).await, 60);
+    let free: i64 = sqlx::query_scalar(&pragma("freelist_count")).fetch_one(&mut raw).await.unwrap();
+    assert!(free > 0, "the purge freed pages");
+    app.store().reclaim_space().await.unwrap();
+    let after: i64 = sqlx::query_scalar(&pragma("freelist_count")).fetch_one(&mut raw).await.unwrap();
+    assert_eq!(after, 0, "{free} free pages were given back");
+}

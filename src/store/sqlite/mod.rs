@@ -31,7 +31,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::types::Json;
 use sqlx::{Row, Sqlite, Transaction};
 use uuid::Uuid;
@@ -109,6 +109,10 @@ impl SqliteStore {
         let connect = SqliteConnectOptions::from_str(url)
             .map_err(StoreError::Database)?
             .create_if_missing(true)
+            // Pages a purge frees can be given back to the disk
+            // ([`Store::reclaim_space`]). It takes effect on a new file
+            // only: an existing one keeps its mode until a `VACUUM`.
+            .auto_vacuum(SqliteAutoVacuum::Incremental)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(options.busy_timeout)
@@ -379,6 +383,13 @@ impl Driver for SqliteStore {
 }
 
 impl_store!(SqliteStore, {
+    async fn reclaim_space(&self) -> Result<()> {
+        let mut tx = self.write().await?;
+        sqlx::query("pragma incremental_vacuum").execute(&mut *tx.tx).await?;
+        tx.tx.commit().await?;
+        Ok(())
+    }
+
     async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
         sqlx::query(sql::INSERT_API_KEY)
             .bind(owner.as_str())
