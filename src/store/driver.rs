@@ -93,11 +93,9 @@ pub trait DriverTx: Send {
     /// The usage of the jobs' attempts that have any, with their owners.
     async fn usage_of_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<Vec<(OwnerId, UsageRow)>>;
 
-    /// A rollup row's sums, if it exists.
-    async fn rollup_row(&mut self, key: &RollupKey) -> Result<Option<RollupTotals>>;
-
-    /// Writes a rollup row's sums.
-    async fn put_rollup_row(&mut self, key: &RollupKey, totals: &RollupTotals) -> Result<()>;
+    /// Adds `totals` to a rollup row (made if missing), atomically with
+    /// respect to other transactions adding to it.
+    async fn add_to_rollup(&mut self, key: &RollupKey, totals: &RollupTotals) -> Result<()>;
 
     /// Deletes the jobs with their attempts, events and webhook deliveries
     /// (and their tries): how many jobs went.

@@ -93,3 +93,27 @@ impl RollupTotals {
 pub(crate) fn totals_from((attempts, estimated_attempts, prompt_tokens, completion_tokens, cost): (i64, i64, i64, i64, String)) -> Result<RollupTotals> {
     Ok(RollupTotals { attempts, estimated_attempts, prompt_tokens, completion_tokens, cost: cost.parse().map_err(corrupt)? })
 }
+
+/// Binds a rollup row's key (owner, day, task, provider, state, currency)
+/// to a statement, and its sums after it when given (attempts, estimated
+/// attempts, prompt and completion tokens, cost as decimal text).
+macro_rules! bind_rollup {
+    ($query:expr, $key:expr) => {
+        $query
+            .bind($key.owner.as_str())
+            .bind($crate::store::rows::Stamp($key.day))
+            .bind(&$key.task)
+            .bind(&$key.provider)
+            .bind(&$key.state)
+            .bind(&$key.currency)
+    };
+    ($query:expr, $key:expr, $totals:expr) => {
+        $crate::store::purge::bind_rollup!($query, $key)
+            .bind($totals.attempts)
+            .bind($totals.estimated_attempts)
+            .bind($totals.prompt_tokens)
+            .bind($totals.completion_tokens)
+            .bind($totals.cost.to_string())
+    };
+}
+pub(crate) use bind_rollup;

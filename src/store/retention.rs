@@ -29,7 +29,6 @@ pub(super) async fn purge_batch<S: Store + ?Sized>(store: &S, rule: &PurgeRule, 
         return Ok(PurgeBatch::Purged(0));
     }
     let purged = remove(&mut tx, &jobs).await?;
-    fail::fail_point!("purge-before-commit", |_| Err(corrupt("failpoint purge-before-commit")));
     tx.commit().await?;
     Ok(PurgeBatch::Purged(purged))
 }
@@ -57,9 +56,7 @@ async fn remove(tx: &mut Tx, jobs: &[(OwnerId, JobId)]) -> Result<u64> {
         rollup.entry(key).or_default().add(&totals)?;
     }
     for (key, totals) in &rollup {
-        let mut sum = tx.rollup_row(key).await?.unwrap_or_default();
-        sum.add(totals)?;
-        tx.put_rollup_row(key, &sum).await?;
+        tx.add_to_rollup(key, totals).await?;
     }
     tx.delete_jobs(jobs).await
 }

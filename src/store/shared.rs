@@ -239,22 +239,8 @@ macro_rules! impl_driver_tx {
                 retention::usage_of_jobs(&mut self.tx, jobs).await
             }
 
-            async fn rollup_row(&mut self, key: &$crate::store::purge::RollupKey) -> Result<Option<$crate::store::purge::RollupTotals>> {
-                let row: Option<(i64, i64, i64, i64, String)> = sqlx::query_as(sql::ROLLUP_ROW)
-                    .bind(key.owner.as_str()).bind($crate::store::rows::Stamp(key.day)).bind(&key.task)
-                    .bind(&key.provider).bind(&key.state).bind(&key.currency)
-                    .fetch_optional(&mut *self.tx).await?;
-                row.map($crate::store::purge::totals_from).transpose()
-            }
-
-            async fn put_rollup_row(&mut self, key: &$crate::store::purge::RollupKey, totals: &$crate::store::purge::RollupTotals) -> Result<()> {
-                sqlx::query(sql::PUT_ROLLUP_ROW)
-                    .bind(key.owner.as_str()).bind($crate::store::rows::Stamp(key.day)).bind(&key.task)
-                    .bind(&key.provider).bind(&key.state).bind(&key.currency)
-                    .bind(totals.attempts).bind(totals.estimated_attempts)
-                    .bind(totals.prompt_tokens).bind(totals.completion_tokens).bind(totals.cost.to_string())
-                    .execute(&mut *self.tx).await?;
-                Ok(())
+            async fn add_to_rollup(&mut self, key: &$crate::store::purge::RollupKey, totals: &$crate::store::purge::RollupTotals) -> Result<()> {
+                retention::add_to_rollup(&mut self.tx, key, totals).await
             }
 
             async fn delete_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<u64> {

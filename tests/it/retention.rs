@@ -129,6 +129,7 @@ on_both_backends!(
     deleting_a_job_erases_it_if_finished_and_refuses_while_it_runs,
     the_worker_purges_by_itself_once_a_retention_passes_and_a_tasks_own_retention_wins,
     onejob_purge_counts_with_dry_run_then_purges,
+    concurrent_erasures_keep_every_jobs_usage_in_the_report,
 );
 
 #[test]
@@ -255,4 +256,35 @@ async fn sqlite_space_freed_by_a_purge_goes_back_to_the_disk() {
     app.store().reclaim_space().await.unwrap();
     let after: i64 = sqlx::query_scalar(&pragma("freelist_count")).fetch_one(&mut raw).await.unwrap();
     assert_eq!(after, 0, "{free} free pages were given back");
+}
+
+/// Erasures at once of jobs whose usage falls in the same rollup row all
+/// add to it: the usage report's totals stay what they were.
+async fn concurrent_erasures_keep_every_jobs_usage_in_the_report(backend: Backend) {
+    let app = std::sync::Arc::new(TestApp::spawn_live(backend, |_| {}).await);
+    let mut ids = Vec::new();
+    for n in 0..12 {
+        ids.push(create(&app, &format!("erase-{n}"), &json!({"task": "summarize", "input": {"text": "erased together"}})).await.1);
+    }
+    for id in &ids {
+        app.wait_for(id, "succeeded", |j| j["state"] == "succeeded").await;
+    }
+    let before = usage_total(&app).await;
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(ids.len()));
+    let erasures: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (app, barrier, id) = (app.clone(), barrier.clone(), id.clone());
+            tokio::spawn(async move {
+                let request = app.client.delete(app.url(&format!("/jobs/{id}"))).bearer_auth(&app.alice);
+                barrier.wait().await;
+                request.send().await.unwrap().status()
+            })
+        })
+        .collect();
+    for erasure in erasures {
+        assert_eq!(erasure.await.unwrap(), StatusCode::NO_CONTENT);
+    }
+    let after = usage_total(&app).await;
+    assert_eq!(after, before, "every erased job's usage is in the rollup");
 }

@@ -6,7 +6,7 @@ use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::store::Result;
-use crate::store::purge::PurgeRule;
+use crate::store::purge::{PurgeRule, RollupKey, RollupTotals, bind_rollup};
 use crate::store::rows::names::*;
 use crate::store::rows::{Stamp, UsageReportRow, read_all};
 use crate::store::usage::UsageRow;
@@ -64,6 +64,13 @@ pub(super) async fn usage_of_jobs(tx: &mut PgTransaction, jobs: &[(OwnerId, JobI
     let owners: Vec<String> = rows.iter().map(|row| sqlx::Row::try_get(row, "owner_id")).collect::<std::result::Result<_, _>>()?;
     let usage: Vec<UsageRow> = read_all::<_, UsageReportRow, _>(&rows)?;
     Ok(owners.into_iter().map(OwnerId::from_trusted).zip(usage).collect())
+}
+
+pub(super) async fn add_to_rollup(tx: &mut PgTransaction, key: &RollupKey, totals: &RollupTotals) -> Result<()> {
+    bind_rollup!(sqlx::query(super::sql::ADD_TO_ROLLUP), key, totals)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 pub(super) async fn delete_jobs(tx: &mut PgTransaction, jobs: &[(OwnerId, JobId)]) -> Result<u64> {

@@ -298,15 +298,16 @@ pub(super) static READ_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
 pub(super) static COUNT_UNKNOWN_SINCE: LazyLock<String> =
     LazyLock::new(|| format!("select count(*) from jobs where state = '{JOB_UNKNOWN}' and updated_at < $1"));
 
-/// A row of the usage rollup. Binds: owner, day, task, provider, state, currency.
-pub(super) const ROLLUP_ROW: &str = r#"select attempts, estimated_attempts, prompt_tokens, completion_tokens, cost::text from usage_rollup
-    where owner_id = $1 and day = $2 and task = $3 and provider = $4 and state = $5 and currency = $6"#;
-
-/// Writes a row of the usage rollup. Binds: its key (as [`ROLLUP_ROW`]),
-/// attempts, estimated attempts, prompt and completion tokens, cost.
-pub(super) const PUT_ROLLUP_ROW: &str = r#"insert into usage_rollup (owner_id, day, task, provider, state, currency,
+/// Adds to a row of the usage rollup, making it if missing: the sums are
+/// added by the statement, so concurrent purges and erasures add up.
+/// Binds: owner, day, task, provider, state, currency, attempts, estimated
+/// attempts, prompt and completion tokens, cost.
+pub(super) const ADD_TO_ROLLUP: &str = r#"insert into usage_rollup (owner_id, day, task, provider, state, currency,
         attempts, estimated_attempts, prompt_tokens, completion_tokens, cost)
     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::numeric)
     on conflict (owner_id, day, task, provider, state, currency) do update
-    set attempts = excluded.attempts, estimated_attempts = excluded.estimated_attempts,
-        prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens, cost = excluded.cost"#;
+    set attempts = usage_rollup.attempts + excluded.attempts,
+        estimated_attempts = usage_rollup.estimated_attempts + excluded.estimated_attempts,
+        prompt_tokens = usage_rollup.prompt_tokens + excluded.prompt_tokens,
+        completion_tokens = usage_rollup.completion_tokens + excluded.completion_tokens,
+        cost = usage_rollup.cost + excluded.cost"#;

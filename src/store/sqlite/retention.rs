@@ -7,7 +7,7 @@ use sqlx::{Sqlite, Transaction};
 use uuid::Uuid;
 
 use crate::store::Result;
-use crate::store::purge::PurgeRule;
+use crate::store::purge::{PurgeRule, RollupKey, RollupTotals, bind_rollup};
 use crate::store::rows::names::*;
 use crate::store::rows::{Stamp, UsageReportRow, read_all};
 use crate::store::usage::UsageRow;
@@ -55,6 +55,17 @@ pub(super) async fn usage_of_jobs(tx: &mut SqliteTransaction, jobs: &[(OwnerId, 
         found.extend(usage.into_iter().map(|row| (owner.clone(), row)));
     }
     Ok(found)
+}
+
+/// Adds to a rollup row: read, summed exactly here (the cost is decimal
+/// text), written back; the write transaction is the only writer.
+pub(super) async fn add_to_rollup(tx: &mut SqliteTransaction, key: &RollupKey, totals: &RollupTotals) -> Result<()> {
+    let row: Option<(i64, i64, i64, i64, String)> =
+        bind_rollup!(sqlx::query_as(super::sql::ROLLUP_ROW), key).fetch_optional(&mut **tx).await?;
+    let mut sum = row.map(crate::store::purge::totals_from).transpose()?.unwrap_or_default();
+    sum.add(totals)?;
+    bind_rollup!(sqlx::query(super::sql::PUT_ROLLUP_ROW), key, sum).execute(&mut **tx).await?;
+    Ok(())
 }
 
 pub(super) async fn delete_jobs(tx: &mut SqliteTransaction, jobs: &[(OwnerId, JobId)]) -> Result<u64> {
