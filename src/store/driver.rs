@@ -90,6 +90,9 @@ pub trait DriverTx: Send {
     /// whose attempts is open or changed since the rule's cutoff; locked.
     async fn purgeable_jobs(&mut self, rule: &PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>>;
 
+    /// How many finished jobs `rule` would purge now (nothing is locked).
+    async fn count_purgeable(&mut self, rule: &PurgeRule) -> Result<u64>;
+
     /// The usage of the jobs' attempts that have any, with their owners.
     async fn usage_of_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<Vec<(OwnerId, UsageRow)>>;
 

@@ -630,8 +630,7 @@ pub trait Store: Driver {
 
     /// How many finished jobs `rule` would purge now (nothing is changed).
     async fn count_purgeable(&self, rule: &retention::PurgeRule) -> Result<u64> {
-        let mut tx = self.begin().await?;
-        Ok(tx.purgeable_jobs(rule, u32::MAX).await?.len() as u64)
+        self.begin().await?.count_purgeable(rule).await
     }
 
     /// Gives the space a large purge freed back to the disk where the

@@ -235,6 +235,10 @@ macro_rules! impl_driver_tx {
                 retention::purgeable_jobs(&mut self.tx, rule, max).await
             }
 
+            async fn count_purgeable(&mut self, rule: &$crate::store::purge::PurgeRule) -> Result<u64> {
+                retention::count_purgeable(&mut self.tx, rule).await
+            }
+
             async fn usage_of_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<Vec<(OwnerId, $crate::store::usage::UsageRow)>> {
                 retention::usage_of_jobs(&mut self.tx, jobs).await
             }

@@ -20,18 +20,22 @@ pub(super) async fn take_purge_lock(tx: &mut PgTransaction) -> Result<bool> {
     Ok(sqlx::query_scalar("select pg_try_advisory_xact_lock($1)").bind(PURGE_LOCK).fetch_one(&mut **tx).await?)
 }
 
-pub(super) async fn purgeable_jobs(tx: &mut PgTransaction, rule: &PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>> {
-    // The state list is written out so that the `jobs_finished` partial index matches.
-    let sql = format!(
-        r#"select j.owner_id, j.id from jobs j
+/// The finished jobs a rule may purge (binds: cutoff, task or null, the
+/// other tasks), as `select what … tail`. The state list is written out so
+/// that the `jobs_finished` partial index matches.
+fn purgeable(what: &str, tail: &str) -> String {
+    format!(
+        r#"select {what} from jobs j
            where j.state in ('{JOB_SUCCEEDED}', '{JOB_FAILED}', '{JOB_CANCELED}') and j.updated_at < $1
              and (case when $2::text is null then not (j.task = any($3)) else j.task = $2 end)
              and not exists (select 1 from attempts a where a.owner_id = j.owner_id and a.job_id = j.id
                              and (a.state in ('{PENDING}', '{RUNNING}', '{UNKNOWN}') or a.finished_at >= $1))
-           order by j.updated_at
-           limit $4
-           for update of j skip locked"#
-    );
+           {tail}"#
+    )
+}
+
+pub(super) async fn purgeable_jobs(tx: &mut PgTransaction, rule: &PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>> {
+    let sql = purgeable("j.owner_id, j.id", "order by j.updated_at limit $4 for update of j skip locked");
     let rows: Vec<(String, Uuid)> = sqlx::query_as(&sql)
         .bind(Stamp(rule.before))
         .bind(rule.task.as_deref())
@@ -40,6 +44,16 @@ pub(super) async fn purgeable_jobs(tx: &mut PgTransaction, rule: &PurgeRule, max
         .fetch_all(&mut **tx)
         .await?;
     Ok(rows.into_iter().map(|(owner, id)| (OwnerId::from_trusted(owner), JobId(id))).collect())
+}
+
+pub(super) async fn count_purgeable(tx: &mut PgTransaction, rule: &PurgeRule) -> Result<u64> {
+    let count: i64 = sqlx::query_scalar(&purgeable("count(*)", ""))
+        .bind(Stamp(rule.before))
+        .bind(rule.task.as_deref())
+        .bind(&rule.others)
+        .fetch_one(&mut **tx)
+        .await?;
+    Ok(u64::try_from(count).unwrap_or(0))
 }
 
 fn arrays(jobs: &[(OwnerId, JobId)]) -> (Vec<&str>, Vec<Uuid>) {

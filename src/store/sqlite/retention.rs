@@ -15,19 +15,23 @@ use crate::domain::{JobId, OwnerId};
 
 type SqliteTransaction = Transaction<'static, Sqlite>;
 
-pub(super) async fn purgeable_jobs(tx: &mut SqliteTransaction, rule: &PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>> {
-    // The state list is written out so that the `jobs_finished` partial index matches.
-    let sql = format!(
-        r#"select j.owner_id, j.id from jobs j
+/// The finished jobs a rule may purge (binds: cutoff, task or null, the
+/// other tasks as a JSON array), as `select what … tail`. The state list is
+/// written out so that the `jobs_finished` partial index matches.
+fn purgeable(what: &str, tail: &str) -> String {
+    format!(
+        r#"select {what} from jobs j
            where j.state in ('{JOB_SUCCEEDED}', '{JOB_FAILED}', '{JOB_CANCELED}') and j.updated_at < ?1
              and (case when ?2 is null then j.task not in (select value from json_each(?3)) else j.task = ?2 end)
              and not exists (select 1 from attempts a where a.owner_id = j.owner_id and a.job_id = j.id
                              and (a.state in ('{PENDING}', '{RUNNING}', '{UNKNOWN}') or a.finished_at >= ?1))
-           order by j.updated_at
-           limit ?4"#
-    );
+           {tail}"#
+    )
+}
+
+pub(super) async fn purgeable_jobs(tx: &mut SqliteTransaction, rule: &PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>> {
     let others = serde_json::Value::from(rule.others.clone()).to_string();
-    let rows: Vec<(String, Uuid)> = sqlx::query_as(&sql)
+    let rows: Vec<(String, Uuid)> = sqlx::query_as(&purgeable("j.owner_id, j.id", "order by j.updated_at limit ?4"))
         .bind(Stamp(rule.before))
         .bind(rule.task.as_deref())
         .bind(others)
@@ -35,6 +39,17 @@ pub(super) async fn purgeable_jobs(tx: &mut SqliteTransaction, rule: &PurgeRule,
         .fetch_all(&mut **tx)
         .await?;
     Ok(rows.into_iter().map(|(owner, id)| (OwnerId::from_trusted(owner), JobId(id))).collect())
+}
+
+pub(super) async fn count_purgeable(tx: &mut SqliteTransaction, rule: &PurgeRule) -> Result<u64> {
+    let others = serde_json::Value::from(rule.others.clone()).to_string();
+    let count: i64 = sqlx::query_scalar(&purgeable("count(*)", ""))
+        .bind(Stamp(rule.before))
+        .bind(rule.task.as_deref())
+        .bind(others)
+        .fetch_one(&mut **tx)
+        .await?;
+    Ok(u64::try_from(count).unwrap_or(0))
 }
 
 pub(super) async fn usage_of_jobs(tx: &mut SqliteTransaction, jobs: &[(OwnerId, JobId)]) -> Result<Vec<(OwnerId, UsageRow)>> {
