@@ -651,12 +651,6 @@ impl ProviderSettings {
 }
 
 impl Settings {
-    /// How long a finished job of `task` is kept: its task's
-    /// `retain_finished`, else `retention.finished_jobs`.
-    pub fn retention_of(&self, task: &str) -> Span {
-        self.tasks.get(task).and_then(|t| t.retain_finished).unwrap_or(self.retention.finished_jobs)
-    }
-
     /// The file's settings, or the built-in default without one; then the
     /// environment overrides; then the checks.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {

@@ -92,6 +92,12 @@ macro_rules! impl_store {
                 Ok(rows.into_iter().map(Into::into).collect())
             }
 
+            async fn finished_jobs_running_on(&self, worker: &str) -> Result<Vec<JobId>> {
+                let rows: Vec<(uuid::Uuid,)> =
+                    sqlx::query_as(sql::FINISHED_WITH_CALLS.as_str()).bind(worker).fetch_all(&self.pool).await?;
+                Ok(rows.into_iter().map(|(id,)| JobId(id)).collect())
+            }
+
             async fn count_unknown_since(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
                 let count: i64 = sqlx::query_scalar(&*sql::COUNT_UNKNOWN_SINCE)
                     .bind($crate::store::rows::Stamp(before))

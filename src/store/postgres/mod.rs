@@ -47,7 +47,7 @@ mod sql;
 
 pub use sql::{CREATE_JOB, GET_JOB};
 use sql::{
-    CLAIM_ATTEMPTS, CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, FINISHED_WITH_CALLS, SAMPLE_GAUGES,
+    CLAIM_ATTEMPTS, CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, SAMPLE_GAUGES,
     SETTLE_WITH_OUTPUT,
 };
 
@@ -357,11 +357,6 @@ impl_store!(PostgresStore, {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(|row| OwnedJobSummary::from(row).job).collect())
-    }
-
-    async fn finished_jobs_running_on(&self, worker: &str) -> Result<Vec<JobId>> {
-        let rows: Vec<(Uuid,)> = sqlx::query_as(FINISHED_WITH_CALLS.as_str()).bind(worker).fetch_all(&self.pool).await?;
-        Ok(rows.into_iter().map(|(id,)| JobId(id)).collect())
     }
 
     async fn claim_attempts(&self, worker: &str, max: u32, leases: &Leases) -> Result<Vec<ClaimedAttempt>> {

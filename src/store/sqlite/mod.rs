@@ -57,7 +57,7 @@ mod retention;
 mod sql;
 
 use sql::{
-    CLAIMABLE, EXPIRED_LEASES, FIND_JOB_BY_KEY, FINISHED_WITH_CALLS, GET_JOB, RECONCILABLE, SAMPLE_GAUGES,
+    CLAIMABLE, EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, RECONCILABLE, SAMPLE_GAUGES,
 };
 
 /// The embedded migrations of `migrations/sqlite`.
@@ -425,11 +425,6 @@ impl_store!(SqliteStore, {
 
     async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
         Ok(self.browse_jobs(Some(owner), None, filter).await?.into_iter().map(|owned| owned.job).collect())
-    }
-
-    async fn finished_jobs_running_on(&self, worker: &str) -> Result<Vec<JobId>> {
-        let rows: Vec<(Uuid,)> = sqlx::query_as(FINISHED_WITH_CALLS.as_str()).bind(worker).fetch_all(&self.pool).await?;
-        Ok(rows.into_iter().map(|(id,)| JobId(id)).collect())
     }
 
     async fn claim_attempts(&self, worker: &str, max: u32, leases: &Leases) -> Result<Vec<ClaimedAttempt>> {
