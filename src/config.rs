@@ -11,6 +11,9 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 pub use crate::domain::retention::Span;
+pub use provider::{MaxTokensField, ProviderApi, ProviderKind, ProviderSettings, SimFault, SimOutput, Tokenizer};
+
+mod provider;
 
 /// The built-in configuration, printed by `onejob config print-default`.
 pub const DEFAULT_CONFIG: &str = include_str!("../config/default.toml");
@@ -386,19 +389,6 @@ pub struct ExampleSettings {
     pub expect: serde_json::Map<String, Value>,
 }
 
-/// How a provider counts tokens.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Tokenizer {
-    /// OpenAI's o200k_base (GPT-4o and later).
-    O200kBase,
-    /// OpenAI's cl100k_base (GPT-4, GPT-3.5).
-    Cl100kBase,
-    /// Characters divided by four, rounded up.
-    #[default]
-    Approx,
-}
-
 fn default_max_attempts() -> u32 {
     5
 }
@@ -430,177 +420,6 @@ fn json_or_table<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Value, D:
     }
 }
 
-/// What a provider is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
-    /// The built-in simulator.
-    Sim,
-    /// An OpenAI-compatible chat completions endpoint.
-    Openai,
-}
-
-/// What a simulated provider answers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SimOutput {
-    /// Output that meets the task's contract.
-    #[default]
-    Valid,
-    /// Valid JSON with a top-level key the contract does not allow.
-    ExtraTopLevelKey,
-    /// Text that is not JSON.
-    NotJson,
-}
-
-/// How a simulated provider misbehaves on the wire. Each one lands the
-/// attempt in the state docs/design.md's failure classification gives it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SimFault {
-    /// Resets the connection without taking the request: the provider has
-    /// no record of it, so its status lookup says it was never received.
-    ResetBeforeRequest,
-    /// Reads the request, does the work, then resets the connection.
-    ResetAfterRequest,
-    /// Reads the request and never sends the response's headers.
-    NoHeaders,
-    /// Sends the headers and half of the body, then stalls.
-    StalledBody,
-    /// Answers 200 with a 10 MiB body.
-    HugeBody,
-    /// Answers 200 with a body that is not UTF-8.
-    InvalidUtf8,
-    /// Answers 200 with an OpenAI error object as its body.
-    #[serde(rename = "error_in_200")]
-    ErrorIn200,
-}
-
-/// `[providers.NAME]`
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProviderSettings {
-    /// sim or openai.
-    pub kind: ProviderKind,
-    /// The model asked for.
-    #[serde(default = "default_model")]
-    pub model: String,
-    /// The deadline of one attempt: connect, headers and body.
-    #[serde(default = "default_timeout_ms")]
-    pub timeout_ms: u64,
-    /// Sampling temperature.
-    #[serde(default)]
-    pub temperature: f64,
-    /// openai: the base URL, such as `https://api.openai.com/v1`.
-    #[serde(default)]
-    pub base_url: Option<String>,
-    /// openai: the environment variable holding the API key.
-    #[serde(default)]
-    pub api_key_env: Option<String>,
-    /// How the provider counts tokens.
-    #[serde(default)]
-    pub tokenizer: Tokenizer,
-    /// The provider's context window, in tokens: the rendered prompt plus
-    /// `max_output_tokens` must fit.
-    #[serde(default = "default_context_tokens")]
-    pub context_tokens: u32,
-    /// The most tokens the provider may answer with (sent as `max_tokens`).
-    #[serde(default = "default_max_output_tokens")]
-    pub max_output_tokens: u32,
-    /// Whether to send the task's output schema as `response_format`.
-    #[serde(default)]
-    pub response_format: bool,
-    /// What its tokens cost; none: usage is counted, not costed.
-    #[serde(default)]
-    pub price: Option<crate::domain::Price>,
-    /// The temperature qualification runs at; part of the contract hash.
-    #[serde(default)]
-    pub qualification_temperature: f64,
-    /// Whether `serve` qualifies this provider for every task at start
-    /// (unless a passing qualification of the current contract exists).
-    #[serde(default)]
-    pub qualify_on_start: bool,
-    /// Whether the provider can be asked for the status of a request by its
-    /// client request id (default: yes for `sim`, no for `openai`).
-    #[serde(default)]
-    pub status_lookup: Option<bool>,
-    /// openai: the URL of that status lookup; `{id}` is the attempt id.
-    #[serde(default)]
-    pub status_url: Option<String>,
-    /// Whether the provider can be told to stop working on a request by
-    /// its client request id, which a worker does after aborting the call
-    /// of an attempt nobody wants any more (default: yes for `sim`, no for
-    /// `openai`: chat completions has no such call).
-    #[serde(default)]
-    pub cancel_call: Option<bool>,
-    /// openai: the URL of that cancel call (`POST`); `{id}` is the attempt id.
-    #[serde(default)]
-    pub cancel_url: Option<String>,
-    /// Whether the status lookup's "no such request" (404) is final: the
-    /// provider records every request before it acts on it, so absence
-    /// means it never received the request (default: yes for `sim`, which
-    /// does; no for `openai`). Only then is an unknown attempt settled as
-    /// `failed` (`not-received`, retryable); otherwise it stays `unknown`.
-    #[serde(default)]
-    pub absence_is_final: Option<bool>,
-    /// How long past the attempt's deadline the lookup must keep saying
-    /// "no such request" before that is believed (a provider may index
-    /// requests late).
-    #[serde(default = "default_absence_grace_ms")]
-    pub absence_grace_ms: u64,
-    /// sim: fixed latency before answering.
-    #[serde(default)]
-    pub latency_ms: u64,
-    /// sim: random extra latency, up to this.
-    #[serde(default)]
-    pub jitter_ms: u64,
-    /// sim: share of requests answered with `error_status`, 0 to 1.
-    #[serde(default)]
-    pub error_rate: f64,
-    /// sim: the status of those errors.
-    #[serde(default = "default_error_status")]
-    pub error_status: u16,
-    /// sim: accept and never answer; status lookup says running this long.
-    #[serde(default)]
-    pub hang_ms: Option<u64>,
-    /// sim: answer after this long.
-    #[serde(default)]
-    pub late_ms: Option<u64>,
-    /// sim: what the answer looks like.
-    #[serde(default)]
-    pub output: SimOutput,
-    /// sim: a transport fault instead of a well-formed answer.
-    #[serde(default)]
-    pub fault: Option<SimFault>,
-    /// sim: the `Retry-After` (seconds) sent with the simulated error statuses.
-    #[serde(default)]
-    pub retry_after_secs: Option<u64>,
-}
-
-fn default_model() -> String {
-    "sim-1".to_owned()
-}
-
-fn default_context_tokens() -> u32 {
-    128_000
-}
-
-fn default_max_output_tokens() -> u32 {
-    1024
-}
-
-fn default_timeout_ms() -> u64 {
-    30_000
-}
-
-fn default_absence_grace_ms() -> u64 {
-    60_000
-}
-
-fn default_error_status() -> u16 {
-    503
-}
-
 /// Reads one environment variable; absent and empty are the same.
 fn env_var(name: &'static str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
@@ -619,34 +438,6 @@ impl DatabaseSettings {
     /// The URL in force.
     pub fn url(&self) -> &str {
         self.url.as_deref().unwrap_or(DEFAULT_DATABASE_URL)
-    }
-}
-
-impl ProviderSettings {
-    /// The deadline of one attempt.
-    pub fn timeout(&self) -> Duration {
-        Duration::from_millis(self.timeout_ms)
-    }
-
-    /// Whether unknown attempts on this provider can be reconciled by asking it.
-    pub fn has_status_lookup(&self) -> bool {
-        self.status_lookup.unwrap_or(self.kind == ProviderKind::Sim)
-    }
-
-    /// Whether an aborted call is followed by the provider's cancel call.
-    pub fn has_cancel_call(&self) -> bool {
-        self.cancel_call.unwrap_or(self.kind == ProviderKind::Sim)
-    }
-
-    /// Whether a "no such request" from the status lookup may settle an
-    /// attempt as never received (see `absence_is_final`).
-    pub fn absence_is_final(&self) -> bool {
-        self.absence_is_final.unwrap_or(self.kind == ProviderKind::Sim)
-    }
-
-    /// `absence_grace_ms`.
-    pub fn absence_grace(&self) -> Duration {
-        Duration::from_millis(self.absence_grace_ms)
     }
 }
 
@@ -763,25 +554,7 @@ impl Settings {
             }
         }
         for (name, provider) in &self.providers {
-            if !(0.0..=1.0).contains(&provider.error_rate) {
-                return invalid(format!("providers.{name}.error_rate must be between 0 and 1"));
-            }
-            if provider.max_output_tokens == 0 || provider.context_tokens <= provider.max_output_tokens {
-                return invalid(format!("providers.{name}: context_tokens must exceed max_output_tokens (at least 1)"));
-            }
-            if provider.timeout_ms == 0 {
-                return invalid(format!("providers.{name}.timeout_ms must be at least 1"));
-            }
-            if provider.kind == ProviderKind::Openai && (provider.base_url.is_none() || provider.api_key_env.is_none()) {
-                return invalid(format!("providers.{name}: an openai provider needs base_url and api_key_env"));
-            }
-            if provider.kind == ProviderKind::Openai && provider.status_lookup == Some(true) && provider.status_url.is_none()
-            {
-                return invalid(format!("providers.{name}: status_lookup needs a status_url"));
-            }
-            if provider.kind == ProviderKind::Openai && provider.cancel_call == Some(true) && provider.cancel_url.is_none() {
-                return invalid(format!("providers.{name}: cancel_call needs a cancel_url"));
-            }
+            provider.check(name).map_err(ConfigError::Invalid)?;
         }
         let mut currencies = self.providers.iter().filter_map(|(name, p)| Some((name, &p.price.as_ref()?.currency)));
         if let Some((first_name, first)) = currencies.next()

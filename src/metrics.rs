@@ -125,6 +125,8 @@ pub enum Lookup {
     Succeeded,
     /// The provider says it failed.
     Failed,
+    /// The provider says it was canceled.
+    Canceled,
     /// The provider is still at it.
     Running,
     /// The provider has no record of it.
@@ -135,13 +137,15 @@ pub enum Lookup {
 
 impl Lookup {
     /// Every result.
-    pub const ALL: [Lookup; 5] = [Lookup::Succeeded, Lookup::Failed, Lookup::Running, Lookup::NotFound, Lookup::Error];
+    pub const ALL: [Lookup; 6] =
+        [Lookup::Succeeded, Lookup::Failed, Lookup::Canceled, Lookup::Running, Lookup::NotFound, Lookup::Error];
 
     /// As the label shows it.
     pub const fn as_str(self) -> &'static str {
         match self {
             Lookup::Succeeded => "succeeded",
             Lookup::Failed => "failed",
+            Lookup::Canceled => "canceled",
             Lookup::Running => "running",
             Lookup::NotFound => "not_found",
             Lookup::Error => "error",

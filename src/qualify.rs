@@ -100,7 +100,8 @@ async fn run_example(
         let prepared =
             contract.prepare(task, settings, id, &input, settings.qualification_temperature).map_err(|e| (None, e))?;
         let tokens = prepared.prompt_tokens;
-        let completion = match tokio::time::timeout(settings.timeout(), provider.call(&prepared.request)).await {
+        let calling = crate::provider::call(provider, &prepared.request, async |_: &str| {});
+        let completion = match tokio::time::timeout(settings.timeout(), calling).await {
             Ok(result) => result.map_err(|e| (Some(tokens), e))?,
             Err(_) => return Err((Some(tokens), ProviderError::deadline(settings.timeout()))),
         };

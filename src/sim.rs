@@ -14,6 +14,15 @@
 //! and `POST /v1/requests/{id}/cancel` stops a request that has not finished:
 //! it is `canceled` from then on, charged for the prompt and for the part of
 //! its answer produced by then.
+//!
+//! A provider with `api = "responses"` speaks OpenAI's Responses API in
+//! background mode instead ([`responses`]), with the same plans and faults.
+//! Either surface honours a strict JSON schema as OpenAI's structured
+//! outputs do: the schema must meet strict mode's rules (400 otherwise), and
+//! the answer then follows it, whatever the provider's `output` would have
+//! broken.
+
+mod responses;
 
 use std::collections::HashMap;
 use std::io;
@@ -44,12 +53,26 @@ use crate::provider::tokens;
 /// The size of a `huge_body` answer.
 pub const HUGE_BODY_BYTES: usize = 10 * 1024 * 1024;
 
+/// How an answer ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// With its whole content.
+    Complete,
+    /// With a refusal instead of content.
+    Refusal,
+    /// Cut off at the token limit: its content is half of the answer.
+    Truncated,
+}
+
+/// What the simulated model says when it refuses.
+const REFUSAL: &str = "I'm sorry, but I can't help with that request.";
+
 /// What the simulator decided to do with one request.
 #[derive(Clone, Debug)]
 enum Plan {
     /// Answer 200 with `content` at `at`, reporting this `usage`
     /// (prompt and completion tokens by the provider's tokenizer).
-    Answer { at: Instant, content: String, usage: (usize, usize) },
+    Answer { at: Instant, content: String, usage: (usize, usize), ending: Ending },
     /// Answer `status` with an error body at `at`.
     Error { at: Instant, status: u16 },
     /// Never answer; the status lookup says `running` until `gives_up_at`,
@@ -69,6 +92,10 @@ struct Entry {
     /// How long after its arrival it was canceled, when that came before
     /// it finished.
     canceled_after: Option<Duration>,
+    /// Whether it came with a strict JSON schema for its answer.
+    strict_schema: bool,
+    /// The id of its background response, for the Responses API.
+    response_id: Option<String>,
 }
 
 impl Entry {
@@ -99,6 +126,8 @@ impl Entry {
 struct SimState {
     providers: HashMap<String, ProviderSettings>,
     log: Mutex<HashMap<String, Entry>>,
+    /// Background responses' ids, to their requests' ids in `log`.
+    responses: Mutex<HashMap<String, String>>,
     random: Mutex<u64>,
 }
 
@@ -120,10 +149,14 @@ pub fn router(providers: &std::collections::BTreeMap<String, ProviderSettings>) 
     let state = Arc::new(SimState {
         providers: providers.iter().filter(|(_, p)| p.kind == ProviderKind::Sim).map(|(n, p)| (n.clone(), p.clone())).collect(),
         log: Mutex::new(HashMap::new()),
+        responses: Mutex::new(HashMap::new()),
         random: Mutex::new(u64::from_le_bytes(seed) | 1),
     });
     Router::new()
         .route("/providers/{name}/v1/chat/completions", post(complete))
+        .route("/providers/{name}/v1/responses", post(responses::create))
+        .route("/providers/{name}/v1/responses/{id}", get(responses::retrieve))
+        .route("/providers/{name}/v1/responses/{id}/cancel", post(responses::cancel))
         .route("/v1/requests/{id}", get(request_status))
         .route("/v1/requests/{id}/cancel", post(cancel_request))
         .route("/v1/requests", get(all_requests))
@@ -293,59 +326,111 @@ fn answer_for(job: &Value, messages: &Value) -> Value {
 
 fn render(output: Value, mode: SimOutput) -> String {
     match mode {
-        SimOutput::Valid => output.to_string(),
         SimOutput::ExtraTopLevelKey => {
             let mut output = output;
             output["note"] = json!("I also added this key");
             output.to_string()
         }
         SimOutput::NotJson => format!("Sure! Here is your summary: {}", output["summary"].as_str().unwrap_or_default()),
+        SimOutput::Valid | SimOutput::Refusal => output.to_string(),
+        SimOutput::Truncated => {
+            let whole = output.to_string();
+            let mut half = whole.len() / 2;
+            while !whole.is_char_boundary(half) {
+                half -= 1;
+            }
+            whole[..half].to_owned()
+        }
     }
 }
 
-fn completion(id: &str, model: &str, content: &str, (prompt_tokens, completion_tokens): (usize, usize)) -> Value {
-    json!({
-        "id": format!("chatcmpl-{id}"),
-        "object": "chat.completion",
-        "created": chrono::Utc::now().timestamp(),
-        "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
-    })
+/// Whether a request's schema for its answer asks for strict structured
+/// outputs: `Ok(false)` without one or without `strict`, an error message
+/// (answered 400, as OpenAI does) for a name or a schema strict mode refuses.
+fn strict_schema(format: &Value, name: &Value, schema: &Value) -> Result<bool, String> {
+    if format["type"] != "json_schema" {
+        return Ok(false);
+    }
+    let name = name.as_str().unwrap_or_default();
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        return Err(format!("Invalid 'name': '{name}'. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$' (at most 64)."));
+    }
+    if format.get("strict").or_else(|| format.pointer("/json_schema/strict")) != Some(&Value::Bool(true)) {
+        return Ok(false);
+    }
+    strict_object(schema, "()").map_err(|why| format!("Invalid schema for response_format '{name}': {why}"))?;
+    Ok(true)
 }
 
-async fn complete(
-    State(sim): State<Arc<SimState>>,
-    connection: Option<Extension<ConnectInfo<Connection>>>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let Some(provider) = sim.providers.get(&name) else {
-        return openai_error(404, &format!("no simulated provider named '{name}'"));
-    };
-    if provider.fault == Some(SimFault::ResetBeforeRequest) {
-        // The request is never taken, so nothing is logged: the status
-        // lookup says the provider never received it.
-        return reset(connection);
+/// Strict mode's rules for objects, everywhere in the schema: the root is
+/// an object; every object lists all its properties as required and allows
+/// no others.
+fn strict_object(schema: &Value, context: &str) -> Result<(), String> {
+    if context == "()" && schema["type"] != "object" {
+        return Err("schema must be a JSON Schema of 'type: \"object\"'.".into());
     }
-    let Ok(body) = axum::body::to_bytes(body, 2 * 1024 * 1024).await else {
-        return openai_error(400, "the body could not be read");
-    };
-    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
-        return openai_error(400, "the body is not JSON");
-    };
-    if !body["messages"].is_array() {
-        return openai_error(400, "messages must be an array");
+    if schema["type"] == "object" {
+        if schema.get("additionalProperties") != Some(&Value::Bool(false)) {
+            return Err(format!("In context={context}, 'additionalProperties' is required to be supplied and to be false."));
+        }
+        let required: Vec<&str> = schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        for (key, property) in schema["properties"].as_object().into_iter().flatten() {
+            if !required.contains(&key.as_str()) {
+                return Err(format!("In context={context}, 'required' is required to include every key in properties. Missing '{key}'."));
+            }
+            strict_object(property, &format!("('properties', '{key}')"))?;
+        }
     }
-    let id = headers
+    if let Some(items) = schema.get("items") {
+        strict_object(items, &format!("{context}, 'items'"))?;
+    }
+    Ok(())
+}
+
+/// The id a request came with (`X-Client-Request-Id`), or a fresh one.
+fn request_id(headers: &HeaderMap) -> String {
+    headers
         .get("x-client-request-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    let model = body["model"].as_str().unwrap_or(&provider.model).to_owned();
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
+}
 
+/// One request as the simulator takes it.
+struct Arrival<'a> {
+    name: &'a str,
+    provider: &'a ProviderSettings,
+    id: &'a str,
+    /// `onejob_input`: the task and the job's input.
+    job: &'a Value,
+    /// The chat messages (for the Responses API: its instructions and input as messages).
+    messages: &'a [Value],
+    strict: bool,
+    /// The Responses API: the request's background response id, if it is one.
+    response_id: Option<String>,
+}
+
+/// Logs a request and plans its answer; a repeated request id keeps its
+/// first plan (a provider that honours Idempotency-Key), and is counted.
+/// Returns the plan and, for a background response, its id.
+fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
+    let Arrival { name, provider, id, job, messages, strict, response_id } = arrival;
+    // Under a strict schema the answer follows it, as structured outputs
+    // make a model's do; a refusal or a cut-off still happen.
+    let mode = match provider.output {
+        SimOutput::ExtraTopLevelKey | SimOutput::NotJson if strict => SimOutput::Valid,
+        mode => mode,
+    };
+    let ending = match mode {
+        SimOutput::Refusal => Ending::Refusal,
+        SimOutput::Truncated => Ending::Truncated,
+        _ => Ending::Complete,
+    };
+    let content = render(answer_for(job, &Value::Array(messages.to_vec())), mode);
+    // Counted once per request, as the provider's tokenizer counts (before
+    // the clock starts: an encoding's first use takes a while to load).
+    let answered = if ending == Ending::Refusal { REFUSAL } else { content.as_str() };
+    let usage = (tokens::count_messages(provider.tokenizer(), messages), tokens::count(provider.tokenizer(), answered));
     let now = Instant::now();
     let jitter = if provider.jitter_ms > 0 { (sim.roll() * provider.jitter_ms as f64) as u64 } else { 0 };
     let ready = now + Duration::from_millis(provider.latency_ms + jitter);
@@ -355,28 +440,94 @@ async fn complete(
         Plan::Error { at: ready, status: provider.error_status }
     } else {
         let at = provider.late_ms.map_or(ready, |late| now + Duration::from_millis(late));
-        let content = render(answer_for(&body["onejob_input"], &body["messages"]), provider.output);
-        // Counted once per request, as the provider's tokenizer counts.
-        let messages = body["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
-        let usage = (tokens::count_messages(provider.tokenizer, messages), tokens::count(provider.tokenizer, &content));
-        Plan::Answer { at, content, usage }
+        Plan::Answer { at, content, usage, ending }
     };
-    // A repeated request id is answered as the first was (a provider that
-    // honours Idempotency-Key), and counted.
-    let plan = {
-        let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = log.entry(id.clone()).or_insert_with(|| Entry {
-            provider: name.clone(),
-            received_at: chrono::Utc::now(),
-            arrived: now,
-            times: 0,
-            plan: fresh_plan,
-            closed_after: None,
-            canceled_after: None,
-        });
-        entry.times += 1;
-        entry.plan.clone()
+    let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+    let entry = log.entry(id.to_owned()).or_insert_with(|| Entry {
+        provider: name.to_owned(),
+        received_at: chrono::Utc::now(),
+        arrived: now,
+        times: 0,
+        plan: fresh_plan,
+        closed_after: None,
+        canceled_after: None,
+        strict_schema: strict,
+        response_id,
+    });
+    entry.times += 1;
+    (entry.plan.clone(), entry.response_id.clone())
+}
+
+fn completion(id: &str, model: &str, content: &str, (prompt_tokens, completion_tokens): (usize, usize)) -> Value {
+    ended_completion(id, model, content, (prompt_tokens, completion_tokens), Ending::Complete)
+}
+
+fn ended_completion(id: &str, model: &str, content: &str, (prompt_tokens, completion_tokens): (usize, usize), ending: Ending) -> Value {
+    let (message, finish_reason) = match ending {
+        Ending::Complete => (json!({"role": "assistant", "content": content, "refusal": null}), "stop"),
+        Ending::Refusal => (json!({"role": "assistant", "content": null, "refusal": REFUSAL}), "stop"),
+        Ending::Truncated => (json!({"role": "assistant", "content": content, "refusal": null}), "length"),
     };
+    json!({
+        "id": format!("chatcmpl-{id}"),
+        "object": "chat.completion",
+        "created": chrono::Utc::now().timestamp(),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    })
+}
+
+/// Reads a request to provider `name`: its settings and its JSON body, or
+/// the answer instead (404, 400, or the reset of a provider that resets
+/// before taking the request, which is then never logged: the status
+/// lookup says the provider never received it).
+async fn receive<'s>(
+    sim: &'s SimState,
+    name: &str,
+    connection: Option<Extension<ConnectInfo<Connection>>>,
+    body: Body,
+) -> Result<(&'s ProviderSettings, Value), Response> {
+    let Some(provider) = sim.providers.get(name) else {
+        return Err(openai_error(404, &format!("no simulated provider named '{name}'")));
+    };
+    if provider.fault == Some(SimFault::ResetBeforeRequest) {
+        return Err(reset(connection));
+    }
+    let Ok(body) = axum::body::to_bytes(body, 2 * 1024 * 1024).await else {
+        return Err(openai_error(400, "the body could not be read"));
+    };
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return Err(openai_error(400, "the body is not JSON"));
+    };
+    Ok((provider, body))
+}
+
+async fn complete(
+    State(sim): State<Arc<SimState>>,
+    connection: Option<Extension<ConnectInfo<Connection>>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let (provider, body) = match receive(&sim, &name, connection.clone(), body).await {
+        Ok(received) => received,
+        Err(refused) => return refused,
+    };
+    let Some(messages) = body["messages"].as_array() else {
+        return openai_error(400, "messages must be an array");
+    };
+    let format = &body["response_format"];
+    let strict = match strict_schema(format, &format["json_schema"]["name"], &format["json_schema"]["schema"]) {
+        Ok(strict) => strict,
+        Err(message) => return openai_error(400, &message),
+    };
+    let id = request_id(&headers);
+    let model = body["model"].as_str().unwrap_or(&provider.model).to_owned();
+    let ready = Instant::now() + Duration::from_millis(provider.latency_ms);
+    let arrival = Arrival { name: &name, provider, id: &id, job: &body["onejob_input"], messages, strict, response_id: None };
+    let (plan, _) = admit(&sim, arrival);
     if let Some(fault) = provider.fault {
         // The request was taken and the work is done (the status lookup says
         // so); only the answer goes wrong.
@@ -428,7 +579,7 @@ async fn answer(sim: &SimState, id: &str, name: &str, model: &str, plan: Plan, r
         return openai_error(409, "the request was canceled before it finished");
     }
     match plan {
-        Plan::Answer { content, usage, .. } => Json(completion(id, model, &content, usage)).into_response(),
+        Plan::Answer { content, usage, ending, .. } => Json(ended_completion(id, model, &content, usage, ending)).into_response(),
         Plan::Error { status, .. } => {
             let mut response = openai_error(status, &format!("simulated {status} from {name}"));
             if let Some(seconds) = retry_after_secs {
@@ -512,7 +663,7 @@ fn report(id: &str, entry: &Entry) -> Value {
             usage = entry.usage_by(entry.arrived + after).map_or(Value::Null, usage_json);
             ("canceled", None, None)
         }
-        Plan::Answer { at, content, usage: tokens } if now >= *at => {
+        Plan::Answer { at, content, usage: tokens, .. } if now >= *at => {
             usage = usage_json(*tokens);
             ("succeeded", Some(content.clone()), None)
         }
@@ -522,7 +673,8 @@ fn report(id: &str, entry: &Entry) -> Value {
     };
     json!({"id": id, "provider": entry.provider, "status": status, "content": content, "error": error, "usage": usage,
            "received": entry.times, "received_at": entry.received_at,
-           "connection_closed_after_ms": closed, "canceled_after_ms": canceled})
+           "connection_closed_after_ms": closed, "canceled_after_ms": canceled,
+           "strict_schema": entry.strict_schema, "response_id": entry.response_id})
 }
 
 /// Stops request `id` if it has not finished: it is `canceled` from now
@@ -570,7 +722,7 @@ mod tests {
     #[test]
     fn a_canceled_request_is_charged_its_prompt_and_the_share_of_its_answer_due_by_then() {
         let arrived = Instant::now();
-        let plan = Plan::Answer { at: arrived + Duration::from_secs(4), content: "{}".into(), usage: (40, 100) };
+        let plan = Plan::Answer { at: arrived + Duration::from_secs(4), content: "{}".into(), usage: (40, 100), ending: Ending::Complete };
         let mut entry = Entry {
             provider: "sim-slow".into(),
             received_at: chrono::Utc::now(),
@@ -579,6 +731,8 @@ mod tests {
             plan,
             closed_after: None,
             canceled_after: None,
+            strict_schema: false,
+            response_id: None,
         };
         assert!(entry.working_at(arrived + Duration::from_secs(1)) && !entry.working_at(arrived + Duration::from_secs(4)));
         assert_eq!(entry.usage_by(arrived + Duration::from_secs(1)), Some((40, 25)));

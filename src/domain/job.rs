@@ -200,6 +200,10 @@ pub struct Attempt {
     /// truncated: true, text}` with the output's first 64 KiB of JSON text.
     #[schema(value_type = Option<Object>)]
     pub unapplied_output: Option<Value>,
+    /// The provider's own id of this attempt's request, when it gave one:
+    /// a background response's id (`resp_…`), by which it is asked about
+    /// and canceled. Kept as soon as the provider answers with it.
+    pub provider_request_id: Option<String>,
 }
 
 /// The error type of an attempt the provider says it never received: it

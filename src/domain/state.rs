@@ -6,7 +6,8 @@
 //! Attempt (the edges are [`AttemptTransition::edge`]):
 //! `pending → running → succeeded | failed | unknown | superseded`;
 //! `unknown → succeeded | failed | superseded` (reconciliation);
-//! `pending → canceled`; `running → canceled` (its call aborted, `cancel_losers`).
+//! `pending → canceled`; `running → canceled` (its call aborted, `cancel_losers`);
+//! `unknown → canceled` (the provider reports it canceled).
 //!
 //! Job, the first that applies: `succeeded` · `canceled` · `running` ·
 //! `queued` · `unknown` · `failed`.
@@ -177,7 +178,9 @@ pub enum AttemptTransition {
     Cancel,
     /// The job won or was canceled while the attempt was running, and its
     /// worker aborted the call (the task's `cancel_losers`): what the call
-    /// used is recorded as the provider said or as its worst case.
+    /// used is recorded as the provider said or as its worst case. Also an
+    /// attempt whose request the provider reports canceled (a running one
+    /// followed by its worker, an unknown one by reconciliation).
     Abort,
 }
 
@@ -207,7 +210,7 @@ impl AttemptTransition {
             AttemptTransition::ResolveSucceeded => (&[Unknown], &[Succeeded, Superseded]),
             AttemptTransition::ResolveFailed => (&[Unknown], &[Failed]),
             AttemptTransition::Cancel => (&[Pending], &[Canceled]),
-            AttemptTransition::Abort => (&[Running], &[Canceled]),
+            AttemptTransition::Abort => (&[Running, Unknown], &[Canceled]),
         }
     }
 
@@ -354,6 +357,7 @@ mod tests {
             (Unknown, Succeeded),
             (Unknown, Failed),
             (Unknown, Superseded),
+            (Unknown, Canceled),
         ];
         let mut documented = documented.to_vec();
         documented.sort_by_key(|&(from, to)| (from as u8, to as u8));

@@ -89,7 +89,7 @@ pub(crate) async fn providers_report(app: &AppState) -> Result<Value, ApiError> 
             "kind": settings.kind,
             "model": settings.model,
             "timeout_ms": settings.timeout_ms,
-            "tokenizer": settings.tokenizer,
+            "tokenizer": settings.tokenizer(),
             "context_tokens": settings.context_tokens,
             "max_output_tokens": settings.max_output_tokens,
             "status_lookup": settings.has_status_lookup(),

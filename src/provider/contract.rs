@@ -63,7 +63,7 @@ impl Contract {
     /// The tokens of the prompt rendered from `input`, as `provider` counts
     /// them; `None` when it cannot be rendered.
     pub fn prompt_tokens(&self, provider: &ProviderSettings, input: &Value) -> Option<usize> {
-        Some(tokens::count_messages(provider.tokenizer, &self.render(input).ok()?))
+        Some(tokens::count_messages(provider.tokenizer(), &self.render(input).ok()?))
     }
 
     /// Renders the chat messages from `input`.
@@ -99,7 +99,7 @@ impl Contract {
     ) -> Result<Prepared, ProviderError> {
         let definitive = |kind, message: String| ProviderError::new(FailureClass::Definitive { retryable: false }, kind, None, message);
         let messages = self.render(input).map_err(|message| definitive("prompt-render-failed", message))?;
-        let prompt_tokens = tokens::count_messages(provider.tokenizer, &messages);
+        let prompt_tokens = tokens::count_messages(provider.tokenizer(), &messages);
         let needed = prompt_tokens + provider.max_output_tokens as usize;
         if needed > provider.context_tokens as usize {
             let mut error = definitive(

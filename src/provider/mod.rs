@@ -1,12 +1,19 @@
-//! Providers: where attempts are sent. One HTTP client speaks the OpenAI
-//! chat completions protocol to real endpoints and to the built-in
-//! simulator alike. Every failure says what it means for the attempt:
-//! definitive (nothing was done; retryable or not) or ambiguous (the
-//! provider may still be working: the attempt becomes `unknown`). That
-//! distinction is the product (I4).
+//! Providers: where attempts are sent. One HTTP client speaks OpenAI's
+//! chat completions and its Responses API (in background mode) to real
+//! endpoints and to the built-in simulator alike. Every failure says what
+//! it means for the attempt: definitive (nothing was done; retryable or
+//! not) or ambiguous (the provider may still be working: the attempt
+//! becomes `unknown`). That distinction is the product (I4).
+//!
+//! A chat completion is answered when it is done. A background response is
+//! answered at once with its id ([`Reply::Accepted`]), which [`call`]
+//! hands to its caller (a worker stores it on the attempt before anything
+//! else) and then asks the provider about until the response is done.
 
+pub mod answer;
 pub mod contract;
 pub mod openai;
+pub mod responses;
 pub mod tokens;
 
 use std::collections::HashMap;
@@ -17,7 +24,6 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::config::{ProviderKind, ProviderSettings, Settings};
-use crate::domain::AttemptId;
 
 pub use openai::HttpProvider;
 
@@ -102,6 +108,14 @@ impl ProviderError {
     pub fn contract_violation(message: impl Into<String>) -> Self {
         Self::new(FailureClass::Definitive { retryable: false }, "contract-violation", None, message)
     }
+
+    /// The provider stopped the request before it finished (a cancel
+    /// call, ours or anyone's), having used `usage` by then, as it says.
+    pub fn canceled_at_provider(usage: Option<crate::domain::Usage>) -> Self {
+        let mut error = Self::new(FailureClass::Canceled, "canceled", None, "the provider reports the request canceled before it finished");
+        error.detail = serde_json::json!({ "sent": true, "usage": usage });
+        error
+    }
 }
 
 /// What an HTTP status from a provider means, as docs/design.md classifies it.
@@ -115,15 +129,39 @@ pub fn classify_status(status: u16) -> FailureClass {
     }
 }
 
-/// What a provider says of a request it was sent, by its client request id.
+/// How a provider knows a request it was sent: by the client request id
+/// it came with, and by the id the provider gave it, when it gave one (a
+/// background response's id).
+#[derive(Clone, Copy, Debug)]
+pub struct RequestRef<'a> {
+    /// The attempt id (or `qualification-…`).
+    pub client_id: &'a str,
+    /// The provider's own id of the request.
+    pub provider_id: Option<&'a str>,
+}
+
+/// A provider's first answer to a request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    /// The answer, with its output.
+    Done(Completion),
+    /// Accepted to run in the background under this id, by which the
+    /// provider is then asked for the answer.
+    Accepted(String),
+}
+
+/// What a provider says of a request it was sent.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RequestStatus {
-    /// Still working on it.
+    /// Still working on it (or it has not started yet).
     Running,
     /// Done, with this output.
     Succeeded(Completion),
-    /// It failed; nothing was produced.
-    Failed(String),
+    /// Done without a usable output: a definitive failure (the provider's
+    /// error, a refusal, an answer cut off or breaking the contract).
+    Failed(ProviderError),
+    /// Stopped by a cancel call before it finished, having used this much.
+    Canceled(Option<crate::domain::Usage>),
     /// It has no such request.
     NotFound,
 }
@@ -147,16 +185,52 @@ pub trait Provider: Send + Sync {
     /// Its settings.
     fn settings(&self) -> &ProviderSettings;
 
-    /// Sends one attempt. The caller enforces the deadline.
-    async fn call(&self, request: &ProviderRequest) -> Result<Completion, ProviderError>;
+    /// Sends one request: its answer, or the id it runs under in the
+    /// background. The caller enforces the deadline; [`call`] follows a
+    /// background request to its end.
+    async fn send(&self, request: &ProviderRequest) -> Result<Reply, ProviderError>;
 
     /// Asks for the status of an earlier request; `None` when this provider
-    /// cannot be asked.
-    async fn status(&self, attempt_id: AttemptId) -> Option<Result<RequestStatus, ProviderError>>;
+    /// cannot be asked (it has no status lookup, or the request has no id
+    /// it could be asked by).
+    async fn status(&self, request: RequestRef<'_>) -> Option<Result<RequestStatus, ProviderError>>;
 
     /// Tells the provider to stop working on an earlier request whose call
-    /// was aborted; `None` when this provider has no cancel call.
-    async fn cancel(&self, attempt_id: AttemptId) -> Option<Result<CancelAnswer, ProviderError>>;
+    /// was aborted; `None` when this provider has no cancel call (or the
+    /// request no id to cancel it by).
+    async fn cancel(&self, request: RequestRef<'_>) -> Option<Result<CancelAnswer, ProviderError>>;
+}
+
+/// Sends `request` and waits for its answer: for a request accepted to run
+/// in the background, `accepted` is told its id first, then the provider is
+/// asked every `poll_interval_ms` until the request is done. A lookup that
+/// fails or does not find the request yet says nothing of the request:
+/// the next one asks again. The caller enforces the deadline.
+pub async fn call(
+    provider: &dyn Provider,
+    request: &ProviderRequest,
+    accepted: impl AsyncFnOnce(&str),
+) -> Result<Completion, ProviderError> {
+    let id = match provider.send(request).await? {
+        Reply::Done(completion) => return Ok(completion),
+        Reply::Accepted(id) => id,
+    };
+    accepted(&id).await;
+    let asked = RequestRef { client_id: &request.request_id, provider_id: Some(&id) };
+    loop {
+        tokio::time::sleep(provider.settings().poll_interval()).await;
+        match provider.status(asked).await {
+            Some(Ok(RequestStatus::Succeeded(completion))) => return Ok(completion),
+            Some(Ok(RequestStatus::Failed(error))) => return Err(error),
+            Some(Ok(RequestStatus::Canceled(usage))) => return Err(ProviderError::canceled_at_provider(usage)),
+            Some(Ok(RequestStatus::Running | RequestStatus::NotFound)) => {}
+            Some(Err(error)) => tracing::debug!(%error, provider_request_id = %id, "asking for a background request failed; asking again"),
+            None => {
+                let message = format!("the request runs in the background as {id}, and the provider cannot be asked about it");
+                return Err(ProviderError::new(FailureClass::Ambiguous, "no-status-lookup", None, message));
+            }
+        }
+    }
 }
 
 /// Every configured provider by name.
@@ -176,7 +250,7 @@ pub fn build(settings: &Settings, simulator: Option<&str>) -> Result<Providers, 
                 let base = simulator.ok_or_else(|| format!("provider {name} is simulated, but no simulator runs"))?;
                 HttpProvider::simulated(name, provider.clone(), base, client.clone())
             }
-            ProviderKind::Openai => HttpProvider::openai(name, provider.clone(), client.clone())?,
+            ProviderKind::Openai | ProviderKind::OpenaiResponses => HttpProvider::openai(name, provider.clone(), client.clone())?,
         };
         providers.insert(name.clone(), Arc::new(built));
     }

@@ -1,21 +1,29 @@
-//! The OpenAI-compatible chat completions client, used for `openai`
-//! providers and for the simulator's `sim` providers alike.
+//! The OpenAI HTTP client: chat completions (`openai` providers) and the
+//! Responses API in background mode (`openai-responses`, whose shapes are
+//! in [`super::responses`]), for real endpoints and for the simulator's
+//! `sim` providers alike.
 //!
 //! The attempt id travels as `X-Client-Request-Id` and `Idempotency-Key`,
 //! so a provider that deduplicates sees one request per attempt (I6). The
 //! API key is read from the environment once and never logged.
+//!
+//! Chat completions, as OpenAI's reference describes them: the limit is
+//! `max_tokens`, or `max_completion_tokens` for the reasoning models that
+//! refuse the first; a strict schema goes as `response_format`
+//! `{"type": "json_schema", "json_schema": {name, schema, strict}}`; an
+//! answer without content carries `message.refusal`; `finish_reason` is
+//! `length` for an answer cut off at the limit and `content_filter` for one
+//! withheld.
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use super::answer::{content_filtered, parse_content, refused, schema_name, truncate, truncated_output, with_usage};
 use super::{
-    CancelAnswer, Completion, FailureClass, Provider, ProviderError, ProviderRequest, RequestStatus, classify_status,
+    CancelAnswer, Completion, FailureClass, Provider, ProviderError, ProviderRequest, Reply, RequestRef, RequestStatus,
+    classify_status, responses,
 };
-use crate::config::ProviderSettings;
-use crate::domain::AttemptId;
-
-/// The longest error message kept from a provider's answer.
-const MAX_MESSAGE: usize = 500;
+use crate::config::{MaxTokensField, ProviderApi, ProviderSettings};
 
 /// The largest answer read from a provider, in bytes: about a million
 /// tokens of output, far more than any `max_output_tokens` allows. A larger
@@ -32,10 +40,14 @@ const MAX_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(24 *
 pub struct HttpProvider {
     name: String,
     settings: ProviderSettings,
+    /// The surface it speaks.
+    api: ProviderApi,
     chat_url: String,
-    /// With `{id}` where the attempt id goes.
+    /// `POST` creates a response; `/{id}` reads one, `/{id}/cancel` cancels it.
+    responses_url: String,
+    /// Chat completions: with `{id}` where the attempt id goes.
     status_url: Option<String>,
-    /// The cancel call's URL, with `{id}` where the attempt id goes.
+    /// Chat completions: the cancel call's URL, with `{id}` where the attempt id goes.
     cancel_url: Option<String>,
     api_key: Option<String>,
     simulated: bool,
@@ -50,7 +62,9 @@ impl HttpProvider {
         let cancel_url = settings.has_cancel_call().then(|| format!("{base}/v1/requests/{{id}}/cancel"));
         Self {
             name: name.to_owned(),
+            api: settings.api(),
             chat_url: format!("{base}/providers/{name}/v1/chat/completions"),
+            responses_url: format!("{base}/providers/{name}/v1/responses"),
             status_url,
             cancel_url,
             api_key: None,
@@ -60,7 +74,8 @@ impl HttpProvider {
         }
     }
 
-    /// An `openai` provider; its key comes from the variable `api_key_env`.
+    /// An `openai` or `openai-responses` provider; its key comes from the
+    /// variable `api_key_env`.
     pub fn openai(name: &str, settings: ProviderSettings, client: reqwest::Client) -> Result<Self, String> {
         let base = settings.base_url.as_deref().ok_or_else(|| format!("provider {name} has no base_url"))?;
         let api_key = settings.api_key_env.as_deref().and_then(|var| std::env::var(var).ok()).filter(|k| !k.is_empty());
@@ -69,9 +84,12 @@ impl HttpProvider {
         }
         let status_url = if settings.has_status_lookup() { settings.status_url.clone() } else { None };
         let cancel_url = if settings.has_cancel_call() { settings.cancel_url.clone() } else { None };
+        let base = base.trim_end_matches('/');
         Ok(Self {
             name: name.to_owned(),
-            chat_url: format!("{}/chat/completions", base.trim_end_matches('/')),
+            api: settings.api(),
+            chat_url: format!("{base}/chat/completions"),
+            responses_url: format!("{base}/responses"),
             status_url,
             cancel_url,
             api_key,
@@ -82,16 +100,20 @@ impl HttpProvider {
     }
 
     fn body(&self, request: &ProviderRequest) -> Value {
+        let limit = match self.settings.max_tokens_field() {
+            MaxTokensField::MaxTokens => "max_tokens",
+            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
+        };
         let mut body = json!({
             "model": self.settings.model,
             "messages": request.messages,
             "temperature": request.temperature,
-            "max_tokens": self.settings.max_output_tokens,
         });
+        body[limit] = json!(self.settings.max_output_tokens);
         if let Some(schema) = request.output_schema.as_ref().filter(|_| self.settings.response_format) {
             body["response_format"] = json!({
                 "type": "json_schema",
-                "json_schema": { "name": request.task, "schema": schema, "strict": true },
+                "json_schema": { "name": schema_name(&request.task), "schema": schema, "strict": true },
             });
         }
         if self.simulated {
@@ -107,18 +129,6 @@ impl HttpProvider {
             None => builder,
         }
     }
-}
-
-fn truncate(mut text: String) -> String {
-    if text.len() > MAX_MESSAGE {
-        let mut end = MAX_MESSAGE;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-    text
 }
 
 /// The message of an OpenAI-style error body, or the body itself.
@@ -142,20 +152,6 @@ fn transport_error(error: reqwest::Error) -> ProviderError {
     }
 }
 
-/// Parses the assistant message's content as the output.
-pub fn parse_content(content: &str) -> Result<Completion, ProviderError> {
-    match serde_json::from_str::<Value>(content) {
-        Ok(output) => Ok(Completion { output, usage: None }),
-        Err(error) => {
-            let mut error = ProviderError::contract_violation(format!("the answer is not JSON: {error}"));
-            // What the provider said, for the attempt's audit (taken out of
-            // the error before it is stored; see `worker::attempt`).
-            error.detail = serde_json::json!({ RECEIVED_TEXT: content });
-            Err(error)
-        }
-    }
-}
-
 /// The `usage` object of a chat completion: prompt and completion tokens,
 /// both present and non-negative, or nothing.
 pub fn parse_usage(body: &Value) -> Option<crate::domain::Usage> {
@@ -163,23 +159,6 @@ pub fn parse_usage(body: &Value) -> Option<crate::domain::Usage> {
     let tokens = |name: &str| usage.get(name)?.as_i64().filter(|n| *n >= 0);
     Some(crate::domain::Usage { prompt_tokens: tokens("prompt_tokens")?, completion_tokens: tokens("completion_tokens")?, estimated: false })
 }
-
-/// Adds the usage of a charged answer to its error's detail, as `usage`.
-fn with_usage(mut error: ProviderError, usage: Option<crate::domain::Usage>) -> ProviderError {
-    if let Some(usage) = usage {
-        match &mut error.detail {
-            Value::Object(detail) => {
-                detail.insert("usage".into(), serde_json::json!(usage));
-            }
-            _ => error.detail = serde_json::json!({ "usage": usage }),
-        }
-    }
-    error
-}
-
-/// The member of a contract violation's detail that holds the answer's
-/// text when it was not JSON.
-pub const RECEIVED_TEXT: &str = "received_text";
 
 /// Reads a chat completion body down to its output.
 pub fn parse_completion(body: &[u8]) -> Result<Completion, ProviderError> {
@@ -191,6 +170,14 @@ pub fn parse_completion(body: &[u8]) -> Result<Completion, ProviderError> {
         return Err(ProviderError::new(FailureClass::Definitive { retryable: false }, "provider-error", Some(200), truncate(message.to_owned())));
     }
     let message = body.pointer("/choices/0/message").ok_or_else(|| bad("the answer has no choices[0].message"))?;
+    if let Some(refusal) = message.get("refusal").and_then(Value::as_str) {
+        return Err(with_usage(refused(refusal), parse_usage(&body)));
+    }
+    match body.pointer("/choices/0/finish_reason").and_then(Value::as_str) {
+        Some("length") => return Err(with_usage(truncated_output(), parse_usage(&body))),
+        Some("content_filter") => return Err(with_usage(content_filtered(), parse_usage(&body))),
+        _ => {}
+    }
     match message.get("content").and_then(Value::as_str) {
         // An answer that breaks the contract was still charged: its usage
         // travels in the error's detail.
@@ -198,10 +185,7 @@ pub fn parse_completion(body: &[u8]) -> Result<Completion, ProviderError> {
             Ok(completion) => Ok(Completion { usage: parse_usage(&body), ..completion }),
             Err(error) => Err(with_usage(error, parse_usage(&body))),
         },
-        None => {
-            let refusal = message.get("refusal").and_then(Value::as_str).unwrap_or("no content");
-            Err(with_usage(ProviderError::contract_violation(format!("the answer has no content: {refusal}")), parse_usage(&body)))
-        }
+        None => Err(with_usage(ProviderError::contract_violation("the answer has no content"), parse_usage(&body))),
     }
 }
 
@@ -215,14 +199,13 @@ impl Provider for HttpProvider {
         &self.settings
     }
 
-    async fn call(&self, request: &ProviderRequest) -> Result<Completion, ProviderError> {
+    async fn send(&self, request: &ProviderRequest) -> Result<Reply, ProviderError> {
+        let (url, body) = match self.api {
+            ProviderApi::ChatCompletions => (&self.chat_url, self.body(request)),
+            ProviderApi::Responses => (&self.responses_url, responses::body(&self.settings, request, self.simulated)),
+        };
         let id = &request.request_id;
-        let builder = self
-            .client
-            .post(&self.chat_url)
-            .header("x-client-request-id", id)
-            .header("idempotency-key", id)
-            .json(&self.body(request));
+        let builder = self.client.post(url).header("x-client-request-id", id).header("idempotency-key", id).json(&body);
         let response = self.authorize(builder).send().await.map_err(transport_error)?;
         let status = response.status().as_u16();
         let retry_after = retry_after(response.headers());
@@ -248,17 +231,50 @@ impl Provider for HttpProvider {
                 format!("the answer is larger than {MAX_RESPONSE_BYTES} bytes; it was not read"),
             ));
         }
-        parse_completion(&body)
+        match self.api {
+            ProviderApi::ChatCompletions => parse_completion(&body).map(Reply::Done),
+            ProviderApi::Responses => match responses::read(&body)? {
+                (id, RequestStatus::Running) => Ok(Reply::Accepted(id)),
+                (_, RequestStatus::Succeeded(completion)) => Ok(Reply::Done(completion)),
+                (_, RequestStatus::Failed(error)) => Err(error),
+                (_, RequestStatus::Canceled(usage)) => Err(ProviderError::canceled_at_provider(usage)),
+                (_, RequestStatus::NotFound) => unreachable!("a response object is never a missing request"),
+            },
+        }
     }
 
-    async fn status(&self, attempt_id: AttemptId) -> Option<Result<RequestStatus, ProviderError>> {
-        let url = self.status_url.as_ref()?.replace("{id}", &attempt_id.to_string());
-        Some(self.lookup(&url).await)
+    async fn status(&self, request: RequestRef<'_>) -> Option<Result<RequestStatus, ProviderError>> {
+        match self.api {
+            ProviderApi::ChatCompletions => {
+                let url = self.status_url.as_ref()?.replace("{id}", request.client_id);
+                Some(self.lookup(&url).await)
+            }
+            // Always askable: that is how its answer is read.
+            ProviderApi::Responses => {
+                let url = format!("{}/{}", self.responses_url, response_id(request.provider_id?)?);
+                Some(self.read_response(self.client.get(url)).await)
+            }
+        }
     }
 
-    async fn cancel(&self, attempt_id: AttemptId) -> Option<Result<CancelAnswer, ProviderError>> {
-        let url = self.cancel_url.as_ref()?.replace("{id}", &attempt_id.to_string());
-        Some(self.cancel_at(&url).await)
+    async fn cancel(&self, request: RequestRef<'_>) -> Option<Result<CancelAnswer, ProviderError>> {
+        match self.api {
+            ProviderApi::ChatCompletions => {
+                let url = self.cancel_url.as_ref()?.replace("{id}", request.client_id);
+                Some(self.cancel_at(&url).await)
+            }
+            ProviderApi::Responses if self.settings.has_cancel_call() => {
+                let url = format!("{}/{}/cancel", self.responses_url, response_id(request.provider_id?)?);
+                let answer = self.read_response(self.client.post(url)).await.map(|status| match status {
+                    RequestStatus::Canceled(usage) => CancelAnswer { status: "canceled".into(), usage },
+                    RequestStatus::Succeeded(completion) => CancelAnswer { status: "succeeded".into(), usage: completion.usage },
+                    RequestStatus::Failed(error) => CancelAnswer { status: "failed".into(), usage: usage_in(&error) },
+                    RequestStatus::Running | RequestStatus::NotFound => CancelAnswer { status: "running".into(), usage: None },
+                });
+                Some(answer)
+            }
+            ProviderApi::Responses => None,
+        }
     }
 }
 
@@ -298,7 +314,36 @@ fn transport_error_after_answer(error: reqwest::Error) -> ProviderError {
     ProviderError::new(FailureClass::Ambiguous, "connection-lost", None, truncate(error.to_string()))
 }
 
+/// A response id as a path segment: only the characters OpenAI's ids use,
+/// so that a provider's answer cannot steer the next request elsewhere.
+fn response_id(id: &str) -> Option<&str> {
+    let safe = !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    safe.then_some(id)
+}
+
+/// The usage a failure's detail carries (see [`with_usage`]).
+fn usage_in(error: &ProviderError) -> Option<crate::domain::Usage> {
+    serde_json::from_value(error.detail.get("usage")?.clone()).ok()
+}
+
 impl HttpProvider {
+    /// Reads a response object from `GET /responses/{id}` or its cancel
+    /// call; a 404 is [`RequestStatus::NotFound`].
+    async fn read_response(&self, builder: reqwest::RequestBuilder) -> Result<RequestStatus, ProviderError> {
+        let response = self.authorize(builder).send().await.map_err(transport_error)?;
+        let status = response.status().as_u16();
+        let (body, complete) = read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;
+        if !complete {
+            let message = format!("the response object is larger than {MAX_RESPONSE_BYTES} bytes");
+            return Err(ProviderError::new(FailureClass::Ambiguous, "bad-response", Some(status), message));
+        }
+        match status {
+            404 => Ok(RequestStatus::NotFound),
+            200..=299 => Ok(responses::read(&body)?.1),
+            _ => Err(ProviderError::new(classify_status(status), "provider-error", Some(status), error_message(&body))),
+        }
+    }
+
     async fn cancel_at(&self, url: &str) -> Result<CancelAnswer, ProviderError> {
         let response = self.authorize(self.client.post(url)).send().await.map_err(transport_error)?;
         let status = response.status().as_u16();
@@ -334,18 +379,20 @@ impl HttpProvider {
             Some("running") => Ok(RequestStatus::Running),
             Some("succeeded") => {
                 let content = report.get("content").and_then(Value::as_str).unwrap_or_default();
+                let usage = parse_usage(&report);
                 match parse_content(content) {
-                    Ok(completion) => Ok(RequestStatus::Succeeded(Completion { usage: parse_usage(&report), ..completion })),
+                    Ok(completion) => Ok(RequestStatus::Succeeded(Completion { usage, ..completion })),
                     // The provider finished, but with an output that breaks the contract.
-                    Err(error) => Ok(RequestStatus::Failed(error.message)),
+                    Err(error) => Ok(RequestStatus::Failed(with_usage(error, usage))),
                 }
             }
             Some("failed") => {
                 let message = report.get("error").and_then(Value::as_str).unwrap_or("the provider reports a failure");
-                Ok(RequestStatus::Failed(message.to_owned()))
+                let error = ProviderError::new(FailureClass::Definitive { retryable: false }, "provider-error", None, truncate(message.to_owned()));
+                Ok(RequestStatus::Failed(error))
             }
-            // Stopped by a cancel before it produced anything.
-            Some("canceled") => Ok(RequestStatus::Failed("the request was canceled before it finished".to_owned())),
+            // Stopped by a cancel before it finished.
+            Some("canceled") => Ok(RequestStatus::Canceled(parse_usage(&report))),
             other => Err(ProviderError::new(
                 FailureClass::Ambiguous,
                 "bad-response",
@@ -359,6 +406,7 @@ impl HttpProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::answer::RECEIVED_TEXT;
 
     #[test]
     fn openai_error_bodies_give_their_message() {
@@ -388,7 +436,9 @@ mod tests {
         let not_json = br#"{"choices": [{"message": {"role": "assistant", "content": "Sure! Here is a summary"}}]}"#;
         assert_eq!(parse_completion(not_json).unwrap_err().kind, "contract-violation");
         let refusal = br#"{"choices": [{"message": {"role": "assistant", "content": null, "refusal": "I can't"}}]}"#;
-        assert_eq!(parse_completion(refusal).unwrap_err().kind, "contract-violation");
+        assert_eq!(parse_completion(refusal).unwrap_err().kind, "refusal");
+        let cut = br#"{"choices": [{"message": {"role": "assistant", "content": "{\"summ"}, "finish_reason": "length"}]}"#;
+        assert_eq!(parse_completion(cut).unwrap_err().kind, "output-truncated");
         assert_eq!(parse_completion(b"<html>").unwrap_err().kind, "bad-response");
         let error_in_200 = br#"{"error": {"message": "overloaded"}}"#;
         assert_eq!(parse_completion(error_in_200).unwrap_err().kind, "provider-error");

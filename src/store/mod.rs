@@ -127,6 +127,7 @@ impl NewJob {
                 usage: None,
                 cost: None,
                 unapplied_output: None,
+                provider_request_id: None,
             }],
         }
     }
@@ -191,6 +192,9 @@ pub struct UnknownAttempt {
     pub unknown_for: Duration,
     /// How many times it has been claimed for reconciliation, this one included.
     pub reconcile_count: i32,
+    /// The provider's own id of its request (a background response's), if
+    /// it gave one.
+    pub provider_request_id: Option<String>,
 }
 
 /// The answer to [`Store::cancel_job`].
@@ -715,6 +719,12 @@ pub trait Store: Driver {
     /// contract, or came after the attempt was settled) on the attempt, for
     /// audit: `unapplied` is [`crate::domain::unapplied_output`]'s.
     async fn record_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool>;
+
+    /// Keeps the provider's own id of an attempt's request (a background
+    /// response's) on the attempt, as soon as it is known: its status
+    /// lookup and cancel call need it. The first id stays; whoever holds
+    /// the attempt, and whatever its state, the id is a fact about it.
+    async fn record_provider_request(&self, attempt: &AttemptRef, provider_request_id: &str) -> Result<bool>;
 
     /// Settles an unknown attempt by an operator's word, through the same
     /// compare-and-swap as a worker's finish.

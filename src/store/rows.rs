@@ -142,7 +142,7 @@ pub(crate) const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, 
     a.finished_at as a_finished_at, a.prompt_tokens as a_prompt_tokens,
     a.completion_tokens as a_completion_tokens, a.usage_estimated as a_usage_estimated,
     cast(a.cost as text) as a_cost, a.currency as a_currency, a.price_version as a_price_version,
-    a.unapplied_output as a_unapplied_output"#;
+    a.unapplied_output as a_unapplied_output, a.provider_request_id as a_provider_request_id"#;
 
 /// A job with its attempts, in one statement (one snapshot), for
 /// [`job_from_rows`].
@@ -222,6 +222,7 @@ pub(crate) struct AttemptRow {
     a_currency: Option<String>,
     a_price_version: Option<String>,
     a_unapplied_output: Option<Json<Value>>,
+    a_provider_request_id: Option<String>,
 }
 
 impl AttemptRow {
@@ -244,6 +245,7 @@ impl AttemptRow {
             usage: read_usage(self.a_prompt_tokens, self.a_completion_tokens, self.a_usage_estimated),
             cost: read_cost(self.a_cost, self.a_currency, self.a_price_version)?,
             unapplied_output: self.a_unapplied_output.map(|o| o.0),
+            provider_request_id: self.a_provider_request_id,
         })
     }
 }

@@ -119,6 +119,13 @@ macro_rules! impl_store {
                 Ok(changed.rows_affected() == 1)
             }
 
+            async fn record_provider_request(&self, attempt: &AttemptRef, provider_request_id: &str) -> Result<bool> {
+                let changed = sqlx::query(sql::RECORD_PROVIDER_REQUEST)
+                    .bind(attempt.owner.as_str()).bind(attempt.job_id.0).bind(attempt.number).bind(provider_request_id)
+                    .execute(&self.pool).await?;
+                Ok(changed.rows_affected() == 1)
+            }
+
             async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>> {
                 let rows: Vec<$crate::store::rows::OpenUnknownRow> = sqlx::query_as(&*sql::LIST_UNKNOWN_ATTEMPTS)
                     .bind(owner.map(OwnerId::as_str)).bind(i64::from(limit)).fetch_all(&self.pool).await?;

@@ -227,6 +227,10 @@ pub(super) async fn settle_without_output<S: Store + ?Sized>(
         (AttemptState::Failed, Transition::Failed { next: None }) if job_state == JobState::Failed => {
             tell(&mut tx, owner, job_id, task, WebhookEventType::JobFailed, data()).await?;
         }
+        // An unknown attempt the provider reports canceled, the job's last open one.
+        (AttemptState::Canceled, _) if job_state == JobState::Failed && job.state != JobState::Failed => {
+            tell(&mut tx, owner, job_id, task, WebhookEventType::JobFailed, data()).await?;
+        }
         _ => {}
     }
     tx.commit().await?;

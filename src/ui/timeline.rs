@@ -259,6 +259,7 @@ mod tests {
             usage: None,
             cost: None,
             unapplied_output: None,
+            provider_request_id: None,
         }
     }
 

@@ -25,7 +25,7 @@ use tracing::Instrument;
 use super::Worker;
 use crate::metrics::{self, Settled};
 use crate::domain::{AttemptError, Usage, unapplied_output};
-use crate::provider::{Completion, FailureClass, ProviderError};
+use crate::provider::{Completion, FailureClass, ProviderError, RequestRef};
 use crate::signals::CallWatch;
 use crate::store::{self, AttemptRef, AttemptUsage, ClaimedAttempt, Transition};
 
@@ -61,12 +61,16 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
     async {
         let cancels = worker.catalog.task(&claimed.task).is_some_and(|task| task.settings.cancel_losers);
         let mut watch = cancels.then(|| worker.signals.watch_call(claimed.attempt.job_id, claimed.id));
-        let (outcome, estimate) = call(worker, &claimed, lease_end, watch.as_mut()).await;
+        let (outcome, progress) = call(worker, &claimed, lease_end, watch.as_mut()).await;
         drop(watch);
         if matches!(&outcome, Err(error) if error.kind == LEASE_LOST) {
             tracing::warn!("the attempt's lease ran out before its request was sent: not sent, left to the reaper");
             return;
         }
+        if let Some(id) = progress.provider_request_id.as_deref().filter(|_| !progress.kept) {
+            keep_provider_request(worker, &claimed.attempt, id).await;
+        }
+        let estimate = progress.estimate;
         if let Some(park) = crate::failpoints::parked_at("worker-before-record") {
             tokio::time::sleep(park).await;
         }
@@ -78,23 +82,43 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
 }
 
 /// What a call got to: the most it could use, once the prompt was
-/// rendered and counted, and whether its request may have left.
+/// rendered and counted, whether its request may have left, and the
+/// provider's id of it (a background response's), kept on the attempt or not.
 #[derive(Default)]
 struct Progress {
     estimate: Option<Usage>,
     sent: bool,
+    provider_request_id: Option<String>,
+    kept: bool,
 }
 
-/// Calls the provider; with the outcome, the most the call could have used
-/// (the rendered prompt's tokens and `max_output_tokens`), once the prompt
-/// was rendered and counted. With a `watch`, the end of the job aborts the
-/// call (an answer ready at the same moment is taken first).
+/// Keeps the provider's id of the attempt's request on the attempt; says
+/// whether it is kept.
+async fn keep_provider_request(worker: &Worker, attempt: &AttemptRef, id: &str) -> bool {
+    let mut delay = Duration::from_millis(100);
+    for _ in 0..5 {
+        match worker.store.record_provider_request(attempt, id).await {
+            Ok(_) => return true,
+            Err(error) => tracing::warn!(%error, provider_request_id = id, "keeping the provider's request id failed; retrying"),
+        }
+        tokio::time::sleep(delay).await;
+        delay *= 2;
+    }
+    tracing::error!(provider_request_id = id, "the provider's request id could not be kept: if the outcome is unknown, \
+                     only an operator can settle it");
+    false
+}
+
+/// Calls the provider; with the outcome, how far the call got (see
+/// [`Progress`]). With a `watch`, the end of the job aborts the call (an
+/// answer ready at the same moment is taken first). An unknown outcome of
+/// a request the provider gave an id says it in its detail.
 async fn call(
     worker: &Worker,
     claimed: &ClaimedAttempt,
     lease_end: Instant,
     watch: Option<&mut CallWatch<'_>>,
-) -> (Result<Completion, ProviderError>, Option<Usage>) {
+) -> (Result<Completion, ProviderError>, Progress) {
     let mut progress = Progress::default();
     let answered = {
         let calling = call_counted(worker, claimed, lease_end, &mut progress);
@@ -107,23 +131,34 @@ async fn call(
             },
         }
     };
-    match answered {
-        Some(outcome) => (outcome, progress.estimate),
-        None => (Err(cancel_at_provider(worker, claimed, lease_end, progress.sent).await), progress.estimate),
+    let mut outcome = match answered {
+        Some(outcome) => outcome,
+        None => Err(cancel_at_provider(worker, claimed, lease_end, &progress).await),
+    };
+    if let (Err(error), Some(id)) = (&mut outcome, &progress.provider_request_id)
+        && error.class == FailureClass::Ambiguous
+    {
+        match &mut error.detail {
+            Value::Object(detail) => {
+                detail.insert("provider_request_id".into(), json!(id));
+            }
+            other => *other = json!({ "provider_request_id": id }),
+        }
     }
+    (outcome, progress)
 }
 
 /// After a call was aborted because its job had finished: tells the
 /// provider to stop, where it has a cancel call and the request may have
 /// left, within the lease; the failure to record says what is known (in
 /// its detail: `sent`, `cancel_call`, and what the provider said).
-async fn cancel_at_provider(worker: &Worker, claimed: &ClaimedAttempt, lease_end: Instant, sent: bool) -> ProviderError {
+async fn cancel_at_provider(worker: &Worker, claimed: &ClaimedAttempt, lease_end: Instant, progress: &Progress) -> ProviderError {
     let canceled = |message: &str, detail: Value| {
         let mut error = ProviderError::new(FailureClass::Canceled, CANCELED, None, message);
         error.detail = detail;
         error
     };
-    if !sent {
+    if !progress.sent {
         return canceled("its job finished before the request was sent; nothing was sent", json!({ "sent": false }));
     }
     let message = "its job finished while the call was in flight; the call was aborted";
@@ -132,7 +167,9 @@ async fn cancel_at_provider(worker: &Worker, claimed: &ClaimedAttempt, lease_end
     };
     let margin = Duration::from_millis(worker.settings.lease_margin_ms);
     let left = lease_end.saturating_duration_since(Instant::now()).saturating_sub(margin).min(CANCEL_CALL_TIMEOUT);
-    let asked = tokio::time::timeout(left, provider.cancel(claimed.id)).await;
+    let client_id = claimed.id.to_string();
+    let request = RequestRef { client_id: &client_id, provider_id: progress.provider_request_id.as_deref() };
+    let asked = tokio::time::timeout(left, provider.cancel(request)).await;
     let (said, detail) = match asked {
         Ok(None) => ("", json!({ "sent": true, "cancel_call": "none" })),
         Ok(Some(Ok(answer))) => (
@@ -184,7 +221,20 @@ async fn call_counted(
     let timeout = settings.timeout().min(left);
     let started = std::time::Instant::now();
     progress.sent = true;
-    let result = match tokio::time::timeout(timeout, provider.call(&prepared.request)).await {
+    // A background request's id is kept on the attempt before it is
+    // followed: the reconciler asks by it if the deadline comes first.
+    let accepted = async |id: &str| {
+        progress.provider_request_id = Some(id.to_owned());
+        // One try here, not to delay following it; more after the call.
+        progress.kept = match worker.store.record_provider_request(&claimed.attempt, id).await {
+            Ok(_) => true,
+            Err(error) => {
+                tracing::warn!(%error, provider_request_id = id, "keeping the provider's request id failed; trying again after the call");
+                false
+            }
+        };
+    };
+    let result = match tokio::time::timeout(timeout, crate::provider::call(provider.as_ref(), &prepared.request, accepted)).await {
         Ok(result) => result,
         Err(_) => Err(ProviderError::deadline(timeout)),
     };
@@ -273,7 +323,7 @@ async fn record_metered_outcome(
     });
     let mut rejected = None;
     if let Err(error) = &mut outcome
-        && let Some(text) = error.detail.as_object_mut().and_then(|detail| detail.remove(crate::provider::openai::RECEIVED_TEXT))
+        && let Some(text) = error.detail.as_object_mut().and_then(|detail| detail.remove(crate::provider::answer::RECEIVED_TEXT))
     {
         rejected = Some(unapplied_output("contract-violation", &text, chrono::Utc::now()));
     }

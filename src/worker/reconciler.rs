@@ -1,9 +1,12 @@
 //! The reconciler: asks providers that support a status lookup what became
-//! of unknown attempts, by attempt id, with exponential backoff, and settles
+//! of unknown attempts, by attempt id (or by the provider's own id of the
+//! request: a background response's), with exponential backoff, and settles
 //! them through the same transitions as the worker: a late output through
 //! the compare-and-swap (it may still win if nothing else has), a failure as
-//! `failed` (after which the retry policy may go on). Unknown attempts of
-//! providers without a lookup wait for an operator's resolve.
+//! `failed` (after which the retry policy may go on), a request the provider
+//! canceled as `canceled`. Unknown attempts of providers without a lookup,
+//! and background requests whose id never came back, wait for an
+//! operator's resolve.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +16,7 @@ use tokio::sync::watch;
 use super::{Worker, record_outcome};
 use crate::domain::NOT_RECEIVED;
 use crate::metrics::Lookup;
-use crate::provider::{FailureClass, ProviderError, RequestStatus};
+use crate::provider::{FailureClass, ProviderError, RequestRef, RequestStatus};
 use crate::store::UnknownAttempt;
 
 pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>) {
@@ -47,15 +50,29 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
     let attempt = &unknown.attempt;
     let Some(provider) = worker.providers.get(&unknown.provider) else { return };
     let timeout = provider.settings().timeout();
-    let answer = match tokio::time::timeout(timeout, provider.status(unknown.id)).await {
+    let client_id = unknown.id.to_string();
+    let asked = RequestRef { client_id: &client_id, provider_id: unknown.provider_request_id.as_deref() };
+    let later = worker.reconcile_backoff(unknown.reconcile_count);
+    let answer = match tokio::time::timeout(timeout, provider.status(asked)).await {
         Ok(Some(answer)) => answer,
-        Ok(None) => return,
+        Ok(None) => {
+            // A background request whose id never came back: nothing to
+            // ask by. It waits for an operator's resolve.
+            if unknown.reconcile_count == 1 {
+                tracing::warn!(
+                    owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
+                    "the provider gave no id for this attempt's request, so it cannot be asked about it: \
+                     it stays unknown until an operator resolves it"
+                );
+            }
+            return postpone(worker, &unknown, Duration::from_millis(worker.settings.reconcile_backoff_max_ms)).await;
+        }
         Err(_) => Err(ProviderError::deadline(timeout)),
     };
-    let later = worker.reconcile_backoff(unknown.reconcile_count);
     let result = match &answer {
         Ok(RequestStatus::Succeeded(_)) => Lookup::Succeeded,
         Ok(RequestStatus::Failed(_)) => Lookup::Failed,
+        Ok(RequestStatus::Canceled(_)) => Lookup::Canceled,
         Ok(RequestStatus::Running) => Lookup::Running,
         Ok(RequestStatus::NotFound) => Lookup::NotFound,
         Err(_) => Lookup::Error,
@@ -71,9 +88,8 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
     };
     match answer {
         Ok(RequestStatus::Succeeded(completion)) => settle(Ok(completion)).await,
-        Ok(RequestStatus::Failed(message)) => {
-            settle(Err(ProviderError::new(FailureClass::Definitive { retryable: false }, "provider-error", None, message))).await
-        }
+        Ok(RequestStatus::Failed(error)) => settle(Err(error)).await,
+        Ok(RequestStatus::Canceled(usage)) => settle(Err(ProviderError::canceled_at_provider(usage))).await,
         Ok(RequestStatus::NotFound) if absence_settles(provider.settings(), unknown.unknown_for) => {
             // The provider records every request it takes, and long past the
             // attempt's deadline it has none: it was never received.

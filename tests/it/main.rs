@@ -19,6 +19,7 @@ mod events;
 mod lifecycle;
 mod openai;
 mod openapi;
+mod responses;
 mod retention;
 mod ops;
 mod process;

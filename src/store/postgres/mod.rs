@@ -400,6 +400,7 @@ impl_store!(PostgresStore, {
                     task: row.try_get("task")?,
                     unknown_for: Duration::from_secs_f64(row.try_get::<f64, _>("unknown_for")?.max(0.0)),
                     reconcile_count: row.try_get("reconcile_count")?,
+                    provider_request_id: row.try_get("provider_request_id")?,
                 })
             })
             .collect()

@@ -164,7 +164,7 @@ pub(super) static CLAIM_RECONCILIATIONS: LazyLock<String> = LazyLock::new(|| {
                set reconcile_after = now() + make_interval(secs => $3), reconcile_count = a.reconcile_count + 1
                from due d
                where a.owner_id = d.owner_id and a.job_id = d.job_id and a.number = d.number
-               returning a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count,
+               returning a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count, a.provider_request_id,
                          extract(epoch from now() - a.finished_at)::float8 as unknown_for
            )
            select h.*, j.task from held h join jobs j on j.owner_id = h.owner_id and j.id = h.job_id"#
@@ -282,6 +282,11 @@ pub(super) const FORGET_USAGE: &str = r#"update attempts
 /// Keeps an unapplied output on its attempt. Binds: owner, job, number, the output's record.
 pub(super) const RECORD_UNAPPLIED_OUTPUT: &str =
     r#"update attempts set unapplied_output = $4 where owner_id = $1 and job_id = $2 and number = $3"#;
+
+/// Keeps the provider's id of an attempt's request, unless one is kept.
+/// Binds: owner, job, number, the id.
+pub(super) const RECORD_PROVIDER_REQUEST: &str = r#"update attempts set provider_request_id = $4
+    where owner_id = $1 and job_id = $2 and number = $3 and provider_request_id is null"#;
 
 pub(super) const ATTEMPT_STATE: &str = r#"select state from attempts where owner_id = $1 and job_id = $2 and number = $3"#;
 

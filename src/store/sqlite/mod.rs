@@ -492,6 +492,7 @@ impl_store!(SqliteStore, {
                 task: row.try_get("task")?,
                 unknown_for: Duration::from_micros(u64::try_from(at - finished.unwrap_or(at)).unwrap_or(0)),
                 reconcile_count: row.try_get::<i32, _>("reconcile_count")? + 1,
+                provider_request_id: row.try_get("provider_request_id")?,
             });
         }
         write.tx.commit().await?;

@@ -56,7 +56,7 @@ pub(super) static CLAIMABLE: LazyLock<String> = LazyLock::new(|| {
 /// `attempts_unknown` partial index).
 pub(super) static RECONCILABLE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count, a.finished_at, j.task
+        r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count, a.finished_at, a.provider_request_id, j.task
            from attempts a
            join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
            where a.state = '{UNKNOWN}' and a.provider in (select value from json_each(?1)) and a.reconcile_after <= ?2
@@ -182,6 +182,11 @@ pub(super) const ATTEMPT_STATE: &str = r#"select state from attempts where owner
 pub(super) const ATTEMPT_STATES: &str = r#"select state from attempts where owner_id = ?1 and job_id = ?2"#;
 
 /// A job's attempts, by number. Binds: owner, job.
+/// Keeps the provider's id of an attempt's request, unless one is kept.
+/// Binds: owner, job, number, the id.
+pub(super) const RECORD_PROVIDER_REQUEST: &str = r#"update attempts set provider_request_id = ?4
+    where owner_id = ?1 and job_id = ?2 and number = ?3 and provider_request_id is null"#;
+
 pub(super) static READ_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
     format!(r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = ?1 and a.job_id = ?2 order by a.number"#)
 });

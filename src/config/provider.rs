@@ -1,0 +1,368 @@
+//! `[providers.NAME]`: where attempts are sent, and how the simulator's
+//! providers misbehave.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// How a provider counts tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tokenizer {
+    /// OpenAI's o200k_base (GPT-4o and later).
+    O200kBase,
+    /// OpenAI's cl100k_base (GPT-4, GPT-3.5).
+    Cl100kBase,
+    /// Characters divided by four, rounded up.
+    #[default]
+    Approx,
+}
+
+impl Tokenizer {
+    /// The encoding of an OpenAI model family by its name: `o200k_base`
+    /// for GPT-4o, GPT-4.1, GPT-5 and the o-series; `cl100k_base` for
+    /// GPT-4 and GPT-3.5; characters ÷ 4 for any other model.
+    pub fn for_model(model: &str) -> Tokenizer {
+        let model = model.to_ascii_lowercase();
+        let model = model.rsplit('/').next().unwrap_or_default();
+        let o200k = ["gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "chatgpt-4o", "o1", "o3", "o4"];
+        if o200k.iter().any(|family| model.starts_with(family)) {
+            Tokenizer::O200kBase
+        } else if model.starts_with("gpt-4") || model.starts_with("gpt-3.5") {
+            Tokenizer::Cl100kBase
+        } else {
+            Tokenizer::Approx
+        }
+    }
+}
+
+/// Which OpenAI surface a provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProviderApi {
+    /// `POST /chat/completions`, answered when the answer is ready.
+    ChatCompletions,
+    /// `POST /responses` in background mode: answered at once with a
+    /// response id, which is then asked for until the response is done.
+    Responses,
+}
+
+/// The name chat completions give the answer's token limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensField {
+    /// `max_tokens`: what most OpenAI-compatible servers read.
+    MaxTokens,
+    /// `max_completion_tokens`: what OpenAI's reasoning models require.
+    MaxCompletionTokens,
+}
+
+/// What a provider is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// The built-in simulator.
+    Sim,
+    /// An OpenAI-compatible chat completions endpoint.
+    Openai,
+    /// OpenAI's Responses API, in background mode.
+    #[serde(rename = "openai-responses")]
+    OpenaiResponses,
+}
+
+/// What a simulated provider answers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SimOutput {
+    /// Output that meets the task's contract.
+    #[default]
+    Valid,
+    /// Valid JSON with a top-level key the contract does not allow.
+    ExtraTopLevelKey,
+    /// Text that is not JSON.
+    NotJson,
+    /// A refusal instead of an answer (`message.refusal`, or a `refusal`
+    /// content part of a response).
+    Refusal,
+    /// An answer cut off at the token limit (`finish_reason = "length"`,
+    /// or an `incomplete` response for `max_output_tokens`).
+    Truncated,
+}
+
+/// How a simulated provider misbehaves on the wire. Each one lands the
+/// attempt in the state docs/design.md's failure classification gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SimFault {
+    /// Resets the connection without taking the request: the provider has
+    /// no record of it, so its status lookup says it was never received.
+    ResetBeforeRequest,
+    /// Reads the request, does the work, then resets the connection.
+    ResetAfterRequest,
+    /// Reads the request and never sends the response's headers.
+    NoHeaders,
+    /// Sends the headers and half of the body, then stalls.
+    StalledBody,
+    /// Answers 200 with a 10 MiB body.
+    HugeBody,
+    /// Answers 200 with a body that is not UTF-8.
+    InvalidUtf8,
+    /// Answers 200 with an OpenAI error object as its body.
+    #[serde(rename = "error_in_200")]
+    ErrorIn200,
+}
+
+/// `[providers.NAME]`
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSettings {
+    /// `sim`, `openai` or `openai-responses`.
+    pub kind: ProviderKind,
+    /// sim: which surface the simulated provider speaks (the kind says it
+    /// for the others).
+    #[serde(default)]
+    pub api: Option<ProviderApi>,
+    /// The model asked for.
+    #[serde(default = "default_model")]
+    pub model: String,
+    /// The deadline of one attempt: connect, headers and body.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Sampling temperature.
+    #[serde(default)]
+    pub temperature: f64,
+    /// openai: the base URL, such as `https://api.openai.com/v1`.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// openai: the environment variable holding the API key.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// How the provider counts tokens; by default the encoding of its
+    /// model's family (see [`Tokenizer::for_model`]).
+    #[serde(default)]
+    pub tokenizer: Option<Tokenizer>,
+    /// The provider's context window, in tokens: the rendered prompt plus
+    /// `max_output_tokens` must fit.
+    #[serde(default = "default_context_tokens")]
+    pub context_tokens: u32,
+    /// The most tokens the provider may answer with (sent as
+    /// `max_output_tokens` to the Responses API, as `max_tokens_field` to
+    /// chat completions).
+    #[serde(default = "default_max_output_tokens")]
+    pub max_output_tokens: u32,
+    /// Chat completions: the name of that limit; by default
+    /// `max_completion_tokens` for OpenAI's reasoning models (o1, o3, o4,
+    /// gpt-5), which refuse `max_tokens`, and `max_tokens` for the rest.
+    #[serde(default)]
+    pub max_tokens_field: Option<MaxTokensField>,
+    /// Whether the provider enforces a strict JSON schema: the task's
+    /// output schema is then sent with `strict: true`, as `response_format`
+    /// to chat completions and as `text.format` to the Responses API.
+    #[serde(default)]
+    pub response_format: bool,
+    /// The Responses API: how often a background response is asked for
+    /// while its attempt waits for it.
+    #[serde(default = "default_poll_interval_ms")]
+    pub poll_interval_ms: u64,
+    /// What its tokens cost; none: usage is counted, not costed.
+    #[serde(default)]
+    pub price: Option<crate::domain::Price>,
+    /// The temperature qualification runs at; part of the contract hash.
+    #[serde(default)]
+    pub qualification_temperature: f64,
+    /// Whether `serve` qualifies this provider for every task at start
+    /// (unless a passing qualification of the current contract exists).
+    #[serde(default)]
+    pub qualify_on_start: bool,
+    /// Whether the provider can be asked for the status of a request by its
+    /// client request id (default: yes for `sim`, no for `openai`).
+    #[serde(default)]
+    pub status_lookup: Option<bool>,
+    /// openai: the URL of that status lookup; `{id}` is the attempt id.
+    #[serde(default)]
+    pub status_url: Option<String>,
+    /// Whether the provider can be told to stop working on a request by
+    /// its client request id, which a worker does after aborting the call
+    /// of an attempt nobody wants any more (default: yes for `sim`, no for
+    /// `openai`: chat completions has no such call).
+    #[serde(default)]
+    pub cancel_call: Option<bool>,
+    /// openai: the URL of that cancel call (`POST`); `{id}` is the attempt id.
+    #[serde(default)]
+    pub cancel_url: Option<String>,
+    /// Whether the status lookup's "no such request" (404) is final: the
+    /// provider records every request before it acts on it, so absence
+    /// means it never received the request (default: yes for `sim`, which
+    /// does; no for `openai`). Only then is an unknown attempt settled as
+    /// `failed` (`not-received`, retryable); otherwise it stays `unknown`.
+    #[serde(default)]
+    pub absence_is_final: Option<bool>,
+    /// How long past the attempt's deadline the lookup must keep saying
+    /// "no such request" before that is believed (a provider may index
+    /// requests late).
+    #[serde(default = "default_absence_grace_ms")]
+    pub absence_grace_ms: u64,
+    /// sim: fixed latency before answering.
+    #[serde(default)]
+    pub latency_ms: u64,
+    /// sim: random extra latency, up to this.
+    #[serde(default)]
+    pub jitter_ms: u64,
+    /// sim: share of requests answered with `error_status`, 0 to 1.
+    #[serde(default)]
+    pub error_rate: f64,
+    /// sim: the status of those errors.
+    #[serde(default = "default_error_status")]
+    pub error_status: u16,
+    /// sim: accept and never answer; status lookup says running this long.
+    #[serde(default)]
+    pub hang_ms: Option<u64>,
+    /// sim: answer after this long.
+    #[serde(default)]
+    pub late_ms: Option<u64>,
+    /// sim: what the answer looks like.
+    #[serde(default)]
+    pub output: SimOutput,
+    /// sim: a transport fault instead of a well-formed answer.
+    #[serde(default)]
+    pub fault: Option<SimFault>,
+    /// sim: the `Retry-After` (seconds) sent with the simulated error statuses.
+    #[serde(default)]
+    pub retry_after_secs: Option<u64>,
+}
+
+fn default_model() -> String {
+    "sim-1".to_owned()
+}
+
+fn default_context_tokens() -> u32 {
+    128_000
+}
+
+fn default_max_output_tokens() -> u32 {
+    1024
+}
+
+fn default_timeout_ms() -> u64 {
+    30_000
+}
+
+fn default_absence_grace_ms() -> u64 {
+    60_000
+}
+
+fn default_poll_interval_ms() -> u64 {
+    1000
+}
+
+fn default_error_status() -> u16 {
+    503
+}
+
+impl ProviderSettings {
+    /// The deadline of one attempt.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+
+    /// The surface it speaks.
+    pub fn api(&self) -> ProviderApi {
+        match self.kind {
+            ProviderKind::Sim => self.api.unwrap_or(ProviderApi::ChatCompletions),
+            ProviderKind::Openai => ProviderApi::ChatCompletions,
+            ProviderKind::OpenaiResponses => ProviderApi::Responses,
+        }
+    }
+
+    /// How it counts tokens: `tokenizer`, or its model family's encoding.
+    pub fn tokenizer(&self) -> Tokenizer {
+        self.tokenizer.unwrap_or_else(|| Tokenizer::for_model(&self.model))
+    }
+
+    /// The name chat completions give the answer's token limit.
+    pub fn max_tokens_field(&self) -> MaxTokensField {
+        self.max_tokens_field.unwrap_or_else(|| {
+            let model = self.model.to_ascii_lowercase();
+            let reasoning = ["o1", "o3", "o4", "gpt-5"].iter().any(|family| model.starts_with(family));
+            if reasoning { MaxTokensField::MaxCompletionTokens } else { MaxTokensField::MaxTokens }
+        })
+    }
+
+    /// `poll_interval_ms`.
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_interval_ms)
+    }
+
+    /// Whether the provider speaks OpenAI's API itself: its kind is not `sim`.
+    fn is_real(&self) -> bool {
+        self.kind != ProviderKind::Sim
+    }
+
+    /// Whether unknown attempts on this provider can be reconciled by
+    /// asking it (default: yes, but for chat completions outside the
+    /// simulator, which have no status lookup).
+    pub fn has_status_lookup(&self) -> bool {
+        self.status_lookup.unwrap_or(self.kind != ProviderKind::Openai)
+    }
+
+    /// Whether an aborted call is followed by the provider's cancel call
+    /// (the same default).
+    pub fn has_cancel_call(&self) -> bool {
+        self.cancel_call.unwrap_or(self.kind != ProviderKind::Openai)
+    }
+
+    /// Whether a "no such request" from the status lookup may settle an
+    /// attempt as never received (see `absence_is_final`). Never for the
+    /// Responses API: a response asked for by its id was received.
+    pub fn absence_is_final(&self) -> bool {
+        self.api() == ProviderApi::ChatCompletions && self.absence_is_final.unwrap_or(!self.is_real())
+    }
+
+    /// `absence_grace_ms`.
+    pub fn absence_grace(&self) -> Duration {
+        Duration::from_millis(self.absence_grace_ms)
+    }
+
+    /// Why these settings of provider `name` cannot be used, if they cannot.
+    pub fn check(&self, name: &str) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.error_rate) {
+            return Err(format!("providers.{name}.error_rate must be between 0 and 1"));
+        }
+        if self.max_output_tokens == 0 || self.context_tokens <= self.max_output_tokens {
+            return Err(format!("providers.{name}: context_tokens must exceed max_output_tokens (at least 1)"));
+        }
+        if self.timeout_ms == 0 || self.poll_interval_ms == 0 {
+            return Err(format!("providers.{name}: timeout_ms and poll_interval_ms must be at least 1"));
+        }
+        if self.api.is_some() && self.is_real() {
+            return Err(format!("providers.{name}.api is for sim providers; the kind says which API a real one speaks"));
+        }
+        if self.is_real() && (self.base_url.is_none() || self.api_key_env.is_none()) {
+            return Err(format!("providers.{name}: an {} provider needs base_url and api_key_env", self.kind.as_str()));
+        }
+        if self.kind == ProviderKind::OpenaiResponses && (self.status_url.is_some() || self.cancel_url.is_some()) {
+            return Err(format!(
+                "providers.{name}: the Responses API's status lookup and cancel call follow from base_url; \
+                 status_url and cancel_url are for openai providers"
+            ));
+        }
+        if self.kind == ProviderKind::Openai && self.status_lookup == Some(true) && self.status_url.is_none() {
+            return Err(format!("providers.{name}: status_lookup needs a status_url"));
+        }
+        if self.kind == ProviderKind::Openai && self.cancel_call == Some(true) && self.cancel_url.is_none() {
+            return Err(format!("providers.{name}: cancel_call needs a cancel_url"));
+        }
+        Ok(())
+    }
+}
+
+impl ProviderKind {
+    /// Its name in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Sim => "sim",
+            ProviderKind::Openai => "openai",
+            ProviderKind::OpenaiResponses => "openai-responses",
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! What an answer means, on either OpenAI surface: its text parsed as the
+//! output, or the definitive failure it amounts to (a refusal, a cut-off, a
+//! withheld answer), with the usage a charged answer carries.
+
+use serde_json::Value;
+
+use super::{Completion, FailureClass, ProviderError};
+
+/// The longest error message kept from a provider's answer.
+const MAX_MESSAGE: usize = 500;
+
+/// A task's name as a schema's name: a-z, A-Z, 0-9, `_` and `-`, at most
+/// 64 of them (other characters become `_`).
+pub fn schema_name(task: &str) -> String {
+    let name: String =
+        task.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).take(64).collect();
+    if name.is_empty() { "output".to_owned() } else { name }
+}
+
+/// The model refused to answer; another model may not.
+pub fn refused(refusal: &str) -> ProviderError {
+    let message = truncate(format!("the model refused to answer: {refusal}"));
+    ProviderError::new(FailureClass::Definitive { retryable: false }, "refusal", None, message)
+}
+
+/// The answer was cut off at the provider's token limit.
+pub fn truncated_output() -> ProviderError {
+    let message = "the answer was cut off at the token limit (max_output_tokens) before it was complete";
+    ProviderError::new(FailureClass::Definitive { retryable: false }, "output-truncated", None, message)
+}
+
+/// The provider withheld the answer by its content filter.
+pub fn content_filtered() -> ProviderError {
+    let message = "the provider's content filter withheld the answer";
+    ProviderError::new(FailureClass::Definitive { retryable: false }, "content-filtered", None, message)
+}
+
+/// At most 500 bytes of a message, cut at a character boundary.
+pub fn truncate(mut text: String) -> String {
+    if text.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
+/// Parses the assistant message's content as the output.
+pub fn parse_content(content: &str) -> Result<Completion, ProviderError> {
+    match serde_json::from_str::<Value>(content) {
+        Ok(output) => Ok(Completion { output, usage: None }),
+        Err(error) => {
+            let mut error = ProviderError::contract_violation(format!("the answer is not JSON: {error}"));
+            // What the provider said, for the attempt's audit (taken out of
+            // the error before it is stored; see `worker::attempt`).
+            error.detail = serde_json::json!({ RECEIVED_TEXT: content });
+            Err(error)
+        }
+    }
+}
+
+/// Adds the usage of a charged answer to its error's detail, as `usage`.
+pub fn with_usage(mut error: ProviderError, usage: Option<crate::domain::Usage>) -> ProviderError {
+    if let Some(usage) = usage {
+        match &mut error.detail {
+            Value::Object(detail) => {
+                detail.insert("usage".into(), serde_json::json!(usage));
+            }
+            _ => error.detail = serde_json::json!({ "usage": usage }),
+        }
+    }
+    error
+}
+
+/// The member of a contract violation's detail that holds the answer's
+/// text when it was not JSON.
+pub const RECEIVED_TEXT: &str = "received_text";
+

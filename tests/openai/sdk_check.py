@@ -1,0 +1,104 @@
+"""The official openai package against the simulator: what the real SDK
+parses, the simulator must answer. Run by tests/it/openai.rs with the
+simulator's base URL; prints "ok" when every check passed, and fails with
+the first that did not.
+
+Providers it expects (set up by the test): sdk-responses (Responses API,
+fast), sdk-slow (Responses API, slow, cancelable), sdk-limited (Responses
+API answering 429) and sdk-chat (chat completions, fast).
+"""
+
+import json
+import sys
+import time
+
+import openai
+from openai import OpenAI
+from pydantic import BaseModel
+
+SIM = sys.argv[1]
+SCHEMA = {
+    "type": "object",
+    "properties": {"summary": {"type": "string"}, "word_count": {"type": "integer"}},
+    "required": ["summary", "word_count"],
+    "additionalProperties": False,
+}
+JOB = {"onejob_input": {"task": "summarize", "input": {"text": "the quick brown fox"}}}
+
+
+def client(provider):
+    return OpenAI(base_url=f"{SIM}/providers/{provider}/v1", api_key="sk-simulated", max_retries=0)
+
+
+def wait(responses, response_id):
+    for _ in range(500):
+        response = responses.retrieve(response_id)
+        if response.status not in ("queued", "in_progress"):
+            return response
+        time.sleep(0.02)
+    raise AssertionError(f"{response_id} never finished")
+
+
+def background(provider, request_id):
+    return client(provider).responses.create(
+        model="sim-1",
+        instructions="You summarize text.",
+        input=[{"role": "user", "content": "Summarize: the quick brown fox"}],
+        background=True,
+        store=True,
+        temperature=0,
+        max_output_tokens=256,
+        text={"format": {"type": "json_schema", "name": "summarize", "schema": SCHEMA, "strict": True}},
+        extra_body=JOB,
+        extra_headers={"X-Client-Request-Id": request_id},
+    )
+
+
+# A background response: created queued, read until completed.
+created = background("sdk-responses", "sdk-background")
+assert created.id.startswith("resp_") and created.status == "queued", created
+done = wait(client("sdk-responses").responses, created.id)
+assert done.status == "completed", done
+assert json.loads(done.output_text) == {"summary": "the quick brown fox", "word_count": 4}, done.output_text
+assert done.usage.input_tokens > 0 and done.usage.output_tokens > 0, done.usage
+
+# A slow one, canceled.
+slow = background("sdk-slow", "sdk-canceled")
+canceled = client("sdk-slow").responses.cancel(slow.id)
+assert canceled.status == "cancelled", canceled
+assert client("sdk-slow").responses.retrieve(slow.id).status == "cancelled"
+
+# What the SDK raises for a missing response and a rate limit.
+try:
+    client("sdk-responses").responses.retrieve("resp_missing")
+    raise AssertionError("a missing response was found")
+except openai.NotFoundError:
+    pass
+try:
+    background("sdk-limited", "sdk-limited")
+    raise AssertionError("a 429 was not raised")
+except openai.RateLimitError as error:
+    assert error.response.headers.get("retry-after") == "1", error.response.headers
+
+
+# A chat completion under a strict schema the SDK makes from a model, and
+# parses back into it.
+class Summary(BaseModel):
+    summary: str
+    word_count: int
+
+
+parsed = client("sdk-chat").chat.completions.parse(
+    model="sim-1",
+    messages=[{"role": "user", "content": "Summarize: the quick brown fox"}],
+    response_format=Summary,
+    max_completion_tokens=256,
+    extra_body=JOB,
+    extra_headers={"X-Client-Request-Id": "sdk-chat"},
+)
+choice = parsed.choices[0]
+assert choice.finish_reason == "stop", choice
+assert choice.message.parsed == Summary(summary="the quick brown fox", word_count=4), choice.message
+assert parsed.usage.prompt_tokens > 0, parsed.usage
+
+print("ok")
