@@ -3,7 +3,7 @@
 //! response id is kept on the attempt before the response is followed; a
 //! deadline leaves the attempt `unknown` with that id, and the reconciler's
 //! later reads settle it (succeeded when the response completed late,
-//! failed when the provider failed it); a lost race cancels the losing
+//! failed when the provider failed it, canceled when it was canceled there); a lost race cancels the losing
 //! response at the provider; an answer that breaks the contract fails its
 //! attempt, unless a strict schema made the provider keep to it. Chat
 //! completions' refusals, cut-off answers and strict schemas, end to end.
@@ -31,6 +31,7 @@ fn settings(s: &mut Settings) {
         ("resp-fast", responses("latency_ms = 5\ntimeout_ms = 2000")),
         ("resp-slow", responses(&format!("latency_ms = {SLOW_MS}\ntimeout_ms = {}", 2 * SLOW_MS))),
         ("resp-late", responses("late_ms = 900\ntimeout_ms = 300")),
+        ("resp-outlived", responses(&format!("latency_ms = {SLOW_MS}\ntimeout_ms = 300"))),
         ("resp-hang", responses("hang_ms = 1200\ntimeout_ms = 300")),
         ("resp-bad-json", responses("latency_ms = 5\ntimeout_ms = 2000\noutput = \"extra_top_level_key\"")),
         ("resp-strict", responses("latency_ms = 5\ntimeout_ms = 2000\noutput = \"extra_top_level_key\"\nresponse_format = true")),
@@ -113,6 +114,23 @@ async fn a_timed_out_background_response_the_provider_failed_is_reconciled_faile
     assert_eq!(error["type"], "provider-error", "{job:#}");
     assert!(error["message"].as_str().unwrap().contains("server_error"), "the provider's reason: {error:#}");
     assert!(job["attempts"][0]["output"].is_null(), "{job:#}");
+}
+
+async fn an_unknown_background_response_canceled_at_the_provider_is_reconciled_canceled(backend: Backend) {
+    let app = TestApp::spawn_live(backend, settings).await;
+    let id = create(&app, "outlived", "resp-outlived").await;
+    let job = app.wait_for(&id, "unknown", |j| j["state"] == "unknown").await;
+    // Someone cancels the response at the provider while it is unknown here.
+    let response_id = job["attempts"][0]["provider_request_id"].as_str().expect("unknown with its response id");
+    let cancel = format!("{}/providers/resp-outlived/v1/responses/{response_id}/cancel", app.simulator.as_ref().unwrap().url());
+    let canceled: Value = app.client.post(cancel).send().await.unwrap().json().await.unwrap();
+    assert_eq!(canceled["status"], "cancelled", "{canceled:#}");
+    let job = app.wait_for(&id, "the attempt canceled", |j| j["attempts"][0]["state"] == "canceled").await;
+    assert_eq!(job["state"], "failed", "nothing else is open: a new attempt may be started: {job:#}");
+    let attempt = &job["attempts"][0];
+    assert_eq!((&attempt["error"]["type"], &attempt["usage"]["estimated"]), (&json!("canceled"), &json!(false)), "{attempt:#}");
+    let events = events_of(&app, &id).await;
+    assert!(events.iter().any(|(kind, n, _)| kind == "attempt-canceled" && *n == Some(1)), "{events:?}");
 }
 
 async fn a_lost_race_cancels_the_losing_background_response_at_the_provider(backend: Backend) {
@@ -207,6 +225,7 @@ on_both_backends!(
     a_background_response_succeeds_with_its_id_kept_and_its_usage_from_the_response,
     a_timed_out_background_response_is_unknown_with_its_id_then_reconciled_succeeded_by_a_later_read,
     a_timed_out_background_response_the_provider_failed_is_reconciled_failed,
+    an_unknown_background_response_canceled_at_the_provider_is_reconciled_canceled,
     a_lost_race_cancels_the_losing_background_response_at_the_provider,
     a_background_response_that_breaks_the_contract_fails_its_attempt_unless_a_strict_schema_kept_it,
     a_refusal_or_an_answer_cut_off_at_the_limit_fails_the_attempt_saying_so,
