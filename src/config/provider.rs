@@ -366,3 +366,52 @@ impl ProviderKind {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider(text: &str) -> ProviderSettings {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn a_known_model_counts_with_its_familys_encoding_and_reasoning_models_take_max_completion_tokens() {
+        for (model, tokenizer, field) in [
+            ("gpt-4o-mini", Tokenizer::O200kBase, MaxTokensField::MaxTokens),
+            ("openai/gpt-4.1", Tokenizer::O200kBase, MaxTokensField::MaxTokens),
+            ("o4-mini", Tokenizer::O200kBase, MaxTokensField::MaxCompletionTokens),
+            ("gpt-5", Tokenizer::O200kBase, MaxTokensField::MaxCompletionTokens),
+            ("gpt-4-turbo", Tokenizer::Cl100kBase, MaxTokensField::MaxTokens),
+            ("gpt-3.5-turbo", Tokenizer::Cl100kBase, MaxTokensField::MaxTokens),
+            ("llama3.1:8b", Tokenizer::Approx, MaxTokensField::MaxTokens),
+        ] {
+            let settings = provider(&format!("kind = \"openai\"\nmodel = \"{model}\""));
+            assert_eq!((settings.tokenizer(), settings.max_tokens_field()), (tokenizer, field), "{model}");
+        }
+        let set = provider("kind = \"openai\"\nmodel = \"o3\"\ntokenizer = \"approx\"\nmax_tokens_field = \"max_tokens\"");
+        assert_eq!((set.tokenizer(), set.max_tokens_field()), (Tokenizer::Approx, MaxTokensField::MaxTokens), "settings win");
+    }
+
+    #[test]
+    fn each_kind_has_the_lookup_and_cancel_call_its_api_has() {
+        let responses = provider("kind = \"openai-responses\"\nbase_url = \"https://api.openai.com/v1\"\napi_key_env = \"K\"");
+        assert_eq!(responses.api(), ProviderApi::Responses);
+        assert!(responses.has_status_lookup() && responses.has_cancel_call() && !responses.absence_is_final());
+        assert!(responses.check("r").is_ok());
+        let chat = provider("kind = \"openai\"\nbase_url = \"http://127.0.0.1:8000/v1\"\napi_key_env = \"K\"");
+        assert!(!chat.has_status_lookup() && !chat.has_cancel_call() && !chat.absence_is_final());
+        let sim = provider("kind = \"sim\"\napi = \"responses\"");
+        assert!(sim.has_status_lookup() && !sim.absence_is_final(), "a response asked for by its id was received");
+        assert!(provider("kind = \"sim\"").absence_is_final());
+        let refused = [
+            "kind = \"openai\"\napi = \"responses\"\nbase_url = \"u\"\napi_key_env = \"K\"",
+            "kind = \"openai-responses\"\nbase_url = \"u\"\napi_key_env = \"K\"\nstatus_url = \"u/{id}\"",
+            "kind = \"openai-responses\"\napi_key_env = \"K\"",
+            "kind = \"sim\"\npoll_interval_ms = 0",
+        ];
+        for text in refused {
+            assert!(provider(text).check("p").is_err(), "{text}");
+        }
+    }
+}

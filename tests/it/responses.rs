@@ -156,6 +156,20 @@ async fn a_lost_race_cancels_the_losing_background_response_at_the_provider(back
     assert_eq!(loser["usage"]["prompt_tokens"], record["usage"]["prompt_tokens"], "{loser:#} {record:#}");
 }
 
+async fn canceling_a_job_cancels_its_background_response_at_the_provider(backend: Backend) {
+    let app = TestApp::spawn_live(backend, settings).await;
+    let id = create(&app, "canceled", "resp-slow").await;
+    app.wait_for(&id, "the response id kept", |j| j["attempts"][0]["provider_request_id"].is_string()).await;
+    let response = app.client.post(app.url(&format!("/jobs/{id}/cancel"))).bearer_auth(&app.alice).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let job = app.wait_for(&id, "the attempt canceled", |j| j["attempts"][0]["state"] == "canceled").await;
+    assert_eq!(job["state"], "canceled");
+    let record = at_provider(&app, &job).await;
+    assert_eq!(record["status"], "canceled", "{record:#}");
+    assert!(record["canceled_after_ms"].as_u64().is_some_and(|ms| ms < SLOW_MS), "{record:#}");
+    assert_eq!(job["attempts"][0]["error"]["detail"]["cancel_call"], "made", "{job:#}");
+}
+
 async fn a_background_response_that_breaks_the_contract_fails_its_attempt_unless_a_strict_schema_kept_it(backend: Backend) {
     let app = TestApp::spawn_live(backend, settings).await;
     let id = create(&app, "bad", "resp-bad-json").await;
@@ -227,6 +241,7 @@ on_both_backends!(
     a_timed_out_background_response_the_provider_failed_is_reconciled_failed,
     an_unknown_background_response_canceled_at_the_provider_is_reconciled_canceled,
     a_lost_race_cancels_the_losing_background_response_at_the_provider,
+    canceling_a_job_cancels_its_background_response_at_the_provider,
     a_background_response_that_breaks_the_contract_fails_its_attempt_unless_a_strict_schema_kept_it,
     a_refusal_or_an_answer_cut_off_at_the_limit_fails_the_attempt_saying_so,
     a_429_from_the_responses_api_is_retried_after_the_wait_it_asked_for,
