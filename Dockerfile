@@ -7,6 +7,8 @@ COPY Cargo.toml Cargo.lock ./
 COPY src src
 COPY config config
 COPY migrations migrations
+# The TypeScript client's build, served to the demo page.
+COPY clients/typescript/dist/index.js clients/typescript/dist/index.js
 RUN cargo build --release --locked --bin onejob && strip target/release/onejob
 
 FROM debian:bookworm-slim

@@ -298,6 +298,8 @@ async fn static_file(Path(file): Path<String>, headers: HeaderMap) -> Response {
         "ui.css" => (include_str!("static/ui.css"), "text/css; charset=utf-8"),
         "ui.js" => (include_str!("static/ui.js"), "text/javascript; charset=utf-8"),
         "demo.js" => (include_str!("static/demo.js"), "text/javascript; charset=utf-8"),
+        // The TypeScript client's build (clients/typescript/dist), which the demo uses.
+        "onejob-client.js" => (include_str!("../../clients/typescript/dist/index.js"), "text/javascript; charset=utf-8"),
         _ => return PageError::NotFound.into_response(),
     };
     // The files change only with the binary: a tag of the version and the

@@ -108,6 +108,11 @@ try {
   assert.ok(session && session.httpOnly && session.sameSite === 'Strict', `an HttpOnly, SameSite=Strict session cookie: ${JSON.stringify(cookies)}`);
   assert.ok(!JSON.stringify(cookies).includes(clientKey), 'the cookie does not hold the key');
 
+  // The demo runs on the TypeScript client, served from the binary.
+  await page.locator('#demo[data-client="onejob-client"]').waitFor();
+  const scripts = await page.evaluate(() => performance.getEntriesByType('resource').map((e) => new URL(e.name).pathname));
+  assert.ok(scripts.includes('/ui/static/onejob-client.js'), `the client was loaded: ${scripts}`);
+
   // Generate, double-clicked: two requests with one key, one job.
   step('double-click Generate');
   const intentKey = await page.locator('#intent-key').textContent();

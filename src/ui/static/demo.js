@@ -1,21 +1,30 @@
-// The demo: one idempotency key per intent, made here once and sent with
-// every click and retry of that intent. The buttons are never disabled to
-// stop a double click: the key makes the second click the same request.
-(function () {
-  'use strict';
-  const $ = (id) => document.getElementById(id);
-  const demo = $('demo');
-  if (!demo) return;
+// The demo, built on onejob's TypeScript client (clients/typescript, served
+// from the binary): one idempotency key per intent, made by the client once
+// and sent with every click and retry of that intent. The buttons are never
+// disabled to stop a double click: the key makes the second click the same
+// request. The client calls the demo's routes with the session's cookie and
+// CSRF token instead of an API key.
+import { OnejobClient, OnejobError } from '/ui/static/onejob-client.js';
+
+const $ = (id) => document.getElementById(id);
+const demo = $('demo');
+if (demo) run(demo);
+
+function run(demo) {
   const slow = demo.dataset.slow;
   const fast = demo.dataset.fast;
+  const client = new OnejobClient({
+    baseUrl: '/ui/api',
+    fetch: (url, init) => fetch(url, {
+      ...init,
+      credentials: 'same-origin',
+      headers: { ...init.headers, 'X-CSRF-Token': window.OneJob.csrf() },
+    }),
+  });
+  demo.dataset.client = 'onejob-client';
 
-  function newKey(prefix) {
-    const bytes = new Uint8Array(12);
-    crypto.getRandomValues(bytes);
-    return prefix + '-' + Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
-  }
-
-  let intentKey;      // the Generate intent's key
+  let intent;         // the Generate intent
+  let intentKey;      // its key
   let fallbackKey;    // the fallback intent's key, made with the job
   let job = null;     // the job the intent made
   let follower = null;
@@ -46,8 +55,9 @@
     $('fallback-key').textContent = fallbackKey || '—';
   }
 
-  function startIntent() {
-    intentKey = newKey('demo');
+  async function startIntent() {
+    intent = crypto.randomUUID();
+    intentKey = await client.keyFor('create:' + intent);
     fallbackKey = null;
     job = null;
     if (follower) follower.stop();
@@ -64,21 +74,14 @@
     showKeys();
   }
 
-  async function send(url, key, body) {
-    const response = await fetch(url, {
-      method: 'POST',
-      credentials: 'same-origin',
-      headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key, 'X-CSRF-Token': OneJob.csrf() },
-      body: JSON.stringify(body),
-    });
-    let data = null;
-    try { data = await response.json(); } catch (e) { /* no body */ }
-    return { status: response.status, replayed: response.headers.get('idempotent-replayed') === 'true', data };
+  function problem(error) {
+    if (!(error instanceof OnejobError)) return String(error);
+    const title = (error.problem && error.problem.title) || (error.status ? 'HTTP ' + error.status : 'No answer');
+    return title + (error.detail ? ': ' + error.detail : '');
   }
 
-  function problem(answer) {
-    const data = answer.data || {};
-    return (data.title || 'HTTP ' + answer.status) + (data.detail ? ': ' + data.detail : '');
+  function tries(count) {
+    return count > 1 ? ' after ' + count + ' tries' : '';
   }
 
   // What the timeline says, in words, and whether the fallback may be asked for.
@@ -121,52 +124,46 @@
     if (box.dataset.job === id) return;
     box.dataset.job = id;
     delete box.dataset.settled;
-    follower = OneJob.followTimeline(box, onProgress);
+    follower = window.OneJob.followTimeline(box, onProgress);
   }
 
   $('generate').addEventListener('click', async () => {
     const key = intentKey;
-    const body = { task: 'summarize', input: { text: $('text').value }, provider: slow };
-    let answer;
+    const mine = intent;
     try {
-      answer = await send('/ui/api/jobs', key, body);
-    } catch (e) {
-      log('POST /jobs, key ' + key + ': no answer (' + e.message + ')');
-      status('The request got no answer. Click Generate again: it sends the same key, so it cannot make a second job.', 'error');
-      return;
-    }
-    if (key !== intentKey) return; // a new intent was started meanwhile
-    if (answer.status === 201 || answer.status === 200) {
-      job = answer.data;
-      if (!fallbackKey) fallbackKey = newKey('fallback');
+      // Sent as often as it takes, always with the intent's key.
+      const created = await client.createJob({ task: 'summarize', input: { text: $('text').value }, provider: slow }, { intent: mine });
+      if (mine !== intent) return; // a new intent was started meanwhile
+      job = created.job;
+      if (!fallbackKey) fallbackKey = await client.keyFor('attempt:' + job.id + ':' + fast);
       showKeys();
-      log('POST /jobs, key ' + key + ' → ' + answer.status + (answer.replayed ? ' replayed: the same job ' : ' created job ') + job.id);
+      log('POST /jobs, key ' + key + ' → ' + created.status + tries(created.tries) + (created.replayed ? ' replayed: the same job ' : ' created job ') + job.id);
       follow(job.id);
-    } else {
-      log('POST /jobs, key ' + key + ' → ' + answer.status + ' ' + problem(answer));
-      status(problem(answer), 'error');
+    } catch (error) {
+      log('POST /jobs, key ' + key + ' → ' + (error.status || 'no answer') + ' ' + problem(error));
+      status(problem(error) + '. Click Generate again: it sends the same key, so it cannot make a second job.', 'error');
     }
   });
 
   $('fallback').addEventListener('click', async () => {
     if (!job || !fallbackKey) return;
     const key = fallbackKey;
-    let answer;
     try {
-      answer = await send('/ui/api/jobs/' + encodeURIComponent(job.id) + '/attempts', key, { provider: fast });
-    } catch (e) {
-      log('POST /jobs/…/attempts, key ' + key + ': no answer (' + e.message + ')');
-      status('The fallback request got no answer. Click it again: the same key cannot add a second attempt.', 'error');
-      return;
-    }
-    if (answer.status === 201 || answer.status === 200) {
-      log('POST /jobs/…/attempts, key ' + key + ' → ' + answer.status + (answer.replayed ? ' replayed: the same attempt #' : ' added attempt #') + answer.data.number + ' on ' + answer.data.provider);
-    } else {
-      log('POST /jobs/…/attempts, key ' + key + ' → ' + answer.status + ' ' + problem(answer));
-      status(problem(answer), 'error');
+      // A double click is one intent: the client sends the same key.
+      const answer = await client.fallback(job.id, fast);
+      if (answer.kind === 'added') {
+        log('POST /jobs/…/attempts, key ' + key + ' → ' + answer.status + (answer.replayed ? ' replayed: the same attempt #' : ' added attempt #') + answer.attempt.number + ' on ' + answer.attempt.provider);
+      } else {
+        const wait = answer.retryAfter ? ' (ask again in ' + answer.retryAfter + ' s)' : '';
+        log('POST /jobs/…/attempts, key ' + key + ' → 409 ' + answer.kind + wait);
+        status(answer.problem.detail || answer.kind, 'error');
+      }
+    } catch (error) {
+      log('POST /jobs/…/attempts, key ' + key + ' → ' + (error.status || 'no answer') + ' ' + problem(error));
+      status(problem(error), 'error');
     }
   });
 
   $('again').addEventListener('click', startIntent);
   startIntent();
-})();
+}

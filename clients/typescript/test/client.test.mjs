@@ -1,0 +1,223 @@
+// The client against a real `onejob serve` on SQLite, with its built-in
+// simulator: `node --test` (the binary is ONEJOB_BIN, or the debug build).
+// Lost answers and overloaded proxies are a `fetch` wrapper around the
+// real one; everything behind it is the real server.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+
+import { OnejobClient, OnejobError, SessionStorageKeyStore, retryAfterSeconds } from "../dist/index.js";
+import { startServer } from "../scripts/server.mjs";
+import { generated } from "../scripts/generate.mjs";
+
+let server;
+before(async () => {
+  server = await startServer();
+});
+after(async () => {
+  await server?.stop();
+});
+
+const client = (options = {}) => new OnejobClient({ baseUrl: server.url, token: server.token, ...options });
+
+async function jobCount() {
+  const page = await (await fetch(`${server.url}/jobs?limit=100`, { headers: { authorization: `Bearer ${server.token}` } })).json();
+  return page.jobs.length;
+}
+
+const summarize = (text, provider) => ({ task: "summarize", input: { text }, ...(provider ? { provider } : {}) });
+
+/** Follows a job until `done` holds of it; fails after `seconds`. */
+async function until(onejob, id, done, seconds = 30) {
+  const signal = AbortSignal.timeout(seconds * 1000);
+  for await (const job of onejob.watch(id, { signal })) {
+    if (done(job)) return job;
+  }
+  assert.fail(`job ${id} never got there within ${seconds} s`);
+}
+
+test("fifty concurrent createJob calls of one intent make one job", async () => {
+  const onejob = client();
+  const before = await jobCount();
+  const results = await Promise.all(
+    Array.from({ length: 50 }, () => onejob.createJob(summarize("fifty clicks, one intent"), { intent: "fifty" })),
+  );
+  assert.equal(new Set(results.map((r) => r.job.id)).size, 1);
+  assert.equal(new Set(results.map((r) => r.key)).size, 1, "one key for the intent");
+  assert.equal(results.filter((r) => !r.replayed).length, 1, "one made it, the others were replays");
+  assert.equal(await jobCount(), before + 1);
+});
+
+test("answers lost after the server did the work are retried with the same key: one job, reported as a replay", async () => {
+  let dropped = 0;
+  const lossy = async (url, init) => {
+    const response = await fetch(url, init);
+    if (init?.method === "POST" && dropped < 2) {
+      dropped += 1;
+      await response.body?.cancel();
+      throw new TypeError("fetch failed: the connection was lost");
+    }
+    return response;
+  };
+  const before = await jobCount();
+  const created = await client({ fetch: lossy, retry: { baseDelayMs: 10 } }).createJob(summarize("the answer was lost twice"));
+  assert.equal(dropped, 2);
+  assert.equal(created.tries, 3);
+  assert.equal(created.replayed, true, "the third try found the job the first made");
+  assert.equal(await jobCount(), before + 1);
+});
+
+test("503 and 429 are retried no sooner than their Retry-After, with the same key", async () => {
+  const keys = [];
+  let calls = 0;
+  const overloaded = async (url, init) => {
+    calls += 1;
+    keys.push(init?.headers?.["idempotency-key"]);
+    const problem = (status, type) =>
+      new Response(JSON.stringify({ type, title: type, status }), {
+        status,
+        headers: { "content-type": "application/problem+json", "retry-after": "1" },
+      });
+    if (calls === 1) return problem(503, "service-unavailable");
+    if (calls === 2) return problem(429, "rate-limited");
+    return fetch(url, init);
+  };
+  const started = Date.now();
+  const created = await client({ fetch: overloaded, retry: { baseDelayMs: 1 } }).createJob(summarize("an overloaded proxy"));
+  assert.ok(Date.now() - started >= 2000, `waited ${Date.now() - started} ms for two Retry-After: 1`);
+  assert.equal(created.tries, 3);
+  assert.equal(new Set(keys).size, 1, "every try carried the intent's key");
+  assert.equal(created.replayed, false);
+});
+
+test("the server's own 429 is waited out", async () => {
+  const limited = await startServer((text) =>
+    text.replace(/^rate_limit_per_second = .*$/m, "rate_limit_per_second = 1").replace(/^rate_limit_burst = .*$/m, "rate_limit_burst = 1"),
+  );
+  try {
+    const onejob = new OnejobClient({ baseUrl: limited.url, token: limited.token });
+    const started = Date.now();
+    const [a, b] = await Promise.all([onejob.createJob(summarize("first")), onejob.createJob(summarize("second"))]);
+    assert.notEqual(a.job.id, b.job.id, "two intents, two jobs");
+    assert.ok(Math.max(a.tries, b.tries) >= 2, "one of them was refused first");
+    assert.ok(Date.now() - started >= 900, `the refused one waited: ${Date.now() - started} ms`);
+  } finally {
+    await limited.stop();
+  }
+});
+
+test("4xx other than 408 and 429 are not retried, and come as typed errors", async () => {
+  const onejob = client();
+  const first = await onejob.createJob(summarize("the first intent"), { intent: "reused" });
+  await assert.rejects(onejob.createJob(summarize("another payload"), { intent: "reused" }), (error) => {
+    assert.ok(error instanceof OnejobError);
+    assert.equal(error.type, "idempotency-key-reused");
+    assert.equal(error.status, 409);
+    assert.equal(error.jobId, first.job.id);
+    return true;
+  });
+  let calls = 0;
+  const counting = (url, init) => {
+    calls += 1;
+    return fetch(url, init);
+  };
+  await assert.rejects(client({ fetch: counting }).createJob({ task: "no-such-task", input: {} }), (error) => {
+    assert.equal(error.status, 422);
+    assert.ok(error.type.length > 0 && typeof error.detail === "string", error.message);
+    return true;
+  });
+  assert.equal(calls, 1, "a 422 is sent once");
+});
+
+test("a page reloaded during a stalled request sends the same key from sessionStorage", async () => {
+  const storage = new Map();
+  const sessionStorage = {
+    getItem: (k) => storage.get(k) ?? null,
+    setItem: (k, v) => storage.set(k, String(v)),
+    removeItem: (k) => storage.delete(k),
+  };
+  const first = await client({ keyStore: new SessionStorageKeyStore(sessionStorage) }).createJob(summarize("before the reload"), { intent: "form-1" });
+  // A new page: a new client, the same session.
+  const again = await client({ keyStore: new SessionStorageKeyStore(sessionStorage) }).createJob(summarize("before the reload"), { intent: "form-1" });
+  assert.equal(again.job.id, first.job.id);
+  assert.equal(again.replayed, true);
+});
+
+test("watch sees a sim-hang job unknown, then its reconciled state, and a fallback is told to wait meanwhile", async () => {
+  const onejob = client();
+  const { job } = await onejob.createJob(summarize("never answered", "sim-hang"));
+  const seen = [];
+  const unknown = await until(onejob, job.id, (j) => (seen.push(j), j.state === "unknown"));
+  assert.equal(unknown.attempts[0].state, "unknown");
+  const refused = await onejob.fallback(job.id, "sim-fast");
+  assert.equal(refused.kind, "attempt-outcome-unknown");
+  assert.ok(refused.retryAfter > 0, `retryAfter: ${refused.retryAfter}`);
+  const reconciled = await until(onejob, job.id, (j) => j.attempts[0].state !== "unknown");
+  assert.equal(reconciled.attempts[0].state, "failed", "the provider's lookup said it failed");
+  assert.ok(seen.some((j) => j.state === "running" || j.state === "queued"), seen.map((j) => j.state).join(" "));
+});
+
+test("watch long-polls with ETag where the event stream cannot be had, to a terminal state", async () => {
+  const requests = [];
+  const noStreams = async (url, init) => {
+    requests.push({ url: String(url), etag: init?.headers?.["if-none-match"] });
+    if (String(url).endsWith("/events")) return new Response("streams are off here", { status: 503, headers: { "content-type": "text/plain" } });
+    return fetch(url, init);
+  };
+  const onejob = client({ fetch: noStreams });
+  const { job } = await onejob.createJob(summarize("followed by long-polls", "sim-slow"));
+  const states = [];
+  for await (const seen of onejob.watch(job.id, { signal: AbortSignal.timeout(30_000) })) states.push(seen.state);
+  assert.equal(states.at(-1), "succeeded", states.join(" "));
+  assert.ok(requests.some((r) => r.url.endsWith("/events")), "the stream was tried first");
+  assert.ok(requests.some((r) => r.url.includes("?wait=") && r.etag), "then long-polls with the ETag");
+});
+
+test("watch ends when its signal aborts", async () => {
+  const onejob = client();
+  const { job } = await onejob.createJob(summarize("watched, then not", "sim-slow"));
+  const controller = new AbortController();
+  const states = [];
+  for await (const seen of onejob.watch(job.id, { signal: controller.signal })) {
+    states.push(seen.state);
+    controller.abort();
+  }
+  assert.equal(states.length, 1);
+});
+
+test("a double-clicked fallback adds one attempt", async () => {
+  const onejob = client();
+  const { job } = await onejob.createJob(summarize("a slow primary", "sim-slow"));
+  await until(onejob, job.id, (j) => j.attempts[0].state === "running");
+  const [a, b] = await Promise.all([onejob.fallback(job.id, "sim-fast"), onejob.fallback(job.id, "sim-fast")]);
+  assert.equal(a.kind, "added");
+  assert.equal(b.kind, "added");
+  assert.equal(a.attempt.number, b.attempt.number);
+  assert.equal([a, b].filter((r) => r.replayed).length, 1, "the second click was a replay");
+  const done = await until(onejob, job.id, (j) => j.state === "succeeded");
+  assert.equal(done.attempts.length, 2, "one attempt per button intent");
+});
+
+test("Retry-After is read as seconds or as an HTTP date", () => {
+  assert.equal(retryAfterSeconds("3"), 3);
+  assert.equal(retryAfterSeconds(null), undefined);
+  assert.equal(retryAfterSeconds("soon"), undefined);
+  const inTen = new Date(Date.now() + 10_000).toUTCString();
+  assert.ok(retryAfterSeconds(inTen) > 8);
+});
+
+test("the checked-in types match the served specification", async () => {
+  const checkedIn = readFileSync(fileURLToPath(new URL("../src/schema.ts", import.meta.url)), "utf8");
+  assert.ok(checkedIn === (await generated()), "src/schema.ts is stale: run `npm run generate`");
+});
+
+test("the package has no runtime dependency and ships only its build", () => {
+  const manifest = JSON.parse(readFileSync(fileURLToPath(new URL("../package.json", import.meta.url)), "utf8"));
+  assert.equal(manifest.dependencies, undefined);
+  const [packed] = JSON.parse(execFileSync("npm", ["pack", "--dry-run", "--json"], { cwd: fileURLToPath(new URL("..", import.meta.url)), encoding: "utf8" }));
+  const files = packed.files.map((f) => f.path).sort();
+  assert.ok(files.includes("dist/index.js") && files.includes("dist/index.d.ts"), files.join(" "));
+  assert.ok(files.every((f) => f.startsWith("dist/") || f === "package.json" || f === "README.md"), files.join(" "));
+});
