@@ -96,6 +96,8 @@ struct Entry {
     strict_schema: bool,
     /// The id of its background response, for the Responses API.
     response_id: Option<String>,
+    /// The `traceparent` it came with.
+    traceparent: Option<String>,
 }
 
 impl Entry {
@@ -408,13 +410,15 @@ struct Arrival<'a> {
     strict: bool,
     /// The Responses API: the request's background response id, if it is one.
     response_id: Option<String>,
+    /// The `traceparent` header it came with.
+    traceparent: Option<String>,
 }
 
 /// Logs a request and plans its answer; a repeated request id keeps its
 /// first plan (a provider that honours Idempotency-Key), and is counted.
 /// Returns the plan and, for a background response, its id.
 fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
-    let Arrival { name, provider, id, job, messages, strict, response_id } = arrival;
+    let Arrival { name, provider, id, job, messages, strict, response_id, traceparent } = arrival;
     // Under a strict schema the answer follows it, as structured outputs
     // make a model's do; a refusal or a cut-off still happen.
     let mode = match provider.output {
@@ -453,6 +457,7 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
         canceled_after: None,
         strict_schema: strict,
         response_id,
+        traceparent,
     });
     entry.times += 1;
     (entry.plan.clone(), entry.response_id.clone())
@@ -526,7 +531,8 @@ async fn complete(
     let id = request_id(&headers);
     let model = body["model"].as_str().unwrap_or(&provider.model).to_owned();
     let ready = Instant::now() + Duration::from_millis(provider.latency_ms);
-    let arrival = Arrival { name: &name, provider, id: &id, job: &body["onejob_input"], messages, strict, response_id: None };
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let arrival = Arrival { name: &name, provider, id: &id, job: &body["onejob_input"], messages, strict, response_id: None, traceparent };
     let (plan, _) = admit(&sim, arrival);
     if let Some(fault) = provider.fault {
         // The request was taken and the work is done (the status lookup says
@@ -674,7 +680,7 @@ fn report(id: &str, entry: &Entry) -> Value {
     json!({"id": id, "provider": entry.provider, "status": status, "content": content, "error": error, "usage": usage,
            "received": entry.times, "received_at": entry.received_at,
            "connection_closed_after_ms": closed, "canceled_after_ms": canceled,
-           "strict_schema": entry.strict_schema, "response_id": entry.response_id})
+           "strict_schema": entry.strict_schema, "response_id": entry.response_id, "traceparent": entry.traceparent})
 }
 
 /// Stops request `id` if it has not finished: it is `canceled` from now
@@ -733,6 +739,7 @@ mod tests {
             canceled_after: None,
             strict_schema: false,
             response_id: None,
+            traceparent: None,
         };
         assert!(entry.working_at(arrived + Duration::from_secs(1)) && !entry.working_at(arrived + Duration::from_secs(4)));
         assert_eq!(entry.usage_by(arrived + Duration::from_secs(1)), Some((40, 25)));

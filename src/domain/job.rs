@@ -204,6 +204,10 @@ pub struct Attempt {
     /// a background response's id (`resp_…`), by which it is asked about
     /// and canceled. Kept as soon as the provider answers with it.
     pub provider_request_id: Option<String>,
+    /// The W3C trace context (`traceparent`, `tracestate`) of the request
+    /// that asked for it (a retry's is its failed attempt's): its work and
+    /// its provider call are in that trace.
+    pub trace: Option<crate::domain::TraceContext>,
 }
 
 /// The error type of an attempt the provider says it never received: it

@@ -12,6 +12,7 @@ pub mod policy;
 pub mod retention;
 pub mod role;
 pub mod state;
+pub mod trace;
 
 pub use ids::{AttemptId, JobId, OwnerId};
 pub use idempotency::{Fingerprint, IdempotencyKey, JobIntent};
@@ -19,4 +20,5 @@ pub use role::KeyRole;
 pub use money::{Cost, Money, Price, Usage};
 pub use job::{Attempt, AttemptError, AttemptOrigin, Job, JobEvent, JobSummary, MAX_UNAPPLIED_OUTPUT, NOT_RECEIVED, unapplied_output};
 pub use event::EventKind;
+pub use trace::TraceContext;
 pub use state::{AdmissionRefusal, AttemptLimits, AttemptState, AttemptTransition, JobState, check_admission};

@@ -15,7 +15,7 @@ use super::AppState;
 use super::auth::{Caller, Owner};
 use super::bodies::{CreateAttemptBody, ResolveBody};
 use super::error::ApiError;
-use super::extract::{AttemptPath, JobPath, Key, StrictJson};
+use super::extract::{AttemptPath, JobPath, Key, StrictJson, Trace};
 use super::respond::{REPLAYED, job_error, json_response};
 use crate::domain::{Attempt, JobId};
 use crate::jobs::Keyed;
@@ -55,9 +55,10 @@ pub(crate) async fn create_attempt(
     Owner(owner): Owner,
     JobPath(job_id): JobPath,
     Key(key): Key,
+    Trace(trace): Trace,
     StrictJson(body): StrictJson<CreateAttemptBody>,
 ) -> Result<Response, ApiError> {
-    let answer = app.jobs.add_attempt(&owner, job_id, key, body.provider).await.map_err(|e| job_error(&app, e))?;
+    let answer = app.jobs.add_attempt(&owner, job_id, key, body.provider, trace).await.map_err(|e| job_error(&app, e))?;
     Ok(attempt_added(job_id, &answer))
 }
 

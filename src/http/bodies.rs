@@ -152,7 +152,7 @@ impl TryFrom<CreateJobBody> for JobRequest {
 
     fn try_from(body: CreateJobBody) -> Result<Self, Problem> {
         let max_cost = body.max_cost.map(|text| parse_max_cost(&text)).transpose()?;
-        Ok(JobRequest { task: body.task, input: body.input, provider: body.provider, max_cost })
+        Ok(JobRequest { task: body.task, input: body.input, provider: body.provider, max_cost, trace: None })
     }
 }
 

@@ -136,6 +136,19 @@ impl<S: Send + Sync> FromRequestParts<S> for Key {
     }
 }
 
+/// The request's W3C trace context (`traceparent`, `tracestate`), when its
+/// `traceparent` is valid; never refuses a request.
+pub struct Trace(pub Option<crate::domain::TraceContext>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Trace {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        Ok(Trace(crate::domain::TraceContext::from_headers(header("traceparent"), header("tracestate"))))
+    }
+}
+
 /// The job a path's `{id}` names; an id that cannot exist is answered 404,
 /// as absent as one that does not.
 pub struct JobPath(pub JobId);

@@ -21,7 +21,7 @@ use super::AppState;
 use super::auth::Owner;
 use super::error::{ApiError, Problem};
 use super::bodies::CreateJobBody;
-use super::extract::{JobPath, Key, StrictJson};
+use super::extract::{JobPath, Key, StrictJson, Trace};
 use super::in_flight::Slot;
 use super::respond::{REPLAYED, job_error, json_response};
 use crate::domain::{Job, JobId, JobState};
@@ -76,9 +76,11 @@ pub(crate) async fn create_job(
     State(app): State<AppState>,
     Owner(owner): Owner,
     Key(key): Key,
+    Trace(trace): Trace,
     StrictJson(body): StrictJson<CreateJobBody>,
 ) -> Result<Response, ApiError> {
-    let answer = app.jobs.create_job(owner, key, body.try_into()?).await.map_err(|e| job_error(&app, e))?;
+    let request = crate::jobs::JobRequest { trace, ..body.try_into()? };
+    let answer = app.jobs.create_job(owner, key, request).await.map_err(|e| job_error(&app, e))?;
     Ok(created_or_replayed(&answer))
 }
 

@@ -82,12 +82,15 @@ pub fn serve_routes(routes: Router<AppState>, state: AppState) -> Router {
             Problem::internal().into_response()
         }))
         .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
+            let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+            let trace = header("traceparent").and_then(|parent| crate::domain::TraceContext::from_headers(Some(parent), None));
             tracing::info_span!(
                 "request",
                 method = %request.method(),
                 path = %request.uri().path(),
                 owner = tracing::field::Empty,
                 job.id = tracing::field::Empty,
+                trace_id = trace.as_ref().map(|t| t.trace_id()),
             )
         }))
         .with_state(state)

@@ -193,7 +193,7 @@ impl Modify for BearerAuth {
     components(schemas(
         Job, JobSummary, Attempt, AttemptState, JobState, AttemptOrigin, CreateJobBody, CreateAttemptBody,
         ResolveBody, Outcome, QualifyBody, JobPage, AttemptWithJob, Problem,
-        crate::domain::job::JobCost, crate::domain::Usage, crate::domain::Cost
+        crate::domain::job::JobCost, crate::domain::Usage, crate::domain::Cost, crate::domain::TraceContext
     )),
     modifiers(&BearerAuth),
     security(("api_key" = []))

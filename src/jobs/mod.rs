@@ -55,6 +55,8 @@ pub struct JobRequest {
     pub provider: Option<String>,
     /// The job's budget.
     pub max_cost: Option<Money>,
+    /// The request's trace context (not part of the intent).
+    pub trace: Option<crate::domain::TraceContext>,
 }
 
 /// A job as a request with its key made or found it.
@@ -145,7 +147,7 @@ impl Jobs {
                 return answer_taken(intent(&request), job);
             }
         };
-        let JobRequest { task, input, provider: named, max_cost: budget } = request;
+        let JobRequest { task, input, provider: named, max_cost: budget, trace } = request;
         let new = NewJob {
             owner,
             id: JobId::new(),
@@ -156,6 +158,7 @@ impl Jobs {
             provider,
             first_attempt_id: AttemptId::new(),
             max_cost: budget,
+            trace,
         };
         let store = &self.store;
         let flight = self
@@ -235,6 +238,7 @@ impl Jobs {
         job_id: JobId,
         key: IdempotencyKey,
         provider: Option<String>,
+        trace: Option<crate::domain::TraceContext>,
     ) -> Result<Keyed<Attempt>, JobError> {
         if let Some(provider) = &provider
             && self.catalog.provider(provider).is_none()
@@ -247,6 +251,7 @@ impl Jobs {
             idempotency_key: Some(key),
             origin: AttemptOrigin::Client,
             delay: Duration::ZERO,
+            trace,
         };
         match self.store.admit_attempt(owner, job_id, &new, self.catalog.as_ref()).await? {
             Admission::Admitted(attempt) => {

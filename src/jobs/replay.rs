@@ -279,6 +279,7 @@ mod tests {
             provider: "sim-fast".into(),
             first_attempt_id: crate::domain::AttemptId::new(),
             max_cost: None,
+            trace: None,
         };
         new.created(chrono::Utc::now())
     }

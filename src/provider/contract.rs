@@ -120,6 +120,7 @@ impl Contract {
             messages,
             temperature,
             output_schema: Some(self.output_schema.clone()),
+            trace: None,
         };
         Ok(Prepared { request, prompt_tokens })
     }

@@ -44,6 +44,9 @@ pub struct ProviderRequest {
     /// The task's output schema, sent as `response_format` where the
     /// provider supports it.
     pub output_schema: Option<Value>,
+    /// The W3C trace context the call carries (`traceparent`: the attempt's
+    /// trace, with this call as its parent).
+    pub trace: Option<crate::domain::TraceContext>,
 }
 
 /// A provider's answer that carries an output.

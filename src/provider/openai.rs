@@ -205,7 +205,13 @@ impl Provider for HttpProvider {
             ProviderApi::Responses => (&self.responses_url, responses::body(&self.settings, request, self.simulated)),
         };
         let id = &request.request_id;
-        let builder = self.client.post(url).header("x-client-request-id", id).header("idempotency-key", id).json(&body);
+        let mut builder = self.client.post(url).header("x-client-request-id", id).header("idempotency-key", id).json(&body);
+        if let Some(trace) = &request.trace {
+            builder = builder.header("traceparent", &trace.traceparent);
+            if let Some(state) = &trace.tracestate {
+                builder = builder.header("tracestate", state);
+            }
+        }
         let response = self.authorize(builder).send().await.map_err(transport_error)?;
         let status = response.status().as_u16();
         let retry_after = retry_after(response.headers());

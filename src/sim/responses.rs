@@ -78,7 +78,8 @@ pub(super) async fn create(
     let model = body["model"].as_str().unwrap_or(&provider.model).to_owned();
     let fresh = format!("resp_{}", uuid::Uuid::now_v7().simple());
     let job = &body["onejob_input"];
-    let arrival = Arrival { name: &name, provider, id: &id, job, messages: &messages, strict, response_id: Some(fresh) };
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let arrival = Arrival { name: &name, provider, id: &id, job, messages: &messages, strict, response_id: Some(fresh), traceparent };
     let (plan, response_id) = admit(&sim, arrival);
     let response_id = response_id.expect("a response is logged with its id");
     sim.responses.lock().unwrap_or_else(|p| p.into_inner()).insert(response_id.clone(), id.clone());

@@ -88,6 +88,8 @@ pub struct NewJob {
     pub first_attempt_id: AttemptId,
     /// The job's budget, from the create request.
     pub max_cost: Option<crate::domain::Money>,
+    /// The create request's trace context, kept with the first attempt.
+    pub trace: Option<crate::domain::TraceContext>,
 }
 
 impl NewJob {
@@ -128,6 +130,7 @@ impl NewJob {
                 cost: None,
                 unapplied_output: None,
                 provider_request_id: None,
+                trace: self.trace.clone(),
             }],
         }
     }
@@ -156,6 +159,9 @@ pub struct NewAttempt {
     pub origin: AttemptOrigin,
     /// How long to wait before it may be claimed (retry backoff).
     pub delay: Duration,
+    /// The trace context it is asked for under (the request's, or for a
+    /// retry the failed attempt's).
+    pub trace: Option<crate::domain::TraceContext>,
 }
 
 /// The providers a worker can call, and how long its claim on an attempt
@@ -195,6 +201,8 @@ pub struct UnknownAttempt {
     /// The provider's own id of its request (a background response's), if
     /// it gave one.
     pub provider_request_id: Option<String>,
+    /// The trace context it was asked for under.
+    pub trace: Option<crate::domain::TraceContext>,
 }
 
 /// The answer to [`Store::cancel_job`].
@@ -383,6 +391,8 @@ pub struct ClaimedAttempt {
     pub input: Value,
     /// Until when the claim holds.
     pub lease_until: DateTime<Utc>,
+    /// The trace context it was asked for under.
+    pub trace: Option<crate::domain::TraceContext>,
 }
 
 /// The outcome of a transition on an existing attempt.

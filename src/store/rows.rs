@@ -142,7 +142,8 @@ pub(crate) const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, 
     a.finished_at as a_finished_at, a.prompt_tokens as a_prompt_tokens,
     a.completion_tokens as a_completion_tokens, a.usage_estimated as a_usage_estimated,
     cast(a.cost as text) as a_cost, a.currency as a_currency, a.price_version as a_price_version,
-    a.unapplied_output as a_unapplied_output, a.provider_request_id as a_provider_request_id"#;
+    a.unapplied_output as a_unapplied_output, a.provider_request_id as a_provider_request_id,
+    a.traceparent as a_traceparent, a.tracestate as a_tracestate"#;
 
 /// A job with its attempts, in one statement (one snapshot), for
 /// [`job_from_rows`].
@@ -223,6 +224,8 @@ pub(crate) struct AttemptRow {
     a_price_version: Option<String>,
     a_unapplied_output: Option<Json<Value>>,
     a_provider_request_id: Option<String>,
+    a_traceparent: Option<String>,
+    a_tracestate: Option<String>,
 }
 
 impl AttemptRow {
@@ -246,6 +249,7 @@ impl AttemptRow {
             cost: read_cost(self.a_cost, self.a_currency, self.a_price_version)?,
             unapplied_output: self.a_unapplied_output.map(|o| o.0),
             provider_request_id: self.a_provider_request_id,
+            trace: stored_trace(self.a_traceparent, self.a_tracestate),
         })
     }
 }
@@ -499,4 +503,9 @@ impl From<OpenUnknownRow> for OpenUnknown {
 /// Reads every row as `T` through its row type `R`.
 pub(crate) fn read_all<'r, Db: Row, R: FromRow<'r, Db>, T: TryFrom<R, Error = super::StoreError>>(rows: &'r [Db]) -> Result<Vec<T>> {
     rows.iter().map(|row| T::try_from(R::from_row(row)?)).collect()
+}
+
+/// A trace context as stored: its `traceparent` and `tracestate` columns.
+pub(crate) fn stored_trace(traceparent: Option<String>, tracestate: Option<String>) -> Option<crate::domain::TraceContext> {
+    traceparent.map(|traceparent| crate::domain::TraceContext { traceparent, tracestate })
 }

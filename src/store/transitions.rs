@@ -370,6 +370,8 @@ async fn schedule_next_attempt(
         idempotency_key: None,
         origin: AttemptOrigin::Policy,
         delay: next.delay,
+        // A retry is done for the same request: it stays in its trace.
+        trace: attempts.iter().find(|a| a.number == failed.number).and_then(|a| a.trace.clone()),
     };
     let key = AttemptRef { owner: owner.clone(), job_id, number };
     tx.insert_attempt(&key, &new, &next.provider).await?;

@@ -18,7 +18,7 @@ use super::{PageError, PageSession, ScriptSession, page};
 use crate::http::attempts::attempt_added;
 use crate::http::bodies::{CreateAttemptBody, CreateJobBody};
 use crate::http::error::ApiError;
-use crate::http::extract::{JobPath, Key, StrictJson};
+use crate::http::extract::{JobPath, Key, StrictJson, Trace};
 use crate::http::jobs::created_or_replayed;
 use crate::http::respond::job_error;
 use crate::state::AppState;
@@ -46,9 +46,11 @@ pub(crate) async fn create_job(
     State(app): State<AppState>,
     ScriptSession(session): ScriptSession,
     Key(key): Key,
+    Trace(trace): Trace,
     StrictJson(body): StrictJson<CreateJobBody>,
 ) -> Result<Response, ApiError> {
-    let answer = app.jobs.create_job(session.identity.owner, key, body.try_into()?).await.map_err(|e| job_error(&app, e))?;
+    let request = crate::jobs::JobRequest { trace, ..body.try_into()? };
+    let answer = app.jobs.create_job(session.identity.owner, key, request).await.map_err(|e| job_error(&app, e))?;
     Ok(created_or_replayed(&answer))
 }
 
@@ -59,8 +61,9 @@ pub(crate) async fn create_attempt(
     ScriptSession(session): ScriptSession,
     JobPath(job_id): JobPath,
     Key(key): Key,
+    Trace(trace): Trace,
     StrictJson(body): StrictJson<CreateAttemptBody>,
 ) -> Result<Response, ApiError> {
-    let answer = app.jobs.add_attempt(&session.identity.owner, job_id, key, body.provider).await.map_err(|e| job_error(&app, e))?;
+    let answer = app.jobs.add_attempt(&session.identity.owner, job_id, key, body.provider, trace).await.map_err(|e| job_error(&app, e))?;
     Ok(attempt_added(job_id, &answer))
 }

@@ -260,6 +260,7 @@ mod tests {
             cost: None,
             unapplied_output: None,
             provider_request_id: None,
+            trace: None,
         }
     }
 

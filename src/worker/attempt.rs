@@ -57,6 +57,7 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
         attempt.number = claimed.attempt.number,
         attempt.id = %claimed.id,
         provider = %claimed.provider,
+        trace_id = claimed.trace.as_ref().map(|t| t.trace_id()),
     );
     async {
         let cancels = worker.catalog.task(&claimed.task).is_some_and(|task| task.settings.cancel_losers);
@@ -201,7 +202,12 @@ async fn call_counted(
     let provider = worker.providers.get(&claimed.provider).ok_or_else(|| not_configured(&format!("provider '{}'", claimed.provider)))?;
     let task = worker.catalog.task(&claimed.task).ok_or_else(|| not_configured(&format!("task '{}'", claimed.task)))?;
     let settings = provider.settings();
-    let prepared = task.contract.prepare(&task.name, settings, claimed.id.to_string(), &claimed.input, settings.temperature)?;
+    let mut prepared = task.contract.prepare(&task.name, settings, claimed.id.to_string(), &claimed.input, settings.temperature)?;
+    // The call is a span of the attempt's trace: it carries the trace onward.
+    prepared.request.trace = claimed.trace.as_ref().map(|trace| crate::domain::TraceContext {
+        traceparent: trace.child(),
+        tracestate: trace.tracestate.clone(),
+    });
     progress.estimate = Some(Usage {
         prompt_tokens: i64::try_from(prepared.prompt_tokens).unwrap_or(i64::MAX),
         completion_tokens: i64::from(settings.max_output_tokens),

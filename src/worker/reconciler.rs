@@ -79,10 +79,11 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
     };
     crate::metrics::reconciliation(&unknown.provider, result);
     let (task, provider_name, lookups) = (&unknown.task, &unknown.provider, unknown.reconcile_count);
+    let trace_id = unknown.trace.as_ref().map(|t| t.trace_id());
     let settle = |outcome| async move {
         tracing::info!(
             owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
-            lookups, "reconciling an unknown attempt"
+            trace_id, lookups, "reconciling an unknown attempt"
         );
         record_outcome(worker, attempt, task, provider_name, outcome).await;
     };

@@ -123,6 +123,7 @@ async fn a_job_stored_with_the_first_fingerprint_form_still_replays(backend: Bac
         provider: "sim-fast".into(),
         first_attempt_id: AttemptId::new(),
         max_cost: Some("0.05".parse().unwrap()),
+        trace: None,
     };
     app.store.create_job(&old).await.unwrap();
     let id = old.id.to_string();

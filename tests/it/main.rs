@@ -26,6 +26,7 @@ mod process;
 mod stalls;
 mod store;
 mod structure;
+mod trace_context;
 mod ui;
 mod usage;
 mod webhooks;

@@ -146,6 +146,7 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
                 messages: vec![json!({"role": "user", "content": "Summarize: a quick brown fox"})],
                 temperature: 0.0,
                 output_schema: Some(json!({"type": "object"})),
+                trace: None,
             };
             (request.request_id.clone(), provider::call(providers["openai"].as_ref(), &request, async |_: &str| {}).await)
         }
@@ -193,6 +194,7 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
         messages: vec![],
         temperature: 0.0,
         output_schema: None,
+        trace: None,
     };
     let refused = providers["openai"].send(&request).await.unwrap_err();
     assert_eq!((refused.class, refused.kind), (FailureClass::Definitive { retryable: true }, "connection-failed"));
@@ -314,6 +316,7 @@ async fn recorded_responses_api_answers_are_classified_followed_and_canceled() {
         messages: vec![json!({"role": "system", "content": "You summarize text."}), json!({"role": "user", "content": "Summarize: a quick brown fox"})],
         temperature: 0.0,
         output_schema: Some(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+        trace: None,
     };
     let provider_at = |scenario: &str| {
         let settings = provider_settings_of("openai-responses", "gpt-4o", &format!("http://{addr}/{scenario}/v1"), "response_format = true");

@@ -265,6 +265,7 @@ async fn a_full_run_logs_no_secret() {
         .post(format!("http://{address}/jobs"))
         .bearer_auth(&token)
         .header("idempotency-key", "secret-run")
+        .header("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
         .json(&json!({"task": "summarize", "input": {"text": "keep it secret"}, "provider": "gpt"}))
         .send()
         .await
@@ -292,6 +293,24 @@ async fn a_full_run_logs_no_secret() {
         let parsed: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
         assert!(parsed.get("level").is_some(), "{line}");
     }
+    // The caller's trace id is on every line of its request and of its attempt.
+    let parsed: Vec<Value> = log.iter().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let in_span = |name: &str| parsed.iter().filter(|l| l["span"]["name"] == name && l["span"]["job.id"] == id.as_str()).count();
+    let traced = |name: &str| {
+        let of_job = |l: &&Value| {
+            let span = &l["span"];
+            span["name"] == name
+                && if name == "request" { span["method"] == "POST" && span["path"] == "/jobs" } else { span["job.id"] == id.as_str() }
+        };
+        let lines: Vec<&Value> = parsed.iter().filter(of_job).collect();
+        assert!(!lines.is_empty(), "no line in a {name} span");
+        for line in lines {
+            assert_eq!(line["span"]["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736", "{line}");
+        }
+    };
+    assert!(in_span("attempt") > 0, "the attempt logged");
+    traced("attempt");
+    traced("request");
     let all = log.join("\n");
     assert!(all.contains(&id), "the run is in the log");
     for secret in [token.as_str(), PROVIDER_KEY, &"1".repeat(64)] {

@@ -100,6 +100,7 @@ fn new_job(owner_name: &str, key_text: &str, input: Value) -> NewJob {
         provider: "sim-fast".into(),
         first_attempt_id: AttemptId::new(),
         max_cost: None,
+        trace: None,
     }
 }
 
@@ -110,6 +111,7 @@ fn attempt_on(provider: &str, key_text: &str) -> NewAttempt {
         idempotency_key: Some(key(key_text)),
         origin: AttemptOrigin::Client,
         delay: Duration::ZERO,
+        trace: None,
     }
 }
 

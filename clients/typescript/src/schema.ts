@@ -380,6 +380,7 @@ export interface components {
             started_at?: string | null;
             /** @description Where it is in its state machine. */
             state: components["schemas"]["AttemptState"];
+            trace?: null | components["schemas"]["TraceContext"];
             /**
              * @description An output the provider gave that did not become this attempt's
              *     output, kept for audit and never validated: one that broke the
@@ -651,6 +652,13 @@ export interface components {
             output?: Record<string, never> | null;
             /** @description Why (1 to 1000 characters); kept in the job's events. */
             reason: string;
+        };
+        /** @description A caller's trace context, as received. */
+        TraceContext: {
+            /** @description `00-<trace id>-<parent id>-<flags>`. */
+            traceparent: string;
+            /** @description Vendors' entries, passed on unchanged. */
+            tracestate?: string | null;
         };
         /** @description Tokens an attempt used (or, when `estimated`, may have used). */
         Usage: {

@@ -28,7 +28,7 @@ use super::webhooks::Outgoing;
 use super::driver::{AttemptHolder, Driver, LockedJob, OutputSettlement, Settled, Tx};
 use super::shared::{impl_driver_tx, impl_store};
 use super::hot::HotConnections;
-use super::rows::{ATTEMPT_COLUMNS, AttemptRefRow, JobSummaryRow, QualificationRow, attempts_from_rows, job_from_rows};
+use super::rows::{ATTEMPT_COLUMNS, AttemptRefRow, JobSummaryRow, QualificationRow, attempts_from_rows, job_from_rows, stored_trace};
 use super::usage::{AttemptUsage, UsageFilter, UsageRow};
 use super::{
     ApiKey, AttemptRef, ClaimedAttempt, Gauges, JobFilter, KeyChange, Leases, LiveKey, NewAttempt, NewJob, OpenUnknown,
@@ -137,8 +137,8 @@ impl_driver_tx!(PgTx, {
     async fn insert_attempt(&mut self, attempt: &AttemptRef, new: &NewAttempt, provider: &str) -> Result<Attempt> {
         let rows = sqlx::query(&format!(
             r#"insert into attempts as a (owner_id, job_id, number, id, provider, state, origin, idempotency_key,
-                                          created_at, not_before)
-               values ($1, $2, $3, $4, $5, $9, $6, $7, now(), now() + make_interval(secs => $8))
+                                          created_at, not_before, traceparent, tracestate)
+               values ($1, $2, $3, $4, $5, $9, $6, $7, now(), now() + make_interval(secs => $8), $10, $11)
                returning {ATTEMPT_COLUMNS}"#
         ))
         .bind(attempt.owner.as_str())
@@ -150,6 +150,8 @@ impl_driver_tx!(PgTx, {
         .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
         .bind(new.delay.as_secs_f64())
         .bind(AttemptState::Pending)
+        .bind(new.trace.as_ref().map(|t| t.traceparent.as_str()))
+        .bind(new.trace.as_ref().and_then(|t| t.tracestate.as_deref()))
         .fetch_all(&mut *self.tx)
         .await?;
         attempts_from_rows(&rows)?.pop().ok_or_else(|| corrupt("an inserted attempt returned no row"))
@@ -278,6 +280,8 @@ impl Driver for PostgresStore {
             .bind(&new.provider)
             .bind(new.first_attempt_id.0)
             .bind(new.max_cost.map(|m| m.to_string()))
+            .bind(new.trace.as_ref().map(|t| t.traceparent.as_str()))
+            .bind(new.trace.as_ref().and_then(|t| t.tracestate.as_deref()))
             .fetch_optional(lease.connection())
             .await;
         lease.keep_after(&created_at);
@@ -379,6 +383,7 @@ impl_store!(PostgresStore, {
                     task: row.try_get("task")?,
                     input: row.try_get("input")?,
                     lease_until: row.try_get("lease_until")?,
+                    trace: stored_trace(row.try_get("traceparent")?, row.try_get("tracestate")?),
                 })
             })
             .collect()
@@ -401,6 +406,7 @@ impl_store!(PostgresStore, {
                     unknown_for: Duration::from_secs_f64(row.try_get::<f64, _>("unknown_for")?.max(0.0)),
                     reconcile_count: row.try_get("reconcile_count")?,
                     provider_request_id: row.try_get("provider_request_id")?,
+                    trace: stored_trace(row.try_get("traceparent")?, row.try_get("tracestate")?),
                 })
             })
             .collect()

@@ -14,7 +14,8 @@ use crate::store::rows::{ATTEMPT_COLUMNS, select_job_where};
 ///
 /// Creating a job: one statement inserts the job, its first attempt and its
 /// event; a taken key inserts nothing (I1). Binds: owner, job id, key,
-/// fingerprint, task, input, provider, first attempt id, budget (text or null).
+/// fingerprint, task, input, provider, first attempt id, budget (text or
+/// null), traceparent, tracestate.
 pub static CREATE_JOB: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"with new_job as (
@@ -24,8 +25,9 @@ pub static CREATE_JOB: LazyLock<String> = LazyLock::new(|| {
         on conflict (owner_id, idempotency_key) do nothing
         returning owner_id, id, created_at
     ), first_attempt as (
-        insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before)
-        select owner_id, id, 1, $8, $7, '{PENDING}', '{ORIGIN_CLIENT}', created_at, created_at from new_job
+        insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before,
+                              traceparent, tracestate)
+        select owner_id, id, 1, $8, $7, '{PENDING}', '{ORIGIN_CLIENT}', created_at, created_at, $10, $11 from new_job
     ), created_event as (
         insert into job_events (owner_id, job_id, at, kind, attempt_number, detail)
         select owner_id, id, created_at, '{EVENT_JOB_CREATED}', 1,
@@ -130,7 +132,7 @@ pub(super) static CLAIM_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
                        $3))
                from picked p
                where a.owner_id = p.owner_id and a.job_id = p.job_id and a.number = p.number
-               returning a.owner_id, a.job_id, a.number, a.id, a.provider, a.lease_until
+               returning a.owner_id, a.job_id, a.number, a.id, a.provider, a.lease_until, a.traceparent, a.tracestate
            ), running_jobs as (
                update jobs j set state = '{JOB_RUNNING}', updated_at = now()
                from claimed c
@@ -141,7 +143,8 @@ pub(super) static CLAIM_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
                       jsonb_build_object('worker', $2::text, 'attempt_id', id, 'lease_until', lease_until)
                from claimed
            )
-           select c.owner_id, c.job_id, c.number, c.id, c.provider, c.lease_until, j.task, j.input
+           select c.owner_id, c.job_id, c.number, c.id, c.provider, c.lease_until, c.traceparent, c.tracestate,
+                  j.task, j.input
            from claimed c
            join jobs j on j.owner_id = c.owner_id and j.id = c.job_id
            order by c.number"#
@@ -165,6 +168,7 @@ pub(super) static CLAIM_RECONCILIATIONS: LazyLock<String> = LazyLock::new(|| {
                from due d
                where a.owner_id = d.owner_id and a.job_id = d.job_id and a.number = d.number
                returning a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count, a.provider_request_id,
+                         a.traceparent, a.tracestate,
                          extract(epoch from now() - a.finished_at)::float8 as unknown_for
            )
            select h.*, j.task from held h join jobs j on j.owner_id = h.owner_id and j.id = h.job_id"#

@@ -119,8 +119,9 @@ async fn insert_new_job(tx: &mut Transaction<'static, Sqlite>, new: &NewJob) -> 
         return Ok(None);
     }
     sqlx::query(
-        r#"insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before)
-           values (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7, ?7)"#,
+        r#"insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before,
+                                 traceparent, tracestate)
+           values (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9)"#,
     )
     .bind(new.owner.as_str())
     .bind(new.id.0)
@@ -129,6 +130,8 @@ async fn insert_new_job(tx: &mut Transaction<'static, Sqlite>, new: &NewJob) -> 
     .bind(AttemptState::Pending)
     .bind(AttemptOrigin::Client)
     .bind(created)
+    .bind(new.trace.as_ref().map(|t| t.traceparent.as_str()))
+    .bind(new.trace.as_ref().and_then(|t| t.tracestate.as_deref()))
     .execute(&mut **tx)
     .await?;
     let detail = json!({ "attempt_id": new.first_attempt_id, "provider": new.provider });

@@ -39,7 +39,7 @@ use uuid::Uuid;
 use super::webhooks::Outgoing;
 use super::driver::{AttemptHolder, Driver, DriverTx, LockedJob, OutputSettlement, Settled, Tx};
 use super::shared::{impl_driver_tx, impl_store};
-use super::rows::{ATTEMPT_COLUMNS, AttemptRefRow, QualificationRow, attempts_from_rows, job_from_rows};
+use super::rows::{ATTEMPT_COLUMNS, AttemptRefRow, QualificationRow, attempts_from_rows, job_from_rows, stored_trace};
 use super::usage::{AttemptUsage, UsageFilter, UsageRow};
 use super::{
     ApiKey, AttemptRef, ClaimedAttempt, Gauges, JobFilter, Leases, LiveKey, NewAttempt, NewJob, OpenUnknown,
@@ -206,8 +206,8 @@ impl_driver_tx!(SqliteTx, {
     async fn insert_attempt(&mut self, attempt: &AttemptRef, new: &NewAttempt, provider: &str) -> Result<Attempt> {
         sqlx::query(
             r#"insert into attempts (owner_id, job_id, number, id, provider, state, origin, idempotency_key,
-                                     created_at, not_before)
-               values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"#,
+                                     created_at, not_before, traceparent, tracestate)
+               values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"#,
         )
         .bind(attempt.owner.as_str())
         .bind(attempt.job_id.0)
@@ -219,6 +219,8 @@ impl_driver_tx!(SqliteTx, {
         .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
         .bind(self.at)
         .bind(self.at.saturating_add(micros(new.delay)))
+        .bind(new.trace.as_ref().map(|t| t.traceparent.as_str()))
+        .bind(new.trace.as_ref().and_then(|t| t.tracestate.as_deref()))
         .execute(&mut *self.tx)
         .await?;
         // SQLite's RETURNING cannot name columns through an alias: read it back.
@@ -460,6 +462,7 @@ impl_store!(SqliteStore, {
                 task: row.try_get("task")?,
                 input: row.try_get::<Option<Json<Value>>, _>("input")?.map_or(Value::Null, |i| i.0),
                 lease_until: time(lease_until)?,
+                trace: stored_trace(row.try_get("traceparent")?, row.try_get("tracestate")?),
             });
         }
         write.tx.commit().await?;
@@ -493,6 +496,7 @@ impl_store!(SqliteStore, {
                 unknown_for: Duration::from_micros(u64::try_from(at - finished.unwrap_or(at)).unwrap_or(0)),
                 reconcile_count: row.try_get::<i32, _>("reconcile_count")? + 1,
                 provider_request_id: row.try_get("provider_request_id")?,
+                trace: stored_trace(row.try_get("traceparent")?, row.try_get("tracestate")?),
             });
         }
         write.tx.commit().await?;

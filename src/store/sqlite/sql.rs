@@ -41,7 +41,7 @@ pub(super) static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
 /// partial index), whose jobs have not finished.
 pub(super) static CLAIMABLE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, j.task, j.input
+        r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, a.traceparent, a.tracestate, j.task, j.input
            from attempts a
            join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
            where a.state = '{PENDING}' and a.not_before <= ?1
@@ -56,7 +56,8 @@ pub(super) static CLAIMABLE: LazyLock<String> = LazyLock::new(|| {
 /// `attempts_unknown` partial index).
 pub(super) static RECONCILABLE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count, a.finished_at, a.provider_request_id, j.task
+        r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count, a.finished_at, a.provider_request_id,
+                  a.traceparent, a.tracestate, j.task
            from attempts a
            join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
            where a.state = '{UNKNOWN}' and a.provider in (select value from json_each(?1)) and a.reconcile_after <= ?2
