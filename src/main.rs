@@ -209,7 +209,7 @@ async fn main() -> ExitCode {
         print!("{DEFAULT_CONFIG}");
         return ExitCode::SUCCESS;
     }
-    telemetry::init(cli.log_format);
+    let _telemetry = telemetry::init(cli.log_format);
     match run(command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

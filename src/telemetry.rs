@@ -1,14 +1,27 @@
-//! Logging: one `tracing` subscriber writing to standard error (standard
-//! output is kept for what commands print, such as a new API token), as
-//! human-readable lines or as JSON objects, one per line. `RUST_LOG`
-//! filters, as usual; colours only on a terminal. Secrets are never given
-//! to it: tokens and provider keys are not fields of any span or event, and
-//! no request header is logged.
+//! Logging and tracing. Logs: one `tracing` subscriber writing to standard
+//! error (standard output is kept for what commands print, such as a new API
+//! token), as human-readable lines or as JSON objects, one per line.
+//! `RUST_LOG` filters, as usual; colours only on a terminal. Secrets are
+//! never given to it: tokens and provider keys are not fields of any span or
+//! event, and no request header is logged.
+//!
+//! Traces: off unless an OTLP endpoint is named by the standard variables
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
+//! and not `OTEL_SDK_DISABLED=true`). Then the spans are also exported with
+//! the OpenTelemetry SDK over OTLP/HTTP (protobuf), batched; the SDK reads
+//! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`
+//! (and its argument), `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_BSP_*` itself.
+//! Off, no OpenTelemetry layer is installed: the hot path pays nothing.
 
 use std::io::IsTerminal;
 
 use clap::ValueEnum;
-use tracing_subscriber::EnvFilter;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::layer::{Layer, SubscriberExt as _};
+use tracing_subscriber::{EnvFilter, Registry};
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// How log lines look.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -20,12 +33,154 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the subscriber; call once, first thing.
-pub fn init(format: LogFormat) {
+/// Holds the trace exporter while the process runs; dropping it exports
+/// what is left.
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Whether spans are exported.
+    pub fn exporting(&self) -> bool {
+        self.provider.is_some()
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take()
+            && let Err(error) = provider.shutdown()
+        {
+            eprintln!("exporting the last spans failed: {error}");
+        }
+    }
+}
+
+/// Whether the environment asks for traces to be exported.
+fn exporting_asked() -> bool {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+    let disabled = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    !disabled && (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+}
+
+/// Installs the subscriber, and the trace exporter when the environment
+/// names an endpoint; call once, first thing, inside the runtime.
+pub fn init(format: LogFormat) -> Telemetry {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Pretty => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
-        LogFormat::Json => builder.json().with_current_span(true).with_span_list(false).try_init(),
+    let provider = if exporting_asked() {
+        match tracer_provider() {
+            Ok(provider) => Some(provider),
+            Err(error) => {
+                eprintln!("traces are not exported: {error}");
+                None
+            }
+        }
+    } else {
+        None
     };
+    // `RUST_LOG` filters the logs only: the spans exported are onejob's own,
+    // at `info`, whatever the logs show.
+    let traces = provider.as_ref().map(|p| {
+        let only_ours = tracing_subscriber::filter::Targets::new().with_target("onejob", tracing::Level::INFO);
+        tracing_opentelemetry::layer().with_tracer(p.tracer("onejob")).with_filter(only_ours)
+    });
+    let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Pretty => {
+            Box::new(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()))
+        }
+        LogFormat::Json => Box::new(
+            tracing_subscriber::fmt::layer().with_writer(std::io::stderr).json().with_current_span(true).with_span_list(false),
+        ),
+    };
+    let _ = tracing_subscriber::registry().with(logs.with_filter(filter)).with(traces).try_init();
+    if provider.is_some() {
+        opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
+    }
+    Telemetry { provider }
+}
+
+fn tracer_provider() -> Result<SdkTracerProvider, String> {
+    let client = ExportClient {
+        client: reqwest::Client::builder().timeout(std::time::Duration::from_secs(10)).build().map_err(|e| e.to_string())?,
+        runtime: tokio::runtime::Handle::try_current().map_err(|_| "no runtime to export from".to_owned())?,
+    };
+    let mut builder = opentelemetry_otlp::SpanExporter::builder().with_http().with_http_client(client);
+    // The endpoint and protocol come from the environment; protobuf is the default.
+    if let Ok(endpoint) = std::env::var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        && !endpoint.trim().is_empty()
+    {
+        builder = builder.with_endpoint(endpoint);
+    }
+    let exporter = builder.build().map_err(|e| e.to_string())?;
+    let resource = opentelemetry_sdk::Resource::builder().with_service_name(service_name()).build();
+    Ok(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build())
+}
+
+/// `OTEL_SERVICE_NAME`, else `onejob` (a resource attribute
+/// `service.name` in `OTEL_RESOURCE_ATTRIBUTES` is read by the SDK too).
+fn service_name() -> String {
+    std::env::var("OTEL_SERVICE_NAME").ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| "onejob".to_owned())
+}
+
+/// The exporter's HTTP client: the process's own `reqwest`, run on the
+/// process's runtime (the SDK exports from a thread of its own).
+#[derive(Debug)]
+struct ExportClient {
+    client: reqwest::Client,
+    runtime: tokio::runtime::Handle,
+}
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for ExportClient {
+    async fn send_bytes(
+        &self,
+        request: http::Request<bytes::Bytes>,
+    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
+        let request = reqwest::Request::try_from(request)?;
+        let client = self.client.clone();
+        let answered = self.runtime.spawn(async move {
+            let response = client.execute(request).await?;
+            let mut answer = http::Response::builder().status(response.status().as_u16());
+            for (name, value) in response.headers() {
+                answer = answer.header(name.as_str(), value.as_bytes());
+            }
+            let body = response.bytes().await?;
+            Ok::<_, opentelemetry_http::HttpError>(answer.body(body)?)
+        });
+        answered.await?
+    }
+}
+
+/// The OpenTelemetry context a stored trace context names.
+fn context_of(trace: &crate::domain::TraceContext) -> opentelemetry::Context {
+    let mut carrier = std::collections::HashMap::from([("traceparent".to_owned(), trace.traceparent.clone())]);
+    if let Some(state) = &trace.tracestate {
+        carrier.insert("tracestate".to_owned(), state.clone());
+    }
+    opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(&carrier))
+}
+
+/// Makes `span` a child of the caller's `trace`, so that work done later,
+/// anywhere, joins the caller's trace (a no-op when traces are not exported).
+pub fn adopt(span: &tracing::Span, trace: Option<&crate::domain::TraceContext>) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    if let Some(trace) = trace {
+        let _ = span.set_parent(context_of(trace));
+    }
+}
+
+/// The trace context an outgoing call made in `span` carries: the span's
+/// own when traces are exported (the callee's parent is that span), else a
+/// child of the caller's `trace`, else none.
+pub fn outgoing(span: &tracing::Span, trace: Option<&crate::domain::TraceContext>) -> Option<crate::domain::TraceContext> {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let context = span.context();
+    let own = context.span().span_context().clone();
+    if own.is_valid() {
+        let traceparent = format!("00-{}-{}-{:02x}", own.trace_id(), own.span_id(), own.trace_flags().to_u8());
+        let tracestate = trace.and_then(|t| t.tracestate.clone());
+        return Some(crate::domain::TraceContext { traceparent, tracestate });
+    }
+    trace.map(|t| crate::domain::TraceContext { traceparent: t.child(), tracestate: t.tracestate.clone() })
 }

@@ -81,18 +81,36 @@ pub fn serve_routes(routes: Router<AppState>, state: AppState) -> Router {
             tracing::error!("a request handler panicked");
             Problem::internal().into_response()
         }))
-        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
-            let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
-            let trace = header("traceparent").and_then(|parent| crate::domain::TraceContext::from_headers(Some(parent), None));
-            tracing::info_span!(
-                "request",
-                method = %request.method(),
-                path = %request.uri().path(),
-                owner = tracing::field::Empty,
-                job.id = tracing::field::Empty,
-                trace_id = trace.as_ref().map(|t| t.trace_id()),
-            )
-        }))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|request: &Request| {
+                    let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+                    let trace = crate::domain::TraceContext::from_headers(header("traceparent"), header("tracestate"));
+                    // OpenTelemetry's HTTP server span: named by the route.
+                    let route = request.extensions().get::<axum::extract::MatchedPath>().map(|p| p.as_str().to_owned());
+                    let name = format!("{} {}", request.method(), route.as_deref().unwrap_or(""));
+                    let span = tracing::info_span!(
+                        "request",
+                        method = %request.method(),
+                        path = %request.uri().path(),
+                        owner = tracing::field::Empty,
+                        job.id = tracing::field::Empty,
+                        trace_id = trace.as_ref().map(|t| t.trace_id()),
+                        otel.name = %name.trim_end(),
+                        otel.kind = "server",
+                        http.request.method = %request.method(),
+                        url.path = %request.uri().path(),
+                        http.route = route,
+                        http.response.status_code = tracing::field::Empty,
+                    );
+                    crate::telemetry::adopt(&span, trace.as_ref());
+                    span
+                })
+                .on_response(|response: &Response, latency: std::time::Duration, span: &tracing::Span| {
+                    span.record("http.response.status_code", i64::from(response.status().as_u16()));
+                    tracing::debug!(status = response.status().as_u16(), latency_ms = latency.as_millis() as u64, "finished processing request");
+                }),
+        )
         .with_state(state)
 }
 

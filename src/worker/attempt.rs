@@ -54,11 +54,13 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
         "attempt",
         owner = %claimed.attempt.owner,
         job.id = %claimed.attempt.job_id,
-        attempt.number = claimed.attempt.number,
+        attempt.number = i64::from(claimed.attempt.number),
         attempt.id = %claimed.id,
         provider = %claimed.provider,
+        attempt.state = tracing::field::Empty,
         trace_id = claimed.trace.as_ref().map(|t| t.trace_id()),
     );
+    crate::telemetry::adopt(&span, claimed.trace.as_ref());
     async {
         let cancels = worker.catalog.task(&claimed.task).is_some_and(|task| task.settings.cancel_losers);
         let mut watch = cancels.then(|| worker.signals.watch_call(claimed.attempt.job_id, claimed.id));
@@ -76,7 +78,17 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
             tokio::time::sleep(park).await;
         }
         let claim = Claim { worker: &worker.id, lease_end };
-        record_metered_outcome(worker, &claimed.attempt, &claimed.task, &claimed.provider, outcome, estimate, Some(claim)).await;
+        record_metered_outcome(worker, &claimed.attempt, &claimed.task, &claimed.provider, outcome, estimate, Some(claim))
+            .instrument(tracing::info_span!(
+                "settle",
+                owner = %claimed.attempt.owner,
+                job.id = %claimed.attempt.job_id,
+                attempt.number = i64::from(claimed.attempt.number),
+                provider = %claimed.provider,
+                attempt.state = tracing::field::Empty,
+                trace_id = claimed.trace.as_ref().map(|t| t.trace_id()),
+            ))
+            .await;
     }
     .instrument(span)
     .await;
@@ -203,11 +215,26 @@ async fn call_counted(
     let task = worker.catalog.task(&claimed.task).ok_or_else(|| not_configured(&format!("task '{}'", claimed.task)))?;
     let settings = provider.settings();
     let mut prepared = task.contract.prepare(&task.name, settings, claimed.id.to_string(), &claimed.input, settings.temperature)?;
-    // The call is a span of the attempt's trace: it carries the trace onward.
-    prepared.request.trace = claimed.trace.as_ref().map(|trace| crate::domain::TraceContext {
-        traceparent: trace.child(),
-        tracestate: trace.tracestate.clone(),
-    });
+    // The call is a client span of the attempt's trace, named and described
+    // as OpenTelemetry's GenAI conventions say; it carries the trace onward.
+    // (The attempt's fields again: a log line shows its innermost span's.)
+    let call_span = tracing::info_span!(
+        "provider call",
+        owner = %claimed.attempt.owner,
+        job.id = %claimed.attempt.job_id,
+        attempt.number = i64::from(claimed.attempt.number),
+        provider = %claimed.provider,
+        trace_id = claimed.trace.as_ref().map(|t| t.trace_id()),
+        otel.name = %format!("chat {}", settings.model),
+        otel.kind = "client",
+        gen_ai.system = "openai",
+        gen_ai.operation.name = "chat",
+        gen_ai.request.model = %settings.model,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    );
+    prepared.request.trace = crate::telemetry::outgoing(&call_span, claimed.trace.as_ref());
     progress.estimate = Some(Usage {
         prompt_tokens: i64::try_from(prepared.prompt_tokens).unwrap_or(i64::MAX),
         completion_tokens: i64::from(settings.max_output_tokens),
@@ -240,10 +267,21 @@ async fn call_counted(
             }
         };
     };
-    let result = match tokio::time::timeout(timeout, crate::provider::call(provider.as_ref(), &prepared.request, accepted)).await {
+    let calling = tokio::time::timeout(timeout, crate::provider::call(provider.as_ref(), &prepared.request, accepted));
+    let result = match calling.instrument(call_span.clone()).await {
         Ok(result) => result,
         Err(_) => Err(ProviderError::deadline(timeout)),
     };
+    match &result {
+        Ok(Completion { usage: Some(usage), .. }) => {
+            call_span.record("gen_ai.usage.input_tokens", usage.prompt_tokens);
+            call_span.record("gen_ai.usage.output_tokens", usage.completion_tokens);
+        }
+        Err(error) => {
+            call_span.record("error.type", error.kind);
+        }
+        Ok(_) => {}
+    }
     let outcome = match &result {
         Ok(_) => "answered",
         Err(error) if error.class == FailureClass::Ambiguous => "ambiguous",
@@ -397,6 +435,7 @@ async fn record_once(
     match outcome {
         Ok(completion) => match store.finish_attempt(attempt, &completion.output, holder).await? {
             Transition::Won { canceled } => {
+                tracing::Span::current().record("attempt.state", "succeeded");
                 tracing::info!(?canceled, "attempt succeeded and won the job");
                 metrics::attempt(provider, Settled::Succeeded);
                 metrics::attempts_canceled(canceled.len());
@@ -404,6 +443,7 @@ async fn record_once(
             }
             // Logged by the store with both numbers.
             Transition::Lost { .. } => {
+                tracing::Span::current().record("attempt.state", "superseded");
                 metrics::attempt(provider, Settled::Superseded);
                 metrics::race_lost(provider);
                 settled = Some(Settled::Superseded);
@@ -418,6 +458,7 @@ async fn record_once(
                 let transition = store.fail_attempt(attempt, &attempt_error(error), worker.catalog.as_ref(), holder).await?;
                 tracing::info!(%error, outcome = ?transition, "attempt failed");
                 if let Transition::Failed { next } = &transition {
+                    tracing::Span::current().record("attempt.state", "failed");
                     metrics::attempt(provider, Settled::Failed);
                     settled = Some(Settled::Failed);
                     if let Some(next) = next {
@@ -430,6 +471,7 @@ async fn record_once(
                 let transition = store.abort_attempt(attempt, &attempt_error(error), holder).await?;
                 tracing::info!(outcome = ?transition, "attempt canceled: its call was aborted");
                 if transition == Transition::Applied {
+                    tracing::Span::current().record("attempt.state", "canceled");
                     metrics::attempt(provider, Settled::Canceled);
                     settled = Some(Settled::Canceled);
                 }
@@ -438,6 +480,7 @@ async fn record_once(
                 let transition = store.mark_unknown(attempt, &attempt_error(error), holder).await?;
                 tracing::warn!(%error, outcome = ?transition, "attempt outcome unknown; new attempts wait for reconciliation");
                 if transition == Transition::Applied {
+                    tracing::Span::current().record("attempt.state", "unknown");
                     metrics::attempt(provider, Settled::Unknown);
                     settled = Some(Settled::Unknown);
                 }

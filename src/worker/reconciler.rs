@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tracing::Instrument as _;
 
 use super::{Worker, record_outcome};
 use crate::domain::NOT_RECEIVED;
@@ -79,13 +80,21 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
     };
     crate::metrics::reconciliation(&unknown.provider, result);
     let (task, provider_name, lookups) = (&unknown.task, &unknown.provider, unknown.reconcile_count);
-    let trace_id = unknown.trace.as_ref().map(|t| t.trace_id());
+    let trace = unknown.trace.as_ref();
+    let trace_id = trace.map(|t| t.trace_id());
     let settle = |outcome| async move {
-        tracing::info!(
+        let span = tracing::info_span!(
+            "reconcile",
             owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
-            trace_id, lookups, "reconciling an unknown attempt"
+            attempt.state = tracing::field::Empty, trace_id, lookups,
         );
-        record_outcome(worker, attempt, task, provider_name, outcome).await;
+        crate::telemetry::adopt(&span, trace);
+        async {
+            tracing::info!("reconciling an unknown attempt");
+            record_outcome(worker, attempt, task, provider_name, outcome).await;
+        }
+        .instrument(span)
+        .await;
     };
     match answer {
         Ok(RequestStatus::Succeeded(completion)) => settle(Ok(completion)).await,

@@ -19,6 +19,7 @@ mod events;
 mod lifecycle;
 mod openai;
 mod openapi;
+mod otel;
 mod responses;
 mod retention;
 mod ops;

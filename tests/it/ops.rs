@@ -308,8 +308,12 @@ async fn a_full_run_logs_no_secret() {
             assert_eq!(line["span"]["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736", "{line}");
         }
     };
-    assert!(in_span("attempt") > 0, "the attempt logged");
-    traced("attempt");
+    assert!(in_span("settle") > 0, "the attempt's settlement logged");
+    for name in ["attempt", "settle", "provider call"] {
+        if in_span(name) > 0 {
+            traced(name);
+        }
+    }
     traced("request");
     let all = log.join("\n");
     assert!(all.contains(&id), "the run is in the log");
