@@ -7,6 +7,7 @@
 #
 #   bench/traces.sh                      # Postgres, 3 rounds of 15 s each way
 #   ROUNDS=5 E2E_DURATION=30 bench/traces.sh
+#   ORDER="on off" bench/traces.sh       # each round starting with export on
 source "$(dirname "$0")/lib.sh"
 ROUNDS=${ROUNDS:-3}
 E2E_DURATION=${E2E_DURATION:-15}
@@ -40,7 +41,7 @@ SINK_PID=$!
 trap 'kill $SINK_PID 2>/dev/null; cleanup' EXIT
 
 for round in $(seq "$ROUNDS"); do
-    for mode in off on; do
+    for mode in ${ORDER:-off on}; do
         new_database "onejob_bench_traces_${mode}_$round"
         if [ "$mode" = on ]; then
             export OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$SINK_PORT" OTEL_BSP_SCHEDULE_DELAY=1000 OTEL_BSP_MAX_QUEUE_SIZE=65536
