@@ -55,12 +55,16 @@ onejob_run() {
 }
 
 # A new job: the store binds owner, job id, key, fingerprint, task, input,
-# provider, attempt id and budget (none here); here the ids are made by Postgres (time-ordered
-# like the store's UUIDv7), and the key is unique per client and transaction.
+# provider, attempt id, budget, traceparent and tracestate (none of the
+# last three here); here the ids are made by Postgres (time-ordered like
+# the store's UUIDv7), and the key is unique per client and transaction.
+# $10 and $11 go first, before $1 could take their first digit.
 V7="(lpad(to_hex((extract(epoch from clock_timestamp()) * 1000)::bigint), 12, '0') || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid"
 {
     echo '\set i :i + 1'
     "$BIN" bench-sql create | sed \
+        -e "s/\$10/null::text/g" \
+        -e "s/\$11/null::text/g" \
         -e "s/\$1/'bench'/g" \
         -e "s/\$2/$V7/g" \
         -e "s/\$3/('pgbench-' || :run || '-' || :client_id || '-' || :i)/g" \
