@@ -184,3 +184,13 @@ pub fn outgoing(span: &tracing::Span, trace: Option<&crate::domain::TraceContext
     }
     trace.map(|t| crate::domain::TraceContext { traceparent: t.child(), tracestate: t.tracestate.clone() })
 }
+
+/// A span's name of two words (`POST /jobs`, `chat gpt-4o`), formatted only
+/// when something records it; the second may be empty.
+pub struct SpanName<'a>(pub &'a str, pub &'a str);
+
+impl std::fmt::Display for SpanName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.1.is_empty() { f.write_str(self.0) } else { write!(f, "{} {}", self.0, self.1) }
+    }
+}

@@ -87,8 +87,7 @@ pub fn serve_routes(routes: Router<AppState>, state: AppState) -> Router {
                     let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
                     let trace = crate::domain::TraceContext::from_headers(header("traceparent"), header("tracestate"));
                     // OpenTelemetry's HTTP server span: named by the route.
-                    let route = request.extensions().get::<axum::extract::MatchedPath>().map(|p| p.as_str().to_owned());
-                    let name = format!("{} {}", request.method(), route.as_deref().unwrap_or(""));
+                    let route = request.extensions().get::<axum::extract::MatchedPath>().map(axum::extract::MatchedPath::as_str);
                     let span = tracing::info_span!(
                         "request",
                         method = %request.method(),
@@ -96,7 +95,7 @@ pub fn serve_routes(routes: Router<AppState>, state: AppState) -> Router {
                         owner = tracing::field::Empty,
                         job.id = tracing::field::Empty,
                         trace_id = trace.as_ref().map(|t| t.trace_id()),
-                        otel.name = %name.trim_end(),
+                        otel.name = %crate::telemetry::SpanName(request.method().as_str(), route.unwrap_or("")),
                         otel.kind = "server",
                         http.request.method = %request.method(),
                         url.path = %request.uri().path(),

@@ -225,7 +225,7 @@ async fn call_counted(
         attempt.number = i64::from(claimed.attempt.number),
         provider = %claimed.provider,
         trace_id = claimed.trace.as_ref().map(|t| t.trace_id()),
-        otel.name = %format!("chat {}", settings.model),
+        otel.name = %crate::telemetry::SpanName("chat", &settings.model),
         otel.kind = "client",
         gen_ai.system = "openai",
         gen_ai.operation.name = "chat",
