@@ -51,7 +51,8 @@ build() {
 }
 
 # A Postgres server to make databases on: the one DATABASE_URL names, or a
-# throwaway cluster. Sets SERVER_URL; `new_database` makes the databases.
+# throwaway cluster (PG_OPTIONS: more of its settings, as `-c name=value`).
+# Sets SERVER_URL; `new_database` makes the databases.
 start_postgres() {
     if [ -n "${DATABASE_URL:-}" ]; then
         log "using the Postgres at DATABASE_URL (the scripts make databases named onejob_bench_* there)"
@@ -69,7 +70,7 @@ start_postgres() {
     log "starting a throwaway Postgres in $CLUSTER"
     as_postgres "$PGBIN/initdb" -D "$CLUSTER" -A trust -U postgres >/dev/null
     as_postgres "$PGBIN/pg_ctl" -D "$CLUSTER" -l "$WORK/postgres.log" -w \
-        -o "-k $WORK -c listen_addresses='' -p 5432 -c max_connections=1200 -c shared_buffers=512MB -c wal_init_zero=off" \
+        -o "-k $WORK -c listen_addresses='' -p 5432 -c max_connections=1200 -c shared_buffers=512MB -c wal_init_zero=off ${PG_OPTIONS:-}" \
         start >/dev/null
     SERVER_URL="postgres://postgres@localhost/postgres?host=$WORK&port=5432"
 }

@@ -133,7 +133,15 @@ impl Application {
         let catalog = Arc::new(Catalog::new(&settings)?);
         let store = open_store(&settings)?;
         if settings.database.migrate_on_start {
+            store.check_session_pooling().await?;
             store.migrate().await?;
+        } else {
+            match store.check_session_pooling().await {
+                Err(StoreError::Unavailable(error)) => {
+                    tracing::warn!(%error, "the database is unavailable: its connection pooling is checked when it answers")
+                }
+                checked => checked?,
+            }
         }
         Self::build_with_catalog(settings, store, catalog, role).await
     }

@@ -292,7 +292,9 @@ async fn run(command: Command) -> Result<(), AnyError> {
         }
         Command::Migrate { config } => {
             let settings = load_checked(config.config.as_deref())?;
-            app::open_store(&settings)?.migrate().await?;
+            let store = app::open_store(&settings)?;
+            store.check_session_pooling().await?;
+            store.migrate().await?;
             tracing::info!("migrations applied");
             Ok(())
         }

@@ -25,6 +25,8 @@ use super::{Result, StoreError};
 #[derive(Debug)]
 pub struct HotConnections {
     connect: PgConnectOptions,
+    // Run on each new connection: the session's settings.
+    session: String,
     idle: Mutex<Vec<PgConnection>>,
     permits: Semaphore,
     acquire_timeout: Duration,
@@ -40,11 +42,13 @@ pub struct Lease<'a> {
 }
 
 impl HotConnections {
-    /// A set of at most `max` connections made with `connect`; a request
-    /// waits `acquire_timeout` at most for one.
-    pub fn new(connect: PgConnectOptions, max: u32, acquire_timeout: Duration) -> Self {
+    /// A set of at most `max` connections made with `connect`, each given
+    /// the `session` settings first; a request waits `acquire_timeout` at
+    /// most for one.
+    pub fn new(connect: PgConnectOptions, session: String, max: u32, acquire_timeout: Duration) -> Self {
         Self {
             connect,
+            session,
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(max.max(1) as usize),
             acquire_timeout,
@@ -63,11 +67,23 @@ impl HotConnections {
         let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let connection = match idle {
             Some(connection) => connection,
-            None => tokio::time::timeout_at(deadline, self.connect.connect())
+            None => tokio::time::timeout_at(deadline, self.open())
                 .await
                 .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))??,
         };
         Ok(Lease { set: self, connection: Some(connection), _permit: permit, reusable: false })
+    }
+}
+
+impl HotConnections {
+    async fn open(&self) -> std::result::Result<PgConnection, sqlx::Error> {
+        let mut connection = self.connect.connect().await?;
+        if !self.session.is_empty() {
+            // A statement without binds goes as a simple query: both settings
+            // in one round trip.
+            sqlx::Executor::execute(&mut connection, self.session.as_str()).await?;
+        }
+        Ok(connection)
     }
 }
 

@@ -59,6 +59,10 @@ pub enum StoreError {
     /// The migrations could not be applied.
     #[error("migration failed: {0}")]
     Migration(#[from] sqlx::migrate::MigrateError),
+    /// The database is reached in a way the store cannot work with (a
+    /// pooler that moves a connection between server sessions).
+    #[error("the database connection cannot be used: {0}")]
+    Unsupported(String),
     /// A stored value that the program cannot read back.
     #[error("unreadable stored value: {0}")]
     Corrupt(String),
@@ -547,6 +551,12 @@ pub trait Store: Driver {
 
     /// Answers when the database does and the migrations are applied.
     async fn check_ready(&self) -> Result<()>;
+
+    /// Fails when the connections do not keep their server sessions (a
+    /// pooler in transaction mode): checked once at start.
+    async fn check_session_pooling(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Stores a new API key's hash.
     async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()>;

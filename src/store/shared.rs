@@ -4,6 +4,12 @@
 //! What differs between the databases (the hot path's connections, whose
 //! clock stamps a row, claims, group commit) stays in the backend.
 
+/// The latest migration applied (the same SQL on both databases).
+pub(crate) const MIGRATED_VERSION: &str = r#"select max(version) from _sqlx_migrations where success"#;
+
+/// Whether any key was ever made (the same SQL on both databases).
+pub(crate) const ANY_API_KEY: &str = r#"select exists (select 1 from api_keys)"#;
+
 /// Implements [`crate::store::Store`] for a backend: its own methods, given
 /// as the second argument, and the shared reads, run on `self.pool` with
 /// the backend's `sql` module and `MIGRATOR` in scope; and the dashboard
@@ -23,7 +29,7 @@ macro_rules! impl_store {
             async fn check_ready(&self) -> Result<()> {
                 let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
                 let applied: Option<i64> =
-                    sqlx::query_scalar(r#"select max(version) from _sqlx_migrations where success"#).fetch_one(&self.pool).await?;
+                    sqlx::query_scalar($crate::store::shared::MIGRATED_VERSION).fetch_one(&self.pool).await?;
                 $crate::store::check_migrations(applied, latest)
             }
 
@@ -40,7 +46,7 @@ macro_rules! impl_store {
             }
 
             async fn has_api_keys(&self) -> Result<bool> {
-                Ok(sqlx::query_scalar(r#"select exists (select 1 from api_keys)"#).fetch_one(&self.pool).await?)
+                Ok(sqlx::query_scalar($crate::store::shared::ANY_API_KEY).fetch_one(&self.pool).await?)
             }
 
             async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {

@@ -216,13 +216,7 @@ async fn server() -> &'static Server {
                     (server, std::env::temp_dir().join(format!("{CLUSTER_DIR}.lock")))
                 }
             };
-            let lock = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&lock_path)
-                .unwrap_or_else(|e| fail(format!("cannot open {}: {e}", lock_path.display())));
-            lock.lock().unwrap_or_else(|e| fail(format!("cannot lock {}: {e}", lock_path.display())));
+            let lock = cross_process_lock(&lock_path);
             if server.throwaway {
                 let base = std::env::temp_dir().join(CLUSTER_DIR);
                 ensure_cluster(&base);
@@ -232,6 +226,18 @@ async fn server() -> &'static Server {
             server
         })
         .await
+}
+
+/// Takes the file lock the test processes share `path` by.
+fn cross_process_lock(path: &Path) -> std::fs::File {
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .unwrap_or_else(|e| fail(format!("cannot open {}: {e}", path.display())));
+    lock.lock().unwrap_or_else(|e| fail(format!("cannot lock {}: {e}", path.display())));
+    lock
 }
 
 /// Splits `postgres://u@h/db?x=y` into `postgres://u@h/` and `?x=y`.
@@ -249,8 +255,21 @@ fn split_database(url: &str) -> (String, String) {
     (prefix.to_owned(), query.to_owned())
 }
 
-/// A fresh, migrated database of its own; returns its URL.
+/// A fresh, migrated database of its own; returns its URL. With
+/// `ONEJOB_TEST_PGBOUNCER=session`, the URL reaches it through a shared
+/// PgBouncer in session mode (see [`Bouncer`]), so that any suite can be
+/// run that way.
 pub async fn fresh_database() -> String {
+    let direct = fresh_database_direct().await;
+    match std::env::var("ONEJOB_TEST_PGBOUNCER").as_deref() {
+        Ok("session") => shared_bouncer().await.url(&direct),
+        Ok(other) if !other.is_empty() => fail(format!("ONEJOB_TEST_PGBOUNCER={other}: only `session` is supported")),
+        _ => direct,
+    }
+}
+
+/// A fresh, migrated database reached directly.
+pub async fn fresh_database_direct() -> String {
     let server = server().await;
     let name = format!(
         "{TEST_DB_PREFIX}{}_{}_{}",
@@ -359,6 +378,127 @@ impl Drop for PrivateCluster {
     fn drop(&mut self) {
         let data = self.data();
         let _ = run_pg(&self.bin.join("pg_ctl"), &["-D", &data, "-m", "immediate", "-w", "stop"]);
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+/// A PgBouncer (Debian's `pgbouncer`) in front of the throwaway cluster,
+/// listening on a Unix socket in a directory of its own, configured as a
+/// new operator would: stock settings but for the pool mode. A private one
+/// has no `ignore_startup_parameters` (it refuses any startup parameter it
+/// does not know); the shared one the suites run through ignores
+/// `extra_float_digits`, for the tests' own sqlx connections. Run as
+/// `postgres` when the tests run as root (it refuses root).
+pub struct Bouncer {
+    base: PathBuf,
+    owned: bool,
+}
+
+const BOUNCER_PORT: u16 = 6432;
+static SHARED_BOUNCER: OnceCell<Bouncer> = OnceCell::const_new();
+
+async fn shared_bouncer() -> &'static Bouncer {
+    SHARED_BOUNCER
+        .get_or_init(|| async {
+            let base = std::env::temp_dir().join("onejob-test-pgbouncer");
+            let lock_path = std::env::temp_dir().join("onejob-test-pgbouncer.lock");
+            let lock = cross_process_lock(&lock_path);
+            let bouncer = Bouncer { base, owned: false };
+            if !bouncer.running() {
+                // The tests' own helpers are sqlx clients with its defaults,
+                // which send extra_float_digits (onejob does not).
+                bouncer.start("session", "ignore_startup_parameters = extra_float_digits\n").await;
+            }
+            lock.unlock().ok();
+            bouncer
+        })
+        .await
+}
+
+impl Bouncer {
+    /// A PgBouncer of this test's own in `pool_mode`, stopped when dropped.
+    pub async fn start_private(pool_mode: &str) -> Self {
+        let base = std::env::temp_dir().join(format!("onejob-bouncer-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]));
+        let bouncer = Self { base, owned: true };
+        bouncer.start(pool_mode, "").await;
+        bouncer
+    }
+
+    fn running(&self) -> bool {
+        let pid = std::fs::read_to_string(self.base.join("pgbouncer.pid")).ok().and_then(|p| p.trim().parse::<u32>().ok());
+        pid.is_some_and(process_alive) && self.base.join(format!(".s.PGSQL.{BOUNCER_PORT}")).exists()
+    }
+
+    async fn start(&self, pool_mode: &str, extra: &str) {
+        // The cluster the databases are on must be running first.
+        let cluster = server().await;
+        assert!(cluster.throwaway, "the PgBouncer tests need the throwaway cluster (TEST_DATABASE_URL unset)");
+        let cluster_dir = std::env::temp_dir().join(CLUSTER_DIR);
+        std::fs::create_dir_all(&self.base).unwrap_or_else(|e| fail(format!("cannot create {}: {e}", self.base.display())));
+        let config = format!(
+            "[databases]\n\
+             * = host={cluster}\n\
+             [pgbouncer]\n\
+             listen_addr =\n\
+             listen_port = {BOUNCER_PORT}\n\
+             unix_socket_dir = {base}\n\
+             auth_type = trust\n\
+             auth_file = {base}/users.txt\n\
+             pool_mode = {pool_mode}\n\
+             max_client_conn = 2000\n\
+             default_pool_size = 100\n\
+             server_idle_timeout = 5\n\
+             logfile = {base}/pgbouncer.log\n\
+             pidfile = {base}/pgbouncer.pid\n\
+             {extra}",
+            cluster = cluster_dir.display(),
+            base = self.base.display(),
+        );
+        std::fs::write(self.base.join("pgbouncer.ini"), config).unwrap();
+        std::fs::write(self.base.join("users.txt"), "\"postgres\" \"\"\n").unwrap();
+        for path in ["", "pgbouncer.ini", "users.txt"] {
+            chown_to_postgres(&self.base.join(path));
+        }
+        let binary = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .unwrap_or_else(|| fail("pgbouncer was not found (Debian's pgbouncer package; .ci/run installs it)"));
+        let ini = self.base.join("pgbouncer.ini");
+        let out = run_pg(&binary, &["-d", ini.to_str().unwrap()]);
+        if !out.status.success() {
+            fail(format!("pgbouncer did not start: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !self.running() {
+            if std::time::Instant::now() > deadline {
+                let log = std::fs::read_to_string(self.base.join("pgbouncer.log")).unwrap_or_default();
+                fail(format!("pgbouncer did not open its socket in {}:\n{log}", self.base.display()));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The URL of the database a direct `url` names, through this PgBouncer.
+    pub fn url(&self, direct: &str) -> String {
+        let database = direct.split('?').next().unwrap().rsplit('/').next().unwrap();
+        format!("postgres://postgres@localhost/{database}?host={}&port={BOUNCER_PORT}", self.base.display())
+    }
+
+    /// What PgBouncer logged.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.base.join("pgbouncer.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Bouncer {
+    fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
+        if let Some(pid) = std::fs::read_to_string(self.base.join("pgbouncer.pid")).ok().and_then(|p| p.trim().parse::<i32>().ok()) {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        }
         let _ = std::fs::remove_dir_all(&self.base);
     }
 }

@@ -17,6 +17,16 @@ const KEY_ACK_CHANNEL: &str = "onejob_api_keys_forgotten";
 /// How long a revocation waits for those confirmations.
 const KEY_ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The connections that LISTEN in this database with the statement given.
+pub(super) const COUNT_LISTENERS: &str =
+    r#"select count(*) from pg_stat_activity where datname = current_database() and query = $1"#;
+
+/// A live key, revoked. Binds: id.
+pub(super) const REVOKE_KEY: &str = r#"update api_keys set revoked_at = now() where id = $1 and revoked_at is null"#;
+
+/// A notification. Binds: channel, payload.
+pub(super) const NOTIFY: &str = r#"select pg_notify($1, $2)"#;
+
 /// LISTENs on [`KEY_CHANNEL`] over a connection of its own and reports what
 /// it hears, reconnecting (and saying so) whenever the connection is lost,
 /// until `changes` is closed.
@@ -89,13 +99,11 @@ pub(super) async fn revoke_and_wait(pool: &PgPool, id: Uuid) -> Result<bool> {
     // "revoked" mean that no listening server accepts the key any more.
     let mut confirmations = PgListener::connect_with(pool).await?;
     confirmations.listen(KEY_ACK_CHANNEL).await?;
-    let listening: i64 = sqlx::query_scalar(
-        r#"select count(*) from pg_stat_activity where datname = current_database() and query = $1"#,
-    )
+    let listening: i64 = sqlx::query_scalar(COUNT_LISTENERS)
     .bind(format!(r#"LISTEN "{KEY_CHANNEL}""#))
     .fetch_one(pool)
     .await?;
-    let changed = sqlx::query(r#"update api_keys set revoked_at = now() where id = $1 and revoked_at is null"#)
+    let changed = sqlx::query(REVOKE_KEY)
         .bind(id)
         .execute(pool)
         .await?
@@ -122,6 +130,6 @@ pub(super) async fn revoke_and_wait(pool: &PgPool, id: Uuid) -> Result<bool> {
 
 /// Tells a revoker that this process forgot key `id`.
 pub(super) async fn confirm_forgotten(pool: &PgPool, id: Uuid) -> Result<()> {
-    sqlx::query(r#"select pg_notify($1, $2)"#).bind(KEY_ACK_CHANNEL).bind(id.to_string()).execute(pool).await?;
+    sqlx::query(NOTIFY).bind(KEY_ACK_CHANNEL).bind(id.to_string()).execute(pool).await?;
     Ok(())
 }

@@ -28,7 +28,7 @@ use super::webhooks::Outgoing;
 use super::driver::{AttemptHolder, Driver, LockedJob, OutputSettlement, Settled, Tx};
 use super::shared::{impl_driver_tx, impl_store};
 use super::hot::HotConnections;
-use super::rows::{ATTEMPT_COLUMNS, AttemptRefRow, JobSummaryRow, QualificationRow, attempts_from_rows, job_from_rows, stored_trace};
+use super::rows::{AttemptRefRow, JobSummaryRow, QualificationRow, attempts_from_rows, job_from_rows, stored_trace};
 use super::usage::{AttemptUsage, UsageFilter, UsageRow};
 use super::{
     ApiKey, AttemptRef, ClaimedAttempt, Gauges, JobFilter, KeyChange, Leases, LiveKey, NewAttempt, NewJob, OpenUnknown,
@@ -39,12 +39,15 @@ use crate::domain::{
     JobState, JobSummary, KeyRole, OwnerId,
 };
 
+mod catalogue;
 mod keys;
+mod pooling;
 mod sessions;
 mod webhooks;
 mod retention;
 mod sql;
 
+pub use catalogue::{CROSS_OWNER, statements};
 pub use sql::{CREATE_JOB, GET_JOB};
 use sql::{
     CLAIM_ATTEMPTS, CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, SAMPLE_GAUGES,
@@ -77,12 +80,17 @@ pub struct PostgresStore {
 impl PostgresStore {
     /// Opens a pool on `url`. Connections are made lazily, so a server that is
     /// down at start-up is reported on first use, not here.
+    ///
+    /// The startup packet carries nothing a connection pooler could refuse:
+    /// the session's settings (the statement timeout) are set by a first
+    /// statement on each new connection instead, so that PgBouncer in session
+    /// mode needs no `ignore_startup_parameters` (docs/operations.md).
     pub fn connect_lazy(url: &str, options: &PostgresOptions) -> Result<Self> {
-        let statement_timeout = format!("{}ms", options.statement_timeout.as_millis());
         let connect = PgConnectOptions::from_str(url)
             .map_err(StoreError::Database)?
             .application_name("onejob")
-            .options([("statement_timeout", statement_timeout.as_str())]);
+            .extra_float_digits(None);
+        let session = session_settings(options);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
@@ -91,15 +99,27 @@ impl PostgresStore {
             // statement, is dropped by the pool, and that request answers
             // 503 (retryable with the same key).
             .test_before_acquire(false)
+            .after_connect({
+                let session: Arc<str> = session.clone().into();
+                move |connection, _| {
+                    let session = session.clone();
+                    Box::pin(async move { sqlx::Executor::execute(connection, &*session).await.map(drop) })
+                }
+            })
             .connect_lazy_with(connect.clone());
-        let hot = HotConnections::new(connect, options.max_connections, options.acquire_timeout);
+        let hot = HotConnections::new(connect, session, options.max_connections, options.acquire_timeout);
         Ok(Self { pool, hot: Arc::new(hot) })
     }
 
     /// Wraps an existing pool (tests use this).
     pub fn from_pool(pool: PgPool) -> Self {
         let options = pool.options();
-        let hot = HotConnections::new((*pool.connect_options()).clone(), options.get_max_connections(), options.get_acquire_timeout());
+        let hot = HotConnections::new(
+            (*pool.connect_options()).clone(),
+            String::new(),
+            options.get_max_connections(),
+            options.get_acquire_timeout(),
+        );
         Self { pool, hot: Arc::new(hot) }
     }
 
@@ -109,6 +129,13 @@ impl PostgresStore {
     }
 }
 
+
+/// What every new connection runs first: the longest a statement may run,
+/// and floats in text answers as precise as sqlx asks for in its startup
+/// packet (which no longer carries it).
+fn session_settings(options: &PostgresOptions) -> String {
+    format!("set statement_timeout = {}; set extra_float_digits = 2", options.statement_timeout.as_millis())
+}
 
 fn state_names(states: &[AttemptState]) -> Vec<&'static str> {
     states.iter().map(|s| s.as_str()).collect()
@@ -125,7 +152,7 @@ impl_driver_tx!(PgTx, {
     }
 
     async fn set_job_state(&mut self, owner: &OwnerId, job_id: JobId, state: JobState) -> Result<()> {
-        sqlx::query(r#"update jobs set state = $3, updated_at = now() where owner_id = $1 and id = $2"#)
+        sqlx::query(sql::SET_JOB_STATE)
             .bind(owner.as_str())
             .bind(job_id.0)
             .bind(state)
@@ -135,12 +162,7 @@ impl_driver_tx!(PgTx, {
     }
 
     async fn insert_attempt(&mut self, attempt: &AttemptRef, new: &NewAttempt, provider: &str) -> Result<Attempt> {
-        let rows = sqlx::query(&format!(
-            r#"insert into attempts as a (owner_id, job_id, number, id, provider, state, origin, idempotency_key,
-                                          created_at, not_before, traceparent, tracestate)
-               values ($1, $2, $3, $4, $5, $9, $6, $7, now(), now() + make_interval(secs => $8), $10, $11)
-               returning {ATTEMPT_COLUMNS}"#
-        ))
+        let rows = sqlx::query(sql::INSERT_ATTEMPT.as_str())
         .bind(attempt.owner.as_str())
         .bind(attempt.job_id.0)
         .bind(attempt.number)
@@ -158,7 +180,7 @@ impl_driver_tx!(PgTx, {
     }
 
     async fn append_event(&mut self, owner: &OwnerId, job_id: JobId, kind: EventKind, attempt_number: Option<i32>, detail: Value) -> Result<()> {
-        sqlx::query(r#"insert into job_events (owner_id, job_id, kind, attempt_number, detail) values ($1, $2, $3, $4, $5)"#)
+        sqlx::query(sql::APPEND_EVENT)
             .bind(owner.as_str())
             .bind(job_id.0)
             .bind(kind)
@@ -170,13 +192,7 @@ impl_driver_tx!(PgTx, {
     }
 
     async fn enqueue_webhook(&mut self, message: &Outgoing<'_>) -> Result<()> {
-        sqlx::query(
-            r#"insert into webhook_deliveries (id, owner_id, endpoint_id, job_id, event_type, payload)
-               select gen_random_uuid(), e.owner_id, e.id, $2, $3, $4
-               from webhook_subscriptions s
-               join webhook_endpoints e on e.owner_id = s.owner_id and e.id = s.endpoint_id and e.disabled_at is null
-               where s.owner_id = $1 and s.event_type = $3"#,
-        )
+        sqlx::query(sql::ENQUEUE_WEBHOOK)
         .bind(message.owner.as_str())
         .bind(message.job_id.0)
         .bind(message.event.as_str())
@@ -187,10 +203,7 @@ impl_driver_tx!(PgTx, {
     }
 
     async fn attempt_holder(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptHolder>> {
-        Ok(sqlx::query_as(
-            r#"select state, worker, coalesce(lease_until > now(), false) as lease_live
-               from attempts where owner_id = $1 and job_id = $2 and number = $3"#,
-        )
+        Ok(sqlx::query_as(sql::ATTEMPT_HOLDER)
         .bind(attempt.owner.as_str())
         .bind(attempt.job_id.0)
         .bind(attempt.number)
@@ -200,12 +213,7 @@ impl_driver_tx!(PgTx, {
 
 
     async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, to: AttemptState, from: &[AttemptState], error: &AttemptError) -> Result<u64> {
-        Ok(sqlx::query(
-            r#"update attempts
-               set state = $4, error = $5, finished_at = now(), lease_until = null,
-                   reconcile_after = case when $7 then now() end
-               where owner_id = $1 and job_id = $2 and number = $3 and state = any($6)"#,
-        )
+        Ok(sqlx::query(sql::SET_ATTEMPT_OUTCOME)
         .bind(attempt.owner.as_str())
         .bind(attempt.job_id.0)
         .bind(attempt.number)
@@ -241,17 +249,13 @@ impl_driver_tx!(PgTx, {
     }
 
     async fn cancel_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>> {
-        sqlx::query(r#"update jobs set state = $3, updated_at = now() where owner_id = $1 and id = $2"#)
+        sqlx::query(sql::SET_JOB_STATE)
             .bind(owner.as_str())
             .bind(job_id.0)
             .bind(JobState::Canceled)
             .execute(&mut *self.tx)
             .await?;
-        Ok(sqlx::query_scalar(
-            r#"update attempts set state = $4, finished_at = now()
-               where owner_id = $1 and job_id = $2 and state = $3
-               returning number"#,
-        )
+        Ok(sqlx::query_scalar(sql::CANCEL_PENDING_ATTEMPTS)
         .bind(owner.as_str())
         .bind(job_id.0)
         .bind(AttemptState::Pending)
@@ -319,6 +323,10 @@ impl_store!(PostgresStore, {
         Ok(())
     }
 
+    async fn check_session_pooling(&self) -> Result<()> {
+        pooling::check_session_pooling(&self.pool.connect_options()).await
+    }
+
     async fn revoke_api_key(&self, id: Uuid) -> Result<bool> {
         keys::revoke_and_wait(&self.pool, id).await
     }
@@ -343,16 +351,7 @@ impl_store!(PostgresStore, {
     }
 
     async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
-        let rows: Vec<JobSummaryRow> = sqlx::query_as(
-            r#"select owner_id, id, idempotency_key, task, provider, state, winning_attempt, created_at, updated_at
-               from jobs
-               where owner_id = $1
-                 and ($2::text is null or state = $2)
-                 and ($3::text is null or task = $3)
-                 and ($4::uuid is null or id < $4)
-               order by id desc
-               limit $5"#,
-        )
+        let rows: Vec<JobSummaryRow> = sqlx::query_as(sql::LIST_JOBS)
         .bind(owner.as_str())
         .bind(filter.state)
         .bind(filter.task.as_deref())
@@ -413,10 +412,7 @@ impl_store!(PostgresStore, {
     }
 
     async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
-        sqlx::query(
-            r#"update attempts set reconcile_after = now() + make_interval(secs => $4)
-               where owner_id = $1 and job_id = $2 and number = $3 and state = $5"#,
-        )
+        sqlx::query(sql::POSTPONE_RECONCILIATION)
         .bind(attempt.owner.as_str())
         .bind(attempt.job_id.0)
         .bind(attempt.number)
@@ -435,11 +431,7 @@ impl_store!(PostgresStore, {
         passed: bool,
         report: &Value,
     ) -> Result<QualificationRecord> {
-        let row: QualificationRow = sqlx::query_as(
-            r#"insert into qualifications (id, provider, task, contract_hash, passed, report)
-               values ($1, $2, $3, $4, $5, $6)
-               returning id, provider, task, contract_hash, passed, report, created_at"#,
-        )
+        let row: QualificationRow = sqlx::query_as(sql::INSERT_QUALIFICATION)
         .bind(Uuid::now_v7())
         .bind(provider)
         .bind(task)
@@ -465,12 +457,7 @@ impl_store!(PostgresStore, {
         let cost = usage.cost.as_ref();
         // One statement per settled attempt: on the hot path's connections.
         let mut lease = self.hot.acquire().await?;
-        let changed = sqlx::query(
-            r#"update attempts
-               set prompt_tokens = $4, completion_tokens = $5, usage_estimated = $6,
-                   cost = $7::numeric, currency = $8, price_version = $9
-               where owner_id = $1 and job_id = $2 and number = $3"#,
-        )
+        let changed = sqlx::query(sql::RECORD_USAGE)
         .bind(attempt.owner.as_str())
         .bind(attempt.job_id.0)
         .bind(attempt.number)

@@ -2,6 +2,8 @@
 //! [`crate::store::retention`]). The jobs of a batch travel as two arrays
 //! (owners, ids), so that each step is one statement for the whole batch.
 
+use std::sync::LazyLock;
+
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
@@ -16,8 +18,11 @@ type PgTransaction = Transaction<'static, Postgres>;
 
 use crate::store::purge::PURGE_LOCK;
 
+/// Takes the purge's advisory lock for the transaction, if free. Binds: the lock.
+pub(super) const TAKE_PURGE_LOCK: &str = "select pg_try_advisory_xact_lock($1)";
+
 pub(super) async fn take_purge_lock(tx: &mut PgTransaction) -> Result<bool> {
-    Ok(sqlx::query_scalar("select pg_try_advisory_xact_lock($1)").bind(PURGE_LOCK).fetch_one(&mut **tx).await?)
+    Ok(sqlx::query_scalar(TAKE_PURGE_LOCK).bind(PURGE_LOCK).fetch_one(&mut **tx).await?)
 }
 
 /// The finished jobs a rule may purge (binds: cutoff, task or null, the
@@ -34,9 +39,39 @@ fn purgeable(what: &str, tail: &str) -> String {
     )
 }
 
+/// A batch of purgeable jobs, locked. Binds: cutoff, task or null, the
+/// other tasks, how many.
+pub(super) static PURGEABLE_JOBS: LazyLock<String> =
+    LazyLock::new(|| purgeable("j.owner_id, j.id", "order by j.updated_at limit $4 for update of j skip locked"));
+
+/// How many jobs a rule may purge. Binds: as [`PURGEABLE_JOBS`] without the count.
+pub(super) static COUNT_PURGEABLE: LazyLock<String> = LazyLock::new(|| purgeable("count(*)", ""));
+
+/// The usage of a batch of jobs' attempts. Binds: owners, job ids.
+pub(super) const USAGE_OF_JOBS: &str = r#"select a.owner_id, j.task, a.provider, a.state, a.created_at, a.prompt_tokens,
+        a.completion_tokens, a.usage_estimated, a.cost::text as cost, a.currency, a.price_version,
+        1::bigint as attempts, (case when a.usage_estimated then 1 else 0 end)::bigint as estimated_attempts
+    from unnest($1::text[], $2::uuid[]) as v(owner_id, id)
+    join jobs j on j.owner_id = v.owner_id and j.id = v.id
+    join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
+    where a.prompt_tokens is not null"#;
+
+/// The audit log lets the purging transaction, and only it, delete events.
+pub(super) const PURGING_ON: &str = "set local onejob.purging = 'on'";
+pub(super) const PURGING_OFF: &str = "set local onejob.purging = 'off'";
+
+/// A batch of jobs' rows, table by table, children first. Binds: owners, job ids.
+pub(super) const DELETE_DELIVERIES_OF_JOBS: &str =
+    "delete from webhook_deliveries where (owner_id, job_id) in (select * from unnest($1::text[], $2::uuid[]))";
+pub(super) const DELETE_EVENTS_OF_JOBS: &str =
+    "delete from job_events where (owner_id, job_id) in (select * from unnest($1::text[], $2::uuid[]))";
+pub(super) const DELETE_ATTEMPTS_OF_JOBS: &str =
+    "delete from attempts where (owner_id, job_id) in (select * from unnest($1::text[], $2::uuid[]))";
+pub(super) const DELETE_JOBS: &str =
+    "delete from jobs where (owner_id, id) in (select * from unnest($1::text[], $2::uuid[]))";
+
 pub(super) async fn purgeable_jobs(tx: &mut PgTransaction, rule: &PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>> {
-    let sql = purgeable("j.owner_id, j.id", "order by j.updated_at limit $4 for update of j skip locked");
-    let rows: Vec<(String, Uuid)> = sqlx::query_as(&sql)
+    let rows: Vec<(String, Uuid)> = sqlx::query_as(PURGEABLE_JOBS.as_str())
         .bind(Stamp(rule.before))
         .bind(rule.task.as_deref())
         .bind(&rule.others)
@@ -47,7 +82,7 @@ pub(super) async fn purgeable_jobs(tx: &mut PgTransaction, rule: &PurgeRule, max
 }
 
 pub(super) async fn count_purgeable(tx: &mut PgTransaction, rule: &PurgeRule) -> Result<u64> {
-    let count: i64 = sqlx::query_scalar(&purgeable("count(*)", ""))
+    let count: i64 = sqlx::query_scalar(COUNT_PURGEABLE.as_str())
         .bind(Stamp(rule.before))
         .bind(rule.task.as_deref())
         .bind(&rule.others)
@@ -62,15 +97,7 @@ fn arrays(jobs: &[(OwnerId, JobId)]) -> (Vec<&str>, Vec<Uuid>) {
 
 pub(super) async fn usage_of_jobs(tx: &mut PgTransaction, jobs: &[(OwnerId, JobId)]) -> Result<Vec<(OwnerId, UsageRow)>> {
     let (owners, ids) = arrays(jobs);
-    let rows = sqlx::query(
-        r#"select a.owner_id, j.task, a.provider, a.state, a.created_at, a.prompt_tokens, a.completion_tokens,
-                  a.usage_estimated, a.cost::text as cost, a.currency, a.price_version,
-                  1::bigint as attempts, (case when a.usage_estimated then 1 else 0 end)::bigint as estimated_attempts
-           from unnest($1::text[], $2::uuid[]) as v(owner_id, id)
-           join jobs j on j.owner_id = v.owner_id and j.id = v.id
-           join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
-           where a.prompt_tokens is not null"#,
-    )
+    let rows = sqlx::query(USAGE_OF_JOBS)
     .bind(&owners)
     .bind(&ids)
     .fetch_all(&mut **tx)
@@ -89,17 +116,11 @@ pub(super) async fn add_to_rollup(tx: &mut PgTransaction, key: &RollupKey, total
 
 pub(super) async fn delete_jobs(tx: &mut PgTransaction, jobs: &[(OwnerId, JobId)]) -> Result<u64> {
     let (owners, ids) = arrays(jobs);
-    // The audit log lets this transaction, and only it, delete events.
-    sqlx::query("set local onejob.purging = 'on'").execute(&mut **tx).await?;
-    let of_jobs = "(owner_id, job_id) in (select * from unnest($1::text[], $2::uuid[]))";
-    for table in ["webhook_deliveries", "job_events", "attempts"] {
-        sqlx::query(&format!("delete from {table} where {of_jobs}")).bind(&owners).bind(&ids).execute(&mut **tx).await?;
+    sqlx::query(PURGING_ON).execute(&mut **tx).await?;
+    for statement in [DELETE_DELIVERIES_OF_JOBS, DELETE_EVENTS_OF_JOBS, DELETE_ATTEMPTS_OF_JOBS] {
+        sqlx::query(statement).bind(&owners).bind(&ids).execute(&mut **tx).await?;
     }
-    let deleted = sqlx::query("delete from jobs where (owner_id, id) in (select * from unnest($1::text[], $2::uuid[]))")
-        .bind(&owners)
-        .bind(&ids)
-        .execute(&mut **tx)
-        .await?;
-    sqlx::query("set local onejob.purging = 'off'").execute(&mut **tx).await?;
+    let deleted = sqlx::query(DELETE_JOBS).bind(&owners).bind(&ids).execute(&mut **tx).await?;
+    sqlx::query(PURGING_OFF).execute(&mut **tx).await?;
     Ok(deleted.rows_affected())
 }

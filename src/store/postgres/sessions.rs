@@ -14,32 +14,32 @@ use super::sql::INSERT_API_KEY;
 use crate::domain::{KeyRole, OwnerId};
 
 /// A new session. Binds: owner, key id, token hash, lifetime in seconds.
-const INSERT_SESSION: &str = r#"insert into dashboard_sessions (owner_id, key_id, token_hash, created_at, last_seen_at, expires_at)
+pub(super) const INSERT_SESSION: &str = r#"insert into dashboard_sessions (owner_id, key_id, token_hash, created_at, last_seen_at, expires_at)
     values ($1, $2, $3, now(), now(), now() + make_interval(secs => $4))"#;
 
 /// A session by its token's hash, with its key's token hash and the clock.
 /// Binds: hash.
-const FIND_SESSION: &str = r#"select s.owner_id, s.key_id, k.token_hash as key_token_hash,
+pub(super) const FIND_SESSION: &str = r#"select s.owner_id, s.key_id, k.token_hash as key_token_hash,
         s.created_at, s.last_seen_at, s.expires_at, now() as now
     from dashboard_sessions s
     join api_keys k on k.owner_id = s.owner_id and k.id = s.key_id
     where s.token_hash = $1"#;
 
 /// Marks a session used. Binds: hash.
-const TOUCH_SESSION: &str = r#"update dashboard_sessions set last_seen_at = now() where token_hash = $1"#;
+pub(super) const TOUCH_SESSION: &str = r#"update dashboard_sessions set last_seen_at = now() where token_hash = $1"#;
 
 /// Ends a session. Binds: hash.
-const DELETE_SESSION: &str = r#"delete from dashboard_sessions where token_hash = $1"#;
+pub(super) const DELETE_SESSION: &str = r#"delete from dashboard_sessions where token_hash = $1"#;
 
 /// Ends every session past its lifetime or idle time. Binds: idle seconds.
-const DELETE_EXPIRED_SESSIONS: &str = r#"delete from dashboard_sessions
+pub(super) const DELETE_EXPIRED_SESSIONS: &str = r#"delete from dashboard_sessions
     where expires_at <= now() or last_seen_at <= now() - make_interval(secs => $1)"#;
 
 /// Claims the first run: inserts `bootstrap`'s one row, naming the key
 /// about to be made, or none when keys exist already; returns the name, or
 /// no row when the database had its first run. A racing claim waits for
 /// this one's transaction and then inserts nothing. Binds: key id.
-const CLAIM_FIRST_RUN: &str = r#"insert into bootstrap (id, first_key_id)
+pub(super) const CLAIM_FIRST_RUN: &str = r#"insert into bootstrap (id, first_key_id)
     select 1, case when exists (select 1 from api_keys) then null else $1::uuid end
     on conflict (id) do nothing
     returning first_key_id"#;

@@ -13,7 +13,9 @@ use crate::store::rows::{ATTEMPT_COLUMNS, select_job_where};
 /// exactly these under pgbench (`onejob bench-sql`).
 ///
 /// Creating a job: one statement inserts the job, its first attempt and its
-/// event; a taken key inserts nothing (I1). Binds: owner, job id, key,
+/// event; a taken key inserts nothing (I1). Every row's owner is the bound
+/// `$1` itself, so that a sharded database routes the whole statement by
+/// its value (docs/scaling.md). Binds: owner, job id, key,
 /// fingerprint, task, input, provider, first attempt id, budget (text or
 /// null), traceparent, tracestate.
 pub static CREATE_JOB: LazyLock<String> = LazyLock::new(|| {
@@ -27,10 +29,10 @@ pub static CREATE_JOB: LazyLock<String> = LazyLock::new(|| {
     ), first_attempt as (
         insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before,
                               traceparent, tracestate)
-        select owner_id, id, 1, $8, $7, '{PENDING}', '{ORIGIN_CLIENT}', created_at, created_at, $10, $11 from new_job
+        select $1, id, 1, $8, $7, '{PENDING}', '{ORIGIN_CLIENT}', created_at, created_at, $10, $11 from new_job
     ), created_event as (
         insert into job_events (owner_id, job_id, at, kind, attempt_number, detail)
-        select owner_id, id, created_at, '{EVENT_JOB_CREATED}', 1,
+        select $1, id, created_at, '{EVENT_JOB_CREATED}', 1,
                jsonb_build_object('attempt_id', $8::uuid, 'provider', $7::text)
         from new_job
     )
@@ -266,6 +268,80 @@ pub(super) const BROWSE_JOBS: &str = r#"select owner_id, id, idempotency_key, ta
 
 /// The owner of a job, of any owner. Binds: job.
 pub(super) const FIND_JOB_OWNER: &str = r#"select owner_id from jobs where id = $1"#;
+
+/// A job's new state. Binds: owner, job, state.
+pub(super) const SET_JOB_STATE: &str = r#"update jobs set state = $3, updated_at = now() where owner_id = $1 and id = $2"#;
+
+/// A new attempt of a job. Binds: owner, job, number, id, provider, origin,
+/// key or null, delay (s), the pending state, traceparent, tracestate.
+pub(super) static INSERT_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"insert into attempts as a (owner_id, job_id, number, id, provider, state, origin, idempotency_key,
+                                      created_at, not_before, traceparent, tracestate)
+           values ($1, $2, $3, $4, $5, $9, $6, $7, now(), now() + make_interval(secs => $8), $10, $11)
+           returning {ATTEMPT_COLUMNS}"#
+    )
+});
+
+/// An event of a job's audit log. Binds: owner, job, kind, attempt number, detail.
+pub(super) const APPEND_EVENT: &str =
+    r#"insert into job_events (owner_id, job_id, kind, attempt_number, detail) values ($1, $2, $3, $4, $5)"#;
+
+/// A delivery to each live endpoint of the owner subscribed to the event.
+/// Binds: owner, job, event type, payload.
+pub(super) const ENQUEUE_WEBHOOK: &str = r#"insert into webhook_deliveries (id, owner_id, endpoint_id, job_id, event_type, payload)
+    select gen_random_uuid(), $1, e.id, $2, $3, $4
+    from webhook_subscriptions s
+    join webhook_endpoints e on e.owner_id = s.owner_id and e.id = s.endpoint_id and e.disabled_at is null
+    where s.owner_id = $1 and s.event_type = $3"#;
+
+/// Who holds an attempt, and whether its lease is live. Binds: owner, job, number.
+pub(super) const ATTEMPT_HOLDER: &str = r#"select state, worker, coalesce(lease_until > now(), false) as lease_live
+    from attempts where owner_id = $1 and job_id = $2 and number = $3"#;
+
+/// An attempt's outcome, from one of the states it may leave; an unknown
+/// one is due for a status lookup at once. Binds: owner, job, number, state,
+/// error, the states it may leave, whether it becomes unknown.
+pub(super) const SET_ATTEMPT_OUTCOME: &str = r#"update attempts
+    set state = $4, error = $5, finished_at = now(), lease_until = null,
+        reconcile_after = case when $7 then now() end
+    where owner_id = $1 and job_id = $2 and number = $3 and state = any($6)"#;
+
+/// A canceled job's pending attempts, canceled. Binds: owner, job, the
+/// pending state, the canceled state.
+pub(super) const CANCEL_PENDING_ATTEMPTS: &str = r#"update attempts set state = $4, finished_at = now()
+    where owner_id = $1 and job_id = $2 and state = $3
+    returning number"#;
+
+/// A page of an owner's jobs. Binds: owner, state or null, task or null,
+/// before or null, limit.
+pub(super) const LIST_JOBS: &str = r#"select owner_id, id, idempotency_key, task, provider, state, winning_attempt,
+           created_at, updated_at
+    from jobs
+    where owner_id = $1
+      and ($2::text is null or state = $2)
+      and ($3::text is null or task = $3)
+      and ($4::uuid is null or id < $4)
+    order by id desc
+    limit $5"#;
+
+/// An unknown attempt's next status lookup, later. Binds: owner, job,
+/// number, delay (s), the unknown state.
+pub(super) const POSTPONE_RECONCILIATION: &str = r#"update attempts set reconcile_after = now() + make_interval(secs => $4)
+    where owner_id = $1 and job_id = $2 and number = $3 and state = $5"#;
+
+/// A qualification run's record. Binds: id, provider, task, contract hash,
+/// passed, report.
+pub(super) const INSERT_QUALIFICATION: &str = r#"insert into qualifications (id, provider, task, contract_hash, passed, report)
+    values ($1, $2, $3, $4, $5, $6)
+    returning id, provider, task, contract_hash, passed, report, created_at"#;
+
+/// A settled attempt's usage and cost. Binds: owner, job, number, prompt
+/// and completion tokens, estimated, cost or null, currency, price version.
+pub(super) const RECORD_USAGE: &str = r#"update attempts
+    set prompt_tokens = $4, completion_tokens = $5, usage_estimated = $6,
+        cost = $7::numeric, currency = $8, price_version = $9
+    where owner_id = $1 and job_id = $2 and number = $3"#;
 
 /// Locks a job's row for a transition. Binds: owner, job.
 pub(super) const LOCK_JOB: &str = r#"select state, task, provider, winning_attempt from jobs

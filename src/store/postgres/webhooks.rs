@@ -15,18 +15,18 @@ use crate::domain::OwnerId;
 
 /// An owner's endpoints (or one), with their subscriptions joined. Binds:
 /// owner, id or null.
-const LIST_ENDPOINTS: &str = r#"select e.id, e.url, e.description, e.created_at,
+pub(super) const LIST_ENDPOINTS: &str = r#"select e.id, e.url, e.description, e.created_at,
         case when e.previous_until > now() then e.previous_until end as previous_until,
         e.disabled_at, e.disabled_reason,
         (select string_agg(s.event_type, ',') from webhook_subscriptions s
-          where s.owner_id = e.owner_id and s.endpoint_id = e.id) as events
+          where s.owner_id = $1 and s.endpoint_id = e.id) as events
     from webhook_endpoints e
     where e.owner_id = $1 and ($2::uuid is null or e.id = $2)
     order by e.created_at, e.id"#;
 
 /// Claims due deliveries of live endpoints, moving each past its lease.
 /// Binds: max, lease seconds.
-const CLAIM_DELIVERIES: &str = r#"with due as (
+pub(super) const CLAIM_DELIVERIES: &str = r#"with due as (
         select d.id from webhook_deliveries d
         join webhook_endpoints e on e.owner_id = d.owner_id and e.id = d.endpoint_id and e.disabled_at is null
         where d.state = 'pending' and d.next_at <= now()
@@ -54,13 +54,51 @@ pub(super) const LIST_DELIVERIES: &str = r#"select id, job_id, event_type, state
 
 /// The tries of an endpoint's deliveries. Binds: owner, endpoint.
 pub(super) const LIST_TRIES: &str = r#"select t.delivery_id, t.number, t.at, t.status, t.latency_ms, t.error
-    from webhook_tries t join webhook_deliveries d on d.id = t.delivery_id
+    from webhook_tries t join webhook_deliveries d on d.owner_id = t.owner_id and d.id = t.delivery_id
     where d.owner_id = $1 and d.endpoint_id = $2 order by t.delivery_id, t.number"#;
+
+/// A new endpoint. Binds: owner, id, url, description, secret.
+pub(super) const INSERT_ENDPOINT: &str =
+    r#"insert into webhook_endpoints (owner_id, id, url, description, secret) values ($1, $2, $3, $4, $5)"#;
+
+/// An endpoint's subscription to an event type. Binds: owner, endpoint, type.
+pub(super) const INSERT_SUBSCRIPTION: &str =
+    r#"insert into webhook_subscriptions (owner_id, endpoint_id, event_type) values ($1, $2, $3) on conflict do nothing"#;
+
+/// A new signing secret, the old one kept for a while. Binds: owner, id,
+/// secret, how long the old one stays valid (s).
+pub(super) const ROTATE_SECRET: &str = r#"update webhook_endpoints
+    set previous_secret = secret, previous_until = now() + make_interval(secs => $4), secret = $3
+    where owner_id = $1 and id = $2"#;
+
+/// A batch of tries, of any owners' deliveries. Binds: owners, deliveries,
+/// numbers, statuses, latencies, errors.
+pub(super) const INSERT_TRIES: &str = r#"insert into webhook_tries (owner_id, delivery_id, number, status, latency_ms, error)
+    select * from unnest($1::text[], $2::uuid[], $3::int[], $4::int[], $5::int[], $6::text[])
+    on conflict do nothing"#;
+
+/// A batch of deliveries' next states; returns which endpoints answered
+/// 410. Binds: owners, ids, states, statuses, errors, retry delays (s), gone.
+pub(super) const SETTLE_DELIVERIES: &str = r#"with done as (
+        select * from unnest($1::text[], $2::uuid[], $3::text[], $4::int[], $5::text[], $6::float8[], $7::bool[])
+            as t(owner_id, id, state, status, error, retry_in, gone)
+    )
+    update webhook_deliveries d
+    set state = done.state, last_status = done.status, last_error = done.error,
+        next_at = now() + make_interval(secs => done.retry_in),
+        finished_at = case when done.state = 'pending' then null else now() end
+    from done
+    where d.owner_id = done.owner_id and d.id = done.id and d.state = 'pending'
+    returning d.owner_id, d.endpoint_id, done.gone"#;
+
+/// An endpoint disabled, with why. Binds: owner, id, reason.
+pub(super) const DISABLE_ENDPOINT: &str = r#"update webhook_endpoints set disabled_at = now(), disabled_reason = $3
+    where owner_id = $1 and id = $2 and disabled_at is null"#;
 
 pub(super) async fn insert_endpoint(pool: &PgPool, new: &NewEndpoint) -> Result<Endpoint> {
     check_events(&new.events)?;
     let mut tx = pool.begin().await?;
-    sqlx::query(r#"insert into webhook_endpoints (owner_id, id, url, description, secret) values ($1, $2, $3, $4, $5)"#)
+    sqlx::query(INSERT_ENDPOINT)
         .bind(new.owner.as_str())
         .bind(new.id)
         .bind(&new.url)
@@ -69,7 +107,7 @@ pub(super) async fn insert_endpoint(pool: &PgPool, new: &NewEndpoint) -> Result<
         .execute(&mut *tx)
         .await?;
     for event in &new.events {
-        sqlx::query(r#"insert into webhook_subscriptions (owner_id, endpoint_id, event_type) values ($1, $2, $3) on conflict do nothing"#)
+        sqlx::query(INSERT_SUBSCRIPTION)
             .bind(new.owner.as_str())
             .bind(new.id)
             .bind(event.as_str())
@@ -87,11 +125,7 @@ pub(super) async fn list_endpoints(pool: &PgPool, owner: &OwnerId) -> Result<Vec
 }
 
 pub(super) async fn rotate_secret(pool: &PgPool, owner: &OwnerId, id: Uuid, secret: &str, keep_old: Duration) -> Result<Option<Endpoint>> {
-    let rotated = sqlx::query(
-        r#"update webhook_endpoints
-           set previous_secret = secret, previous_until = now() + make_interval(secs => $4), secret = $3
-           where owner_id = $1 and id = $2"#,
-    )
+    let rotated = sqlx::query(ROTATE_SECRET)
     .bind(owner.as_str())
     .bind(id)
     .bind(secret)
@@ -135,9 +169,8 @@ pub(super) async fn record_tries(pool: &PgPool, done: &[DeliveryTry]) -> Result<
         .collect();
     let gone: Vec<bool> = done.iter().map(|d| matches!(d.outcome, TryOutcome::Gone)).collect();
     let mut tx = pool.begin().await?;
-    sqlx::query(r#"insert into webhook_tries (delivery_id, number, status, latency_ms, error)
-                   select * from unnest($1::uuid[], $2::int[], $3::int[], $4::int[], $5::text[])
-                   on conflict do nothing"#)
+    sqlx::query(INSERT_TRIES)
+        .bind(&owners)
         .bind(&ids)
         .bind(&numbers)
         .bind(&statuses)
@@ -145,19 +178,7 @@ pub(super) async fn record_tries(pool: &PgPool, done: &[DeliveryTry]) -> Result<
         .bind(&errors)
         .execute(&mut *tx)
         .await?;
-    let disable: Vec<(String, Uuid)> = sqlx::query_as(
-        r#"with done as (
-               select * from unnest($1::text[], $2::uuid[], $3::text[], $4::int[], $5::text[], $6::float8[], $7::bool[])
-                   as t(owner_id, id, state, status, error, retry_in, gone)
-           )
-           update webhook_deliveries d
-           set state = done.state, last_status = done.status, last_error = done.error,
-               next_at = now() + make_interval(secs => done.retry_in),
-               finished_at = case when done.state = 'pending' then null else now() end
-           from done
-           where d.owner_id = done.owner_id and d.id = done.id and d.state = 'pending'
-           returning d.owner_id, d.endpoint_id, done.gone"#,
-    )
+    let disable: Vec<(String, Uuid)> = sqlx::query_as(SETTLE_DELIVERIES)
     .bind(&owners)
     .bind(&ids)
     .bind(&states)
@@ -171,8 +192,7 @@ pub(super) async fn record_tries(pool: &PgPool, done: &[DeliveryTry]) -> Result<
     .filter_map(|(owner, endpoint, gone): (String, Uuid, bool)| gone.then_some((owner, endpoint)))
     .collect();
     for (owner, endpoint) in disable {
-        sqlx::query(r#"update webhook_endpoints set disabled_at = now(), disabled_reason = $3
-                       where owner_id = $1 and id = $2 and disabled_at is null"#)
+        sqlx::query(DISABLE_ENDPOINT)
             .bind(owner)
             .bind(endpoint)
             .bind("the receiver answered 410 Gone")

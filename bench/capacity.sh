@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The capacity model's measurements (docs/scaling.md): for creating jobs
+# (an API server without its worker) and for the whole path (create →
+# provider → succeeded, `onejob bench e2e`, worker and simulator in the
+# serving processes) with one and with two replicas on one Postgres, the
+# jobs per second, the CPU each side spent per job (Postgres's processes and
+# the onejob servers', from /proc), and the statements and WAL bytes per job
+# (pg_stat_statements, pg_stat_wal), each reset before the run.
+#
+#   bench/capacity.sh                      # 64 connections, 20 s per run
+#   CONNECTIONS=64 DURATION=30 bench/capacity.sh
+#
+# Each run starts on an empty database; after the load stops, the script
+# waits for the jobs in flight to finish, so that every job counted has
+# done all its statements, and the CPU and statistics cover them all.
+source "$(dirname "$0")/lib.sh"
+DURATION=${DURATION:-20}
+WORKER_CONCURRENCY=${WORKER_CONCURRENCY:-2048}
+PG_OPTIONS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.max=1000 -c pg_stat_statements.track=all"
+[ -n "${DATABASE_URL:-}" ] && { echo "bench/capacity.sh measures a throwaway Postgres of its own (unset DATABASE_URL)" >&2; exit 2; }
+
+build
+start_postgres
+write_config
+sed -i "s/^concurrency = .*/concurrency = $WORKER_CONCURRENCY/" "$WORK/bench.toml"
+
+sql() { psql -qAt -d "$DATABASE_URL" -c "$1"; }
+
+# start_replicas N [flags]: N servers on ports 18080…, pids in REPLICAS.
+REPLICAS=()
+start_replicas() {
+    local n=$1; shift
+    REPLICAS=()
+    for i in $(seq 0 $(( n - 1 ))); do
+        ONEJOB_LISTEN=127.0.0.1:$(( 18080 + i )) RUST_LOG=warn "$BIN" serve --config "$WORK/bench.toml" --no-migrate "$@" \
+            >"$WORK/server-$i.log" 2>&1 &
+        REPLICAS+=($!)
+        wait_ready $(( 18080 + i )) "$WORK/server-$i.log"
+    done
+}
+stop_replicas() {
+    for pid in "${REPLICAS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${REPLICAS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    REPLICAS=()
+}
+replica_ticks() {
+    local total=0 pid
+    for pid in "${REPLICAS[@]}"; do total=$(( total + $(own_ticks "$pid") )); done
+    echo "$total"
+}
+
+# measure NAME SCENARIO REPLICAS [serve flags]: one run into $WORK/NAME.row.
+measure() {
+    local name=$1 scenario=$2 n=$3; shift 3
+    new_database "onejob_capacity_$name"
+    sql "create extension if not exists pg_stat_statements" >/dev/null
+    start_replicas "$n" "$@"
+    log "$name: onejob bench $scenario on $n replica(s), $CONNECTIONS connections in all, $DURATION s"
+    sql "select pg_stat_statements_reset()" >/dev/null
+    sql "select pg_stat_reset_shared('wal')" >/dev/null
+    local pg0 servers0 started
+    pg0=$(postgres_ticks); servers0=$(replica_ticks); started=$(date +%s.%N)
+    local clients=() i
+    for i in $(seq 0 $(( n - 1 ))); do
+        "$BIN" bench --url "http://127.0.0.1:$(( 18080 + i ))" --token "$TOKEN" --json "$scenario" \
+            --connections $(( CONNECTIONS / n )) --duration "$DURATION" > "$WORK/$name-$i.json" 2>/dev/null &
+        clients+=($!)
+    done
+    for i in "${clients[@]}"; do wait "$i"; done
+    # The clients are done; the jobs still in flight finish (e2e) or stay
+    # queued (create, no worker).
+    if [ "$scenario" = e2e ]; then
+        for _ in $(seq 200); do
+            [ "$(sql "select count(*) from attempts where state in ('pending', 'running')")" = 0 ] && break
+            sleep 0.05
+        done
+    fi
+    local seconds pg servers
+    seconds=$(python3 -c "import time; print(time.time() - $started)")
+    pg=$(( $(postgres_ticks) - pg0 )); servers=$(( $(replica_ticks) - servers0 ))
+    local jobs statements wal
+    jobs=$(sql "select count(*) from jobs")
+    # Every statement but the ones this script sends to read and reset.
+    statements=$(sql "select coalesce(sum(calls), 0) from pg_stat_statements
+                      where query not like '%pg_stat%' and query not like 'create extension%'
+                        and query not like 'select count(*) from attempts where state in%'")
+    wal=$(sql "select wal_bytes from pg_stat_wal")
+    local ok=0 errors=0 p99=0
+    for i in $(seq 0 $(( n - 1 ))); do
+        ok=$(( ok + $(field "$WORK/$name-$i.json" ok) ))
+        errors=$(( errors + $(field "$WORK/$name-$i.json" errors) ))
+        p99=$(python3 -c "print(max($p99, $(field "$WORK/$name-$i.json" p99_ms)))")
+    done
+    stop_replicas
+    echo "$name $scenario $n $jobs $ok $errors $p99 $pg $servers $statements $wal $DURATION $seconds" > "$WORK/$name.row"
+}
+
+measure create create 1 --no-worker
+measure e2e-1 e2e 1
+measure e2e-2 e2e 2
+
+python3 - "$WORK" "$TICKS" <<'PY'
+import sys
+work, ticks = sys.argv[1], int(sys.argv[2])
+rows = [open(f"{work}/{name}.row").read().split() for name in ("create", "e2e-1", "e2e-2")]
+print(f"{'run':<8} {'replicas':>8} {'jobs/s':>8} {'errors':>6} {'p99 ms':>7} {'PG ms/job':>9} "
+      f"{'onejob ms/job':>13} {'stmts/job':>9} {'WAL B/job':>9} {'jobs/s per PG core':>18}")
+for name, scenario, n, jobs, ok, errors, p99, pg, servers, statements, wal, duration, seconds in rows:
+    jobs, pg, servers = int(jobs), int(pg), int(servers)
+    pg_ms = pg * 1000 / ticks / jobs
+    print(f"{name:<8} {n:>8} {int(ok) / float(duration):>8.0f} {errors:>6} {float(p99):>7.0f} {pg_ms:>9.3f} "
+          f"{servers * 1000 / ticks / jobs:>13.3f} {int(statements) / jobs:>9.2f} {int(wal) / jobs:>9.0f} "
+          f"{1000 / pg_ms:>18.0f}")
+PY

@@ -1,0 +1,124 @@
+//! Every statement the Postgres store sends, by name, and the ones that
+//! are cross-owner by design: what the routing test (`tests/it/citus.rs`)
+//! checks against a sharding by owner (docs/scaling.md).
+
+use super::{keys, retention, sessions, sql, webhooks};
+
+/// Names each statement of the list with its path and gives its text.
+macro_rules! catalogue {
+    ($($statement:path),* $(,)?) => {
+        vec![$({
+            let sql: &'static str = &$statement;
+            (stringify!($statement), sql)
+        }),*]
+    };
+}
+
+/// Every statement the Postgres store sends, by name. The routing test
+/// (`tests/it/citus.rs`) plans each on a real Postgres, and fails for a
+/// statement written anywhere but a named constant of the store.
+pub fn statements() -> Vec<(&'static str, &'static str)> {
+    catalogue![
+        sql::CREATE_JOB,
+        sql::GET_JOB,
+        sql::FIND_JOB_BY_KEY,
+        sql::SETTLE_WITH_OUTPUT,
+        sql::FINISHED_WITH_CALLS,
+        sql::EXPIRED_LEASES,
+        sql::CLAIM_ATTEMPTS,
+        sql::CLAIM_RECONCILIATIONS,
+        sql::SAMPLE_GAUGES,
+        sql::FIND_UNKNOWN_ATTEMPT_OWNER,
+        sql::LIST_UNKNOWN_ATTEMPTS,
+        sql::QUALIFICATION_STATE,
+        sql::FIND_API_KEY,
+        sql::INSERT_API_KEY,
+        sql::LIST_API_KEYS,
+        sql::LIST_EVENTS,
+        sql::LATEST_QUALIFICATION,
+        sql::LIST_USAGE,
+        sql::BROWSE_JOBS,
+        sql::FIND_JOB_OWNER,
+        sql::SET_JOB_STATE,
+        sql::INSERT_ATTEMPT,
+        sql::APPEND_EVENT,
+        sql::ENQUEUE_WEBHOOK,
+        sql::ATTEMPT_HOLDER,
+        sql::SET_ATTEMPT_OUTCOME,
+        sql::CANCEL_PENDING_ATTEMPTS,
+        sql::LIST_JOBS,
+        sql::POSTPONE_RECONCILIATION,
+        sql::INSERT_QUALIFICATION,
+        sql::RECORD_USAGE,
+        sql::LOCK_JOB,
+        sql::JOB_BUDGET,
+        sql::FORGET_USAGE,
+        sql::RECORD_UNAPPLIED_OUTPUT,
+        sql::RECORD_PROVIDER_REQUEST,
+        sql::ATTEMPT_STATE,
+        sql::ATTEMPT_STATES,
+        sql::READ_ATTEMPTS,
+        sql::COUNT_UNKNOWN_SINCE,
+        sql::ADD_TO_ROLLUP,
+        webhooks::LIST_ENDPOINTS,
+        webhooks::CLAIM_DELIVERIES,
+        webhooks::DELETE_ENDPOINT,
+        webhooks::ENDPOINT_EXISTS,
+        webhooks::LIST_DELIVERIES,
+        webhooks::LIST_TRIES,
+        webhooks::INSERT_ENDPOINT,
+        webhooks::INSERT_SUBSCRIPTION,
+        webhooks::ROTATE_SECRET,
+        webhooks::INSERT_TRIES,
+        webhooks::SETTLE_DELIVERIES,
+        webhooks::DISABLE_ENDPOINT,
+        sessions::INSERT_SESSION,
+        sessions::FIND_SESSION,
+        sessions::TOUCH_SESSION,
+        sessions::DELETE_SESSION,
+        sessions::DELETE_EXPIRED_SESSIONS,
+        sessions::CLAIM_FIRST_RUN,
+        keys::COUNT_LISTENERS,
+        keys::REVOKE_KEY,
+        keys::NOTIFY,
+        retention::TAKE_PURGE_LOCK,
+        retention::PURGEABLE_JOBS,
+        retention::COUNT_PURGEABLE,
+        retention::USAGE_OF_JOBS,
+        retention::PURGING_ON,
+        retention::PURGING_OFF,
+        retention::DELETE_DELIVERIES_OF_JOBS,
+        retention::DELETE_EVENTS_OF_JOBS,
+        retention::DELETE_ATTEMPTS_OF_JOBS,
+        retention::DELETE_JOBS,
+        crate::store::shared::MIGRATED_VERSION,
+        crate::store::shared::ANY_API_KEY,
+    ]
+}
+
+/// The statements that read or write many owners' rows by design, with why
+/// each may be a multi-shard query once the tables are sharded by owner
+/// (docs/scaling.md). Every other statement on an owner's tables is routed
+/// to one owner by `owner_id = $n`, which the routing test checks.
+pub const CROSS_OWNER: &[(&str, &str)] = &[
+    ("sql::CLAIM_ATTEMPTS", "the worker's claim takes due attempts of every owner (sharded: claimed per owner, see docs/scaling.md)"),
+    ("sql::CLAIM_RECONCILIATIONS", "the reconciler's claim takes due unknown attempts of every owner (per owner, like the claim)"),
+    ("sql::EXPIRED_LEASES", "the reaper's scan of every owner's running attempts past their lease"),
+    ("sql::FINISHED_WITH_CALLS", "a worker's scan of the attempts it holds, whoever owns them"),
+    ("sql::SAMPLE_GAUGES", "the metrics' counts over every owner, every few seconds"),
+    ("sql::COUNT_UNKNOWN_SINCE", "the readiness check's count over every owner"),
+    ("sql::FIND_UNKNOWN_ATTEMPT_OWNER", "an operator resolves an attempt by job id, not knowing its owner"),
+    ("sql::LIST_UNKNOWN_ATTEMPTS", "the admin list of unknown attempts, of one owner or all"),
+    ("sql::BROWSE_JOBS", "the admin browse, of one owner or all"),
+    ("sql::FIND_JOB_OWNER", "an admin reads a job by id, not knowing its owner"),
+    ("webhooks::CLAIM_DELIVERIES", "the webhook sender's claim takes due deliveries of every owner"),
+    ("webhooks::INSERT_TRIES", "one statement records a batch of tries of many owners' deliveries"),
+    ("webhooks::SETTLE_DELIVERIES", "one statement settles a batch of many owners' deliveries"),
+    ("retention::PURGEABLE_JOBS", "the purge's scan of every owner's finished jobs"),
+    ("retention::COUNT_PURGEABLE", "the purge's dry run counts every owner's finished jobs"),
+    ("retention::USAGE_OF_JOBS", "the purge reads a batch of many owners' jobs"),
+    ("retention::DELETE_DELIVERIES_OF_JOBS", "the purge deletes a batch of many owners' jobs"),
+    ("retention::DELETE_EVENTS_OF_JOBS", "the purge deletes a batch of many owners' jobs"),
+    ("retention::DELETE_ATTEMPTS_OF_JOBS", "the purge deletes a batch of many owners' jobs"),
+    ("retention::DELETE_JOBS", "the purge deletes a batch of many owners' jobs"),
+];
