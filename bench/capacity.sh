@@ -5,16 +5,16 @@
 # serving processes) with one and with two replicas on one Postgres, the
 # jobs per second, the CPU each side spent per job (Postgres's processes and
 # the onejob servers', from /proc), and the statements and WAL bytes per job
-# (pg_stat_statements, pg_stat_wal), each reset before the run.
+# (pg_stat_statements, pg_stat_wal), each reset before the run: statements
+# sent, and those Postgres runs inside them (the foreign-key checks).
 #
-#   bench/capacity.sh                      # 64 connections, 20 s per run
-#   CONNECTIONS=64 DURATION=30 bench/capacity.sh
+#   bench/capacity.sh                      # 64 connections, 10 s per run
+#   CONNECTIONS=64 DURATION=30 STATEMENTS=1 bench/capacity.sh   # and each run's statements by calls
 #
 # Each run starts on an empty database; after the load stops, the script
 # waits for the jobs in flight to finish, so that every job counted has
 # done all its statements, and the CPU and statistics cover them all.
 source "$(dirname "$0")/lib.sh"
-DURATION=${DURATION:-20}
 WORKER_CONCURRENCY=${WORKER_CONCURRENCY:-2048}
 PG_OPTIONS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.max=1000 -c pg_stat_statements.track=all"
 [ -n "${DATABASE_URL:-}" ] && { echo "bench/capacity.sh measures a throwaway Postgres of its own (unset DATABASE_URL)" >&2; exit 2; }
@@ -52,7 +52,7 @@ replica_ticks() {
 # measure NAME SCENARIO REPLICAS [serve flags]: one run into $WORK/NAME.row.
 measure() {
     local name=$1 scenario=$2 n=$3; shift 3
-    new_database "onejob_capacity_$name"
+    new_database "onejob_capacity_${name/-/_}"
     sql "create extension if not exists pg_stat_statements" >/dev/null
     start_replicas "$n" "$@"
     log "$name: onejob bench $scenario on $n replica(s), $CONNECTIONS connections in all, $DURATION s"
@@ -76,23 +76,32 @@ measure() {
         done
     fi
     local seconds pg servers
+    servers=$(( $(replica_ticks) - servers0 ))
+    # Stopped before the statistics are read: a backend reports its WAL
+    # statistics when idle for a while or when it ends.
+    stop_replicas
     seconds=$(python3 -c "import time; print(time.time() - $started)")
-    pg=$(( $(postgres_ticks) - pg0 )); servers=$(( $(replica_ticks) - servers0 ))
-    local jobs statements wal
+    pg=$(( $(postgres_ticks) - pg0 ))
+    local jobs statements nested wal
     jobs=$(sql "select count(*) from jobs")
-    # Every statement but the ones this script sends to read and reset.
+    # Every statement sent (top level: not the foreign-key checks Postgres
+    # runs inside them), but the ones this script sends to read and reset.
     statements=$(sql "select coalesce(sum(calls), 0) from pg_stat_statements
-                      where query not like '%pg_stat%' and query not like 'create extension%'
-                        and query not like 'select count(*) from attempts where state in%'")
+                      where toplevel and query not like '%pg_stat%' and query not like 'create extension%'
+                        and query not like 'select count(*) from %'")
+    nested=$(sql "select coalesce(sum(calls), 0) from pg_stat_statements where not toplevel")
     wal=$(sql "select wal_bytes from pg_stat_wal")
+    # The statements by calls, for the breakdown (STATEMENTS=1 prints it).
+    sql "select calls, left(regexp_replace(query, '\s+', ' ', 'g'), 90) from pg_stat_statements
+         where query not like '%pg_stat%' order by calls desc limit 12" > "$WORK/$name.statements"
+    [ -n "${STATEMENTS:-}" ] && { echo "$name, by calls:"; cat "$WORK/$name.statements"; } >&2
     local ok=0 errors=0 p99=0
     for i in $(seq 0 $(( n - 1 ))); do
         ok=$(( ok + $(field "$WORK/$name-$i.json" ok) ))
         errors=$(( errors + $(field "$WORK/$name-$i.json" errors) ))
         p99=$(python3 -c "print(max($p99, $(field "$WORK/$name-$i.json" p99_ms)))")
     done
-    stop_replicas
-    echo "$name $scenario $n $jobs $ok $errors $p99 $pg $servers $statements $wal $DURATION $seconds" > "$WORK/$name.row"
+    echo "$name $scenario $n $jobs $ok $errors $p99 $pg $servers $statements $nested $wal $DURATION $seconds" > "$WORK/$name.row"
 }
 
 measure create create 1 --no-worker
@@ -104,11 +113,11 @@ import sys
 work, ticks = sys.argv[1], int(sys.argv[2])
 rows = [open(f"{work}/{name}.row").read().split() for name in ("create", "e2e-1", "e2e-2")]
 print(f"{'run':<8} {'replicas':>8} {'jobs/s':>8} {'errors':>6} {'p99 ms':>7} {'PG ms/job':>9} "
-      f"{'onejob ms/job':>13} {'stmts/job':>9} {'WAL B/job':>9} {'jobs/s per PG core':>18}")
-for name, scenario, n, jobs, ok, errors, p99, pg, servers, statements, wal, duration, seconds in rows:
+      f"{'onejob ms/job':>13} {'stmts/job':>9} {'nested/job':>10} {'WAL B/job':>9} {'jobs/s per PG core':>18}")
+for name, scenario, n, jobs, ok, errors, p99, pg, servers, statements, nested, wal, duration, seconds in rows:
     jobs, pg, servers = int(jobs), int(pg), int(servers)
     pg_ms = pg * 1000 / ticks / jobs
     print(f"{name:<8} {n:>8} {int(ok) / float(duration):>8.0f} {errors:>6} {float(p99):>7.0f} {pg_ms:>9.3f} "
-          f"{servers * 1000 / ticks / jobs:>13.3f} {int(statements) / jobs:>9.2f} {int(wal) / jobs:>9.0f} "
+          f"{servers * 1000 / ticks / jobs:>13.3f} {int(statements) / jobs:>9.2f} {int(nested) / jobs:>10.2f} {int(wal) / jobs:>9.0f} "
           f"{1000 / pg_ms:>18.0f}")
 PY
