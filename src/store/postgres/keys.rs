@@ -100,9 +100,9 @@ pub(super) async fn revoke_and_wait(pool: &PgPool, id: Uuid) -> Result<bool> {
     let mut confirmations = PgListener::connect_with(pool).await?;
     confirmations.listen(KEY_ACK_CHANNEL).await?;
     let listening: i64 = sqlx::query_scalar(COUNT_LISTENERS)
-    .bind(format!(r#"LISTEN "{KEY_CHANNEL}""#))
-    .fetch_one(pool)
-    .await?;
+        .bind(format!(r#"LISTEN "{KEY_CHANNEL}""#))
+        .fetch_one(pool)
+        .await?;
     let changed = sqlx::query(REVOKE_KEY)
         .bind(id)
         .execute(pool)

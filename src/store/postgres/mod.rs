@@ -163,19 +163,19 @@ impl_driver_tx!(PgTx, {
 
     async fn insert_attempt(&mut self, attempt: &AttemptRef, new: &NewAttempt, provider: &str) -> Result<Attempt> {
         let rows = sqlx::query(sql::INSERT_ATTEMPT.as_str())
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
-        .bind(new.id.0)
-        .bind(provider)
-        .bind(new.origin)
-        .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
-        .bind(new.delay.as_secs_f64())
-        .bind(AttemptState::Pending)
-        .bind(new.trace.as_ref().map(|t| t.traceparent.as_str()))
-        .bind(new.trace.as_ref().and_then(|t| t.tracestate.as_deref()))
-        .fetch_all(&mut *self.tx)
-        .await?;
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .bind(attempt.number)
+            .bind(new.id.0)
+            .bind(provider)
+            .bind(new.origin)
+            .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
+            .bind(new.delay.as_secs_f64())
+            .bind(AttemptState::Pending)
+            .bind(new.trace.as_ref().map(|t| t.traceparent.as_str()))
+            .bind(new.trace.as_ref().and_then(|t| t.tracestate.as_deref()))
+            .fetch_all(&mut *self.tx)
+            .await?;
         attempts_from_rows(&rows)?.pop().ok_or_else(|| corrupt("an inserted attempt returned no row"))
     }
 
@@ -193,37 +193,37 @@ impl_driver_tx!(PgTx, {
 
     async fn enqueue_webhook(&mut self, message: &Outgoing<'_>) -> Result<()> {
         sqlx::query(sql::ENQUEUE_WEBHOOK)
-        .bind(message.owner.as_str())
-        .bind(message.job_id.0)
-        .bind(message.event.as_str())
-        .bind(&message.payload)
-        .execute(&mut *self.tx)
-        .await?;
+            .bind(message.owner.as_str())
+            .bind(message.job_id.0)
+            .bind(message.event.as_str())
+            .bind(&message.payload)
+            .execute(&mut *self.tx)
+            .await?;
         Ok(())
     }
 
     async fn attempt_holder(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptHolder>> {
         Ok(sqlx::query_as(sql::ATTEMPT_HOLDER)
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
-        .fetch_optional(&mut *self.tx)
-        .await?)
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .bind(attempt.number)
+            .fetch_optional(&mut *self.tx)
+            .await?)
     }
 
 
     async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, to: AttemptState, from: &[AttemptState], error: &AttemptError) -> Result<u64> {
         Ok(sqlx::query(sql::SET_ATTEMPT_OUTCOME)
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
-        .bind(to)
-        .bind(Json(error))
-        .bind(state_names(from))
-        .bind(to == AttemptState::Unknown)
-        .execute(&mut *self.tx)
-        .await?
-        .rows_affected())
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .bind(attempt.number)
+            .bind(to)
+            .bind(Json(error))
+            .bind(state_names(from))
+            .bind(to == AttemptState::Unknown)
+            .execute(&mut *self.tx)
+            .await?
+            .rows_affected())
     }
 
     async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
@@ -256,12 +256,12 @@ impl_driver_tx!(PgTx, {
             .execute(&mut *self.tx)
             .await?;
         Ok(sqlx::query_scalar(sql::CANCEL_PENDING_ATTEMPTS)
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .bind(AttemptState::Pending)
-        .bind(AttemptState::Canceled)
-        .fetch_all(&mut *self.tx)
-        .await?)
+            .bind(owner.as_str())
+            .bind(job_id.0)
+            .bind(AttemptState::Pending)
+            .bind(AttemptState::Canceled)
+            .fetch_all(&mut *self.tx)
+            .await?)
     }
 });
 
@@ -352,13 +352,13 @@ impl_store!(PostgresStore, {
 
     async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
         let rows: Vec<JobSummaryRow> = sqlx::query_as(sql::LIST_JOBS)
-        .bind(owner.as_str())
-        .bind(filter.state)
-        .bind(filter.task.as_deref())
-        .bind(filter.before.map(|id| id.0))
-        .bind(i64::from(filter.limit))
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(owner.as_str())
+            .bind(filter.state)
+            .bind(filter.task.as_deref())
+            .bind(filter.before.map(|id| id.0))
+            .bind(i64::from(filter.limit))
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows.into_iter().map(|row| OwnedJobSummary::from(row).job).collect())
     }
 
@@ -413,13 +413,13 @@ impl_store!(PostgresStore, {
 
     async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
         sqlx::query(sql::POSTPONE_RECONCILIATION)
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
-        .bind(delay.as_secs_f64())
-        .bind(AttemptState::Unknown)
-        .execute(&self.pool)
-        .await?;
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .bind(attempt.number)
+            .bind(delay.as_secs_f64())
+            .bind(AttemptState::Unknown)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
@@ -432,14 +432,14 @@ impl_store!(PostgresStore, {
         report: &Value,
     ) -> Result<QualificationRecord> {
         let row: QualificationRow = sqlx::query_as(sql::INSERT_QUALIFICATION)
-        .bind(Uuid::now_v7())
-        .bind(provider)
-        .bind(task)
-        .bind(&contract_hash[..])
-        .bind(passed)
-        .bind(report)
-        .fetch_one(&self.pool)
-        .await?;
+            .bind(Uuid::now_v7())
+            .bind(provider)
+            .bind(task)
+            .bind(&contract_hash[..])
+            .bind(passed)
+            .bind(report)
+            .fetch_one(&self.pool)
+            .await?;
         row.try_into()
     }
 
@@ -458,17 +458,17 @@ impl_store!(PostgresStore, {
         // One statement per settled attempt: on the hot path's connections.
         let mut lease = self.hot.acquire().await?;
         let changed = sqlx::query(sql::RECORD_USAGE)
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
-        .bind(usage.usage.prompt_tokens)
-        .bind(usage.usage.completion_tokens)
-        .bind(usage.usage.estimated)
-        .bind(cost.map(|c| c.amount.to_string()))
-        .bind(cost.map(|c| c.currency.as_str()))
-        .bind(cost.map(|c| c.price_version.as_str()))
-        .execute(lease.connection())
-        .await;
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .bind(attempt.number)
+            .bind(usage.usage.prompt_tokens)
+            .bind(usage.usage.completion_tokens)
+            .bind(usage.usage.estimated)
+            .bind(cost.map(|c| c.amount.to_string()))
+            .bind(cost.map(|c| c.currency.as_str()))
+            .bind(cost.map(|c| c.price_version.as_str()))
+            .execute(lease.connection())
+            .await;
         lease.keep_after(&changed);
         Ok(changed?.rows_affected() == 1)
     }

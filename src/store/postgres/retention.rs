@@ -98,10 +98,10 @@ fn arrays(jobs: &[(OwnerId, JobId)]) -> (Vec<&str>, Vec<Uuid>) {
 pub(super) async fn usage_of_jobs(tx: &mut PgTransaction, jobs: &[(OwnerId, JobId)]) -> Result<Vec<(OwnerId, UsageRow)>> {
     let (owners, ids) = arrays(jobs);
     let rows = sqlx::query(USAGE_OF_JOBS)
-    .bind(&owners)
-    .bind(&ids)
-    .fetch_all(&mut **tx)
-    .await?;
+        .bind(&owners)
+        .bind(&ids)
+        .fetch_all(&mut **tx)
+        .await?;
     let owners: Vec<String> = rows.iter().map(|row| sqlx::Row::try_get(row, "owner_id")).collect::<std::result::Result<_, _>>()?;
     let usage: Vec<UsageRow> = read_all::<_, UsageReportRow, _>(&rows)?;
     Ok(owners.into_iter().map(OwnerId::from_trusted).zip(usage).collect())

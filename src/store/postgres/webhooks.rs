@@ -126,12 +126,12 @@ pub(super) async fn list_endpoints(pool: &PgPool, owner: &OwnerId) -> Result<Vec
 
 pub(super) async fn rotate_secret(pool: &PgPool, owner: &OwnerId, id: Uuid, secret: &str, keep_old: Duration) -> Result<Option<Endpoint>> {
     let rotated = sqlx::query(ROTATE_SECRET)
-    .bind(owner.as_str())
-    .bind(id)
-    .bind(secret)
-    .bind(keep_old.as_secs_f64())
-    .execute(pool)
-    .await?;
+        .bind(owner.as_str())
+        .bind(id)
+        .bind(secret)
+        .bind(keep_old.as_secs_f64())
+        .execute(pool)
+        .await?;
     if rotated.rows_affected() == 0 {
         return Ok(None);
     }
@@ -179,18 +179,18 @@ pub(super) async fn record_tries(pool: &PgPool, done: &[DeliveryTry]) -> Result<
         .execute(&mut *tx)
         .await?;
     let disable: Vec<(String, Uuid)> = sqlx::query_as(SETTLE_DELIVERIES)
-    .bind(&owners)
-    .bind(&ids)
-    .bind(&states)
-    .bind(&statuses)
-    .bind(&errors)
-    .bind(&retry_in)
-    .bind(&gone)
-    .fetch_all(&mut *tx)
-    .await?
-    .into_iter()
-    .filter_map(|(owner, endpoint, gone): (String, Uuid, bool)| gone.then_some((owner, endpoint)))
-    .collect();
+        .bind(&owners)
+        .bind(&ids)
+        .bind(&states)
+        .bind(&statuses)
+        .bind(&errors)
+        .bind(&retry_in)
+        .bind(&gone)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .filter_map(|(owner, endpoint, gone): (String, Uuid, bool)| gone.then_some((owner, endpoint)))
+        .collect();
     for (owner, endpoint) in disable {
         sqlx::query(DISABLE_ENDPOINT)
             .bind(owner)
