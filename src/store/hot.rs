@@ -73,9 +73,7 @@ impl HotConnections {
         };
         Ok(Lease { set: self, connection: Some(connection), _permit: permit, reusable: false })
     }
-}
 
-impl HotConnections {
     async fn open(&self) -> std::result::Result<PgConnection, sqlx::Error> {
         let mut connection = self.connect.connect().await?;
         if !self.session.is_empty() {
