@@ -58,8 +58,8 @@ measure() {
     log "$name: onejob bench $scenario on $n replica(s), $CONNECTIONS connections in all, $DURATION s"
     sql "select pg_stat_statements_reset()" >/dev/null
     sql "select pg_stat_reset_shared('wal')" >/dev/null
-    local pg0 servers0 started
-    pg0=$(postgres_ticks); servers0=$(replica_ticks); started=$(date +%s.%N)
+    local pg0 servers0
+    pg0=$(postgres_ticks); servers0=$(replica_ticks)
     local clients=() i
     for i in $(seq 0 $(( n - 1 ))); do
         "$BIN" bench --url "http://127.0.0.1:$(( 18080 + i ))" --token "$TOKEN" --json "$scenario" \
@@ -75,12 +75,11 @@ measure() {
             sleep 0.05
         done
     fi
-    local seconds pg servers
+    local pg servers
     servers=$(( $(replica_ticks) - servers0 ))
     # Stopped before the statistics are read: a backend reports its WAL
     # statistics when idle for a while or when it ends.
     stop_replicas
-    seconds=$(python3 -c "import time; print(time.time() - $started)")
     pg=$(( $(postgres_ticks) - pg0 ))
     local jobs statements nested wal
     jobs=$(sql "select count(*) from jobs")
@@ -101,7 +100,7 @@ measure() {
         errors=$(( errors + $(field "$WORK/$name-$i.json" errors) ))
         p99=$(python3 -c "print(max($p99, $(field "$WORK/$name-$i.json" p99_ms)))")
     done
-    echo "$name $scenario $n $jobs $ok $errors $p99 $pg $servers $statements $nested $wal $DURATION $seconds" > "$WORK/$name.row"
+    echo "$name $scenario $n $jobs $ok $errors $p99 $pg $servers $statements $nested $wal $DURATION" > "$WORK/$name.row"
 }
 
 measure create create 1 --no-worker
@@ -114,7 +113,7 @@ work, ticks = sys.argv[1], int(sys.argv[2])
 rows = [open(f"{work}/{name}.row").read().split() for name in ("create", "e2e-1", "e2e-2")]
 print(f"{'run':<8} {'replicas':>8} {'jobs/s':>8} {'errors':>6} {'p99 ms':>7} {'PG ms/job':>9} "
       f"{'onejob ms/job':>13} {'stmts/job':>9} {'nested/job':>10} {'WAL B/job':>9} {'jobs/s per PG core':>18}")
-for name, scenario, n, jobs, ok, errors, p99, pg, servers, statements, nested, wal, duration, seconds in rows:
+for name, scenario, n, jobs, ok, errors, p99, pg, servers, statements, nested, wal, duration in rows:
     jobs, pg, servers = int(jobs), int(pg), int(servers)
     pg_ms = pg * 1000 / ticks / jobs
     print(f"{name:<8} {n:>8} {int(ok) / float(duration):>8.0f} {errors:>6} {float(p99):>7.0f} {pg_ms:>9.3f} "
