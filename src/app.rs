@@ -194,7 +194,8 @@ impl Application {
             long_poll: long_poll_interval,
             event_stream: Duration::from_millis(settings.server.event_stream_interval_ms),
         };
-        let jobs = Arc::new(Jobs::new(store.clone(), catalog.clone(), signals.clone(), long_polls_per_owner, intervals));
+        let limits = crate::store::claims::ClaimLimits::new(settings.worker.max_in_flight_per_owner, &settings.providers);
+        let jobs = Arc::new(Jobs::new(store.clone(), catalog.clone(), signals.clone(), long_polls_per_owner, intervals, limits));
         let metrics = crate::metrics::install();
         crate::metrics::start_at_zero(&settings);
         let state = AppState {

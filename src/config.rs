@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 pub use crate::domain::retention::Span;
-pub use provider::{MaxTokensField, ProviderApi, ProviderKind, ProviderSettings, SimFault, SimOutput, Tokenizer};
+pub use provider::{MaxTokensField, ProviderApi, ProviderKind, ProviderLimits, ProviderSettings, SimFault, SimOutput, Tokenizer};
 
 mod provider;
 
@@ -272,6 +272,13 @@ pub struct WorkerSettings {
     /// qualification of a failover provider still running in this process
     /// (within the attempt's lease), before its failover is decided.
     pub failover_qualification_wait_ms: u64,
+    /// Attempts of one owner running at once across the cluster (0: no
+    /// limit); a key's own `max_in_flight` overrides it for its owner.
+    pub max_in_flight_per_owner: u32,
+    /// How many times one attempt is put back to `pending` because its
+    /// provider refused it with a 429 and `Retry-After` (or its tokens per
+    /// minute were spent); one more refusal fails it, retryable.
+    pub max_requeues: u32,
 }
 
 impl Default for WorkerSettings {
@@ -289,6 +296,8 @@ impl Default for WorkerSettings {
             shutdown_grace_ms: 10_000,
             long_poll_interval_ms: 1_000,
             failover_qualification_wait_ms: 30_000,
+            max_in_flight_per_owner: 0,
+            max_requeues: 20,
         }
     }
 }

@@ -171,6 +171,19 @@ enum KeysCommand {
         /// qualifications, keys, its owner's webhooks, and any owner's unknown attempts).
         #[arg(long, default_value = "client", value_parser = ["client", "admin"])]
         role: String,
+        /// Its owner's attempts running at once across the cluster, instead
+        /// of `[worker] max_in_flight_per_owner` (with several keys setting
+        /// one, the largest holds).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        max_in_flight: Option<u32>,
+    },
+    /// Set or clear (`none`) a live key's limit of its owner's attempts
+    /// running at once; running workers apply it at their next claim.
+    SetMaxInFlight {
+        /// The key's id.
+        id: uuid::Uuid,
+        /// At least 1, or `none`.
+        max_in_flight: String,
     },
     /// Revoke a key by its id; every running server stops accepting it when
     /// the revocation commits.
@@ -302,12 +315,25 @@ async fn run(command: Command) -> Result<(), AnyError> {
             let settings = load_checked(config.config.as_deref())?;
             let store = app::open_store(&settings)?;
             match command {
-                KeysCommand::Create { owner, role } => {
+                KeysCommand::Create { owner, role, max_in_flight } => {
                     let owner = OwnerId::parse(&owner)?;
                     let role: KeyRole = role.parse()?;
                     let (id, token) = keys::create_key_with_role(store.as_ref(), &owner, role).await?;
+                    if max_in_flight.is_some() {
+                        store.set_key_max_in_flight(id, max_in_flight).await?;
+                    }
                     println!("created {role} API key {id} for owner {owner}; the token is shown once:");
                     println!("{token}");
+                }
+                KeysCommand::SetMaxInFlight { id, max_in_flight } => {
+                    let limit = match max_in_flight.as_str() {
+                        "none" => None,
+                        n => Some(n.parse::<u32>().ok().filter(|&n| n > 0).ok_or("max_in_flight must be at least 1, or none")?),
+                    };
+                    if !store.set_key_max_in_flight(id, limit).await? {
+                        return Err(format!("no live API key with id {id}").into());
+                    }
+                    println!("API key {id}: max_in_flight {}", limit.map_or("none (the configured default)".to_owned(), |n| n.to_string()));
                 }
                 KeysCommand::Revoke { id } => {
                     if !store.revoke_api_key(id).await? {
@@ -319,7 +345,8 @@ async fn run(command: Command) -> Result<(), AnyError> {
                     let owner = owner.map(|o| OwnerId::parse(&o)).transpose()?;
                     for key in store.list_api_keys(owner.as_ref()).await? {
                         let revoked = key.revoked_at.map(|at| format!(" revoked {at}")).unwrap_or_default();
-                        println!("{} {} {} created {}{}", key.id, key.owner, key.role, key.created_at, revoked);
+                        let limit = key.max_in_flight.map(|n| format!(" max_in_flight {n}")).unwrap_or_default();
+                        println!("{} {} {} created {}{}{}", key.id, key.owner, key.role, key.created_at, limit, revoked);
                     }
                 }
             }

@@ -59,6 +59,57 @@ pub const COST: &str = "onejob_cost_nanos_total";
 pub const PURGED_JOBS: &str = "onejob_purged_jobs_total";
 /// Jobs `unknown` for longer than the shortest retention: kept, to be settled.
 pub const UNKNOWN_PAST_RETENTION: &str = "onejob_unknown_jobs_past_retention";
+/// Attempts a claim left pending because of a limit, by `limit`
+/// ([`Deferral`]): counted once per owner or
+/// provider held back, per claim (per attempt, for tokens per minute).
+pub const CLAIMS_DEFERRED: &str = "onejob_claims_deferred_total";
+/// Time from an attempt's admission to its claim, by provider.
+pub const ATTEMPT_WAIT: &str = "onejob_attempt_wait_seconds";
+/// Pending attempts now, by owner (the 100 owners with the most).
+pub const PENDING_BY_OWNER: &str = "onejob_pending_attempts_by_owner";
+/// Pending attempts now, by provider.
+pub const PENDING_BY_PROVIDER: &str = "onejob_pending_attempts_by_provider";
+
+/// Why attempts were left pending by a claim: the `limit` label of
+/// [`CLAIMS_DEFERRED`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Deferral {
+    /// The owner had as many attempts running as it may.
+    OwnerMaxInFlight,
+    /// The provider had as many requests in flight as it allows.
+    ProviderMaxConcurrent,
+    /// The provider's requests per minute were spent.
+    ProviderRequestsPerMinute,
+    /// The provider's tokens per minute were spent (counted by the worker).
+    ProviderTokensPerMinute,
+    /// The provider asked for a pause (a 429 with `Retry-After`).
+    ProviderPaused,
+}
+
+impl Deferral {
+    /// Every one, in declaration order.
+    pub const ALL: &'static [Deferral] = &[
+        Deferral::OwnerMaxInFlight,
+        Deferral::ProviderMaxConcurrent,
+        Deferral::ProviderRequestsPerMinute,
+        Deferral::ProviderTokensPerMinute,
+        Deferral::ProviderPaused,
+    ];
+
+    /// Its label value, also the `reason` a waiting job shows.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Deferral::OwnerMaxInFlight => "owner-max-in-flight",
+            Deferral::ProviderMaxConcurrent => "provider-max-concurrent",
+            Deferral::ProviderRequestsPerMinute => "provider-requests-per-minute",
+            Deferral::ProviderTokensPerMinute => "provider-tokens-per-minute",
+            Deferral::ProviderPaused => "provider-paused",
+        }
+    }
+}
+
+/// How many owners [`PENDING_BY_OWNER`] reports at most.
+const PENDING_OWNERS_REPORTED: usize = 100;
 
 /// Every metric name, for the test that checks `/metrics` and the README.
 pub const ALL: &[&str] = &[
@@ -83,6 +134,10 @@ pub const ALL: &[&str] = &[
     COST,
     PURGED_JOBS,
     UNKNOWN_PAST_RETENTION,
+    CLAIMS_DEFERRED,
+    ATTEMPT_WAIT,
+    PENDING_BY_OWNER,
+    PENDING_BY_PROVIDER,
 ];
 
 /// What became of an attempt its worker (or the reconciler) settled: the
@@ -171,9 +226,11 @@ pub fn install() -> PrometheusHandle {
         .get_or_init(|| {
             let latency = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
             let batch = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+            let wait = [0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
             let recorder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &latency)
                 .and_then(|b| b.set_buckets_for_metric(Matcher::Full(CLAIM_BATCH.into()), &batch))
+                .and_then(|b| b.set_buckets_for_metric(Matcher::Full(ATTEMPT_WAIT.into()), &wait))
                 .expect("valid buckets")
                 .build_recorder();
             let handle = recorder.handle();
@@ -208,6 +265,10 @@ fn describe() {
     metrics::describe_counter!(COST, "cost of settled attempts in billionths of the currency");
     metrics::describe_counter!(PURGED_JOBS, "finished jobs purged past their retention");
     metrics::describe_gauge!(UNKNOWN_PAST_RETENTION, "jobs unknown for longer than the shortest retention (kept)");
+    metrics::describe_counter!(CLAIMS_DEFERRED, "owners or providers a claim held back because of a limit, by limit");
+    metrics::describe_histogram!(ATTEMPT_WAIT, metrics::Unit::Seconds, "time from an attempt's admission to its claim");
+    metrics::describe_gauge!(PENDING_BY_OWNER, "pending attempts by owner (the 100 owners with the most)");
+    metrics::describe_gauge!(PENDING_BY_PROVIDER, "pending attempts by provider");
 }
 
 /// Exports at zero every counter whose labels the configuration names,
@@ -224,6 +285,7 @@ pub fn start_at_zero(settings: &crate::config::Settings) {
     }
     for (provider, provider_settings) in &settings.providers {
         races_lost(provider).increment(0);
+        gauge!(PENDING_BY_PROVIDER, "provider" => provider.clone()).set(0.0);
         for outcome in Settled::ALL {
             attempts(provider, outcome.as_str()).increment(0);
             for kind in TOKEN_KINDS {
@@ -248,6 +310,9 @@ pub fn start_at_zero(settings: &crate::config::Settings) {
     attempts(UNATTRIBUTED, Settled::Unknown.as_str()).increment(0);
     counter!(RATE_LIMITED).increment(0);
     counter!(PURGED_JOBS).increment(0);
+    for why in Deferral::ALL {
+        counter!(CLAIMS_DEFERRED, "limit" => why.as_str()).increment(0);
+    }
     counter!(LONG_POLLS_REFUSED).increment(0);
     gauge!(LONG_POLLS_OPEN).increment(0.0);
 }
@@ -354,6 +419,41 @@ pub fn sampled(pending_due: i64, unknown_open: i64, oldest_unknown: Duration) {
     gauge!(QUEUE_DEPTH).set(pending_due as f64);
     gauge!(UNKNOWN_OPEN).set(unknown_open as f64);
     gauge!(UNKNOWN_OLDEST_AGE).set(oldest_unknown.as_secs_f64());
+}
+
+/// Counts owners or providers a claim held back because of `why`.
+pub fn claims_deferred(why: Deferral, count: u64) {
+    counter!(CLAIMS_DEFERRED, "limit" => why.as_str()).increment(count);
+}
+
+/// Records how long an attempt waited from its admission to its claim.
+pub fn attempt_waited(provider: &str, waited: Duration) {
+    histogram!(ATTEMPT_WAIT, "provider" => provider.to_owned()).record(waited.as_secs_f64());
+}
+
+/// Sets the pending gauges by owner (the most loaded first, up to 100) and
+/// by provider; an owner or provider that had some before and has none
+/// now reads 0.
+pub fn pending(by_owner: &[(String, i64)], by_provider: &[(String, i64)]) {
+    static SEEN: std::sync::Mutex<(Vec<String>, Vec<String>)> = std::sync::Mutex::new((Vec::new(), Vec::new()));
+    let mut owners: Vec<&(String, i64)> = by_owner.iter().collect();
+    owners.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    owners.truncate(PENDING_OWNERS_REPORTED);
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    for gone in seen.0.iter().filter(|name| !owners.iter().any(|(owner, _)| owner == *name)) {
+        gauge!(PENDING_BY_OWNER, "owner" => gone.clone()).set(0.0);
+    }
+    for gone in seen.1.iter().filter(|name| !by_provider.iter().any(|(provider, _)| provider == *name)) {
+        gauge!(PENDING_BY_PROVIDER, "provider" => gone.clone()).set(0.0);
+    }
+    for (owner, count) in &owners {
+        gauge!(PENDING_BY_OWNER, "owner" => owner.clone()).set(*count as f64);
+    }
+    for (provider, count) in by_provider {
+        gauge!(PENDING_BY_PROVIDER, "provider" => provider.clone()).set(*count as f64);
+    }
+    seen.0 = owners.iter().map(|(owner, _)| owner.clone()).collect();
+    seen.1 = by_provider.iter().map(|(provider, _)| provider.clone()).collect();
 }
 
 /// Records one HTTP request.

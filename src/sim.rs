@@ -131,9 +131,23 @@ struct SimState {
     /// Background responses' ids, to their requests' ids in `log`.
     responses: Mutex<HashMap<String, String>>,
     random: Mutex<u64>,
+    /// Requests refused so far per provider, for `refuse_first`.
+    refused: Mutex<HashMap<String, u32>>,
 }
 
 impl SimState {
+    /// Whether provider `name` refuses this request before any work: one of
+    /// its first `refuse_first`.
+    fn refuses(&self, name: &str, provider: &ProviderSettings) -> bool {
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        let count = refused.entry(name.to_owned()).or_default();
+        let refuses = *count < provider.refuse_first;
+        if refuses {
+            *count += 1;
+        }
+        refuses
+    }
+
     /// A number in [0, 1) from a xorshift generator.
     fn roll(&self) -> f64 {
         let mut state = self.random.lock().unwrap_or_else(|p| p.into_inner());
@@ -153,6 +167,7 @@ pub fn router(providers: &std::collections::BTreeMap<String, ProviderSettings>) 
         log: Mutex::new(HashMap::new()),
         responses: Mutex::new(HashMap::new()),
         random: Mutex::new(u64::from_le_bytes(seed) | 1),
+        refused: Mutex::new(HashMap::new()),
     });
     Router::new()
         .route("/providers/{name}/v1/chat/completions", post(complete))
@@ -529,6 +544,15 @@ async fn complete(
         Err(message) => return openai_error(400, &message),
     };
     let id = request_id(&headers);
+    if !id.starts_with("qualification-") && sim.refuses(&name, provider) {
+        // Refused before any work, as a provider over its rate limit does:
+        // nothing is recorded, the status lookup knows nothing of it.
+        let mut response = openai_error(429, &format!("simulated rate limit of {name}"));
+        if let Some(seconds) = provider.retry_after_secs {
+            response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
+        }
+        return response;
+    }
     let model = body["model"].as_str().unwrap_or(&provider.model).to_owned();
     let ready = Instant::now() + Duration::from_millis(provider.latency_ms);
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -677,8 +701,11 @@ fn report(id: &str, entry: &Entry) -> Value {
         Plan::Hang { gives_up_at } if now >= *gives_up_at => ("failed", None, Some("gave up".to_owned())),
         _ => ("running", None, None),
     };
+    // When it stopped being worked on (by the wall clock, as received_at).
+    let stopped = entry.canceled_after.map(|after| entry.arrived + after).or(entry.done_at());
+    let finished_at = stopped.map(|at| entry.received_at + at.saturating_duration_since(entry.arrived));
     json!({"id": id, "provider": entry.provider, "status": status, "content": content, "error": error, "usage": usage,
-           "received": entry.times, "received_at": entry.received_at,
+           "received": entry.times, "received_at": entry.received_at, "finished_at": finished_at,
            "connection_closed_after_ms": closed, "canceled_after_ms": canceled,
            "strict_schema": entry.strict_schema, "response_id": entry.response_id, "traceparent": entry.traceparent})
 }

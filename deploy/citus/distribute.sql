@@ -14,6 +14,10 @@ select create_reference_table('api_keys');
 select create_reference_table('dashboard_sessions');
 select create_reference_table('qualifications');
 select create_reference_table('bootstrap');
+-- One row per provider, shared by every worker (pauses, request and token
+-- buckets): written by the claims of limited providers, so each write goes
+-- to every node; with few providers and batched claims that stays small.
+select create_reference_table('provider_state');
 
 -- Everything an owner has, hash-distributed by owner_id and colocated with
 -- jobs: one owner's rows of every table live on one shard, so each of the

@@ -112,6 +112,25 @@ pub enum SimFault {
     ErrorIn200,
 }
 
+/// A provider's own limits (`[providers.NAME]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProviderLimits {
+    /// Requests in flight at once across the cluster.
+    pub max_concurrent: Option<u32>,
+    /// Requests per minute (a token bucket of that size, refilled evenly).
+    pub requests_per_minute: Option<u32>,
+    /// Tokens per minute: each request's counted prompt plus its
+    /// `max_output_tokens`, reserved by the worker right before the call.
+    pub tokens_per_minute: Option<u32>,
+}
+
+impl ProviderLimits {
+    /// Whether a claim counts this provider under its lock.
+    pub fn counted(&self) -> bool {
+        self.max_concurrent.is_some() || self.requests_per_minute.is_some()
+    }
+}
+
 /// `[providers.NAME]`
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -229,6 +248,32 @@ pub struct ProviderSettings {
     /// sim: the `Retry-After` (seconds) sent with the simulated error statuses.
     #[serde(default)]
     pub retry_after_secs: Option<u64>,
+    /// sim: the first this many requests of attempts (qualification runs
+    /// aside) are refused with 429 (and `retry_after_secs`) before any
+    /// work, and not recorded.
+    #[serde(default)]
+    pub refuse_first: u32,
+    /// Requests in flight at once across the cluster.
+    #[serde(default)]
+    pub max_concurrent: Option<u32>,
+    /// Requests per minute across the cluster.
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    /// Tokens per minute across the cluster: each request's counted prompt
+    /// plus its `max_output_tokens`.
+    #[serde(default)]
+    pub tokens_per_minute: Option<u32>,
+}
+
+impl ProviderSettings {
+    /// Its limits, as the claims enforce them.
+    pub fn limits(&self) -> ProviderLimits {
+        ProviderLimits {
+            max_concurrent: self.max_concurrent,
+            requests_per_minute: self.requests_per_minute,
+            tokens_per_minute: self.tokens_per_minute,
+        }
+    }
 }
 
 fn default_model() -> String {
@@ -330,6 +375,9 @@ impl ProviderSettings {
         }
         if self.max_output_tokens == 0 || self.context_tokens <= self.max_output_tokens {
             return Err(format!("providers.{name}: context_tokens must exceed max_output_tokens (at least 1)"));
+        }
+        if [self.max_concurrent, self.requests_per_minute, self.tokens_per_minute].contains(&Some(0)) {
+            return Err(format!("providers.{name}: max_concurrent, requests_per_minute and tokens_per_minute must be at least 1"));
         }
         if self.timeout_ms == 0 || self.poll_interval_ms == 0 {
             return Err(format!("providers.{name}: timeout_ms and poll_interval_ms must be at least 1"));

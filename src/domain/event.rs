@@ -58,6 +58,9 @@ event_kinds!(
     FailoverSkipped = "failover-skipped",
     /// A worker claimed an attempt.
     AttemptClaimed = "attempt-claimed",
+    /// The provider refused a claimed attempt before doing any work (a 429
+    /// with `Retry-After`, or its tokens per minute spent): it is pending again.
+    AttemptRequeued = "attempt-requeued",
     /// An attempt's output won the job's compare-and-swap.
     AttemptSucceeded = "attempt-succeeded",
     /// An attempt's output came after another had won; kept as superseded.

@@ -53,6 +53,26 @@ pub struct Job {
     pub cost: Option<JobCost>,
     /// Every attempt, by number.
     pub attempts: Vec<Attempt>,
+    /// Why a `queued` job's pending attempt is not running yet (`GET
+    /// /jobs/{id}` says; `null` otherwise, and in other answers).
+    pub waiting: Option<Waiting>,
+}
+
+/// Why a queued job's pending attempt is not running yet, the first that
+/// applies, for `GET /jobs/{id}`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct Waiting {
+    /// `retry-backoff` (the attempt is not due yet), `provider-paused`
+    /// (its provider asked for a pause), `owner-max-in-flight`,
+    /// `provider-max-concurrent`, or `worker` (due, waiting for a worker
+    /// to claim it).
+    pub reason: String,
+    /// The limit reached, for the two `max` reasons.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Milliseconds until the wait ends, when that is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub for_ms: Option<u64>,
 }
 
 /// What a job's attempts cost: the total is the winner's cost plus the

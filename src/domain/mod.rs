@@ -18,7 +18,7 @@ pub use ids::{AttemptId, JobId, OwnerId};
 pub use idempotency::{Fingerprint, IdempotencyKey, JobIntent};
 pub use role::KeyRole;
 pub use money::{Cost, Money, Price, Usage};
-pub use job::{Attempt, AttemptError, AttemptOrigin, Job, JobEvent, JobSummary, MAX_UNAPPLIED_OUTPUT, NOT_RECEIVED, unapplied_output};
+pub use job::{Attempt, AttemptError, AttemptOrigin, Job, JobEvent, JobSummary, MAX_UNAPPLIED_OUTPUT, NOT_RECEIVED, Waiting, unapplied_output};
 pub use event::EventKind;
 pub use trace::TraceContext;
 pub use state::{AdmissionRefusal, AttemptLimits, AttemptState, AttemptTransition, JobState, check_admission};

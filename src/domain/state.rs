@@ -7,6 +7,7 @@
 //! `pending → running → succeeded | failed | unknown | superseded`;
 //! `unknown → succeeded | failed | superseded` (reconciliation);
 //! `pending → canceled`; `running → canceled` (its call aborted, `cancel_losers`);
+//! `running → pending` (refused before any work: a 429 with `Retry-After`);
 //! `unknown → canceled` (the provider reports it canceled).
 //!
 //! Job, the first that applies: `succeeded` · `canceled` · `running` ·
@@ -182,6 +183,10 @@ pub enum AttemptTransition {
     /// attempt whose request the provider reports canceled (a running one
     /// followed by its worker, an unknown one by reconciliation).
     Abort,
+    /// The provider refused the request before doing any work (a 429 with
+    /// `Retry-After`), or its tokens per minute were spent before the send:
+    /// the same attempt waits again, `pending`, for as long as it was told.
+    Requeue,
 }
 
 impl AttemptTransition {
@@ -196,6 +201,7 @@ impl AttemptTransition {
         AttemptTransition::ResolveFailed,
         AttemptTransition::Cancel,
         AttemptTransition::Abort,
+        AttemptTransition::Requeue,
     ];
 
     /// The edge: the states it may start from, and the states it may end in.
@@ -211,6 +217,7 @@ impl AttemptTransition {
             AttemptTransition::ResolveFailed => (&[Unknown], &[Failed]),
             AttemptTransition::Cancel => (&[Pending], &[Canceled]),
             AttemptTransition::Abort => (&[Running, Unknown], &[Canceled]),
+            AttemptTransition::Requeue => (&[Running], &[Pending]),
         }
     }
 
@@ -235,6 +242,7 @@ impl AttemptTransition {
             AttemptTransition::ResolveFailed => EventKind::AttemptResolved,
             AttemptTransition::Cancel => EventKind::JobCanceled,
             AttemptTransition::Abort => EventKind::AttemptCanceled,
+            AttemptTransition::Requeue => EventKind::AttemptRequeued,
         }
     }
 }
@@ -354,6 +362,7 @@ mod tests {
             (Running, Unknown),
             (Running, Superseded),
             (Running, Canceled),
+            (Running, Pending),
             (Unknown, Succeeded),
             (Unknown, Failed),
             (Unknown, Superseded),

@@ -112,7 +112,12 @@ struct Shown {
 
 fn show(job: &Job) -> Shown {
     let body = serde_json::to_vec(job).expect("a job serialises");
-    let digest = Sha256::digest(&body);
+    // The tag is the job's, without why it waits: a wait read anew for
+    // each answer does not make a long-poll's job differ.
+    let digest = match &job.waiting {
+        None => Sha256::digest(&body),
+        Some(_) => Sha256::digest(serde_json::to_vec(&Job { waiting: None, ..job.clone() }).expect("a job serialises")),
+    };
     Shown { etag: format!("\"{}\"", hex::encode(&digest[..16])), body }
 }
 
@@ -161,7 +166,7 @@ pub(crate) async fn get_job(
         slot.release();
         app.jobs.watch_job(&poll, id, changed).await
     };
-    let job = job.map_err(|e| job_error(&app, e))?;
+    let job = app.jobs.with_waiting(job.map_err(|e| job_error(&app, e))?).await;
     let shown = show(&job);
     let mut response = if seen(&shown) {
         StatusCode::NOT_MODIFIED.into_response()

@@ -78,6 +78,7 @@ pub struct Jobs {
     reads: SharedReads,
     long_polls: LongPolls,
     intervals: Intervals,
+    limits: crate::store::claims::ClaimLimits,
 }
 
 /// How often waiters reread the database for changes made by other
@@ -92,14 +93,16 @@ pub struct Intervals {
 
 impl Jobs {
     /// The use cases over `store`, for the tasks and providers of `catalog`;
-    /// each owner may hold `long_polls_per_owner` long-polls at once, and
-    /// waiters reread the database at `intervals` when no notice came.
+    /// each owner may hold `long_polls_per_owner` long-polls at once,
+    /// waiters reread the database at `intervals` when no notice came, and
+    /// a queued job's wait is told under the claims' `limits`.
     pub fn new(
         store: Arc<dyn Store>,
         catalog: Arc<Catalog>,
         signals: Arc<Signals>,
         long_polls_per_owner: usize,
         intervals: Intervals,
+        limits: crate::store::claims::ClaimLimits,
     ) -> Self {
         Self {
             store,
@@ -110,6 +113,7 @@ impl Jobs {
             reads: SharedReads::default(),
             long_polls: LongPolls::new(long_polls_per_owner),
             intervals,
+            limits,
         }
     }
 
@@ -360,6 +364,27 @@ impl Jobs {
     /// (concurrent readers of one job share it).
     pub async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Arc<Job>, JobError> {
         self.reads.read(owner, id, || self.read_job(owner, id)).await?.ok_or(JobError::NotFound)
+    }
+
+    /// The job with why it waits, when it is `queued` (a read of its
+    /// pending attempt and the limits it counts against); as it is
+    /// otherwise, or when that read fails.
+    pub async fn with_waiting(&self, job: Arc<Job>) -> Arc<Job> {
+        if job.state != crate::domain::JobState::Queued {
+            return job;
+        }
+        match self.store.waiting_facts(&job.owner, job.id).await {
+            Ok(Some(facts)) => {
+                let mut waiting = (*job).clone();
+                waiting.waiting = Some(facts.reason(&self.limits));
+                Arc::new(waiting)
+            }
+            Ok(None) => job,
+            Err(error) => {
+                tracing::warn!(%error, "reading why a queued job waits failed; answered without it");
+                job
+            }
+        }
     }
 
     /// A place for one of `owner`'s long-polls, waiting up to `wait`, or

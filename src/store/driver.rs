@@ -8,6 +8,8 @@
 //!
 //! Nothing outside the store calls these: callers use [`super::Store`].
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -16,7 +18,7 @@ use super::purge::{PurgeRule, RollupKey, RollupTotals};
 use super::usage::UsageRow;
 use super::webhooks::Outgoing;
 use super::{AttemptRef, NewAttempt, NewJob, QualificationState, Result};
-use crate::domain::{Attempt, AttemptError, AttemptState, EventKind, JobId, JobState, OwnerId};
+use crate::domain::{Attempt, AttemptError, AttemptId, AttemptState, EventKind, JobId, JobState, OwnerId, TraceContext};
 
 /// A write transaction of one backend. Postgres holds the job's row lock
 /// from [`DriverTx::lock_job`] to commit; SQLite holds its one write lock
@@ -104,6 +106,43 @@ pub trait DriverTx: Send {
     /// (and their tries): how many jobs went.
     async fn delete_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<u64>;
 
+    /// Up to `max` owners with pending attempts, in owner order after
+    /// `after`, each with the largest `max_in_flight` its live keys set.
+    async fn pending_owners(&mut self, after: &str, max: u32) -> Result<Vec<PendingOwner>>;
+
+    /// Takes, in name order, the claim lock of each owner and the state row
+    /// of each provider (made if missing) until commit: claims counting the
+    /// same limit take turns (SQLite: its write lock already does).
+    async fn lock_claims(&mut self, owners: &[String], providers: &[String]) -> Result<()>;
+
+    /// Running attempts of each of `owners` and of each of `providers`.
+    async fn running_counts(&mut self, owners: &[String], providers: &[String]) -> Result<Running>;
+
+    /// The stored state of those of `providers` that have one.
+    async fn provider_gates(&mut self, providers: &[String]) -> Result<Vec<ProviderGate>>;
+
+    /// Up to `max` of `owner`'s due pending attempts on `providers` whose
+    /// jobs have not finished, oldest first, locked (rows another claimer
+    /// holds are skipped).
+    async fn claim_candidates(&mut self, owner: &str, providers: &[String], max: u32) -> Result<Vec<Candidate>>;
+
+    /// Starts one owner's candidates: `running` under `worker` for their
+    /// leases, their jobs `running`, an `attempt-claimed` event each. When
+    /// each lease ends, in order.
+    async fn start_attempts(&mut self, worker: &str, candidates: &[Candidate], leases: &[std::time::Duration]) -> Result<Vec<DateTime<Utc>>>;
+
+    /// Writes a provider's request bucket level, as of now.
+    async fn put_requests(&mut self, provider: &str, level: f64) -> Result<()>;
+
+    /// Pauses claims of a provider's attempts for `pause` (a pause already
+    /// lasting longer stays).
+    async fn pause_provider(&mut self, provider: &str, pause: std::time::Duration) -> Result<()>;
+
+    /// Moves a running attempt back to `pending`, due in `delay`, with no
+    /// worker or lease, unless it was `max` times already: the number of
+    /// rows changed.
+    async fn requeue_attempt(&mut self, attempt: &AttemptRef, delay: std::time::Duration, max: u32) -> Result<u64>;
+
     /// Commits.
     async fn commit(self: Box<Self>) -> Result<()>;
 }
@@ -184,3 +223,66 @@ pub struct Settled {
     /// The pending siblings canceled by the win.
     pub canceled: Vec<i32>,
 }
+
+/// An owner with pending attempts, and the limit its keys set, if any.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct PendingOwner {
+    /// The owner.
+    pub owner_id: String,
+    /// The largest `max_in_flight` its live keys set.
+    pub max_in_flight: Option<i32>,
+}
+
+/// What the workers share about a provider, as a claim reads it.
+#[derive(Clone, Debug, Default, sqlx::FromRow)]
+pub struct ProviderGate {
+    /// The provider.
+    pub provider: String,
+    /// How much longer it is paused, in seconds (0: not paused).
+    pub paused_for: f64,
+    /// Its request bucket's level when last written (`None`: full).
+    pub requests: Option<f64>,
+    /// Seconds since then.
+    pub requests_idle: f64,
+}
+
+/// A pending attempt a claim may take, locked by the claim's transaction.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// Which attempt.
+    pub attempt: AttemptRef,
+    /// Its id.
+    pub id: AttemptId,
+    /// Its provider.
+    pub provider: String,
+    /// The job's task.
+    pub task: String,
+    /// The job's input.
+    pub input: Value,
+    /// The trace context it was asked for under.
+    pub trace: Option<TraceContext>,
+    /// Seconds since it was admitted.
+    pub waited: f64,
+}
+
+/// Running attempts per limited owner and per limited provider.
+#[derive(Clone, Debug, Default)]
+pub struct Running {
+    /// Per owner.
+    pub by_owner: HashMap<String, i64>,
+    /// Per provider.
+    pub by_provider: HashMap<String, i64>,
+}
+
+impl Running {
+    /// From (`owner` or `provider`, name, count) rows.
+    pub(super) fn from_rows(rows: Vec<(String, String, i64)>) -> Running {
+        let mut running = Running::default();
+        for (kind, name, count) in rows {
+            let counts = if kind == "owner" { &mut running.by_owner } else { &mut running.by_provider };
+            counts.insert(name, count);
+        }
+        running
+    }
+}
+

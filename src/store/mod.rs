@@ -12,6 +12,7 @@
 //! guard that matches zero rows is a typed outcome ([`Transition::Stale`],
 //! [`Transition::Lost`]), never an error and never ignored.
 
+pub mod claims;
 pub mod driver;
 mod hot;
 pub mod purge;
@@ -37,6 +38,7 @@ use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptLimits, AttemptOrigin, AttemptState, AttemptTransition,
     Fingerprint, IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, KeyRole, OwnerId,
 };
+pub use claims::Leases;
 pub use driver::Driver;
 
 pub use postgres::PostgresStore;
@@ -115,6 +117,7 @@ impl NewJob {
             expires_at: None,
             max_cost: self.max_cost,
             cost: None,
+            waiting: None,
             attempts: vec![Attempt {
                 number: 1,
                 id: self.first_attempt_id,
@@ -166,24 +169,6 @@ pub struct NewAttempt {
     /// The trace context it is asked for under (the request's, or for a
     /// retry the failed attempt's).
     pub trace: Option<crate::domain::TraceContext>,
-}
-
-/// The providers a worker can call, and how long its claim on an attempt
-/// of each holds (the provider's deadline plus a margin). Only attempts on
-/// these providers are claimed.
-#[derive(Clone, Debug)]
-pub struct Leases {
-    /// The lease of a provider missing from `by_provider` (none is claimed).
-    pub default: Duration,
-    /// Per provider name.
-    pub by_provider: Vec<(String, Duration)>,
-}
-
-impl Leases {
-    /// The lease of an attempt on `provider`.
-    pub fn of(&self, provider: &str) -> Duration {
-        self.by_provider.iter().find(|(name, _)| name == provider).map_or(self.default, |(_, lease)| *lease)
-    }
 }
 
 /// An unknown attempt due for a status lookup, claimed for a while so that
@@ -309,7 +294,7 @@ impl QualificationState {
 }
 
 /// What the metrics gauges show of the attempts table.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Gauges {
     /// Pending attempts due for a worker now.
     pub pending_due: i64,
@@ -317,6 +302,10 @@ pub struct Gauges {
     pub unknown_open: i64,
     /// How long the oldest unknown attempt has been unknown.
     pub oldest_unknown: Duration,
+    /// Pending attempts (due or not) per owner that has any.
+    pub pending_by_owner: Vec<(String, i64)>,
+    /// Pending attempts per provider that has any.
+    pub pending_by_provider: Vec<(String, i64)>,
 }
 
 /// A stored qualification run.
@@ -510,6 +499,8 @@ pub struct ApiKey {
     pub revoked_at: Option<DateTime<Utc>>,
     /// What it may do.
     pub role: KeyRole,
+    /// Its own limit of its owner's attempts running at once, if it sets one.
+    pub max_in_flight: Option<u32>,
 }
 
 /// A live key found by its token's hash.
@@ -560,6 +551,10 @@ pub trait Store: Driver {
 
     /// Stores a new API key's hash.
     async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()>;
+
+    /// Sets a live key's own limit of its owner's attempts running at once
+    /// (`None`: the default): whether a live key has that id.
+    async fn set_key_max_in_flight(&self, id: Uuid, max_in_flight: Option<u32>) -> Result<bool>;
 
     /// The live (unrevoked) key with this hash.
     async fn find_api_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>>;
@@ -625,9 +620,34 @@ pub trait Store: Driver {
         transitions::admit_attempt(self, owner, job_id, new, rules).await
     }
 
-    /// Claims up to `max` due pending attempts for `worker`, oldest first,
-    /// each under its provider's lease; they become `running`.
-    async fn claim_attempts(&self, worker: &str, max: u32, leases: &Leases) -> Result<Vec<ClaimedAttempt>>;
+    /// Claims up to `max` due pending attempts for `worker`, fairly across
+    /// owners (each owner's oldest first) and within the owners' and
+    /// providers' limits, each under its provider's lease; they become
+    /// `running` (see [`claims`]).
+    async fn claim_attempts(&self, worker: &str, max: u32, leases: &Leases) -> Result<Vec<ClaimedAttempt>> {
+        claims::claim(self, worker, max, leases).await
+    }
+
+    /// Puts a running attempt its provider refused before any work back to
+    /// `pending` for `delay`, the same attempt, and pauses `pause` as long;
+    /// fenced by `worker`, at most `max` times (see [`transitions::requeue`]).
+    async fn requeue_attempt(
+        &self,
+        attempt: &AttemptRef,
+        worker: &str,
+        (delay, max): (Duration, u32),
+        pause: Option<&str>,
+        detail: Value,
+    ) -> Result<Transition> {
+        transitions::requeue(self, attempt, worker, (delay, max), pause, detail).await
+    }
+
+    /// Takes `tokens` from `provider`'s shared bucket of `per_minute`: `None`
+    /// when taken, else how long until it holds them (or is full, for more).
+    async fn reserve_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>>;
+
+    /// What a queued job of the owner waits for, or `None` without a pending attempt.
+    async fn waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<claims::WaitingFacts>>;
 
     /// Turns running attempts whose lease has expired (their worker died or
     /// stalled) into `unknown` (I4): never `pending`, never `failed`.

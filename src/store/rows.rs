@@ -194,6 +194,7 @@ impl JobRow {
             max_cost: self.max_cost.map(|m| m.parse()).transpose().map_err(corrupt)?,
             cost: JobCost::of(&attempts),
             attempts,
+            waiting: None,
         })
     }
 }
@@ -357,6 +358,7 @@ pub(crate) struct ApiKeyRow {
     created_at: Stamp,
     revoked_at: Option<Stamp>,
     role: KeyRole,
+    max_in_flight: Option<i32>,
 }
 
 impl From<ApiKeyRow> for ApiKey {
@@ -367,6 +369,7 @@ impl From<ApiKeyRow> for ApiKey {
             created_at: row.created_at.0,
             revoked_at: time(row.revoked_at),
             role: row.role,
+            max_in_flight: row.max_in_flight.and_then(|n| u32::try_from(n).ok()),
         }
     }
 }

@@ -45,6 +45,12 @@ macro_rules! impl_store {
                 Ok(rows.into_iter().map(Into::into).collect())
             }
 
+            async fn set_key_max_in_flight(&self, id: Uuid, max_in_flight: Option<u32>) -> Result<bool> {
+                let done = sqlx::query(sql::SET_KEY_MAX_IN_FLIGHT)
+                    .bind(id).bind(max_in_flight.map(i64::from)).execute(&self.pool).await?;
+                Ok(done.rows_affected() > 0)
+            }
+
             async fn has_api_keys(&self) -> Result<bool> {
                 Ok(sqlx::query_scalar($crate::store::shared::ANY_API_KEY).fetch_one(&self.pool).await?)
             }

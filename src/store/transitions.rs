@@ -241,6 +241,47 @@ pub(super) async fn settle_without_output<S: Store + ?Sized>(
     Ok(outcome)
 }
 
+/// Puts a running attempt its provider refused before doing any work back
+/// to `pending`, due in `delay`, as the same attempt (the same id; no
+/// attempt of the job's budget spent), and pauses `pause` (its provider,
+/// for every worker) as long. Fenced by `worker`. When the job has
+/// finished, holds another pending attempt (a job holds one at most), or
+/// the attempt was put back `max` times already, nothing changes:
+/// `Stale(Running)`, and the caller records the refusal as a failure.
+pub(super) async fn requeue<S: Store + ?Sized>(
+    store: &S,
+    attempt: &AttemptRef,
+    worker: &str,
+    (delay, max): (Duration, u32),
+    pause: Option<&str>,
+    mut detail: Value,
+) -> Result<Transition> {
+    let mut tx = store.begin().await?;
+    let Some(job) = tx.lock_job(&attempt.owner, attempt.job_id).await? else {
+        return Ok(Transition::NotFound);
+    };
+    if let Err(refused) = check_held(&mut tx, attempt, worker).await? {
+        return Ok(refused);
+    }
+    let states = tx.attempt_states(&attempt.owner, attempt.job_id).await?;
+    if job.state.is_terminal() || states.contains(&AttemptState::Pending) {
+        return Ok(Transition::Stale(AttemptState::Running));
+    }
+    if tx.requeue_attempt(attempt, delay, max).await? == 0 {
+        return Ok(Transition::Stale(AttemptState::Running));
+    }
+    let job_state = update_job_state(&mut tx, &attempt.owner, attempt.job_id, job.state).await?;
+    detail["job_state"] = json!(job_state.as_str());
+    detail["due_in_ms"] = json!(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+    let event = AttemptTransition::Requeue.event();
+    tx.append_event(&attempt.owner, attempt.job_id, event, Some(attempt.number), detail).await?;
+    if let Some(provider) = pause {
+        tx.pause_provider(provider, delay).await?;
+    }
+    tx.commit().await?;
+    Ok(Transition::Applied)
+}
+
 /// Settles an unknown attempt by an operator's word.
 pub(super) async fn resolve_unknown<S: Store + ?Sized>(
     store: &S,

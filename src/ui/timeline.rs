@@ -282,6 +282,7 @@ mod tests {
             updated_at: base,
             expires_at: None,
             attempts,
+            waiting: None,
         }
     }
 

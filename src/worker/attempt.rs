@@ -35,6 +35,13 @@ const LEASE_LOST: &str = "lease-lost";
 /// The error kind of an attempt whose call was aborted because its job had finished.
 const CANCELED: &str = "canceled";
 
+/// The error kind of an attempt not sent because its provider's tokens per
+/// minute were spent.
+const TOKENS_SPENT: &str = "provider-tokens-per-minute";
+
+/// The longest a provider's `Retry-After` pauses it and puts an attempt off.
+const MAX_PAUSE: Duration = Duration::from_secs(15 * 60);
+
 /// The longest wait for a provider's answer to its cancel call.
 const CANCEL_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -73,6 +80,12 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
         if let Some(id) = progress.provider_request_id.as_deref().filter(|_| !progress.kept) {
             keep_provider_request(worker, &claimed.attempt, id).await;
         }
+        if let Err(error) = &outcome
+            && let Some((wait, detail)) = refused_before_any_work(error)
+            && requeue(worker, &claimed, wait, detail).await
+        {
+            return;
+        }
         let estimate = progress.estimate;
         if let Some(park) = crate::failpoints::parked_at("worker-before-record") {
             tokio::time::sleep(park).await;
@@ -92,6 +105,48 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
     }
     .instrument(span)
     .await;
+}
+
+/// A refusal that did no work and says how long to wait: the provider's
+/// 429 with `Retry-After`, or this provider's tokens per minute spent
+/// before the send. How long (at most [`MAX_PAUSE`]), and the detail of
+/// the `attempt-requeued` event.
+fn refused_before_any_work(error: &ProviderError) -> Option<(Duration, Value)> {
+    let reason = match (error.status, error.kind) {
+        (Some(429), _) => "provider-rate-limited",
+        (None, TOKENS_SPENT) => TOKENS_SPENT,
+        _ => return None,
+    };
+    let wait = Duration::from_millis(error.detail.get("retry_after_ms")?.as_u64()?).min(MAX_PAUSE);
+    Some((wait, json!({ "reason": reason, "status": error.status, "message": error.message })))
+}
+
+/// Puts the claimed attempt back to `pending` for `wait` and pauses its
+/// provider as long, for every worker: whether it was (otherwise the
+/// refusal is recorded as the failure it is).
+async fn requeue(worker: &Worker, claimed: &ClaimedAttempt, wait: Duration, detail: Value) -> bool {
+    if worker.settings.max_requeues == 0 {
+        return false;
+    }
+    let limits = (wait, worker.settings.max_requeues);
+    let requeued = worker.store.requeue_attempt(&claimed.attempt, &worker.id, limits, Some(&claimed.provider), detail).await;
+    match requeued {
+        Ok(Transition::Applied) => {
+            tracing::info!(wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                           "the provider refused the request before any work: the attempt is pending again, the provider paused");
+            worker.signals.job_changed(claimed.attempt.job_id);
+            true
+        }
+        Ok(other) => {
+            tracing::info!(outcome = ?other, "the refused attempt was not put back (its job finished, holds another pending \
+                           attempt, or it was put back max_requeues times): recorded as failed");
+            false
+        }
+        Err(error) => {
+            tracing::warn!(%error, "putting the refused attempt back failed: recorded as failed");
+            false
+        }
+    }
 }
 
 /// What a call got to: the most it could use, once the prompt was
@@ -240,6 +295,24 @@ async fn call_counted(
         completion_tokens: i64::from(settings.max_output_tokens),
         estimated: true,
     });
+    if let Some(per_minute) = settings.tokens_per_minute {
+        let tokens = u64::try_from(prepared.prompt_tokens).unwrap_or(u64::MAX).saturating_add(u64::from(settings.max_output_tokens));
+        let wait = match worker.store.reserve_tokens(&claimed.provider, tokens, per_minute).await {
+            Ok(None) => None,
+            Ok(Some(wait)) => Some(wait),
+            Err(error) => {
+                tracing::warn!(%error, "reserving the provider's tokens per minute failed: not sent, put off a second");
+                Some(Duration::from_secs(1))
+            }
+        };
+        if let Some(wait) = wait {
+            metrics::claims_deferred(store::claims::Deferral::ProviderTokensPerMinute, 1);
+            let message = format!("the provider's {per_minute} tokens per minute are spent: {tokens} more fit in {} ms", wait.as_millis());
+            let mut error = ProviderError::new(FailureClass::Definitive { retryable: true }, TOKENS_SPENT, None, message);
+            error.detail = json!({ "retry_after_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "tokens": tokens });
+            return Err(error);
+        }
+    }
     if let Some(park) = crate::failpoints::parked_at("worker-before-send") {
         tokio::time::sleep(park).await;
     }

@@ -48,6 +48,8 @@ pub struct Worker {
     pub id: String,
     /// When the claim loop last ran (Unix seconds), for `/readyz`.
     pub heartbeat: Arc<std::sync::atomic::AtomicI64>,
+    /// Where this worker's claims are in their round of owners.
+    rotation: crate::store::claims::Rotation,
 }
 
 impl Worker {
@@ -64,7 +66,8 @@ impl Worker {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let id = format!("{}-{}-{}", host.trim(), std::process::id(), &uuid::Uuid::now_v7().simple().to_string()[24..]);
         let heartbeat = Arc::new(std::sync::atomic::AtomicI64::new(chrono::Utc::now().timestamp()));
-        Self { store, catalog, providers, signals, settings, webhooks, retention, id, heartbeat }
+        let rotation = crate::store::claims::Rotation::default();
+        Self { store, catalog, providers, signals, settings, webhooks, retention, id, heartbeat, rotation }
     }
 
     fn leases(&self) -> Leases {
@@ -72,7 +75,9 @@ impl Worker {
         let by_provider: Vec<(String, Duration)> =
             self.providers.iter().map(|(name, p)| (name.clone(), p.settings().timeout() + margin)).collect();
         let default = by_provider.iter().map(|(_, lease)| *lease).max().unwrap_or(margin);
-        Leases { default, by_provider }
+        let providers = self.providers.iter().map(|(name, p)| (name, p.settings()));
+        let limits = crate::store::claims::ClaimLimits::new(self.settings.max_in_flight_per_owner, providers);
+        Leases { default, by_provider, limits, rotation: self.rotation.clone() }
     }
 
     /// Runs the claim loop, the reaper and the reconciler until `shutdown`

@@ -33,7 +33,10 @@ pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>
         sweep_finished_jobs(&worker).await;
         // The gauges are sampled here too: one look a tick, for every process.
         match worker.store.sample_gauges().await {
-            Ok(g) => crate::metrics::sampled(g.pending_due, g.unknown_open, g.oldest_unknown),
+            Ok(g) => {
+                crate::metrics::sampled(g.pending_due, g.unknown_open, g.oldest_unknown);
+                crate::metrics::pending(&g.pending_by_owner, &g.pending_by_provider);
+            }
             Err(error) => tracing::warn!(%error, "sampling the gauges failed"),
         }
         tokio::select! {

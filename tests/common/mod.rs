@@ -96,6 +96,23 @@ pub fn open_store(url: &str) -> Arc<dyn Store> {
     onejob::app::open_store(&settings).expect("a store")
 }
 
+/// A `summarize` job of `owner` on sim-fast under `key`, for the store.
+pub fn new_job(owner: &str, key: &str, input: Value) -> onejob::store::NewJob {
+    use onejob::domain::{AttemptId, Fingerprint, IdempotencyKey, JobId};
+    onejob::store::NewJob {
+        owner: OwnerId::parse(owner).unwrap(),
+        id: JobId::new(),
+        idempotency_key: IdempotencyKey::parse(key.as_bytes()).unwrap(),
+        fingerprint: Fingerprint::of_job("summarize", &input, "sim-fast"),
+        task: "summarize".into(),
+        input,
+        provider: "sim-fast".into(),
+        first_attempt_id: AttemptId::new(),
+        max_cost: None,
+        trace: None,
+    }
+}
+
 /// A pool of either kind for tests that count rows with plain SQL.
 pub async fn any_pool(url: &str) -> sqlx::AnyPool {
     sqlx::any::install_default_drivers();
@@ -418,6 +435,6 @@ pub async fn spawn_server_logged(
 pub async fn claim_all(app: &TestApp) {
     let lease = std::time::Duration::from_secs(60);
     let by_provider = ["sim-fast", "sim-slow", "sim-hang", "sim-late", "sim-flaky", "sim-bad-json"].map(|p| (p.to_owned(), lease));
-    let leases = onejob::store::Leases { default: lease, by_provider: by_provider.to_vec() };
+    let leases = onejob::store::Leases::new(lease, by_provider.to_vec());
     app.store().claim_attempts("test-worker", 100, &leases).await.unwrap();
 }

@@ -154,8 +154,18 @@ async fn an_error_object_in_a_200_answer_fails_the_attempt_as_a_provider_error(b
     assert_eq!(attempt["error"]["detail"]["status"], 200, "{attempt:#}");
 }
 
-async fn a_429_with_retry_after_fails_the_attempt_as_retryable_and_the_retry_waits_as_asked(backend: Backend) {
-    let app = app_with(backend, "error_rate = 1.0\nerror_status = 429\nretry_after_secs = 1", 1).await;
+async fn a_429_with_retry_after_requeues_the_attempt_max_requeues_times_then_fails_it_retryable_and_the_retry_waits_as_asked(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_live(backend, |s| {
+        let text = format!("kind = \"sim\"\ntimeout_ms = {DEADLINE_MS}\nerror_rate = 1.0\nerror_status = 429\nretry_after_secs = 1");
+        s.providers.insert("sim-faulty".into(), provider(&text));
+        let summarize = s.tasks.get_mut("summarize").unwrap();
+        summarize.failover.clear();
+        summarize.retries_per_provider = 1;
+        s.worker.max_requeues = 1;
+    })
+    .await;
     let id = create_on_faulty(&app).await;
     let job = app.wait_for(&id, "both attempts failed", |j| j["state"] == "failed" && j["attempts"].as_array().unwrap().len() == 2).await;
     let (first, second) = (&job["attempts"][0], &job["attempts"][1]);
@@ -163,6 +173,15 @@ async fn a_429_with_retry_after_fails_the_attempt_as_retryable_and_the_retry_wai
     assert_eq!(first["error"]["detail"]["status"], 429);
     assert_eq!(first["error"]["detail"]["retryable"], true);
     assert_eq!(first["error"]["detail"]["retry_after_ms"], 1000, "{first:#}");
+    // Each attempt was put back once (max_requeues), a second later sent
+    // again as itself, refused again, and failed.
+    let events = app.store().list_events(&onejob::domain::OwnerId::parse("alice").unwrap(), id.parse::<uuid::Uuid>().map(onejob::domain::JobId).unwrap()).await.unwrap();
+    let requeued: Vec<_> = events.iter().filter(|e| e.kind == onejob::domain::EventKind::AttemptRequeued).collect();
+    assert_eq!(requeued.iter().map(|e| e.attempt_number).collect::<Vec<_>>(), [Some(1), Some(2)], "{events:#?}");
+    let log = app.simulator_log().await;
+    for attempt in [first, second] {
+        assert_eq!(log[attempt["id"].as_str().unwrap()]["received"], 2, "sent twice as the same attempt: {log:#?}");
+    }
     // The task's backoff is 50 ms; the provider asked for a second.
     let waited = (time(&second["not_before"]) - time(&first["finished_at"])).num_milliseconds();
     assert!(waited >= 950, "the retry waited {waited} ms: {job:#}");
@@ -179,5 +198,5 @@ on_both_backends!(
     a_10_mib_answer_is_not_buffered_and_fails_the_attempt_as_too_large,
     invalid_utf8_in_an_answer_fails_the_attempt_as_a_bad_response,
     an_error_object_in_a_200_answer_fails_the_attempt_as_a_provider_error,
-    a_429_with_retry_after_fails_the_attempt_as_retryable_and_the_retry_waits_as_asked,
+    a_429_with_retry_after_requeues_the_attempt_max_requeues_times_then_fails_it_retryable_and_the_retry_waits_as_asked,
 );

@@ -17,6 +17,7 @@ mod contract;
 mod deploys;
 mod docs;
 mod events;
+mod fairness;
 mod lifecycle;
 mod openai;
 mod openapi;

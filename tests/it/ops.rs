@@ -38,6 +38,20 @@ async fn metrics_cover_every_documented_series(backend: Backend) {
     // An unknown outcome, reconciled.
     let late = create(&app, "k3", &json!({"task": "summarize", "input": {"text": "late"}, "provider": "sim-late"})).await;
     app.wait_for(&late, "reconciled", |j| j["state"] == "succeeded").await;
+    // A backlog: dave may run one attempt at once, so his second job waits
+    // pending behind his first, slow one, and the gauges see him.
+    let dave = onejob::domain::OwnerId::parse("dave").unwrap();
+    let (dave_key, dave_token) = onejob::keys::create_key(app.store(), &dave).await.unwrap();
+    app.store().set_key_max_in_flight(dave_key, Some(1)).await.unwrap();
+    for key in ["d1", "d2"] {
+        let body = json!({"task": "summarize", "input": {"text": key}, "provider": "sim-slow"});
+        let response = app.post_job_raw(&dave_token, key, body.to_string()).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    crate::common::processes::eventually("the gauges see dave's backlog", std::time::Duration::from_secs(10), || async {
+        metrics_text(&app).await.contains(r#"onejob_pending_attempts_by_owner{owner="dave"} 1"#)
+    })
+    .await;
 
     let text = metrics_text(&app).await;
     for name in onejob::metrics::ALL {

@@ -200,8 +200,13 @@ async fn a_refusal_or_an_answer_cut_off_at_the_limit_fails_the_attempt_saying_so
     }
 }
 
-async fn a_429_from_the_responses_api_is_retried_after_the_wait_it_asked_for(backend: Backend) {
-    let app = TestApp::spawn_live(backend, settings).await;
+async fn a_429_from_the_responses_api_past_max_requeues_is_retried_after_the_wait_it_asked_for(backend: Backend) {
+    // No requeue allowed: the refusal fails the attempt, retryable.
+    let app = TestApp::spawn_live(backend, |s| {
+        settings(s);
+        s.worker.max_requeues = 0;
+    })
+    .await;
     let id = create(&app, "limited", "resp-limited").await;
     let job = app.wait_for(&id, "two attempts failed", |j| j["attempts"].as_array().unwrap().len() >= 2 && j["attempts"][1]["state"] == "failed").await;
     let (first, second) = (&job["attempts"][0], &job["attempts"][1]);
@@ -244,6 +249,6 @@ on_both_backends!(
     canceling_a_job_cancels_its_background_response_at_the_provider,
     a_background_response_that_breaks_the_contract_fails_its_attempt_unless_a_strict_schema_kept_it,
     a_refusal_or_an_answer_cut_off_at_the_limit_fails_the_attempt_saying_so,
-    a_429_from_the_responses_api_is_retried_after_the_wait_it_asked_for,
+    a_429_from_the_responses_api_past_max_requeues_is_retried_after_the_wait_it_asked_for,
     an_unknown_background_response_without_an_id_waits_for_an_operator,
 );

@@ -16,10 +16,10 @@ use onejob::store::{Resolved,
     Admission, TaskRules, AttemptRef, Cancel, CreateJob, JobFilter, Leases, NewAttempt, NewJob, Resolution, Store,
     Transition,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::Barrier;
 
-use crate::common::{Backend, postgres_store, sqlite_store};
+use crate::common::{Backend, new_job, postgres_store, sqlite_store};
 
 pub type Shared = Arc<dyn Store>;
 
@@ -27,7 +27,7 @@ const LEASE: Duration = Duration::from_secs(60);
 
 fn leases() -> Leases {
     let by_provider = vec![("sim-fast".into(), LEASE), ("sim-slow".into(), LEASE), ("sim-hang".into(), Duration::ZERO)];
-    Leases { default: LEASE, by_provider }
+    Leases::new(LEASE, by_provider)
 }
 
 pub struct Rules {
@@ -89,20 +89,6 @@ fn key(text: &str) -> IdempotencyKey {
     IdempotencyKey::parse(text.as_bytes()).unwrap()
 }
 
-fn new_job(owner_name: &str, key_text: &str, input: Value) -> NewJob {
-    NewJob {
-        owner: owner(owner_name),
-        id: JobId::new(),
-        idempotency_key: key(key_text),
-        fingerprint: Fingerprint::of_job("summarize", &input, "sim-fast"),
-        task: "summarize".into(),
-        input,
-        provider: "sim-fast".into(),
-        first_attempt_id: AttemptId::new(),
-        max_cost: None,
-        trace: None,
-    }
-}
 
 fn attempt_on(provider: &str, key_text: &str) -> NewAttempt {
     NewAttempt {

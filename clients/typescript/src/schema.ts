@@ -518,6 +518,7 @@ export interface components {
              * @description When its state last changed.
              */
             updated_at: string;
+            waiting?: null | components["schemas"]["Waiting"];
             /**
              * Format: int32
              * @description The number of the attempt that won, once one has.
@@ -752,6 +753,29 @@ export interface components {
             winner_cost: {
                 [key: string]: string;
             };
+        };
+        /**
+         * @description Why a queued job's pending attempt is not running yet, the first that
+         *     applies, for `GET /jobs/{id}`.
+         */
+        Waiting: {
+            /**
+             * Format: int64
+             * @description Milliseconds until the wait ends, when that is known.
+             */
+            for_ms?: number | null;
+            /**
+             * Format: int32
+             * @description The limit reached, for the two `max` reasons.
+             */
+            limit?: number | null;
+            /**
+             * @description `retry-backoff` (the attempt is not due yet), `provider-paused`
+             *     (its provider asked for a pause), `owner-max-in-flight`,
+             *     `provider-max-concurrent`, or `worker` (due, waiting for a worker
+             *     to claim it).
+             */
+            reason: string;
         };
     };
     responses: never;

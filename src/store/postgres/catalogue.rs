@@ -2,7 +2,7 @@
 //! are cross-owner by design: what the routing test (`tests/it/citus.rs`)
 //! checks against a sharding by owner (docs/scaling.md).
 
-use super::{keys, retention, sessions, sql, webhooks};
+use super::{claims, keys, retention, sessions, sql, webhooks};
 
 /// Names each statement of the list with its path and gives its text.
 macro_rules! catalogue {
@@ -25,7 +25,20 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         sql::SETTLE_WITH_OUTPUT,
         sql::FINISHED_WITH_CALLS,
         sql::EXPIRED_LEASES,
-        sql::CLAIM_ATTEMPTS,
+        claims::PENDING_OWNERS,
+        claims::PENDING_BY,
+        claims::LOCK_OWNERS,
+        claims::LOCK_PROVIDERS,
+        claims::RUNNING_COUNTS,
+        claims::PROVIDER_GATES,
+        claims::CLAIM_CANDIDATES,
+        claims::START_ATTEMPTS,
+        claims::PUT_REQUESTS,
+        claims::PAUSE_PROVIDER,
+        claims::REQUEUE_ATTEMPT,
+        claims::RESERVE_TOKENS,
+        claims::TOKENS_LEFT,
+        claims::WAITING_FACTS,
         sql::CLAIM_RECONCILIATIONS,
         sql::SAMPLE_GAUGES,
         sql::FIND_UNKNOWN_ATTEMPT_OWNER,
@@ -34,6 +47,7 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         sql::FIND_API_KEY,
         sql::INSERT_API_KEY,
         sql::LIST_API_KEYS,
+        sql::SET_KEY_MAX_IN_FLIGHT,
         sql::LIST_EVENTS,
         sql::LATEST_QUALIFICATION,
         sql::LIST_USAGE,
@@ -101,7 +115,10 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
 /// (docs/scaling.md). Every other statement on an owner's tables is routed
 /// to one owner by `owner_id = $n`, which the routing test checks.
 pub const CROSS_OWNER: &[(&str, &str)] = &[
-    ("sql::CLAIM_ATTEMPTS", "the worker's claim takes due attempts of every owner (sharded: claimed per owner, see docs/scaling.md)"),
+    ("claims::PENDING_OWNERS", "the claim's lock-free read of which owners have pending work (then claimed owner by owner)"),
+    ("claims::PENDING_BY", "the metrics' pending attempts per owner and per provider, every few seconds"),
+    ("claims::WAITING_FACTS", "a queued job's wait counts its provider's running attempts, of every owner"),
+    ("claims::RUNNING_COUNTS", "the claim counts the running attempts of the owners and providers whose limits it enforces"),
     ("sql::CLAIM_RECONCILIATIONS", "the reconciler's claim takes due unknown attempts of every owner (per owner, like the claim)"),
     ("sql::EXPIRED_LEASES", "the reaper's scan of every owner's running attempts past their lease"),
     ("sql::FINISHED_WITH_CALLS", "a worker's scan of the attempts it holds, whoever owns them"),

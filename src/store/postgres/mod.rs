@@ -31,7 +31,7 @@ use super::hot::HotConnections;
 use super::rows::{AttemptRefRow, JobSummaryRow, QualificationRow, attempts_from_rows, job_from_rows, stored_trace};
 use super::usage::{AttemptUsage, UsageFilter, UsageRow};
 use super::{
-    ApiKey, AttemptRef, ClaimedAttempt, Gauges, JobFilter, KeyChange, Leases, LiveKey, NewAttempt, NewJob, OpenUnknown,
+    ApiKey, AttemptRef, Gauges, JobFilter, KeyChange, LiveKey, NewAttempt, NewJob, OpenUnknown,
     OwnedJobSummary, QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
 };
 use crate::domain::{
@@ -40,6 +40,7 @@ use crate::domain::{
 };
 
 mod catalogue;
+mod claims;
 mod keys;
 mod pooling;
 mod sessions;
@@ -50,7 +51,7 @@ mod sql;
 pub use catalogue::{CROSS_OWNER, statements};
 pub use sql::{CREATE_JOB, GET_JOB};
 use sql::{
-    CLAIM_ATTEMPTS, CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, SAMPLE_GAUGES,
+    CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, SAMPLE_GAUGES,
     SETTLE_WITH_OUTPUT,
 };
 
@@ -147,6 +148,42 @@ struct PgTx {
 }
 
 impl_driver_tx!(PgTx, {
+    async fn pending_owners(&mut self, after: &str, max: u32) -> Result<Vec<super::driver::PendingOwner>> {
+        claims::pending_owners(&mut self.tx, after, max).await
+    }
+
+    async fn lock_claims(&mut self, owners: &[String], providers: &[String]) -> Result<()> {
+        claims::lock_claims(&mut self.tx, owners, providers).await
+    }
+
+    async fn running_counts(&mut self, owners: &[String], providers: &[String]) -> Result<super::driver::Running> {
+        claims::running_counts(&mut self.tx, owners, providers).await
+    }
+
+    async fn provider_gates(&mut self, providers: &[String]) -> Result<Vec<super::driver::ProviderGate>> {
+        claims::provider_gates(&mut self.tx, providers).await
+    }
+
+    async fn claim_candidates(&mut self, owner: &str, providers: &[String], max: u32) -> Result<Vec<super::driver::Candidate>> {
+        claims::claim_candidates(&mut self.tx, owner, providers, max).await
+    }
+
+    async fn start_attempts(&mut self, worker: &str, candidates: &[super::driver::Candidate], leases: &[Duration]) -> Result<Vec<DateTime<Utc>>> {
+        claims::start_attempts(&mut self.tx, worker, candidates, leases).await
+    }
+
+    async fn put_requests(&mut self, provider: &str, level: f64) -> Result<()> {
+        claims::put_requests(&mut self.tx, provider, level).await
+    }
+
+    async fn pause_provider(&mut self, provider: &str, pause: Duration) -> Result<()> {
+        claims::pause_provider(&mut self.tx, provider, pause).await
+    }
+
+    async fn requeue_attempt(&mut self, attempt: &AttemptRef, delay: Duration, max: u32) -> Result<u64> {
+        claims::requeue_attempt(&mut self.tx, attempt, delay, max).await
+    }
+
     async fn take_purge_lock(&mut self) -> Result<bool> {
         retention::take_purge_lock(&mut self.tx).await
     }
@@ -362,30 +399,12 @@ impl_store!(PostgresStore, {
         Ok(rows.into_iter().map(|row| OwnedJobSummary::from(row).job).collect())
     }
 
-    async fn claim_attempts(&self, worker: &str, max: u32, leases: &Leases) -> Result<Vec<ClaimedAttempt>> {
-        let (names, seconds): (Vec<&str>, Vec<f64>) =
-            leases.by_provider.iter().map(|(name, lease)| (name.as_str(), lease.as_secs_f64())).unzip();
-        let rows = sqlx::query(CLAIM_ATTEMPTS.as_str())
-            .bind(i64::from(max))
-            .bind(worker)
-            .bind(leases.default.as_secs_f64())
-            .bind(names)
-            .bind(seconds)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(ClaimedAttempt {
-                    attempt: AttemptRef::from(<AttemptRefRow as sqlx::FromRow<PgRow>>::from_row(row)?),
-                    id: AttemptId(row.try_get("id")?),
-                    provider: row.try_get("provider")?,
-                    task: row.try_get("task")?,
-                    input: row.try_get("input")?,
-                    lease_until: row.try_get("lease_until")?,
-                    trace: stored_trace(row.try_get("traceparent")?, row.try_get("tracestate")?),
-                })
-            })
-            .collect()
+    async fn reserve_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>> {
+        claims::reserve_tokens(&self.pool, provider, tokens, per_minute).await
+    }
+
+    async fn waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::claims::WaitingFacts>> {
+        claims::waiting_facts(&self.pool, owner.as_str(), job_id.0).await
     }
 
     async fn claim_reconciliations(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>> {
@@ -449,6 +468,7 @@ impl_store!(PostgresStore, {
             pending_due: row.try_get("pending_due")?,
             unknown_open: row.try_get("unknown_open")?,
             oldest_unknown: Duration::from_secs_f64(row.try_get::<f64, _>("oldest")?.max(0.0)),
+            ..super::claims::pending_gauges(sqlx::query_as(claims::PENDING_BY.as_str()).fetch_all(&self.pool).await?)
         })
     }
 

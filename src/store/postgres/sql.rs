@@ -107,52 +107,6 @@ pub(super) static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Claiming due pending attempts (the `attempts_claimable` partial index):
-/// they become running under their provider's lease, their jobs running,
-/// each with its event. Rows another claimer or a transition holds are
-/// skipped, not waited for: claims never block and never take one attempt
-/// twice. Binds: how many, worker, default lease (s), provider names, their
-/// leases (s).
-pub(super) static CLAIM_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r#"with picked as (
-               select a.owner_id, a.job_id, a.number
-               from attempts a
-               join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-               where a.state = '{PENDING}' and a.not_before <= now()
-                 and a.provider = any($4::text[])
-                 and j.state not in ('{JOB_SUCCEEDED}', '{JOB_CANCELED}')
-               order by a.not_before
-               limit $1
-               for update of a, j skip locked
-           ), claimed as (
-               update attempts a
-               set state = '{RUNNING}', worker = $2, started_at = now(),
-                   lease_until = now() + make_interval(secs => coalesce(
-                       (select l.seconds from unnest($4::text[], $5::float8[]) as l(provider, seconds)
-                        where l.provider = a.provider),
-                       $3))
-               from picked p
-               where a.owner_id = p.owner_id and a.job_id = p.job_id and a.number = p.number
-               returning a.owner_id, a.job_id, a.number, a.id, a.provider, a.lease_until, a.traceparent, a.tracestate
-           ), running_jobs as (
-               update jobs j set state = '{JOB_RUNNING}', updated_at = now()
-               from claimed c
-               where j.owner_id = c.owner_id and j.id = c.job_id
-           ), claimed_events as (
-               insert into job_events (owner_id, job_id, kind, attempt_number, detail)
-               select owner_id, job_id, '{EVENT_ATTEMPT_CLAIMED}', number,
-                      jsonb_build_object('worker', $2::text, 'attempt_id', id, 'lease_until', lease_until)
-               from claimed
-           )
-           select c.owner_id, c.job_id, c.number, c.id, c.provider, c.lease_until, c.traceparent, c.tracestate,
-                  j.task, j.input
-           from claimed c
-           join jobs j on j.owner_id = c.owner_id and j.id = c.job_id
-           order by c.number"#
-    )
-});
-
 /// Claiming unknown attempts due for a status lookup (the
 /// `attempts_unknown` partial index) and holding them. Binds: providers,
 /// how many, hold (s).
@@ -221,8 +175,13 @@ pub(super) const FIND_API_KEY: &str =
 /// A new key. Binds: owner, id, role, hash.
 pub(super) const INSERT_API_KEY: &str = r#"insert into api_keys (owner_id, id, role, token_hash) values ($1, $2, $3, $4)"#;
 
+/// Sets a live key's own `max_in_flight` for its owner (null: none).
+/// Binds: key id, limit.
+pub(super) const SET_KEY_MAX_IN_FLIGHT: &str =
+    r#"update api_keys set max_in_flight = $2 where id = $1 and revoked_at is null"#;
+
 /// Every key, or one owner's. Binds: owner or null.
-pub(super) const LIST_API_KEYS: &str = r#"select owner_id, id, created_at, revoked_at, role from api_keys
+pub(super) const LIST_API_KEYS: &str = r#"select owner_id, id, created_at, revoked_at, role, max_in_flight from api_keys
     where $1::text is null or owner_id = $1
     order by created_at, id"#;
 

@@ -37,12 +37,12 @@ use sqlx::{Row, Sqlite, Transaction};
 use uuid::Uuid;
 
 use super::webhooks::Outgoing;
-use super::driver::{AttemptHolder, Driver, DriverTx, LockedJob, OutputSettlement, Settled, Tx};
+use super::driver::{AttemptHolder, Driver, LockedJob, OutputSettlement, Settled, Tx};
 use super::shared::{impl_driver_tx, impl_store};
 use super::rows::{ATTEMPT_COLUMNS, AttemptRefRow, QualificationRow, attempts_from_rows, job_from_rows, stored_trace};
 use super::usage::{AttemptUsage, UsageFilter, UsageRow};
 use super::{
-    ApiKey, AttemptRef, ClaimedAttempt, Gauges, JobFilter, Leases, LiveKey, NewAttempt, NewJob, OpenUnknown,
+    ApiKey, AttemptRef, Gauges, JobFilter, LiveKey, NewAttempt, NewJob, OpenUnknown,
     OwnedJobSummary, QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
 };
 use crate::domain::{
@@ -50,6 +50,7 @@ use crate::domain::{
     JobState, JobSummary, KeyRole, OwnerId,
 };
 
+mod claims;
 mod group;
 mod sessions;
 mod webhooks;
@@ -57,7 +58,7 @@ mod retention;
 mod sql;
 
 use sql::{
-    CLAIMABLE, EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, RECONCILABLE, SAMPLE_GAUGES,
+    EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, RECONCILABLE, SAMPLE_GAUGES,
 };
 
 /// The embedded migrations of `migrations/sqlite`.
@@ -188,6 +189,58 @@ struct SqliteTx {
 }
 
 impl_driver_tx!(SqliteTx, {
+    async fn pending_owners(&mut self, after: &str, max: u32) -> Result<Vec<super::driver::PendingOwner>> {
+        claims::pending_owners(&mut self.tx, after, max).await
+    }
+
+    async fn lock_claims(&mut self, _owners: &[String], _providers: &[String]) -> Result<()> {
+        Ok(())
+    }
+
+    async fn running_counts(&mut self, owners: &[String], providers: &[String]) -> Result<super::driver::Running> {
+        claims::running_counts(&mut self.tx, owners, providers).await
+    }
+
+    async fn provider_gates(&mut self, providers: &[String]) -> Result<Vec<super::driver::ProviderGate>> {
+        claims::provider_gates(&mut self.tx, self.at, providers).await
+    }
+
+    async fn claim_candidates(&mut self, owner: &str, providers: &[String], max: u32) -> Result<Vec<super::driver::Candidate>> {
+        claims::claim_candidates(&mut self.tx, self.at, owner, providers, max).await
+    }
+
+    async fn start_attempts(&mut self, worker: &str, candidates: &[super::driver::Candidate], leases: &[Duration]) -> Result<Vec<DateTime<Utc>>> {
+        let ends = claims::lease_ends(self.at, leases)?;
+        for (candidate, lease_until) in candidates.iter().zip(&ends) {
+            let attempt = &candidate.attempt;
+            sqlx::query(&*sql::CLAIM_ATTEMPT)
+                .bind(worker)
+                .bind(self.at)
+                .bind(lease_until.timestamp_micros())
+                .bind(attempt.owner.as_str())
+                .bind(attempt.job_id.0)
+                .bind(attempt.number)
+                .execute(&mut *self.tx)
+                .await?;
+            self.set_job_state(&attempt.owner, attempt.job_id, JobState::Running).await?;
+            let detail = json!({ "worker": worker, "attempt_id": candidate.id, "lease_until": lease_until });
+            self.append_event(&attempt.owner, attempt.job_id, EventKind::AttemptClaimed, Some(attempt.number), detail).await?;
+        }
+        Ok(ends)
+    }
+
+    async fn put_requests(&mut self, provider: &str, level: f64) -> Result<()> {
+        claims::put_requests(&mut self.tx, self.at, provider, level).await
+    }
+
+    async fn pause_provider(&mut self, provider: &str, pause: Duration) -> Result<()> {
+        claims::pause_provider(&mut self.tx, self.at, provider, pause).await
+    }
+
+    async fn requeue_attempt(&mut self, attempt: &AttemptRef, delay: Duration, max: u32) -> Result<u64> {
+        claims::requeue_attempt(&mut self.tx, self.at, attempt, delay, max).await
+    }
+
     async fn take_purge_lock(&mut self) -> Result<bool> {
         Ok(true)
     }
@@ -429,44 +482,15 @@ impl_store!(SqliteStore, {
         Ok(self.browse_jobs(Some(owner), None, filter).await?.into_iter().map(|owned| owned.job).collect())
     }
 
-    async fn claim_attempts(&self, worker: &str, max: u32, leases: &Leases) -> Result<Vec<ClaimedAttempt>> {
-        let names = json_list(leases.by_provider.iter().map(|(name, _)| name.as_str()));
-        // The write lock makes the claim atomic: no other claimer runs between
-        // the select and the updates.
+    async fn reserve_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>> {
         let mut write = self.write().await?;
-        let at = write.at;
-        let rows = sqlx::query(CLAIMABLE.as_str()).bind(at).bind(&names).bind(i64::from(max)).fetch_all(&mut *write.tx).await?;
-        let mut claimed = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let attempt = AttemptRef::from(<AttemptRefRow as sqlx::FromRow<_>>::from_row(row)?);
-            let provider: String = row.try_get("provider")?;
-            let lease = leases.of(&provider);
-            let lease_until = at.saturating_add(micros(lease));
-            sqlx::query(&*sql::CLAIM_ATTEMPT)
-            .bind(worker)
-            .bind(at)
-            .bind(lease_until)
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
-            .execute(&mut *write.tx)
-            .await?;
-            write.set_job_state(&attempt.owner, attempt.job_id, JobState::Running).await?;
-            let id = AttemptId(row.try_get("id")?);
-            let detail = json!({ "worker": worker, "attempt_id": id, "lease_until": time(lease_until)? });
-            write.append_event(&attempt.owner, attempt.job_id, EventKind::AttemptClaimed, Some(attempt.number), detail).await?;
-            claimed.push(ClaimedAttempt {
-                attempt,
-                id,
-                provider,
-                task: row.try_get("task")?,
-                input: row.try_get::<Option<Json<Value>>, _>("input")?.map_or(Value::Null, |i| i.0),
-                lease_until: time(lease_until)?,
-                trace: stored_trace(row.try_get("traceparent")?, row.try_get("tracestate")?),
-            });
-        }
+        let reserved = claims::reserve_tokens(&mut write.tx, write.at, provider, tokens, per_minute).await?;
         write.tx.commit().await?;
-        Ok(claimed)
+        Ok(reserved)
+    }
+
+    async fn waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::claims::WaitingFacts>> {
+        claims::waiting_facts(&self.pool, owner.as_str(), job_id.0, now()).await
     }
 
     async fn claim_reconciliations(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>> {
@@ -522,6 +546,7 @@ impl_store!(SqliteStore, {
             pending_due: row.try_get("pending_due")?,
             unknown_open: row.try_get("unknown_open")?,
             oldest_unknown: Duration::from_micros(oldest.map_or(0, |o| u64::try_from(at - o).unwrap_or(0))),
+            ..super::claims::pending_gauges(sqlx::query_as(claims::PENDING_BY.as_str()).fetch_all(&self.pool).await?)
         })
     }
 

@@ -37,21 +37,6 @@ pub(super) static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Due pending attempts of the given providers (the `attempts_claimable`
-/// partial index), whose jobs have not finished.
-pub(super) static CLAIMABLE: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, a.traceparent, a.tracestate, j.task, j.input
-           from attempts a
-           join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
-           where a.state = '{PENDING}' and a.not_before <= ?1
-             and a.provider in (select value from json_each(?2))
-             and j.state not in ('{JOB_SUCCEEDED}', '{JOB_CANCELED}')
-           order by a.not_before
-           limit ?3"#
-    )
-});
-
 /// Unknown attempts of the given providers due for a status lookup (the
 /// `attempts_unknown` partial index).
 pub(super) static RECONCILABLE: LazyLock<String> = LazyLock::new(|| {
@@ -110,8 +95,13 @@ pub(super) const FIND_API_KEY: &str =
 pub(super) const INSERT_API_KEY: &str =
     r#"insert into api_keys (owner_id, id, role, token_hash, created_at) values (?1, ?2, ?3, ?4, ?5)"#;
 
+/// Sets a live key's own `max_in_flight` for its owner (null: none).
+/// Binds: key id, limit.
+pub(super) const SET_KEY_MAX_IN_FLIGHT: &str =
+    r#"update api_keys set max_in_flight = ?2 where id = ?1 and revoked_at is null"#;
+
 /// Every key, or one owner's. Binds: owner or null.
-pub(super) const LIST_API_KEYS: &str = r#"select owner_id, id, created_at, revoked_at, role from api_keys
+pub(super) const LIST_API_KEYS: &str = r#"select owner_id, id, created_at, revoked_at, role, max_in_flight from api_keys
     where ?1 is null or owner_id = ?1
     order by created_at, id"#;
 

@@ -1,0 +1,448 @@
+//! Claiming: which pending attempts a worker takes, written once for both
+//! databases over the statements of [`super::driver`].
+//!
+//! A claim is one transaction:
+//!
+//! 1. **Owners with pending work**, read without locks, one index probe per
+//!    owner: up to one batch's worth of owners, starting after the owner
+//!    where the previous claim of this worker stopped, wrapping around. No
+//!    owner is left out for long however many there are.
+//! 2. **Locks, only where a limit is counted**: each limited owner's claim
+//!    lock (an owner's `max_in_flight`), each limited provider's row of
+//!    `provider_state` (its `max_concurrent` and `requests_per_minute`), in
+//!    name order. Two claimers counting the same limit take turns, so a
+//!    limit holds across replicas; claims of unlimited owners and
+//!    providers never wait for each other.
+//! 3. **What the limits leave**: running attempts per limited owner and
+//!    provider, counted after the locks (a new statement sees every claim
+//!    committed before it), pauses and request buckets.
+//! 4. **Candidates, owner by owner**: each owner's oldest due attempts on
+//!    open providers, up to its share, locked and skipping rows another
+//!    claimer holds. Each statement is routed by its owner.
+//! 5. **The pick, round robin**: the first candidate of every owner, then
+//!    the second of every owner, and so on, while the providers' limits
+//!    allow, up to the batch ([`pick`]). Within an owner, oldest first.
+//! 6. **Start**: the picked attempts become `running` under their leases,
+//!    their jobs `running`, each with its event; request buckets are
+//!    debited. Candidates not picked are let go at commit, still pending.
+//!
+//! An attempt over a limit is not refused: it stays `pending` and is
+//! claimed when the limit allows.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::driver::{Candidate, PendingOwner, ProviderGate, Running, Tx};
+use super::{ClaimedAttempt, Result, Store};
+pub use crate::config::ProviderLimits;
+pub use crate::metrics::Deferral;
+use crate::domain::Waiting;
+
+/// The providers a worker can call, and how long its claim on an attempt
+/// of each holds (the provider's deadline plus a margin). Only attempts on
+/// these providers are claimed.
+#[derive(Clone, Debug)]
+pub struct Leases {
+    /// The lease of a provider missing from `by_provider` (none is claimed).
+    pub default: Duration,
+    /// Per provider name.
+    pub by_provider: Vec<(String, Duration)>,
+    /// The owners' and providers' limits the claims enforce.
+    pub limits: ClaimLimits,
+    /// Where this worker's claims are in their round of owners.
+    pub rotation: Rotation,
+}
+
+impl Leases {
+    /// Leases without limits, in a round of owners of their own.
+    pub fn new(default: Duration, by_provider: Vec<(String, Duration)>) -> Self {
+        Self { default, by_provider, limits: ClaimLimits::default(), rotation: Rotation::default() }
+    }
+
+    /// The lease of an attempt on `provider`.
+    pub fn of(&self, provider: &str) -> Duration {
+        self.by_provider.iter().find(|(name, _)| name == provider).map_or(self.default, |(_, lease)| *lease)
+    }
+}
+
+/// The limits a claim enforces, the same on every replica.
+#[derive(Clone, Debug, Default)]
+pub struct ClaimLimits {
+    /// Attempts of one owner running at once across the cluster, unless
+    /// one of its keys sets its own (`None`: no limit).
+    pub max_in_flight_per_owner: Option<u32>,
+    /// Per provider name.
+    pub providers: BTreeMap<String, ProviderLimits>,
+}
+
+impl ClaimLimits {
+    /// The limits of `[worker] max_in_flight_per_owner` (0: none) and of
+    /// each provider's settings.
+    pub fn new<'a>(
+        max_in_flight_per_owner: u32,
+        providers: impl IntoIterator<Item = (&'a String, &'a crate::config::ProviderSettings)>,
+    ) -> Self {
+        Self {
+            max_in_flight_per_owner: Some(max_in_flight_per_owner).filter(|&n| n > 0),
+            providers: providers.into_iter().map(|(name, p)| (name.clone(), p.limits())).collect(),
+        }
+    }
+}
+
+/// Where the claims of one worker are in their round of owners: the next
+/// claim starts after this owner.
+#[derive(Clone, Debug, Default)]
+pub struct Rotation(Arc<Mutex<String>>);
+
+impl Rotation {
+    fn get(&self) -> String {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, owner: &str) {
+        owner.clone_into(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+}
+
+/// The pending gauges from (`owner` or `provider`, name, count) rows.
+pub(super) fn pending_gauges(rows: Vec<(String, String, i64)>) -> super::Gauges {
+    let (owners, providers): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(kind, _, _)| kind == "owner");
+    super::Gauges {
+        pending_due: 0,
+        unknown_open: 0,
+        oldest_unknown: Duration::ZERO,
+        pending_by_owner: owners.into_iter().map(|(_, name, count)| (name, count)).collect(),
+        pending_by_provider: providers.into_iter().map(|(_, name, count)| (name, count)).collect(),
+    }
+}
+
+/// What a queued job waits for, as [`super::Store::waiting_facts`] reads it.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct WaitingFacts {
+    /// Its pending attempt's provider.
+    pub provider: String,
+    /// Seconds until the pending attempt is due (a retry's backoff, a
+    /// requeue's wait); 0 or less: due.
+    pub due_in: f64,
+    /// How much longer its provider is paused, in seconds.
+    pub paused_for: f64,
+    /// The owner's running attempts.
+    pub owner_running: i64,
+    /// The provider's running attempts.
+    pub provider_running: i64,
+    /// The largest `max_in_flight` the owner's live keys set.
+    pub owner_limit: Option<i32>,
+}
+
+impl WaitingFacts {
+    /// The reason, under `limits`.
+    pub fn reason(&self, limits: &ClaimLimits) -> Waiting {
+        let ms = |seconds: f64| Some((seconds * 1000.0).ceil() as u64);
+        let owner_limit = self.owner_limit.and_then(|n| u32::try_from(n).ok()).or(limits.max_in_flight_per_owner);
+        let provider_limit = limits.providers.get(&self.provider).and_then(|l| l.max_concurrent);
+        let (reason, limit, for_ms) = if self.due_in > 0.0 {
+            ("retry-backoff", None, ms(self.due_in))
+        } else if self.paused_for > 0.0 {
+            (Deferral::ProviderPaused.as_str(), None, ms(self.paused_for))
+        } else if let Some(limit) = owner_limit.filter(|&limit| self.owner_running >= i64::from(limit)) {
+            (Deferral::OwnerMaxInFlight.as_str(), Some(limit), None)
+        } else if let Some(limit) = provider_limit.filter(|&limit| self.provider_running >= i64::from(limit)) {
+            (Deferral::ProviderMaxConcurrent.as_str(), Some(limit), None)
+        } else {
+            ("worker", None, None)
+        };
+        Waiting { reason: reason.to_owned(), limit, for_ms }
+    }
+}
+
+/// A token bucket of `per_minute` refilled evenly over a minute: its level
+/// now, from the level last written (`None`: full) and the seconds since.
+pub fn refilled(level: Option<f64>, idle_seconds: f64, per_minute: u32) -> f64 {
+    let size = f64::from(per_minute);
+    level.map_or(size, |level| (level + idle_seconds.max(0.0) * size / 60.0).min(size))
+}
+
+/// How long until a bucket of `per_minute` at `level` holds `needed`
+/// (at most a full bucket's worth).
+pub fn refill_wait(level: f64, needed: f64, per_minute: u32) -> Duration {
+    let size = f64::from(per_minute);
+    let short = needed.min(size) - level;
+    if short <= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(short * 60.0 / size) }
+}
+
+/// Claims up to `want` due pending attempts for `worker`: see the module's
+/// documentation for how.
+pub(super) async fn claim<S: Store + ?Sized>(store: &S, worker: &str, want: u32, leases: &Leases) -> Result<Vec<ClaimedAttempt>> {
+    if want == 0 {
+        return Ok(Vec::new());
+    }
+    let limits = &leases.limits;
+    let mut tx = store.begin().await?;
+    let after = leases.rotation.get();
+    let mut owners = tx.pending_owners(&after, want).await?;
+    let full = owners.len() == want as usize;
+    if !full && !after.is_empty() {
+        let left = want - u32::try_from(owners.len()).unwrap_or(want);
+        owners.extend(tx.pending_owners("", left).await?.into_iter().filter(|owner| owner.owner_id <= after));
+    }
+    let Some(first) = owners.first() else { return Ok(Vec::new()) };
+    // A full window continues after its last owner; a window that held
+    // every owner starts one owner later next time, so that the first pick
+    // of a round goes to each owner in turn.
+    leases.rotation.set(if full { &owners[owners.len() - 1].owner_id } else { &first.owner_id });
+
+    let owner_limit = |owner: &PendingOwner| {
+        owner.max_in_flight.and_then(|n| u32::try_from(n).ok()).or(limits.max_in_flight_per_owner)
+    };
+    let mut limited_owners: Vec<String> =
+        owners.iter().filter(|owner| owner_limit(owner).is_some()).map(|owner| owner.owner_id.clone()).collect();
+    limited_owners.sort();
+    let providers: Vec<String> = leases.by_provider.iter().map(|(name, _)| name.clone()).collect();
+    let counted: Vec<String> =
+        providers.iter().filter(|name| limits.providers.get(*name).is_some_and(ProviderLimits::counted)).cloned().collect();
+    let running = if limited_owners.is_empty() && counted.is_empty() {
+        Running::default()
+    } else {
+        tx.lock_claims(&limited_owners, &counted).await?;
+        tx.running_counts(&limited_owners, &counted).await?
+    };
+    let gates: HashMap<String, ProviderGate> =
+        tx.provider_gates(&providers).await?.into_iter().map(|gate| (gate.provider.clone(), gate)).collect();
+
+    let mut deferred: HashMap<Deferral, u64> = HashMap::new();
+    // What each provider still allows in this claim (absent: no limit).
+    let mut room: HashMap<&str, u32> = HashMap::new();
+    let mut open = Vec::new();
+    for name in &providers {
+        let gate = gates.get(name);
+        if gate.is_some_and(|gate| gate.paused_for > 0.0) {
+            *deferred.entry(Deferral::ProviderPaused).or_default() += 1;
+            continue;
+        }
+        let own = limits.providers.get(name).copied().unwrap_or_default();
+        let mut allows = None::<u32>;
+        if let Some(max) = own.max_concurrent {
+            let busy = running.by_provider.get(name).copied().unwrap_or(0);
+            allows = Some(u32::try_from(i64::from(max) - busy).unwrap_or(0));
+        }
+        if let Some(per_minute) = own.requests_per_minute {
+            let level = refilled(gate.and_then(|g| g.requests), gate.map_or(0.0, |g| g.requests_idle), per_minute);
+            let whole = level.max(0.0).floor() as u32;
+            allows = Some(allows.map_or(whole, |n| n.min(whole)));
+        }
+        match allows {
+            Some(0) => {
+                let why = if own.max_concurrent.is_some_and(|max| i64::from(max) <= running.by_provider.get(name).copied().unwrap_or(0)) {
+                    Deferral::ProviderMaxConcurrent
+                } else {
+                    Deferral::ProviderRequestsPerMinute
+                };
+                *deferred.entry(why).or_default() += 1;
+            }
+            Some(n) => {
+                room.insert(name.as_str(), n);
+                open.push(name.clone());
+            }
+            None => open.push(name.clone()),
+        }
+    }
+
+    let mut caps = Vec::with_capacity(owners.len());
+    for owner in &owners {
+        let cap = match owner_limit(owner) {
+            Some(limit) => {
+                let busy = running.by_owner.get(&owner.owner_id).copied().unwrap_or(0);
+                u32::try_from(i64::from(limit) - busy).unwrap_or(0)
+            }
+            None => want,
+        };
+        if cap == 0 {
+            *deferred.entry(Deferral::OwnerMaxInFlight).or_default() += 1;
+        } else {
+            caps.push((owner.owner_id.as_str(), cap));
+        }
+    }
+    let mut claimed = Vec::new();
+    if !open.is_empty() && !caps.is_empty() {
+        let mut candidates = Vec::with_capacity(caps.len());
+        for (owner, quota) in fetch_sizes(&caps, want) {
+            candidates.push(tx.claim_candidates(owner, &open, quota).await?);
+        }
+        let (picked, short) = pick(candidates, want, &mut room);
+        for name in short {
+            let why = if limits.providers.get(name.as_str()).and_then(|l| l.max_concurrent).is_some() {
+                Deferral::ProviderMaxConcurrent
+            } else {
+                Deferral::ProviderRequestsPerMinute
+            };
+            *deferred.entry(why).or_default() += 1;
+        }
+        claimed = start(&mut tx, worker, picked, leases).await?;
+        for name in &counted {
+            if let Some(per_minute) = limits.providers.get(name).and_then(|l| l.requests_per_minute) {
+                let gate = gates.get(name);
+                let level = refilled(gate.and_then(|g| g.requests), gate.map_or(0.0, |g| g.requests_idle), per_minute);
+                let used = claimed.iter().filter(|(c, _): &&(ClaimedAttempt, f64)| &c.provider == name).count();
+                tx.put_requests(name, level - used as f64).await?;
+            }
+        }
+    }
+    tx.commit().await?;
+    for (why, count) in deferred {
+        crate::metrics::claims_deferred(why, count);
+    }
+    Ok(claimed
+        .into_iter()
+        .map(|(attempt, waited)| {
+            crate::metrics::attempt_waited(&attempt.provider, Duration::from_secs_f64(waited.max(0.0)));
+            attempt
+        })
+        .collect())
+}
+
+/// Starts the picked attempts, owner by owner: each with how long it waited.
+async fn start(
+    tx: &mut Tx,
+    worker: &str,
+    picked: Vec<Candidate>,
+    leases: &Leases,
+) -> Result<Vec<(ClaimedAttempt, f64)>> {
+    let mut by_owner: Vec<Vec<Candidate>> = Vec::new();
+    for candidate in picked {
+        match by_owner.iter_mut().find(|group| group[0].attempt.owner == candidate.attempt.owner) {
+            Some(group) => group.push(candidate),
+            None => by_owner.push(vec![candidate]),
+        }
+    }
+    let mut claimed = Vec::new();
+    for group in by_owner {
+        let lease_of: Vec<Duration> = group.iter().map(|c| leases.of(&c.provider)).collect();
+        let until = tx.start_attempts(worker, &group, &lease_of).await?;
+        for (candidate, lease_until) in group.into_iter().zip(until) {
+            let waited = candidate.waited;
+            claimed.push((
+                ClaimedAttempt {
+                    attempt: candidate.attempt,
+                    id: candidate.id,
+                    provider: candidate.provider,
+                    task: candidate.task,
+                    input: candidate.input,
+                    lease_until,
+                    trace: candidate.trace,
+                },
+                waited,
+            ));
+        }
+    }
+    Ok(claimed)
+}
+
+/// How many candidates to fetch of each owner, in order: its cap, at most
+/// twice an even share of the batch (so that owners with less pending
+/// than their share leave room the others can fill), at least one.
+fn fetch_sizes<'a>(caps: &[(&'a str, u32)], want: u32) -> Vec<(&'a str, u32)> {
+    let owners = u32::try_from(caps.len()).unwrap_or(u32::MAX).max(1);
+    let share = (2 * want).div_ceil(owners).max(1);
+    caps.iter().map(|&(owner, cap)| (owner, cap.min(share).min(want))).collect()
+}
+
+/// Round robin over the owners' candidates (each owner's oldest first):
+/// up to `want`, within what each provider has `room` for. Returns the
+/// picks, and the providers whose room ran out while candidates of theirs
+/// were left.
+fn pick(candidates: Vec<Vec<Candidate>>, want: u32, room: &mut HashMap<&str, u32>) -> (Vec<Candidate>, Vec<String>) {
+    let mut queues: Vec<std::collections::VecDeque<Candidate>> = candidates.into_iter().map(Into::into).collect();
+    let mut picked = Vec::new();
+    let mut short: Vec<String> = Vec::new();
+    while picked.len() < want as usize && queues.iter().any(|queue| !queue.is_empty()) {
+        for queue in &mut queues {
+            if picked.len() == want as usize {
+                break;
+            }
+            // This owner's oldest candidate a provider has room for.
+            while let Some(candidate) = queue.pop_front() {
+                match room.get_mut(candidate.provider.as_str()) {
+                    Some(0) => {
+                        if !short.contains(&candidate.provider) {
+                            short.push(candidate.provider.clone());
+                        }
+                    }
+                    Some(left) => {
+                        *left -= 1;
+                        picked.push(candidate);
+                        break;
+                    }
+                    None => {
+                        picked.push(candidate);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    (picked, short)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::domain::{AttemptId, JobId, OwnerId};
+    use crate::store::AttemptRef;
+
+    fn candidate(owner: &str, n: i32, provider: &str) -> Candidate {
+        Candidate {
+            attempt: AttemptRef { owner: OwnerId::parse(owner).unwrap(), job_id: JobId(uuid::Uuid::now_v7()), number: n },
+            id: AttemptId(uuid::Uuid::now_v7()),
+            provider: provider.to_owned(),
+            task: "t".into(),
+            input: Value::Null,
+            trace: None,
+            waited: 0.0,
+        }
+    }
+
+    fn names(picked: &[Candidate]) -> Vec<String> {
+        picked.iter().map(|c| format!("{}{}", c.attempt.owner, c.attempt.number)).collect()
+    }
+
+    #[test]
+    fn the_pick_takes_every_owners_oldest_first_then_their_second_and_fills_the_batch() {
+        let a: Vec<_> = (1..=10).map(|n| candidate("a", n, "p")).collect();
+        let b: Vec<_> = (1..=2).map(|n| candidate("b", n, "p")).collect();
+        let (picked, short) = pick(vec![a, b], 6, &mut HashMap::new());
+        assert_eq!(names(&picked), ["a1", "b1", "a2", "b2", "a3", "a4"]);
+        assert!(short.is_empty());
+    }
+
+    #[test]
+    fn the_pick_stays_within_a_providers_room_and_says_which_ran_out() {
+        let a = vec![candidate("a", 1, "slow"), candidate("a", 2, "slow"), candidate("a", 3, "fast")];
+        let b = vec![candidate("b", 1, "slow")];
+        let mut room = HashMap::from([("slow", 2)]);
+        let (picked, short) = pick(vec![a, b], 10, &mut room);
+        assert_eq!(names(&picked), ["a1", "b1", "a3"]);
+        assert_eq!(short, ["slow"]);
+        assert_eq!(room["slow"], 0);
+    }
+
+    #[test]
+    fn each_owner_fetches_at_most_twice_its_share_and_never_more_than_its_cap() {
+        assert_eq!(fetch_sizes(&[("a", 32), ("b", 32)], 32), [("a", 32), ("b", 32)]);
+        assert_eq!(fetch_sizes(&[("a", 32), ("b", 3), ("c", 32), ("d", 32)], 32), [("a", 16), ("b", 3), ("c", 16), ("d", 16)]);
+        assert_eq!(fetch_sizes(&[("a", 5); 100], 32).iter().map(|(_, n)| *n).max(), Some(1));
+    }
+
+    #[test]
+    fn a_bucket_refills_evenly_over_a_minute_up_to_its_size() {
+        assert_eq!(refilled(None, 0.0, 60), 60.0);
+        assert_eq!(refilled(Some(0.0), 30.0, 60), 30.0);
+        assert_eq!(refilled(Some(-10.0), 10.0, 60), 0.0);
+        assert_eq!(refilled(Some(50.0), 600.0, 60), 60.0);
+        assert_eq!(refill_wait(0.0, 30.0, 60), Duration::from_secs(30));
+        assert_eq!(refill_wait(10.0, 5.0, 60), Duration::ZERO);
+        assert_eq!(refill_wait(0.0, 1_000.0, 60), Duration::from_secs(60), "a need over the bucket's size waits for a full bucket");
+    }
+}
