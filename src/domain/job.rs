@@ -63,11 +63,12 @@ pub struct Job {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, utoipa::ToSchema)]
 pub struct Waiting {
     /// `retry-backoff` (the attempt is not due yet), `provider-paused`
-    /// (its provider asked for a pause), `owner-max-in-flight`,
-    /// `provider-max-concurrent`, or `worker` (due, waiting for a worker
-    /// to claim it).
+    /// (its provider asked for a pause, or its tokens per minute are
+    /// spent), `owner-max-in-flight`, `provider-max-concurrent`,
+    /// `provider-requests-per-minute`, or `worker` (due, waiting for a
+    /// worker to claim it).
     pub reason: String,
-    /// The limit reached, for the two `max` reasons.
+    /// The limit reached, for the `max` and `per-minute` reasons.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
     /// Milliseconds until the wait ends, when that is known.

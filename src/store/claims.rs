@@ -133,6 +133,10 @@ pub struct WaitingFacts {
     pub provider_running: i64,
     /// The largest `max_in_flight` the owner's live keys set.
     pub owner_limit: Option<i32>,
+    /// The provider's request bucket when last written (`None`: full).
+    pub requests: Option<f64>,
+    /// Seconds since then.
+    pub requests_idle: f64,
 }
 
 impl WaitingFacts {
@@ -149,6 +153,11 @@ impl WaitingFacts {
             (Deferral::OwnerMaxInFlight.as_str(), Some(limit), None)
         } else if let Some(limit) = provider_limit.filter(|&limit| self.provider_running >= i64::from(limit)) {
             (Deferral::ProviderMaxConcurrent.as_str(), Some(limit), None)
+        } else if let Some(per_minute) = limits.providers.get(&self.provider).and_then(|l| l.requests_per_minute)
+            && let level = refilled(self.requests, self.requests_idle, per_minute)
+            && level < 1.0
+        {
+            (Deferral::ProviderRequestsPerMinute.as_str(), Some(per_minute), Some(refill_wait(level, 1.0, per_minute).as_millis() as u64))
         } else {
             ("worker", None, None)
         };
@@ -190,7 +199,13 @@ pub(super) async fn claim<S: Store + ?Sized>(store: &S, worker: &str, want: u32,
     // A full window continues after its last owner; a window that held
     // every owner starts one owner later next time, so that the first pick
     // of a round goes to each owner in turn.
-    leases.rotation.set(if full { &owners[owners.len() - 1].owner_id } else { &first.owner_id });
+    // (One owner alone needs no turns: its claims read from the start.)
+    let next = match owners.len() {
+        _ if full => owners[owners.len() - 1].owner_id.as_str(),
+        1 => "",
+        _ => first.owner_id.as_str(),
+    };
+    leases.rotation.set(next);
 
     let owner_limit = |owner: &PendingOwner| {
         owner.max_in_flight.and_then(|n| u32::try_from(n).ok()).or(limits.max_in_flight_per_owner)

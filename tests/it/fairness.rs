@@ -197,6 +197,8 @@ async fn a_providers_requests_per_minute_keep_the_rest_of_a_burst_pending(backen
         if job["state"] == "queued" {
             queued += 1;
             assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "waiting spends no attempt: {job}");
+            assert_eq!(job["waiting"]["reason"], "provider-requests-per-minute", "{job}");
+            assert_eq!(job["waiting"]["limit"], 5, "{job}");
         }
     }
     assert_eq!(queued, 5, "the rest of the burst waits pending");

@@ -164,12 +164,14 @@ pub(super) static WAITING_FACTS: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"select a.provider,
                   extract(epoch from a.not_before - now())::float8 as due_in,
-                  greatest(0, coalesce((select extract(epoch from p.paused_until - now())
-                                        from provider_state p where p.provider = a.provider), 0))::float8 as paused_for,
+                  greatest(0, coalesce(extract(epoch from p.paused_until - now()), 0))::float8 as paused_for,
                   (select count(*) from attempts r where r.owner_id = $1 and r.state = '{RUNNING}') as owner_running,
                   (select count(*) from attempts r where r.state = '{RUNNING}' and r.provider = a.provider) as provider_running,
-                  (select max(k.max_in_flight) from api_keys k where k.owner_id = $1 and k.revoked_at is null) as owner_limit
-           from attempts a where a.owner_id = $1 and a.job_id = $2 and a.state = '{PENDING}'"#
+                  (select max(k.max_in_flight) from api_keys k where k.owner_id = $1 and k.revoked_at is null) as owner_limit,
+                  p.requests,
+                  coalesce(extract(epoch from now() - p.requests_at), 0)::float8 as requests_idle
+           from attempts a left join provider_state p on p.provider = a.provider
+           where a.owner_id = $1 and a.job_id = $2 and a.state = '{PENDING}'"#
     )
 });
 
