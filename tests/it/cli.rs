@@ -20,6 +20,27 @@ async fn onejob(database_url: &str, args: &[&str]) -> (bool, String, String) {
 }
 
 #[tokio::test]
+async fn a_keys_own_max_in_flight_is_set_at_creation_listed_changed_and_cleared() {
+    let database_url = crate::common::sqlite::fresh_database();
+    assert!(onejob(&database_url, &["migrate"]).await.0);
+    let (ok, stdout, stderr) = onejob(&database_url, &["keys", "create", "--owner", "carol", "--max-in-flight", "3"]).await;
+    assert!(ok, "{stderr}");
+    let id = stdout.split_whitespace().nth(4).unwrap().to_owned();
+    let listed = |text: &str| text.lines().find(|line| line.starts_with(&id)).unwrap().to_owned();
+    assert!(listed(&onejob(&database_url, &["keys", "list"]).await.1).ends_with(" max_in_flight 3"), "shown by keys list");
+    assert!(onejob(&database_url, &["keys", "set-max-in-flight", &id, "7"]).await.0);
+    assert!(listed(&onejob(&database_url, &["keys", "list"]).await.1).ends_with(" max_in_flight 7"));
+    assert!(onejob(&database_url, &["keys", "set-max-in-flight", &id, "none"]).await.0);
+    assert!(!listed(&onejob(&database_url, &["keys", "list"]).await.1).contains("max_in_flight"));
+    let (ok, _, stderr) = onejob(&database_url, &["keys", "set-max-in-flight", &id, "0"]).await;
+    assert!(!ok && stderr.contains("at least 1"), "{stderr}");
+    let (ok, _, _) = onejob(&database_url, &["keys", "create", "--owner", "carol", "--max-in-flight", "0"]).await;
+    assert!(!ok, "a limit of 0 is refused at creation too");
+    let (ok, _, stderr) = onejob(&database_url, &["keys", "set-max-in-flight", &uuid::Uuid::now_v7().to_string(), "2"]).await;
+    assert!(!ok && stderr.contains("no live API key"), "{stderr}");
+}
+
+#[tokio::test]
 async fn the_binary_serves_the_core_contract_after_migrate_and_keys_create() {
     let database_url = crate::common::postgres::empty_database().await;
     let (ok, _, stderr) = onejob(&database_url, &["migrate"]).await;
