@@ -276,8 +276,9 @@ pub struct WorkerSettings {
     /// limit); a key's own `max_in_flight` overrides it for its owner.
     pub max_in_flight_per_owner: u32,
     /// How many times one attempt is put back to `pending` because its
-    /// provider refused it with a 429 and `Retry-After` (or its tokens per
-    /// minute were spent); one more refusal fails it, retryable.
+    /// provider refused it with a 429 and `Retry-After`; one more refusal
+    /// fails it, retryable. (Waiting for the provider's tokens per minute,
+    /// which the provider never sees, is not counted.)
     pub max_requeues: u32,
 }
 

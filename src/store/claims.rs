@@ -27,17 +27,18 @@
 //!    debited. Candidates not picked are let go at commit, still pending.
 //!
 //! An attempt over a limit is not refused: it stays `pending` and is
-//! claimed when the limit allows.
+//! claimed when the limit allows. (The reconciler's claim of unknown
+//! attempts, [`UnknownAttempt`], is one statement of each backend.)
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::driver::{Candidate, PendingOwner, ProviderGate, Running, Tx};
-use super::{ClaimedAttempt, Result, Store};
+use super::{AttemptRef, ClaimedAttempt, Result, Store};
 pub use crate::config::ProviderLimits;
 pub use crate::metrics::Deferral;
-use crate::domain::Waiting;
+use crate::domain::{AttemptId, Waiting};
 
 /// The providers a worker can call, and how long its claim on an attempt
 /// of each holds (the provider's deadline plus a margin). Only attempts on
@@ -64,6 +65,29 @@ impl Leases {
     pub fn of(&self, provider: &str) -> Duration {
         self.by_provider.iter().find(|(name, _)| name == provider).map_or(self.default, |(_, lease)| *lease)
     }
+}
+
+/// An unknown attempt due for a status lookup, claimed for a while so that
+/// only one reconciler asks at a time.
+#[derive(Clone, Debug)]
+pub struct UnknownAttempt {
+    /// Which attempt.
+    pub attempt: AttemptRef,
+    /// Its id, by which the provider knows it.
+    pub id: AttemptId,
+    /// The provider to ask.
+    pub provider: String,
+    /// The job's task.
+    pub task: String,
+    /// How long its outcome has been unknown, by the database's clock.
+    pub unknown_for: Duration,
+    /// How many times it has been claimed for reconciliation, this one included.
+    pub reconcile_count: i32,
+    /// The provider's own id of its request (a background response's), if
+    /// it gave one.
+    pub provider_request_id: Option<String>,
+    /// The trace context it was asked for under.
+    pub trace: Option<crate::domain::TraceContext>,
 }
 
 /// The limits a claim enforces, the same on every replica.
@@ -186,20 +210,43 @@ pub(super) async fn claim<S: Store + ?Sized>(store: &S, worker: &str, want: u32,
     if want == 0 {
         return Ok(Vec::new());
     }
+    // A window of owners may hold nothing claimable (owners at their limit,
+    // on paused providers or on providers this worker does not call): the
+    // next window is tried at once, up to a bound, rather than after a poll.
+    for _ in 0..WINDOWS_PER_CLAIM {
+        let (claimed, full) = claim_window(store, worker, want, leases).await?;
+        if !claimed.is_empty() || !full {
+            return Ok(claimed);
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// How many windows of owners one claim looks through at most.
+const WINDOWS_PER_CLAIM: usize = 8;
+
+/// One claim over one window of owners: what it claimed, and whether the
+/// window was full (more owners may follow it).
+async fn claim_window<S: Store + ?Sized>(
+    store: &S,
+    worker: &str,
+    want: u32,
+    leases: &Leases,
+) -> Result<(Vec<ClaimedAttempt>, bool)> {
     let limits = &leases.limits;
     let mut tx = store.begin().await?;
     let after = leases.rotation.get();
     let mut owners = tx.pending_owners(&after, want).await?;
-    let full = owners.len() == want as usize;
-    if !full && !after.is_empty() {
+    if owners.len() < want as usize && !after.is_empty() {
         let left = want - u32::try_from(owners.len()).unwrap_or(want);
         owners.extend(tx.pending_owners("", left).await?.into_iter().filter(|owner| owner.owner_id <= after));
     }
-    let Some(first) = owners.first() else { return Ok(Vec::new()) };
-    // A full window continues after its last owner; a window that held
-    // every owner starts one owner later next time, so that the first pick
-    // of a round goes to each owner in turn.
-    // (One owner alone needs no turns: its claims read from the start.)
+    let full = owners.len() == want as usize;
+    let Some(first) = owners.first() else { return Ok((Vec::new(), false)) };
+    // A full window (wrapped around or not) continues after its last owner;
+    // a window that held every owner starts one owner later next time, so
+    // that the first pick of a round goes to each owner in turn. (One owner
+    // alone needs no turns: its claims read from the start.)
     let next = match owners.len() {
         _ if full => owners[owners.len() - 1].owner_id.as_str(),
         1 => "",
@@ -307,13 +354,14 @@ pub(super) async fn claim<S: Store + ?Sized>(store: &S, worker: &str, want: u32,
     for (why, count) in deferred {
         crate::metrics::claims_deferred(why, count);
     }
-    Ok(claimed
+    let claimed = claimed
         .into_iter()
         .map(|(attempt, waited)| {
             crate::metrics::attempt_waited(&attempt.provider, Duration::from_secs_f64(waited.max(0.0)));
             attempt
         })
-        .collect())
+        .collect();
+    Ok((claimed, full))
 }
 
 /// Starts the picked attempts, owner by owner: each with how long it waited.
@@ -404,8 +452,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::domain::{AttemptId, JobId, OwnerId};
-    use crate::store::AttemptRef;
+    use crate::domain::{JobId, OwnerId};
 
     fn candidate(owner: &str, n: i32, provider: &str) -> Candidate {
         Candidate {

@@ -139,9 +139,9 @@ pub trait DriverTx: Send {
     async fn pause_provider(&mut self, provider: &str, pause: std::time::Duration) -> Result<()>;
 
     /// Moves a running attempt back to `pending`, due in `delay`, with no
-    /// worker or lease, unless it was `max` times already: the number of
-    /// rows changed.
-    async fn requeue_attempt(&mut self, attempt: &AttemptRef, delay: std::time::Duration, max: u32) -> Result<u64>;
+    /// worker or lease, unless it was `max` times already (`None`: not
+    /// counted): the number of rows changed.
+    async fn requeue_attempt(&mut self, attempt: &AttemptRef, delay: std::time::Duration, max: Option<u32>) -> Result<u64>;
 
     /// Commits.
     async fn commit(self: Box<Self>) -> Result<()>;

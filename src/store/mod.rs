@@ -38,7 +38,7 @@ use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptLimits, AttemptOrigin, AttemptState, AttemptTransition,
     Fingerprint, IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, KeyRole, OwnerId,
 };
-pub use claims::Leases;
+pub use claims::{Leases, UnknownAttempt};
 pub use driver::Driver;
 
 pub use postgres::PostgresStore;
@@ -168,29 +168,6 @@ pub struct NewAttempt {
     pub delay: Duration,
     /// The trace context it is asked for under (the request's, or for a
     /// retry the failed attempt's).
-    pub trace: Option<crate::domain::TraceContext>,
-}
-
-/// An unknown attempt due for a status lookup, claimed for a while so that
-/// only one reconciler asks at a time.
-#[derive(Clone, Debug)]
-pub struct UnknownAttempt {
-    /// Which attempt.
-    pub attempt: AttemptRef,
-    /// Its id, by which the provider knows it.
-    pub id: AttemptId,
-    /// The provider to ask.
-    pub provider: String,
-    /// The job's task.
-    pub task: String,
-    /// How long its outcome has been unknown, by the database's clock.
-    pub unknown_for: Duration,
-    /// How many times it has been claimed for reconciliation, this one included.
-    pub reconcile_count: i32,
-    /// The provider's own id of its request (a background response's), if
-    /// it gave one.
-    pub provider_request_id: Option<String>,
-    /// The trace context it was asked for under.
     pub trace: Option<crate::domain::TraceContext>,
 }
 
@@ -635,11 +612,18 @@ pub trait Store: Driver {
         &self,
         attempt: &AttemptRef,
         worker: &str,
-        (delay, max): (Duration, u32),
+        (delay, max): (Duration, Option<u32>),
         pause: Option<&str>,
         detail: Value,
     ) -> Result<Transition> {
         transitions::requeue(self, attempt, worker, (delay, max), pause, detail).await
+    }
+
+    /// Pauses claims of `provider`'s attempts for `pause`, for every worker.
+    async fn pause_provider(&self, provider: &str, pause: Duration) -> Result<()> {
+        let mut tx = self.begin().await?;
+        tx.pause_provider(provider, pause).await?;
+        tx.commit().await
     }
 
     /// Takes `tokens` from `provider`'s shared bucket of `per_minute`: `None`

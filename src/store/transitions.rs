@@ -246,13 +246,14 @@ pub(super) async fn settle_without_output<S: Store + ?Sized>(
 /// attempt of the job's budget spent), and pauses `pause` (its provider,
 /// for every worker) as long. Fenced by `worker`. When the job has
 /// finished, holds another pending attempt (a job holds one at most), or
-/// the attempt was put back `max` times already, nothing changes:
-/// `Stale(Running)`, and the caller records the refusal as a failure.
+/// the attempt was put back `max` times already (`None`: this refusal is
+/// not counted), nothing changes: `Stale(Running)`, and the caller
+/// records the refusal as a failure.
 pub(super) async fn requeue<S: Store + ?Sized>(
     store: &S,
     attempt: &AttemptRef,
     worker: &str,
-    (delay, max): (Duration, u32),
+    (delay, max): (Duration, Option<u32>),
     pause: Option<&str>,
     mut detail: Value,
 ) -> Result<Transition> {

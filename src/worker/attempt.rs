@@ -122,31 +122,34 @@ fn refused_before_any_work(error: &ProviderError) -> Option<(Duration, Value)> {
 }
 
 /// Puts the claimed attempt back to `pending` for `wait` and pauses its
-/// provider as long, for every worker: whether it was (otherwise the
-/// refusal is recorded as the failure it is).
+/// provider as long, for every worker: whether it was put back (otherwise
+/// the refusal is recorded as the failure it is; the provider is paused
+/// all the same). A provider's own refusals count against
+/// `worker.max_requeues`; this worker's tokens per minute do not, since the
+/// provider never saw the request.
 async fn requeue(worker: &Worker, claimed: &ClaimedAttempt, wait: Duration, detail: Value) -> bool {
-    if worker.settings.max_requeues == 0 {
-        return false;
-    }
-    let limits = (wait, worker.settings.max_requeues);
-    let requeued = worker.store.requeue_attempt(&claimed.attempt, &worker.id, limits, Some(&claimed.provider), detail).await;
+    let counted = detail["reason"] != TOKENS_SPENT;
+    let max = counted.then_some(worker.settings.max_requeues);
+    let requeued = if max == Some(0) {
+        Ok(Transition::Stale(crate::domain::AttemptState::Running))
+    } else {
+        worker.store.requeue_attempt(&claimed.attempt, &worker.id, (wait, max), Some(&claimed.provider), detail).await
+    };
+    let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
     match requeued {
         Ok(Transition::Applied) => {
-            tracing::info!(wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                           "the provider refused the request before any work: the attempt is pending again, the provider paused");
+            tracing::info!(wait_ms, "the provider refused the request before any work: the attempt is pending again, the provider paused");
             worker.signals.job_changed(claimed.attempt.job_id);
-            true
+            return true;
         }
-        Ok(other) => {
-            tracing::info!(outcome = ?other, "the refused attempt was not put back (its job finished, holds another pending \
-                           attempt, or it was put back max_requeues times): recorded as failed");
-            false
-        }
-        Err(error) => {
-            tracing::warn!(%error, "putting the refused attempt back failed: recorded as failed");
-            false
-        }
+        Ok(other) => tracing::info!(outcome = ?other, "the refused attempt was not put back (its job finished, holds another \
+                                    pending attempt, or it was put back max_requeues times): recorded as failed"),
+        Err(error) => tracing::warn!(%error, "putting the refused attempt back failed: recorded as failed"),
     }
+    if let Err(error) = worker.store.pause_provider(&claimed.provider, wait).await {
+        tracing::warn!(%error, wait_ms, "pausing the provider as it asked failed");
+    }
+    false
 }
 
 /// What a call got to: the most it could use, once the prompt was

@@ -69,11 +69,13 @@ pub(super) static RUNNING_COUNTS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// The stored state of providers. Binds: providers.
+/// The stored state of providers. Binds: providers. (The buckets' times
+/// are the clock's, not the transaction's start: a claim may have waited
+/// for the row's lock, and must not refill from before the last write.)
 pub(super) const PROVIDER_GATES: &str = r#"select provider,
         greatest(0, coalesce(extract(epoch from paused_until - now()), 0))::float8 as paused_for,
         requests,
-        coalesce(extract(epoch from now() - requests_at), 0)::float8 as requests_idle
+        coalesce(extract(epoch from clock_timestamp() - requests_at), 0)::float8 as requests_idle
     from provider_state where provider = any($1::text[])"#;
 
 /// One owner's due pending attempts on the given providers, whose jobs
@@ -122,7 +124,7 @@ pub(super) static START_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
 
 /// Writes a provider's request bucket. Binds: provider, level.
 pub(super) const PUT_REQUESTS: &str =
-    r#"update provider_state set requests = $2, requests_at = now() where provider = $1"#;
+    r#"update provider_state set requests = $2, requests_at = clock_timestamp() where provider = $1"#;
 
 /// Pauses a provider; a longer pause stays. Binds: provider, seconds.
 pub(super) const PAUSE_PROVIDER: &str = r#"insert into provider_state (provider, paused_until)
@@ -131,13 +133,16 @@ pub(super) const PAUSE_PROVIDER: &str = r#"insert into provider_state (provider,
     set paused_until = greatest(provider_state.paused_until, excluded.paused_until)"#;
 
 /// Moves a running attempt back to pending, unless it was as many times
-/// as allowed. Binds: owner, job, number, delay (s), most requeues.
+/// as allowed (a null limit: not counted). Binds: owner, job, number,
+/// delay (s), most requeues.
 pub(super) static REQUEUE_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"update attempts
            set state = '{PENDING}', worker = null, lease_until = null, started_at = null,
-               not_before = now() + make_interval(secs => $4), requeues = requeues + 1
-           where owner_id = $1 and job_id = $2 and number = $3 and state = '{RUNNING}' and requeues < $5"#
+               not_before = now() + make_interval(secs => $4),
+               requeues = requeues + case when $5::int8 is null then 0 else 1 end
+           where owner_id = $1 and job_id = $2 and number = $3 and state = '{RUNNING}'
+             and ($5::int8 is null or requeues < $5::int8)"#
     )
 });
 
@@ -145,18 +150,18 @@ pub(super) static REQUEUE_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
 /// it holds them (or is full, for a request larger than the bucket):
 /// the level left, or no row. Binds: provider, tokens, per minute.
 pub(super) const RESERVE_TOKENS: &str = r#"insert into provider_state (provider, tokens, tokens_at)
-    values ($1, $3::float8 - $2::float8, now())
+    values ($1, $3::float8 - $2::float8, clock_timestamp())
     on conflict (provider) do update
     set tokens = least($3::float8, coalesce(provider_state.tokens, $3::float8)
-                           + coalesce(extract(epoch from now() - provider_state.tokens_at), 0) * $3::float8 / 60.0) - $2::float8,
-        tokens_at = now()
+                           + coalesce(extract(epoch from clock_timestamp() - provider_state.tokens_at), 0) * $3::float8 / 60.0) - $2::float8,
+        tokens_at = clock_timestamp()
     where least($3::float8, coalesce(provider_state.tokens, $3::float8)
-                    + coalesce(extract(epoch from now() - provider_state.tokens_at), 0) * $3::float8 / 60.0) >= least($2::float8, $3::float8)
+                    + coalesce(extract(epoch from clock_timestamp() - provider_state.tokens_at), 0) * $3::float8 / 60.0) >= least($2::float8, $3::float8)
     returning tokens"#;
 
 /// A provider's token bucket level now. Binds: provider, per minute.
 pub(super) const TOKENS_LEFT: &str = r#"select least($2::float8, coalesce(tokens, $2::float8)
-        + coalesce(extract(epoch from now() - tokens_at), 0) * $2::float8 / 60.0)::float8
+        + coalesce(extract(epoch from clock_timestamp() - tokens_at), 0) * $2::float8 / 60.0)::float8
     from provider_state where provider = $1"#;
 
 /// What a queued job waits for. Binds: owner, job.
@@ -269,14 +274,14 @@ pub(super) async fn requeue_attempt(
     tx: &mut Transaction<'static, Postgres>,
     attempt: &AttemptRef,
     delay: Duration,
-    max: u32,
+    max: Option<u32>,
 ) -> Result<u64> {
     let done = sqlx::query(REQUEUE_ATTEMPT.as_str())
         .bind(attempt.owner.as_str())
         .bind(attempt.job_id.0)
         .bind(attempt.number)
         .bind(delay.as_secs_f64())
-        .bind(i64::from(max))
+        .bind(max.map(i64::from))
         .execute(&mut **tx)
         .await?;
     Ok(done.rows_affected())

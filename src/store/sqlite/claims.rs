@@ -96,12 +96,13 @@ pub(super) const PAUSE_PROVIDER: &str = r#"insert into provider_state (provider,
     set paused_until = max(coalesce(provider_state.paused_until, 0), excluded.paused_until)"#;
 
 /// Moves a running attempt back to pending, due at ?4, unless it was ?5
-/// times already. Binds: owner, job, number, due, most requeues.
+/// times already (null: not counted). Binds: owner, job, number, due, most
+/// requeues.
 pub(super) static REQUEUE_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"update attempts set state = '{PENDING}', worker = null, lease_until = null, started_at = null, not_before = ?4,
-               requeues = requeues + 1
-           where owner_id = ?1 and job_id = ?2 and number = ?3 and state = '{RUNNING}' and requeues < ?5"#
+               requeues = requeues + (?5 is not null)
+           where owner_id = ?1 and job_id = ?2 and number = ?3 and state = '{RUNNING}' and (?5 is null or requeues < ?5)"#
     )
 });
 
@@ -198,14 +199,14 @@ pub(super) async fn requeue_attempt(
     at: i64,
     attempt: &AttemptRef,
     delay: Duration,
-    max: u32,
+    max: Option<u32>,
 ) -> Result<u64> {
     let done = sqlx::query(REQUEUE_ATTEMPT.as_str())
         .bind(attempt.owner.as_str())
         .bind(attempt.job_id.0)
         .bind(attempt.number)
         .bind(at.saturating_add(micros(delay)))
-        .bind(i64::from(max))
+        .bind(max.map(i64::from))
         .execute(&mut **tx)
         .await?;
     Ok(done.rows_affected())

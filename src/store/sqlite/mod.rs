@@ -237,7 +237,7 @@ impl_driver_tx!(SqliteTx, {
         claims::pause_provider(&mut self.tx, self.at, provider, pause).await
     }
 
-    async fn requeue_attempt(&mut self, attempt: &AttemptRef, delay: Duration, max: u32) -> Result<u64> {
+    async fn requeue_attempt(&mut self, attempt: &AttemptRef, delay: Duration, max: Option<u32>) -> Result<u64> {
         claims::requeue_attempt(&mut self.tx, self.at, attempt, delay, max).await
     }
 
