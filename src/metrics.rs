@@ -65,7 +65,8 @@ pub const UNKNOWN_PAST_RETENTION: &str = "onejob_unknown_jobs_past_retention";
 pub const CLAIMS_DEFERRED: &str = "onejob_claims_deferred_total";
 /// Time from an attempt's admission to its claim, by provider.
 pub const ATTEMPT_WAIT: &str = "onejob_attempt_wait_seconds";
-/// Pending attempts now, by owner (the 100 owners with the most).
+/// Pending attempts now, by owner (the 100 owners with the most), each
+/// named by [`owner_label`]: `/metrics` names no tenant.
 pub const PENDING_BY_OWNER: &str = "onejob_pending_attempts_by_owner";
 /// Pending attempts now, by provider.
 pub const PENDING_BY_PROVIDER: &str = "onejob_pending_attempts_by_provider";
@@ -267,7 +268,7 @@ fn describe() {
     metrics::describe_gauge!(UNKNOWN_PAST_RETENTION, "jobs unknown for longer than the shortest retention (kept)");
     metrics::describe_counter!(CLAIMS_DEFERRED, "owners or providers a claim held back because of a limit, by limit");
     metrics::describe_histogram!(ATTEMPT_WAIT, metrics::Unit::Seconds, "time from an attempt's admission to its claim");
-    metrics::describe_gauge!(PENDING_BY_OWNER, "pending attempts by owner (the 100 owners with the most)");
+    metrics::describe_gauge!(PENDING_BY_OWNER, "pending attempts by owner, named by the first 12 hex digits of its id's SHA-256 (the 100 owners with the most)");
     metrics::describe_gauge!(PENDING_BY_PROVIDER, "pending attempts by provider");
 }
 
@@ -431,12 +432,20 @@ pub fn attempt_waited(provider: &str, waited: Duration) {
     histogram!(ATTEMPT_WAIT, "provider" => provider.to_owned()).record(waited.as_secs_f64());
 }
 
+/// How [`PENDING_BY_OWNER`] names an owner: the first 12 hex digits of the
+/// SHA-256 of its id (`printf %s OWNER | sha256sum | cut -c1-12`), so that
+/// the page, which needs no key, names no tenant.
+pub fn owner_label(owner: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(owner.as_bytes())[..6])
+}
+
 /// Sets the pending gauges by owner (the most loaded first, up to 100) and
 /// by provider; an owner or provider that had some before and has none
 /// now reads 0.
 pub fn pending(by_owner: &[(String, i64)], by_provider: &[(String, i64)]) {
     static SEEN: std::sync::Mutex<(Vec<String>, Vec<String>)> = std::sync::Mutex::new((Vec::new(), Vec::new()));
-    let mut owners: Vec<&(String, i64)> = by_owner.iter().collect();
+    let mut owners: Vec<(String, i64)> = by_owner.iter().map(|(owner, count)| (owner_label(owner), *count)).collect();
     owners.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     owners.truncate(PENDING_OWNERS_REPORTED);
     let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());

@@ -49,7 +49,10 @@ async fn metrics_cover_every_documented_series(backend: Backend) {
         assert_eq!(response.status(), StatusCode::CREATED);
     }
     crate::common::processes::eventually("the gauges see dave's backlog", std::time::Duration::from_secs(10), || async {
-        metrics_text(&app).await.contains(r#"onejob_pending_attempts_by_owner{owner="dave"} 1"#)
+        let text = metrics_text(&app).await;
+        let dave = format!(r#"onejob_pending_attempts_by_owner{{owner="{}"}} 1"#, onejob::metrics::owner_label("dave"));
+        assert!(!text.contains("\"dave\""), "the page names no owner");
+        text.contains(&dave)
     })
     .await;
 
