@@ -766,14 +766,15 @@ export interface components {
             for_ms?: number | null;
             /**
              * Format: int32
-             * @description The limit reached, for the two `max` reasons.
+             * @description The limit reached, for the `max` and `per-minute` reasons.
              */
             limit?: number | null;
             /**
              * @description `retry-backoff` (the attempt is not due yet), `provider-paused`
-             *     (its provider asked for a pause), `owner-max-in-flight`,
-             *     `provider-max-concurrent`, or `worker` (due, waiting for a worker
-             *     to claim it).
+             *     (its provider asked for a pause, or its tokens per minute are
+             *     spent), `owner-max-in-flight`, `provider-max-concurrent`,
+             *     `provider-requests-per-minute`, or `worker` (due, waiting for a
+             *     worker to claim it).
              */
             reason: string;
         };
