@@ -129,18 +129,6 @@ impl Rotation {
     }
 }
 
-/// The pending gauges from (`owner` or `provider`, name, count) rows.
-pub(super) fn pending_gauges(rows: Vec<(String, String, i64)>) -> super::Gauges {
-    let (owners, providers): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(kind, _, _)| kind == "owner");
-    super::Gauges {
-        pending_due: 0,
-        unknown_open: 0,
-        oldest_unknown: Duration::ZERO,
-        pending_by_owner: owners.into_iter().map(|(_, name, count)| (name, count)).collect(),
-        pending_by_provider: providers.into_iter().map(|(_, name, count)| (name, count)).collect(),
-    }
-}
-
 /// What a queued job waits for, as [`super::Store::waiting_facts`] reads it.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct WaitingFacts {
@@ -273,8 +261,12 @@ async fn claim_window<S: Store + ?Sized>(
         tx.provider_gates(&providers).await?.into_iter().map(|gate| (gate.provider.clone(), gate)).collect();
 
     let mut deferred: HashMap<Deferral, u64> = HashMap::new();
-    // What each provider still allows in this claim (absent: no limit).
+    // What each provider still allows in this claim (absent: no limit),
+    // and which of its limits that is.
     let mut room: HashMap<&str, u32> = HashMap::new();
+    let mut binding: HashMap<&str, Deferral> = HashMap::new();
+    // Its request bucket's level now, for the providers that have one.
+    let mut levels: HashMap<&str, f64> = HashMap::new();
     let mut open = Vec::new();
     for name in &providers {
         let gate = gates.get(name);
@@ -283,27 +275,24 @@ async fn claim_window<S: Store + ?Sized>(
             continue;
         }
         let own = limits.providers.get(name).copied().unwrap_or_default();
-        let mut allows = None::<u32>;
+        let mut allows = None::<(u32, Deferral)>;
         if let Some(max) = own.max_concurrent {
             let busy = running.by_provider.get(name).copied().unwrap_or(0);
-            allows = Some(u32::try_from(i64::from(max) - busy).unwrap_or(0));
+            allows = Some((u32::try_from(i64::from(max) - busy).unwrap_or(0), Deferral::ProviderMaxConcurrent));
         }
         if let Some(per_minute) = own.requests_per_minute {
             let level = refilled(gate.and_then(|g| g.requests), gate.map_or(0.0, |g| g.requests_idle), per_minute);
+            levels.insert(name.as_str(), level);
             let whole = level.max(0.0).floor() as u32;
-            allows = Some(allows.map_or(whole, |n| n.min(whole)));
+            if allows.is_none_or(|(n, _)| whole < n) {
+                allows = Some((whole, Deferral::ProviderRequestsPerMinute));
+            }
         }
         match allows {
-            Some(0) => {
-                let why = if own.max_concurrent.is_some_and(|max| i64::from(max) <= running.by_provider.get(name).copied().unwrap_or(0)) {
-                    Deferral::ProviderMaxConcurrent
-                } else {
-                    Deferral::ProviderRequestsPerMinute
-                };
-                *deferred.entry(why).or_default() += 1;
-            }
-            Some(n) => {
+            Some((0, why)) => *deferred.entry(why).or_default() += 1,
+            Some((n, why)) => {
                 room.insert(name.as_str(), n);
+                binding.insert(name.as_str(), why);
                 open.push(name.clone());
             }
             None => open.push(name.clone()),
@@ -333,21 +322,12 @@ async fn claim_window<S: Store + ?Sized>(
         }
         let (picked, short) = pick(candidates, want, &mut room);
         for name in short {
-            let why = if limits.providers.get(name.as_str()).and_then(|l| l.max_concurrent).is_some() {
-                Deferral::ProviderMaxConcurrent
-            } else {
-                Deferral::ProviderRequestsPerMinute
-            };
-            *deferred.entry(why).or_default() += 1;
+            *deferred.entry(binding[name.as_str()]).or_default() += 1;
         }
         claimed = start(&mut tx, worker, picked, leases).await?;
-        for name in &counted {
-            if let Some(per_minute) = limits.providers.get(name).and_then(|l| l.requests_per_minute) {
-                let gate = gates.get(name);
-                let level = refilled(gate.and_then(|g| g.requests), gate.map_or(0.0, |g| g.requests_idle), per_minute);
-                let used = claimed.iter().filter(|(c, _): &&(ClaimedAttempt, f64)| &c.provider == name).count();
-                tx.put_requests(name, level - used as f64).await?;
-            }
+        for (name, level) in levels {
+            let used = claimed.iter().filter(|(c, _): &&(ClaimedAttempt, f64)| c.provider == name).count();
+            tx.put_requests(name, level - used as f64).await?;
         }
     }
     tx.commit().await?;

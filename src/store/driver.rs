@@ -277,12 +277,16 @@ pub struct Running {
 impl Running {
     /// From (`owner` or `provider`, name, count) rows.
     pub(super) fn from_rows(rows: Vec<(String, String, i64)>) -> Running {
-        let mut running = Running::default();
-        for (kind, name, count) in rows {
-            let counts = if kind == "owner" { &mut running.by_owner } else { &mut running.by_provider };
-            counts.insert(name, count);
-        }
-        running
+        let (by_owner, by_provider) = by_kind(rows);
+        Running { by_owner: by_owner.into_iter().collect(), by_provider: by_provider.into_iter().collect() }
     }
+}
+
+/// (`owner` or `provider`, name, count) rows, split: the owners' counts,
+/// then the providers'.
+pub(super) fn by_kind(rows: Vec<(String, String, i64)>) -> (Vec<(String, i64)>, Vec<(String, i64)>) {
+    let (owners, providers): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(kind, _, _)| kind == "owner");
+    let counts = |rows: Vec<(String, String, i64)>| rows.into_iter().map(|(_, name, count)| (name, count)).collect();
+    (counts(owners), counts(providers))
 }
 

@@ -464,11 +464,14 @@ impl_store!(PostgresStore, {
 
     async fn sample_gauges(&self) -> Result<Gauges> {
         let row = sqlx::query(SAMPLE_GAUGES.as_str()).fetch_one(&self.pool).await?;
+        let pending = sqlx::query_as(claims::PENDING_BY.as_str()).fetch_all(&self.pool).await?;
+        let (pending_by_owner, pending_by_provider) = super::driver::by_kind(pending);
         Ok(Gauges {
             pending_due: row.try_get("pending_due")?,
             unknown_open: row.try_get("unknown_open")?,
             oldest_unknown: Duration::from_secs_f64(row.try_get::<f64, _>("oldest")?.max(0.0)),
-            ..super::claims::pending_gauges(sqlx::query_as(claims::PENDING_BY.as_str()).fetch_all(&self.pool).await?)
+            pending_by_owner,
+            pending_by_provider,
         })
     }
 

@@ -541,12 +541,15 @@ impl_store!(SqliteStore, {
     async fn sample_gauges(&self) -> Result<Gauges> {
         let at = now();
         let row = sqlx::query(SAMPLE_GAUGES.as_str()).bind(at).fetch_one(&self.pool).await?;
+        let pending = sqlx::query_as(claims::PENDING_BY.as_str()).fetch_all(&self.pool).await?;
+        let (pending_by_owner, pending_by_provider) = super::driver::by_kind(pending);
         let oldest: Option<i64> = row.try_get("oldest")?;
         Ok(Gauges {
             pending_due: row.try_get("pending_due")?,
             unknown_open: row.try_get("unknown_open")?,
             oldest_unknown: Duration::from_micros(oldest.map_or(0, |o| u64::try_from(at - o).unwrap_or(0))),
-            ..super::claims::pending_gauges(sqlx::query_as(claims::PENDING_BY.as_str()).fetch_all(&self.pool).await?)
+            pending_by_owner,
+            pending_by_provider,
         })
     }
 
