@@ -173,3 +173,64 @@ field() {
 for k in sys.argv[2].split("."): v=v[k]
 print(v)' "$1" "$2"
 }
+
+# pgbench's per-transaction log (microseconds in the third column) -> p50 p99 in ms.
+percentiles() {
+    cat "$@" | awk '{print $3}' | sort -n | awk '{v[NR]=$1} END {
+        p50=v[int((NR-1)*0.50)+1]; p99=v[int((NR-1)*0.99)+1];
+        printf "%.2f %.2f\n", p50/1000, p99/1000 }'
+}
+
+# pgbench_run NAME SCRIPT... : pgbench at CONNECTIONS for DURATION s, keys
+# made of RUN; tps, p50, p99 into $WORK/NAME.pgbench, pgbench's output in
+# $WORK/NAME.out, and a line "pgbench-NAME postgres client 0" (CPU ticks)
+# appended to $WORK/cpu.
+pgbench_run() {
+    local name=$1; shift
+    local scripts=()
+    for script in "$@"; do scripts+=(-f "$script"); done
+    log "pgbench: $name, $CONNECTIONS connections, $DURATION s"
+    local pg0 client0
+    pg0=$(postgres_ticks); client0=$(reaped_ticks $$)
+    pgbench -n -M prepared -c "$CONNECTIONS" -j 2 -T "$DURATION" -D run="$RUN" -D i=0 \
+        -l --log-prefix="$WORK/log-$name" "${scripts[@]}" "$DATABASE_URL" > "$WORK/$name.out" 2>&1 \
+        || { cat "$WORK/$name.out" >&2; exit 1; }
+    local tps
+    tps=$(awk '/^tps = / {print $3}' "$WORK/$name.out")
+    echo "$tps $(percentiles "$WORK"/log-"$name".*)" > "$WORK/$name.pgbench"
+    echo "pgbench-$name $(( $(postgres_ticks) - ${pg0:-0} )) $(( $(reaped_ticks $$) - client0 )) 0" >> "$WORK/cpu"
+}
+
+# write_create_script FILE: a pgbench script of the statement the Postgres
+# store sends for a new job (`onejob bench-sql create`, not retyped).
+# The store binds owner, job id, key, fingerprint, task, input,
+# provider, attempt id, budget, traceparent and tracestate (none of the
+# last three here); here the ids are made by Postgres (time-ordered like
+# the store's UUIDv7), and the key is unique per client and transaction
+# (and per RUN, given to pgbench as `-D run=`).
+# $10 and $11 go first, before $1 could take their first digit.
+write_create_script() {
+    local V7="(lpad(to_hex((extract(epoch from clock_timestamp()) * 1000)::bigint), 12, '0') || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid"
+    {
+        echo '\set i :i + 1'
+        "$BIN" bench-sql create | sed \
+            -e "s/\$10/null::text/g" \
+            -e "s/\$11/null::text/g" \
+            -e "s/\$1/'bench'/g" \
+            -e "s/\$2/$V7/g" \
+            -e "s/\$3/('pgbench-' || :run || '-' || :client_id || '-' || :i)/g" \
+            -e "s/\$4/'\\\\x$(printf 'ab%.0s' $(seq 32))'::bytea/g" \
+            -e "s/\$5/'summarize'/g" \
+            -e "s/\$6/'{\"text\": \"job 1 2\"}'::jsonb/g" \
+            -e "s/\$7/'sim-fast'/g" \
+            -e "s/\$8/$V7/g" \
+            -e "s/\$9/null/g"
+    } > "$1"
+}
+
+# pgbench_warm_up SCRIPT: the script for WARMUP seconds, not measured.
+pgbench_warm_up() {
+    [ "$WARMUP" -gt 0 ] || return 0
+    log "warming up: pgbench create for $WARMUP s, not measured"
+    pgbench -n -M prepared -c "$CONNECTIONS" -j 2 -T "$WARMUP" -D run="warm$RUN" -D i=0 -f "$1" "$DATABASE_URL" >/dev/null 2>&1
+}

@@ -1,5 +1,6 @@
 //! In-process signals: "there is work" for the worker, "this job changed"
-//! for long-polls, and "this job finished" for the provider calls of its
+//! (or only "an attempt of it was claimed") for long-polls and event
+//! streams, and "this job finished" for the provider calls of its
 //! attempts still in flight. They only make things faster: every waiter
 //! also polls the database, so changes made by other processes are seen
 //! too (the worker's sweep finds finished jobs with calls in flight).
@@ -18,9 +19,9 @@ use crate::domain::{AttemptId, JobId};
 #[derive(Default)]
 pub struct Signals {
     work: Notify,
-    // The jobs someone waits on, each with its own notice: a change wakes
+    // The jobs someone waits on, each with its own notices: a change wakes
     // the waiters of that job only.
-    jobs: Mutex<HashMap<JobId, Arc<Notify>>>,
+    jobs: Mutex<HashMap<JobId, Arc<JobNotices>>>,
     // The provider calls in flight that a job's end aborts, by job.
     calls: Mutex<HashMap<JobId, Vec<(AttemptId, watch::Sender<bool>)>>>,
 }
@@ -55,21 +56,42 @@ impl Drop for CallWatch<'_> {
     }
 }
 
+/// One job's notices: `any` for every change, `settling` for every change
+/// but a claim (an attempt starting).
+#[derive(Default)]
+struct JobNotices {
+    any: Notify,
+    settling: Notify,
+}
+
 /// A registration for the changes of one job; dropped, it is forgotten.
 pub struct JobWatch<'a> {
     signals: &'a Signals,
     id: JobId,
-    notify: Arc<Notify>,
+    notices: Arc<JobNotices>,
+}
+
+/// A notice of a job's next change, listening from when it was taken.
+pub type Change<'a> = std::pin::Pin<Box<Notified<'a>>>;
+
+fn listening(notify: &Notify) -> Change<'_> {
+    let mut notified = Box::pin(notify.notified());
+    notified.as_mut().enable();
+    notified
 }
 
 impl JobWatch<'_> {
     /// A notice of the job's next change, listening from now on: take it
     /// before reading the job, await it after, and a change in between is
     /// not missed.
-    pub fn next_change(&self) -> std::pin::Pin<Box<Notified<'_>>> {
-        let mut notified = Box::pin(self.notify.notified());
-        notified.as_mut().enable();
-        notified
+    pub fn next_change(&self) -> Change<'_> {
+        listening(&self.notices.any)
+    }
+
+    /// A notice of the job's next change other than a claim
+    /// ([`Signals::job_claimed`]), listening from now on.
+    pub fn next_change_but_a_claim(&self) -> Change<'_> {
+        listening(&self.notices.settling)
     }
 }
 
@@ -77,7 +99,7 @@ impl Drop for JobWatch<'_> {
     fn drop(&mut self) {
         let mut jobs = self.signals.jobs.lock().unwrap_or_else(|p| p.into_inner());
         // The map's reference and ours: nobody else watches this job.
-        if Arc::strong_count(&self.notify) == 2 {
+        if Arc::strong_count(&self.notices) == 2 {
             jobs.remove(&self.id);
         }
     }
@@ -111,8 +133,17 @@ impl Signals {
     pub fn job_changed(&self, id: JobId) {
         // Under the lock, without a clone: a watch being dropped meanwhile
         // still sees that nobody else holds the job's notice, and forgets it.
-        if let Some(notify) = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
-            notify.notify_waiters();
+        if let Some(notices) = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+            notices.settling.notify_waiters();
+            notices.any.notify_waiters();
+        }
+    }
+
+    /// An attempt of the job was claimed (it is `running`): a change, which
+    /// [`JobWatch::next_change_but_a_claim`] does not hear.
+    pub fn job_claimed(&self, id: JobId) {
+        if let Some(notices) = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+            notices.any.notify_waiters();
         }
     }
 
@@ -141,8 +172,8 @@ impl Signals {
 
     /// Watches one job's changes.
     pub fn watch_job(&self, id: JobId) -> JobWatch<'_> {
-        let notify = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).entry(id).or_default().clone();
-        JobWatch { signals: self, id, notify }
+        let notices = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).entry(id).or_default().clone();
+        JobWatch { signals: self, id, notices }
     }
 }
 
@@ -165,6 +196,22 @@ mod tests {
         assert!(woke.is_err(), "the waiter of another job slept on");
         drop((watching_one, watching_other));
         assert!(signals.jobs.lock().unwrap().is_empty(), "unwatched jobs are forgotten");
+    }
+
+    #[tokio::test]
+    async fn a_claim_wakes_every_waiter_of_the_job_but_those_waiting_for_more_than_a_claim() {
+        let signals = Signals::default();
+        let job = JobId::new();
+        let watching = signals.watch_job(job);
+        let (any, settling) = (watching.next_change(), watching.next_change_but_a_claim());
+        signals.job_claimed(job);
+        tokio::time::timeout(std::time::Duration::from_secs(5), any).await.expect("a claim is a change");
+        let woke = tokio::time::timeout(std::time::Duration::from_millis(50), settling).await;
+        assert!(woke.is_err(), "a claim alone does not wake a wait for more than a claim");
+        let (any, settling) = (watching.next_change(), watching.next_change_but_a_claim());
+        signals.job_changed(job);
+        let both = tokio::time::timeout(std::time::Duration::from_secs(5), async { any.await; settling.await });
+        both.await.expect("any other change wakes both");
     }
 
     #[tokio::test]

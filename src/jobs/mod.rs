@@ -24,6 +24,7 @@ pub mod replay;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use serde_json::Value;
 
 pub use error::JobError;
@@ -80,6 +81,12 @@ pub struct Jobs {
     intervals: Intervals,
     limits: crate::store::claims::ClaimLimits,
 }
+
+/// How long a long-poll woken by a claim waits for the attempt's outcome
+/// before it answers with the attempt `running`: one answer instead of two
+/// for an attempt that settles within it, and the claim told at most this
+/// much later for one that does not.
+pub const CLAIM_GRACE: Duration = Duration::from_millis(100);
 
 /// How often waiters reread the database for changes made by other
 /// processes (their own process's changes wake them at once).
@@ -402,13 +409,15 @@ impl Jobs {
     /// what the caller saw, or it is finished, or the poll's wait has
     /// passed: a long-poll. The job's change notices wake it early; it
     /// rereads the job every `long_poll_interval` anyway, for changes made
-    /// by other processes.
+    /// by other processes. Woken by a claim alone, it waits up to
+    /// [`CLAIM_GRACE`] for the attempt's outcome before it rereads, so that
+    /// a fast attempt is answered once, with its outcome.
     pub async fn watch_job(&self, poll: &LongPoll, id: JobId, changed: impl Fn(&Job) -> bool) -> Result<Arc<Job>, JobError> {
         let owner = poll.owner();
         // The watch listens for the job's changes from before each read, so
         // that no change slips in between.
         let watch = self.signals.watch_job(id);
-        let mut change = watch.next_change();
+        let (mut change, mut settling) = (watch.next_change(), watch.next_change_but_a_claim());
         let mut job = self.get_job(owner, id).await?;
         let deadline = tokio::time::Instant::now() + poll.wait();
         loop {
@@ -416,11 +425,15 @@ impl Jobs {
             if job.state.is_terminal() || changed(&job) || now >= deadline {
                 return Ok(job);
             }
-            tokio::select! {
-                _ = change => {}
-                _ = tokio::time::sleep(self.intervals.long_poll.min(deadline - now)) => {}
+            let noticed = tokio::select! {
+                _ = change => true,
+                _ = tokio::time::sleep(self.intervals.long_poll.min(deadline - now)) => false,
+            };
+            if noticed && (&mut settling).now_or_never().is_none() {
+                let grace = CLAIM_GRACE.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+                let _ = tokio::time::timeout(grace, settling).await;
             }
-            change = watch.next_change();
+            (change, settling) = (watch.next_change(), watch.next_change_but_a_claim());
             job = self.get_job(owner, id).await?;
         }
     }

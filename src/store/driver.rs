@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::purge::{PurgeRule, RollupKey, RollupTotals};
-use super::usage::UsageRow;
+use super::usage::{AttemptUsage, UsageRow};
 use super::webhooks::Outgoing;
 use super::{AttemptRef, NewAttempt, NewJob, QualificationState, Result};
 use crate::domain::{Attempt, AttemptError, AttemptId, AttemptState, EventKind, JobId, JobState, OwnerId, TraceContext};
@@ -36,10 +36,11 @@ pub trait DriverTx: Send {
     /// The state of one attempt.
     async fn attempt_state(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptState>>;
 
-    /// The state of one attempt, who holds it and whether that holder's
-    /// lease is still live by the database's clock: what fences a worker's
-    /// settlement.
-    async fn attempt_holder(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptHolder>>;
+    /// [`DriverTx::lock_job`] for the attempt's job, in the same statement
+    /// reading the attempt's state, who holds it and whether that holder's
+    /// lease is still live by the database's clock (what fences a worker's
+    /// settlement); `None` for an attempt that does not exist.
+    async fn lock_attempt_job(&mut self, attempt: &AttemptRef) -> Result<Option<(LockedJob, Option<AttemptHolder>)>>;
 
     /// The attempt used and cost nothing: its usage becomes zero (as
     /// counted, not estimated), and its cost zero if it had one. For an
@@ -70,8 +71,16 @@ pub trait DriverTx: Send {
 
     /// Moves the attempt from one of `from` to `to` (`failed` or
     /// `unknown`) with `error`; an unknown one becomes due for
-    /// reconciliation. The number of rows changed: 0 when the guard failed.
-    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, to: AttemptState, from: &[AttemptState], error: &AttemptError) -> Result<u64>;
+    /// reconciliation; `usage`, when given, is recorded on it. The number
+    /// of rows changed: 0 when the guard failed.
+    async fn set_attempt_outcome(
+        &mut self,
+        attempt: &AttemptRef,
+        to: AttemptState,
+        from: &[AttemptState],
+        error: &AttemptError,
+        usage: Option<&AttemptUsage>,
+    ) -> Result<u64>;
 
     /// Settles the attempt with an output through the job's compare-and-swap
     /// (only a job that has not finished takes a winner), cancels the
@@ -177,6 +186,9 @@ pub struct LockedJob {
     pub provider: String,
     /// The attempt that won, if one has.
     pub winning_attempt: Option<i32>,
+    /// Whether its owner has any webhook subscription, as the lock read it:
+    /// a transition of an owner with none writes no delivery.
+    pub hooked: bool,
 }
 
 /// Who holds an attempt, read under its job's lock.
@@ -188,6 +200,24 @@ pub struct AttemptHolder {
     pub worker: Option<String>,
     /// Whether its lease has not yet expired (false without one).
     pub lease_live: bool,
+}
+
+/// A row of [`DriverTx::lock_attempt_job`]: the job, and its attempt's
+/// holder (all null without the attempt).
+#[derive(sqlx::FromRow)]
+pub(super) struct LockedAttemptRow {
+    #[sqlx(flatten)]
+    job: LockedJob,
+    attempt_state: Option<AttemptState>,
+    worker: Option<String>,
+    lease_live: Option<bool>,
+}
+
+impl From<LockedAttemptRow> for (LockedJob, Option<AttemptHolder>) {
+    fn from(row: LockedAttemptRow) -> Self {
+        let holder = row.attempt_state.map(|state| AttemptHolder { state, worker: row.worker, lease_live: row.lease_live.unwrap_or(false) });
+        (row.job, holder)
+    }
 }
 
 impl AttemptHolder {
@@ -205,6 +235,8 @@ pub struct OutputSettlement<'a> {
     pub attempt: &'a AttemptRef,
     /// Its output.
     pub output: &'a Value,
+    /// What it used, recorded on it as it settles, when given.
+    pub usage: Option<&'a AttemptUsage>,
     /// The states it may be settled from.
     pub from: &'static [AttemptState],
     /// The detail of the `attempt-succeeded` event, should it win.

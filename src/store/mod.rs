@@ -708,35 +708,37 @@ pub trait Store: Driver {
     /// fences the settlement: when given, it applies only while the attempt
     /// is `running` under that worker's live lease ([`Transition::Fenced`]
     /// otherwise); the reconciler, which settles `unknown` attempts, gives
-    /// none.
-    async fn finish_attempt(&self, attempt: &AttemptRef, output: &Value, holder: Option<&str>) -> Result<Transition> {
-        transitions::settle_with_output(self, attempt, output, AttemptTransition::Finish, None, holder).await
+    /// none. `usage` is recorded by the same statement as the settlement
+    /// (a settlement refused records none: see [`Store::record_usage`]).
+    async fn finish_attempt(&self, attempt: &AttemptRef, output: &Value, holder: Option<&str>, usage: Option<&AttemptUsage>) -> Result<Transition> {
+        transitions::settle_with_output(self, attempt, output, AttemptTransition::Finish, None, (holder, usage)).await
     }
 
     /// Records a definitive failure of a running or unknown attempt, and
     /// admits the retry policy's next attempt in the same transaction;
-    /// fenced by `holder` as [`Store::finish_attempt`] is.
+    /// fenced by `holder`, with `usage`, as [`Store::finish_attempt`] is.
     async fn fail_attempt(
         &self,
         attempt: &AttemptRef,
         error: &AttemptError,
         rules: &dyn TaskRules,
         holder: Option<&str>,
+        usage: Option<&AttemptUsage>,
     ) -> Result<Transition> {
-        transitions::settle_without_output(self, attempt, AttemptTransition::Fail, error, None, Some(rules), holder).await
+        transitions::settle_without_output(self, attempt, AttemptTransition::Fail, error, None, Some(rules), (holder, usage)).await
     }
 
     /// Records that a running attempt's call was aborted because its job
     /// had finished: it is `canceled`; fenced by `holder` as
-    /// [`Store::finish_attempt`] is.
-    async fn abort_attempt(&self, attempt: &AttemptRef, error: &AttemptError, holder: Option<&str>) -> Result<Transition> {
-        transitions::settle_without_output(self, attempt, AttemptTransition::Abort, error, None, None, holder).await
+    /// [`Store::finish_attempt`] is, with `usage`.
+    async fn abort_attempt(&self, attempt: &AttemptRef, error: &AttemptError, holder: Option<&str>, usage: Option<&AttemptUsage>) -> Result<Transition> {
+        transitions::settle_without_output(self, attempt, AttemptTransition::Abort, error, None, None, (holder, usage)).await
     }
 
     /// Records that a running attempt's outcome cannot be known (I4);
-    /// fenced by `holder` as [`Store::finish_attempt`] is.
-    async fn mark_unknown(&self, attempt: &AttemptRef, error: &AttemptError, holder: Option<&str>) -> Result<Transition> {
-        transitions::settle_without_output(self, attempt, AttemptTransition::MarkUnknown, error, None, None, holder).await
+    /// fenced by `holder`, with `usage`, as [`Store::finish_attempt`] is.
+    async fn mark_unknown(&self, attempt: &AttemptRef, error: &AttemptError, holder: Option<&str>, usage: Option<&AttemptUsage>) -> Result<Transition> {
+        transitions::settle_without_output(self, attempt, AttemptTransition::MarkUnknown, error, None, None, (holder, usage)).await
     }
 
     /// Keeps an output that did not become the attempt's (it broke the

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::driver::{LockedJob, OutputSettlement, Tx};
 use super::webhooks::Outgoing;
-use super::usage::{check_budget, stored_budget};
+use super::usage::{AttemptUsage, check_budget, stored_budget};
 use super::{
     Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Resolved, Result, Scheduled, Store,
     TaskRules, Transition, corrupt,
@@ -103,27 +103,19 @@ pub(super) async fn admit_attempt<S: Store + ?Sized>(
 /// (I3): `transition` is [`AttemptTransition::Finish`] (a worker's, fenced
 /// by its `holder` name, or the reconciler's) or
 /// [`AttemptTransition::ResolveSucceeded`] (an operator's, `resolved`).
+/// The attempt's `usage`, when given, is recorded by the settling statement.
 pub(super) async fn settle_with_output<S: Store + ?Sized>(
     store: &S,
     attempt: &AttemptRef,
     output: &Value,
     transition: AttemptTransition,
     resolved: Option<&Resolved<'_>>,
-    holder: Option<&str>,
+    (holder, usage): (Option<&str>, Option<&AttemptUsage>),
 ) -> Result<Transition> {
     let mut tx = store.begin().await?;
-    let Some(job) = tx.lock_job(&attempt.owner, attempt.job_id).await? else {
-        return Ok(Transition::NotFound);
-    };
-    let current = match holder {
-        Some(worker) => match check_held(&mut tx, attempt, worker).await? {
-            Ok(state) => state,
-            Err(refused) => return Ok(refused),
-        },
-        None => match tx.attempt_state(attempt).await? {
-            Some(state) => state,
-            None => return Ok(Transition::NotFound),
-        },
+    let (job, current) = match lock_fenced(&mut tx, attempt, holder).await? {
+        Ok(locked) => locked,
+        Err(refused) => return Ok(refused),
     };
     if !transition.from().contains(&current) {
         return Ok(Transition::Stale(current));
@@ -133,6 +125,7 @@ pub(super) async fn settle_with_output<S: Store + ?Sized>(
     let settlement = OutputSettlement {
         attempt,
         output,
+        usage,
         from: transition.from(),
         won: json!({ "from": current.as_str(), "reason": reason, "resolved_by": resolved_by }),
         lost: json!({ "loser": attempt.number, "winner": winner, "job_state": job.state.as_str(), "reason": reason,
@@ -143,14 +136,14 @@ pub(super) async fn settle_with_output<S: Store + ?Sized>(
         // Cannot happen with the job locked; refuse to commit if it does.
         return Err(corrupt("an attempt changed under its locked job"));
     }
-    let (owner, job_id, task) = (&attempt.owner, attempt.job_id, job.task.as_str());
+    let (owner, job_id) = (&attempt.owner, attempt.job_id);
     if settled.won {
-        let data = json!({ "job_state": JobState::Succeeded.as_str(), "attempt": attempt.number, "result": output,
-                           "canceled": settled.canceled });
-        tell(&mut tx, owner, job_id, task, WebhookEventType::JobSucceeded, data).await?;
+        let data = || json!({ "job_state": JobState::Succeeded.as_str(), "attempt": attempt.number, "result": output,
+                              "canceled": settled.canceled });
+        tell(&mut tx, owner, job_id, &job, WebhookEventType::JobSucceeded, data).await?;
     } else {
-        let data = json!({ "job_state": job.state.as_str(), "attempt": attempt.number, "winner": winner });
-        tell(&mut tx, owner, job_id, task, WebhookEventType::AttemptSuperseded, data).await?;
+        let data = || json!({ "job_state": job.state.as_str(), "attempt": attempt.number, "winner": winner });
+        tell(&mut tx, owner, job_id, &job, WebhookEventType::AttemptSuperseded, data).await?;
     }
     fail::fail_point!("settle-before-commit", |_| Err(corrupt("failpoint settle-before-commit")));
     tx.commit().await?;
@@ -169,6 +162,7 @@ pub(super) async fn settle_with_output<S: Store + ?Sized>(
 /// admitted in the same transaction, so that it cannot be lost between the
 /// two. An attempt the provider never received ([`NOT_RECEIVED`]) used and
 /// cost nothing: its estimated usage is forgotten in the same transaction.
+/// The attempt's `usage`, when given, is recorded with its outcome.
 pub(super) async fn settle_without_output<S: Store + ?Sized>(
     store: &S,
     attempt: &AttemptRef,
@@ -176,21 +170,17 @@ pub(super) async fn settle_without_output<S: Store + ?Sized>(
     error: &AttemptError,
     resolved: Option<&Resolved<'_>>,
     rules: Option<&dyn TaskRules>,
-    holder: Option<&str>,
+    (holder, usage): (Option<&str>, Option<&AttemptUsage>),
 ) -> Result<Transition> {
     let &[to] = transition.to() else {
         return Err(corrupt(format!("{transition:?} does not settle without an output")));
     };
     let mut tx = store.begin().await?;
-    let Some(job) = tx.lock_job(&attempt.owner, attempt.job_id).await? else {
-        return Ok(Transition::NotFound);
+    let job = match lock_fenced(&mut tx, attempt, holder).await? {
+        Ok((job, _)) => job,
+        Err(refused) => return Ok(refused),
     };
-    if let Some(worker) = holder
-        && let Err(refused) = check_held(&mut tx, attempt, worker).await?
-    {
-        return Ok(refused);
-    }
-    if tx.set_attempt_outcome(attempt, to, transition.from(), error).await? == 0 {
+    if tx.set_attempt_outcome(attempt, to, transition.from(), error, usage).await? == 0 {
         return Ok(match tx.attempt_state(attempt).await? {
             Some(state) => Transition::Stale(state),
             None => Transition::NotFound,
@@ -214,22 +204,22 @@ pub(super) async fn settle_without_output<S: Store + ?Sized>(
         (AttemptState::Failed, _) => Transition::Failed { next: None },
         _ => Transition::Applied,
     };
-    let (owner, job_id, task) = (&attempt.owner, attempt.job_id, job.task.as_str());
+    let (owner, job_id) = (&attempt.owner, attempt.job_id);
     let data = || json!({ "job_state": job_state.as_str(), "attempt": attempt.number, "error": error });
     match (to, &outcome) {
         (AttemptState::Unknown, _) => {
-            tell(&mut tx, owner, job_id, task, WebhookEventType::AttemptUnknown, data()).await?;
+            tell(&mut tx, owner, job_id, &job, WebhookEventType::AttemptUnknown, data).await?;
             if job_state == JobState::Unknown && job.state != JobState::Unknown {
-                tell(&mut tx, owner, job_id, task, WebhookEventType::JobUnknown, data()).await?;
+                tell(&mut tx, owner, job_id, &job, WebhookEventType::JobUnknown, data).await?;
             }
         }
         // The job failed, and nothing follows by itself.
         (AttemptState::Failed, Transition::Failed { next: None }) if job_state == JobState::Failed => {
-            tell(&mut tx, owner, job_id, task, WebhookEventType::JobFailed, data()).await?;
+            tell(&mut tx, owner, job_id, &job, WebhookEventType::JobFailed, data).await?;
         }
         // An unknown attempt the provider reports canceled, the job's last open one.
         (AttemptState::Canceled, _) if job_state == JobState::Failed && job.state != JobState::Failed => {
-            tell(&mut tx, owner, job_id, task, WebhookEventType::JobFailed, data()).await?;
+            tell(&mut tx, owner, job_id, &job, WebhookEventType::JobFailed, data).await?;
         }
         _ => {}
     }
@@ -258,12 +248,10 @@ pub(super) async fn requeue<S: Store + ?Sized>(
     mut detail: Value,
 ) -> Result<Transition> {
     let mut tx = store.begin().await?;
-    let Some(job) = tx.lock_job(&attempt.owner, attempt.job_id).await? else {
-        return Ok(Transition::NotFound);
+    let job = match lock_fenced(&mut tx, attempt, Some(worker)).await? {
+        Ok((job, _)) => job,
+        Err(refused) => return Ok(refused),
     };
-    if let Err(refused) = check_held(&mut tx, attempt, worker).await? {
-        return Ok(refused);
-    }
     let states = tx.attempt_states(&attempt.owner, attempt.job_id).await?;
     if job.state.is_terminal() || states.contains(&AttemptState::Pending) {
         return Ok(Transition::Stale(AttemptState::Running));
@@ -293,23 +281,29 @@ pub(super) async fn resolve_unknown<S: Store + ?Sized>(
 ) -> Result<Transition> {
     match resolution {
         Resolution::Succeeded(output) => {
-            settle_with_output(store, attempt, output, AttemptTransition::ResolveSucceeded, Some(resolved), None).await
+            settle_with_output(store, attempt, output, AttemptTransition::ResolveSucceeded, Some(resolved), (None, None)).await
         }
         Resolution::Failed => {
             let error = AttemptError::new("resolved-failed", resolved.reason);
             let transition = AttemptTransition::ResolveFailed;
-            settle_without_output(store, attempt, transition, &error, Some(resolved), Some(rules), None).await
+            settle_without_output(store, attempt, transition, &error, Some(resolved), Some(rules), (None, None)).await
         }
     }
 }
 
-/// The fence of a worker's settlement: the attempt's state when `worker`
-/// still holds it under a live lease, or the answer that it does not.
-async fn check_held(tx: &mut Tx, attempt: &AttemptRef, worker: &str) -> Result<std::result::Result<AttemptState, Transition>> {
-    Ok(match tx.attempt_holder(attempt).await? {
-        None => Err(Transition::NotFound),
-        Some(holder) if holder.held_by(worker) => Ok(holder.state),
-        Some(holder) => Err(Transition::Fenced(holder.state)),
+/// Locks the attempt's job and reads the attempt's state, fenced: with a
+/// `holder`, the settlement applies only while the attempt is `running`
+/// under that worker's live lease ([`Transition::Fenced`] otherwise). A
+/// missing job or attempt is [`Transition::NotFound`].
+async fn lock_fenced(
+    tx: &mut Tx,
+    attempt: &AttemptRef,
+    holder: Option<&str>,
+) -> Result<std::result::Result<(LockedJob, AttemptState), Transition>> {
+    Ok(match tx.lock_attempt_job(attempt).await? {
+        None | Some((_, None)) => Err(Transition::NotFound),
+        Some((_, Some(held))) if holder.is_some_and(|worker| !held.held_by(worker)) => Err(Transition::Fenced(held.state)),
+        Some((job, Some(held))) => Ok((job, held.state)),
     })
 }
 
@@ -328,7 +322,7 @@ pub(super) async fn expire_leases<S: Store + ?Sized>(store: &S, max: u32) -> Res
     let error = AttemptError::new("lease-expired", "the worker running this attempt stopped answering before it finished");
     let mut expired = Vec::new();
     for attempt in store.expired_leases(max).await? {
-        let outcome = settle_without_output(store, &attempt, AttemptTransition::ExpireLease, &error, None, None, None).await?;
+        let outcome = settle_without_output(store, &attempt, AttemptTransition::ExpireLease, &error, None, None, (None, None)).await?;
         if outcome == Transition::Applied {
             expired.push(attempt);
         }
@@ -355,9 +349,12 @@ pub(super) async fn cancel_job<S: Store + ?Sized>(store: &S, owner: &OwnerId, id
     let canceled = tx.cancel_job(owner, id).await?;
     let detail = json!({ "from": job.state.as_str(), "canceled": canceled });
     tx.append_event(owner, id, AttemptTransition::Cancel.event(), None, detail.clone()).await?;
-    let mut data = detail;
-    data["job_state"] = json!(JobState::Canceled.as_str());
-    tell(&mut tx, owner, id, &job.task, WebhookEventType::JobCanceled, data).await?;
+    let data = || {
+        let mut data = detail;
+        data["job_state"] = json!(JobState::Canceled.as_str());
+        data
+    };
+    tell(&mut tx, owner, id, &job, WebhookEventType::JobCanceled, data).await?;
     tx.commit().await?;
     let job = store.get_job(owner, id).await?.ok_or_else(|| corrupt("a canceled job vanished"))?;
     Ok(Cancel::Canceled(job))
@@ -428,11 +425,24 @@ async fn schedule_next_attempt(
 /// Writes a webhook message about a job to the outbox, in the transition's
 /// transaction (a Standard Webhooks body: `type`, `timestamp`, `data` with
 /// the job's id and task added to `data`): a delivery to each of the
-/// owner's endpoints subscribed to `event`, or nothing when none is.
-async fn tell(tx: &mut Tx, owner: &OwnerId, job_id: JobId, task: &str, event: WebhookEventType, mut data: Value) -> Result<()> {
+/// owner's endpoints subscribed to `event`, or nothing when none is. An
+/// owner without any subscription (as the job's lock read it) is written
+/// nothing, with no statement; `data` is made only when it is written.
+async fn tell(
+    tx: &mut Tx,
+    owner: &OwnerId,
+    job_id: JobId,
+    job: &LockedJob,
+    event: WebhookEventType,
+    data: impl FnOnce() -> Value,
+) -> Result<()> {
+    if !job.hooked {
+        return Ok(());
+    }
+    let mut data = data();
     if let Some(fields) = data.as_object_mut() {
         fields.insert("job_id".into(), json!(job_id));
-        fields.insert("task".into(), json!(task));
+        fields.insert("task".into(), json!(job.task));
     }
     let payload = json!({ "type": event.as_str(), "timestamp": chrono::Utc::now(), "data": data }).to_string();
     tx.enqueue_webhook(&Outgoing { owner, job_id, event, payload }).await

@@ -5,6 +5,8 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::query::Query;
+use sqlx::{Database, Encode, Type};
 
 use super::{Result, TaskRules, corrupt};
 use crate::domain::{Attempt, AttemptState, Cost, Money, Usage};
@@ -63,6 +65,46 @@ pub(crate) fn read_cost(amount: Option<String>, currency: Option<String>, price_
     };
     let amount: Money = amount.parse().map_err(corrupt)?;
     Ok(Some(Cost { amount, currency, price_version }))
+}
+
+/// The assignments of a settling `update` that record an attempt's usage:
+/// when the flag bound at `{sigil}{flag}` is true, the six values bound
+/// after it (see [`bind_usage`]); the columns as they were otherwise.
+/// `cost_cast` types the cost (`::numeric` on Postgres).
+pub(crate) fn usage_assignments(sigil: char, flag: usize, cost_cast: &str) -> String {
+    ["prompt_tokens", "completion_tokens", "usage_estimated", "cost", "currency", "price_version"]
+        .iter()
+        .enumerate()
+        .map(|(i, column)| {
+            let cast = if *column == "cost" { cost_cast } else { "" };
+            format!("{column} = case when {sigil}{flag} then {sigil}{}{cast} else {column} end", flag + 1 + i)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Binds what [`usage_assignments`] reads: whether there is a usage to
+/// record, then its tokens in and out, whether they are estimated, and its
+/// cost, currency and price version.
+pub(crate) fn bind_usage<'q, DB: Database>(
+    query: Query<'q, DB, <DB as Database>::Arguments<'q>>,
+    usage: Option<&AttemptUsage>,
+) -> Query<'q, DB, <DB as Database>::Arguments<'q>>
+where
+    bool: Encode<'q, DB> + Type<DB>,
+    Option<bool>: Encode<'q, DB> + Type<DB>,
+    Option<i64>: Encode<'q, DB> + Type<DB>,
+    Option<String>: Encode<'q, DB> + Type<DB>,
+{
+    let cost = usage.and_then(|u| u.cost.as_ref());
+    query
+        .bind(usage.is_some())
+        .bind(usage.map(|u| u.usage.prompt_tokens))
+        .bind(usage.map(|u| u.usage.completion_tokens))
+        .bind(usage.map(|u| u.usage.estimated))
+        .bind(cost.map(|c| c.amount.to_string()))
+        .bind(cost.map(|c| c.currency.clone()))
+        .bind(cost.map(|c| c.price_version.clone()))
 }
 
 /// The budget of a `task` job whose own `max_cost` is `job_max_cost`: the

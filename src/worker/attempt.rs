@@ -425,8 +425,11 @@ async fn await_failover_qualifications(worker: &Worker, task: &str, claim: Optio
 /// [`record_outcome`], with the usage the attempt may have had when the
 /// provider does not say (`estimate`), fenced by the worker's `claim` (its
 /// own outcomes, which must land within its lease). The usage and its cost
-/// are recorded first (see [`usage_of`]), then the outcome. An output that breaks the
-/// contract is kept on the attempt, unvalidated, as its failure is recorded.
+/// (see [`usage_of`]) are recorded by the statement that settles the
+/// attempt; when the settlement is refused (the attempt was settled
+/// otherwise, or is no longer held), on their own, since the provider may
+/// have charged for them all the same. An output that breaks the contract
+/// is kept on the attempt, unvalidated, as its failure is recorded.
 async fn record_metered_outcome(
     worker: &Worker,
     attempt: &AttemptRef,
@@ -466,11 +469,14 @@ async fn record_metered_outcome(
     let started = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(100);
     loop {
-        let recorded = match &usage {
-            Some(usage) => worker.store.record_usage(attempt, usage).await.map(|_| ()),
-            None => Ok(()),
+        let recorded = match record_once(worker, attempt, provider, &outcome, rejected.as_ref(), (holder, usage.as_ref())).await {
+            Ok(None) => match &usage {
+                Some(usage) => worker.store.record_usage(attempt, usage).await.map(|_| None),
+                None => Ok(None),
+            },
+            other => other,
         };
-        match recorded.and(record_once(worker, attempt, provider, &outcome, rejected.as_ref(), holder).await) {
+        match recorded {
             Ok(settled) => {
                 if let (Some(settled), Some(usage)) = (settled, &usage) {
                     metrics::usage(provider, settled, &usage.usage, usage.cost.as_ref());
@@ -495,13 +501,16 @@ async fn record_metered_outcome(
     }
 }
 
+/// Records the outcome, with its usage, through the transition it calls
+/// for: how the attempt settled, or `None` when the transition was refused
+/// (and recorded no usage).
 async fn record_once(
     worker: &Worker,
     attempt: &AttemptRef,
     provider: &str,
     outcome: &Result<Completion, ProviderError>,
     rejected: Option<&Value>,
-    holder: Option<&str>,
+    (holder, usage): (Option<&str>, Option<&AttemptUsage>),
 ) -> store::Result<Option<Settled>> {
     let store = worker.store.as_ref();
     let mut settled = None;
@@ -509,7 +518,7 @@ async fn record_once(
         store.record_unapplied_output(attempt, rejected).await?;
     }
     match outcome {
-        Ok(completion) => match store.finish_attempt(attempt, &completion.output, holder).await? {
+        Ok(completion) => match store.finish_attempt(attempt, &completion.output, holder, usage).await? {
             Transition::Won { canceled } => {
                 tracing::Span::current().record("attempt.state", "succeeded");
                 tracing::info!(?canceled, "attempt succeeded and won the job");
@@ -531,7 +540,7 @@ async fn record_once(
         },
         Err(error) => match error.class {
             FailureClass::Definitive { .. } => {
-                let transition = store.fail_attempt(attempt, &attempt_error(error), worker.catalog.as_ref(), holder).await?;
+                let transition = store.fail_attempt(attempt, &attempt_error(error), worker.catalog.as_ref(), holder, usage).await?;
                 tracing::info!(%error, outcome = ?transition, "attempt failed");
                 if let Transition::Failed { next } = &transition {
                     tracing::Span::current().record("attempt.state", "failed");
@@ -544,7 +553,7 @@ async fn record_once(
                 }
             }
             FailureClass::Canceled => {
-                let transition = store.abort_attempt(attempt, &attempt_error(error), holder).await?;
+                let transition = store.abort_attempt(attempt, &attempt_error(error), holder, usage).await?;
                 tracing::info!(outcome = ?transition, "attempt canceled: its call was aborted");
                 if transition == Transition::Applied {
                     tracing::Span::current().record("attempt.state", "canceled");
@@ -553,7 +562,7 @@ async fn record_once(
                 }
             }
             FailureClass::Ambiguous => {
-                let transition = store.mark_unknown(attempt, &attempt_error(error), holder).await?;
+                let transition = store.mark_unknown(attempt, &attempt_error(error), holder, usage).await?;
                 tracing::warn!(%error, outcome = ?transition, "attempt outcome unknown; new attempts wait for reconciliation");
                 if transition == Transition::Applied {
                     tracing::Span::current().record("attempt.state", "unknown");

@@ -122,8 +122,9 @@ impl Worker {
                     crate::metrics::claim_batch(claimed.len());
                     for claimed in claimed {
                         // The claim is a change of its job: this process's
-                        // long-polls and event streams of it hear at once.
-                        self.signals.job_changed(claimed.attempt.job_id);
+                        // event streams of it hear at once, its long-polls
+                        // after their grace for the outcome (`jobs::CLAIM_GRACE`).
+                        self.signals.job_claimed(claimed.attempt.job_id);
                         let permit = permits.clone().try_acquire_owned().expect("claimed no more than the free permits");
                         let worker = self.clone();
                         let lease_end = claim_sent + leases.of(&claimed.provider);

@@ -27,7 +27,7 @@ async fn make_unknown(app: &TestApp, job: &str, number: i32) {
     claim_all(app).await;
     let attempt = AttemptRef { owner: owner("alice"), job_id: JobId::parse(job).unwrap(), number };
     let timeout = AttemptError::new("timeout", "deadline passed");
-    assert_eq!(app.store().mark_unknown(&attempt, &timeout, None).await.unwrap(), Transition::Applied);
+    assert_eq!(app.store().mark_unknown(&attempt, &timeout, None, None).await.unwrap(), Transition::Applied);
 }
 
 /// Owner A's (alice's) data, so that every path parameter of the walk names

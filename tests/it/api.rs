@@ -182,19 +182,19 @@ async fn admission_matrix_answers_each_documented_refusal(backend: Backend) {
     // nowhere left to go here (sim-slow was tried; sim-fast is not next).
     let catalog = &app.catalog;
     let timeout = AttemptError::new("timeout", "deadline passed");
-    assert_eq!(app.store().mark_unknown(&alice_attempt(job, 1), &timeout, None).await.unwrap(), Transition::Applied);
+    assert_eq!(app.store().mark_unknown(&alice_attempt(job, 1), &timeout, None, None).await.unwrap(), Transition::Applied);
     let response = app.post_attempt(&app.alice, id, "f", &json!({})).await;
     assert_eq!(response.headers()["retry-after"], "5");
     expect_problem(response, StatusCode::CONFLICT, "attempt-outcome-unknown").await;
     let failed = AttemptError::new("provider-error", "503");
-    app.store().fail_attempt(&alice_attempt(job, 1), &failed, catalog, None).await.unwrap();
-    app.store().fail_attempt(&alice_attempt(job, 2), &failed, catalog, None).await.unwrap();
+    app.store().fail_attempt(&alice_attempt(job, 1), &failed, catalog, None, None).await.unwrap();
+    app.store().fail_attempt(&alice_attempt(job, 2), &failed, catalog, None, None).await.unwrap();
 
     // Attempt 3 of 3 is admitted; a fourth is over the limit.
     let response = app.post_attempt(&app.alice, id, "g", &json!({})).await;
     assert_eq!(response.status(), StatusCode::CREATED);
     claim_all(&app).await;
-    app.store().fail_attempt(&alice_attempt(job, 3), &failed, catalog, None).await.unwrap();
+    app.store().fail_attempt(&alice_attempt(job, 3), &failed, catalog, None, None).await.unwrap();
     let response = app.post_attempt(&app.alice, id, "h", &json!({})).await;
     expect_problem(response, StatusCode::CONFLICT, "attempt-limit-reached").await;
 
@@ -202,7 +202,7 @@ async fn admission_matrix_answers_each_documented_refusal(backend: Backend) {
     let other = app.create_job("k2", None).await;
     let other_id = job_id(&other);
     claim_all(&app).await;
-    app.store().finish_attempt(&alice_attempt(other_id, 1), &json!({"summary": "x", "word_count": 1}), None).await.unwrap();
+    app.store().finish_attempt(&alice_attempt(other_id, 1), &json!({"summary": "x", "word_count": 1}), None, None).await.unwrap();
     let response = app.post_attempt(&app.alice, &other_id.to_string(), "i", &json!({})).await;
     expect_problem(response, StatusCode::CONFLICT, "job-finished").await;
 

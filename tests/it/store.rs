@@ -290,8 +290,8 @@ pub async fn another_owner_can_neither_see_nor_touch_a_job(store: Shared) {
     let admitted = store.admit_attempt(&bob, job, &attempt_on("sim-fast", "b1"), &rules(5, 2)).await.unwrap();
     assert!(matches!(admitted, Admission::JobNotFound), "{admitted:?}");
     let bobs = AttemptRef { owner: bob, job_id: job, number: 1 };
-    assert_eq!(store.finish_attempt(&bobs, &json!({"x": 1}), None).await.unwrap(), Transition::NotFound);
-    assert_eq!(store.fail_attempt(&bobs, &AttemptError::new("x", "y"), &rules(5, 2), None).await.unwrap(), Transition::NotFound);
+    assert_eq!(store.finish_attempt(&bobs, &json!({"x": 1}), None, None).await.unwrap(), Transition::NotFound);
+    assert_eq!(store.fail_attempt(&bobs, &AttemptError::new("x", "y"), &rules(5, 2), None, None).await.unwrap(), Transition::NotFound);
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Running);
 }
 
@@ -311,7 +311,7 @@ pub async fn admission_refuses_while_an_attempt_is_pending(store: Shared) {
 pub async fn admission_refuses_while_an_attempt_is_unknown_and_admits_once_it_is_resolved(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
     let timeout = AttemptError::new("timeout", "deadline passed");
-    assert_eq!(store.mark_unknown(&at(job, 1), &timeout, None).await.unwrap(), Transition::Applied);
+    assert_eq!(store.mark_unknown(&at(job, 1), &timeout, None, None).await.unwrap(), Transition::Applied);
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Unknown);
     assert_eq!(refusal(store.as_ref(), job, "a2", &rules(5, 2)).await, AdmissionRefusal::AttemptOutcomeUnknown);
     let resolved = store.resolve_unknown(&at(job, 1), &Resolution::Failed, &Resolved::because("provider says it never ran"), &rules(5, 2)).await;
@@ -329,13 +329,13 @@ pub async fn admission_refuses_beyond_max_in_flight(store: Shared) {
 
 pub async fn admission_refuses_beyond_max_attempts(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503"), &rules(5, 2), None).await.unwrap();
+    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503"), &rules(5, 2), None, None).await.unwrap();
     assert_eq!(refusal(store.as_ref(), job, "a2", &rules(1, 2)).await, AdmissionRefusal::AttemptLimitReached);
 }
 
 pub async fn admission_refuses_a_finished_job(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    assert!(matches!(store.finish_attempt(&at(job, 1), &json!({"ok": true}), None).await.unwrap(), Transition::Won { .. }));
+    assert!(matches!(store.finish_attempt(&at(job, 1), &json!({"ok": true}), None, None).await.unwrap(), Transition::Won { .. }));
     assert_eq!(refusal(store.as_ref(), job, "a2", &rules(5, 2)).await, AdmissionRefusal::JobFinished);
 }
 
@@ -414,8 +414,8 @@ pub async fn reverse_order_finish_makes_the_second_to_finish_lose(store: Shared)
     let job = job_with_running(store.as_ref(), "k", 2).await;
     let fast = json!({"summary": "from the fallback"});
     let slow = json!({"summary": "from the primary"});
-    assert_eq!(store.finish_attempt(&at(job, 2), &fast, None).await.unwrap(), Transition::Won { canceled: vec![] });
-    assert_eq!(store.finish_attempt(&at(job, 1), &slow, None).await.unwrap(), Transition::Lost { winner: Some(2) });
+    assert_eq!(store.finish_attempt(&at(job, 2), &fast, None, None).await.unwrap(), Transition::Won { canceled: vec![] });
+    assert_eq!(store.finish_attempt(&at(job, 1), &slow, None, None).await.unwrap(), Transition::Lost { winner: Some(2) });
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!(stored.state, JobState::Succeeded);
     assert_eq!(stored.winning_attempt, Some(2));
@@ -436,7 +436,7 @@ pub async fn concurrent_finishes_have_exactly_one_winner(store: Shared) {
             let (store, barrier) = (store.clone(), barrier.clone());
             tokio::spawn(async move {
                 barrier.wait().await;
-                (n, store.finish_attempt(&at(job, n), &json!({"by": n}), None).await.unwrap())
+                (n, store.finish_attempt(&at(job, n), &json!({"by": n}), None, None).await.unwrap())
             })
         })
         .collect();
@@ -462,7 +462,7 @@ pub async fn concurrent_finishes_have_exactly_one_winner(store: Shared) {
 pub async fn winning_cancels_pending_siblings(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
     store.admit_attempt(&owner("alice"), job, &attempt_on("sim-slow", "a2"), &rules(5, 2)).await.unwrap();
-    let outcome = store.finish_attempt(&at(job, 1), &json!({"ok": 1}), None).await.unwrap();
+    let outcome = store.finish_attempt(&at(job, 1), &json!({"ok": 1}), None, None).await.unwrap();
     assert_eq!(outcome, Transition::Won { canceled: vec![2] });
     assert_eq!(attempt_states(store.as_ref(), job).await, [AttemptState::Succeeded, AttemptState::Canceled]);
     assert!(store.claim_attempts("w", 10, &leases()).await.unwrap().is_empty(), "a canceled attempt is never claimed");
@@ -519,32 +519,32 @@ pub async fn a_worker_settles_only_an_attempt_it_still_holds(store: Shared) {
     assert_eq!(s.claim_attempts("w1", 10, &leases()).await.unwrap().len(), 1);
     // Another worker's settlements change nothing.
     let fenced = Transition::Fenced(AttemptState::Running);
-    assert_eq!(s.finish_attempt(&at(job, 1), &output, Some("w2")).await.unwrap(), fenced);
-    assert_eq!(s.mark_unknown(&at(job, 1), &error, Some("w2")).await.unwrap(), fenced);
-    assert_eq!(s.fail_attempt(&at(job, 1), &error, &rules(5, 2), Some("w2")).await.unwrap(), fenced);
+    assert_eq!(s.finish_attempt(&at(job, 1), &output, Some("w2"), None).await.unwrap(), fenced);
+    assert_eq!(s.mark_unknown(&at(job, 1), &error, Some("w2"), None).await.unwrap(), fenced);
+    assert_eq!(s.fail_attempt(&at(job, 1), &error, &rules(5, 2), Some("w2"), None).await.unwrap(), fenced);
     assert_eq!(attempt_states(s, job).await, vec![AttemptState::Running]);
     // Its holder's applies.
-    assert!(matches!(s.finish_attempt(&at(job, 1), &output, Some("w1")).await.unwrap(), Transition::Won { .. }));
+    assert!(matches!(s.finish_attempt(&at(job, 1), &output, Some("w1"), None).await.unwrap(), Transition::Won { .. }));
 
     // A lease that has run out (sim-hang's is zero here): not even its holder may settle.
     let expired = create_on(s, "expired", "sim-hang").await;
     assert_eq!(s.claim_attempts("w1", 10, &leases()).await.unwrap().len(), 1);
-    assert_eq!(s.finish_attempt(&at(expired, 1), &output, Some("w1")).await.unwrap(), fenced);
-    assert_eq!(s.mark_unknown(&at(expired, 1), &error, Some("w1")).await.unwrap(), fenced);
+    assert_eq!(s.finish_attempt(&at(expired, 1), &output, Some("w1"), None).await.unwrap(), fenced);
+    assert_eq!(s.mark_unknown(&at(expired, 1), &error, Some("w1"), None).await.unwrap(), fenced);
     // Reaped, it is the reconciler's, which settles by the state alone.
     assert_eq!(s.expire_leases(10).await.unwrap().len(), 1);
     let unknown = Transition::Fenced(AttemptState::Unknown);
-    assert_eq!(s.finish_attempt(&at(expired, 1), &output, Some("w1")).await.unwrap(), unknown);
-    assert!(matches!(s.finish_attempt(&at(expired, 1), &output, None).await.unwrap(), Transition::Won { .. }));
+    assert_eq!(s.finish_attempt(&at(expired, 1), &output, Some("w1"), None).await.unwrap(), unknown);
+    assert!(matches!(s.finish_attempt(&at(expired, 1), &output, None, None).await.unwrap(), Transition::Won { .. }));
 }
 
 pub async fn failures_and_unknowns_set_the_job_state_from_its_attempts(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 2).await;
     let error = AttemptError::new("provider-error", "503 from provider");
-    assert_eq!(store.fail_attempt(&at(job, 1), &error, &rules(5, 2), None).await.unwrap(), Transition::Failed { next: None });
+    assert_eq!(store.fail_attempt(&at(job, 1), &error, &rules(5, 2), None, None).await.unwrap(), Transition::Failed { next: None });
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Running, "attempt 2 still runs");
     let timeout = AttemptError::new("timeout", "deadline passed");
-    assert_eq!(store.mark_unknown(&at(job, 2), &timeout, None).await.unwrap(), Transition::Applied);
+    assert_eq!(store.mark_unknown(&at(job, 2), &timeout, None, None).await.unwrap(), Transition::Applied);
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Unknown);
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!(stored.attempts[0].error.as_ref().unwrap()["type"], "provider-error");
@@ -558,25 +558,25 @@ pub async fn failures_and_unknowns_set_the_job_state_from_its_attempts(store: Sh
 
 pub async fn stale_transitions_change_nothing(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "400"), &rules(5, 2), None).await.unwrap();
-    assert_eq!(store.finish_attempt(&at(job, 1), &json!({}), None).await.unwrap(), Transition::Stale(AttemptState::Failed));
+    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "400"), &rules(5, 2), None, None).await.unwrap();
+    assert_eq!(store.finish_attempt(&at(job, 1), &json!({}), None, None).await.unwrap(), Transition::Stale(AttemptState::Failed));
     assert_eq!(
-        store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "late"), None).await.unwrap(),
+        store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "late"), None, None).await.unwrap(),
         Transition::Stale(AttemptState::Failed)
     );
     assert_eq!(
         store.resolve_unknown(&at(job, 1), &Resolution::Succeeded(json!({})), &Resolved::because("no"), &rules(5, 2)).await.unwrap(),
         Transition::Stale(AttemptState::Failed)
     );
-    assert_eq!(store.finish_attempt(&at(job, 9), &json!({}), None).await.unwrap(), Transition::NotFound);
+    assert_eq!(store.finish_attempt(&at(job, 9), &json!({}), None, None).await.unwrap(), Transition::NotFound);
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!((stored.state, stored.result), (JobState::Failed, None));
 }
 
 pub async fn resolving_an_unknown_attempt_with_output_goes_through_the_same_cas(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 2).await;
-    store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed"), None).await.unwrap();
-    assert!(matches!(store.finish_attempt(&at(job, 2), &json!({"by": 2}), None).await.unwrap(), Transition::Won { .. }));
+    store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed"), None, None).await.unwrap();
+    assert!(matches!(store.finish_attempt(&at(job, 2), &json!({"by": 2}), None, None).await.unwrap(), Transition::Won { .. }));
     let late = store.resolve_unknown(&at(job, 1), &Resolution::Succeeded(json!({"by": 1})), &Resolved::because("provider finished late"), &rules(5, 2)).await;
     assert_eq!(late.unwrap(), Transition::Lost { winner: Some(2) });
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
@@ -586,8 +586,8 @@ pub async fn resolving_an_unknown_attempt_with_output_goes_through_the_same_cas(
 
 pub async fn a_late_output_of_an_unknown_attempt_wins_when_nothing_else_has(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed"), None).await.unwrap();
-    assert!(matches!(store.finish_attempt(&at(job, 1), &json!({"late": true}), None).await.unwrap(), Transition::Won { .. }));
+    store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed"), None, None).await.unwrap();
+    assert!(matches!(store.finish_attempt(&at(job, 1), &json!({"late": true}), None, None).await.unwrap(), Transition::Won { .. }));
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!((stored.state, stored.result), (JobState::Succeeded, Some(json!({"late": true}))));
 }
@@ -624,8 +624,8 @@ pub async fn api_keys_are_found_by_hash_until_revoked(store: Shared) {
 
 pub async fn every_transition_appends_an_event(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 2).await;
-    store.finish_attempt(&at(job, 2), &json!({"a": 1}), None).await.unwrap();
-    store.finish_attempt(&at(job, 1), &json!({"a": 2}), None).await.unwrap();
+    store.finish_attempt(&at(job, 2), &json!({"a": 1}), None, None).await.unwrap();
+    store.finish_attempt(&at(job, 1), &json!({"a": 2}), None, None).await.unwrap();
     assert_eq!(
         event_kinds(store.as_ref(), job).await,
         ["job-created", "attempt-claimed", "attempt-admitted", "attempt-claimed", "attempt-succeeded", "race-lost"]
@@ -661,7 +661,7 @@ pub async fn an_expired_lease_makes_the_attempt_unknown_never_pending_or_failed(
 
 pub async fn reconciliation_claims_each_due_unknown_attempt_once_until_postponed(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed"), None).await.unwrap();
+    store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed"), None, None).await.unwrap();
     let providers = ["sim-fast".to_owned()];
     assert!(store.claim_reconciliations(&["sim-slow".to_owned()], 10, LEASE).await.unwrap().is_empty());
     let due = store.claim_reconciliations(&providers, 10, LEASE).await.unwrap();
@@ -676,7 +676,7 @@ pub async fn reconciliation_claims_each_due_unknown_attempt_once_until_postponed
 
 pub async fn a_delayed_attempt_is_not_claimed_before_its_time(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503"), &rules(5, 2), None).await.unwrap();
+    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503"), &rules(5, 2), None, None).await.unwrap();
     let later = NewAttempt { delay: Duration::from_secs(3600), ..attempt_on("sim-fast", "retry") };
     assert!(matches!(store.admit_attempt(&owner("alice"), job, &later, &rules(5, 2)).await.unwrap(), Admission::Admitted(_)));
     assert!(store.claim_attempts("w", 10, &leases()).await.unwrap().is_empty());
@@ -689,7 +689,7 @@ pub async fn cancel_stops_pending_attempts_and_a_late_output_never_applies(store
     let Cancel::Canceled(canceled) = store.cancel_job(&owner("alice"), job).await.unwrap() else { panic!("canceled") };
     assert_eq!(canceled.state, JobState::Canceled);
     assert_eq!(attempt_states(store.as_ref(), job).await, [AttemptState::Running, AttemptState::Canceled]);
-    let late = store.finish_attempt(&at(job, 1), &json!({"late": true}), None).await.unwrap();
+    let late = store.finish_attempt(&at(job, 1), &json!({"late": true}), None, None).await.unwrap();
     assert_eq!(late, Transition::Lost { winner: None });
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!((stored.state, stored.result), (JobState::Canceled, None));
@@ -698,7 +698,7 @@ pub async fn cancel_stops_pending_attempts_and_a_late_output_never_applies(store
     assert!(matches!(store.cancel_job(&owner("bob"), job).await.unwrap(), Cancel::NotFound));
 
     let done = job_with_running(store.as_ref(), "k2", 1).await;
-    store.finish_attempt(&at(done, 1), &json!({"ok": 1}), None).await.unwrap();
+    store.finish_attempt(&at(done, 1), &json!({"ok": 1}), None, None).await.unwrap();
     assert!(matches!(store.cancel_job(&owner("alice"), done).await.unwrap(), Cancel::Succeeded(_)));
     assert_eq!(job_state(store.as_ref(), done).await, JobState::Succeeded);
 }
@@ -708,7 +708,7 @@ pub async fn a_failure_and_the_policys_next_attempt_commit_together(store: Share
     let retrying = Rules { retry: true, ..rules(5, 2) };
     let mut error = AttemptError::new("provider-error", "503");
     error.detail = json!({"status": 503, "retryable": true});
-    let outcome = store.fail_attempt(&at(job, 1), &error, &retrying, None).await.unwrap();
+    let outcome = store.fail_attempt(&at(job, 1), &error, &retrying, None, None).await.unwrap();
     let Transition::Failed { next: Some(next) } = outcome else { panic!("the policy scheduled an attempt: {outcome:?}") };
     assert_eq!((next.number, next.provider.as_str()), (2, "sim-slow"), "the unqualified candidate was skipped");
     let skipped = store.list_events(&owner("alice"), job).await.unwrap().into_iter().find(|e| e.kind == "failover-skipped");
@@ -720,7 +720,7 @@ pub async fn a_failure_and_the_policys_next_attempt_commit_together(store: Share
     assert_eq!((stored.attempts[1].state, stored.attempts[1].origin), (AttemptState::Pending, AttemptOrigin::Policy));
     // A definitive, non-retryable failure schedules nothing.
     claim_one(store.as_ref()).await;
-    let outcome = store.fail_attempt(&at(job, 2), &AttemptError::new("provider-error", "400"), &retrying, None).await.unwrap();
+    let outcome = store.fail_attempt(&at(job, 2), &AttemptError::new("provider-error", "400"), &retrying, None, None).await.unwrap();
     assert_eq!(outcome, Transition::Failed { next: None });
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Failed);
 }
@@ -753,8 +753,8 @@ pub async fn open_unknown_attempts_are_listed_until_they_are_settled(store: Shar
     let job = job_with_running(store.as_ref(), "unknown-list", 2).await;
     assert!(store.list_unknown_attempts(None, 10).await.unwrap().is_empty());
     let timeout = AttemptError::new("timeout", "deadline passed");
-    store.mark_unknown(&at(job, 2), &timeout, None).await.unwrap();
-    store.mark_unknown(&at(job, 1), &timeout, None).await.unwrap();
+    store.mark_unknown(&at(job, 2), &timeout, None, None).await.unwrap();
+    store.mark_unknown(&at(job, 1), &timeout, None, None).await.unwrap();
     let open = store.list_unknown_attempts(None, 10).await.unwrap();
     assert_eq!(open.iter().map(|u| u.attempt.clone()).collect::<Vec<_>>(), [at(job, 2), at(job, 1)], "longest unknown first");
     assert_eq!((open[0].provider.as_str(), open[0].task.as_str()), ("sim-slow", "summarize"));
@@ -781,8 +781,8 @@ pub async fn usage_and_cost_are_stored_exactly_and_summed_as_winner_plus_waste(s
     assert!(store.record_usage(&at(job, 1), &loser).await.unwrap());
     let winner = priced(40, 9, false, "0.000000000000000001");
     assert!(store.record_usage(&at(job, 2), &winner).await.unwrap());
-    assert_eq!(store.finish_attempt(&at(job, 2), &json!({"n": 2}), None).await.unwrap(), Transition::Won { canceled: vec![] });
-    assert_eq!(store.finish_attempt(&at(job, 1), &json!({"n": 1}), None).await.unwrap(), Transition::Lost { winner: Some(2) });
+    assert_eq!(store.finish_attempt(&at(job, 2), &json!({"n": 2}), None, None).await.unwrap(), Transition::Won { canceled: vec![] });
+    assert_eq!(store.finish_attempt(&at(job, 1), &json!({"n": 1}), None, None).await.unwrap(), Transition::Lost { winner: Some(2) });
 
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!((stored.attempts[0].usage, stored.attempts[0].cost.clone()), (Some(loser.usage), loser.cost.clone()));
@@ -806,9 +806,47 @@ pub async fn usage_and_cost_are_stored_exactly_and_summed_as_winner_plus_waste(s
     assert!(!store.record_usage(&bobs, &winner).await.unwrap());
 }
 
+pub async fn a_settlement_records_the_attempts_usage_with_it_and_a_refused_one_records_none(store: Shared) {
+    use onejob::domain::{Cost, Usage};
+    use onejob::store::AttemptUsage;
+    let s = store.as_ref();
+    let used = |completion: i64| AttemptUsage {
+        usage: Usage { prompt_tokens: 40, completion_tokens: completion, estimated: false },
+        cost: Some(Cost { amount: "0.25".parse().unwrap(), currency: "USD".into(), price_version: "sha256:0123456789abcdef".into() }),
+    };
+    let usage_of = async |job: JobId, number: usize| {
+        let stored = s.get_job(&owner("alice"), job).await.unwrap().unwrap();
+        (stored.attempts[number - 1].usage, stored.attempts[number - 1].cost.clone())
+    };
+    let output = json!({"summary": "x", "word_count": 1});
+    // Two racing attempts: the winner's and the loser's usage each come with their settlement.
+    let job = job_with_running(s, "raced", 2).await;
+    let (winner, loser) = (used(9), used(11));
+    assert_eq!(s.finish_attempt(&at(job, 2), &output, None, Some(&winner)).await.unwrap(), Transition::Won { canceled: vec![] });
+    assert_eq!(s.finish_attempt(&at(job, 1), &output, None, Some(&loser)).await.unwrap(), Transition::Lost { winner: Some(2) });
+    assert_eq!(usage_of(job, 2).await, (Some(winner.usage), winner.cost.clone()));
+    assert_eq!(usage_of(job, 1).await, (Some(loser.usage), loser.cost.clone()));
+    // A settlement refused (another worker's lease) records nothing, usage included.
+    let held = create(s, "held").await;
+    assert_eq!(s.claim_attempts("w1", 10, &leases()).await.unwrap().len(), 1);
+    let fenced = Transition::Fenced(AttemptState::Running);
+    assert_eq!(s.finish_attempt(&at(held, 1), &output, Some("w2"), Some(&winner)).await.unwrap(), fenced);
+    assert_eq!(s.mark_unknown(&at(held, 1), &AttemptError::new("timeout", "late"), Some("w2"), Some(&winner)).await.unwrap(), fenced);
+    assert_eq!(usage_of(held, 1).await, (None, None));
+    // A failure and an unknown outcome record theirs with them.
+    let error = AttemptError::new("provider-error", "503 from provider");
+    assert_eq!(s.fail_attempt(&at(held, 1), &error, &rules(5, 2), Some("w1"), Some(&used(0))).await.unwrap(), Transition::Failed { next: None });
+    assert_eq!(usage_of(held, 1).await, (Some(used(0).usage), used(0).cost));
+    let unknown = job_with_running(s, "unknown", 1).await;
+    let estimate = AttemptUsage { usage: Usage { prompt_tokens: 40, completion_tokens: 512, estimated: true }, cost: None };
+    assert_eq!(s.mark_unknown(&at(unknown, 1), &AttemptError::new("timeout", "late"), None, Some(&estimate)).await.unwrap(), Transition::Applied);
+    assert_eq!(usage_of(unknown, 1).await, (Some(estimate.usage), None));
+}
+
 on_both_backends!(
     setup = conformance_store;
     a_worker_settles_only_an_attempt_it_still_holds,
+    a_settlement_records_the_attempts_usage_with_it_and_a_refused_one_records_none,
     create_job_inserts_the_job_with_one_pending_attempt,
     second_create_with_the_same_key_finds_the_existing_job,
     fifty_concurrent_creates_with_one_key_make_one_job,

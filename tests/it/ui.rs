@@ -147,7 +147,7 @@ async fn alices_unknown_job(app: &TestApp, key: &str) -> String {
     claim_all(app).await;
     let attempt = AttemptRef { owner: OwnerId::parse("alice").unwrap(), job_id: JobId::parse(&job).unwrap(), number: 1 };
     let timeout = AttemptError::new("timeout", "deadline passed");
-    assert_eq!(app.store().mark_unknown(&attempt, &timeout, None).await.unwrap(), Transition::Applied);
+    assert_eq!(app.store().mark_unknown(&attempt, &timeout, None, None).await.unwrap(), Transition::Applied);
     job
 }
 

@@ -57,7 +57,7 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         sql::INSERT_ATTEMPT,
         sql::APPEND_EVENT,
         sql::ENQUEUE_WEBHOOK,
-        sql::ATTEMPT_HOLDER,
+        sql::LOCK_ATTEMPT_JOB,
         sql::SET_ATTEMPT_OUTCOME,
         sql::CANCEL_PENDING_ATTEMPTS,
         sql::LIST_JOBS,

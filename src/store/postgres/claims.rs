@@ -15,9 +15,6 @@ use crate::store::rows::names::*;
 use crate::store::rows::{AttemptRefRow, stored_trace};
 use crate::store::{AttemptRef, Result};
 
-/// Up to `$2` owners with pending attempts after `$1`, in owner order: one
-/// probe of the `attempts_claimable` index per owner (a skip scan), each
-/// with the largest `max_in_flight` its live keys set.
 /// Pending attempts per owner and per provider, for the gauges.
 pub(super) static PENDING_BY: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -28,14 +25,18 @@ pub(super) static PENDING_BY: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// Up to `$2` owners with pending attempts after `$1`, in owner order: one
+/// probe of the `attempts_claimable` index per owner (a skip scan), each
+/// with the largest `max_in_flight` its live keys set.
 pub(super) static PENDING_OWNERS: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"with recursive owners (owner_id, n) as (
                (select owner_id, 1 from attempts
-                where state = '{PENDING}' and owner_id > $1 order by owner_id limit 1)
+                where state = '{PENDING}' and not_before is not null and owner_id > $1 order by owner_id limit 1)
                union all
                select (select a.owner_id from attempts a
-                       where a.state = '{PENDING}' and a.owner_id > o.owner_id order by a.owner_id limit 1),
+                       where a.state = '{PENDING}' and a.not_before is not null and a.owner_id > o.owner_id
+                       order by a.owner_id limit 1),
                       o.n + 1
                from owners o where o.owner_id is not null and o.n < $2
            )
@@ -98,7 +99,9 @@ pub(super) static CLAIM_CANDIDATES: LazyLock<String> = LazyLock::new(|| {
 
 /// Starts one owner's locked candidates: running under the worker's
 /// leases, their jobs running, an event each. Binds: owner, worker, job
-/// ids, numbers, leases (s).
+/// ids, numbers, leases (s). Each table is read by the job ids as an
+/// index condition (`= any($3)`), whatever join the planner picks: never
+/// the owner's whole backlog.
 pub(super) static START_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"with started as (
@@ -106,12 +109,13 @@ pub(super) static START_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
                set state = '{RUNNING}', worker = $2, started_at = now(),
                    lease_until = now() + make_interval(secs => s.seconds)
                from unnest($3::uuid[], $4::int[], $5::float8[]) as s(job_id, number, seconds)
-               where a.owner_id = $1 and a.job_id = s.job_id and a.number = s.number and a.state = '{PENDING}'
+               where a.owner_id = $1 and a.job_id = any($3) and a.job_id = s.job_id and a.number = s.number
+                 and a.state = '{PENDING}'
                returning a.job_id, a.number, a.id, a.lease_until
            ), running_jobs as (
                update jobs j set state = '{JOB_RUNNING}', updated_at = now()
                from started s
-               where j.owner_id = $1 and j.id = s.job_id
+               where j.owner_id = $1 and j.id = any($3) and j.id = s.job_id
            ), started_events as (
                insert into job_events (owner_id, job_id, kind, attempt_number, detail)
                select $1, job_id, '{EVENT_ATTEMPT_CLAIMED}', number,

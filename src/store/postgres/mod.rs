@@ -25,11 +25,11 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::webhooks::Outgoing;
-use super::driver::{AttemptHolder, Driver, LockedJob, OutputSettlement, Settled, Tx};
+use super::driver::{AttemptHolder, Driver, LockedAttemptRow, LockedJob, OutputSettlement, Settled, Tx};
 use super::shared::{impl_driver_tx, impl_store};
 use super::hot::HotConnections;
 use super::rows::{AttemptRefRow, JobSummaryRow, QualificationRow, attempts_from_rows, job_from_rows, stored_trace};
-use super::usage::{AttemptUsage, UsageFilter, UsageRow};
+use super::usage::{AttemptUsage, UsageFilter, UsageRow, bind_usage};
 use super::{
     ApiKey, AttemptRef, Gauges, JobFilter, KeyChange, LiveKey, NewAttempt, NewJob, OpenUnknown,
     OwnedJobSummary, QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
@@ -239,25 +239,34 @@ impl_driver_tx!(PgTx, {
         Ok(())
     }
 
-    async fn attempt_holder(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptHolder>> {
-        Ok(sqlx::query_as(sql::ATTEMPT_HOLDER)
+    async fn lock_attempt_job(&mut self, attempt: &AttemptRef) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
+        let row: Option<LockedAttemptRow> = sqlx::query_as(sql::LOCK_ATTEMPT_JOB)
             .bind(attempt.owner.as_str())
             .bind(attempt.job_id.0)
             .bind(attempt.number)
             .fetch_optional(&mut *self.tx)
-            .await?)
+            .await?;
+        Ok(row.map(Into::into))
     }
 
 
-    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, to: AttemptState, from: &[AttemptState], error: &AttemptError) -> Result<u64> {
-        Ok(sqlx::query(sql::SET_ATTEMPT_OUTCOME)
+    async fn set_attempt_outcome(
+        &mut self,
+        attempt: &AttemptRef,
+        to: AttemptState,
+        from: &[AttemptState],
+        error: &AttemptError,
+        usage: Option<&AttemptUsage>,
+    ) -> Result<u64> {
+        let query = sqlx::query(sql::SET_ATTEMPT_OUTCOME.as_str())
             .bind(attempt.owner.as_str())
             .bind(attempt.job_id.0)
             .bind(attempt.number)
             .bind(to)
             .bind(Json(error))
             .bind(state_names(from))
-            .bind(to == AttemptState::Unknown)
+            .bind(to == AttemptState::Unknown);
+        Ok(bind_usage(query, usage)
             .execute(&mut *self.tx)
             .await?
             .rows_affected())
@@ -265,17 +274,18 @@ impl_driver_tx!(PgTx, {
 
     async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
         // One statement, under the job's lock: the compare-and-swap, the
-        // attempt settled as won or superseded, the winner's pending
+        // attempt settled as won or superseded with its usage, the winner's pending
         // siblings canceled, and the event.
         let attempt = settlement.attempt;
-        let row = sqlx::query(SETTLE_WITH_OUTPUT.as_str())
+        let query = sqlx::query(SETTLE_WITH_OUTPUT.as_str())
             .bind(attempt.owner.as_str())
             .bind(attempt.job_id.0)
             .bind(attempt.number)
             .bind(settlement.output)
             .bind(state_names(settlement.from))
             .bind(&settlement.won)
-            .bind(&settlement.lost)
+            .bind(&settlement.lost);
+        let row = bind_usage(query, settlement.usage)
             .fetch_one(&mut *self.tx)
             .await?;
         Ok(Settled {

@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 
 use crate::store::rows::names::*;
 use crate::store::rows::{ATTEMPT_COLUMNS, select_job_where};
+use crate::store::usage::usage_assignments;
 
 
 /// The statements of the hot path, public so that `bench/ceiling.sh` runs
@@ -24,7 +25,7 @@ pub static CREATE_JOB: LazyLock<String> = LazyLock::new(|| {
         insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
                           state, created_at, updated_at, max_cost)
         values ($1, $2, $3, $4, $5, $6, $7, '{JOB_QUEUED}', now(), now(), $9::numeric)
-        on conflict (owner_id, idempotency_key) do nothing
+        on conflict (owner_id, idempotency_key) where idempotency_key is not null do nothing
         returning owner_id, id, created_at
     ), first_attempt as (
         insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before,
@@ -50,9 +51,10 @@ pub(super) static FIND_JOB_BY_KEY: LazyLock<String> =
 
 /// Settling an attempt with an output, once its job is locked and the
 /// attempt's state checked: the compare-and-swap on the job, the attempt
-/// settled, the winner's pending siblings canceled, the event. Binds: owner,
-/// job id, attempt number, output, the states it may settle from, the
-/// `attempt-succeeded` detail (without `canceled`), the `race-lost` detail.
+/// settled (with its usage), the winner's pending siblings canceled, the
+/// event. Binds: owner, job id, attempt number, output, the states it may
+/// settle from, the `attempt-succeeded` detail (without `canceled`), the
+/// `race-lost` detail, then the usage (`bind_usage`).
 pub(super) static SETTLE_WITH_OUTPUT: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"
@@ -63,7 +65,7 @@ pub(super) static SETTLE_WITH_OUTPUT: LazyLock<String> = LazyLock::new(|| {
     ), settled as (
         update attempts
         set state = case when exists (select from won) then '{SUCCEEDED}' else '{SUPERSEDED}' end,
-            output = $4, finished_at = now(), lease_until = null, reconcile_after = null
+            output = $4, finished_at = now(), lease_until = null, reconcile_after = null, {usage}
         where owner_id = $1 and job_id = $2 and number = $3 and state = any($5)
         returning number
     ), canceled as (
@@ -82,7 +84,8 @@ pub(super) static SETTLE_WITH_OUTPUT: LazyLock<String> = LazyLock::new(|| {
     )
     select exists (select from won) as won,
            (select count(*) from settled) as settled,
-           coalesce((select array_agg(number order by number) from canceled), '{{}}') as canceled"#
+           coalesce((select array_agg(number order by number) from canceled), '{{}}') as canceled"#,
+        usage = usage_assignments('$', 8, "::numeric"),
     )
 });
 
@@ -254,17 +257,30 @@ pub(super) const ENQUEUE_WEBHOOK: &str = r#"insert into webhook_deliveries (id, 
     join webhook_endpoints e on e.owner_id = s.owner_id and e.id = s.endpoint_id and e.disabled_at is null
     where s.owner_id = $1 and s.event_type = $3"#;
 
-/// Who holds an attempt, and whether its lease is live. Binds: owner, job, number.
-pub(super) const ATTEMPT_HOLDER: &str = r#"select state, worker, coalesce(lease_until > now(), false) as lease_live
-    from attempts where owner_id = $1 and job_id = $2 and number = $3"#;
+/// Locks an attempt's job for a transition, reading whether its owner has
+/// any webhook subscription, who holds the attempt and whether its lease
+/// is live. Binds: owner, job, number.
+pub(super) const LOCK_ATTEMPT_JOB: &str = r#"select j.state, j.task, j.provider, j.winning_attempt,
+           exists (select from webhook_subscriptions s where s.owner_id = $1) as hooked,
+           a.state as attempt_state, a.worker, coalesce(a.lease_until > now(), false) as lease_live
+    from jobs j
+    left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id and a.number = $3
+    where j.owner_id = $1 and j.id = $2
+    for no key update of j"#;
 
 /// An attempt's outcome, from one of the states it may leave; an unknown
 /// one is due for a status lookup at once. Binds: owner, job, number, state,
-/// error, the states it may leave, whether it becomes unknown.
-pub(super) const SET_ATTEMPT_OUTCOME: &str = r#"update attempts
+/// error, the states it may leave, whether it becomes unknown, then the
+/// usage (`bind_usage`).
+pub(super) static SET_ATTEMPT_OUTCOME: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"update attempts
     set state = $4, error = $5, finished_at = now(), lease_until = null,
-        reconcile_after = case when $7 then now() end
-    where owner_id = $1 and job_id = $2 and number = $3 and state = any($6)"#;
+        reconcile_after = case when $7 then now() end, {usage}
+    where owner_id = $1 and job_id = $2 and number = $3 and state = any($6)"#,
+        usage = usage_assignments('$', 8, "::numeric"),
+    )
+});
 
 /// A canceled job's pending attempts, canceled. Binds: owner, job, the
 /// pending state, the canceled state.
@@ -302,8 +318,11 @@ pub(super) const RECORD_USAGE: &str = r#"update attempts
         cost = $7::numeric, currency = $8, price_version = $9
     where owner_id = $1 and job_id = $2 and number = $3"#;
 
-/// Locks a job's row for a transition. Binds: owner, job.
-pub(super) const LOCK_JOB: &str = r#"select state, task, provider, winning_attempt from jobs
+/// Locks a job's row for a transition, reading whether its owner has any
+/// webhook subscription. Binds: owner, job.
+pub(super) const LOCK_JOB: &str = r#"select state, task, provider, winning_attempt,
+           exists (select from webhook_subscriptions s where s.owner_id = $1) as hooked
+    from jobs
     where owner_id = $1 and id = $2
     for no key update"#;
 

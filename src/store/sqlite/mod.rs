@@ -37,10 +37,10 @@ use sqlx::{Row, Sqlite, Transaction};
 use uuid::Uuid;
 
 use super::webhooks::Outgoing;
-use super::driver::{AttemptHolder, Driver, LockedJob, OutputSettlement, Settled, Tx};
+use super::driver::{AttemptHolder, Driver, LockedAttemptRow, LockedJob, OutputSettlement, Settled, Tx};
 use super::shared::{impl_driver_tx, impl_store};
 use super::rows::{ATTEMPT_COLUMNS, AttemptRefRow, QualificationRow, attempts_from_rows, job_from_rows, stored_trace};
-use super::usage::{AttemptUsage, UsageFilter, UsageRow};
+use super::usage::{AttemptUsage, UsageFilter, UsageRow, bind_usage};
 use super::{
     ApiKey, AttemptRef, Gauges, JobFilter, LiveKey, NewAttempt, NewJob, OpenUnknown,
     OwnedJobSummary, QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
@@ -310,35 +310,36 @@ impl_driver_tx!(SqliteTx, {
         Ok(())
     }
 
-    async fn attempt_holder(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptHolder>> {
-        Ok(sqlx::query_as(
-            r#"select state, worker, coalesce(lease_until > ?4, 0) as lease_live
-               from attempts where owner_id = ?1 and job_id = ?2 and number = ?3"#,
-        )
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
-        .bind(self.at)
-        .fetch_optional(&mut *self.tx)
-        .await?)
+    async fn lock_attempt_job(&mut self, attempt: &AttemptRef) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
+        let row: Option<LockedAttemptRow> = sqlx::query_as(sql::LOCK_ATTEMPT_JOB)
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .bind(attempt.number)
+            .bind(self.at)
+            .fetch_optional(&mut *self.tx)
+            .await?;
+        Ok(row.map(Into::into))
     }
 
 
-    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, to: AttemptState, from: &[AttemptState], error: &AttemptError) -> Result<u64> {
-        Ok(sqlx::query(
-            r#"update attempts
-               set state = ?1, error = ?2, finished_at = ?3, lease_until = null,
-                   reconcile_after = case when ?8 then ?3 end
-               where owner_id = ?4 and job_id = ?5 and number = ?6 and state in (select value from json_each(?7))"#,
-        )
-        .bind(to)
-        .bind(Json(error))
-        .bind(self.at)
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
-        .bind(json_list(from.iter().map(|s| s.as_str())))
-        .bind(to == AttemptState::Unknown)
+    async fn set_attempt_outcome(
+        &mut self,
+        attempt: &AttemptRef,
+        to: AttemptState,
+        from: &[AttemptState],
+        error: &AttemptError,
+        usage: Option<&AttemptUsage>,
+    ) -> Result<u64> {
+        let query = sqlx::query(&*sql::SET_ATTEMPT_OUTCOME)
+            .bind(to)
+            .bind(Json(error))
+            .bind(self.at)
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .bind(attempt.number)
+            .bind(json_list(from.iter().map(|s| s.as_str())))
+            .bind(to == AttemptState::Unknown);
+        Ok(bind_usage(query, usage)
         .execute(&mut *self.tx)
         .await?
         .rows_affected())
@@ -362,18 +363,15 @@ impl_driver_tx!(SqliteTx, {
         .await?
         .rows_affected()
             == 1;
-        let settled = sqlx::query(
-            r#"update attempts
-               set state = ?, output = ?, finished_at = ?, lease_until = null, reconcile_after = null
-               where owner_id = ? and job_id = ? and number = ? and state in (select value from json_each(?))"#,
-        )
-        .bind(if won { AttemptState::Succeeded } else { AttemptState::Superseded })
-        .bind(Json(settlement.output))
-        .bind(at)
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
-        .bind(json_list(settlement.from.iter().map(|s| s.as_str())))
+        let query = sqlx::query(&*sql::SETTLE_ATTEMPT)
+            .bind(if won { AttemptState::Succeeded } else { AttemptState::Superseded })
+            .bind(Json(settlement.output))
+            .bind(at)
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .bind(attempt.number)
+            .bind(json_list(settlement.from.iter().map(|s| s.as_str())));
+        let settled = bind_usage(query, settlement.usage)
         .execute(&mut *self.tx)
         .await?
         .rows_affected();

@@ -10,6 +10,7 @@ use std::sync::LazyLock;
 
 use crate::store::rows::names::*;
 use crate::store::rows::{ATTEMPT_COLUMNS, select_job_where};
+use crate::store::usage::usage_assignments;
 
 
 
@@ -58,6 +59,32 @@ pub(super) static SAMPLE_GAUGES: LazyLock<String> = LazyLock::new(|| {
                (select count(*) from attempts where state = '{PENDING}' and not_before <= ?1) as pending_due,
                (select count(*) from attempts where state = '{UNKNOWN}') as unknown_open,
                (select min(finished_at) from attempts where state = '{UNKNOWN}') as oldest"#
+    )
+});
+
+/// An attempt's outcome, from one of the states it may leave; an unknown
+/// one is due for a status lookup at once. Binds: state, error, time,
+/// owner, job, number, the states it may leave (a JSON list), whether it
+/// becomes unknown, then the usage (`bind_usage`).
+pub(super) static SET_ATTEMPT_OUTCOME: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"update attempts
+           set state = ?1, error = ?2, finished_at = ?3, lease_until = null,
+               reconcile_after = case when ?8 then ?3 end, {usage}
+           where owner_id = ?4 and job_id = ?5 and number = ?6 and state in (select value from json_each(?7))"#,
+        usage = usage_assignments('?', 9, ""),
+    )
+});
+
+/// An attempt settled with an output, won or superseded. Binds: state,
+/// output, time, owner, job, number, the states it may leave (a JSON
+/// list), then the usage (`bind_usage`).
+pub(super) static SETTLE_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"update attempts
+           set state = ?1, output = ?2, finished_at = ?3, lease_until = null, reconcile_after = null, {usage}
+           where owner_id = ?4 and job_id = ?5 and number = ?6 and state in (select value from json_each(?7))"#,
+        usage = usage_assignments('?', 8, ""),
     )
 });
 
@@ -148,9 +175,22 @@ pub(super) const BROWSE_JOBS: &str = r#"select owner_id, id, idempotency_key, ta
 pub(super) const FIND_JOB_OWNER: &str = r#"select owner_id from jobs where id = ?1"#;
 
 /// Reads a job for a transition (the write lock the transaction holds
-/// keeps it as read until commit). Binds: owner, job.
-pub(super) const LOCK_JOB: &str = r#"select state, task, provider, winning_attempt from jobs
+/// keeps it as read until commit), and whether its owner has any webhook
+/// subscription. Binds: owner, job.
+pub(super) const LOCK_JOB: &str = r#"select state, task, provider, winning_attempt,
+           exists (select 1 from webhook_subscriptions s where s.owner_id = ?1) as hooked
+    from jobs
     where owner_id = ?1 and id = ?2"#;
+
+/// An attempt's job for a transition (the transaction holds the write
+/// lock), with whether its owner has any webhook subscription, who holds
+/// the attempt and whether its lease is live. Binds: owner, job, number, time.
+pub(super) const LOCK_ATTEMPT_JOB: &str = r#"select j.state, j.task, j.provider, j.winning_attempt,
+           exists (select 1 from webhook_subscriptions s where s.owner_id = ?1) as hooked,
+           a.state as attempt_state, a.worker, coalesce(a.lease_until > ?4, 0) as lease_live
+    from jobs j
+    left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id and a.number = ?3
+    where j.owner_id = ?1 and j.id = ?2"#;
 
 /// A job's budget and input. Binds: owner, job.
 pub(super) const JOB_BUDGET: &str = r#"select max_cost, input from jobs where owner_id = ?1 and id = ?2"#;
