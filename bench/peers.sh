@@ -20,6 +20,8 @@
 #                      counted as the rows left in its jobs table (it deletes
 #                      a job when it completes) at the start and the end of
 #                      DURATION s, after WARMUP s of the same.
+#   graphile wide      the same with `concurrency` (and the pool) at
+#                      CONNECTIONS: as many jobs at once as onejob's callers.
 #   pg-boss send       send with an id unique per call (the id is what
 #                      pg-boss deduplicates on).
 #   storms             CALLERS (1,000) calls with one key started together:
@@ -119,6 +121,13 @@ peer graphile-fill graphile.mjs fill "$FILL"
 log "graphile-worker: default runner, no-op task, warm-up $WARMUP s, $DURATION s"
 peer graphile-done graphile.mjs complete "$WARMUP" "$DURATION"
 
+# c'. The same with CONNECTIONS jobs at once, as many as onejob's callers.
+next_database onejob_bench_peers_graphile_wide
+log "graphile-worker: queueing $FILL no-op jobs (not measured)"
+peer graphile-fill graphile.mjs fill "$FILL"
+log "graphile-worker: runner with concurrency $CONNECTIONS, no-op task, warm-up $WARMUP s, $DURATION s"
+peer graphile-wide graphile.mjs complete "$WARMUP" "$DURATION" "$CONNECTIONS"
+
 # d. pg-boss send.
 next_database onejob_bench_peers_pgboss
 log "pg-boss send with an id, $CONNECTIONS callers, warm-up $WARMUP s, $DURATION s"
@@ -177,6 +186,7 @@ rows = [
     ("onejob create", load("onejob-create")),
     ("onejob replay", load("onejob-replay")),
     ("graphile-worker no-op completion", load("graphile-done")),
+    (f"graphile-worker no-op, concurrency {connections}", load("graphile-wide")),
     (f"onejob e2e on sim-fast, {e2e_duration} s", load("onejob-e2e")),
 ]
 done = load("graphile-done")
@@ -185,8 +195,9 @@ print(f"{'what':40} {'ops/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
 for what, r in rows:
     latency = ("", "") if what.startswith("graphile-worker no-op") else (f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}")
     print(f"{what:40} {r['throughput']:>9,.0f} {latency[0]:>8} {latency[1]:>8} {r['errors']:>7}")
-if done["queued_at_end"] == 0:
-    print("  graphile-worker's queue ran dry before the end: its completion rate is a lower bound (raise FILL)")
+for name in ("graphile-done", "graphile-wide"):
+    if load(name)["queued_at_end"] == 0:
+        print(f"  {name}: graphile-worker's queue ran dry before the end: its completion rate is a lower bound (raise FILL)")
 print("  (graphile completion: default runner, concurrency 1, pollInterval 2 s; jobs deleted from its table in the window)")
 
 print(f"\nstorms: {callers:,} callers with one key (onejob: 1,000)")
@@ -202,6 +213,7 @@ create, e2e = load("onejob-create"), load("onejob-e2e")
 ratios = [
     ("onejob create / pgbench create", create["throughput"] / pgbench["throughput"]),
     ("onejob e2e / graphile no-op completion", e2e["throughput"] / done["throughput"]),
+    (f"onejob e2e / graphile, concurrency {connections}", e2e["throughput"] / load("graphile-wide")["throughput"]),
     ("onejob create / graphile addJob", create["throughput"] / load("graphile-add")["throughput"]),
     ("onejob create / pg-boss send", create["throughput"] / load("pgboss-send")["throughput"]),
 ]
@@ -217,12 +229,13 @@ print("\nCPU per completed job, ms (Postgres: every process of the cluster)")
 print(f"{'':34} {'postgres':>9} {'process':>8} {'total':>7}")
 cpu_rows = [
     ("graphile no-op (node runner)", per_job_ms("graphile-done", max(done["completed_in_process"], 1))),
+    (f"graphile, concurrency {connections}", per_job_ms("graphile-wide", max(load("graphile-wide")["completed_in_process"], 1))),
     ("onejob e2e (server)", per_job_ms("onejob-e2e", max(e2e["ok"], 1))),
 ]
 for what, (pg, proc) in cpu_rows:
     pg_text, total_text = (f"{pg:>9.3f}", f"{pg + proc:>7.3f}") if ours else (f"{'n/a':>9}", f"{'n/a':>7}")
     print(f"{what:34} {pg_text} {proc:>8.3f} {total_text}")
-e2e_cpu = sum(cpu_rows[1][1]) if ours else None
+e2e_cpu = sum(cpu_rows[2][1]) if ours else None
 
 def verdict(ok):
     return "PASS" if ok else "FAIL"

@@ -8,10 +8,10 @@
 //       pool of CONNECTIONS; reports the distinct job ids answered.
 //   node graphile.mjs URL fill JOBS
 //       JOBS no-op jobs queued with addJobs, 1,000 a call (not measured).
-//   node graphile.mjs URL complete WARMUP DURATION
-//       a runner with graphile-worker's default options and a task that
-//       does nothing works through the queued jobs; after WARMUP s, the
-//       jobs completed in DURATION s.
+//   node graphile.mjs URL complete WARMUP DURATION [CONCURRENCY]
+//       a runner with graphile-worker's default options (or CONCURRENCY
+//       jobs at once) and a task that does nothing works through the queued
+//       jobs; after WARMUP s, the jobs completed in DURATION s.
 //
 // jobKey: graphile-worker's default jobKeyMode, "replace" (a call with a key
 // already queued updates that job and answers it). Logging: errors and
@@ -75,16 +75,19 @@ if (mode === "add" || mode === "storm") {
   // "job:complete" event: that event fires once the completion is sent,
   // before it is committed (the worker does not wait for it before asking
   // for its next job). Counting the rows left counts committed completions.
-  const [warmup, duration] = numbers;
+  const [warmup, duration, concurrency] = numbers;
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   const atLaunch = await queued(client);
   // Default options: concurrency (concurrentJobs 1), pollInterval (2 s),
-  // maxPoolSize (10), no local queue, no batching of completions.
+  // maxPoolSize (10), no local queue, no batching of completions; with a
+  // CONCURRENCY, that many jobs at once (and a pool as large).
+  const tuned = concurrency ? { concurrency, maxPoolSize: concurrency } : {};
   const runner = await runWorker({
     connectionString: url,
     logger,
     taskList: { noop: async () => {} },
+    ...tuned,
   });
   let errors = 0;
   runner.events.on("job:error", () => errors++);
