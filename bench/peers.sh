@@ -34,7 +34,10 @@
 #                      server, E2E_DURATION s; its CPU per job is Postgres's
 #                      (every process of the cluster) and the server's, from
 #                      /proc, as is graphile's per completed job (Postgres's
-#                      and the runner's node process).
+#                      and the runner's node process). Then again with
+#                      `sim-fast` served by `onejob sim` in a process of its
+#                      own (SIM_PORT, 19090): the CPU target is checked on
+#                      that run, the server's CPU without the simulator's.
 #
 # Every load is CONNECTIONS concurrent callers: `onejob bench` connections
 # over HTTP (the server's own pools to Postgres: its default max_connections,
@@ -164,6 +167,34 @@ bench e2e --connections "$CONNECTIONS" --duration "$E2E_DURATION" > "$WORK/onejo
 echo "onejob-e2e $(( $(postgres_ticks) - ${pg0:-0} )) $(( $(own_ticks "$SERVER_PID") - server0 ))" >> "$WORK/cpu"
 stop_server
 
+# g. The same e2e with `sim-fast` served by `onejob sim` in a process of its
+# own (an `openai` provider at its address): the server's CPU is then
+# onejob's alone, the simulator's counted apart.
+SIM_PORT=${SIM_PORT:-19090}
+cp "$WORK/bench.toml" "$WORK/sim.toml"
+python3 - "$WORK/bench.toml" "$SIM_PORT" <<'PY'
+import sys
+path, port = sys.argv[1], sys.argv[2]
+text = open(path).read()
+start = text.index("[providers.sim-fast]")
+end = text.index("\n[", start)
+lines = [line for line in text[start:end].split("\n") if not line.startswith(("kind", "latency_ms", "jitter_ms", "qualify_on_start"))]
+lines[1:1] = ['kind = "openai"', f'base_url = "http://127.0.0.1:{port}/providers/sim-fast/v1"',
+              'api_key_env = "ONEJOB_BENCH_SIM_KEY"', "response_format = true"]
+open(path, "w").write(text[:start] + "\n".join(lines) + text[end:])
+PY
+"$BIN" sim --listen "127.0.0.1:$SIM_PORT" --config "$WORK/sim.toml" > "$WORK/sim.log" 2>&1 &
+SIM_PID=$!
+trap 'kill "$SIM_PID" 2>/dev/null; cleanup' EXIT
+next_database onejob_bench_peers_e2e_sim
+ONEJOB_BENCH_SIM_KEY=bench start_server
+log "onejob bench e2e, the simulator in its own process, $CONNECTIONS connections, $E2E_DURATION s"
+pg0=$(postgres_ticks); server0=$(own_ticks "$SERVER_PID"); sim0=$(own_ticks "$SIM_PID")
+bench e2e --connections "$CONNECTIONS" --duration "$E2E_DURATION" > "$WORK/onejob-e2e-sim.json"
+echo "onejob-e2e-sim $(( $(postgres_ticks) - ${pg0:-0} )) $(( $(own_ticks "$SERVER_PID") - server0 )) $(( $(own_ticks "$SIM_PID") - sim0 ))" >> "$WORK/cpu"
+stop_server
+kill "$SIM_PID" 2>/dev/null; wait "$SIM_PID" 2>/dev/null || true
+
 python3 - "$WORK" "$CONNECTIONS" "$DURATION" "$E2E_DURATION" "$STORMS" "$CALLERS" "$TICKS" "${CLUSTER:+ours}" <<'PY'
 import json, sys
 work, connections, duration, e2e_duration = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
@@ -188,6 +219,7 @@ rows = [
     ("graphile-worker no-op completion", load("graphile-done")),
     (f"graphile-worker no-op, concurrency {connections}", load("graphile-wide")),
     (f"onejob e2e on sim-fast, {e2e_duration} s", load("onejob-e2e")),
+    ("  the simulator in its own process", load("onejob-e2e-sim")),
 ]
 done = load("graphile-done")
 print(f"\n{connections} callers; {duration} s a run (e2e {e2e_duration} s); one Postgres, a new database each\n")
@@ -230,12 +262,15 @@ print(f"{'':34} {'postgres':>9} {'process':>8} {'total':>7}")
 cpu_rows = [
     ("graphile no-op (node runner)", per_job_ms("graphile-done", max(done["completed_in_process"], 1))),
     (f"graphile, concurrency {connections}", per_job_ms("graphile-wide", max(load("graphile-wide")["completed_in_process"], 1))),
-    ("onejob e2e (server)", per_job_ms("onejob-e2e", max(e2e["ok"], 1))),
+    ("onejob e2e (server, simulator in it)", per_job_ms("onejob-e2e", max(e2e["ok"], 1))),
+    ("onejob e2e (server alone)", per_job_ms("onejob-e2e-sim", max(load("onejob-e2e-sim")["ok"], 1))),
 ]
 for what, (pg, proc) in cpu_rows:
     pg_text, total_text = (f"{pg:>9.3f}", f"{pg + proc:>7.3f}") if ours else (f"{'n/a':>9}", f"{'n/a':>7}")
     print(f"{what:34} {pg_text} {proc:>8.3f} {total_text}")
-e2e_cpu = sum(cpu_rows[2][1]) if ours else None
+sim_ms = cpu["onejob-e2e-sim"][2] / ticks / max(load("onejob-e2e-sim")["ok"], 1) * 1e3
+print(f"  (the simulator in its own process: {sim_ms:.3f} ms per job, not counted above)")
+e2e_cpu = sum(cpu_rows[3][1]) if ours else None
 
 def verdict(ok):
     return "PASS" if ok else "FAIL"
