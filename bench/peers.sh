@@ -186,6 +186,11 @@ PY
 "$BIN" sim --listen "127.0.0.1:$SIM_PORT" --config "$WORK/sim.toml" > "$WORK/sim.log" 2>&1 &
 SIM_PID=$!
 trap 'kill "$SIM_PID" 2>/dev/null; cleanup' EXIT
+for _ in $(seq 300); do
+    grep -q "simulator listening" "$WORK/sim.log" && break
+    kill -0 "$SIM_PID" 2>/dev/null || { cat "$WORK/sim.log" >&2; echo "the simulator did not start (SIM_PORT $SIM_PORT taken?)" >&2; exit 1; }
+    sleep 0.1
+done
 next_database onejob_bench_peers_e2e_sim
 ONEJOB_BENCH_SIM_KEY=bench start_server
 log "onejob bench e2e, the simulator in its own process, $CONNECTIONS connections, $E2E_DURATION s"
@@ -193,7 +198,8 @@ pg0=$(postgres_ticks); server0=$(own_ticks "$SERVER_PID"); sim0=$(own_ticks "$SI
 bench e2e --connections "$CONNECTIONS" --duration "$E2E_DURATION" > "$WORK/onejob-e2e-sim.json"
 echo "onejob-e2e-sim $(( $(postgres_ticks) - ${pg0:-0} )) $(( $(own_ticks "$SERVER_PID") - server0 )) $(( $(own_ticks "$SIM_PID") - sim0 ))" >> "$WORK/cpu"
 stop_server
-kill "$SIM_PID" 2>/dev/null; wait "$SIM_PID" 2>/dev/null || true
+kill "$SIM_PID" 2>/dev/null || true
+wait "$SIM_PID" 2>/dev/null || true
 
 python3 - "$WORK" "$CONNECTIONS" "$DURATION" "$E2E_DURATION" "$STORMS" "$CALLERS" "$TICKS" "${CLUSTER:+ours}" <<'PY'
 import json, sys
