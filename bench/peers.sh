@@ -185,7 +185,7 @@ open(path, "w").write(text[:start] + "\n".join(lines) + text[end:])
 PY
 "$BIN" sim --listen "127.0.0.1:$SIM_PORT" --config "$WORK/sim.toml" > "$WORK/sim.log" 2>&1 &
 SIM_PID=$!
-trap 'kill "$SIM_PID" 2>/dev/null; cleanup' EXIT
+trap 'kill "$SIM_PID" 2>/dev/null || true; cleanup' EXIT
 for _ in $(seq 300); do
     grep -q "simulator listening" "$WORK/sim.log" && break
     kill -0 "$SIM_PID" 2>/dev/null || { cat "$WORK/sim.log" >&2; echo "the simulator did not start (SIM_PORT $SIM_PORT taken?)" >&2; exit 1; }
