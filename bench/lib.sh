@@ -27,6 +27,12 @@ SERVER_PID=
 CLUSTER=
 
 cleanup() {
+    local status=$?
+    # A failed run shows what the server said last, before it is removed.
+    if [ "$status" != 0 ] && [ -s "$WORK/server.log" ]; then
+        echo "== the last lines of the server's log" >&2
+        tail -n 40 "$WORK/server.log" >&2
+    fi
     [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
     if [ -n "$CLUSTER" ]; then
         as_postgres "$PGBIN/pg_ctl" -D "$CLUSTER" -m immediate stop >/dev/null 2>&1 || true

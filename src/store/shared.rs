@@ -21,11 +21,6 @@ macro_rules! impl_store {
         impl $crate::store::Store for $store {
             $($own)*
 
-            async fn migrate(&self) -> Result<()> {
-                MIGRATOR.run(&self.pool).await?;
-                Ok(())
-            }
-
             async fn check_ready(&self) -> Result<()> {
                 let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
                 let applied: Option<i64> =

@@ -258,6 +258,33 @@ async fn sqlite_space_freed_by_a_purge_goes_back_to_the_disk() {
     assert_eq!(after, 0, "{free} free pages were given back");
 }
 
+/// SQLite: the vacuum mode is chosen once, when the file is made, not by
+/// every connection (setting it takes the write lock): a connection opened
+/// while another process holds the write lock reads at once, where it used
+/// to wait out the busy timeout and fail.
+#[tokio::test]
+async fn sqlite_a_connection_opened_while_another_process_writes_reads_without_waiting_for_the_write_lock() {
+    use onejob::store::Store;
+    use onejob::store::sqlite::{SqliteOptions, SqliteStore};
+    use sqlx::sqlite::SqliteConnectOptions;
+    use std::str::FromStr;
+    let url = crate::common::sqlite::fresh_database();
+    let options = SqliteOptions {
+        max_connections: 2,
+        busy_timeout: Duration::from_millis(50),
+        acquire_timeout: Duration::from_secs(10),
+    };
+    SqliteStore::connect_lazy(&url, &options).unwrap().migrate().await.unwrap();
+    let mut writer = sqlx::SqliteConnection::connect_with(&SqliteConnectOptions::from_str(&url).unwrap()).await.unwrap();
+    sqlx::query("begin immediate").execute(&mut writer).await.unwrap();
+    sqlx::query("delete from api_keys").execute(&mut writer).await.unwrap();
+    // A store whose pool has no connection yet: the read opens one.
+    let reader = SqliteStore::connect_lazy(&url, &options).unwrap();
+    reader.check_ready().await.expect("a read on a new connection while the write lock is held elsewhere");
+    assert!(!reader.has_api_keys().await.unwrap());
+    sqlx::query("commit").execute(&mut writer).await.unwrap();
+}
+
 /// Erasures at once of jobs whose usage falls in the same rollup row all
 /// add to it: the usage report's totals stay what they were.
 async fn concurrent_erasures_keep_every_jobs_usage_in_the_report(backend: Backend) {

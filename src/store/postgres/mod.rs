@@ -359,6 +359,11 @@ where
 }
 
 impl_store!(PostgresStore, {
+    async fn migrate(&self) -> Result<()> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
     async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
         sqlx::query(sql::INSERT_API_KEY)
             .bind(owner.as_str())

@@ -31,7 +31,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use sqlx::sqlite::{SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::types::Json;
 use sqlx::{Row, Sqlite, Transaction};
 use uuid::Uuid;
@@ -110,10 +110,6 @@ impl SqliteStore {
         let connect = SqliteConnectOptions::from_str(url)
             .map_err(StoreError::Database)?
             .create_if_missing(true)
-            // Pages a purge frees can be given back to the disk
-            // ([`Store::reclaim_space`]). It takes effect on a new file
-            // only: an existing one keeps its mode until a `VACUUM`.
-            .auto_vacuum(SqliteAutoVacuum::Incremental)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(options.busy_timeout)
@@ -436,6 +432,24 @@ impl Driver for SqliteStore {
 }
 
 impl_store!(SqliteStore, {
+    async fn migrate(&self) -> Result<()> {
+        let mut connection = self.pool.acquire().await?;
+        // A new file is switched to incremental vacuum before its first
+        // table, so that pages a purge frees can go back to the disk
+        // ([`Store::reclaim_space`]); a `vacuum` of the empty file applies
+        // it. A file with tables keeps its mode. It is not a setting of
+        // every connection: setting it waits for the write lock, and a
+        // connection opened under a steady write load would wait for a turn
+        // to write before it could read.
+        let tables: i64 = sqlx::query_scalar("select count(*) from sqlite_master").fetch_one(&mut *connection).await?;
+        if tables == 0 {
+            sqlx::query("pragma auto_vacuum = incremental").execute(&mut *connection).await?;
+            sqlx::query("vacuum").execute(&mut *connection).await?;
+        }
+        MIGRATOR.run_direct(&mut *connection).await?;
+        Ok(())
+    }
+
     async fn reclaim_space(&self) -> Result<()> {
         let mut tx = self.write().await?;
         sqlx::query("pragma incremental_vacuum").execute(&mut *tx.tx).await?;
