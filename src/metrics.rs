@@ -38,6 +38,8 @@ pub const PROVIDER_DURATION: &str = "onejob_provider_request_duration_seconds";
 pub const QUALIFICATIONS: &str = "onejob_qualifications_total";
 /// Attempts claimed per claim statement.
 pub const CLAIM_BATCH: &str = "onejob_claim_batch_size";
+/// A worker's outputs settled per transaction.
+pub const SETTLE_BATCH: &str = "onejob_settle_batch_size";
 /// Pending attempts due for a worker now.
 pub const QUEUE_DEPTH: &str = "onejob_queue_depth";
 /// Requests refused by the per-owner rate limit of this process (each
@@ -127,6 +129,7 @@ pub const ALL: &[&str] = &[
     PROVIDER_DURATION,
     QUALIFICATIONS,
     CLAIM_BATCH,
+    SETTLE_BATCH,
     QUEUE_DEPTH,
     RATE_LIMITED,
     LONG_POLLS_OPEN,
@@ -231,6 +234,7 @@ pub fn install() -> PrometheusHandle {
             let recorder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &latency)
                 .and_then(|b| b.set_buckets_for_metric(Matcher::Full(CLAIM_BATCH.into()), &batch))
+                .and_then(|b| b.set_buckets_for_metric(Matcher::Full(SETTLE_BATCH.into()), &batch))
                 .and_then(|b| b.set_buckets_for_metric(Matcher::Full(ATTEMPT_WAIT.into()), &wait))
                 .expect("valid buckets")
                 .build_recorder();
@@ -258,6 +262,7 @@ fn describe() {
     metrics::describe_histogram!(PROVIDER_DURATION, metrics::Unit::Seconds, "provider call latency");
     metrics::describe_counter!(QUALIFICATIONS, "qualification runs by result");
     metrics::describe_histogram!(CLAIM_BATCH, "attempts claimed per claim");
+    metrics::describe_histogram!(SETTLE_BATCH, "a worker's outputs settled per transaction");
     metrics::describe_gauge!(QUEUE_DEPTH, "pending attempts due now");
     metrics::describe_counter!(RATE_LIMITED, "requests refused by this process's per-owner rate limit (each replica has its own)");
     metrics::describe_gauge!(LONG_POLLS_OPEN, "long-polls waiting in this process");
@@ -413,6 +418,11 @@ pub fn qualification(provider: &str, task: &str, passed: bool) {
 /// Records a claim's size.
 pub fn claim_batch(size: usize) {
     histogram!(CLAIM_BATCH).record(size as f64);
+}
+
+/// Records how many outputs one transaction settled.
+pub fn settle_batch(size: usize) {
+    histogram!(SETTLE_BATCH).record(size as f64);
 }
 
 /// Sets the sampled queue and unknown gauges.

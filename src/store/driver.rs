@@ -39,8 +39,10 @@ pub trait DriverTx: Send {
     /// [`DriverTx::lock_job`] for the attempt's job, in the same statement
     /// reading the attempt's state, who holds it and whether that holder's
     /// lease is still live by the database's clock (what fences a worker's
-    /// settlement); `None` for an attempt that does not exist.
-    async fn lock_attempt_job(&mut self, attempt: &AttemptRef) -> Result<Option<(LockedJob, Option<AttemptHolder>)>>;
+    /// settlement); `None` for an attempt that does not exist. With
+    /// `skip_locked`, a job another transaction holds locked is not waited
+    /// for: `None` too (a batch that never waits cannot deadlock).
+    async fn lock_attempt_job(&mut self, attempt: &AttemptRef, skip_locked: bool) -> Result<Option<(LockedJob, Option<AttemptHolder>)>>;
 
     /// The attempt used and cost nothing: its usage becomes zero (as
     /// counted, not estimated), and its cost zero if it had one. For an

@@ -45,6 +45,7 @@ pub use postgres::PostgresStore;
 pub use sessions::{NewSession, StoredSession};
 pub use webhooks::{ClaimedDelivery, Delivery, DeliveryTry, Endpoint, NewEndpoint, TryOutcome};
 pub use sqlite::SqliteStore;
+pub use transitions::Finish;
 pub use usage::{AttemptUsage, UsageFilter, UsageRow};
 
 /// What a store call can fail with. Outcomes of the business (a lost race,
@@ -712,6 +713,13 @@ pub trait Store: Driver {
     /// (a settlement refused records none: see [`Store::record_usage`]).
     async fn finish_attempt(&self, attempt: &AttemptRef, output: &Value, holder: Option<&str>, usage: Option<&AttemptUsage>) -> Result<Transition> {
         transitions::settle_with_output(self, attempt, output, AttemptTransition::Finish, None, (holder, usage)).await
+    }
+
+    /// Records several attempts' outputs, as [`Store::finish_attempt`] does
+    /// each, in one transaction: one compare-and-swap per attempt, one
+    /// commit; the answers in the order given.
+    async fn finish_attempts(&self, finishes: &[Finish<'_>]) -> Vec<Result<Transition>> {
+        transitions::finish_attempts(self, finishes).await
     }
 
     /// Records a definitive failure of a running or unknown attempt, and

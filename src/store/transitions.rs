@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::driver::{LockedJob, OutputSettlement, Tx};
+use super::driver::{AttemptHolder, LockedJob, OutputSettlement, Tx};
 use super::webhooks::Outgoing;
 use super::usage::{AttemptUsage, check_budget, stored_budget};
 use super::{
@@ -113,10 +113,90 @@ pub(super) async fn settle_with_output<S: Store + ?Sized>(
     (holder, usage): (Option<&str>, Option<&AttemptUsage>),
 ) -> Result<Transition> {
     let mut tx = store.begin().await?;
-    let (job, current) = match lock_fenced(&mut tx, attempt, holder).await? {
+    let locked = match lock_fenced(&mut tx, attempt, holder).await? {
         Ok(locked) => locked,
         Err(refused) => return Ok(refused),
     };
+    let outcome = settle_locked(&mut tx, attempt, output, transition, resolved, usage, locked).await?;
+    if let Transition::Stale(_) = outcome {
+        return Ok(outcome);
+    }
+    fail::fail_point!("settle-before-commit", |_| Err(corrupt("failpoint settle-before-commit")));
+    tx.commit().await?;
+    Ok(settled(attempt, outcome))
+}
+
+/// A worker's output for an attempt it holds, to settle with others in one
+/// transaction ([`Store::finish_attempts`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Finish<'a> {
+    /// The attempt.
+    pub attempt: &'a AttemptRef,
+    /// Its output.
+    pub output: &'a Value,
+    /// The worker holding it, which fences the settlement.
+    pub holder: Option<&'a str>,
+    /// Its usage, recorded with the settlement.
+    pub usage: Option<&'a AttemptUsage>,
+}
+
+/// Settles several attempts with their outputs in one transaction (one
+/// commit), each through its own job lock and compare-and-swap, exactly as
+/// [`settle_with_output`] settles one (the same outcomes, events and
+/// outbox rows); the answers are in the order of `finishes`. The jobs are
+/// locked in the order of their ids and none is waited for: one locked by
+/// another transaction is settled alone after the commit, as is every
+/// attempt of a batch that failed (so that one cannot fail the others).
+pub(super) async fn finish_attempts<S: Store + ?Sized>(store: &S, finishes: &[Finish<'_>]) -> Vec<Result<Transition>> {
+    let mut order: Vec<usize> = (0..finishes.len()).collect();
+    // By job (a stable sort: two outputs for one job keep their order, the
+    // first to arrive wins).
+    order.sort_by_key(|&i| (finishes[i].attempt.owner.as_str(), finishes[i].attempt.job_id.0));
+    let together = async {
+        let mut tx = store.begin().await?;
+        let mut outcomes: Vec<Option<Transition>> = vec![None; finishes.len()];
+        for &i in &order {
+            let Finish { attempt, output, holder, usage } = finishes[i];
+            let Some(locked) = tx.lock_attempt_job(attempt, true).await? else { continue };
+            outcomes[i] = Some(match fence(locked, holder) {
+                Ok(locked) => settle_locked(&mut tx, attempt, output, AttemptTransition::Finish, None, usage, locked).await?,
+                Err(refused) => refused,
+            });
+        }
+        fail::fail_point!("settle-before-commit", |_| Err(corrupt("failpoint settle-before-commit")));
+        tx.commit().await?;
+        Ok::<_, super::StoreError>(outcomes)
+    };
+    let outcomes = match together.await {
+        Ok(outcomes) => outcomes,
+        Err(error) => {
+            tracing::debug!(%error, size = finishes.len(), "a batch of settlements failed; settling each alone");
+            vec![None; finishes.len()]
+        }
+    };
+    let mut answers = Vec::with_capacity(finishes.len());
+    for (&Finish { attempt, output, holder, usage }, outcome) in finishes.iter().zip(outcomes) {
+        answers.push(match outcome {
+            Some(outcome) => Ok(settled(attempt, outcome)),
+            None => settle_with_output(store, attempt, output, AttemptTransition::Finish, None, (holder, usage)).await,
+        });
+    }
+    answers
+}
+
+/// The settlement with an output of an attempt whose job is locked, as
+/// `locked` read them; writes nothing when the attempt cannot take it
+/// ([`Transition::Stale`]). The race's log line waits for the commit
+/// ([`settled`]).
+async fn settle_locked(
+    tx: &mut Tx,
+    attempt: &AttemptRef,
+    output: &Value,
+    transition: AttemptTransition,
+    resolved: Option<&Resolved<'_>>,
+    usage: Option<&AttemptUsage>,
+    (job, current): (LockedJob, AttemptState),
+) -> Result<Transition> {
     if !transition.from().contains(&current) {
         return Ok(Transition::Stale(current));
     }
@@ -140,19 +220,21 @@ pub(super) async fn settle_with_output<S: Store + ?Sized>(
     if settled.won {
         let data = || json!({ "job_state": JobState::Succeeded.as_str(), "attempt": attempt.number, "result": output,
                               "canceled": settled.canceled });
-        tell(&mut tx, owner, job_id, &job, WebhookEventType::JobSucceeded, data).await?;
-    } else {
-        let data = || json!({ "job_state": job.state.as_str(), "attempt": attempt.number, "winner": winner });
-        tell(&mut tx, owner, job_id, &job, WebhookEventType::AttemptSuperseded, data).await?;
-    }
-    fail::fail_point!("settle-before-commit", |_| Err(corrupt("failpoint settle-before-commit")));
-    tx.commit().await?;
-    if settled.won {
+        tell(tx, owner, job_id, &job, WebhookEventType::JobSucceeded, data).await?;
         Ok(Transition::Won { canceled: settled.canceled })
     } else {
-        log_race_lost(attempt, winner);
+        let data = || json!({ "job_state": job.state.as_str(), "attempt": attempt.number, "winner": winner });
+        tell(tx, owner, job_id, &job, WebhookEventType::AttemptSuperseded, data).await?;
         Ok(Transition::Lost { winner })
     }
+}
+
+/// A committed settlement's outcome, with the one log line a lost race gets.
+fn settled(attempt: &AttemptRef, outcome: Transition) -> Transition {
+    if let Transition::Lost { winner } = outcome {
+        log_race_lost(attempt, winner);
+    }
+    outcome
 }
 
 /// Moves an attempt to `failed` or `unknown` along `transition`, and the
@@ -300,11 +382,22 @@ async fn lock_fenced(
     attempt: &AttemptRef,
     holder: Option<&str>,
 ) -> Result<std::result::Result<(LockedJob, AttemptState), Transition>> {
-    Ok(match tx.lock_attempt_job(attempt).await? {
-        None | Some((_, None)) => Err(Transition::NotFound),
-        Some((_, Some(held))) if holder.is_some_and(|worker| !held.held_by(worker)) => Err(Transition::Fenced(held.state)),
-        Some((job, Some(held))) => Ok((job, held.state)),
+    Ok(match tx.lock_attempt_job(attempt, false).await? {
+        None => Err(Transition::NotFound),
+        Some(locked) => fence(locked, holder),
     })
+}
+
+/// The fence of [`lock_fenced`] on a locked job and its attempt's holder.
+fn fence(
+    (job, held): (LockedJob, Option<AttemptHolder>),
+    holder: Option<&str>,
+) -> std::result::Result<(LockedJob, AttemptState), Transition> {
+    match held {
+        None => Err(Transition::NotFound),
+        Some(held) if holder.is_some_and(|worker| !held.held_by(worker)) => Err(Transition::Fenced(held.state)),
+        Some(held) => Ok((job, held.state)),
+    }
 }
 
 /// The reason and the resolving key of an operator's settlement, for its event.

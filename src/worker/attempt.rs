@@ -501,6 +501,20 @@ async fn record_metered_outcome(
     }
 }
 
+/// Settles an output: a claim's in the next batch of this worker's outputs
+/// ([`super::finishes`]), the reconciler's (no holder) alone.
+async fn finish(
+    worker: &Worker,
+    attempt: &AttemptRef,
+    output: &Value,
+    (holder, usage): (Option<&str>, Option<&AttemptUsage>),
+) -> store::Result<Transition> {
+    match holder {
+        Some(holder) => worker.finishes.finish(&worker.store, attempt, output, holder, usage).await,
+        None => worker.store.finish_attempt(attempt, output, None, usage).await,
+    }
+}
+
 /// Records the outcome, with its usage, through the transition it calls
 /// for: how the attempt settled, or `None` when the transition was refused
 /// (and recorded no usage).
@@ -518,7 +532,7 @@ async fn record_once(
         store.record_unapplied_output(attempt, rejected).await?;
     }
     match outcome {
-        Ok(completion) => match store.finish_attempt(attempt, &completion.output, holder, usage).await? {
+        Ok(completion) => match finish(worker, attempt, &completion.output, (holder, usage)).await? {
             Transition::Won { canceled } => {
                 tracing::Span::current().record("attempt.state", "succeeded");
                 tracing::info!(?canceled, "attempt succeeded and won the job");

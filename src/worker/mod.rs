@@ -9,6 +9,7 @@
 //! (finished jobs past their retention).
 
 mod attempt;
+mod finishes;
 mod purger;
 mod reaper;
 mod reconciler;
@@ -50,6 +51,8 @@ pub struct Worker {
     pub heartbeat: Arc<std::sync::atomic::AtomicI64>,
     /// Where this worker's claims are in their round of owners.
     rotation: crate::store::claims::Rotation,
+    /// This worker's outputs waiting to be settled in a batch.
+    finishes: finishes::Finishes,
 }
 
 impl Worker {
@@ -67,7 +70,8 @@ impl Worker {
         let id = format!("{}-{}-{}", host.trim(), std::process::id(), &uuid::Uuid::now_v7().simple().to_string()[24..]);
         let heartbeat = Arc::new(std::sync::atomic::AtomicI64::new(chrono::Utc::now().timestamp()));
         let rotation = crate::store::claims::Rotation::default();
-        Self { store, catalog, providers, signals, settings, webhooks, retention, id, heartbeat, rotation }
+        let finishes = finishes::Finishes::default();
+        Self { store, catalog, providers, signals, settings, webhooks, retention, id, heartbeat, rotation, finishes }
     }
 
     fn leases(&self) -> Leases {

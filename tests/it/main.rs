@@ -9,6 +9,7 @@
 mod common;
 
 mod api;
+mod batches;
 mod bench;
 mod cancellation;
 mod citus;

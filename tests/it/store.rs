@@ -68,7 +68,7 @@ pub async fn prepare(store: &dyn Store) {
 }
 
 /// What each case runs on: a fresh store of `backend`, prepared.
-async fn conformance_store(backend: Backend) -> Shared {
+pub(crate) async fn conformance_store(backend: Backend) -> Shared {
     let store: Shared = match backend {
         Backend::Postgres => postgres_store().await,
         Backend::Sqlite => sqlite_store().await,
@@ -77,11 +77,11 @@ async fn conformance_store(backend: Backend) -> Shared {
     store
 }
 
-fn rules(max_attempts: u32, max_in_flight: u32) -> Rules {
+pub(crate) fn rules(max_attempts: u32, max_in_flight: u32) -> Rules {
     Rules { limits: AttemptLimits { max_attempts, max_in_flight }, qualified: true, retry: false }
 }
 
-fn owner(name: &str) -> OwnerId {
+pub(crate) fn owner(name: &str) -> OwnerId {
     OwnerId::parse(name).unwrap()
 }
 
@@ -101,11 +101,11 @@ fn attempt_on(provider: &str, key_text: &str) -> NewAttempt {
     }
 }
 
-fn at(job: JobId, number: i32) -> AttemptRef {
+pub(crate) fn at(job: JobId, number: i32) -> AttemptRef {
     AttemptRef { owner: owner("alice"), job_id: job, number }
 }
 
-async fn create(store: &dyn Store, key_text: &str) -> JobId {
+pub(crate) async fn create(store: &dyn Store, key_text: &str) -> JobId {
     match store.create_job(&new_job("alice", key_text, json!({"text": key_text}))).await.unwrap() {
         CreateJob::Created(job) => job.id,
         CreateJob::Existing(_) => panic!("key {key_text} was new"),
@@ -119,7 +119,7 @@ async fn claim_one(store: &dyn Store) -> AttemptRef {
 }
 
 /// A job of alice's with `running` attempts all running (1, 2, …).
-async fn job_with_running(store: &dyn Store, key_text: &str, running: i32) -> JobId {
+pub(crate) async fn job_with_running(store: &dyn Store, key_text: &str, running: i32) -> JobId {
     let job = create(store, key_text).await;
     claim_one(store).await;
     for n in 2..=running {
@@ -133,15 +133,15 @@ async fn job_with_running(store: &dyn Store, key_text: &str, running: i32) -> Jo
     job
 }
 
-async fn job_state(store: &dyn Store, job: JobId) -> JobState {
+pub(crate) async fn job_state(store: &dyn Store, job: JobId) -> JobState {
     store.get_job(&owner("alice"), job).await.unwrap().unwrap().state
 }
 
-async fn attempt_states(store: &dyn Store, job: JobId) -> Vec<AttemptState> {
+pub(crate) async fn attempt_states(store: &dyn Store, job: JobId) -> Vec<AttemptState> {
     store.get_job(&owner("alice"), job).await.unwrap().unwrap().attempts.iter().map(|a| a.state).collect()
 }
 
-async fn event_kinds(store: &dyn Store, job: JobId) -> Vec<String> {
+pub(crate) async fn event_kinds(store: &dyn Store, job: JobId) -> Vec<String> {
     store.list_events(&owner("alice"), job).await.unwrap().into_iter().map(|e| e.kind.to_string()).collect()
 }
 

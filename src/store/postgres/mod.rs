@@ -239,8 +239,9 @@ impl_driver_tx!(PgTx, {
         Ok(())
     }
 
-    async fn lock_attempt_job(&mut self, attempt: &AttemptRef) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
-        let row: Option<LockedAttemptRow> = sqlx::query_as(sql::LOCK_ATTEMPT_JOB)
+    async fn lock_attempt_job(&mut self, attempt: &AttemptRef, skip_locked: bool) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
+        let statement = if skip_locked { sql::LOCK_ATTEMPT_JOB_SKIP_LOCKED.as_str() } else { sql::LOCK_ATTEMPT_JOB };
+        let row: Option<LockedAttemptRow> = sqlx::query_as(statement)
             .bind(attempt.owner.as_str())
             .bind(attempt.job_id.0)
             .bind(attempt.number)

@@ -268,6 +268,10 @@ pub(super) const LOCK_ATTEMPT_JOB: &str = r#"select j.state, j.task, j.provider,
     where j.owner_id = $1 and j.id = $2
     for no key update of j"#;
 
+/// [`LOCK_ATTEMPT_JOB`], skipping a job locked by another transaction.
+pub(super) static LOCK_ATTEMPT_JOB_SKIP_LOCKED: LazyLock<String> =
+    LazyLock::new(|| format!("{LOCK_ATTEMPT_JOB} skip locked"));
+
 /// An attempt's outcome, from one of the states it may leave; an unknown
 /// one is due for a status lookup at once. Binds: owner, job, number, state,
 /// error, the states it may leave, whether it becomes unknown, then the

@@ -306,7 +306,9 @@ impl_driver_tx!(SqliteTx, {
         Ok(())
     }
 
-    async fn lock_attempt_job(&mut self, attempt: &AttemptRef) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
+    // The write lock held, no other transaction holds a row: `skip_locked`
+    // changes nothing.
+    async fn lock_attempt_job(&mut self, attempt: &AttemptRef, _skip_locked: bool) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
         let row: Option<LockedAttemptRow> = sqlx::query_as(sql::LOCK_ATTEMPT_JOB)
             .bind(attempt.owner.as_str())
             .bind(attempt.job_id.0)

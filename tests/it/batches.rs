@@ -1,0 +1,87 @@
+//! Settling a worker's outputs in batches (`Store::finish_attempts`): one
+//! transaction and one commit for many attempts, each still settled by its
+//! own compare-and-swap with the same outcomes, events and fences as alone;
+//! and a batch never waits for a job another transaction holds locked.
+//! Against the store, on both backends (the lock case on Postgres, whose
+//! locks are per row).
+
+use std::time::Duration;
+
+use onejob::domain::{AttemptState, JobState};
+use onejob::store::{Finish, Store, Transition};
+use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::store::{Shared, at, attempt_states, conformance_store, event_kinds, job_state, job_with_running, owner};
+
+const WORKER: &str = "test-worker";
+
+/// Two outputs for one job in one batch: the first to arrive wins, the
+/// other's compare-and-swap touches nothing and it is superseded, logged
+/// as a lost race; another job's output wins its own job; an output of a
+/// worker that does not hold its attempt is fenced and changes nothing.
+pub async fn a_batch_settles_each_output_by_its_own_compare_and_swap_in_one_commit(store: Shared) {
+    let s = store.as_ref();
+    let (alone, raced, fenced) =
+        (job_with_running(s, "alone", 1).await, job_with_running(s, "raced", 2).await, job_with_running(s, "fenced", 1).await);
+    let (a1, r2, r1, f1) = (at(alone, 1), at(raced, 2), at(raced, 1), at(fenced, 1));
+    let outputs = [json!({"by": "a1"}), json!({"by": "r2"}), json!({"by": "r1"}), json!({"by": "f1"})];
+    let finishes = [
+        Finish { attempt: &a1, output: &outputs[0], holder: Some(WORKER), usage: None },
+        Finish { attempt: &r2, output: &outputs[1], holder: Some(WORKER), usage: None },
+        Finish { attempt: &r1, output: &outputs[2], holder: Some(WORKER), usage: None },
+        Finish { attempt: &f1, output: &outputs[3], holder: Some("another-worker"), usage: None },
+    ];
+    let answers: Vec<Transition> = s.finish_attempts(&finishes).await.into_iter().map(Result::unwrap).collect();
+    assert_eq!(
+        answers,
+        vec![
+            Transition::Won { canceled: vec![] },
+            Transition::Won { canceled: vec![] },
+            Transition::Lost { winner: Some(2) },
+            Transition::Fenced(AttemptState::Running),
+        ]
+    );
+    let raced_job = s.get_job(&owner("alice"), raced).await.unwrap().unwrap();
+    assert_eq!((raced_job.state, raced_job.winning_attempt, raced_job.result), (JobState::Succeeded, Some(2), Some(outputs[1].clone())));
+    assert_eq!(attempt_states(s, raced).await, vec![AttemptState::Superseded, AttemptState::Succeeded]);
+    assert!(event_kinds(s, raced).await.contains(&"race-lost".to_owned()), "{:?}", event_kinds(s, raced).await);
+    assert_eq!(job_state(s, alone).await, JobState::Succeeded);
+    assert_eq!((job_state(s, fenced).await, attempt_states(s, fenced).await), (JobState::Running, vec![AttemptState::Running]));
+}
+
+on_both_backends!(setup = conformance_store; a_batch_settles_each_output_by_its_own_compare_and_swap_in_one_commit);
+
+/// Postgres: a job locked by another transaction does not hold up the
+/// batch: the other outputs are committed (and seen) while it is locked,
+/// and it is settled alone once the lock goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_a_batch_commits_its_other_outputs_while_one_job_is_locked_elsewhere_then_settles_that_one() {
+    let url = crate::common::postgres::fresh_database().await;
+    let pool = PgPoolOptions::new().max_connections(8).connect(&url).await.unwrap();
+    let store = std::sync::Arc::new(onejob::store::PostgresStore::from_pool(pool.clone()));
+    let (locked, free) = (job_with_running(store.as_ref(), "locked", 1).await, job_with_running(store.as_ref(), "free", 1).await);
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("select 1 from jobs where id = $1 for update").bind(locked.0).execute(&mut *holder).await.unwrap();
+
+    let batch = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let (l1, f1, output) = (at(locked, 1), at(free, 1), json!({"ok": true}));
+            let finishes = [
+                Finish { attempt: &l1, output: &output, holder: Some(WORKER), usage: None },
+                Finish { attempt: &f1, output: &output, holder: Some(WORKER), usage: None },
+            ];
+            store.finish_attempts(&finishes).await.into_iter().map(Result::unwrap).collect::<Vec<_>>()
+        }
+    });
+    crate::common::processes::eventually("the free job's output committed while the other job is locked", Duration::from_secs(10), || async {
+        job_state(store.as_ref(), free).await == JobState::Succeeded
+    })
+    .await;
+    assert_eq!(job_state(store.as_ref(), locked).await, JobState::Running, "the locked job waits for its lock");
+    holder.commit().await.unwrap();
+    let answers = batch.await.unwrap();
+    assert_eq!(answers, vec![Transition::Won { canceled: vec![] }, Transition::Won { canceled: vec![] }]);
+    assert_eq!(job_state(store.as_ref(), locked).await, JobState::Succeeded);
+}
