@@ -1,10 +1,10 @@
 //! Group commit of the worker's outputs: an attempt's output waits in a
-//! queue; whoever finds no batch being written takes every output queued
-//! (its own among them) and settles them in one transaction
+//! queue; whoever gets one of the [`WRITERS`] turns takes every output
+//! queued (its own among them) and settles them in one transaction
 //! ([`Store::finish_attempts`]: one compare-and-swap per attempt, one
 //! commit), while the outputs that arrive meanwhile queue for the next.
-//! An output that arrives with nothing being written is settled at once,
-//! alone; under load, batches grow with the time a commit takes.
+//! An output that arrives with a turn free is settled at once, alone;
+//! under load, batches grow with the time a commit takes.
 
 use std::sync::{Arc, Mutex};
 
@@ -16,6 +16,12 @@ use crate::store::{AttemptRef, AttemptUsage, Finish, Result, Store, StoreError, 
 /// The most outputs one transaction settles.
 const MAX_BATCH: usize = 64;
 
+/// Batches written at once. Two keep Postgres busy while a batch's
+/// statements travel (one left it waiting on round trips: e2e 989 jobs/s
+/// against 1,126 with two, means of four runs); on SQLite the second
+/// waits for the write lock, already gathered.
+const WRITERS: usize = 2;
+
 /// An output waiting for its batch, and where its answer goes.
 struct Queued {
     attempt: AttemptRef,
@@ -25,8 +31,7 @@ struct Queued {
     answer: oneshot::Sender<Result<Transition>>,
 }
 
-/// The queue of outputs waiting to be settled, and the one batch being
-/// written at a time.
+/// The queue of outputs waiting to be settled, and the turns to write a batch.
 pub(crate) struct Finishes {
     queue: Mutex<Vec<Queued>>,
     writing: Arc<Semaphore>,
@@ -34,7 +39,7 @@ pub(crate) struct Finishes {
 
 impl Default for Finishes {
     fn default() -> Self {
-        Self { queue: Mutex::default(), writing: Arc::new(Semaphore::new(1)) }
+        Self { queue: Mutex::default(), writing: Arc::new(Semaphore::new(WRITERS)) }
     }
 }
 
@@ -72,8 +77,7 @@ impl Finishes {
                 queued.drain(..take).collect()
             };
             if batch.is_empty() {
-                // Ours was taken by a batch that has already been written
-                // or is being written: its answer comes.
+                // Ours was taken by a batch being written: its answer comes.
                 drop(turn);
                 return answered.await.map_err(|_| interrupted())?;
             }
