@@ -175,7 +175,7 @@ impl Application {
             None
         } else {
             let addr = settings.server.listen;
-            Some(TcpListener::bind(addr).await.map_err(|source| StartError::Bind { addr, source })?)
+            Some(http::serve::bind(addr).map_err(|source| StartError::Bind { addr, source })?)
         };
         let auth = Arc::new(Authenticator::new(store.clone(), Duration::from_millis(settings.server.auth_cache_ttl_ms)));
         let key_follower = if role == Role::Worker { None } else { follow_key_changes(store.as_ref(), &auth).await };
