@@ -52,9 +52,13 @@ pub(super) static PENDING_OWNERS: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Running attempts per owner of ?1 and per provider of ?2 (JSON arrays).
+/// Counted through the index of running attempts: without statistics,
+/// SQLite's planner would read every attempt an owner ever had by the
+/// primary key instead (what a poll of a queued job cost: 300 ms at 50,000
+/// jobs of one owner).
 pub(super) static RUNNING_COUNTS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        r#"select 'owner' as kind, owner_id as name, count(*) as running from attempts
+        r#"select 'owner' as kind, owner_id as name, count(*) as running from attempts indexed by attempts_leased
            where state = '{RUNNING}' and owner_id in (select value from json_each(?1)) group by owner_id
            union all
            select 'provider', provider, count(*) from attempts
@@ -113,13 +117,15 @@ pub(super) const TOKENS: &str = r#"select tokens, tokens_at from provider_state 
 pub(super) const PUT_TOKENS: &str = r#"insert into provider_state (provider, tokens, tokens_at) values (?1, ?2, ?3)
     on conflict (provider) do update set tokens = excluded.tokens, tokens_at = excluded.tokens_at"#;
 
-/// What a queued job waits for. Binds: owner, job, now.
+/// What a queued job waits for, its owner's running attempts counted as in
+/// [`RUNNING_COUNTS`]. Binds: owner, job, now.
 pub(super) static WAITING_FACTS: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"select a.provider,
                   (a.not_before - ?3) / 1e6 as due_in,
                   max(0, coalesce(p.paused_until - ?3, 0)) / 1e6 as paused_for,
-                  (select count(*) from attempts r where r.owner_id = ?1 and r.state = '{RUNNING}') as owner_running,
+                  (select count(*) from attempts r indexed by attempts_leased
+                   where r.owner_id = ?1 and r.state = '{RUNNING}') as owner_running,
                   (select count(*) from attempts r where r.state = '{RUNNING}' and r.provider = a.provider) as provider_running,
                   (select max(k.max_in_flight) from api_keys k where k.owner_id = ?1 and k.revoked_at is null) as owner_limit,
                   p.requests,
@@ -233,4 +239,36 @@ pub(super) async fn reserve_tokens(
     }
     sqlx::query(PUT_TOKENS).bind(provider).bind(level - needed).bind(at).execute(&mut **tx).await?;
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+    use crate::store::sqlite::{SqliteOptions, SqliteStore};
+
+    /// The counts of running attempts read the index of running attempts,
+    /// never every attempt of an owner through the primary key (on a new
+    /// file, without statistics, SQLite's planner picks the primary key for
+    /// `owner_id = ?`).
+    #[tokio::test]
+    async fn running_attempts_are_counted_through_the_index_of_running_attempts() {
+        let file = std::env::temp_dir().join(format!("onejob-plan-{}.db", uuid::Uuid::now_v7().simple()));
+        let options = SqliteOptions {
+            max_connections: 1,
+            busy_timeout: std::time::Duration::from_secs(5),
+            acquire_timeout: std::time::Duration::from_secs(5),
+        };
+        let store = SqliteStore::connect_lazy(&format!("sqlite://{}", file.display()), &options).unwrap();
+        store.migrate().await.unwrap();
+        for statement in [WAITING_FACTS.as_str(), RUNNING_COUNTS.as_str()] {
+            let plan: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(&format!("explain query plan {statement}")).fetch_all(store.pool()).await.unwrap();
+            let steps: Vec<&str> = plan.iter().map(|(_, _, _, step)| step.as_str()).collect();
+            assert!(!steps.iter().any(|s| s.contains("PRIMARY KEY (owner_id=?)")), "{steps:?}");
+            assert!(steps.iter().any(|s| s.contains("attempts_leased")), "{steps:?}");
+        }
+        store.pool().close().await;
+        let _ = std::fs::remove_file(&file);
+    }
 }
