@@ -148,6 +148,10 @@ pub struct Finish<'a> {
 /// another transaction is settled alone after the commit, as is every
 /// attempt of a batch that failed (so that one cannot fail the others).
 pub(super) async fn finish_attempts<S: Store + ?Sized>(store: &S, finishes: &[Finish<'_>]) -> Vec<Result<Transition>> {
+    if let [Finish { attempt, output, holder, usage }] = *finishes {
+        // Alone: waiting for its job's lock holds up no other output.
+        return vec![settle_with_output(store, attempt, output, AttemptTransition::Finish, None, (holder, usage)).await];
+    }
     let mut order: Vec<usize> = (0..finishes.len()).collect();
     // By job (a stable sort: two outputs for one job keep their order, the
     // first to arrive wins).

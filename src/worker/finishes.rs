@@ -97,11 +97,7 @@ async fn settle(store: &dyn Store, batch: Vec<Queued>) {
         .iter()
         .map(|q| Finish { attempt: &q.attempt, output: &q.output, holder: Some(q.holder.as_str()), usage: q.usage.as_ref() })
         .collect();
-    let answers = if let [one] = finishes.as_slice() {
-        vec![store.finish_attempt(one.attempt, one.output, one.holder, one.usage).await]
-    } else {
-        store.finish_attempts(&finishes).await
-    };
+    let answers = store.finish_attempts(&finishes).await;
     drop(finishes);
     crate::metrics::settle_batch(batch.len());
     for (queued, answer) in batch.into_iter().zip(answers) {
