@@ -131,16 +131,29 @@ async fn two_replicas(backend: Backend, adjust: fn(&mut Settings)) -> (TestApp, 
 }
 
 async fn an_owners_max_in_flight_of_5_holds_across_two_replicas_and_a_job_over_it_says_why_it_waits(backend: Backend) {
-    let (first, second) = two_replicas(backend, |_| {}).await;
+    // Each replica runs at most 3 attempts at once: only the two together
+    // reach carol's 5, and neither can take every slot for itself.
+    let (first, second) = two_replicas(backend, |s| s.worker.concurrency = 3).await;
     let carol = OwnerId::parse("carol").unwrap();
     let (key, token) = onejob::keys::create_key(first.store(), &carol).await.unwrap();
     assert!(first.store().set_key_max_in_flight(key, Some(5)).await.unwrap());
-    let mut ids = Vec::new();
-    for i in 0..40 {
-        ids.push(create(&first, &token, &format!("carol-{i}")).await);
-    }
-    // One of the last jobs waits while five run, and says so.
-    let last = ids.last().unwrap();
+    // Created all at once, so that a backlog forms however slow each
+    // create is, through both replicas in turn.
+    let creates = (0..40).map(|i| {
+        let (through, token) = (if i % 2 == 0 { &first } else { &second }, &token);
+        async move { create(through, token, &format!("carol-{i}")).await }
+    });
+    let ids = futures_util::future::join_all(creates).await;
+    // The job whose attempt was due last is claimed last: it waits while
+    // five run, and says so.
+    let key: String = sqlx::query_scalar(
+        "select j.idempotency_key from jobs j join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
+         where j.owner_id = 'carol' order by a.not_before desc limit 1",
+    )
+    .fetch_one(&first.db)
+    .await
+    .unwrap();
+    let last = &ids[key.strip_prefix("carol-").unwrap().parse::<usize>().unwrap()];
     let waited = loop {
         let job = get(&second, &token, last).await;
         assert_eq!(job["state"], "queued", "the last job was seen waiting for the owner's limit before it ran: {job}");
