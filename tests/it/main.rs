@@ -26,6 +26,7 @@ mod otel;
 mod pgbouncer;
 mod responses;
 mod retention;
+mod schema;
 mod ops;
 mod process;
 mod stalls;
