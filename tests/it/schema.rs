@@ -1,6 +1,5 @@
 //! What Postgres's schema enforces by itself, beside the store's code.
 
-use onejob::store::Store;
 use sqlx::postgres::PgPoolOptions;
 
 use crate::store::{job_with_running, prepare};
@@ -12,10 +11,10 @@ use crate::store::{job_with_running, prepare};
 /// no key, costs it no entry at its insert, claim or settlement.
 #[tokio::test]
 async fn postgres_an_attempts_key_is_unique_within_its_job_and_only_attempts_with_a_key_are_in_its_index() {
+    // A fresh database is migrated already.
     let url = crate::common::postgres::fresh_database().await;
     let pool = PgPoolOptions::new().max_connections(2).connect(&url).await.unwrap();
     let store = onejob::store::PostgresStore::from_pool(pool.clone());
-    store.migrate().await.unwrap();
     prepare(&store).await;
     // Attempt 1 has no key; attempt 2 was admitted with "keyed-2".
     let job = job_with_running(&store, "keyed", 2).await;
@@ -35,11 +34,17 @@ async fn postgres_an_attempts_key_is_unique_within_its_job_and_only_attempts_wit
     assert!(violated.is_unique_violation(), "{violated}");
     assert_eq!(violated.constraint(), Some("attempts_job_idempotency_key"));
 
-    // VACUUM counts each index's entries exactly.
-    sqlx::query("vacuum attempts").execute(&pool).await.unwrap();
-    let entries: f32 = sqlx::query_scalar("select reltuples from pg_class where relname = 'attempts_job_idempotency_key'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(entries, 1.0, "only the attempt with a key is in the index of attempts' keys");
+    // A partial index holds exactly the rows its predicate admits. (Its
+    // entry count after a VACUUM is no measure: VACUUM may skip the index
+    // and leave its count as it was.)
+    let predicate: Option<String> =
+        sqlx::query_scalar("select pg_get_expr(indpred, indrelid) from pg_index where indexrelid = 'attempts_job_idempotency_key'::regclass")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        predicate.as_deref(),
+        Some("(idempotency_key IS NOT NULL)"),
+        "only the attempts with a key are in the index of attempts' keys"
+    );
 }
