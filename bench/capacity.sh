@@ -10,6 +10,14 @@
 #
 #   bench/capacity.sh                      # 64 connections, 10 s per run
 #   CONNECTIONS=64 DURATION=30 STATEMENTS=1 bench/capacity.sh   # and each run's statements by calls
+#   AB=6 SCHEMA_B="alter table jobs set (fillfactor = 90)" bench/capacity.sh
+#
+# AB=N measures a schema change instead: N pairs of e2e runs on one
+# replica, taken in turns, (a) on a database as migrated and (b) on one
+# where SQL SCHEMA_B ran after the migrations (Postgres only), with the
+# share of the job rows' updates that were HOT (no index entry written).
+# Single runs on a small machine spread widely; only the pairs' means
+# compare.
 #
 # Each run starts on an empty database; after the load stops, the script
 # waits for the jobs in flight to finish, so that every job counted has
@@ -29,7 +37,7 @@ sql() { psql -qAt -d "$DATABASE_URL" -c "$1"; }
 # start_replicas N [flags]: N servers on ports 18080…, pids in REPLICAS.
 REPLICAS=()
 start_replicas() {
-    local n=$1; shift
+    local n=$1 i; shift
     REPLICAS=()
     for i in $(seq 0 $(( n - 1 ))); do
         ONEJOB_LISTEN=127.0.0.1:$(( 18080 + i )) RUST_LOG=warn "$BIN" serve --config "$WORK/bench.toml" --no-migrate "$@" \
@@ -100,8 +108,37 @@ measure() {
         errors=$(( errors + $(field "$WORK/$name-$i.json" errors) ))
         p99=$(python3 -c "print(max($p99, $(field "$WORK/$name-$i.json" p99_ms)))")
     done
-    echo "$name $scenario $n $jobs $ok $errors $p99 $pg $servers $statements $nested $wal $DURATION" > "$WORK/$name.row"
+    local hot
+    hot=$(sql "select coalesce(sum(n_tup_hot_upd), 0) || ' ' || coalesce(sum(n_tup_upd), 0) from pg_stat_user_tables where relname = 'jobs'")
+    echo "$name $scenario $n $jobs $ok $errors $p99 $pg $servers $statements $nested $wal $DURATION $hot" > "$WORK/$name.row"
 }
+
+if [ -n "${AB:-}" ]; then
+    [ -n "${SCHEMA_B:-}" ] || { echo "AB=N needs SCHEMA_B, the SQL of the change to measure" >&2; exit 2; }
+    [ "$BACKEND" = postgres ] || { echo "AB=N measures Postgres only" >&2; exit 2; }
+    for pair in $(seq "$AB"); do
+        AFTER_MIGRATE_SQL= measure "e2e-a$pair" e2e 1
+        AFTER_MIGRATE_SQL=$SCHEMA_B measure "e2e-b$pair" e2e 1
+    done
+    python3 - "$WORK" "$TICKS" "$AB" <<'PY'
+import sys
+work, ticks, pairs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+print(f"{'run':<8} {'jobs/s':>8} {'errors':>6} {'p99 ms':>7} {'PG ms/job':>9} {'onejob ms/job':>13} {'WAL B/job':>9} {'HOT updates':>11}")
+sums = {"a": [], "b": []}
+for i in range(1, pairs + 1):
+    for side in "ab":
+        name = f"e2e-{side}{i}"
+        (_, _, _, jobs, ok, errors, p99, pg, servers, _, _, wal, duration, hot, updates) = open(f"{work}/{name}.row").read().split()
+        jobs = int(jobs)
+        rate = int(ok) / float(duration)
+        sums[side].append(rate)
+        print(f"{name:<8} {rate:>8.0f} {errors:>6} {float(p99):>7.0f} {int(pg) * 1000 / ticks / jobs:>9.3f} "
+              f"{int(servers) * 1000 / ticks / jobs:>13.3f} {int(wal) / jobs:>9.0f} {100 * int(hot) / max(int(updates), 1):>10.0f}%")
+for side in "ab":
+    print(f"mean {side}: {sum(sums[side]) / len(sums[side]):.0f} jobs/s")
+PY
+    exit 0
+fi
 
 measure create create 1 --no-worker
 measure e2e-1 e2e 1
@@ -113,7 +150,7 @@ work, ticks = sys.argv[1], int(sys.argv[2])
 rows = [open(f"{work}/{name}.row").read().split() for name in ("create", "e2e-1", "e2e-2")]
 print(f"{'run':<8} {'replicas':>8} {'jobs/s':>8} {'errors':>6} {'p99 ms':>7} {'PG ms/job':>9} "
       f"{'onejob ms/job':>13} {'stmts/job':>9} {'nested/job':>10} {'WAL B/job':>9} {'jobs/s per PG core':>18}")
-for name, scenario, n, jobs, ok, errors, p99, pg, servers, statements, nested, wal, duration in rows:
+for name, scenario, n, jobs, ok, errors, p99, pg, servers, statements, nested, wal, duration, _hot, _updates in rows:
     jobs, pg, servers = int(jobs), int(pg), int(servers)
     pg_ms = pg * 1000 / ticks / jobs
     print(f"{name:<8} {n:>8} {int(ok) / float(duration):>8.0f} {errors:>6} {float(p99):>7.0f} {pg_ms:>9.3f} "

@@ -24,6 +24,7 @@ BIN=${ONEJOB_BIN:-$PWD/target/release/onejob}
 WORK=$(mktemp -d /tmp/onejob-bench.XXXXXX)
 chmod 755 "$WORK"
 SERVER_PID=
+SIM_PID=
 CLUSTER=
 
 cleanup() {
@@ -34,6 +35,7 @@ cleanup() {
         tail -n 40 "$WORK/server.log" >&2
     fi
     [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
+    [ -n "$SIM_PID" ] && kill "$SIM_PID" 2>/dev/null && wait "$SIM_PID" 2>/dev/null || true
     if [ -n "$CLUSTER" ]; then
         as_postgres "$PGBIN/pg_ctl" -D "$CLUSTER" -m immediate stop >/dev/null 2>&1 || true
     fi
@@ -96,6 +98,11 @@ p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2
     fi
     export DATABASE_URL
     "$BIN" migrate --config "$WORK/bench.toml" >/dev/null 2>&1
+    # A schema change to measure (bench/capacity.sh's AB mode), run after
+    # the migrations.
+    if [ -n "${AFTER_MIGRATE_SQL:-}" ]; then
+        psql -q -v ON_ERROR_STOP=1 -d "$DATABASE_URL" -c "$AFTER_MIGRATE_SQL" >/dev/null
+    fi
     TOKEN=$("$BIN" keys create --owner bench --config "$WORK/bench.toml" 2>/dev/null | tail -n 1)
     export TOKEN
 }
@@ -116,6 +123,45 @@ timeout_ms = 10000
 latency_ms = 2000
 TOML
     printf '%s\n' "${1:-}" >> "$WORK/bench.toml"
+}
+
+# start_sim_apart PROVIDER: the simulated PROVIDER of bench.toml served by
+# `onejob sim` in a process of its own (SIM_PID, on SIM_PORT, 19090), and
+# bench.toml's PROVIDER made an `openai` provider at its address: a server
+# started next (start with ONEJOB_BENCH_SIM_KEY=bench) holds only its own
+# ends of the calls, and its CPU and memory are onejob's alone.
+start_sim_apart() {
+    local provider=$1
+    SIM_PORT=${SIM_PORT:-19090}
+    cp "$WORK/bench.toml" "$WORK/sim.toml"
+    python3 - "$WORK/bench.toml" "$SIM_PORT" "$provider" <<'PY'
+import sys
+path, port, provider = sys.argv[1:]
+text = open(path).read()
+start = text.index(f"[providers.{provider}]")
+end = text.find("\n[", start)
+end = len(text) if end < 0 else end
+lines = [line for line in text[start:end].split("\n") if not line.startswith(("kind", "latency_ms", "jitter_ms", "qualify_on_start"))]
+lines[1:1] = ['kind = "openai"', f'base_url = "http://127.0.0.1:{port}/providers/{provider}/v1"',
+              'api_key_env = "ONEJOB_BENCH_SIM_KEY"', "response_format = true"]
+open(path, "w").write(text[:start] + "\n".join(lines) + text[end:])
+PY
+    "$BIN" sim --listen "127.0.0.1:$SIM_PORT" --config "$WORK/sim.toml" > "$WORK/sim.log" 2>&1 &
+    SIM_PID=$!
+    for _ in $(seq 300); do
+        grep -q "simulator listening" "$WORK/sim.log" && return
+        kill -0 "$SIM_PID" 2>/dev/null || { cat "$WORK/sim.log" >&2; echo "the simulator did not start (SIM_PORT $SIM_PORT taken?)" >&2; exit 1; }
+        sleep 0.1
+    done
+    echo "the simulator did not start listening" >&2
+    exit 1
+}
+
+# stop_sim_apart: stops the simulator of start_sim_apart.
+stop_sim_apart() {
+    [ -n "$SIM_PID" ] && kill "$SIM_PID" 2>/dev/null || true
+    [ -n "$SIM_PID" ] && wait "$SIM_PID" 2>/dev/null || true
+    SIM_PID=
 }
 
 # start_server [serve flags...]: serves on 127.0.0.1:$PORT, waits for /readyz.

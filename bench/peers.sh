@@ -170,27 +170,7 @@ stop_server
 # g. The same e2e with `sim-fast` served by `onejob sim` in a process of its
 # own (an `openai` provider at its address): the server's CPU is then
 # onejob's alone, the simulator's counted apart.
-SIM_PORT=${SIM_PORT:-19090}
-cp "$WORK/bench.toml" "$WORK/sim.toml"
-python3 - "$WORK/bench.toml" "$SIM_PORT" <<'PY'
-import sys
-path, port = sys.argv[1], sys.argv[2]
-text = open(path).read()
-start = text.index("[providers.sim-fast]")
-end = text.index("\n[", start)
-lines = [line for line in text[start:end].split("\n") if not line.startswith(("kind", "latency_ms", "jitter_ms", "qualify_on_start"))]
-lines[1:1] = ['kind = "openai"', f'base_url = "http://127.0.0.1:{port}/providers/sim-fast/v1"',
-              'api_key_env = "ONEJOB_BENCH_SIM_KEY"', "response_format = true"]
-open(path, "w").write(text[:start] + "\n".join(lines) + text[end:])
-PY
-"$BIN" sim --listen "127.0.0.1:$SIM_PORT" --config "$WORK/sim.toml" > "$WORK/sim.log" 2>&1 &
-SIM_PID=$!
-trap 'kill "$SIM_PID" 2>/dev/null || true; cleanup' EXIT
-for _ in $(seq 300); do
-    grep -q "simulator listening" "$WORK/sim.log" && break
-    kill -0 "$SIM_PID" 2>/dev/null || { cat "$WORK/sim.log" >&2; echo "the simulator did not start (SIM_PORT $SIM_PORT taken?)" >&2; exit 1; }
-    sleep 0.1
-done
+start_sim_apart sim-fast
 next_database onejob_bench_peers_e2e_sim
 ONEJOB_BENCH_SIM_KEY=bench start_server
 log "onejob bench e2e, the simulator in its own process, $CONNECTIONS connections, $E2E_DURATION s"
@@ -198,8 +178,7 @@ pg0=$(postgres_ticks); server0=$(own_ticks "$SERVER_PID"); sim0=$(own_ticks "$SI
 bench e2e --connections "$CONNECTIONS" --duration "$E2E_DURATION" > "$WORK/onejob-e2e-sim.json"
 echo "onejob-e2e-sim $(( $(postgres_ticks) - ${pg0:-0} )) $(( $(own_ticks "$SERVER_PID") - server0 )) $(( $(own_ticks "$SIM_PID") - sim0 ))" >> "$WORK/cpu"
 stop_server
-kill "$SIM_PID" 2>/dev/null || true
-wait "$SIM_PID" 2>/dev/null || true
+stop_sim_apart
 
 python3 - "$WORK" "$CONNECTIONS" "$DURATION" "$E2E_DURATION" "$STORMS" "$CALLERS" "$TICKS" "${CLUSTER:+ours}" <<'PY'
 import json, sys

@@ -4,7 +4,9 @@
 #   e2e (30 s), inflight (10,000 jobs on a provider answering in 2 s) and
 #   streams (1,000 jobs on a provider answering in 5 s, one event stream
 #   open on each) against a full server (API, worker and the built-in
-#   simulator).
+#   simulator); then inflight again with the simulator in a process of its
+#   own (`onejob sim`), whose ends of the calls are then not in the
+#   server's memory.
 #
 #   bench/scenarios.sh postgres      # a throwaway Postgres (or DATABASE_URL)
 #   bench/scenarios.sh sqlite        # a SQLite file in a temporary directory
@@ -67,18 +69,27 @@ start_server
 log "$BACKEND: onejob bench streams, $STREAMS streams on a provider answering in $STREAMS_LATENCY_MS ms"
 bench streams --jobs "$STREAMS" --connections "$CONNECTIONS" --provider sim-streams > "$WORK/streams.json"
 stop_server
+start_sim_apart sim-2s
+new_database onejob_bench_inflight_apart
+ONEJOB_BENCH_SIM_KEY=bench start_server
+log "$BACKEND: onejob bench inflight, $INFLIGHT_JOBS jobs on sim-2s, the simulator in its own process"
+bench inflight --jobs "$INFLIGHT_JOBS" --connections 256 --provider sim-2s --server-pid "$SERVER_PID" > "$WORK/inflight-apart.json"
+stop_server
+stop_sim_apart
 
 python3 - "$WORK" "$BACKEND" <<'PY'
 import json, sys
 work, backend = sys.argv[1], sys.argv[2]
 print(f"\n{backend}")
-print(f"{'scenario':10} {'conns':>5} {'ok':>8} {'errors':>6} {'ops/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}  extra")
-for name in ("create", "replay", "poll", "storm", "e2e", "inflight", "streams"):
+print(f"{'scenario':14} {'conns':>5} {'ok':>8} {'errors':>6} {'ops/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}  extra")
+for name in ("create", "replay", "poll", "storm", "e2e", "inflight", "streams", "inflight-apart"):
     r = json.load(open(f"{work}/{name}.json"))
     extra = "" if r["extra"] is None else json.dumps(r["extra"])
-    if name == "inflight":
+    if name.startswith("inflight"):
         extra += f"  all done in {r['seconds']:.1f} s"
+    if name == "inflight-apart":
+        extra += "  (the simulator in its own process)"
     if name == "streams":
         extra += "  (latency: from each event's commit to its arrival on its stream)"
-    print(f"{name:10} {r['connections']:>5} {r['ok']:>8} {r['errors']:>6} {r['throughput']:>8,.0f} {r['p50_ms']:>8.2f} {r['p90_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['max_ms']:>8.2f}  {extra}")
+    print(f"{name:14} {r['connections']:>5} {r['ok']:>8} {r['errors']:>6} {r['throughput']:>8,.0f} {r['p50_ms']:>8.2f} {r['p90_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['max_ms']:>8.2f}  {extra}")
 PY
