@@ -159,8 +159,10 @@ PY
 
 # stop_sim_apart: stops the simulator of start_sim_apart.
 stop_sim_apart() {
-    [ -n "$SIM_PID" ] && kill "$SIM_PID" 2>/dev/null || true
-    [ -n "$SIM_PID" ] && wait "$SIM_PID" 2>/dev/null || true
+    if [ -n "$SIM_PID" ]; then
+        kill "$SIM_PID" 2>/dev/null || true
+        wait "$SIM_PID" 2>/dev/null || true
+    fi
     SIM_PID=
 }
 

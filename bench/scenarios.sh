@@ -5,8 +5,8 @@
 #   streams (1,000 jobs on a provider answering in 5 s, one event stream
 #   open on each) against a full server (API, worker and the built-in
 #   simulator); then inflight again with the simulator in a process of its
-#   own (`onejob sim` on SIM_PORT, 19090), whose ends of the calls are then not in the
-#   server's memory.
+#   own (`onejob sim` on SIM_PORT, 19090), whose ends of the calls are then
+#   not in the server's memory.
 #
 #   bench/scenarios.sh postgres      # a throwaway Postgres (or DATABASE_URL)
 #   bench/scenarios.sh sqlite        # a SQLite file in a temporary directory
