@@ -15,10 +15,10 @@ use crate::config::{ProviderKind, Settings};
 use crate::http;
 use crate::jobs::Jobs;
 use crate::keys::Authenticator;
-use crate::state::AppState;
 use crate::provider::{self, Providers};
 use crate::signals::Signals;
 use crate::sim::{self, RunningSimulator};
+use crate::state::AppState;
 use crate::store::postgres::{PostgresOptions, PostgresStore};
 use crate::store::sqlite::{SqliteOptions, SqliteStore};
 use crate::store::{Store, StoreError};
@@ -152,7 +152,12 @@ impl Application {
         Self::build_with_catalog(settings, store, catalog, role).await
     }
 
-    async fn build_with_catalog(settings: Settings, store: Arc<dyn Store>, catalog: Arc<Catalog>, role: Role) -> Result<Self, StartError> {
+    async fn build_with_catalog(
+        settings: Settings,
+        store: Arc<dyn Store>,
+        catalog: Arc<Catalog>,
+        role: Role,
+    ) -> Result<Self, StartError> {
         let signals = Arc::new(Signals::default());
         let (providers, simulator) = start_providers(&settings).await?;
         let providers = Arc::new(providers);
@@ -168,7 +173,8 @@ impl Application {
                 settings.webhooks.clone(),
                 settings.retention.clone(),
             );
-            let qualifying = tokio::spawn(crate::qualify::qualify_on_start(store.clone(), providers.clone(), catalog.clone()));
+            let qualifying =
+                tokio::spawn(crate::qualify::qualify_on_start(store.clone(), providers.clone(), catalog.clone()));
             (Some(Arc::new(worker)), Some(qualifying))
         };
         let listener = if role == Role::Worker {
@@ -177,7 +183,8 @@ impl Application {
             let addr = settings.server.listen;
             Some(http::serve::bind(addr).map_err(|source| StartError::Bind { addr, source })?)
         };
-        let auth = Arc::new(Authenticator::new(store.clone(), Duration::from_millis(settings.server.auth_cache_ttl_ms)));
+        let auth =
+            Arc::new(Authenticator::new(store.clone(), Duration::from_millis(settings.server.auth_cache_ttl_ms)));
         let key_follower = if role == Role::Worker { None } else { follow_key_changes(store.as_ref(), &auth).await };
         let shutdown_grace = Duration::from_millis(settings.worker.shutdown_grace_ms);
         let limiter = (settings.server.rate_limit_per_second > 0).then(|| {
@@ -194,8 +201,16 @@ impl Application {
             long_poll: long_poll_interval,
             event_stream: Duration::from_millis(settings.server.event_stream_interval_ms),
         };
-        let limits = crate::store::claims::ClaimLimits::new(settings.worker.max_in_flight_per_owner, &settings.providers);
-        let jobs = Arc::new(Jobs::new(store.clone(), catalog.clone(), signals.clone(), long_polls_per_owner, intervals, limits));
+        let limits =
+            crate::store::claims::ClaimLimits::new(settings.worker.max_in_flight_per_owner, &settings.providers);
+        let jobs = Arc::new(Jobs::new(
+            store.clone(),
+            catalog.clone(),
+            signals.clone(),
+            long_polls_per_owner,
+            intervals,
+            limits,
+        ));
         let metrics = crate::metrics::install();
         crate::metrics::start_at_zero(&settings);
         let state = AppState {
@@ -212,7 +227,15 @@ impl Application {
             webhook_hosts: crate::webhooks::address::AllowedHosts::new(&settings.webhooks.allow_hosts),
             settings: Arc::new(settings.server),
         };
-        Ok(Self { listener, state, worker, qualifying, shutdown_grace, _simulator: simulator, _key_follower: key_follower })
+        Ok(Self {
+            listener,
+            state,
+            worker,
+            qualifying,
+            shutdown_grace,
+            _simulator: simulator,
+            _key_follower: key_follower,
+        })
     }
 
     /// The qualifications run at start (`qualify_on_start`), for a caller

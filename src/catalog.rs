@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use crate::config::{ConfigError, ProviderSettings, Settings, TaskSettings};
-use crate::provider::contract::Contract;
-use crate::domain::{AttemptLimits, Money, Usage};
 use crate::domain::policy::{NextAttempt, PastAttempt, RetryPolicy};
+use crate::domain::{AttemptLimits, Money, Usage};
+use crate::provider::contract::Contract;
 use crate::store::TaskRules;
 
 /// One task, ready to validate input and to render and check its contract.
@@ -69,7 +69,8 @@ impl Catalog {
             let input_validator = jsonschema::draft202012::new(&task.input_schema).map_err(|error| {
                 ConfigError::Invalid(format!("tasks.{name}.input_schema is not a valid JSON Schema: {error}"))
             })?;
-            let contract = Contract::new(task).map_err(|error| ConfigError::Invalid(format!("tasks.{name}.{error}")))?;
+            let contract =
+                Contract::new(task).map_err(|error| ConfigError::Invalid(format!("tasks.{name}.{error}")))?;
             tasks.insert(name.clone(), Task { name: name.clone(), settings: task.clone(), contract, input_validator });
         }
         let providers = settings.providers.clone().into_iter().collect();
@@ -275,10 +276,14 @@ mod tests {
         drop(first);
         // One of two runs ended: still running, so a short wait times out.
         assert!(running.is_running("slow", "summarize"));
-        assert!(!running.wait("summarize", &names(&["fast", "slow"]), Instant::now() + Duration::from_millis(20)).await);
+        assert!(
+            !running.wait("summarize", &names(&["fast", "slow"]), Instant::now() + Duration::from_millis(20)).await
+        );
         let waiter = {
             let running = running.clone();
-            tokio::spawn(async move { running.wait("summarize", &names(&["slow"]), Instant::now() + Duration::from_secs(60)).await })
+            tokio::spawn(async move {
+                running.wait("summarize", &names(&["slow"]), Instant::now() + Duration::from_secs(60)).await
+            })
         };
         tokio::task::yield_now().await;
         drop(second);

@@ -11,7 +11,9 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 pub use crate::domain::retention::Span;
-pub use provider::{MaxTokensField, ProviderApi, ProviderKind, ProviderLimits, ProviderSettings, SimFault, SimOutput, Tokenizer};
+pub use provider::{
+    MaxTokensField, ProviderApi, ProviderKind, ProviderLimits, ProviderSettings, SimFault, SimOutput, Tokenizer,
+};
 
 mod provider;
 
@@ -99,7 +101,13 @@ pub struct RetentionSettings {
 impl Default for RetentionSettings {
     fn default() -> Self {
         let span = |text: &str| text.parse().expect("a span");
-        Self { finished_jobs: span("30d"), allow_short: false, purge_interval: span("1m"), batch_size: 500, batch_pause: span("100ms") }
+        Self {
+            finished_jobs: span("30d"),
+            allow_short: false,
+            purge_interval: span("1m"),
+            batch_size: 500,
+            batch_pause: span("100ms"),
+        }
     }
 }
 
@@ -515,7 +523,11 @@ impl Settings {
         let retention = &self.retention;
         let day = Duration::from_secs(24 * 3600);
         let short: Vec<String> = std::iter::once(("retention.finished_jobs".to_owned(), retention.finished_jobs))
-            .chain(self.tasks.iter().filter_map(|(name, t)| Some((format!("tasks.{name}.retain_finished"), t.retain_finished?))))
+            .chain(
+                self.tasks
+                    .iter()
+                    .filter_map(|(name, t)| Some((format!("tasks.{name}.retain_finished"), t.retain_finished?))),
+            )
             .filter(|(_, span)| span.0 < day && !retention.allow_short)
             .map(|(name, span)| format!("{name} = \"{span}\""))
             .collect();
@@ -529,8 +541,16 @@ impl Settings {
             return invalid("retention.batch_size and retention.purge_interval must be at least 1".into());
         }
         let hooks = &self.webhooks;
-        if hooks.timeout_ms == 0 || hooks.retry_base_ms == 0 || hooks.poll_interval_ms == 0 || hooks.batch_size == 0 || hooks.concurrency == 0 {
-            return invalid("webhooks.timeout_ms, retry_base_ms, poll_interval_ms, batch_size and concurrency must be at least 1".into());
+        if hooks.timeout_ms == 0
+            || hooks.retry_base_ms == 0
+            || hooks.poll_interval_ms == 0
+            || hooks.batch_size == 0
+            || hooks.concurrency == 0
+        {
+            return invalid(
+                "webhooks.timeout_ms, retry_base_ms, poll_interval_ms, batch_size and concurrency must be at least 1"
+                    .into(),
+            );
         }
         if hooks.retry_max_ms < hooks.retry_base_ms {
             return invalid("webhooks.retry_max_ms must be at least webhooks.retry_base_ms".into());

@@ -288,13 +288,18 @@ async fn run(command: Command) -> Result<(), AnyError> {
                 };
                 if dry_run {
                     let count = store.count_purgeable(&rule).await?;
-                    println!("{which}: {count} finished jobs unchanged since {} would be purged", rule.before.to_rfc3339());
+                    println!(
+                        "{which}: {count} finished jobs unchanged since {} would be purged",
+                        rule.before.to_rfc3339()
+                    );
                     continue;
                 }
                 let mut purged = 0;
                 loop {
                     match store.purge_batch(&rule, settings.retention.batch_size).await? {
-                        onejob::store::retention::PurgeBatch::Busy => return Err("another process is purging; try again later".into()),
+                        onejob::store::retention::PurgeBatch::Busy => {
+                            return Err("another process is purging; try again later".into());
+                        }
                         onejob::store::retention::PurgeBatch::Purged(0) => break,
                         onejob::store::retention::PurgeBatch::Purged(jobs) => purged += jobs,
                     }
@@ -328,12 +333,20 @@ async fn run(command: Command) -> Result<(), AnyError> {
                 KeysCommand::SetMaxInFlight { id, max_in_flight } => {
                     let limit = match max_in_flight.as_str() {
                         "none" => None,
-                        n => Some(n.parse::<u32>().ok().filter(|&n| n > 0).ok_or("max_in_flight must be at least 1, or none")?),
+                        n => Some(
+                            n.parse::<u32>()
+                                .ok()
+                                .filter(|&n| n > 0)
+                                .ok_or("max_in_flight must be at least 1, or none")?,
+                        ),
                     };
                     if !store.set_key_max_in_flight(id, limit).await? {
                         return Err(format!("no live API key with id {id}").into());
                     }
-                    println!("API key {id}: max_in_flight {}", limit.map_or("none (the configured default)".to_owned(), |n| n.to_string()));
+                    println!(
+                        "API key {id}: max_in_flight {}",
+                        limit.map_or("none (the configured default)".to_owned(), |n| n.to_string())
+                    );
                 }
                 KeysCommand::Revoke { id } => {
                     if !store.revoke_api_key(id).await? {
@@ -346,7 +359,10 @@ async fn run(command: Command) -> Result<(), AnyError> {
                     for key in store.list_api_keys(owner.as_ref()).await? {
                         let revoked = key.revoked_at.map(|at| format!(" revoked {at}")).unwrap_or_default();
                         let limit = key.max_in_flight.map(|n| format!(" max_in_flight {n}")).unwrap_or_default();
-                        println!("{} {} {} created {}{}{}", key.id, key.owner, key.role, key.created_at, limit, revoked);
+                        println!(
+                            "{} {} {} created {}{}{}",
+                            key.id, key.owner, key.role, key.created_at, limit, revoked
+                        );
                     }
                 }
             }
@@ -467,8 +483,8 @@ async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler");
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
         tokio::select! {
             _ = interrupt => {}
             _ = terminate.recv() => {}

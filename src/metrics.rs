@@ -162,7 +162,8 @@ pub enum Settled {
 
 impl Settled {
     /// Every outcome.
-    pub const ALL: [Settled; 5] = [Settled::Succeeded, Settled::Superseded, Settled::Failed, Settled::Unknown, Settled::Canceled];
+    pub const ALL: [Settled; 5] =
+        [Settled::Succeeded, Settled::Superseded, Settled::Failed, Settled::Unknown, Settled::Canceled];
 
     /// As the label shows it.
     pub const fn as_str(self) -> &'static str {
@@ -264,16 +265,25 @@ fn describe() {
     metrics::describe_histogram!(CLAIM_BATCH, "attempts claimed per claim");
     metrics::describe_histogram!(SETTLE_BATCH, "a worker's outputs settled per transaction");
     metrics::describe_gauge!(QUEUE_DEPTH, "pending attempts due now");
-    metrics::describe_counter!(RATE_LIMITED, "requests refused by this process's per-owner rate limit (each replica has its own)");
+    metrics::describe_counter!(
+        RATE_LIMITED,
+        "requests refused by this process's per-owner rate limit (each replica has its own)"
+    );
     metrics::describe_gauge!(LONG_POLLS_OPEN, "long-polls waiting in this process");
-    metrics::describe_counter!(LONG_POLLS_REFUSED, "long-polls refused: their owner held max_long_polls_per_owner open in this process");
+    metrics::describe_counter!(
+        LONG_POLLS_REFUSED,
+        "long-polls refused: their owner held max_long_polls_per_owner open in this process"
+    );
     metrics::describe_counter!(TOKENS, "tokens of settled attempts by provider, outcome and kind");
     metrics::describe_counter!(COST, "cost of settled attempts in billionths of the currency");
     metrics::describe_counter!(PURGED_JOBS, "finished jobs purged past their retention");
     metrics::describe_gauge!(UNKNOWN_PAST_RETENTION, "jobs unknown for longer than the shortest retention (kept)");
     metrics::describe_counter!(CLAIMS_DEFERRED, "owners or providers a claim held back because of a limit, by limit");
     metrics::describe_histogram!(ATTEMPT_WAIT, metrics::Unit::Seconds, "time from an attempt's admission to its claim");
-    metrics::describe_gauge!(PENDING_BY_OWNER, "pending attempts by owner, named by the first 12 hex digits of its id's SHA-256 (the 100 owners with the most)");
+    metrics::describe_gauge!(
+        PENDING_BY_OWNER,
+        "pending attempts by owner, named by the first 12 hex digits of its id's SHA-256 (the 100 owners with the most)"
+    );
     metrics::describe_gauge!(PENDING_BY_PROVIDER, "pending attempts by provider");
 }
 

@@ -57,12 +57,19 @@ pub enum QualifyError {
 
 /// Runs every example of `task` against `provider` (all at once) and says
 /// whether all passed.
-pub async fn run(provider: Arc<dyn Provider>, catalog: Arc<Catalog>, task: &str) -> Result<(bool, Value), QualifyError> {
-    let examples = catalog.task(task).ok_or_else(|| QualifyError::UnknownTask(task.to_owned()))?.contract.examples.clone();
+pub async fn run(
+    provider: Arc<dyn Provider>,
+    catalog: Arc<Catalog>,
+    task: &str,
+) -> Result<(bool, Value), QualifyError> {
+    let examples =
+        catalog.task(task).ok_or_else(|| QualifyError::UnknownTask(task.to_owned()))?.contract.examples.clone();
     let mut runs = tokio::task::JoinSet::new();
     for (index, example) in examples.into_iter().enumerate() {
         let (provider, catalog, task) = (provider.clone(), catalog.clone(), task.to_owned());
-        runs.spawn(async move { (index, run_example(provider.as_ref(), &catalog, &task, example.input, &example.expect).await) });
+        runs.spawn(async move {
+            (index, run_example(provider.as_ref(), &catalog, &task, example.input, &example.expect).await)
+        });
     }
     let mut results: Vec<(usize, ExampleResult)> = runs.join_all().await;
     results.sort_by_key(|(index, _)| *index);
@@ -160,7 +167,11 @@ pub async fn qualify(
 /// unless it already passed a qualification of the current contract. Each
 /// pair counts as running from this call on, before the returned future
 /// first runs, so that no failover decided in between misses it.
-pub fn qualify_on_start(store: Arc<dyn Store>, providers: Arc<Providers>, catalog: Arc<Catalog>) -> impl Future<Output = ()> + Send {
+pub fn qualify_on_start(
+    store: Arc<dyn Store>,
+    providers: Arc<Providers>,
+    catalog: Arc<Catalog>,
+) -> impl Future<Output = ()> + Send {
     let mut pending = Vec::new();
     for (name, _) in providers.iter().filter(|(_, p)| p.settings().qualify_on_start) {
         for task in catalog.tasks() {

@@ -191,7 +191,9 @@ mod tests {
         let other_changed = watching_other.next_change();
         // A change between taking the notice and awaiting it is not missed.
         signals.job_changed(one);
-        tokio::time::timeout(std::time::Duration::from_secs(5), one_changed).await.expect("the waiter of the changed job woke");
+        tokio::time::timeout(std::time::Duration::from_secs(5), one_changed)
+            .await
+            .expect("the waiter of the changed job woke");
         let woke = tokio::time::timeout(std::time::Duration::from_millis(50), other_changed).await;
         assert!(woke.is_err(), "the waiter of another job slept on");
         drop((watching_one, watching_other));
@@ -210,7 +212,10 @@ mod tests {
         assert!(woke.is_err(), "a claim alone does not wake a wait for more than a claim");
         let (any, settling) = (watching.next_change(), watching.next_change_but_a_claim());
         signals.job_changed(job);
-        let both = tokio::time::timeout(std::time::Duration::from_secs(5), async { any.await; settling.await });
+        let both = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            any.await;
+            settling.await
+        });
         both.await.expect("any other change wakes both");
     }
 
@@ -222,7 +227,9 @@ mod tests {
         let mut elsewhere = signals.watch_call(other, AttemptId::new());
         assert_eq!(signals.jobs_with_calls(), 2);
         signals.job_finished(one);
-        tokio::time::timeout(std::time::Duration::from_secs(5), first.job_finished()).await.expect("the call of the finished job is aborted");
+        tokio::time::timeout(std::time::Duration::from_secs(5), first.job_finished())
+            .await
+            .expect("the call of the finished job is aborted");
         let woke = tokio::time::timeout(std::time::Duration::from_millis(50), elsewhere.job_finished()).await;
         assert!(woke.is_err(), "the call of another job goes on");
         drop((first, elsewhere));

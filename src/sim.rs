@@ -163,7 +163,11 @@ pub fn router(providers: &std::collections::BTreeMap<String, ProviderSettings>) 
     let mut seed = [0u8; 8];
     getrandom::fill(&mut seed).expect("the operating system's random source");
     let state = Arc::new(SimState {
-        providers: providers.iter().filter(|(_, p)| p.kind == ProviderKind::Sim).map(|(n, p)| (n.clone(), p.clone())).collect(),
+        providers: providers
+            .iter()
+            .filter(|(_, p)| p.kind == ProviderKind::Sim)
+            .map(|(n, p)| (n.clone(), p.clone()))
+            .collect(),
         log: Mutex::new(HashMap::new()),
         responses: Mutex::new(HashMap::new()),
         random: Mutex::new(u64::from_le_bytes(seed) | 1),
@@ -369,8 +373,11 @@ fn strict_schema(format: &Value, name: &Value, schema: &Value) -> Result<bool, S
         return Ok(false);
     }
     let name = name.as_str().unwrap_or_default();
-    if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
-        return Err(format!("Invalid 'name': '{name}'. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$' (at most 64)."));
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(format!(
+            "Invalid 'name': '{name}'. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$' (at most 64)."
+        ));
     }
     if format.get("strict").or_else(|| format.pointer("/json_schema/strict")) != Some(&Value::Bool(true)) {
         return Ok(false);
@@ -388,12 +395,17 @@ fn strict_object(schema: &Value, context: &str) -> Result<(), String> {
     }
     if schema["type"] == "object" {
         if schema.get("additionalProperties") != Some(&Value::Bool(false)) {
-            return Err(format!("In context={context}, 'additionalProperties' is required to be supplied and to be false."));
+            return Err(format!(
+                "In context={context}, 'additionalProperties' is required to be supplied and to be false."
+            ));
         }
-        let required: Vec<&str> = schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let required: Vec<&str> =
+            schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
         for (key, property) in schema["properties"].as_object().into_iter().flatten() {
             if !required.contains(&key.as_str()) {
-                return Err(format!("In context={context}, 'required' is required to include every key in properties. Missing '{key}'."));
+                return Err(format!(
+                    "In context={context}, 'required' is required to include every key in properties. Missing '{key}'."
+                ));
             }
             strict_object(property, &format!("('properties', '{key}')"))?;
         }
@@ -482,7 +494,13 @@ fn completion(id: &str, model: &str, content: &str, (prompt_tokens, completion_t
     ended_completion(id, model, content, (prompt_tokens, completion_tokens), Ending::Complete)
 }
 
-fn ended_completion(id: &str, model: &str, content: &str, (prompt_tokens, completion_tokens): (usize, usize), ending: Ending) -> Value {
+fn ended_completion(
+    id: &str,
+    model: &str,
+    content: &str,
+    (prompt_tokens, completion_tokens): (usize, usize),
+    ending: Ending,
+) -> Value {
     let (message, finish_reason) = match ending {
         Ending::Complete => (json!({"role": "assistant", "content": content, "refusal": null}), "stop"),
         Ending::Refusal => (json!({"role": "assistant", "content": null, "refusal": REFUSAL}), "stop"),
@@ -556,7 +574,16 @@ async fn complete(
     let model = body["model"].as_str().unwrap_or(&provider.model).to_owned();
     let ready = Instant::now() + Duration::from_millis(provider.latency_ms);
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let arrival = Arrival { name: &name, provider, id: &id, job: &body["onejob_input"], messages, strict, response_id: None, traceparent };
+    let arrival = Arrival {
+        name: &name,
+        provider,
+        id: &id,
+        job: &body["onejob_input"],
+        messages,
+        strict,
+        response_id: None,
+        traceparent,
+    };
     let (plan, _) = admit(&sim, arrival);
     if let Some(fault) = provider.fault {
         // The request was taken and the work is done (the status lookup says
@@ -596,7 +623,14 @@ impl Drop for Unanswered {
 
 /// The answer its plan makes for request `id`, when it is due; a request
 /// canceled meanwhile is answered as canceled.
-async fn answer(sim: &SimState, id: &str, name: &str, model: &str, plan: Plan, retry_after_secs: Option<u64>) -> Response {
+async fn answer(
+    sim: &SimState,
+    id: &str,
+    name: &str,
+    model: &str,
+    plan: Plan,
+    retry_after_secs: Option<u64>,
+) -> Response {
     let canceled = || {
         let log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
         log.get(id).is_some_and(|entry| entry.canceled_after.is_some())
@@ -609,7 +643,9 @@ async fn answer(sim: &SimState, id: &str, name: &str, model: &str, plan: Plan, r
         return openai_error(409, "the request was canceled before it finished");
     }
     match plan {
-        Plan::Answer { content, usage, ending, .. } => Json(ended_completion(id, model, &content, usage, ending)).into_response(),
+        Plan::Answer { content, usage, ending, .. } => {
+            Json(ended_completion(id, model, &content, usage, ending)).into_response()
+        }
         Plan::Error { status, .. } => {
             let mut response = openai_error(status, &format!("simulated {status} from {name}"));
             if let Some(seconds) = retry_after_secs {
@@ -634,7 +670,12 @@ fn reset(connection: Option<Extension<ConnectInfo<Connection>>>) -> Response {
 }
 
 /// The answer of a provider with a `fault`, after it did the work.
-async fn misbehave(fault: SimFault, connection: Option<Extension<ConnectInfo<Connection>>>, id: &str, model: &str) -> Response {
+async fn misbehave(
+    fault: SimFault,
+    connection: Option<Extension<ConnectInfo<Connection>>>,
+    id: &str,
+    model: &str,
+) -> Response {
     let json_200 = |body: Body| {
         Response::builder()
             .status(StatusCode::OK)
@@ -755,7 +796,12 @@ mod tests {
     #[test]
     fn a_canceled_request_is_charged_its_prompt_and_the_share_of_its_answer_due_by_then() {
         let arrived = Instant::now();
-        let plan = Plan::Answer { at: arrived + Duration::from_secs(4), content: "{}".into(), usage: (40, 100), ending: Ending::Complete };
+        let plan = Plan::Answer {
+            at: arrived + Duration::from_secs(4),
+            content: "{}".into(),
+            usage: (40, 100),
+            ending: Ending::Complete,
+        };
         let mut entry = Entry {
             provider: "sim-slow".into(),
             received_at: chrono::Utc::now(),
@@ -768,12 +814,18 @@ mod tests {
             response_id: None,
             traceparent: None,
         };
-        assert!(entry.working_at(arrived + Duration::from_secs(1)) && !entry.working_at(arrived + Duration::from_secs(4)));
+        assert!(
+            entry.working_at(arrived + Duration::from_secs(1)) && !entry.working_at(arrived + Duration::from_secs(4))
+        );
         assert_eq!(entry.usage_by(arrived + Duration::from_secs(1)), Some((40, 25)));
         assert_eq!(entry.usage_by(arrived + Duration::from_secs(9)), Some((40, 100)), "never more than the answer");
         entry.canceled_after = Some(Duration::from_secs(1));
         let shown = report("r", &entry);
-        assert_eq!((&shown["status"], &shown["usage"]["completion_tokens"]), (&json!("canceled"), &json!(25)), "{shown}");
+        assert_eq!(
+            (&shown["status"], &shown["usage"]["completion_tokens"]),
+            (&json!("canceled"), &json!(25)),
+            "{shown}"
+        );
         assert_eq!(shown["canceled_after_ms"], 1_000);
         assert!(!entry.working_at(arrived + Duration::from_secs(2)), "a canceled request is not worked on");
     }

@@ -20,8 +20,8 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::layer::{Layer, SubscriberExt as _};
-use tracing_subscriber::{EnvFilter, Registry};
 use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Registry};
 
 /// How log lines look.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -85,11 +85,15 @@ pub fn init(format: LogFormat) -> Telemetry {
         tracing_opentelemetry::layer().with_tracer(p.tracer("onejob")).with_filter(only_ours)
     });
     let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
-        LogFormat::Pretty => {
-            Box::new(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()))
-        }
+        LogFormat::Pretty => Box::new(
+            tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()),
+        ),
         LogFormat::Json => Box::new(
-            tracing_subscriber::fmt::layer().with_writer(std::io::stderr).json().with_current_span(true).with_span_list(false),
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .json()
+                .with_current_span(true)
+                .with_span_list(false),
         ),
     };
     let _ = tracing_subscriber::registry().with(logs.with_filter(filter)).with(traces).try_init();
@@ -101,7 +105,10 @@ pub fn init(format: LogFormat) -> Telemetry {
 
 fn tracer_provider() -> Result<SdkTracerProvider, String> {
     let client = ExportClient {
-        client: reqwest::Client::builder().timeout(std::time::Duration::from_secs(10)).build().map_err(|e| e.to_string())?,
+        client: reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|e| e.to_string())?,
         runtime: tokio::runtime::Handle::try_current().map_err(|_| "no runtime to export from".to_owned())?,
     };
     let mut builder = opentelemetry_otlp::SpanExporter::builder().with_http().with_http_client(client);
@@ -172,7 +179,10 @@ pub fn adopt(span: &tracing::Span, trace: Option<&crate::domain::TraceContext>) 
 /// The trace context an outgoing call made in `span` carries: the span's
 /// own when traces are exported (the callee's parent is that span), else a
 /// child of the caller's `trace`, else none.
-pub fn outgoing(span: &tracing::Span, trace: Option<&crate::domain::TraceContext>) -> Option<crate::domain::TraceContext> {
+pub fn outgoing(
+    span: &tracing::Span,
+    trace: Option<&crate::domain::TraceContext>,
+) -> Option<crate::domain::TraceContext> {
     use opentelemetry::trace::TraceContextExt as _;
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
     let context = span.context();

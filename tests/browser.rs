@@ -36,7 +36,8 @@ fn browser_tools() -> Result<(PathBuf, PathBuf), String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs node, Chromium and playwright-core: installed by .ci/run"]
 async fn the_dashboard_and_the_demo_work_in_a_real_browser() {
-    let (chromium, browser_dir) = browser_tools().unwrap_or_else(|missing| panic!("the browser test cannot run: {missing}"));
+    let (chromium, browser_dir) =
+        browser_tools().unwrap_or_else(|missing| panic!("the browser test cannot run: {missing}"));
     let app = TestApp::spawn_live(Backend::Sqlite, |settings| {
         // A stall long enough to see and to press the fallback during.
         let slow = settings.providers.get_mut("sim-slow").unwrap();
@@ -65,7 +66,11 @@ async fn the_dashboard_and_the_demo_work_in_a_real_browser() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     println!("{stdout}");
-    assert!(output.status.success(), "the browser test failed (screenshots in {}):\n{stdout}\n{stderr}", screenshots.display());
+    assert!(
+        output.status.success(),
+        "the browser test failed (screenshots in {}):\n{stdout}\n{stderr}",
+        screenshots.display()
+    );
     assert!(stdout.contains("browser: all passed"), "{stdout}");
     for shot in ["demo.png", "timeline.png", "job.png", "jobs.png", "unknown.png", "providers.png"] {
         assert!(screenshots.join(shot).exists(), "screenshot {shot}");

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use std::net::SocketAddr;
 
 use clap::ValueEnum;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use serde::Serialize;
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 /// What to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -187,7 +187,13 @@ impl Connection {
         Ok(())
     }
 
-    async fn send(&mut self, method: &str, path: &str, key: Option<&str>, body: Option<&[u8]>) -> Result<Answer, String> {
+    async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> Result<Answer, String> {
         let result = self.exchange(method, path, key, body).await;
         if result.is_err() {
             // Whatever state the connection is in, the next request gets a new one.
@@ -196,13 +202,23 @@ impl Connection {
         result
     }
 
-    async fn exchange(&mut self, method: &str, path: &str, key: Option<&str>, body: Option<&[u8]>) -> Result<Answer, String> {
+    async fn exchange(
+        &mut self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> Result<Answer, String> {
         use std::io::Write as _;
         self.open().await?;
         let request = &mut self.request;
         request.clear();
         let target = &self.target;
-        let _ = write!(request, "{method} {path} HTTP/1.1\r\nhost: {}\r\nauthorization: {}\r\n", target.host, target.authorization);
+        let _ = write!(
+            request,
+            "{method} {path} HTTP/1.1\r\nhost: {}\r\nauthorization: {}\r\n",
+            target.host, target.authorization
+        );
         if let Some(key) = key {
             let _ = write!(request, "idempotency-key: {key}\r\n");
         }
@@ -348,7 +364,8 @@ async fn timed(target: &Arc<Target>, options: &Arc<Options>, run: &str) -> Resul
     };
     let mut loops = tokio::task::JoinSet::new();
     for worker in 0..options.connections {
-        let (target, options, seeds, done, run) = (target.clone(), options.clone(), seeds.clone(), done.clone(), run.to_owned());
+        let (target, options, seeds, done, run) =
+            (target.clone(), options.clone(), seeds.clone(), done.clone(), run.to_owned());
         loops.spawn(async move {
             let mut connection = Connection::new(target);
             let mut sample = Sample { micros: Vec::new(), errors: 0 };
@@ -479,7 +496,12 @@ async fn inflight(target: &Arc<Target>, options: &Arc<Options>, run: &str) -> Re
 /// its create was sent, its id) as soon as it is created. For each
 /// connection: the connection, what `made` returned, and how many creates
 /// failed.
-async fn create_jobs<T, F>(target: &Arc<Target>, options: &Arc<Options>, run: &str, made: F) -> Vec<(Connection, Vec<T>, u64)>
+async fn create_jobs<T, F>(
+    target: &Arc<Target>,
+    options: &Arc<Options>,
+    run: &str,
+    made: F,
+) -> Vec<(Connection, Vec<T>, u64)>
 where
     T: Send + 'static,
     F: Fn(Instant, String) -> T + Clone + Send + 'static,
@@ -498,7 +520,11 @@ where
             while let Some(j) = next(&numbers) {
                 let began = Instant::now();
                 let key = format!("bench-{run}-{scenario}-{j}");
-                match connection.post_job(&key, &body(format!("{scenario} {j}"), Some(&options.provider))).await.and_then(|a| job_id(&a)) {
+                match connection
+                    .post_job(&key, &body(format!("{scenario} {j}"), Some(&options.provider)))
+                    .await
+                    .and_then(|a| job_id(&a))
+                {
                     Ok(id) => created.push(made(began, id)),
                     Err(_) => errors += 1,
                 }

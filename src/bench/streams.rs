@@ -24,11 +24,21 @@ use super::{Options, Sample, Target, create_jobs, percentile};
 
 /// Follows one stream per job of `options.jobs` until each has ended or
 /// `options.timeout` has passed; the delays, and the facts of the run.
-pub(super) async fn streams(target: &Arc<Target>, options: &Arc<Options>, run: &str) -> Result<(Vec<Sample>, Value), String> {
+pub(super) async fn streams(
+    target: &Arc<Target>,
+    options: &Arc<Options>,
+    run: &str,
+) -> Result<(Vec<Sample>, Value), String> {
     let client = reqwest::Client::builder().build().map_err(|e| format!("the HTTP client: {e}"))?;
     let deadline = Instant::now() + options.timeout;
     let open = Arc::new(OpenStreams::default());
-    let stream = Stream { client, url: options.url.clone(), authorization: target.authorization.clone(), deadline, open: open.clone() };
+    let stream = Stream {
+        client,
+        url: options.url.clone(),
+        authorization: target.authorization.clone(),
+        deadline,
+        open: open.clone(),
+    };
     let created = create_jobs(target, options, run, move |_, id| tokio::spawn(stream.clone().follow(id))).await;
 
     let mut sample = Sample { micros: Vec::new(), errors: 0 };
@@ -165,9 +175,14 @@ impl Stream {
                 if terminal {
                     return Err(format!("job {id}: an event after the one that made it terminal"));
                 }
-                let data: Value = serde_json::from_str(&event.data).map_err(|e| format!("job {id}: an event's data is not JSON: {e}"))?;
-                let event_id = data["id"].as_i64().ok_or_else(|| format!("job {id}: an event without an id: {data}"))?;
-                if data["job_id"] != id.as_str() || event.id != event_id.to_string() || data["kind"] != event.kind.as_str() {
+                let data: Value = serde_json::from_str(&event.data)
+                    .map_err(|e| format!("job {id}: an event's data is not JSON: {e}"))?;
+                let event_id =
+                    data["id"].as_i64().ok_or_else(|| format!("job {id}: an event without an id: {data}"))?;
+                if data["job_id"] != id.as_str()
+                    || event.id != event_id.to_string()
+                    || data["kind"] != event.kind.as_str()
+                {
                     return Err(format!("job {id}: an event that is not its own or not as named: {data}"));
                 }
                 if last.is_none() && event.kind != "job-created" {
@@ -271,7 +286,10 @@ mod tests {
     fn events_are_read_across_chunks_with_comments_and_crlf_skipped() {
         let mut lines = EventLines::default();
         assert_eq!(lines.feed(b":\n\nid: 1\nevent: job-cre"), []);
-        assert_eq!(lines.feed(b"ated\ndata: {\"a\":1}\n\nid: 2\r\nevent: x\r\ndata: a\r\ndata:b\r\n"), [event("1", "job-created", r#"{"a":1}"#)]);
+        assert_eq!(
+            lines.feed(b"ated\ndata: {\"a\":1}\n\nid: 2\r\nevent: x\r\ndata: a\r\ndata:b\r\n"),
+            [event("1", "job-created", r#"{"a":1}"#)]
+        );
         assert_eq!(lines.feed(b"\r\n"), [event("2", "x", "a\nb")]);
         // An event without data is not dispatched.
         assert_eq!(lines.feed(b"id: 3\nevent: y\n\n"), []);

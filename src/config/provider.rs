@@ -377,13 +377,17 @@ impl ProviderSettings {
             return Err(format!("providers.{name}: context_tokens must exceed max_output_tokens (at least 1)"));
         }
         if [self.max_concurrent, self.requests_per_minute, self.tokens_per_minute].contains(&Some(0)) {
-            return Err(format!("providers.{name}: max_concurrent, requests_per_minute and tokens_per_minute must be at least 1"));
+            return Err(format!(
+                "providers.{name}: max_concurrent, requests_per_minute and tokens_per_minute must be at least 1"
+            ));
         }
         if self.timeout_ms == 0 || self.poll_interval_ms == 0 {
             return Err(format!("providers.{name}: timeout_ms and poll_interval_ms must be at least 1"));
         }
         if self.api.is_some() && self.is_real() {
-            return Err(format!("providers.{name}.api is for sim providers; the kind says which API a real one speaks"));
+            return Err(format!(
+                "providers.{name}.api is for sim providers; the kind says which API a real one speaks"
+            ));
         }
         if self.is_real() && (self.base_url.is_none() || self.api_key_env.is_none()) {
             return Err(format!("providers.{name}: an {} provider needs base_url and api_key_env", self.kind.as_str()));
@@ -437,13 +441,19 @@ mod tests {
             let settings = provider(&format!("kind = \"openai\"\nmodel = \"{model}\""));
             assert_eq!((settings.tokenizer(), settings.max_tokens_field()), (tokenizer, field), "{model}");
         }
-        let set = provider("kind = \"openai\"\nmodel = \"o3\"\ntokenizer = \"approx\"\nmax_tokens_field = \"max_tokens\"");
-        assert_eq!((set.tokenizer(), set.max_tokens_field()), (Tokenizer::Approx, MaxTokensField::MaxTokens), "settings win");
+        let set =
+            provider("kind = \"openai\"\nmodel = \"o3\"\ntokenizer = \"approx\"\nmax_tokens_field = \"max_tokens\"");
+        assert_eq!(
+            (set.tokenizer(), set.max_tokens_field()),
+            (Tokenizer::Approx, MaxTokensField::MaxTokens),
+            "settings win"
+        );
     }
 
     #[test]
     fn each_kind_has_the_lookup_and_cancel_call_its_api_has() {
-        let responses = provider("kind = \"openai-responses\"\nbase_url = \"https://api.openai.com/v1\"\napi_key_env = \"K\"");
+        let responses =
+            provider("kind = \"openai-responses\"\nbase_url = \"https://api.openai.com/v1\"\napi_key_env = \"K\"");
         assert_eq!(responses.api(), ProviderApi::Responses);
         assert!(responses.has_status_lookup() && responses.has_cancel_call() && !responses.absence_is_final());
         assert!(responses.check("r").is_ok());

@@ -97,7 +97,9 @@ impl EventKind {
     /// queued, a claim running, a win succeeded, a cancel canceled), else
     /// unchanged (a skip or a refusal changes nothing).
     pub fn job_state_after(self, detail: &serde_json::Value, before: Option<JobState>) -> Option<JobState> {
-        if let Some(recorded) = detail.get("job_state").and_then(|state| state.as_str()).and_then(|state| state.parse().ok()) {
+        if let Some(recorded) =
+            detail.get("job_state").and_then(|state| state.as_str()).and_then(|state| state.parse().ok())
+        {
             return Some(recorded);
         }
         match self {
@@ -123,10 +125,16 @@ mod tests {
         let failed = json!({"job_state": "failed"});
         assert_eq!(EventKind::AttemptFailed.job_state_after(&failed, Some(JobState::Running)), Some(JobState::Failed));
         assert_eq!(EventKind::FailoverSkipped.job_state_after(&none, Some(JobState::Failed)), Some(JobState::Failed));
-        assert_eq!(EventKind::AttemptSucceeded.job_state_after(&none, Some(JobState::Running)), Some(JobState::Succeeded));
+        assert_eq!(
+            EventKind::AttemptSucceeded.job_state_after(&none, Some(JobState::Running)),
+            Some(JobState::Succeeded)
+        );
         let lost = json!({"job_state": "succeeded", "loser": 2});
         assert_eq!(EventKind::RaceLost.job_state_after(&lost, Some(JobState::Succeeded)), Some(JobState::Succeeded));
-        assert_eq!(EventKind::JobCanceled.job_state_after(&json!({"from": "running"}), Some(JobState::Running)), Some(JobState::Canceled));
+        assert_eq!(
+            EventKind::JobCanceled.job_state_after(&json!({"from": "running"}), Some(JobState::Running)),
+            Some(JobState::Canceled)
+        );
     }
 
     #[test]

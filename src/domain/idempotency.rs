@@ -67,10 +67,7 @@ impl IdempotencyKey {
 }
 
 fn unquote_sf_string(raw: &[u8]) -> Result<Vec<u8>, InvalidKey> {
-    let inner = raw
-        .strip_prefix(b"\"")
-        .and_then(|rest| rest.strip_suffix(b"\""))
-        .ok_or(InvalidKey::BadQuoting)?;
+    let inner = raw.strip_prefix(b"\"").and_then(|rest| rest.strip_suffix(b"\"")).ok_or(InvalidKey::BadQuoting)?;
     let mut key = Vec::with_capacity(inner.len());
     let mut bytes = inner.iter();
     while let Some(&b) = bytes.next() {
@@ -318,7 +315,10 @@ mod tests {
         // Pinned: budgets did not change the fingerprint of a job without one.
         assert_eq!(
             Fingerprint::of_job("summarize", &json!({"text": "hi"}), "sim-fast").to_string(),
-            format!("sha256:{}", hex::encode(Sha256::digest(br#"{"input":{"text":"hi"},"provider":"sim-fast","task":"summarize"}"#)))
+            format!(
+                "sha256:{}",
+                hex::encode(Sha256::digest(br#"{"input":{"text":"hi"},"provider":"sim-fast","task":"summarize"}"#))
+            )
         );
         assert!(shown.starts_with("sha256:"));
         assert_eq!(shown.len(), "sha256:".len() + 64);

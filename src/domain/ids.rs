@@ -64,9 +64,7 @@ impl OwnerId {
     pub fn parse(name: &str) -> Result<Self, InvalidOwner> {
         let valid = !name.is_empty()
             && name.len() <= 64
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
         if valid { Ok(Self(name.to_owned())) } else { Err(InvalidOwner) }
     }
 

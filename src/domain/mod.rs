@@ -3,9 +3,8 @@
 //! beside its code and shared by every store and every caller.
 
 pub mod event;
-pub mod webhook;
-pub mod ids;
 pub mod idempotency;
+pub mod ids;
 pub mod job;
 pub mod money;
 pub mod policy;
@@ -13,12 +12,16 @@ pub mod retention;
 pub mod role;
 pub mod state;
 pub mod trace;
+pub mod webhook;
 
-pub use ids::{AttemptId, JobId, OwnerId};
-pub use idempotency::{Fingerprint, IdempotencyKey, JobIntent};
-pub use role::KeyRole;
-pub use money::{Cost, Money, Price, Usage};
-pub use job::{Attempt, AttemptError, AttemptOrigin, Job, JobEvent, JobSummary, MAX_UNAPPLIED_OUTPUT, NOT_RECEIVED, Waiting, unapplied_output};
 pub use event::EventKind;
-pub use trace::TraceContext;
+pub use idempotency::{Fingerprint, IdempotencyKey, JobIntent};
+pub use ids::{AttemptId, JobId, OwnerId};
+pub use job::{
+    Attempt, AttemptError, AttemptOrigin, Job, JobEvent, JobSummary, MAX_UNAPPLIED_OUTPUT, NOT_RECEIVED, Waiting,
+    unapplied_output,
+};
+pub use money::{Cost, Money, Price, Usage};
+pub use role::KeyRole;
 pub use state::{AdmissionRefusal, AttemptLimits, AttemptState, AttemptTransition, JobState, check_admission};
+pub use trace::TraceContext;

@@ -195,7 +195,8 @@ impl Price {
     pub fn cost(&self, usage: &Usage) -> Cost {
         let per_million = |tokens: i64, price: Money| i128::from(tokens.max(0)) * (price.units() / 1_000_000);
         let amount = Money::from_units(
-            per_million(usage.prompt_tokens, self.input_per_million) + per_million(usage.completion_tokens, self.output_per_million),
+            per_million(usage.prompt_tokens, self.input_per_million)
+                + per_million(usage.completion_tokens, self.output_per_million),
         );
         Cost { amount, currency: self.currency.clone(), price_version: self.version() }
     }

@@ -60,9 +60,9 @@ impl RetryPolicy<'_> {
     /// first one that is qualified (I5) and records why it skipped others.
     pub fn candidates(&self, attempts: &[PastAttempt<'_>]) -> Vec<NextAttempt> {
         let Some(last) = attempts.last() else { return vec![] };
-        let settled = attempts.iter().all(|a| {
-            matches!(a.state, AttemptState::Failed | AttemptState::Canceled | AttemptState::Superseded)
-        });
+        let settled = attempts
+            .iter()
+            .all(|a| matches!(a.state, AttemptState::Failed | AttemptState::Canceled | AttemptState::Superseded));
         if !settled || last.state != AttemptState::Failed || attempts.len() >= self.max_attempts as usize {
             return vec![];
         }
@@ -115,7 +115,10 @@ mod tests {
         let failover = ["b".to_owned(), "c".to_owned()];
         let policy = policy(&failover);
         let next = |attempts: &[PastAttempt]| policy.next_attempt(attempts);
-        assert_eq!(next(&[failed("a", true)]), Some(NextAttempt { provider: "a".into(), delay: Duration::from_millis(100) }));
+        assert_eq!(
+            next(&[failed("a", true)]),
+            Some(NextAttempt { provider: "a".into(), delay: Duration::from_millis(100) })
+        );
         assert_eq!(next(&[failed("a", true), failed("a", true)]).unwrap().provider, "b");
         assert_eq!(next(&[failed("a", true), failed("a", true), failed("b", false)]).unwrap().provider, "c");
         assert_eq!(next(&[failed("a", true), failed("a", true), failed("b", false), failed("c", false)]), None);
@@ -133,10 +136,19 @@ mod tests {
         let failover = ["b".to_owned()];
         let policy = policy(&failover);
         for state in [Unknown, Running, Pending] {
-            let attempts = [PastAttempt { provider: "b", state, retryable: false, retry_after: None }, failed("a", true)];
+            let attempts =
+                [PastAttempt { provider: "b", state, retryable: false, retry_after: None }, failed("a", true)];
             assert_eq!(policy.next_attempt(&attempts), None, "{state}");
         }
-        assert_eq!(policy.next_attempt(&[PastAttempt { provider: "a", state: Succeeded, retryable: false, retry_after: None }]), None);
+        assert_eq!(
+            policy.next_attempt(&[PastAttempt {
+                provider: "a",
+                state: Succeeded,
+                retryable: false,
+                retry_after: None
+            }]),
+            None
+        );
     }
 
     #[test]
@@ -150,7 +162,8 @@ mod tests {
     #[test]
     fn candidates_list_every_way_forward_in_order() {
         let failover = ["b".to_owned(), "c".to_owned()];
-        let providers: Vec<String> = policy(&failover).candidates(&[failed("a", true)]).into_iter().map(|n| n.provider).collect();
+        let providers: Vec<String> =
+            policy(&failover).candidates(&[failed("a", true)]).into_iter().map(|n| n.provider).collect();
         assert_eq!(providers, ["a", "b", "c"]);
     }
 

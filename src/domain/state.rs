@@ -444,7 +444,10 @@ mod tests {
         assert_eq!(check(JobState::Queued, &[Pending, Unknown], true), Err(AdmissionRefusal::AttemptPending));
         assert_eq!(check(JobState::Unknown, &[Unknown], true), Err(AdmissionRefusal::AttemptOutcomeUnknown));
         assert_eq!(check(JobState::Running, &[Running, Running], true), Err(AdmissionRefusal::TooManyAttemptsInFlight));
-        assert_eq!(check(JobState::Failed, &[Failed, Failed, Failed], true), Err(AdmissionRefusal::AttemptLimitReached));
+        assert_eq!(
+            check(JobState::Failed, &[Failed, Failed, Failed], true),
+            Err(AdmissionRefusal::AttemptLimitReached)
+        );
         assert_eq!(check(JobState::Running, &[Running], false), Err(AdmissionRefusal::ProviderNotQualified));
         assert_eq!(check(JobState::Running, &[Running], true), Ok(()));
         assert_eq!(check(JobState::Failed, &[Failed, Failed], true), Ok(()));

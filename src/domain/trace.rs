@@ -91,7 +91,10 @@ mod tests {
     #[test]
     fn a_valid_traceparent_is_kept_and_an_invalid_one_ignored() {
         let context = TraceContext::from_headers(Some(VALID), Some("congo=t61rcWkgMzE")).unwrap();
-        assert_eq!((context.trace_id(), context.tracestate.as_deref()), ("4bf92f3577b34da6a3ce929d0e0e4736", Some("congo=t61rcWkgMzE")));
+        assert_eq!(
+            (context.trace_id(), context.tracestate.as_deref()),
+            ("4bf92f3577b34da6a3ce929d0e0e4736", Some("congo=t61rcWkgMzE"))
+        );
         for invalid in [
             "",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",

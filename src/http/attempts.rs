@@ -58,7 +58,8 @@ pub(crate) async fn create_attempt(
     Trace(trace): Trace,
     StrictJson(body): StrictJson<CreateAttemptBody>,
 ) -> Result<Response, ApiError> {
-    let answer = app.jobs.add_attempt(&owner, job_id, key, body.provider, trace).await.map_err(|e| job_error(&app, e))?;
+    let answer =
+        app.jobs.add_attempt(&owner, job_id, key, body.provider, trace).await.map_err(|e| job_error(&app, e))?;
     Ok(attempt_added(job_id, &answer))
 }
 
@@ -93,6 +94,7 @@ pub(crate) async fn resolve_attempt(
     StrictJson(body): StrictJson<ResolveBody>,
 ) -> Result<Response, ApiError> {
     let (resolution, reason) = body.into_resolution()?;
-    let job = app.jobs.resolve_attempt(&caller, job_id, number, resolution, &reason).await.map_err(|e| job_error(&app, e))?;
+    let job =
+        app.jobs.resolve_attempt(&caller, job_id, number, resolution, &reason).await.map_err(|e| job_error(&app, e))?;
     Ok(json_response(StatusCode::OK, &job, &[]))
 }

@@ -86,4 +86,3 @@ impl FromRequestParts<AppState> for Admin {
         Ok(Admin(identity))
     }
 }
-

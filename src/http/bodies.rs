@@ -114,8 +114,7 @@ impl JsonBody for CreateJobBody {
 }
 
 /// What a budget must be.
-const MAX_COST_WORDS: &str =
-    "must be a decimal string of at least 0 with at most 18 decimals, such as \"0.05\" (a JSON number could not hold it exactly)";
+const MAX_COST_WORDS: &str = "must be a decimal string of at least 0 with at most 18 decimals, such as \"0.05\" (a JSON number could not hold it exactly)";
 
 impl JsonBody for CreateAttemptBody {
     const EMPTY_IS_OBJECT: bool = true;
@@ -171,12 +170,16 @@ impl ResolveBody {
     pub fn into_resolution(self) -> Result<(Resolution, String), Problem> {
         let mut violations = Vec::new();
         if self.reason.trim().is_empty() {
-            violations.push(Violation { pointer: "/reason".into(), detail: "a string of 1 to 1000 characters is required".into() });
+            violations.push(Violation {
+                pointer: "/reason".into(),
+                detail: "a string of 1 to 1000 characters is required".into(),
+            });
         }
         let resolution = match (self.outcome, self.output) {
             (Outcome::Failed, None) => Some(Resolution::Failed),
             (Outcome::Failed, Some(_)) => {
-                violations.push(Violation { pointer: "/output".into(), detail: "a failed outcome has no output".into() });
+                violations
+                    .push(Violation { pointer: "/output".into(), detail: "a failed outcome has no output".into() });
                 None
             }
             (Outcome::Succeeded, Some(output)) if output.is_object() => Some(Resolution::Succeeded(output)),
@@ -265,7 +268,8 @@ mod tests {
 
     #[test]
     fn a_body_reports_every_violation_with_its_pointer() {
-        let problem = parse_create_request(json!({"task": 1, "input": {}, "max_cost": 3, "a/b": true, "c": null})).unwrap_err();
+        let problem =
+            parse_create_request(json!({"task": 1, "input": {}, "max_cost": 3, "a/b": true, "c": null})).unwrap_err();
         let body = problem.into_response();
         assert_eq!(body.status(), StatusCode::UNPROCESSABLE_ENTITY);
         let problem = parse_create_request(json!({"task": 1, "max_cost": 3, "a/b": true, "c": null})).unwrap_err();
@@ -273,7 +277,10 @@ mod tests {
         for pointer in ["/task", "/input", "/max_cost", "/a~1b", "/c"] {
             assert!(errors.contains(&format!("\"{pointer}\"")), "{pointer} is named: {errors}");
         }
-        assert_eq!(parse_create_request(json!({"task": "t", "input": {}, "max_cost": "-1"})).unwrap_err().kind(), "validation-failed");
+        assert_eq!(
+            parse_create_request(json!({"task": "t", "input": {}, "max_cost": "-1"})).unwrap_err().kind(),
+            "validation-failed"
+        );
         let request = parse_create_request(json!({"task": "t", "input": {}, "max_cost": "0.05"})).unwrap();
         assert_eq!(request.max_cost, Some("0.05".parse().unwrap()));
     }

@@ -190,7 +190,8 @@ impl Problem {
             shorten(&mut violation.pointer);
             shorten(&mut violation.detail);
         }
-        let mut detail = violations.iter().map(|v| format!("{}: {}", display_pointer(&v.pointer), v.detail)).collect::<Vec<_>>();
+        let mut detail =
+            violations.iter().map(|v| format!("{}: {}", display_pointer(&v.pointer), v.detail)).collect::<Vec<_>>();
         if omitted > 0 {
             detail.push(format!("and {omitted} more"));
         }
@@ -354,9 +355,9 @@ impl ApiError {
                     None => problem,
                 }
             }
-            JobError::ContractViolation(violations) => {
-                Problem::new(ProblemType::ContractViolation).detail(violations.join("; ")).with("violations", violations)
-            }
+            JobError::ContractViolation(violations) => Problem::new(ProblemType::ContractViolation)
+                .detail(violations.join("; "))
+                .with("violations", violations),
             JobError::AttemptNotUnknown(state) => {
                 Problem::new(ProblemType::AttemptNotUnknown).detail(message).with("state", state.as_str())
             }

@@ -62,7 +62,12 @@ fn too_large(limit: usize) -> Problem {
 
 /// Reads a JSON body of at most `limit` bytes. An empty body is `{}` when
 /// `empty_is_object`, whatever its content type.
-pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize, empty_is_object: bool) -> Result<Value, ApiError> {
+pub async fn read_json(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    empty_is_object: bool,
+) -> Result<Value, ApiError> {
     let declared: Option<usize> =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
     if empty_is_object && declared == Some(0) {
@@ -78,8 +83,8 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize, empty_is_o
     }
     if !is_json(headers) {
         return Err(Problem::new(ProblemType::UnsupportedMediaType)
-        .detail("send the body as Content-Type: application/json")
-        .into());
+            .detail("send the body as Content-Type: application/json")
+            .into());
     }
     Ok(parse_json_text(&bytes, limit)?)
 }
@@ -121,8 +126,6 @@ async fn read_limited(mut body: Body, limit: usize) -> Result<Vec<u8>, ApiError>
 pub(crate) fn pointer_to(name: &str) -> String {
     format!("/{}", name.replace('~', "~0").replace('/', "~1"))
 }
-
-
 
 /// The request's `Idempotency-Key`; a request without a valid one is
 /// answered 400.
@@ -247,12 +250,16 @@ fn violations(validator: &jsonschema::Validator, value: &Value) -> Vec<Violation
     for error in validator.iter_errors(value) {
         let at = error.instance_path().to_string();
         match error.kind() {
-            ValidationErrorKind::AdditionalProperties { unexpected } => violations.extend(
-                unexpected.iter().map(|name| Violation { pointer: format!("{at}{}", pointer_to(name)), detail: "unknown field".into() }),
-            ),
+            ValidationErrorKind::AdditionalProperties { unexpected } => {
+                violations.extend(unexpected.iter().map(|name| Violation {
+                    pointer: format!("{at}{}", pointer_to(name)),
+                    detail: "unknown field".into(),
+                }))
+            }
             ValidationErrorKind::Required { property } => {
                 let name = property.as_str().unwrap_or_default();
-                violations.push(Violation { pointer: format!("{at}{}", pointer_to(name)), detail: "is required".into() });
+                violations
+                    .push(Violation { pointer: format!("{at}{}", pointer_to(name)), detail: "is required".into() });
             }
             ValidationErrorKind::Type { kind } => {
                 let types: Vec<String> = match kind {
@@ -295,7 +302,8 @@ fn schema_of<T: JsonBody>() -> Value {
 fn inline_refs(schema: &mut Value, referred: &HashMap<String, Value>) {
     match schema {
         Value::Object(members) => {
-            let target = members.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/components/schemas/"));
+            let target =
+                members.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/components/schemas/"));
             if let Some(found) = target.and_then(|name| referred.get(name)) {
                 *schema = found.clone();
                 inline_refs(schema, referred);

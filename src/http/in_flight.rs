@@ -46,7 +46,9 @@ impl Slot {
 /// once when none is free.
 pub async fn limit(State(slots): State<Slots>, mut request: Request, next: Next) -> Response {
     let Ok(permit) = slots.0.try_acquire_owned() else {
-        return Problem::unavailable().detail("the server is at its limit of requests in flight; retry shortly").into_response();
+        return Problem::unavailable()
+            .detail("the server is at its limit of requests in flight; retry shortly")
+            .into_response();
     };
     let slot = Slot(Arc::new(Mutex::new(Some(permit))));
     request.extensions_mut().insert(slot.clone());

@@ -19,8 +19,8 @@ use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::Owner;
-use super::error::{ApiError, Problem};
 use super::bodies::CreateJobBody;
+use super::error::{ApiError, Problem};
 use super::extract::{JobPath, Key, StrictJson, Trace};
 use super::in_flight::Slot;
 use super::respond::{REPLAYED, job_error, json_response};
@@ -42,7 +42,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_job, erase_job))
         .routes(routes!(cancel_job))
 }
-
 
 /// 201 with a new job, or 200 with the job an earlier request with the
 /// same key made (a replay).
@@ -191,7 +190,11 @@ pub(crate) async fn get_job(
         (status = 409, description = "job-finished: it succeeded", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
-pub(crate) async fn cancel_job(State(app): State<AppState>, Owner(owner): Owner, JobPath(id): JobPath) -> Result<Response, ApiError> {
+pub(crate) async fn cancel_job(
+    State(app): State<AppState>,
+    Owner(owner): Owner,
+    JobPath(id): JobPath,
+) -> Result<Response, ApiError> {
     let job = app.jobs.cancel_job(&owner, id).await.map_err(|e| job_error(&app, e))?;
     Ok(json_response(StatusCode::OK, &job, &[]))
 }
@@ -206,7 +209,11 @@ pub(crate) async fn cancel_job(State(app): State<AppState>, Owner(owner): Owner,
         (status = 409, description = "job-not-finished: it is queued, running or unknown, or an attempt of it is still pending, running or unknown", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
-pub(crate) async fn erase_job(State(app): State<AppState>, Owner(owner): Owner, JobPath(id): JobPath) -> Result<Response, ApiError> {
+pub(crate) async fn erase_job(
+    State(app): State<AppState>,
+    Owner(owner): Owner,
+    JobPath(id): JobPath,
+) -> Result<Response, ApiError> {
     app.jobs.erase_job(&owner, id).await.map_err(|e| job_error(&app, e))?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -229,7 +236,9 @@ fn parse_list_query(query: Option<&str>) -> Result<JobFilter, Problem> {
         .transpose()?;
     let before = query
         .cursor
-        .map(|c| JobId::parse(&c).ok_or_else(|| Problem::invalid_parameter("cursor", "not a cursor from an earlier page")))
+        .map(|c| {
+            JobId::parse(&c).ok_or_else(|| Problem::invalid_parameter("cursor", "not a cursor from an earlier page"))
+        })
         .transpose()?;
     let limit = match query.limit {
         None => DEFAULT_PAGE,
@@ -252,7 +261,11 @@ fn parse_list_query(query: Option<&str>) -> Result<JobFilter, Problem> {
         (status = 422, description = "validation-failed: a bad parameter", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
-pub(crate) async fn list_jobs(State(app): State<AppState>, Owner(owner): Owner, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+pub(crate) async fn list_jobs(
+    State(app): State<AppState>,
+    Owner(owner): Owner,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
     let mut filter = parse_list_query(query.as_deref())?;
     let page = filter.limit;
     // One more than asked tells whether another page follows.
@@ -270,7 +283,6 @@ pub(crate) async fn list_jobs(State(app): State<AppState>, Owner(owner): Owner, 
 #[cfg(test)]
 mod tests {
     use super::*;
-
 
     #[test]
     fn list_queries_are_checked() {

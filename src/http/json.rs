@@ -129,7 +129,9 @@ impl<'de> Visitor<'de> for StrictSeed<'_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
-        while let Some(item) = seq.next_element_seed(StrictSeed { at: &Location::Item(self.at, items.len()), found: self.found })? {
+        while let Some(item) =
+            seq.next_element_seed(StrictSeed { at: &Location::Item(self.at, items.len()), found: self.found })?
+        {
             items.push(item);
         }
         Ok(Value::Array(items))
@@ -185,7 +187,10 @@ mod tests {
 
     #[test]
     fn integers_a_double_cannot_hold_exactly_are_refused() {
-        assert_eq!(parse(b"[9007199254740991, -9007199254740991]").unwrap(), json!([9007199254740991_i64, -9007199254740991_i64]));
+        assert_eq!(
+            parse(b"[9007199254740991, -9007199254740991]").unwrap(),
+            json!([9007199254740991_i64, -9007199254740991_i64])
+        );
         assert_eq!(refused(r#"{"n": 9007199254740992}"#).pointer, "/n");
         assert_eq!(refused("[-9007199254740993]").pointer, "/0");
         // A literal beyond u64 is read as a double by serde_json: no exactness was promised.

@@ -27,7 +27,11 @@ pub fn router() -> OpenApiRouter<AppState> {
         (status = 404, description = "not-found: no live key with this id (never made, or revoked already)", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
-pub(crate) async fn revoke_key(State(app): State<AppState>, Admin(admin): Admin, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub(crate) async fn revoke_key(
+    State(app): State<AppState>,
+    Admin(admin): Admin,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let id = Uuid::try_parse(&id).map_err(|_| Problem::not_found())?;
     let revoked = app.store.revoke_api_key(id).await?;
     // Forgotten here whether or not it was live: the cache never outlives the store.

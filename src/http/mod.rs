@@ -87,7 +87,10 @@ pub fn serve_routes(routes: Router<AppState>, state: AppState) -> Router {
                     let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
                     let trace = crate::domain::TraceContext::from_headers(header("traceparent"), header("tracestate"));
                     // OpenTelemetry's HTTP server span: named by the route.
-                    let route = request.extensions().get::<axum::extract::MatchedPath>().map(axum::extract::MatchedPath::as_str);
+                    let route = request
+                        .extensions()
+                        .get::<axum::extract::MatchedPath>()
+                        .map(axum::extract::MatchedPath::as_str);
                     let span = tracing::info_span!(
                         "request",
                         method = %request.method(),
@@ -107,7 +110,11 @@ pub fn serve_routes(routes: Router<AppState>, state: AppState) -> Router {
                 })
                 .on_response(|response: &Response, latency: std::time::Duration, span: &tracing::Span| {
                     span.record("http.response.status_code", i64::from(response.status().as_u16()));
-                    tracing::debug!(status = response.status().as_u16(), latency_ms = latency.as_millis() as u64, "finished processing request");
+                    tracing::debug!(
+                        status = response.status().as_u16(),
+                        latency_ms = latency.as_millis() as u64,
+                        "finished processing request"
+                    );
                 }),
         )
         .with_state(state)
@@ -138,12 +145,16 @@ async fn deadline(State(state): State<AppState>, request: Request, next: Next) -
                 .detail(format!("the request body did not arrive within {} ms", limit.as_millis()))
                 .into_response();
             // The rest of the body may still be on its way: do not read it as the next request.
-            response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+            response
+                .headers_mut()
+                .insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
             response
         }
         Err(_) => {
             tracing::warn!("request timed out");
-            Problem::unavailable().detail("the request took too long; retry with the same Idempotency-Key").into_response()
+            Problem::unavailable()
+                .detail("the request took too long; retry with the same Idempotency-Key")
+                .into_response()
         }
     }
 }

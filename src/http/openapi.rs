@@ -50,7 +50,10 @@ pub fn with_access<S: Clone + Send + Sync + 'static>(access: Access, mut router:
     for item in router.get_openapi_mut().paths.paths.values_mut() {
         let operations = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
         for operation in operations.into_iter().flatten() {
-            operation.extensions.get_or_insert_with(Default::default).insert("x-onejob-role".into(), access.as_str().into());
+            operation
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert("x-onejob-role".into(), access.as_str().into());
         }
     }
     router
@@ -61,7 +64,13 @@ pub fn with_access<S: Clone + Send + Sync + 'static>(access: Access, mut router:
 pub fn routes() -> Vec<(String, String)> {
     let mut routes = Vec::new();
     for (path, item) in &spec().paths.paths {
-        let operations = [("get", &item.get), ("put", &item.put), ("post", &item.post), ("delete", &item.delete), ("patch", &item.patch)];
+        let operations = [
+            ("get", &item.get),
+            ("put", &item.put),
+            ("post", &item.post),
+            ("delete", &item.delete),
+            ("patch", &item.patch),
+        ];
         for (method, operation) in operations {
             if operation.is_some() {
                 routes.push((method.to_owned(), path.clone()));
@@ -130,8 +139,11 @@ pub struct Problem {
 #[allow(dead_code)]
 pub enum CommonErrors {
     /// No bearer token, or not a live API key.
-    #[response(status = 401, description = "unauthorized: no bearer token, or not a live API key",
-               content_type = "application/problem+json")]
+    #[response(
+        status = 401,
+        description = "unauthorized: no bearer token, or not a live API key",
+        content_type = "application/problem+json"
+    )]
     Unauthorized(Problem),
     /// Over the owner's request rate on this server.
     #[response(status = 429, description = "rate-limited: over the owner's request rate on this server (each replica has its own)",
@@ -139,8 +151,11 @@ pub enum CommonErrors {
                headers(("Retry-After" = u64, description = "seconds to wait")))]
     RateLimited(Problem),
     /// The request's body did not arrive within the request timeout.
-    #[response(status = 408, description = "request-timeout: the request's body did not arrive within the request timeout",
-               content_type = "application/problem+json")]
+    #[response(
+        status = 408,
+        description = "request-timeout: the request's body did not arrive within the request timeout",
+        content_type = "application/problem+json"
+    )]
     RequestTimeout(Problem),
     /// The database cannot be reached, or the server is at capacity.
     #[response(status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity",
@@ -155,7 +170,11 @@ pub enum CommonErrors {
 #[allow(dead_code)]
 pub enum WaitingErrors {
     /// No such job for this owner.
-    #[response(status = 404, description = "not-found: no such job for this owner", content_type = "application/problem+json")]
+    #[response(
+        status = 404,
+        description = "not-found: no such job for this owner",
+        content_type = "application/problem+json"
+    )]
     NotFound(Problem),
     /// Over the rate, or at the owner's places for waiting.
     #[response(status = 429, description = "rate-limited: over the owner's request rate on this server; or too-many-long-polls: the owner holds `server.max_long_polls_per_owner` long-polls and event streams open on this server (a read without `wait` is never refused for it)",
@@ -172,7 +191,11 @@ pub enum BodyErrors {
     #[response(status = 413, description = "payload-too-large", content_type = "application/problem+json")]
     PayloadTooLarge(Problem),
     /// Not `application/json`.
-    #[response(status = 415, description = "unsupported-media-type: the body is not JSON", content_type = "application/problem+json")]
+    #[response(
+        status = 415,
+        description = "unsupported-media-type: the body is not JSON",
+        content_type = "application/problem+json"
+    )]
     UnsupportedMediaType(Problem),
 }
 

@@ -129,7 +129,9 @@ pub(crate) async fn run_qualification(
             }),
             &[],
         )),
-        Err(QualifyError::UnknownTask(task)) => Err(Problem::invalid_field("/task", format!("no task named '{task}'")).into()),
+        Err(QualifyError::UnknownTask(task)) => {
+            Err(Problem::invalid_field("/task", format!("no task named '{task}'")).into())
+        }
         Err(QualifyError::UnknownProvider(_)) => Err(Problem::not_found().into()),
         Err(QualifyError::Store(error)) => Err(error.into()),
     }

@@ -17,7 +17,11 @@ pub(crate) fn job_error(app: &AppState, error: JobError) -> ApiError {
 pub(crate) const REPLAYED: &str = "idempotent-replayed";
 
 /// A JSON answer with a status and extra headers.
-pub(crate) fn json_response(status: StatusCode, body: &impl serde::Serialize, headers: &[(&'static str, String)]) -> Response {
+pub(crate) fn json_response(
+    status: StatusCode,
+    body: &impl serde::Serialize,
+    headers: &[(&'static str, String)],
+) -> Response {
     let mut response = (status, axum::Json(body)).into_response();
     for (name, value) in headers {
         if let Ok(value) = HeaderValue::from_str(value) {

@@ -138,7 +138,6 @@ pub fn build_report(filter: &UsageFilter, group_by: GroupBy, rows: &[UsageRow]) 
     }
 }
 
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct UsageQuery {
@@ -191,7 +190,11 @@ fn parse_usage_query(query: Option<&str>, now: DateTime<Utc>) -> Result<(UsageFi
         (status = 422, description = "validation-failed: a bad parameter", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
-pub(crate) async fn usage_report(State(app): State<AppState>, Owner(owner): Owner, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+pub(crate) async fn usage_report(
+    State(app): State<AppState>,
+    Owner(owner): Owner,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
     let (filter, group_by) = parse_usage_query(query.as_deref(), Utc::now())?;
     let rows = app.store.list_usage(&owner, &filter).await?;
     Ok(json_response(StatusCode::OK, &build_report(&filter, group_by, &rows), &[]))
@@ -245,10 +248,17 @@ mod tests {
         let now = Utc::now();
         let (filter, group_by) = parse_usage_query(None, now).unwrap();
         assert_eq!((filter.to, group_by), (now, GroupBy::Provider));
-        let (filter, group_by) = parse_usage_query(Some("from=2026-11-01&to=2026-11-02T06:00:00Z&group_by=day"), now).unwrap();
+        let (filter, group_by) =
+            parse_usage_query(Some("from=2026-11-01&to=2026-11-02T06:00:00Z&group_by=day"), now).unwrap();
         assert_eq!(filter.from.to_rfc3339(), "2026-11-01T00:00:00+00:00");
         assert_eq!(group_by, GroupBy::Day);
-        for bad in ["group_by=owner", "from=yesterday", "from=2026-11-02&to=2026-11-01", "from=2020-01-01&to=2026-01-01", "owner=bob"] {
+        for bad in [
+            "group_by=owner",
+            "from=yesterday",
+            "from=2026-11-02&to=2026-11-01",
+            "from=2020-01-01&to=2026-01-01",
+            "owner=bob",
+        ] {
             assert_eq!(parse_usage_query(Some(bad), now).unwrap_err().kind(), "validation-failed", "{bad}");
         }
     }

@@ -63,14 +63,25 @@ pub(crate) async fn create_webhook(
 ) -> Result<Response, ApiError> {
     let mut events = Vec::with_capacity(body.events.len());
     for (index, name) in body.events.iter().enumerate() {
-        let event: WebhookEventType = name.parse().map_err(|error: String| job_error(&app, JobError::invalid(&format!("/events/{index}"), error)))?;
+        let event: WebhookEventType = name
+            .parse()
+            .map_err(|error: String| job_error(&app, JobError::invalid(&format!("/events/{index}"), error)))?;
         if !events.contains(&event) {
             events.push(event);
         }
     }
-    let url = address::check(&body.url, &app.webhook_hosts).await.map_err(|refusal| job_error(&app, JobError::invalid("/url", refusal)))?;
+    let url = address::check(&body.url, &app.webhook_hosts)
+        .await
+        .map_err(|refusal| job_error(&app, JobError::invalid("/url", refusal)))?;
     let secret = new_secret();
-    let new = NewEndpoint { owner: admin.owner.clone(), id: Uuid::now_v7(), url: url.to_string(), description: body.description, secret, events };
+    let new = NewEndpoint {
+        owner: admin.owner.clone(),
+        id: Uuid::now_v7(),
+        url: url.to_string(),
+        description: body.description,
+        secret,
+        events,
+    };
     let endpoint = app.store.insert_webhook_endpoint(&new).await?;
     tracing::info!(endpoint = %endpoint.id, owner = %admin.owner, by = %admin.key, "webhook endpoint registered");
     let location = ("location", format!("/webhooks/{}", endpoint.id));
@@ -96,7 +107,11 @@ pub(crate) async fn list_webhooks(State(app): State<AppState>, Admin(admin): Adm
         (status = 404, description = "not-found: no such endpoint of this owner", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
-pub(crate) async fn delete_webhook(State(app): State<AppState>, Admin(admin): Admin, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub(crate) async fn delete_webhook(
+    State(app): State<AppState>,
+    Admin(admin): Admin,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let id = endpoint_id(&id)?;
     if !app.store.delete_webhook_endpoint(&admin.owner, id).await? {
         return Err(Problem::not_found().detail("no such webhook endpoint").into());
@@ -113,7 +128,11 @@ pub(crate) async fn delete_webhook(State(app): State<AppState>, Admin(admin): Ad
         (status = 404, description = "not-found: no such endpoint of this owner", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
-pub(crate) async fn rotate_secret(State(app): State<AppState>, Admin(admin): Admin, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub(crate) async fn rotate_secret(
+    State(app): State<AppState>,
+    Admin(admin): Admin,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let id = endpoint_id(&id)?;
     let secret = new_secret();
     let Some(endpoint) = app.store.rotate_webhook_secret(&admin.owner, id, &secret, ROTATION_OVERLAP).await? else {

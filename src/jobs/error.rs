@@ -49,7 +49,9 @@ pub enum JobError {
     #[error("the job succeeded; a finished job cannot be canceled")]
     JobSucceeded,
     /// Only a finished job with no attempt open can be erased; this one is in that state.
-    #[error("only a finished job (succeeded, failed or canceled) with no attempt pending, running or unknown can be erased; this one is {0}")]
+    #[error(
+        "only a finished job (succeeded, failed or canceled) with no attempt pending, running or unknown can be erased; this one is {0}"
+    )]
     JobNotFinished(JobState),
     /// The owner holds as many long-polls open in this process as it may.
     #[error(

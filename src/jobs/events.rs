@@ -39,7 +39,12 @@ impl Jobs {
     /// closes after the event that makes the job terminal (at once when the
     /// job was terminal by then). [`JobError::NotFound`] for another owner's
     /// job. The follower stops when the receiver is dropped.
-    pub async fn follow_events(self: &Arc<Self>, place: LongPoll, id: JobId, after: i64) -> Result<mpsc::Receiver<ShownEvent>, JobError> {
+    pub async fn follow_events(
+        self: &Arc<Self>,
+        place: LongPoll,
+        id: JobId,
+        after: i64,
+    ) -> Result<mpsc::Receiver<ShownEvent>, JobError> {
         self.get_job(place.owner(), id).await?;
         let (sender, receiver) = mpsc::channel(BUFFER);
         tokio::spawn(self.clone().follow(place, id, after, sender));

@@ -33,8 +33,8 @@ use replay::{Flight, Flights, SharedReads, TakenKeys, Trip};
 
 use crate::catalog::Catalog;
 use crate::domain::{
-    AdmissionRefusal, Attempt, AttemptId, AttemptOrigin, Fingerprint, IdempotencyKey, Job, JobId, JobIntent, KeyRole, Money,
-    OwnerId,
+    AdmissionRefusal, Attempt, AttemptId, AttemptOrigin, Fingerprint, IdempotencyKey, Job, JobId, JobIntent, KeyRole,
+    Money, OwnerId,
 };
 use crate::keys::Identity;
 use crate::metrics;
@@ -133,7 +133,12 @@ impl Jobs {
     /// [`JobIntent::made`]), and the checks against the current tasks,
     /// providers and prices apply only to a job that does not exist yet. A
     /// request they refuse is looked up by its key before it is refused.
-    pub async fn create_job(&self, owner: OwnerId, key: IdempotencyKey, request: JobRequest) -> Result<Keyed<Arc<Job>>, JobError> {
+    pub async fn create_job(
+        &self,
+        owner: OwnerId,
+        key: IdempotencyKey,
+        request: JobRequest,
+    ) -> Result<Keyed<Arc<Job>>, JobError> {
         let max_cost = request.max_cost.map(|m| m.to_string());
         let intent = |request| intent_of(request, max_cost.as_deref());
         // A key this process has seen taken: its holder never changes, so read
@@ -152,7 +157,9 @@ impl Jobs {
             Err(refused) => {
                 // Refused as a new job; a job this key made under another
                 // configuration answers all the same.
-                let Some(job) = self.store.find_job_by_key(&owner, &key).await?.map(|job| self.dated(job)) else { return Err(refused) };
+                let Some(job) = self.store.find_job_by_key(&owner, &key).await?.map(|job| self.dated(job)) else {
+                    return Err(refused);
+                };
                 let job = Arc::new(job);
                 self.taken_keys.remember(&key, &job);
                 return answer_taken(intent(&request), job);
@@ -191,7 +198,12 @@ impl Jobs {
             }
             Flight::Taken(job) => {
                 self.taken_keys.remember(&new.idempotency_key, &job);
-                let intent = JobIntent { task: &new.task, input: &new.input, provider: named.as_deref(), max_cost: max_cost.as_deref() };
+                let intent = JobIntent {
+                    task: &new.task,
+                    input: &new.input,
+                    provider: named.as_deref(),
+                    max_cost: max_cost.as_deref(),
+                };
                 answer_taken(intent, job)
             }
             Flight::Failed(error) => Err(error.into()),
@@ -228,7 +240,13 @@ impl Jobs {
     /// 409 `budget-exceeded` when a new job's first attempt could cost more
     /// than its budget (its `max_cost`, or its task's, the lower): nothing is
     /// created and nothing is sent.
-    fn refuse_over_budget(&self, task: &str, provider: &str, input: &Value, max_cost: Option<Money>) -> Result<(), JobError> {
+    fn refuse_over_budget(
+        &self,
+        task: &str,
+        provider: &str,
+        input: &Value,
+        max_cost: Option<Money>,
+    ) -> Result<(), JobError> {
         let Some(budget) = crate::store::usage::budget_of(self.catalog.as_ref(), task, max_cost) else { return Ok(()) };
         let Some(worst_case) = self.catalog.worst_case_cost(task, provider, input) else { return Ok(()) };
         if worst_case <= budget {
@@ -236,7 +254,9 @@ impl Jobs {
         }
         Err(JobError::Refused {
             refusal: AdmissionRefusal::BudgetExceeded,
-            reason: Some(format!("the first attempt on '{provider}' may cost up to {worst_case}, over the job's budget of {budget}")),
+            reason: Some(format!(
+                "the first attempt on '{provider}' may cost up to {worst_case}, over the job's budget of {budget}"
+            )),
         })
     }
 
@@ -290,7 +310,9 @@ impl Jobs {
         reason: &str,
     ) -> Result<Job, JobError> {
         let owner = match caller.role {
-            KeyRole::Admin => self.store.find_unknown_attempt_owner(job_id, number).await?.unwrap_or(caller.owner.clone()),
+            KeyRole::Admin => {
+                self.store.find_unknown_attempt_owner(job_id, number).await?.unwrap_or(caller.owner.clone())
+            }
             KeyRole::Client => caller.owner.clone(),
         };
         if let Resolution::Succeeded(output) = &resolution {
@@ -328,7 +350,9 @@ impl Jobs {
         match self.store.cancel_job(owner, id).await? {
             Cancel::Canceled(job) => {
                 tracing::info!(owner = %owner, job.id = %id, "job canceled");
-                metrics::attempts_canceled(job.attempts.iter().filter(|a| a.state == crate::domain::AttemptState::Canceled).count());
+                metrics::attempts_canceled(
+                    job.attempts.iter().filter(|a| a.state == crate::domain::AttemptState::Canceled).count(),
+                );
                 self.signals.job_changed(id);
                 self.signals.job_finished(id);
                 Ok(self.dated(job))
@@ -412,7 +436,12 @@ impl Jobs {
     /// by other processes. Woken by a claim alone, it waits up to
     /// [`CLAIM_GRACE`] for the attempt's outcome before it rereads, so that
     /// a fast attempt is answered once, with its outcome.
-    pub async fn watch_job(&self, poll: &LongPoll, id: JobId, changed: impl Fn(&Job) -> bool) -> Result<Arc<Job>, JobError> {
+    pub async fn watch_job(
+        &self,
+        poll: &LongPoll,
+        id: JobId,
+        changed: impl Fn(&Job) -> bool,
+    ) -> Result<Arc<Job>, JobError> {
         let owner = poll.owner();
         // The watch listens for the job's changes from before each read, so
         // that no change slips in between.

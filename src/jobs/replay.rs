@@ -98,7 +98,12 @@ impl TakenKeys {
         generations.1.remove(&wanted);
     }
 
-    fn insert_young(generations: &mut (HashMap<Key, Holder>, HashMap<Key, Holder>), capacity: usize, key: Key, holder: Holder) {
+    fn insert_young(
+        generations: &mut (HashMap<Key, Holder>, HashMap<Key, Holder>),
+        capacity: usize,
+        key: Key,
+        holder: Holder,
+    ) {
         if generations.0.len() >= capacity && !generations.0.contains_key(&key) {
             generations.1 = std::mem::take(&mut generations.0);
         }
@@ -313,7 +318,8 @@ mod tests {
         let key = self::key("k");
         let tasks: Vec<_> = (0..100)
             .map(|_| {
-                let (flights, trips, gate, owner, key) = (flights.clone(), trips.clone(), gate.clone(), owner.clone(), key.clone());
+                let (flights, trips, gate, owner, key) =
+                    (flights.clone(), trips.clone(), gate.clone(), owner.clone(), key.clone());
                 tokio::spawn(async move {
                     gate.wait().await;
                     let outcome = flights
@@ -369,7 +375,9 @@ mod tests {
         }
         let second = {
             let (flights, owner, key) = (flights.clone(), owner.clone(), key.clone());
-            tokio::spawn(async move { flights.join(&owner, &key, || async { Trip::<&str>::Created(job("o", "k")) }).await })
+            tokio::spawn(
+                async move { flights.join(&owner, &key, || async { Trip::<&str>::Created(job("o", "k")) }).await },
+            )
         };
         tokio::task::yield_now().await;
         release.send(()).unwrap();
@@ -409,11 +417,13 @@ mod tests {
             .collect();
         for task in tasks {
             let (arrived, read) = task.await.unwrap();
-            assert!(read > arrived, "answered by read {read}, which began before the request arrived (after read {arrived})");
+            assert!(
+                read > arrived,
+                "answered by read {read}, which began before the request arrived (after read {arrived})"
+            );
         }
         let total = begun.load(Ordering::SeqCst);
         assert!(total < 100, "{total} reads for 100 readers: none shared");
         assert!(reads.is_empty(), "a job nobody reads is forgotten");
     }
-
 }

@@ -34,7 +34,9 @@ pub fn generate_token() -> NewToken {
 
 /// Whether a string has the shape of a token, before any look-up.
 pub fn looks_like_token(token: &str) -> bool {
-    token.strip_prefix(PREFIX).is_some_and(|hex| hex.len() == SECRET_BYTES * 2 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+    token
+        .strip_prefix(PREFIX)
+        .is_some_and(|hex| hex.len() == SECRET_BYTES * 2 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The stored form of a token.

@@ -12,8 +12,11 @@ const MAX_MESSAGE: usize = 500;
 /// A task's name as a schema's name: a-z, A-Z, 0-9, `_` and `-`, at most
 /// 64 of them (other characters become `_`).
 pub fn schema_name(task: &str) -> String {
-    let name: String =
-        task.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).take(64).collect();
+    let name: String = task
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .take(64)
+        .collect();
     if name.is_empty() { "output".to_owned() } else { name }
 }
 
@@ -78,4 +81,3 @@ pub fn with_usage(mut error: ProviderError, usage: Option<crate::domain::Usage>)
 /// The member of a contract violation's detail that holds the answer's
 /// text when it was not JSON.
 pub const RECEIVED_TEXT: &str = "received_text";
-

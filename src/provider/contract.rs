@@ -97,7 +97,9 @@ impl Contract {
         input: &Value,
         temperature: f64,
     ) -> Result<Prepared, ProviderError> {
-        let definitive = |kind, message: String| ProviderError::new(FailureClass::Definitive { retryable: false }, kind, None, message);
+        let definitive = |kind, message: String| {
+            ProviderError::new(FailureClass::Definitive { retryable: false }, kind, None, message)
+        };
         let messages = self.render(input).map_err(|message| definitive("prompt-render-failed", message))?;
         let prompt_tokens = tokens::count_messages(provider.tokenizer(), &messages);
         let needed = prompt_tokens + provider.max_output_tokens as usize;
@@ -132,7 +134,8 @@ impl Contract {
         if violations.is_empty() {
             return Ok(());
         }
-        let mut error = ProviderError::contract_violation(format!("the output breaks the contract: {}", violations.join("; ")));
+        let mut error =
+            ProviderError::contract_violation(format!("the output breaks the contract: {}", violations.join("; ")));
         error.detail = json!({ "violations": violations });
         Err(error)
     }
@@ -145,7 +148,8 @@ impl Contract {
             match error.kind() {
                 jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => {
                     for name in unexpected {
-                        let pointer = format!("{}/{}", error.instance_path(), name.replace('~', "~0").replace('/', "~1"));
+                        let pointer =
+                            format!("{}/{}", error.instance_path(), name.replace('~', "~0").replace('/', "~1"));
                         violations.push(format!("{pointer}: additional property not allowed"));
                     }
                 }

@@ -115,7 +115,12 @@ impl ProviderError {
     /// The provider stopped the request before it finished (a cancel
     /// call, ours or anyone's), having used `usage` by then, as it says.
     pub fn canceled_at_provider(usage: Option<crate::domain::Usage>) -> Self {
-        let mut error = Self::new(FailureClass::Canceled, "canceled", None, "the provider reports the request canceled before it finished");
+        let mut error = Self::new(
+            FailureClass::Canceled,
+            "canceled",
+            None,
+            "the provider reports the request canceled before it finished",
+        );
         error.detail = serde_json::json!({ "sent": true, "usage": usage });
         error
     }
@@ -227,9 +232,12 @@ pub async fn call(
             Some(Ok(RequestStatus::Failed(error))) => return Err(error),
             Some(Ok(RequestStatus::Canceled(usage))) => return Err(ProviderError::canceled_at_provider(usage)),
             Some(Ok(RequestStatus::Running | RequestStatus::NotFound)) => {}
-            Some(Err(error)) => tracing::debug!(%error, provider_request_id = %id, "asking for a background request failed; asking again"),
+            Some(Err(error)) => {
+                tracing::debug!(%error, provider_request_id = %id, "asking for a background request failed; asking again")
+            }
             None => {
-                let message = format!("the request runs in the background as {id}, and the provider cannot be asked about it");
+                let message =
+                    format!("the request runs in the background as {id}, and the provider cannot be asked about it");
                 return Err(ProviderError::new(FailureClass::Ambiguous, "no-status-lookup", None, message));
             }
         }
@@ -253,7 +261,9 @@ pub fn build(settings: &Settings, simulator: Option<&str>) -> Result<Providers, 
                 let base = simulator.ok_or_else(|| format!("provider {name} is simulated, but no simulator runs"))?;
                 HttpProvider::simulated(name, provider.clone(), base, client.clone())
             }
-            ProviderKind::Openai | ProviderKind::OpenaiResponses => HttpProvider::openai(name, provider.clone(), client.clone())?,
+            ProviderKind::Openai | ProviderKind::OpenaiResponses => {
+                HttpProvider::openai(name, provider.clone(), client.clone())?
+            }
         };
         providers.insert(name.clone(), Arc::new(built));
     }

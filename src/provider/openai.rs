@@ -146,7 +146,12 @@ fn error_message(body: &[u8]) -> String {
 /// A transport error: before the request left (safe to retry) or after (unknown).
 fn transport_error(error: reqwest::Error) -> ProviderError {
     if error.is_connect() {
-        ProviderError::new(FailureClass::Definitive { retryable: true }, "connection-failed", None, truncate(error.to_string()))
+        ProviderError::new(
+            FailureClass::Definitive { retryable: true },
+            "connection-failed",
+            None,
+            truncate(error.to_string()),
+        )
     } else {
         ProviderError::new(FailureClass::Ambiguous, "connection-lost", None, truncate(error.to_string()))
     }
@@ -157,17 +162,29 @@ fn transport_error(error: reqwest::Error) -> ProviderError {
 pub fn parse_usage(body: &Value) -> Option<crate::domain::Usage> {
     let usage = body.get("usage")?;
     let tokens = |name: &str| usage.get(name)?.as_i64().filter(|n| *n >= 0);
-    Some(crate::domain::Usage { prompt_tokens: tokens("prompt_tokens")?, completion_tokens: tokens("completion_tokens")?, estimated: false })
+    Some(crate::domain::Usage {
+        prompt_tokens: tokens("prompt_tokens")?,
+        completion_tokens: tokens("completion_tokens")?,
+        estimated: false,
+    })
 }
 
 /// Reads a chat completion body down to its output.
 pub fn parse_completion(body: &[u8]) -> Result<Completion, ProviderError> {
-    let bad = |message: &str| ProviderError::new(FailureClass::Definitive { retryable: false }, "bad-response", None, message);
-    let body: Value = serde_json::from_slice(body).map_err(|e| bad(&format!("the answer is not a chat completion: {e}")))?;
+    let bad = |message: &str| {
+        ProviderError::new(FailureClass::Definitive { retryable: false }, "bad-response", None, message)
+    };
+    let body: Value =
+        serde_json::from_slice(body).map_err(|e| bad(&format!("the answer is not a chat completion: {e}")))?;
     // A 200 that carries an error object is still an error.
     if let Some(error) = body.get("error").filter(|e| !e.is_null()) {
         let message = error.get("message").and_then(Value::as_str).unwrap_or("error object in a 200 answer");
-        return Err(ProviderError::new(FailureClass::Definitive { retryable: false }, "provider-error", Some(200), truncate(message.to_owned())));
+        return Err(ProviderError::new(
+            FailureClass::Definitive { retryable: false },
+            "provider-error",
+            Some(200),
+            truncate(message.to_owned()),
+        ));
     }
     let message = body.pointer("/choices/0/message").ok_or_else(|| bad("the answer has no choices[0].message"))?;
     if let Some(refusal) = message.get("refusal").and_then(Value::as_str) {
@@ -205,7 +222,8 @@ impl Provider for HttpProvider {
             ProviderApi::Responses => (&self.responses_url, responses::body(&self.settings, request, self.simulated)),
         };
         let id = &request.request_id;
-        let mut builder = self.client.post(url).header("x-client-request-id", id).header("idempotency-key", id).json(&body);
+        let mut builder =
+            self.client.post(url).header("x-client-request-id", id).header("idempotency-key", id).json(&body);
         if let Some(trace) = &request.trace {
             builder = builder.header("traceparent", &trace.traceparent);
             if let Some(state) = &trace.tracestate {
@@ -218,13 +236,15 @@ impl Provider for HttpProvider {
         // The request was received; losing the body now leaves the outcome unknown.
         if !(200..300).contains(&status) {
             let (body, _) = read_bounded(response, MAX_ERROR_BYTES).await.map_err(transport_error_after_answer)?;
-            let mut error = ProviderError::new(classify_status(status), "provider-error", Some(status), error_message(&body));
+            let mut error =
+                ProviderError::new(classify_status(status), "provider-error", Some(status), error_message(&body));
             if let Some(wait) = retry_after {
                 error.detail = json!({ "retry_after_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX) });
             }
             return Err(error);
         }
-        let (body, complete) = read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;
+        let (body, complete) =
+            read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;
         if !complete {
             // The provider finished and answered: the outcome is known, it
             // is not `unknown`. But the answer cannot be used, and asking the
@@ -273,9 +293,13 @@ impl Provider for HttpProvider {
                 let url = format!("{}/{}/cancel", self.responses_url, response_id(request.provider_id?)?);
                 let answer = self.read_response(self.client.post(url)).await.map(|status| match status {
                     RequestStatus::Canceled(usage) => CancelAnswer { status: "canceled".into(), usage },
-                    RequestStatus::Succeeded(completion) => CancelAnswer { status: "succeeded".into(), usage: completion.usage },
+                    RequestStatus::Succeeded(completion) => {
+                        CancelAnswer { status: "succeeded".into(), usage: completion.usage }
+                    }
                     RequestStatus::Failed(error) => CancelAnswer { status: "failed".into(), usage: usage_in(&error) },
-                    RequestStatus::Running | RequestStatus::NotFound => CancelAnswer { status: "running".into(), usage: None },
+                    RequestStatus::Running | RequestStatus::NotFound => {
+                        CancelAnswer { status: "running".into(), usage: None }
+                    }
                 });
                 Some(answer)
             }
@@ -323,7 +347,8 @@ fn transport_error_after_answer(error: reqwest::Error) -> ProviderError {
 /// A response id as a path segment: only the characters OpenAI's ids use,
 /// so that a provider's answer cannot steer the next request elsewhere.
 fn response_id(id: &str) -> Option<&str> {
-    let safe = !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let safe =
+        !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     safe.then_some(id)
 }
 
@@ -338,7 +363,8 @@ impl HttpProvider {
     async fn read_response(&self, builder: reqwest::RequestBuilder) -> Result<RequestStatus, ProviderError> {
         let response = self.authorize(builder).send().await.map_err(transport_error)?;
         let status = response.status().as_u16();
-        let (body, complete) = read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;
+        let (body, complete) =
+            read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;
         if !complete {
             let message = format!("the response object is larger than {MAX_RESPONSE_BYTES} bytes");
             return Err(ProviderError::new(FailureClass::Ambiguous, "bad-response", Some(status), message));
@@ -355,10 +381,20 @@ impl HttpProvider {
         let status = response.status().as_u16();
         let (body, _) = read_bounded(response, MAX_ERROR_BYTES).await.map_err(transport_error_after_answer)?;
         if !(200..300).contains(&status) {
-            return Err(ProviderError::new(classify_status(status), "provider-error", Some(status), error_message(&body)));
+            return Err(ProviderError::new(
+                classify_status(status),
+                "provider-error",
+                Some(status),
+                error_message(&body),
+            ));
         }
         let report: Value = serde_json::from_slice(&body).map_err(|e| {
-            ProviderError::new(FailureClass::Ambiguous, "bad-response", Some(status), format!("unreadable cancel answer: {e}"))
+            ProviderError::new(
+                FailureClass::Ambiguous,
+                "bad-response",
+                Some(status),
+                format!("unreadable cancel answer: {e}"),
+            )
         })?;
         let said = report.get("status").and_then(Value::as_str).unwrap_or("unknown");
         Ok(CancelAnswer { status: truncate(said.to_owned()), usage: parse_usage(&report) })
@@ -367,7 +403,8 @@ impl HttpProvider {
     async fn lookup(&self, url: &str) -> Result<RequestStatus, ProviderError> {
         let response = self.authorize(self.client.get(url)).send().await.map_err(transport_error)?;
         let status = response.status().as_u16();
-        let (body, complete) = read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;
+        let (body, complete) =
+            read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;
         if !complete {
             let message = format!("the status answer is larger than {MAX_RESPONSE_BYTES} bytes");
             return Err(ProviderError::new(FailureClass::Ambiguous, "bad-response", Some(status), message));
@@ -376,7 +413,12 @@ impl HttpProvider {
             return Ok(RequestStatus::NotFound);
         }
         if !(200..300).contains(&status) {
-            return Err(ProviderError::new(classify_status(status), "provider-error", Some(status), error_message(&body)));
+            return Err(ProviderError::new(
+                classify_status(status),
+                "provider-error",
+                Some(status),
+                error_message(&body),
+            ));
         }
         let report: Value = serde_json::from_slice(&body).map_err(|e| {
             ProviderError::new(FailureClass::Ambiguous, "bad-response", Some(status), format!("unreadable status: {e}"))
@@ -394,7 +436,12 @@ impl HttpProvider {
             }
             Some("failed") => {
                 let message = report.get("error").and_then(Value::as_str).unwrap_or("the provider reports a failure");
-                let error = ProviderError::new(FailureClass::Definitive { retryable: false }, "provider-error", None, truncate(message.to_owned()));
+                let error = ProviderError::new(
+                    FailureClass::Definitive { retryable: false },
+                    "provider-error",
+                    None,
+                    truncate(message.to_owned()),
+                );
                 Ok(RequestStatus::Failed(error))
             }
             // Stopped by a cancel before it finished.
@@ -443,7 +490,8 @@ mod tests {
         assert_eq!(parse_completion(not_json).unwrap_err().kind, "contract-violation");
         let refusal = br#"{"choices": [{"message": {"role": "assistant", "content": null, "refusal": "I can't"}}]}"#;
         assert_eq!(parse_completion(refusal).unwrap_err().kind, "refusal");
-        let cut = br#"{"choices": [{"message": {"role": "assistant", "content": "{\"summ"}, "finish_reason": "length"}]}"#;
+        let cut =
+            br#"{"choices": [{"message": {"role": "assistant", "content": "{\"summ"}, "finish_reason": "length"}]}"#;
         assert_eq!(parse_completion(cut).unwrap_err().kind, "output-truncated");
         assert_eq!(parse_completion(b"<html>").unwrap_err().kind, "bad-response");
         let error_in_200 = br#"{"error": {"message": "overloaded"}}"#;

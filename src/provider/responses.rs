@@ -66,7 +66,11 @@ pub fn body(settings: &ProviderSettings, request: &ProviderRequest, simulated: b
 pub fn parse_usage(response: &Value) -> Option<Usage> {
     let usage = response.get("usage")?;
     let tokens = |name: &str| usage.get(name)?.as_i64().filter(|n| *n >= 0);
-    Some(Usage { prompt_tokens: tokens("input_tokens")?, completion_tokens: tokens("output_tokens")?, estimated: false })
+    Some(Usage {
+        prompt_tokens: tokens("input_tokens")?,
+        completion_tokens: tokens("output_tokens")?,
+        estimated: false,
+    })
 }
 
 /// What a response object says: its id and its status. A `completed` one
@@ -74,8 +78,13 @@ pub fn parse_usage(response: &Value) -> Option<Usage> {
 /// carry their reason, and what they used.
 pub fn read(body: &[u8]) -> Result<(String, RequestStatus), ProviderError> {
     let bad = |message: String| ProviderError::new(FailureClass::Ambiguous, "bad-response", None, message);
-    let response: Value = serde_json::from_slice(body).map_err(|e| bad(format!("the answer is not a response object: {e}")))?;
-    let id = response.get("id").and_then(Value::as_str).ok_or_else(|| bad("the response object has no id".into()))?.to_owned();
+    let response: Value =
+        serde_json::from_slice(body).map_err(|e| bad(format!("the answer is not a response object: {e}")))?;
+    let id = response
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("the response object has no id".into()))?
+        .to_owned();
     let usage = parse_usage(&response);
     let status = match response.get("status").and_then(Value::as_str) {
         Some("queued" | "in_progress") => RequestStatus::Running,
@@ -85,7 +94,8 @@ pub fn read(body: &[u8]) -> Result<(String, RequestStatus), ProviderError> {
         },
         Some("failed") => {
             let code = response.pointer("/error/code").and_then(Value::as_str).unwrap_or("unknown");
-            let message = response.pointer("/error/message").and_then(Value::as_str).unwrap_or("the provider reports a failure");
+            let message =
+                response.pointer("/error/message").and_then(Value::as_str).unwrap_or("the provider reports a failure");
             // A failure of the provider's own may pass on another try; a
             // refused prompt will not.
             let retryable = matches!(code, "server_error" | "rate_limit_exceeded" | "vector_store_timeout");
@@ -171,7 +181,8 @@ mod tests {
         let RequestStatus::Failed(error) = read(&response("incomplete", cut)).unwrap().1 else { panic!() };
         assert_eq!(error.kind, "output-truncated");
         assert_eq!(error.detail["usage"]["completion_tokens"], 7, "a cut-off answer was charged");
-        let refusal = json!({"output": [{"type": "message", "content": [{"type": "refusal", "refusal": "I can't help"}]}]});
+        let refusal =
+            json!({"output": [{"type": "message", "content": [{"type": "refusal", "refusal": "I can't help"}]}]});
         let RequestStatus::Failed(error) = read(&response("completed", refusal)).unwrap().1 else { panic!() };
         assert_eq!(error.kind, "refusal");
         assert!(matches!(read(&response("cancelled", json!({}))).unwrap().1, RequestStatus::Canceled(Some(_))));

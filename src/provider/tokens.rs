@@ -20,7 +20,8 @@ pub fn count(tokenizer: Tokenizer, text: &str) -> usize {
 /// Tokens of chat messages: their contents, plus OpenAI's framing of 3 per
 /// message and 3 to prime the answer.
 pub fn count_messages(tokenizer: Tokenizer, messages: &[Value]) -> usize {
-    let contents: usize = messages.iter().map(|m| count(tokenizer, m["content"].as_str().unwrap_or_default()) + 3).sum();
+    let contents: usize =
+        messages.iter().map(|m| count(tokenizer, m["content"].as_str().unwrap_or_default()) + 3).sum();
     contents + 3
 }
 

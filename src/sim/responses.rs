@@ -17,7 +17,10 @@ use axum::{Extension, Json};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{Arrival, Connection, Ending, Entry, Plan, REFUSAL, SimState, Unanswered, admit, misbehave, openai_error, receive, request_id, strict_schema};
+use super::{
+    Arrival, Connection, Ending, Entry, Plan, REFUSAL, SimState, Unanswered, admit, misbehave, openai_error, receive,
+    request_id, strict_schema,
+};
 
 /// The chat messages a response's `instructions` and `input` amount to.
 fn messages_of(body: &Value) -> Option<Vec<Value>> {
@@ -79,7 +82,16 @@ pub(super) async fn create(
     let fresh = format!("resp_{}", uuid::Uuid::now_v7().simple());
     let job = &body["onejob_input"];
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let arrival = Arrival { name: &name, provider, id: &id, job, messages: &messages, strict, response_id: Some(fresh), traceparent };
+    let arrival = Arrival {
+        name: &name,
+        provider,
+        id: &id,
+        job,
+        messages: &messages,
+        strict,
+        response_id: Some(fresh),
+        traceparent,
+    };
     let (plan, response_id) = admit(&sim, arrival);
     let response_id = response_id.expect("a response is logged with its id");
     sim.responses.lock().unwrap_or_else(|p| p.into_inner()).insert(response_id.clone(), id.clone());
@@ -170,11 +182,21 @@ fn shape(id: &str, entry: &Entry, model: &str, just_created: bool) -> Value {
     let now = Instant::now();
     let none = Value::Null;
     let (status, output, usage, error, incomplete) = match &entry.plan {
-        _ if let Some(after) = entry.canceled_after => {
-            ("cancelled", json!([]), entry.usage_by(entry.arrived + after).map_or(none.clone(), usage_json), none.clone(), none.clone())
-        }
+        _ if let Some(after) = entry.canceled_after => (
+            "cancelled",
+            json!([]),
+            entry.usage_by(entry.arrived + after).map_or(none.clone(), usage_json),
+            none.clone(),
+            none.clone(),
+        ),
         Plan::Answer { at, content, usage, ending } if now >= *at => match ending {
-            Ending::Complete => ("completed", json!([message(id, "completed", text_part(content))]), usage_json(*usage), none.clone(), none.clone()),
+            Ending::Complete => (
+                "completed",
+                json!([message(id, "completed", text_part(content))]),
+                usage_json(*usage),
+                none.clone(),
+                none.clone(),
+            ),
             Ending::Refusal => {
                 let part = json!({"type": "refusal", "refusal": REFUSAL});
                 ("completed", json!([message(id, "completed", part)]), usage_json(*usage), none.clone(), none.clone())

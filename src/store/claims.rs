@@ -37,8 +37,8 @@ use std::time::Duration;
 use super::driver::{Candidate, PendingOwner, ProviderGate, Running, Tx};
 use super::{AttemptRef, ClaimedAttempt, Result, Store};
 pub use crate::config::ProviderLimits;
-pub use crate::metrics::Deferral;
 use crate::domain::{AttemptId, Waiting};
+pub use crate::metrics::Deferral;
 
 /// The providers a worker can call, and how long its claim on an attempt
 /// of each holds (the provider's deadline plus a margin). Only attempts on
@@ -169,7 +169,11 @@ impl WaitingFacts {
             && let level = refilled(self.requests, self.requests_idle, per_minute)
             && level < 1.0
         {
-            (Deferral::ProviderRequestsPerMinute.as_str(), Some(per_minute), Some(refill_wait(level, 1.0, per_minute).as_millis() as u64))
+            (
+                Deferral::ProviderRequestsPerMinute.as_str(),
+                Some(per_minute),
+                Some(refill_wait(level, 1.0, per_minute).as_millis() as u64),
+            )
         } else {
             ("worker", None, None)
         };
@@ -194,7 +198,12 @@ pub fn refill_wait(level: f64, needed: f64, per_minute: u32) -> Duration {
 
 /// Claims up to `want` due pending attempts for `worker`: see the module's
 /// documentation for how.
-pub(super) async fn claim<S: Store + ?Sized>(store: &S, worker: &str, want: u32, leases: &Leases) -> Result<Vec<ClaimedAttempt>> {
+pub(super) async fn claim<S: Store + ?Sized>(
+    store: &S,
+    worker: &str,
+    want: u32,
+    leases: &Leases,
+) -> Result<Vec<ClaimedAttempt>> {
     if want == 0 {
         return Ok(Vec::new());
     }
@@ -249,8 +258,11 @@ async fn claim_window<S: Store + ?Sized>(
         owners.iter().filter(|owner| owner_limit(owner).is_some()).map(|owner| owner.owner_id.clone()).collect();
     limited_owners.sort();
     let providers: Vec<String> = leases.by_provider.iter().map(|(name, _)| name.clone()).collect();
-    let counted: Vec<String> =
-        providers.iter().filter(|name| limits.providers.get(*name).is_some_and(ProviderLimits::counted)).cloned().collect();
+    let counted: Vec<String> = providers
+        .iter()
+        .filter(|name| limits.providers.get(*name).is_some_and(ProviderLimits::counted))
+        .cloned()
+        .collect();
     let running = if limited_owners.is_empty() && counted.is_empty() {
         Running::default()
     } else {
@@ -436,7 +448,11 @@ mod tests {
 
     fn candidate(owner: &str, n: i32, provider: &str) -> Candidate {
         Candidate {
-            attempt: AttemptRef { owner: OwnerId::parse(owner).unwrap(), job_id: JobId(uuid::Uuid::now_v7()), number: n },
+            attempt: AttemptRef {
+                owner: OwnerId::parse(owner).unwrap(),
+                job_id: JobId(uuid::Uuid::now_v7()),
+                number: n,
+            },
             id: AttemptId(uuid::Uuid::now_v7()),
             provider: provider.to_owned(),
             task: "t".into(),
@@ -473,7 +489,10 @@ mod tests {
     #[test]
     fn each_owner_fetches_at_most_twice_its_share_and_never_more_than_its_cap() {
         assert_eq!(fetch_sizes(&[("a", 32), ("b", 32)], 32), [("a", 32), ("b", 32)]);
-        assert_eq!(fetch_sizes(&[("a", 32), ("b", 3), ("c", 32), ("d", 32)], 32), [("a", 16), ("b", 3), ("c", 16), ("d", 16)]);
+        assert_eq!(
+            fetch_sizes(&[("a", 32), ("b", 3), ("c", 32), ("d", 32)], 32),
+            [("a", 16), ("b", 3), ("c", 16), ("d", 16)]
+        );
         assert_eq!(fetch_sizes(&[("a", 5); 100], 32).iter().map(|(_, n)| *n).max(), Some(1));
     }
 
@@ -485,6 +504,10 @@ mod tests {
         assert_eq!(refilled(Some(50.0), 600.0, 60), 60.0);
         assert_eq!(refill_wait(0.0, 30.0, 60), Duration::from_secs(30));
         assert_eq!(refill_wait(10.0, 5.0, 60), Duration::ZERO);
-        assert_eq!(refill_wait(0.0, 1_000.0, 60), Duration::from_secs(60), "a need over the bucket's size waits for a full bucket");
+        assert_eq!(
+            refill_wait(0.0, 1_000.0, 60),
+            Duration::from_secs(60),
+            "a need over the bucket's size waits for a full bucket"
+        );
     }
 }

@@ -18,7 +18,9 @@ use super::purge::{PurgeRule, RollupKey, RollupTotals};
 use super::usage::{AttemptUsage, UsageRow};
 use super::webhooks::Outgoing;
 use super::{AttemptRef, NewAttempt, NewJob, QualificationState, Result};
-use crate::domain::{Attempt, AttemptError, AttemptId, AttemptState, EventKind, JobId, JobState, OwnerId, TraceContext};
+use crate::domain::{
+    Attempt, AttemptError, AttemptId, AttemptState, EventKind, JobId, JobState, OwnerId, TraceContext,
+};
 
 /// A write transaction of one backend. Postgres holds the job's row lock
 /// from [`DriverTx::lock_job`] to commit; SQLite holds its one write lock
@@ -42,7 +44,11 @@ pub trait DriverTx: Send {
     /// settlement); `None` for an attempt that does not exist. With
     /// `skip_locked`, a job another transaction holds locked is not waited
     /// for: `None` too (a batch that never waits cannot deadlock).
-    async fn lock_attempt_job(&mut self, attempt: &AttemptRef, skip_locked: bool) -> Result<Option<(LockedJob, Option<AttemptHolder>)>>;
+    async fn lock_attempt_job(
+        &mut self,
+        attempt: &AttemptRef,
+        skip_locked: bool,
+    ) -> Result<Option<(LockedJob, Option<AttemptHolder>)>>;
 
     /// The attempt used and cost nothing: its usage becomes zero (as
     /// counted, not estimated), and its cost zero if it had one. For an
@@ -62,7 +68,14 @@ pub trait DriverTx: Send {
     async fn insert_attempt(&mut self, attempt: &AttemptRef, new: &NewAttempt, provider: &str) -> Result<Attempt>;
 
     /// Appends a row to the job's audit log.
-    async fn append_event(&mut self, owner: &OwnerId, job_id: JobId, kind: EventKind, attempt_number: Option<i32>, detail: Value) -> Result<()>;
+    async fn append_event(
+        &mut self,
+        owner: &OwnerId,
+        job_id: JobId,
+        kind: EventKind,
+        attempt_number: Option<i32>,
+        detail: Value,
+    ) -> Result<()>;
 
     /// Writes a delivery of `message` to each of its owner's live endpoints
     /// subscribed to its type: the outbox, in the transition's transaction.
@@ -140,7 +153,12 @@ pub trait DriverTx: Send {
     /// Starts one owner's candidates: `running` under `worker` for their
     /// leases, their jobs `running`, an `attempt-claimed` event each. When
     /// each lease ends, in order.
-    async fn start_attempts(&mut self, worker: &str, candidates: &[Candidate], leases: &[std::time::Duration]) -> Result<Vec<DateTime<Utc>>>;
+    async fn start_attempts(
+        &mut self,
+        worker: &str,
+        candidates: &[Candidate],
+        leases: &[std::time::Duration],
+    ) -> Result<Vec<DateTime<Utc>>>;
 
     /// Writes a provider's request bucket level, as of now.
     async fn put_requests(&mut self, provider: &str, level: f64) -> Result<()>;
@@ -152,7 +170,12 @@ pub trait DriverTx: Send {
     /// Moves a running attempt back to `pending`, due in `delay`, with no
     /// worker or lease, unless it was `max` times already (`None`: not
     /// counted): the number of rows changed.
-    async fn requeue_attempt(&mut self, attempt: &AttemptRef, delay: std::time::Duration, max: Option<u32>) -> Result<u64>;
+    async fn requeue_attempt(
+        &mut self,
+        attempt: &AttemptRef,
+        delay: std::time::Duration,
+        max: Option<u32>,
+    ) -> Result<u64>;
 
     /// Commits.
     async fn commit(self: Box<Self>) -> Result<()>;
@@ -217,7 +240,11 @@ pub(super) struct LockedAttemptRow {
 
 impl From<LockedAttemptRow> for (LockedJob, Option<AttemptHolder>) {
     fn from(row: LockedAttemptRow) -> Self {
-        let holder = row.attempt_state.map(|state| AttemptHolder { state, worker: row.worker, lease_live: row.lease_live.unwrap_or(false) });
+        let holder = row.attempt_state.map(|state| AttemptHolder {
+            state,
+            worker: row.worker,
+            lease_live: row.lease_live.unwrap_or(false),
+        });
         (row.job, holder)
     }
 }
@@ -323,4 +350,3 @@ pub(super) fn by_kind(rows: Vec<(String, String, i64)>) -> (Vec<(String, i64)>, 
     let counts = |rows: Vec<(String, String, i64)>| rows.into_iter().map(|(_, name, count)| (name, count)).collect();
     (counts(owners), counts(providers))
 }
-

@@ -15,8 +15,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::ConnectOptions;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::{Result, StoreError};

@@ -15,16 +15,16 @@
 pub mod claims;
 pub mod driver;
 mod hot;
+pub mod postgres;
 pub mod purge;
 pub mod retention;
-pub mod postgres;
 mod rows;
 pub mod sessions;
-pub mod webhooks;
 mod shared;
 pub mod sqlite;
 mod transitions;
 pub mod usage;
+pub mod webhooks;
 
 use std::time::Duration;
 
@@ -43,10 +43,10 @@ pub use driver::Driver;
 
 pub use postgres::PostgresStore;
 pub use sessions::{NewSession, StoredSession};
-pub use webhooks::{ClaimedDelivery, Delivery, DeliveryTry, Endpoint, NewEndpoint, TryOutcome};
 pub use sqlite::SqliteStore;
 pub use transitions::Finish;
 pub use usage::{AttemptUsage, UsageFilter, UsageRow};
+pub use webhooks::{ClaimedDelivery, Delivery, DeliveryTry, Endpoint, NewEndpoint, TryOutcome};
 
 /// What a store call can fail with. Outcomes of the business (a lost race,
 /// a refused admission) are never errors: they are in the return types.
@@ -646,7 +646,12 @@ pub trait Store: Driver {
 
     /// Claims up to `max` unknown attempts of `providers` that are due for a
     /// status lookup, and holds them for `hold` before they are due again.
-    async fn claim_reconciliations(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>>;
+    async fn claim_reconciliations(
+        &self,
+        providers: &[String],
+        max: u32,
+        hold: Duration,
+    ) -> Result<Vec<UnknownAttempt>>;
 
     /// Puts off the next status lookup of an unknown attempt.
     async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()>;
@@ -696,7 +701,12 @@ pub trait Store: Driver {
     ) -> Result<QualificationRecord>;
 
     /// Where `provider` stands for `task`'s contract with this hash.
-    async fn qualification_state(&self, provider: &str, task: &str, contract_hash: &[u8; 32]) -> Result<QualificationState>;
+    async fn qualification_state(
+        &self,
+        provider: &str,
+        task: &str,
+        contract_hash: &[u8; 32],
+    ) -> Result<QualificationState>;
 
     /// The latest qualification run of `provider` for `task`, of any contract.
     async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>>;
@@ -711,7 +721,13 @@ pub trait Store: Driver {
     /// otherwise); the reconciler, which settles `unknown` attempts, gives
     /// none. `usage` is recorded by the same statement as the settlement
     /// (a settlement refused records none: see [`Store::record_usage`]).
-    async fn finish_attempt(&self, attempt: &AttemptRef, output: &Value, holder: Option<&str>, usage: Option<&AttemptUsage>) -> Result<Transition> {
+    async fn finish_attempt(
+        &self,
+        attempt: &AttemptRef,
+        output: &Value,
+        holder: Option<&str>,
+        usage: Option<&AttemptUsage>,
+    ) -> Result<Transition> {
         transitions::settle_with_output(self, attempt, output, AttemptTransition::Finish, None, (holder, usage)).await
     }
 
@@ -733,20 +749,51 @@ pub trait Store: Driver {
         holder: Option<&str>,
         usage: Option<&AttemptUsage>,
     ) -> Result<Transition> {
-        transitions::settle_without_output(self, attempt, AttemptTransition::Fail, error, None, Some(rules), (holder, usage)).await
+        transitions::settle_without_output(
+            self,
+            attempt,
+            AttemptTransition::Fail,
+            error,
+            None,
+            Some(rules),
+            (holder, usage),
+        )
+        .await
     }
 
     /// Records that a running attempt's call was aborted because its job
     /// had finished: it is `canceled`; fenced by `holder` as
     /// [`Store::finish_attempt`] is, with `usage`.
-    async fn abort_attempt(&self, attempt: &AttemptRef, error: &AttemptError, holder: Option<&str>, usage: Option<&AttemptUsage>) -> Result<Transition> {
-        transitions::settle_without_output(self, attempt, AttemptTransition::Abort, error, None, None, (holder, usage)).await
+    async fn abort_attempt(
+        &self,
+        attempt: &AttemptRef,
+        error: &AttemptError,
+        holder: Option<&str>,
+        usage: Option<&AttemptUsage>,
+    ) -> Result<Transition> {
+        transitions::settle_without_output(self, attempt, AttemptTransition::Abort, error, None, None, (holder, usage))
+            .await
     }
 
     /// Records that a running attempt's outcome cannot be known (I4);
     /// fenced by `holder`, with `usage`, as [`Store::finish_attempt`] is.
-    async fn mark_unknown(&self, attempt: &AttemptRef, error: &AttemptError, holder: Option<&str>, usage: Option<&AttemptUsage>) -> Result<Transition> {
-        transitions::settle_without_output(self, attempt, AttemptTransition::MarkUnknown, error, None, None, (holder, usage)).await
+    async fn mark_unknown(
+        &self,
+        attempt: &AttemptRef,
+        error: &AttemptError,
+        holder: Option<&str>,
+        usage: Option<&AttemptUsage>,
+    ) -> Result<Transition> {
+        transitions::settle_without_output(
+            self,
+            attempt,
+            AttemptTransition::MarkUnknown,
+            error,
+            None,
+            None,
+            (holder, usage),
+        )
+        .await
     }
 
     /// Keeps an output that did not become the attempt's (it broke the
@@ -780,7 +827,12 @@ pub trait Store: Driver {
     /// A page of jobs, newest first, of one owner or (`None`) of every
     /// owner, only the one holding idempotency key `key` when given: the
     /// dashboard's listing. Across owners it reads every owner's rows.
-    async fn browse_jobs(&self, owner: Option<&OwnerId>, key: Option<&str>, filter: &JobFilter) -> Result<Vec<OwnedJobSummary>>;
+    async fn browse_jobs(
+        &self,
+        owner: Option<&OwnerId>,
+        key: Option<&str>,
+        filter: &JobFilter,
+    ) -> Result<Vec<OwnedJobSummary>>;
 
     /// The owner of job `id`, of any owner: how an admin's dashboard finds a
     /// job it was given the id of.
@@ -825,7 +877,13 @@ pub trait Store: Driver {
     /// already or has a key: `bootstrap`'s one row, inserted in the key's
     /// transaction, decides, so that of replicas starting together on an
     /// empty database exactly one makes it. `true` when this call made it.
-    async fn insert_first_run_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<bool>;
+    async fn insert_first_run_key(
+        &self,
+        id: Uuid,
+        owner: &OwnerId,
+        role: KeyRole,
+        token_hash: &[u8; 32],
+    ) -> Result<bool>;
 
     // Webhooks (see `webhooks.rs`).
 
@@ -840,11 +898,22 @@ pub trait Store: Driver {
 
     /// Gives an owner's endpoint a new secret; the old one still signs for
     /// `keep_old`. `None` when it has no such endpoint.
-    async fn rotate_webhook_secret(&self, owner: &OwnerId, id: Uuid, secret: &str, keep_old: Duration) -> Result<Option<Endpoint>>;
+    async fn rotate_webhook_secret(
+        &self,
+        owner: &OwnerId,
+        id: Uuid,
+        secret: &str,
+        keep_old: Duration,
+    ) -> Result<Option<Endpoint>>;
 
     /// The latest `limit` deliveries to an owner's endpoint, each with its
     /// tries; `None` when it has no such endpoint.
-    async fn list_webhook_deliveries(&self, owner: &OwnerId, endpoint: Uuid, limit: u32) -> Result<Option<Vec<Delivery>>>;
+    async fn list_webhook_deliveries(
+        &self,
+        owner: &OwnerId,
+        endpoint: Uuid,
+        limit: u32,
+    ) -> Result<Option<Vec<Delivery>>>;
 
     /// Claims up to `max` due deliveries of live endpoints for `lease`.
     async fn claim_webhook_deliveries(&self, max: u32, lease: Duration) -> Result<Vec<ClaimedDelivery>>;

@@ -90,8 +90,16 @@ impl RollupTotals {
 
 /// A rollup row's sums as stored: attempts, estimated ones, prompt and
 /// completion tokens, and the cost as decimal text.
-pub(crate) fn totals_from((attempts, estimated_attempts, prompt_tokens, completion_tokens, cost): (i64, i64, i64, i64, String)) -> Result<RollupTotals> {
-    Ok(RollupTotals { attempts, estimated_attempts, prompt_tokens, completion_tokens, cost: cost.parse().map_err(corrupt)? })
+pub(crate) fn totals_from(
+    (attempts, estimated_attempts, prompt_tokens, completion_tokens, cost): (i64, i64, i64, i64, String),
+) -> Result<RollupTotals> {
+    Ok(RollupTotals {
+        attempts,
+        estimated_attempts,
+        prompt_tokens,
+        completion_tokens,
+        cost: cost.parse().map_err(corrupt)?,
+    })
 }
 
 /// Binds a rollup row's key (owner, day, task, provider, state, currency)

@@ -63,7 +63,8 @@ async fn remove(tx: &mut Tx, jobs: &[(OwnerId, JobId)]) -> Result<u64> {
 
 /// The rollup row an attempt's usage counts in, and what it adds.
 fn rollup_of(owner: OwnerId, row: &UsageRow) -> Result<(RollupKey, RollupTotals)> {
-    let day = row.created_at.date_naive().and_hms_opt(0, 0, 0).ok_or_else(|| corrupt("a day without a midnight"))?.and_utc();
+    let day =
+        row.created_at.date_naive().and_hms_opt(0, 0, 0).ok_or_else(|| corrupt("a day without a midnight"))?.and_utc();
     let key = RollupKey {
         owner,
         day,

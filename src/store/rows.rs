@@ -11,11 +11,13 @@ use sqlx::{Database, Decode, Encode, FromRow, Postgres, Row, Sqlite, Type};
 use uuid::Uuid;
 
 use super::usage::{read_cost, read_usage};
-use super::{ApiKey, AttemptRef, LiveKey, OpenUnknown, OwnedJobSummary, QualificationRecord, Result, UsageRow, corrupt};
+use super::{
+    ApiKey, AttemptRef, LiveKey, OpenUnknown, OwnedJobSummary, QualificationRecord, Result, UsageRow, corrupt,
+};
 use crate::domain::job::JobCost;
 use crate::domain::{
-    Attempt, AttemptId, AttemptOrigin, AttemptState, EventKind, Fingerprint, Job, JobEvent, JobId, JobState, JobSummary,
-    KeyRole, OwnerId,
+    Attempt, AttemptId, AttemptOrigin, AttemptState, EventKind, Fingerprint, Job, JobEvent, JobId, JobState,
+    JobSummary, KeyRole, OwnerId,
 };
 
 /// Stores a type as its name (a `text` column) and reads it back by
@@ -74,13 +76,19 @@ impl<'r> Decode<'r, Postgres> for Stamp {
 }
 
 impl<'q> Encode<'q, Postgres> for Stamp {
-    fn encode_by_ref(&self, buf: &mut <Postgres as Database>::ArgumentBuffer<'q>) -> Result<sqlx::encode::IsNull, BoxDynError> {
+    fn encode_by_ref(
+        &self,
+        buf: &mut <Postgres as Database>::ArgumentBuffer<'q>,
+    ) -> Result<sqlx::encode::IsNull, BoxDynError> {
         <DateTime<Utc> as Encode<'q, Postgres>>::encode_by_ref(&self.0, buf)
     }
 }
 
 impl<'q> Encode<'q, Sqlite> for Stamp {
-    fn encode_by_ref(&self, buf: &mut <Sqlite as Database>::ArgumentBuffer<'q>) -> Result<sqlx::encode::IsNull, BoxDynError> {
+    fn encode_by_ref(
+        &self,
+        buf: &mut <Sqlite as Database>::ArgumentBuffer<'q>,
+    ) -> Result<sqlx::encode::IsNull, BoxDynError> {
         <i64 as Encode<'q, Sqlite>>::encode(self.0.timestamp_micros(), buf)
     }
 }
@@ -97,7 +105,9 @@ impl Type<Sqlite> for Stamp {
 impl<'r> Decode<'r, Sqlite> for Stamp {
     fn decode(value: <Sqlite as Database>::ValueRef<'r>) -> Result<Self, BoxDynError> {
         let micros = <i64 as Decode<'r, Sqlite>>::decode(value)?;
-        DateTime::from_timestamp_micros(micros).map(Stamp).ok_or_else(|| format!("time {micros} is out of range").into())
+        DateTime::from_timestamp_micros(micros)
+            .map(Stamp)
+            .ok_or_else(|| format!("time {micros} is out of range").into())
     }
 }
 
@@ -504,11 +514,16 @@ impl From<OpenUnknownRow> for OpenUnknown {
 }
 
 /// Reads every row as `T` through its row type `R`.
-pub(crate) fn read_all<'r, Db: Row, R: FromRow<'r, Db>, T: TryFrom<R, Error = super::StoreError>>(rows: &'r [Db]) -> Result<Vec<T>> {
+pub(crate) fn read_all<'r, Db: Row, R: FromRow<'r, Db>, T: TryFrom<R, Error = super::StoreError>>(
+    rows: &'r [Db],
+) -> Result<Vec<T>> {
     rows.iter().map(|row| T::try_from(R::from_row(row)?)).collect()
 }
 
 /// A trace context as stored: its `traceparent` and `tracestate` columns.
-pub(crate) fn stored_trace(traceparent: Option<String>, tracestate: Option<String>) -> Option<crate::domain::TraceContext> {
+pub(crate) fn stored_trace(
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+) -> Option<crate::domain::TraceContext> {
     traceparent.map(|traceparent| crate::domain::TraceContext { traceparent, tracestate })
 }

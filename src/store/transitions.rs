@@ -16,18 +16,18 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::driver::{AttemptHolder, LockedJob, OutputSettlement, Tx};
-use super::webhooks::Outgoing;
 use super::usage::{AttemptUsage, check_budget, stored_budget};
+use super::webhooks::Outgoing;
 use super::{
     Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Resolved, Result, Scheduled, Store,
     TaskRules, Transition, corrupt,
 };
 use crate::domain::policy::PastAttempt;
+use crate::domain::webhook::WebhookEventType;
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, AttemptTransition, EventKind,
     IdempotencyKey, JobId, JobState, Money, NOT_RECEIVED, OwnerId, check_admission,
 };
-use crate::domain::webhook::WebhookEventType;
 
 /// Creates a job with its first attempt, or finds the job that holds its
 /// key (I1: the unique constraint decides).
@@ -150,7 +150,9 @@ pub struct Finish<'a> {
 pub(super) async fn finish_attempts<S: Store + ?Sized>(store: &S, finishes: &[Finish<'_>]) -> Vec<Result<Transition>> {
     if let [Finish { attempt, output, holder, usage }] = *finishes {
         // Alone: waiting for its job's lock holds up no other output.
-        return vec![settle_with_output(store, attempt, output, AttemptTransition::Finish, None, (holder, usage)).await];
+        return vec![
+            settle_with_output(store, attempt, output, AttemptTransition::Finish, None, (holder, usage)).await,
+        ];
     }
     let mut order: Vec<usize> = (0..finishes.len()).collect();
     // By job (a stable sort: two outputs for one job keep their order, the
@@ -163,7 +165,9 @@ pub(super) async fn finish_attempts<S: Store + ?Sized>(store: &S, finishes: &[Fi
             let Finish { attempt, output, holder, usage } = finishes[i];
             let Some(locked) = tx.lock_attempt_job(attempt, true).await? else { continue };
             outcomes[i] = Some(match fence(locked, holder) {
-                Ok(locked) => settle_locked(&mut tx, attempt, output, AttemptTransition::Finish, None, usage, locked).await?,
+                Ok(locked) => {
+                    settle_locked(&mut tx, attempt, output, AttemptTransition::Finish, None, usage, locked).await?
+                }
                 Err(refused) => refused,
             });
         }
@@ -222,8 +226,10 @@ async fn settle_locked(
     }
     let (owner, job_id) = (&attempt.owner, attempt.job_id);
     if settled.won {
-        let data = || json!({ "job_state": JobState::Succeeded.as_str(), "attempt": attempt.number, "result": output,
-                              "canceled": settled.canceled });
+        let data = || {
+            json!({ "job_state": JobState::Succeeded.as_str(), "attempt": attempt.number, "result": output,
+                              "canceled": settled.canceled })
+        };
         tell(tx, owner, job_id, &job, WebhookEventType::JobSucceeded, data).await?;
         Ok(Transition::Won { canceled: settled.canceled })
     } else {
@@ -277,7 +283,8 @@ pub(super) async fn settle_without_output<S: Store + ?Sized>(
     }
     let job_state = update_job_state(&mut tx, &attempt.owner, attempt.job_id, job.state).await?;
     let (reason, resolved_by) = resolution_detail(resolved);
-    let mut detail = json!({ "error": error, "job_state": job_state.as_str(), "reason": reason, "resolved_by": resolved_by });
+    let mut detail =
+        json!({ "error": error, "job_state": job_state.as_str(), "reason": reason, "resolved_by": resolved_by });
     if transition == AttemptTransition::Abort {
         // The race is recorded as a lost one, without an output.
         detail["winner"] = json!(job.winning_attempt);
@@ -367,7 +374,15 @@ pub(super) async fn resolve_unknown<S: Store + ?Sized>(
 ) -> Result<Transition> {
     match resolution {
         Resolution::Succeeded(output) => {
-            settle_with_output(store, attempt, output, AttemptTransition::ResolveSucceeded, Some(resolved), (None, None)).await
+            settle_with_output(
+                store,
+                attempt,
+                output,
+                AttemptTransition::ResolveSucceeded,
+                Some(resolved),
+                (None, None),
+            )
+            .await
         }
         Resolution::Failed => {
             let error = AttemptError::new("resolved-failed", resolved.reason);
@@ -416,10 +431,13 @@ fn resolution_detail<'a>(resolved: Option<&Resolved<'a>>) -> (Option<&'a str>, V
 
 /// Turns running attempts whose lease expired into `unknown` (I4).
 pub(super) async fn expire_leases<S: Store + ?Sized>(store: &S, max: u32) -> Result<Vec<AttemptRef>> {
-    let error = AttemptError::new("lease-expired", "the worker running this attempt stopped answering before it finished");
+    let error =
+        AttemptError::new("lease-expired", "the worker running this attempt stopped answering before it finished");
     let mut expired = Vec::new();
     for attempt in store.expired_leases(max).await? {
-        let outcome = settle_without_output(store, &attempt, AttemptTransition::ExpireLease, &error, None, None, (None, None)).await?;
+        let outcome =
+            settle_without_output(store, &attempt, AttemptTransition::ExpireLease, &error, None, None, (None, None))
+                .await?;
         if outcome == Transition::Applied {
             expired.push(attempt);
         }
@@ -569,11 +587,15 @@ async fn check_qualified(
         return Ok(Ok(()));
     }
     let Some(hash) = rules.contract_hash(task, provider) else {
-        return Ok(Err(format!("provider '{provider}' cannot serve task '{task}' here: one of them is not configured")));
+        return Ok(Err(format!(
+            "provider '{provider}' cannot serve task '{task}' here: one of them is not configured"
+        )));
     };
     let state = tx.qualification_state(provider, task, &hash).await?;
     if !state.passed() && rules.being_qualified(task, provider) {
-        return Ok(Err(format!("provider '{provider}' is still being qualified for task '{task}'; it can serve attempts once it passes")));
+        return Ok(Err(format!(
+            "provider '{provider}' is still being qualified for task '{task}'; it can serve attempts once it passes"
+        )));
     }
     Ok(state.refusal(provider, task).map_or(Ok(()), Err))
 }
@@ -603,8 +625,18 @@ fn past_attempts(attempts: &[Attempt]) -> Vec<PastAttempt<'_>> {
         .map(|a| PastAttempt {
             provider: &a.provider,
             state: a.state,
-            retryable: a.error.as_ref().and_then(|e| e.pointer("/detail/retryable")).and_then(Value::as_bool).unwrap_or(false),
-            retry_after: a.error.as_ref().and_then(|e| e.pointer("/detail/retry_after_ms")).and_then(Value::as_u64).map(Duration::from_millis),
+            retryable: a
+                .error
+                .as_ref()
+                .and_then(|e| e.pointer("/detail/retryable"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            retry_after: a
+                .error
+                .as_ref()
+                .and_then(|e| e.pointer("/detail/retry_after_ms"))
+                .and_then(Value::as_u64)
+                .map(Duration::from_millis),
         })
         .collect()
 }

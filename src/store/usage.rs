@@ -59,7 +59,11 @@ pub(crate) fn read_usage(prompt: Option<i64>, completion: Option<i64>, estimated
 }
 
 /// Reads an attempt's stored cost columns.
-pub(crate) fn read_cost(amount: Option<String>, currency: Option<String>, price_version: Option<String>) -> Result<Option<Cost>> {
+pub(crate) fn read_cost(
+    amount: Option<String>,
+    currency: Option<String>,
+    price_version: Option<String>,
+) -> Result<Option<Cost>> {
     let (Some(amount), Some(currency), Some(price_version)) = (amount, currency, price_version) else {
         return Ok(None);
     };

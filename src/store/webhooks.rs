@@ -43,7 +43,11 @@ pub struct NewEndpoint {
 impl std::fmt::Debug for NewEndpoint {
     /// Without its secret.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NewEndpoint").field("owner", &self.owner).field("id", &self.id).field("events", &self.events).finish()
+        f.debug_struct("NewEndpoint")
+            .field("owner", &self.owner)
+            .field("id", &self.id)
+            .field("events", &self.events)
+            .finish()
     }
 }
 
@@ -84,7 +88,8 @@ pub(crate) struct EndpointRow {
 
 impl From<EndpointRow> for Endpoint {
     fn from(row: EndpointRow) -> Self {
-        let mut events: Vec<String> = row.events.unwrap_or_default().split(',').filter(|e| !e.is_empty()).map(str::to_owned).collect();
+        let mut events: Vec<String> =
+            row.events.unwrap_or_default().split(',').filter(|e| !e.is_empty()).map(str::to_owned).collect();
         events.sort();
         Endpoint {
             id: row.id,
@@ -136,7 +141,11 @@ pub struct ClaimedDelivery {
 impl std::fmt::Debug for ClaimedDelivery {
     /// Without its secrets.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClaimedDelivery").field("id", &self.id).field("url", &self.url).field("number", &self.number).finish()
+        f.debug_struct("ClaimedDelivery")
+            .field("id", &self.id)
+            .field("url", &self.url)
+            .field("number", &self.number)
+            .finish()
     }
 }
 
@@ -287,7 +296,13 @@ pub fn claim_lease(timeout: Duration) -> Duration {
 pub(crate) fn attach_tries(rows: Vec<DeliveryRow>, tries: Vec<TryRow>) -> Vec<Delivery> {
     let mut by_delivery: std::collections::HashMap<Uuid, Vec<TryRecord>> = std::collections::HashMap::new();
     for row in tries {
-        let record = TryRecord { number: row.number, at: row.at.0, status: row.status, latency_ms: row.latency_ms, error: row.error };
+        let record = TryRecord {
+            number: row.number,
+            at: row.at.0,
+            status: row.status,
+            latency_ms: row.latency_ms,
+            error: row.error,
+        };
         by_delivery.entry(row.delivery_id).or_default().push(record);
     }
     rows.into_iter()

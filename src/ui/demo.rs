@@ -29,7 +29,10 @@ pub const SLOW: &str = "sim-slow";
 pub const FAST: &str = "sim-fast";
 
 /// `GET /demo`.
-pub(crate) async fn show(State(app): State<AppState>, PageSession(session): PageSession) -> Result<Response, PageError> {
+pub(crate) async fn show(
+    State(app): State<AppState>,
+    PageSession(session): PageSession,
+) -> Result<Response, PageError> {
     let configured = |name: &str| app.catalog.provider(name).is_some();
     let context = minijinja::context! {
         slow => SLOW,
@@ -64,6 +67,10 @@ pub(crate) async fn create_attempt(
     Trace(trace): Trace,
     StrictJson(body): StrictJson<CreateAttemptBody>,
 ) -> Result<Response, ApiError> {
-    let answer = app.jobs.add_attempt(&session.identity.owner, job_id, key, body.provider, trace).await.map_err(|e| job_error(&app, e))?;
+    let answer = app
+        .jobs
+        .add_attempt(&session.identity.owner, job_id, key, body.provider, trace)
+        .await
+        .map_err(|e| job_error(&app, e))?;
     Ok(attempt_added(job_id, &answer))
 }

@@ -20,20 +20,20 @@ pub mod timeline;
 
 use std::sync::LazyLock;
 
+use axum::Router;
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use minijinja::Environment;
 use serde::Serialize;
 
 use crate::domain::KeyRole;
-use crate::keys::AuthError;
-use crate::state::AppState;
 use crate::http::auth::check_rate;
 use crate::http::error::{ApiError, Problem};
+use crate::keys::AuthError;
+use crate::state::AppState;
 use session::{Session, Sessions};
 
 /// Every route of the dashboard and the demo, as (method, path).
@@ -137,7 +137,14 @@ struct Viewer<'a> {
 }
 
 /// A whole page: `template` rendered with `context`, inside the layout.
-fn page(status: StatusCode, session: Option<&Session>, title: &str, nav: &str, template: &str, context: minijinja::Value) -> Response {
+fn page(
+    status: StatusCode,
+    session: Option<&Session>,
+    title: &str,
+    nav: &str,
+    template: &str,
+    context: minijinja::Value,
+) -> Response {
     let body = match render_template(template, context) {
         Ok(body) => body,
         Err(error) => return error.into_response(),
@@ -207,7 +214,9 @@ impl IntoResponse for PageError {
                 let location = format!("/ui/signin?next={}", encode_next(&next));
                 return (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
             }
-            PageError::NotFound => (StatusCode::NOT_FOUND, "Nothing here: no such page, or nothing of yours.".to_owned()),
+            PageError::NotFound => {
+                (StatusCode::NOT_FOUND, "Nothing here: no such page, or nothing of yours.".to_owned())
+            }
             PageError::Forbidden => (StatusCode::FORBIDDEN, "This page needs an admin key's session.".to_owned()),
             PageError::Api(error) => {
                 let response = error.into_response();
@@ -299,7 +308,9 @@ async fn static_file(Path(file): Path<String>, headers: HeaderMap) -> Response {
         "ui.js" => (include_str!("static/ui.js"), "text/javascript; charset=utf-8"),
         "demo.js" => (include_str!("static/demo.js"), "text/javascript; charset=utf-8"),
         // The TypeScript client's build (clients/typescript/dist), which the demo uses.
-        "onejob-client.js" => (include_str!("../../clients/typescript/dist/index.js"), "text/javascript; charset=utf-8"),
+        "onejob-client.js" => {
+            (include_str!("../../clients/typescript/dist/index.js"), "text/javascript; charset=utf-8")
+        }
         _ => return PageError::NotFound.into_response(),
     };
     // The files change only with the binary: a tag of the version and the
@@ -325,7 +336,17 @@ mod tests {
 
     #[test]
     fn every_embedded_template_parses() {
-        for name in ["layout.html", "signin.html", "jobs.html", "job.html", "timeline.html", "unknown.html", "providers.html", "demo.html", "error.html"] {
+        for name in [
+            "layout.html",
+            "signin.html",
+            "jobs.html",
+            "job.html",
+            "timeline.html",
+            "unknown.html",
+            "providers.html",
+            "demo.html",
+            "error.html",
+        ] {
             assert!(TEMPLATES.get_template(name).is_ok(), "{name}");
         }
     }
@@ -334,7 +355,9 @@ mod tests {
     fn sign_in_comes_back_only_to_this_servers_pages() {
         assert_eq!(safe_next("/ui/jobs/x?state=failed"), "/ui/jobs/x?state=failed");
         assert_eq!(safe_next("/demo"), "/demo");
-        for hostile in ["https://evil.example/", "//evil.example/ui", "/ui\\..\\x", "/uix", "/ui/api/jobs", "", "/ui/ x"] {
+        for hostile in
+            ["https://evil.example/", "//evil.example/ui", "/ui\\..\\x", "/uix", "/ui/api/jobs", "", "/ui/ x"]
+        {
             assert_eq!(safe_next(hostile), "/ui", "{hostile}");
         }
         assert_eq!(encode_next("/ui/jobs?a=1&b=2"), "%2Fui%2Fjobs%3Fa%3D1%26b%3D2");

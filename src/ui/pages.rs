@@ -16,10 +16,10 @@ use super::session::{self, Session, Sessions};
 use super::{PageError, PageSession, fragment, page, safe_next, ser, timeline};
 use crate::domain::{EventKind, Job, JobEvent, JobId, JobState, KeyRole};
 use crate::http::bodies::parse_resolution;
-use crate::http::extract::parse_json_text;
-use crate::keys::AuthError;
 use crate::http::error::{ApiError, Problem};
+use crate::http::extract::parse_json_text;
 use crate::http::respond::job_error;
+use crate::keys::AuthError;
 use crate::state::AppState;
 use crate::store::JobFilter;
 
@@ -50,7 +50,8 @@ async fn read_form<T: for<'de> Deserialize<'de>>(body: Body) -> Result<T, PageEr
     let bytes = axum::body::to_bytes(body, FORM_LIMIT)
         .await
         .map_err(|_| ApiError::from(Problem::invalid_field("", "the form is too large")))?;
-    serde_urlencoded::from_bytes(&bytes).map_err(|error| ApiError::from(Problem::invalid_field("", error.to_string())).into())
+    serde_urlencoded::from_bytes(&bytes)
+        .map_err(|error| ApiError::from(Problem::invalid_field("", error.to_string())).into())
 }
 
 // Sign-in and sign-out.
@@ -84,11 +85,7 @@ pub(crate) struct SignInForm {
 /// The key's token travels in the form's body only, and is neither logged
 /// nor kept: the session names the key by its id. The session's own token
 /// goes to the cookie only; the database keeps its SHA-256.
-pub(crate) async fn signin(
-    State(app): State<AppState>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, PageError> {
+pub(crate) async fn signin(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Result<Response, PageError> {
     if !session::same_origin(&headers) {
         return Err(PageError::Forbidden);
     }
@@ -106,7 +103,14 @@ pub(crate) async fn signin(
         Err(AuthError::Store(error)) => Err(ApiError::from(error).into()),
         Err(_) => {
             let message = Some("That is not a live API key.");
-            Ok(page(StatusCode::UNAUTHORIZED, None, "Sign in", "signin", "signin.html", ser(&SignInView { next, message })))
+            Ok(page(
+                StatusCode::UNAUTHORIZED,
+                None,
+                "Sign in",
+                "signin",
+                "signin.html",
+                ser(&SignInView { next, message }),
+            ))
         }
     }
 }
@@ -119,7 +123,11 @@ pub(crate) struct CsrfForm {
 
 /// A form's CSRF token and origin, checked against the session.
 fn check_form(session: &Session, headers: &HeaderMap, csrf: &str) -> Result<(), PageError> {
-    if session::same_origin(headers) && session::csrf_matches(session, csrf) { Ok(()) } else { Err(PageError::Forbidden) }
+    if session::same_origin(headers) && session::csrf_matches(session, csrf) {
+        Ok(())
+    } else {
+        Err(PageError::Forbidden)
+    }
 }
 
 /// Ends the session, on every server, and forgets the cookie.
@@ -314,9 +322,15 @@ fn timeline_context(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> minij
         })
         .collect();
     let open = job.attempts.iter().any(|a| {
-        matches!(a.state, crate::domain::AttemptState::Pending | crate::domain::AttemptState::Running | crate::domain::AttemptState::Unknown)
+        matches!(
+            a.state,
+            crate::domain::AttemptState::Pending
+                | crate::domain::AttemptState::Running
+                | crate::domain::AttemptState::Unknown
+        )
     });
-    let attempt_states: Vec<String> = job.attempts.iter().map(|a| format!("{}:{}:{}", a.number, a.provider, a.state.as_str())).collect();
+    let attempt_states: Vec<String> =
+        job.attempts.iter().map(|a| format!("{}:{}:{}", a.number, a.provider, a.state.as_str())).collect();
     minijinja::context! {
         id => job.id.to_string(),
         state => job.state.as_str(),
@@ -413,7 +427,13 @@ pub(crate) struct UnknownQuery {
     resolved: String,
 }
 
-async fn unknown_page(app: &AppState, session: &Session, status: StatusCode, resolved: &str, error: Option<String>) -> Result<Response, PageError> {
+async fn unknown_page(
+    app: &AppState,
+    session: &Session,
+    status: StatusCode,
+    resolved: &str,
+    error: Option<String>,
+) -> Result<Response, PageError> {
     let admin = session.identity.role == KeyRole::Admin;
     let scope = if admin { None } else { Some(&session.identity.owner) };
     let now = Utc::now();
@@ -508,7 +528,10 @@ pub(crate) async fn resolve(
         // no integer a double cannot hold), then as a resolve body.
         let request = parse_json_text(request.to_string().as_bytes(), app.settings.max_body_bytes)?;
         let (resolution, reason) = parse_resolution(request)?;
-        app.jobs.resolve_attempt(&session.identity, job_id, number, resolution, &reason).await.map_err(|e| job_error(&app, e))
+        app.jobs
+            .resolve_attempt(&session.identity, job_id, number, resolution, &reason)
+            .await
+            .map_err(|e| job_error(&app, e))
     }
     .await;
     match answer {
@@ -527,7 +550,10 @@ pub(crate) async fn resolve(
 
 /// `GET /ui/providers`: each provider's qualification per task with its
 /// last report. Admin sessions only, as `GET /providers` is admin only.
-pub(crate) async fn providers(State(app): State<AppState>, PageSession(session): PageSession) -> Result<Response, PageError> {
+pub(crate) async fn providers(
+    State(app): State<AppState>,
+    PageSession(session): PageSession,
+) -> Result<Response, PageError> {
     if session.identity.role != KeyRole::Admin {
         return Err(PageError::Forbidden);
     }

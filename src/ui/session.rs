@@ -137,8 +137,12 @@ impl<'a> Sessions<'a> {
             tracing::warn!(%error, "cannot delete ended dashboard sessions");
         }
         let token = random_hex();
-        let session =
-            NewSession { token_hash: digest(&token), owner: identity.owner.clone(), key_id: identity.key, lifetime: LIFETIME };
+        let session = NewSession {
+            token_hash: digest(&token),
+            owner: identity.owner.clone(),
+            key_id: identity.key,
+            lifetime: LIFETIME,
+        };
         self.store.insert_dashboard_session(&session).await?;
         Ok(token)
     }
@@ -190,7 +194,8 @@ pub fn cookie_session(headers: &HeaderMap) -> Option<String> {
 /// serves plain HTTP on loopback, usually behind a TLS proxy.
 pub fn set_cookie(id: &str, secure: bool) -> HeaderValue {
     let secure = if secure { "; Secure" } else { "" };
-    HeaderValue::from_str(&format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict{secure}")).expect("hex is a valid header")
+    HeaderValue::from_str(&format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict{secure}"))
+        .expect("hex is a valid header")
 }
 
 /// The `Set-Cookie` value that removes the session cookie.
@@ -301,7 +306,11 @@ mod tests {
     #[test]
     fn csrf_tokens_are_compared_whole() {
         let session = Session {
-            identity: Identity { key: uuid::Uuid::nil(), owner: crate::domain::OwnerId::parse("a").unwrap(), role: crate::domain::KeyRole::Client },
+            identity: Identity {
+                key: uuid::Uuid::nil(),
+                owner: crate::domain::OwnerId::parse("a").unwrap(),
+                role: crate::domain::KeyRole::Client,
+            },
             csrf: "abc".into(),
         };
         assert!(csrf_matches(&session, "abc"));

@@ -38,8 +38,10 @@ pub fn escape(text: &str) -> String {
 
 /// The time at which attempt `number` became unknown, if it ever did.
 fn unknown_since(attempt: &Attempt, events: &[JobEvent]) -> Option<DateTime<Utc>> {
-    let from_events =
-        events.iter().find(|e| e.kind == EventKind::AttemptUnknown && e.attempt_number == Some(attempt.number)).map(|e| e.at);
+    let from_events = events
+        .iter()
+        .find(|e| e.kind == EventKind::AttemptUnknown && e.attempt_number == Some(attempt.number))
+        .map(|e| e.at);
     match (from_events, attempt.state) {
         (Some(at), _) => Some(at),
         // Unknown without its event (an older log): it has been since it stopped.
@@ -87,7 +89,15 @@ fn tick_step(seconds: f64) -> f64 {
 }
 
 fn seconds_label(seconds: f64, step: f64) -> String {
-    let decimals = if step >= 1.0 { 0 } else if step >= 0.1 { 1 } else if step >= 0.01 { 2 } else { 3 };
+    let decimals = if step >= 1.0 {
+        0
+    } else if step >= 0.1 {
+        1
+    } else if step >= 0.01 {
+        2
+    } else {
+        3
+    };
     format!("{seconds:.decimals$} s")
 }
 
@@ -133,7 +143,9 @@ pub fn render(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> String {
     }
 
     // When the compare-and-swap decided the winner: every later answer loses.
-    if let Some(decided) = job.attempts.iter().find(|a| job.winning_attempt == Some(a.number)).and_then(|a| a.finished_at) {
+    if let Some(decided) =
+        job.attempts.iter().find(|a| job.winning_attempt == Some(a.number)).and_then(|a| a.finished_at)
+    {
         let dx = x(decided);
         let _ = write!(
             svg,
@@ -165,12 +177,21 @@ pub fn render(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> String {
         let started = attempt.started_at;
         // Admitted, waiting to be claimed.
         let wait_end = started.unwrap_or(end_now);
-        bar(&mut svg, "wait", x(attempt.created_at), x(wait_end), y + BAR / 2.0 - 2.0, 4.0, &format!("#{} admitted, waiting for a worker", attempt.number));
+        bar(
+            &mut svg,
+            "wait",
+            x(attempt.created_at),
+            x(wait_end),
+            y + BAR / 2.0 - 2.0,
+            4.0,
+            &format!("#{} admitted, waiting for a worker", attempt.number),
+        );
         let unknown = unknown_since(attempt, events);
         if let Some(started) = started {
             let run_end = unknown.unwrap_or(end_now);
             // Up to its deadline an attempt that went unknown was running.
-            let class = format!("run {}", state_class(if unknown.is_some() { AttemptState::Running } else { attempt.state }));
+            let class =
+                format!("run {}", state_class(if unknown.is_some() { AttemptState::Running } else { attempt.state }));
             let title = format!(
                 "#{} on {}: {} ({:.3} s)",
                 attempt.number,
@@ -193,7 +214,10 @@ pub fn render(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> String {
         for event in events.iter().filter(|e| e.attempt_number == Some(attempt.number)) {
             if matches!(
                 event.kind,
-                EventKind::RaceLost | EventKind::AttemptResolved | EventKind::AdmissionRefused | EventKind::AttemptSucceeded
+                EventKind::RaceLost
+                    | EventKind::AttemptResolved
+                    | EventKind::AdmissionRefused
+                    | EventKind::AttemptSucceeded
             ) {
                 let _ = write!(
                     svg,
@@ -240,7 +264,12 @@ mod tests {
         base + Duration::milliseconds(ms)
     }
 
-    fn attempt(number: i32, provider: &str, state: AttemptState, times: (DateTime<Utc>, Option<DateTime<Utc>>, Option<DateTime<Utc>>)) -> Attempt {
+    fn attempt(
+        number: i32,
+        provider: &str,
+        state: AttemptState,
+        times: (DateTime<Utc>, Option<DateTime<Utc>>, Option<DateTime<Utc>>),
+    ) -> Attempt {
         Attempt {
             number,
             id: AttemptId::new(),
@@ -287,19 +316,33 @@ mod tests {
     }
 
     fn event(kind: &str, number: i32, when: DateTime<Utc>) -> JobEvent {
-        JobEvent { id: 1, at: when, kind: kind.parse().expect("a known event kind"), attempt_number: Some(number), detail: json!({}) }
+        JobEvent {
+            id: 1,
+            at: when,
+            kind: kind.parse().expect("a known event kind"),
+            attempt_number: Some(number),
+            detail: json!({}),
+        }
     }
 
     #[test]
     fn a_raced_job_draws_one_bar_per_attempt_marks_the_winner_and_shows_the_superseded_loser() {
         let base = Utc::now();
         let slow = attempt(1, "sim-slow", AttemptState::Superseded, (base, Some(at(base, 10)), Some(at(base, 3010))));
-        let fast = attempt(2, "sim-fast", AttemptState::Succeeded, (at(base, 1000), Some(at(base, 1010)), Some(at(base, 1015))));
+        let fast = attempt(
+            2,
+            "sim-fast",
+            AttemptState::Succeeded,
+            (at(base, 1000), Some(at(base, 1010)), Some(at(base, 1015))),
+        );
         let events = [event("attempt-succeeded", 2, at(base, 1015)), event("race-lost", 1, at(base, 3010))];
         let svg = render(&job(base, vec![slow, fast], Some(2)), &events, at(base, 4000));
         assert_eq!(svg.matches("<g class=\"attempt").count(), 2);
         assert_eq!(svg.matches("class=\"run ").count(), 2, "{svg}");
-        assert!(svg.contains(r#"data-attempt="2" data-state="succeeded" data-provider="sim-fast" data-winner="true""#), "{svg}");
+        assert!(
+            svg.contains(r#"data-attempt="2" data-state="succeeded" data-provider="sim-fast" data-winner="true""#),
+            "{svg}"
+        );
         assert!(svg.contains(r#"data-attempt="1" data-state="superseded""#));
         assert_eq!(svg.matches("data-winner").count(), 1, "one winner");
         assert!(svg.contains("k-race-lost"));
@@ -320,7 +363,11 @@ mod tests {
         assert!(svg.contains(&format!("x=\"{run_end:.1}\"")), "{svg}");
 
         let resolved = Attempt { state: AttemptState::Failed, finished_at: Some(at(base, 6000)), ..hung };
-        let svg = render(&job(base, vec![resolved], None), &[events[0].clone(), event("attempt-resolved", 1, at(base, 6000))], at(base, 9000));
+        let svg = render(
+            &job(base, vec![resolved], None),
+            &[events[0].clone(), event("attempt-resolved", 1, at(base, 6000))],
+            at(base, 9000),
+        );
         assert!(svg.contains("class=\"unknown-span\" fill"));
         assert!(!svg.contains("still open"));
         assert!(svg.contains("k-attempt-resolved"));

@@ -111,7 +111,10 @@ pub async fn check(text: &str, allowed: &AllowedHosts) -> Result<Url, Refusal> {
         .map_err(|error| format!("the host '{host}' cannot be resolved: {error}"))?
         .collect();
     if let Some(internal) = addresses.iter().find(|address| is_internal(address.ip())) {
-        return Err(format!("the host '{host}' resolves to {}, a private, loopback or link-local address", internal.ip()));
+        return Err(format!(
+            "the host '{host}' resolves to {}, a private, loopback or link-local address",
+            internal.ip()
+        ));
     }
     if addresses.is_empty() {
         return Err(format!("the host '{host}' resolves to no address"));
@@ -139,7 +142,8 @@ impl reqwest::dns::Resolve for PublicResolver {
             let host = name.as_str().to_owned();
             let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let exempt = allowed.allows(&host);
-            let usable: Vec<SocketAddr> = found.into_iter().filter(|address| exempt || !is_internal(address.ip())).collect();
+            let usable: Vec<SocketAddr> =
+                found.into_iter().filter(|address| exempt || !is_internal(address.ip())).collect();
             if usable.is_empty() {
                 return Err(format!("the host '{host}' resolves to no public address").into());
             }
@@ -154,8 +158,21 @@ mod tests {
 
     #[test]
     fn internal_ranges_are_refused_and_public_ones_are_not() {
-        for internal in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0",
-                         "::1", "fe80::1", "fd00::1", "::ffff:10.0.0.1", "::ffff:127.0.0.1", "224.0.0.1"] {
+        for internal in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:10.0.0.1",
+            "::ffff:127.0.0.1",
+            "224.0.0.1",
+        ] {
             assert!(is_internal(internal.parse().unwrap()), "{internal}");
         }
         for public in ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111"] {

@@ -119,11 +119,23 @@ impl Deliverer {
         };
         let endpoint = shown_url(&delivery.url);
         match &outcome {
-            TryOutcome::Delivered => tracing::info!(delivery = %message_id(delivery.id), endpoint, try_number = delivery.number, ?status, "webhook delivered"),
-            other => tracing::warn!(delivery = %message_id(delivery.id), endpoint, try_number = delivery.number, ?status,
-                                    error = error.as_deref().unwrap_or(""), outcome = ?other, "webhook not delivered"),
+            TryOutcome::Delivered => {
+                tracing::info!(delivery = %message_id(delivery.id), endpoint, try_number = delivery.number, ?status, "webhook delivered")
+            }
+            other => {
+                tracing::warn!(delivery = %message_id(delivery.id), endpoint, try_number = delivery.number, ?status,
+                                    error = error.as_deref().unwrap_or(""), outcome = ?other, "webhook not delivered")
+            }
         }
-        DeliveryTry { delivery_id: delivery.id, owner: delivery.owner.clone(), number: delivery.number, status, latency, error, outcome }
+        DeliveryTry {
+            delivery_id: delivery.id,
+            owner: delivery.owner.clone(),
+            number: delivery.number,
+            status,
+            latency,
+            error,
+            outcome,
+        }
     }
 
     /// Posts the delivery: the answer's status, or why there was none (and
@@ -162,7 +174,10 @@ impl Deliverer {
         }
         body.truncate(self.settings.max_response_bytes.min(500));
         let text = String::from_utf8_lossy(&body).trim().to_owned();
-        (Some(status), Some(if text.is_empty() { format!("answered {status}") } else { format!("answered {status}: {text}") }))
+        (
+            Some(status),
+            Some(if text.is_empty() { format!("answered {status}") } else { format!("answered {status}: {text}") }),
+        )
     }
 
     /// Tried again after a backoff, unless that would pass the retry period.

@@ -23,8 +23,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Worker;
-use crate::metrics::{self, Settled};
 use crate::domain::{AttemptError, Usage, unapplied_output};
+use crate::metrics::{self, Settled};
 use crate::provider::{Completion, FailureClass, ProviderError, RequestRef};
 use crate::signals::CallWatch;
 use crate::store::{self, AttemptRef, AttemptUsage, ClaimedAttempt, Transition};
@@ -91,17 +91,25 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
             tokio::time::sleep(park).await;
         }
         let claim = Claim { worker: &worker.id, lease_end };
-        record_metered_outcome(worker, &claimed.attempt, &claimed.task, &claimed.provider, outcome, estimate, Some(claim))
-            .instrument(tracing::info_span!(
-                "settle",
-                owner = %claimed.attempt.owner,
-                job.id = %claimed.attempt.job_id,
-                attempt.number = i64::from(claimed.attempt.number),
-                provider = %claimed.provider,
-                attempt.state = tracing::field::Empty,
-                trace_id = claimed.trace.as_ref().map(|t| t.trace_id()),
-            ))
-            .await;
+        record_metered_outcome(
+            worker,
+            &claimed.attempt,
+            &claimed.task,
+            &claimed.provider,
+            outcome,
+            estimate,
+            Some(claim),
+        )
+        .instrument(tracing::info_span!(
+            "settle",
+            owner = %claimed.attempt.owner,
+            job.id = %claimed.attempt.job_id,
+            attempt.number = i64::from(claimed.attempt.number),
+            provider = %claimed.provider,
+            attempt.state = tracing::field::Empty,
+            trace_id = claimed.trace.as_ref().map(|t| t.trace_id()),
+        ))
+        .await;
     }
     .instrument(span)
     .await;
@@ -138,12 +146,17 @@ async fn requeue(worker: &Worker, claimed: &ClaimedAttempt, wait: Duration, deta
     let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
     match requeued {
         Ok(Transition::Applied) => {
-            tracing::info!(wait_ms, "the provider refused the request before any work: the attempt is pending again, the provider paused");
+            tracing::info!(
+                wait_ms,
+                "the provider refused the request before any work: the attempt is pending again, the provider paused"
+            );
             worker.signals.job_changed(claimed.attempt.job_id);
             return true;
         }
-        Ok(other) => tracing::info!(outcome = ?other, "the refused attempt was not put back (its job finished, holds another \
-                                    pending attempt, or it was put back max_requeues times): recorded as failed"),
+        Ok(other) => {
+            tracing::info!(outcome = ?other, "the refused attempt was not put back (its job finished, holds another \
+                                    pending attempt, or it was put back max_requeues times): recorded as failed")
+        }
         Err(error) => tracing::warn!(%error, "putting the refused attempt back failed: recorded as failed"),
     }
     if let Err(error) = worker.store.pause_provider(&claimed.provider, wait).await {
@@ -170,13 +183,18 @@ async fn keep_provider_request(worker: &Worker, attempt: &AttemptRef, id: &str) 
     for _ in 0..5 {
         match worker.store.record_provider_request(attempt, id).await {
             Ok(_) => return true,
-            Err(error) => tracing::warn!(%error, provider_request_id = id, "keeping the provider's request id failed; retrying"),
+            Err(error) => {
+                tracing::warn!(%error, provider_request_id = id, "keeping the provider's request id failed; retrying")
+            }
         }
         tokio::time::sleep(delay).await;
         delay *= 2;
     }
-    tracing::error!(provider_request_id = id, "the provider's request id could not be kept: if the outcome is unknown, \
-                     only an operator can settle it");
+    tracing::error!(
+        provider_request_id = id,
+        "the provider's request id could not be kept: if the outcome is unknown, \
+                     only an operator can settle it"
+    );
     false
 }
 
@@ -223,7 +241,12 @@ async fn call(
 /// provider to stop, where it has a cancel call and the request may have
 /// left, within the lease; the failure to record says what is known (in
 /// its detail: `sent`, `cancel_call`, and what the provider said).
-async fn cancel_at_provider(worker: &Worker, claimed: &ClaimedAttempt, lease_end: Instant, progress: &Progress) -> ProviderError {
+async fn cancel_at_provider(
+    worker: &Worker,
+    claimed: &ClaimedAttempt,
+    lease_end: Instant,
+    progress: &Progress,
+) -> ProviderError {
     let canceled = |message: &str, detail: Value| {
         let mut error = ProviderError::new(FailureClass::Canceled, CANCELED, None, message);
         error.detail = detail;
@@ -247,9 +270,14 @@ async fn cancel_at_provider(worker: &Worker, claimed: &ClaimedAttempt, lease_end
             " and canceled at the provider",
             json!({ "sent": true, "cancel_call": "made", "provider_status": answer.status, "usage": answer.usage }),
         ),
-        Ok(Some(Err(error))) => ("", json!({ "sent": true, "cancel_call": "failed", "cancel_error": error.to_string() })),
-        Err(_) => ("", json!({ "sent": true, "cancel_call": "failed",
-                               "cancel_error": format!("no answer within {} ms", left.as_millis()) })),
+        Ok(Some(Err(error))) => {
+            ("", json!({ "sent": true, "cancel_call": "failed", "cancel_error": error.to_string() }))
+        }
+        Err(_) => (
+            "",
+            json!({ "sent": true, "cancel_call": "failed",
+                               "cancel_error": format!("no answer within {} ms", left.as_millis()) }),
+        ),
     };
     tracing::info!(cancel_call = %detail["cancel_call"], "the attempt's call was aborted: its job finished");
     canceled(&format!("{message}{said}"), detail)
@@ -269,10 +297,14 @@ async fn call_counted(
             format!("{what} is not configured on this worker"),
         )
     };
-    let provider = worker.providers.get(&claimed.provider).ok_or_else(|| not_configured(&format!("provider '{}'", claimed.provider)))?;
+    let provider = worker
+        .providers
+        .get(&claimed.provider)
+        .ok_or_else(|| not_configured(&format!("provider '{}'", claimed.provider)))?;
     let task = worker.catalog.task(&claimed.task).ok_or_else(|| not_configured(&format!("task '{}'", claimed.task)))?;
     let settings = provider.settings();
-    let mut prepared = task.contract.prepare(&task.name, settings, claimed.id.to_string(), &claimed.input, settings.temperature)?;
+    let mut prepared =
+        task.contract.prepare(&task.name, settings, claimed.id.to_string(), &claimed.input, settings.temperature)?;
     // The call is a client span of the attempt's trace, named and described
     // as OpenTelemetry's GenAI conventions say; it carries the trace onward.
     // (The attempt's fields again: a log line shows its innermost span's.)
@@ -299,7 +331,9 @@ async fn call_counted(
         estimated: true,
     });
     if let Some(per_minute) = settings.tokens_per_minute {
-        let tokens = u64::try_from(prepared.prompt_tokens).unwrap_or(u64::MAX).saturating_add(u64::from(settings.max_output_tokens));
+        let tokens = u64::try_from(prepared.prompt_tokens)
+            .unwrap_or(u64::MAX)
+            .saturating_add(u64::from(settings.max_output_tokens));
         let wait = match worker.store.reserve_tokens(&claimed.provider, tokens, per_minute).await {
             Ok(None) => None,
             Ok(Some(wait)) => Some(wait),
@@ -310,9 +344,14 @@ async fn call_counted(
         };
         if let Some(wait) = wait {
             metrics::claims_deferred(store::claims::Deferral::ProviderTokensPerMinute, 1);
-            let message = format!("the provider's {per_minute} tokens per minute are spent: {tokens} more fit in {} ms", wait.as_millis());
-            let mut error = ProviderError::new(FailureClass::Definitive { retryable: true }, TOKENS_SPENT, None, message);
-            error.detail = json!({ "retry_after_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "tokens": tokens });
+            let message = format!(
+                "the provider's {per_minute} tokens per minute are spent: {tokens} more fit in {} ms",
+                wait.as_millis()
+            );
+            let mut error =
+                ProviderError::new(FailureClass::Definitive { retryable: true }, TOKENS_SPENT, None, message);
+            error.detail =
+                json!({ "retry_after_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "tokens": tokens });
             return Err(error);
         }
     }
@@ -446,14 +485,17 @@ async fn record_metered_outcome(
     });
     let mut rejected = None;
     if let Err(error) = &mut outcome
-        && let Some(text) = error.detail.as_object_mut().and_then(|detail| detail.remove(crate::provider::answer::RECEIVED_TEXT))
+        && let Some(text) =
+            error.detail.as_object_mut().and_then(|detail| detail.remove(crate::provider::answer::RECEIVED_TEXT))
     {
         rejected = Some(unapplied_output("contract-violation", &text, chrono::Utc::now()));
     }
     let outcome = outcome.and_then(|completion| {
         let checked = match worker.catalog.task(task) {
             Some(task) => task.contract.accept(&completion.output),
-            None => Err(ProviderError::contract_violation(format!("task '{task}' is not configured; no output can be checked"))),
+            None => Err(ProviderError::contract_violation(format!(
+                "task '{task}' is not configured; no output can be checked"
+            ))),
         };
         match checked {
             Ok(()) => Ok(completion),
@@ -469,13 +511,14 @@ async fn record_metered_outcome(
     let started = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(100);
     loop {
-        let recorded = match record_once(worker, attempt, provider, &outcome, rejected.as_ref(), (holder, usage.as_ref())).await {
-            Ok(None) => match &usage {
-                Some(usage) => worker.store.record_usage(attempt, usage).await.map(|_| None),
-                None => Ok(None),
-            },
-            other => other,
-        };
+        let recorded =
+            match record_once(worker, attempt, provider, &outcome, rejected.as_ref(), (holder, usage.as_ref())).await {
+                Ok(None) => match &usage {
+                    Some(usage) => worker.store.record_usage(attempt, usage).await.map(|_| None),
+                    None => Ok(None),
+                },
+                other => other,
+            };
         match recorded {
             Ok(settled) => {
                 if let (Some(settled), Some(usage)) = (settled, &usage) {
@@ -548,13 +591,16 @@ async fn record_once(
                 settled = Some(Settled::Superseded);
             }
             other => {
-                store.record_unapplied_output(attempt, &unapplied_output("late", &completion.output, chrono::Utc::now())).await?;
+                store
+                    .record_unapplied_output(attempt, &unapplied_output("late", &completion.output, chrono::Utc::now()))
+                    .await?;
                 tracing::info!(outcome = ?other, "output arrived for an attempt already settled or no longer held; kept as unapplied");
             }
         },
         Err(error) => match error.class {
             FailureClass::Definitive { .. } => {
-                let transition = store.fail_attempt(attempt, &attempt_error(error), worker.catalog.as_ref(), holder, usage).await?;
+                let transition =
+                    store.fail_attempt(attempt, &attempt_error(error), worker.catalog.as_ref(), holder, usage).await?;
                 tracing::info!(%error, outcome = ?transition, "attempt failed");
                 if let Transition::Failed { next } = &transition {
                     tracing::Span::current().record("attempt.state", "failed");
@@ -597,7 +643,8 @@ async fn record_once(
 /// nothing for a definitive failure without an answer, which it did not
 /// charge.
 fn usage_of(outcome: &Result<Completion, ProviderError>, estimate: Option<Usage>) -> Option<Usage> {
-    let said = |error: &ProviderError| error.detail.get("usage").and_then(|usage| serde_json::from_value(usage.clone()).ok());
+    let said =
+        |error: &ProviderError| error.detail.get("usage").and_then(|usage| serde_json::from_value(usage.clone()).ok());
     match outcome {
         Ok(completion) => completion.usage.or(estimate),
         Err(error) if error.class == FailureClass::Ambiguous => estimate,

@@ -63,7 +63,13 @@ impl Finishes {
         usage: Option<&AttemptUsage>,
     ) -> Result<Transition> {
         let (answer, mut answered) = oneshot::channel();
-        let queued = Queued { attempt: attempt.clone(), output: output.clone(), holder: holder.to_owned(), usage: usage.cloned(), answer };
+        let queued = Queued {
+            attempt: attempt.clone(),
+            output: output.clone(),
+            holder: holder.to_owned(),
+            usage: usage.cloned(),
+            answer,
+        };
         self.queue.lock().unwrap_or_else(|p| p.into_inner()).push(queued);
         loop {
             let turn = tokio::select! {
@@ -95,7 +101,12 @@ impl Finishes {
 async fn settle(store: &dyn Store, batch: Vec<Queued>) {
     let finishes: Vec<Finish<'_>> = batch
         .iter()
-        .map(|q| Finish { attempt: &q.attempt, output: &q.output, holder: Some(q.holder.as_str()), usage: q.usage.as_ref() })
+        .map(|q| Finish {
+            attempt: &q.attempt,
+            output: &q.output,
+            holder: Some(q.holder.as_str()),
+            usage: q.usage.as_ref(),
+        })
         .collect();
     let answers = store.finish_attempts(&finishes).await;
     drop(finishes);

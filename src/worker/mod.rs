@@ -129,7 +129,8 @@ impl Worker {
                         // event streams of it hear at once, its long-polls
                         // after their grace for the outcome (`jobs::CLAIM_GRACE`).
                         self.signals.job_claimed(claimed.attempt.job_id);
-                        let permit = permits.clone().try_acquire_owned().expect("claimed no more than the free permits");
+                        let permit =
+                            permits.clone().try_acquire_owned().expect("claimed no more than the free permits");
                         let worker = self.clone();
                         let lease_end = claim_sent + leases.of(&claimed.provider);
                         in_flight.spawn(async move {

@@ -71,8 +71,12 @@ async fn purge_due(worker: &Worker, settings: &RetentionSettings, shutdown: &wat
                 Ok(PurgeBatch::Purged(jobs)) => {
                     purged += jobs;
                     crate::metrics::purged(jobs);
-                    tracing::debug!(jobs, took_ms = started.elapsed().as_millis() as u64, task = rule.task.as_deref().unwrap_or("*"),
-                                    "purged a batch of finished jobs");
+                    tracing::debug!(
+                        jobs,
+                        took_ms = started.elapsed().as_millis() as u64,
+                        task = rule.task.as_deref().unwrap_or("*"),
+                        "purged a batch of finished jobs"
+                    );
                     if jobs < u64::from(settings.batch_size) {
                         break;
                     }
@@ -91,7 +95,11 @@ async fn purge_due(worker: &Worker, settings: &RetentionSettings, shutdown: &wat
 /// Counts the jobs `unknown` for longer than the shortest retention: they
 /// are kept, and someone should look at them.
 async fn report_old_unknowns(worker: &Worker, settings: &RetentionSettings) {
-    let shortest = worker.catalog.tasks().filter_map(|task| task.settings.retain_finished).fold(settings.finished_jobs, std::cmp::min);
+    let shortest = worker
+        .catalog
+        .tasks()
+        .filter_map(|task| task.settings.retain_finished)
+        .fold(settings.finished_jobs, std::cmp::min);
     let before = Utc::now() - shortest.as_chrono();
     match worker.store.count_unknown_since(before).await {
         Ok(count) => {

@@ -160,7 +160,12 @@ impl TestApp {
     }
 
     /// An application on an existing database (two applications can share one).
-    pub async fn spawn_on(backend: Backend, database_url: &str, role: Role, adjust: impl FnOnce(&mut Settings)) -> Self {
+    pub async fn spawn_on(
+        backend: Backend,
+        database_url: &str,
+        role: Role,
+        adjust: impl FnOnce(&mut Settings),
+    ) -> Self {
         Self::start(backend, database_url, role, adjust, true).await
     }
 
@@ -171,7 +176,13 @@ impl TestApp {
         Self::start(backend, &database_url, Role::All, adjust, false).await
     }
 
-    async fn start(backend: Backend, database_url: &str, role: Role, adjust: impl FnOnce(&mut Settings), qualified: bool) -> Self {
+    async fn start(
+        backend: Backend,
+        database_url: &str,
+        role: Role,
+        adjust: impl FnOnce(&mut Settings),
+        qualified: bool,
+    ) -> Self {
         let database_url = database_url.to_owned();
         // RUST_LOG=onejob=debug shows the application's logs with a test's output.
         if std::env::var_os("RUST_LOG").is_some() {
@@ -212,7 +223,8 @@ impl TestApp {
         let alice = onejob::keys::create_key(store.as_ref(), &OwnerId::parse("alice").unwrap()).await.unwrap().1;
         let bob = onejob::keys::create_key(store.as_ref(), &OwnerId::parse("bob").unwrap()).await.unwrap().1;
         let ops = OwnerId::parse("ops").unwrap();
-        let admin = onejob::keys::create_key_with_role(store.as_ref(), &ops, onejob::domain::KeyRole::Admin).await.unwrap().1;
+        let admin =
+            onejob::keys::create_key_with_role(store.as_ref(), &ops, onejob::domain::KeyRole::Admin).await.unwrap().1;
         Self { addr, backend, db, simulator, client: Client::new(), store, database_url, alice, bob, admin, catalog }
     }
 
@@ -434,7 +446,8 @@ pub async fn spawn_server_logged(
 /// API-only apps, which run no worker), so that they run.
 pub async fn claim_all(app: &TestApp) {
     let lease = std::time::Duration::from_secs(60);
-    let by_provider = ["sim-fast", "sim-slow", "sim-hang", "sim-late", "sim-flaky", "sim-bad-json"].map(|p| (p.to_owned(), lease));
+    let by_provider =
+        ["sim-fast", "sim-slow", "sim-hang", "sim-late", "sim-flaky", "sim-bad-json"].map(|p| (p.to_owned(), lease));
     let leases = onejob::store::Leases::new(lease, by_provider.to_vec());
     app.store().claim_attempts("test-worker", 100, &leases).await.unwrap();
 }

@@ -165,7 +165,8 @@ async fn prepare_template(server: &Server) {
         for name in names {
             let pid = name.trim_start_matches(TEST_DB_PREFIX).split('_').next().and_then(|p| p.parse().ok());
             if pid.is_some_and(|pid| !process_alive(pid)) {
-                let _ = sqlx::query(&format!(r#"drop database if exists "{name}" with (force)"#)).execute(&mut admin).await;
+                let _ =
+                    sqlx::query(&format!(r#"drop database if exists "{name}" with (force)"#)).execute(&mut admin).await;
             }
         }
     }
@@ -308,7 +309,8 @@ pub struct PrivateCluster {
 impl PrivateCluster {
     /// Makes a cluster in a new temporary directory and starts it.
     pub async fn start() -> Self {
-        let base = std::env::temp_dir().join(format!("onejob-private-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]));
+        let base =
+            std::env::temp_dir().join(format!("onejob-private-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]));
         let data = base.join("data");
         std::fs::create_dir_all(&data).unwrap_or_else(|e| fail(format!("cannot create {}: {e}", data.display())));
         chown_to_postgres(&base);
@@ -346,7 +348,8 @@ impl PrivateCluster {
             self.base.display()
         );
         let log = self.base.join("server.log").display().to_string();
-        let out = self.run(&["pg_ctl", "-D", &self.data(), "-l", &log, "-w", "-t", "60", "-o", &options, "start"]).await;
+        let out =
+            self.run(&["pg_ctl", "-D", &self.data(), "-l", &log, "-w", "-t", "60", "-o", &options, "start"]).await;
         if !out.status.success() {
             let log_text = std::fs::read_to_string(&log).unwrap_or_default();
             fail(format!("pg_ctl start failed: {}\n{log_text}", String::from_utf8_lossy(&out.stderr)));
@@ -418,14 +421,16 @@ async fn shared_bouncer() -> &'static Bouncer {
 impl Bouncer {
     /// A PgBouncer of this test's own in `pool_mode`, stopped when dropped.
     pub async fn start_private(pool_mode: &str) -> Self {
-        let base = std::env::temp_dir().join(format!("onejob-bouncer-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]));
+        let base =
+            std::env::temp_dir().join(format!("onejob-bouncer-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]));
         let bouncer = Self { base, owned: true };
         bouncer.start(pool_mode, "").await;
         bouncer
     }
 
     fn running(&self) -> bool {
-        let pid = std::fs::read_to_string(self.base.join("pgbouncer.pid")).ok().and_then(|p| p.trim().parse::<u32>().ok());
+        let pid =
+            std::fs::read_to_string(self.base.join("pgbouncer.pid")).ok().and_then(|p| p.trim().parse::<u32>().ok());
         pid.is_some_and(process_alive) && self.base.join(format!(".s.PGSQL.{BOUNCER_PORT}")).exists()
     }
 
@@ -434,7 +439,8 @@ impl Bouncer {
         let cluster = server().await;
         assert!(cluster.throwaway, "the PgBouncer tests need the throwaway cluster (TEST_DATABASE_URL unset)");
         let cluster_dir = std::env::temp_dir().join(CLUSTER_DIR);
-        std::fs::create_dir_all(&self.base).unwrap_or_else(|e| fail(format!("cannot create {}: {e}", self.base.display())));
+        std::fs::create_dir_all(&self.base)
+            .unwrap_or_else(|e| fail(format!("cannot create {}: {e}", self.base.display())));
         let config = format!(
             "[databases]\n\
              * = host={cluster}\n\
@@ -496,7 +502,9 @@ impl Drop for Bouncer {
         if !self.owned {
             return;
         }
-        if let Some(pid) = std::fs::read_to_string(self.base.join("pgbouncer.pid")).ok().and_then(|p| p.trim().parse::<i32>().ok()) {
+        if let Some(pid) =
+            std::fs::read_to_string(self.base.join("pgbouncer.pid")).ok().and_then(|p| p.trim().parse::<i32>().ok())
+        {
             let _ = Command::new("kill").arg(pid.to_string()).status();
         }
         let _ = std::fs::remove_dir_all(&self.base);

@@ -75,4 +75,3 @@ pub async fn scrape(client: &reqwest::Client, address: &str) -> Vec<Sample> {
     assert_eq!(response.status(), reqwest::StatusCode::OK);
     parse(&response.text().await.unwrap())
 }
-

@@ -20,7 +20,8 @@ async fn post(app: &TestApp, body: impl Into<String>) -> reqwest::Response {
 /// Expects 422 `validation-failed` naming `pointer` among its errors.
 async fn refused_at(response: reqwest::Response, pointer: &str) -> Value {
     let problem = expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
-    let pointers: Vec<&str> = problem["errors"].as_array().unwrap().iter().filter_map(|e| e["pointer"].as_str()).collect();
+    let pointers: Vec<&str> =
+        problem["errors"].as_array().unwrap().iter().filter_map(|e| e["pointer"].as_str()).collect();
     assert!(pointers.contains(&pointer), "expected a violation at {pointer}: {problem:#}");
     problem
 }
@@ -41,27 +42,45 @@ async fn deeply_nested_json_is_refused_with_a_problem(backend: Backend) {
     refused_at(post(&app, job_with_input(&deep)).await, "").await;
 }
 
-async fn numbers_beyond_a_double_or_its_exact_integers_are_refused_and_large_ones_checked_by_the_schema(backend: Backend) {
+async fn numbers_beyond_a_double_or_its_exact_integers_are_refused_and_large_ones_checked_by_the_schema(
+    backend: Backend,
+) {
     let app = TestApp::spawn(backend).await;
     for number in ["1e400".to_owned(), "-1e400".to_owned(), "9".repeat(400)] {
-        let problem = refused_at(post(&app, job_with_input(&format!(r#"{{"text": "a", "max_words": {number}}}"#))).await, "").await;
+        let problem =
+            refused_at(post(&app, job_with_input(&format!(r#"{{"text": "a", "max_words": {number}}}"#))).await, "")
+                .await;
         assert!(problem["detail"].as_str().unwrap().contains("number out of range"), "{problem:#}");
     }
     // An integer a double cannot hold exactly would share its fingerprint
     // with its neighbour while being stored apart: refused where it is.
-    let problem = refused_at(post(&app, job_with_input(r#"{"text": "a", "max_words": 9007199254740993}"#)).await, "/input/max_words").await;
+    let problem = refused_at(
+        post(&app, job_with_input(r#"{"text": "a", "max_words": 9007199254740993}"#)).await,
+        "/input/max_words",
+    )
+    .await;
     assert!(problem["detail"].as_str().unwrap().contains("2^53"), "{problem:#}");
     // Within a double's range, the input schema decides.
     refused_at(post(&app, job_with_input(r#"{"text": "a", "max_words": 1e300}"#)).await, "/input/max_words").await;
-    refused_at(post(&app, job_with_input(&format!(r#"{{"text": "a", "max_words": {}}}"#, "9".repeat(300)))).await, "/input/max_words").await;
+    refused_at(
+        post(&app, job_with_input(&format!(r#"{{"text": "a", "max_words": {}}}"#, "9".repeat(300)))).await,
+        "/input/max_words",
+    )
+    .await;
 }
 
 async fn duplicate_object_keys_are_refused_because_they_make_the_intent_ambiguous(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    let problem = refused_at(post(&app, r#"{"task": "summarize", "task": "other", "input": {"text": "a"}}"#).await, "/task").await;
+    let problem =
+        refused_at(post(&app, r#"{"task": "summarize", "task": "other", "input": {"text": "a"}}"#).await, "/task")
+            .await;
     assert!(problem["detail"].as_str().unwrap().contains("duplicate"), "{problem:#}");
     refused_at(post(&app, job_with_input(r#"{"text": "a", "text": "b"}"#)).await, "/input/text").await;
-    refused_at(post(&app, job_with_input(r#"{"text": "a", "nested": [{"k/~": 1, "k/~": 2}]}"#)).await, "/input/nested/0/k~1~0").await;
+    refused_at(
+        post(&app, job_with_input(r#"{"text": "a", "nested": [{"k/~": 1, "k/~": 2}]}"#)).await,
+        "/input/nested/0/k~1~0",
+    )
+    .await;
 }
 
 async fn nul_characters_in_strings_and_member_names_are_refused(backend: Backend) {
@@ -267,8 +286,12 @@ mod properties {
                 for i in (1..members.len()).rev() {
                     members.swap(i, dice.roll(i + 1));
                 }
-                let members: Vec<String> =
-                    members.iter().map(|(name, value)| format!("{}:{}", render(&Value::String((*name).clone()), dice), render(value, dice))).collect();
+                let members: Vec<String> = members
+                    .iter()
+                    .map(|(name, value)| {
+                        format!("{}:{}", render(&Value::String((*name).clone()), dice), render(value, dice))
+                    })
+                    .collect();
                 format!("{{{}}}", members.join(","))
             }
             other => other.to_string(),

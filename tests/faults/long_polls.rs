@@ -97,7 +97,10 @@ impl Server {
         let started = Instant::now();
         let refused = self.get(token, &format!("/jobs/{id}?wait=30")).await;
         let retry_after = refused.headers().get("retry-after").map(|v| v.to_str().unwrap().parse::<u64>().unwrap());
-        assert!(retry_after.is_some_and(|seconds| seconds >= 1), "a refused long-poll says when to retry: {retry_after:?}");
+        assert!(
+            retry_after.is_some_and(|seconds| seconds >= 1),
+            "a refused long-poll says when to retry: {retry_after:?}"
+        );
         let body = expect_problem(refused, StatusCode::TOO_MANY_REQUESTS, "too-many-long-polls").await;
         assert!(started.elapsed() < Duration::from_secs(5), "refused at once, not after waiting: {body}");
     }
@@ -200,7 +203,8 @@ async fn a_long_poll_gives_its_place_back_however_it_ends(backend: Backend) {
     assert!(started.elapsed() >= Duration::from_secs(1), "it waited its second");
     server.until_open("the place of a long-poll that timed out given back", 1, Duration::from_secs(10)).await;
     // The job changes: the waiting one answers.
-    let canceled = server.client.post(server.url(&format!("/jobs/{id}/cancel"))).bearer_auth(&server.alice).send().await.unwrap();
+    let canceled =
+        server.client.post(server.url(&format!("/jobs/{id}/cancel"))).bearer_auth(&server.alice).send().await.unwrap();
     assert_eq!(canceled.status(), StatusCode::OK);
     assert_eq!(tokio::time::timeout(Duration::from_secs(10), changed).await.unwrap().unwrap(), StatusCode::OK);
     server.until_open("the place of an answered long-poll given back", 0, Duration::from_secs(10)).await;
@@ -256,7 +260,8 @@ async fn hold_every_slot(server: &Server, count: usize) -> Vec<tokio::net::TcpSt
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_requests_in_flight_share_one_budget_over_every_route() {
-    let server = Server::start(Backend::Sqlite, |table| set(table, &["server", "max_concurrent_requests"], 2.into())).await;
+    let server =
+        Server::start(Backend::Sqlite, |table| set(table, &["server", "max_concurrent_requests"], 2.into())).await;
     // Two requests of one route, served while they wait for their bodies,
     // take both slots: every other route is refused at once.
     let held = hold_every_slot(&server, 2).await;

@@ -19,7 +19,8 @@ const ABSENCE_GRACE_MS: i64 = 300;
 /// (TOML lines), and no retry or failover unless `retries` says so.
 async fn app_with(backend: Backend, settings: &str, retries: u32) -> TestApp {
     TestApp::spawn_live(backend, |s| {
-        let text = format!("kind = \"sim\"\ntimeout_ms = {DEADLINE_MS}\nabsence_grace_ms = {ABSENCE_GRACE_MS}\n{settings}");
+        let text =
+            format!("kind = \"sim\"\ntimeout_ms = {DEADLINE_MS}\nabsence_grace_ms = {ABSENCE_GRACE_MS}\n{settings}");
         s.providers.insert("sim-faulty".into(), provider(&text));
         let summarize = s.tasks.get_mut("summarize").unwrap();
         summarize.failover.clear();
@@ -67,9 +68,16 @@ async fn a_reset_before_the_request_was_read_fails_the_attempt_as_never_received
     let id = create_on_faulty(&app).await;
     let attempt = first_attempt_ends(&app, &id, "failed", "not-received").await;
     assert_eq!(attempt["error"]["detail"]["retryable"], true, "{attempt:#}");
-    assert!(ran_for_ms(&attempt) >= DEADLINE_MS + ABSENCE_GRACE_MS, "absence is believed only past the deadline and its grace: {attempt:#}");
+    assert!(
+        ran_for_ms(&attempt) >= DEADLINE_MS + ABSENCE_GRACE_MS,
+        "absence is believed only past the deadline and its grace: {attempt:#}"
+    );
     // Never received: nothing used, nothing to pay.
-    assert_eq!(attempt["usage"], json!({"prompt_tokens": 0, "completion_tokens": 0, "estimated": false}), "{attempt:#}");
+    assert_eq!(
+        attempt["usage"],
+        json!({"prompt_tokens": 0, "completion_tokens": 0, "estimated": false}),
+        "{attempt:#}"
+    );
     assert_eq!(attempt["cost"]["amount"], "0", "{attempt:#}");
     assert!(app.simulator_log().await.is_empty(), "the provider never took the request");
     let job = app.wait_for(&id, "failed", |j| j["state"] == "failed").await;
@@ -79,9 +87,17 @@ async fn a_reset_before_the_request_was_read_fails_the_attempt_as_never_received
 async fn a_reset_before_the_request_was_read_is_retried_on_the_same_provider(backend: Backend) {
     let app = app_with(backend, "fault = \"reset_before_request\"", 1).await;
     let id = create_on_faulty(&app).await;
-    let job = app.wait_for(&id, "two attempts failed", |j| j["state"] == "failed" && j["attempts"].as_array().unwrap().len() == 2).await;
+    let job = app
+        .wait_for(&id, "two attempts failed", |j| {
+            j["state"] == "failed" && j["attempts"].as_array().unwrap().len() == 2
+        })
+        .await;
     let second = &job["attempts"][1];
-    assert_eq!((second["provider"].clone(), second["origin"].clone()), (json!("sim-faulty"), json!("policy")), "{job:#}");
+    assert_eq!(
+        (second["provider"].clone(), second["origin"].clone()),
+        (json!("sim-faulty"), json!("policy")),
+        "{job:#}"
+    );
 }
 
 async fn a_reset_after_the_request_was_read_leaves_the_attempt_unknown(backend: Backend) {
@@ -114,7 +130,11 @@ async fn unknown_at_the_deadline(backend: Backend, fault: &str) {
     // The deadline the worker gave the call: the provider's, less what the
     // claim itself took out of the lease (much of it on a loaded machine).
     let message = attempt["error"]["message"].as_str().unwrap_or_default();
-    let given: i64 = message.split("deadline of ").nth(1).and_then(|rest| rest.split(' ').next()).and_then(|ms| ms.parse().ok())
+    let given: i64 = message
+        .split("deadline of ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|ms| ms.parse().ok())
         .unwrap_or_else(|| panic!("{fault}: the error names its deadline: {attempt:#}"));
     assert!(given <= DEADLINE_MS && given > DEADLINE_MS / 2, "{fault}: a deadline of {given} ms: {attempt:#}");
     assert!((given - 50..DEADLINE_MS + 2_000).contains(&ran), "{fault}: settled after {ran} ms: {attempt:#}");
@@ -158,7 +178,9 @@ async fn a_429_with_retry_after_requeues_the_attempt_max_requeues_times_then_fai
     backend: Backend,
 ) {
     let app = TestApp::spawn_live(backend, |s| {
-        let text = format!("kind = \"sim\"\ntimeout_ms = {DEADLINE_MS}\nerror_rate = 1.0\nerror_status = 429\nretry_after_secs = 1");
+        let text = format!(
+            "kind = \"sim\"\ntimeout_ms = {DEADLINE_MS}\nerror_rate = 1.0\nerror_status = 429\nretry_after_secs = 1"
+        );
         s.providers.insert("sim-faulty".into(), provider(&text));
         let summarize = s.tasks.get_mut("summarize").unwrap();
         summarize.failover.clear();
@@ -167,7 +189,11 @@ async fn a_429_with_retry_after_requeues_the_attempt_max_requeues_times_then_fai
     })
     .await;
     let id = create_on_faulty(&app).await;
-    let job = app.wait_for(&id, "both attempts failed", |j| j["state"] == "failed" && j["attempts"].as_array().unwrap().len() == 2).await;
+    let job = app
+        .wait_for(&id, "both attempts failed", |j| {
+            j["state"] == "failed" && j["attempts"].as_array().unwrap().len() == 2
+        })
+        .await;
     let (first, second) = (&job["attempts"][0], &job["attempts"][1]);
     assert_eq!(first["error"]["type"], "provider-error");
     assert_eq!(first["error"]["detail"]["status"], 429);
@@ -175,7 +201,14 @@ async fn a_429_with_retry_after_requeues_the_attempt_max_requeues_times_then_fai
     assert_eq!(first["error"]["detail"]["retry_after_ms"], 1000, "{first:#}");
     // Each attempt was put back once (max_requeues), a second later sent
     // again as itself, refused again, and failed.
-    let events = app.store().list_events(&onejob::domain::OwnerId::parse("alice").unwrap(), id.parse::<uuid::Uuid>().map(onejob::domain::JobId).unwrap()).await.unwrap();
+    let events = app
+        .store()
+        .list_events(
+            &onejob::domain::OwnerId::parse("alice").unwrap(),
+            id.parse::<uuid::Uuid>().map(onejob::domain::JobId).unwrap(),
+        )
+        .await
+        .unwrap();
     let requeued: Vec<_> = events.iter().filter(|e| e.kind == onejob::domain::EventKind::AttemptRequeued).collect();
     assert_eq!(requeued.iter().map(|e| e.attempt_number).collect::<Vec<_>>(), [Some(1), Some(2)], "{events:#?}");
     let log = app.simulator_log().await;

@@ -62,6 +62,10 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_specificat
         .expect("schemathesis finishes within 5 minutes")
         .expect("schemathesis runs");
     let report = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "schemathesis found problems:\n{report}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "schemathesis found problems:\n{report}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(report.contains("No issues found") || report.contains("passed"), "{report}");
 }

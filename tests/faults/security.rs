@@ -3,7 +3,6 @@
 //! at once (on every server sharing the database), and provider addresses
 //! that come from configuration only.
 
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -49,8 +48,12 @@ async fn seed_alice(app: &TestApp) -> Seeded {
     make_unknown(app, &job, 1).await;
     let other = app.create_job("walk-pending", None).await["id"].as_str().unwrap().to_owned();
     let (key, _) = onejob::keys::create_key(app.store(), &owner("alice")).await.unwrap();
-    let admin = onejob::keys::create_key_with_role(app.store(), &owner("alice"), onejob::domain::KeyRole::Admin).await.unwrap().1;
-    let registered = app.client.post(app.url("/webhooks")).bearer_auth(&admin).json(&webhook_body()).send().await.unwrap();
+    let admin = onejob::keys::create_key_with_role(app.store(), &owner("alice"), onejob::domain::KeyRole::Admin)
+        .await
+        .unwrap()
+        .1;
+    let registered =
+        app.client.post(app.url("/webhooks")).bearer_auth(&admin).json(&webhook_body()).send().await.unwrap();
     assert_eq!(registered.status(), StatusCode::CREATED);
     let endpoint = registered.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
     let mut markers = vec![job.clone(), other.clone(), key.to_string(), "alice".to_owned(), endpoint.clone()];
@@ -101,7 +104,14 @@ fn valid_body(method: &str, path: &str) -> Option<Value> {
     }
 }
 
-async fn call(app: &TestApp, method: &str, path: &str, token: Option<&str>, seeded: &Seeded, key: &str) -> reqwest::Response {
+async fn call(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    seeded: &Seeded,
+    key: &str,
+) -> reqwest::Response {
     let mut request = app
         .client
         .request(Method::from_bytes(method.to_uppercase().as_bytes()).unwrap(), app.url(&concrete(path, seeded)))
@@ -139,7 +149,8 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
     let mut operations = Vec::new();
     for (path, item) in spec["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {
-            let role = operation["x-onejob-role"].as_str().unwrap_or_else(|| panic!("{method} {path} has no x-onejob-role"));
+            let role =
+                operation["x-onejob-role"].as_str().unwrap_or_else(|| panic!("{method} {path} has no x-onejob-role"));
             operations.push((method.clone(), path.clone(), role.to_owned(), operation["security"].clone()));
         }
     }
@@ -147,7 +158,9 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
     let with_role = |wanted: &str| -> BTreeSet<(String, String)> {
         operations.iter().filter(|(_, _, role, _)| role == wanted).map(|(m, p, _, _)| (m.clone(), p.clone())).collect()
     };
-    let pairs = |list: &[(&str, &str)]| -> BTreeSet<(String, String)> { list.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect() };
+    let pairs = |list: &[(&str, &str)]| -> BTreeSet<(String, String)> {
+        list.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect()
+    };
     assert_eq!(
         with_role("admin"),
         pairs(&[
@@ -163,7 +176,13 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
     );
     assert_eq!(
         with_role("public"),
-        pairs(&[("get", "/healthz"), ("get", "/readyz"), ("get", "/metrics"), ("get", "/openapi.json"), ("get", "/docs")])
+        pairs(&[
+            ("get", "/healthz"),
+            ("get", "/readyz"),
+            ("get", "/metrics"),
+            ("get", "/openapi.json"),
+            ("get", "/docs")
+        ])
     );
 
     let mut walked = 0;
@@ -176,7 +195,10 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
                 assert_eq!(security, &json!([{}]), "{method} {path} is public in its security too");
                 let bob = call(&app, method, path, Some(&app.bob), &seeded, &key).await;
                 assert!(shows_nothing_of_alice(bob, &seeded, &what).await.is_success(), "{what}");
-                assert!(shows_nothing_of_alice(anonymous, &seeded, &what).await.is_success(), "{method} {path} without a key");
+                assert!(
+                    shows_nothing_of_alice(anonymous, &seeded, &what).await.is_success(),
+                    "{method} {path} without a key"
+                );
             }
             "admin" => {
                 expect_problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
@@ -190,7 +212,9 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
                 // Another owner's admin does not reach alice's endpoints.
                 if is_webhooks(path) {
                     let other = call(&app, method, path, Some(&app.admin), &seeded, &key).await;
-                    let status = shows_nothing_of_alice(other, &seeded, &format!("{method} {path} as another owner's admin")).await;
+                    let status =
+                        shows_nothing_of_alice(other, &seeded, &format!("{method} {path} as another owner's admin"))
+                            .await;
                     if path.contains('{') {
                         assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path} as another owner's admin");
                     }
@@ -230,7 +254,11 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
                 if path.ends_with("/resolve") {
                     assert_eq!(by_admin.status(), StatusCode::OK, "an admin resolves alice's unknown attempt");
                 } else {
-                    assert_eq!(shows_nothing_of_alice(by_admin, &seeded, path).await, StatusCode::NOT_FOUND, "{method} {path} as admin");
+                    assert_eq!(
+                        shows_nothing_of_alice(by_admin, &seeded, path).await,
+                        StatusCode::NOT_FOUND,
+                        "{method} {path} as admin"
+                    );
                 }
             }
             _ => {}
@@ -269,7 +297,8 @@ async fn an_admin_key_resolves_another_owners_unknown_attempt_and_nothing_else_o
     expect_problem(app.get(&app.admin, &format!("/jobs/{id}")).await, StatusCode::NOT_FOUND, "not-found").await;
     // The contract holds for an admin too.
     let bad = json!({"outcome": "succeeded", "output": {"summary": 3}, "reason": "checked"});
-    expect_problem(resolve(&app.admin, bad).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "contract-violation").await;
+    expect_problem(resolve(&app.admin, bad).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "contract-violation")
+        .await;
 
     let resolved = resolve(&app.admin, failed.clone()).await.unwrap();
     assert_eq!(resolved.status(), StatusCode::OK);
@@ -306,15 +335,17 @@ async fn the_database_holds_token_hashes_and_never_a_token(backend: Backend) {
     match backend {
         Backend::Postgres => {
             let pool = sqlx::PgPool::connect(&app.database_url).await.unwrap();
-            let tables: Vec<String> =
-                sqlx::query_scalar("select table_name::text from information_schema.tables where table_schema = 'public'")
-                    .fetch_all(&pool)
-                    .await
-                    .unwrap();
+            let tables: Vec<String> = sqlx::query_scalar(
+                "select table_name::text from information_schema.tables where table_schema = 'public'",
+            )
+            .fetch_all(&pool)
+            .await
+            .unwrap();
             assert!(tables.contains(&"api_keys".to_owned()));
             let mut everything = String::new();
             for table in tables {
-                let rows: Vec<String> = sqlx::query_scalar(&format!("select t::text from \"{table}\" t")).fetch_all(&pool).await.unwrap();
+                let rows: Vec<String> =
+                    sqlx::query_scalar(&format!("select t::text from \"{table}\" t")).fetch_all(&pool).await.unwrap();
                 everything.extend(rows.into_iter().map(|row| row + "\n"));
             }
             assert!(everything.contains(&hash), "the hash is stored (bytea shows as hex)");
@@ -331,7 +362,10 @@ async fn the_database_holds_token_hashes_and_never_a_token(backend: Backend) {
             let contains = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
             assert!(contains(&onejob::keys::hash_token(&token)), "the hash is stored");
             for token in &tokens {
-                assert!(!contains(token.trim_start_matches("oj_").as_bytes()), "a token's secret is in the database file");
+                assert!(
+                    !contains(token.trim_start_matches("oj_").as_bytes()),
+                    "a token's secret is in the database file"
+                );
             }
         }
     }
@@ -384,7 +418,12 @@ async fn a_key_revoked_through_the_api_is_refused_at_once_and_only_admins_may_re
     assert_eq!(revoke(&app.admin, id.to_string()).await.unwrap().status(), StatusCode::NO_CONTENT);
     expect_problem(app.get(&token, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
     expect_problem(revoke(&app.admin, id.to_string()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
-    expect_problem(revoke(&app.admin, uuid::Uuid::now_v7().to_string()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
+    expect_problem(
+        revoke(&app.admin, uuid::Uuid::now_v7().to_string()).await.unwrap(),
+        StatusCode::NOT_FOUND,
+        "not-found",
+    )
+    .await;
     expect_problem(revoke(&app.admin, "not-a-key".into()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
     assert_eq!(app.get(&app.alice, "/jobs").await.status(), StatusCode::OK, "other keys are untouched");
 }
@@ -409,14 +448,26 @@ async fn nothing_a_client_sends_makes_onejob_call_an_unconfigured_address(backen
 
     let named = json!({"task": "summarize", "input": input, "provider": elsewhere});
     expect_problem(post("by-url", named).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "provider-unknown").await;
-    let as_object = json!({"task": "summarize", "input": input, "provider": {"name": "sim-fast", "base_url": elsewhere}});
-    expect_problem(post("as-object", as_object).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+    let as_object =
+        json!({"task": "summarize", "input": input, "provider": {"name": "sim-fast", "base_url": elsewhere}});
+    expect_problem(post("as-object", as_object).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "validation-failed")
+        .await;
     for field in ["base_url", "url", "endpoint", "api_base", "provider_url"] {
         let body = json!({"task": "summarize", "input": input, field: elsewhere});
-        let problem = expect_problem(post(&format!("top-{field}"), body).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+        let problem = expect_problem(
+            post(&format!("top-{field}"), body).await.unwrap(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation-failed",
+        )
+        .await;
         assert_eq!(problem["errors"][0]["pointer"], format!("/{field}"), "{problem}");
         let body = json!({"task": "summarize", "input": {"text": "one", field: elsewhere}});
-        expect_problem(post(&format!("input-{field}"), body).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+        expect_problem(
+            post(&format!("input-{field}"), body).await.unwrap(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation-failed",
+        )
+        .await;
     }
     // Accepted: the address is only text to summarize.
     let body = json!({"task": "summarize", "input": {"text": format!("call {elsewhere} now")}});
@@ -424,13 +475,27 @@ async fn nothing_a_client_sends_makes_onejob_call_an_unconfigured_address(backen
     let id = job["id"].as_str().unwrap().to_owned();
     let attempt = app.post_attempt(&app.alice, &id, "fallback-url", &json!({"provider": elsewhere})).await;
     expect_problem(attempt, StatusCode::UNPROCESSABLE_ENTITY, "provider-unknown").await;
-    let attempt = app.post_attempt(&app.alice, &id, "fallback-field", &json!({"provider": "sim-fast", "base_url": elsewhere})).await;
+    let attempt = app
+        .post_attempt(&app.alice, &id, "fallback-field", &json!({"provider": "sim-fast", "base_url": elsewhere}))
+        .await;
     expect_problem(attempt, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
-    let qualify = |name: String, body: Value| app.client.post(app.url(&format!("/providers/{name}/qualifications"))).bearer_auth(&app.admin).json(&body).send();
+    let qualify = |name: String, body: Value| {
+        app.client
+            .post(app.url(&format!("/providers/{name}/qualifications")))
+            .bearer_auth(&app.admin)
+            .json(&body)
+            .send()
+    };
     let encoded = elsewhere.replace(':', "%3A").replace('/', "%2F");
-    expect_problem(qualify(encoded, json!({"task": "summarize"})).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
+    expect_problem(qualify(encoded, json!({"task": "summarize"})).await.unwrap(), StatusCode::NOT_FOUND, "not-found")
+        .await;
     let with_address = json!({"task": "summarize", "base_url": elsewhere});
-    expect_problem(qualify("sim-fast".into(), with_address).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+    expect_problem(
+        qualify("sim-fast".into(), with_address).await.unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation-failed",
+    )
+    .await;
 
     let done = app.wait_for(&id, "succeeded", |job| job["state"] == "succeeded").await;
     let log = app.simulator_log().await;
@@ -454,7 +519,9 @@ on_both_backends!(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_revocation_reaches_every_server_sharing_the_database() {
     let one = TestApp::spawn_with(Backend::Postgres, |s| s.server.auth_cache_ttl_ms = 600_000).await;
-    let two = TestApp::spawn_on(Backend::Postgres, &one.database_url, Role::Api, |s| s.server.auth_cache_ttl_ms = 600_000).await;
+    let two =
+        TestApp::spawn_on(Backend::Postgres, &one.database_url, Role::Api, |s| s.server.auth_cache_ttl_ms = 600_000)
+            .await;
     let (id, token) = onejob::keys::create_key(one.store(), &owner("carol")).await.unwrap();
     for _ in 0..3 {
         assert_eq!(one.get(&token, "/jobs").await.status(), StatusCode::OK);

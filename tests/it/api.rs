@@ -66,7 +66,9 @@ async fn same_key_with_different_input_is_a_conflict_and_changes_nothing(backend
     for part in ["task", "input", "provider", "max_cost"] {
         assert!(detail.contains(part), "the detail names {part}: {detail}");
     }
-    let other_provider = app.post_job("k", &json!({"task": "summarize", "input": {"text": "one two three"}, "provider": "sim-slow"})).await;
+    let other_provider = app
+        .post_job("k", &json!({"task": "summarize", "input": {"text": "one two three"}, "provider": "sim-slow"}))
+        .await;
     expect_problem(other_provider, StatusCode::CONFLICT, "idempotency-key-reused").await;
     let now: Value = app.get(&app.alice, &format!("/jobs/{}", job["id"].as_str().unwrap())).await.json().await.unwrap();
     assert_eq!(now["input"], json!({"text": "one two three"}));
@@ -85,14 +87,21 @@ async fn same_input_with_keys_reordered_and_other_whitespace_is_a_replay(backend
     let first: Value = first.json().await.unwrap();
     assert!(first["fingerprint"].as_str().unwrap().starts_with("sha256:"));
     let again = app
-        .post_job_raw(&app.alice, "k", "{\n  \"input\" : { \"max_words\" : 2 , \"text\" : \"hi there\" },\n  \"task\" : \"summarize\"\n}".into())
+        .post_job_raw(
+            &app.alice,
+            "k",
+            "{\n  \"input\" : { \"max_words\" : 2 , \"text\" : \"hi there\" },\n  \"task\" : \"summarize\"\n}".into(),
+        )
         .send()
         .await
         .unwrap();
     assert_eq!(again.status(), StatusCode::OK);
     assert_eq!(again.headers()["idempotent-replayed"], "true");
     let again: Value = again.json().await.unwrap();
-    assert_eq!((again["id"].clone(), again["fingerprint"].clone()), (first["id"].clone(), first["fingerprint"].clone()));
+    assert_eq!(
+        (again["id"].clone(), again["fingerprint"].clone()),
+        (first["id"].clone(), first["fingerprint"].clone())
+    );
 }
 
 async fn naming_the_default_provider_explicitly_is_a_replay_and_a_quoted_key_is_the_same_key(backend: Backend) {
@@ -182,7 +191,10 @@ async fn admission_matrix_answers_each_documented_refusal(backend: Backend) {
     // nowhere left to go here (sim-slow was tried; sim-fast is not next).
     let catalog = &app.catalog;
     let timeout = AttemptError::new("timeout", "deadline passed");
-    assert_eq!(app.store().mark_unknown(&alice_attempt(job, 1), &timeout, None, None).await.unwrap(), Transition::Applied);
+    assert_eq!(
+        app.store().mark_unknown(&alice_attempt(job, 1), &timeout, None, None).await.unwrap(),
+        Transition::Applied
+    );
     let response = app.post_attempt(&app.alice, id, "f", &json!({})).await;
     assert_eq!(response.headers()["retry-after"], "5");
     expect_problem(response, StatusCode::CONFLICT, "attempt-outcome-unknown").await;
@@ -202,27 +214,38 @@ async fn admission_matrix_answers_each_documented_refusal(backend: Backend) {
     let other = app.create_job("k2", None).await;
     let other_id = job_id(&other);
     claim_all(&app).await;
-    app.store().finish_attempt(&alice_attempt(other_id, 1), &json!({"summary": "x", "word_count": 1}), None, None).await.unwrap();
+    app.store()
+        .finish_attempt(&alice_attempt(other_id, 1), &json!({"summary": "x", "word_count": 1}), None, None)
+        .await
+        .unwrap();
     let response = app.post_attempt(&app.alice, &other_id.to_string(), "i", &json!({})).await;
     expect_problem(response, StatusCode::CONFLICT, "job-finished").await;
 
     // Every refusal left an event.
     let events = app.store().list_events(&OwnerId::parse("alice").unwrap(), job).await.unwrap();
-    let refused: Vec<_> = events.iter().filter(|e| e.kind == "admission-refused").map(|e| e.detail["problem"].clone()).collect();
+    let refused: Vec<_> =
+        events.iter().filter(|e| e.kind == "admission-refused").map(|e| e.detail["problem"].clone()).collect();
     assert_eq!(
         refused,
-        [json!("attempt-pending"), json!("provider-not-qualified"), json!("too-many-attempts-in-flight"),
-         json!("attempt-outcome-unknown"), json!("attempt-limit-reached")]
+        [
+            json!("attempt-pending"),
+            json!("provider-not-qualified"),
+            json!("too-many-attempts-in-flight"),
+            json!("attempt-outcome-unknown"),
+            json!("attempt-limit-reached")
+        ]
     );
 }
 
 async fn twenty_concurrent_attempt_posts_never_leave_two_pending(backend: Backend) {
-    let app = Arc::new(TestApp::spawn_with(backend, |s| {
-        let task = s.tasks.get_mut("summarize").unwrap();
-        task.max_attempts = 50;
-        task.max_in_flight = 50;
-    })
-    .await);
+    let app = Arc::new(
+        TestApp::spawn_with(backend, |s| {
+            let task = s.tasks.get_mut("summarize").unwrap();
+            task.max_attempts = 50;
+            task.max_in_flight = 50;
+        })
+        .await,
+    );
     app.qualify("sim-slow").await;
     let job = app.create_job("k", None).await;
     let id = job["id"].as_str().unwrap().to_owned();
@@ -233,7 +256,9 @@ async fn twenty_concurrent_attempt_posts_never_leave_two_pending(backend: Backen
             let (app, barrier, id) = (app.clone(), barrier.clone(), id.clone());
             tokio::spawn(async move {
                 barrier.wait().await;
-                app.post_attempt(&app.alice, &id, &format!("fallback-{i}"), &json!({"provider": "sim-slow"})).await.status()
+                app.post_attempt(&app.alice, &id, &format!("fallback-{i}"), &json!({"provider": "sim-slow"}))
+                    .await
+                    .status()
             })
         })
         .collect();
@@ -243,10 +268,8 @@ async fn twenty_concurrent_attempt_posts_never_leave_two_pending(backend: Backen
     }
     assert_eq!(statuses.iter().filter(|s| **s == StatusCode::CREATED).count(), 1, "{statuses:?}");
     assert!(statuses.iter().all(|s| *s == StatusCode::CREATED || *s == StatusCode::CONFLICT), "{statuses:?}");
-    let pending: i64 = sqlx::query_scalar("select count(*) from attempts where state = 'pending'")
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let pending: i64 =
+        sqlx::query_scalar("select count(*) from attempts where state = 'pending'").fetch_one(&app.db).await.unwrap();
     assert_eq!(pending, 1);
 }
 
@@ -262,7 +285,8 @@ async fn a_double_clicked_fallback_button_makes_one_attempt(backend: Backend) {
             let (app, barrier, id) = (app.clone(), barrier.clone(), id.clone());
             tokio::spawn(async move {
                 barrier.wait().await;
-                let response = app.post_attempt(&app.alice, &id, "use-fallback", &json!({"provider": "sim-fast"})).await;
+                let response =
+                    app.post_attempt(&app.alice, &id, "use-fallback", &json!({"provider": "sim-fast"})).await;
                 let status = response.status();
                 let body: Value = response.json().await.unwrap();
                 (status, body["number"].clone())
@@ -274,7 +298,10 @@ async fn a_double_clicked_fallback_button_makes_one_attempt(backend: Backend) {
         results.push(task.await.unwrap());
     }
     assert_eq!(results.iter().filter(|(s, _)| *s == StatusCode::CREATED).count(), 1, "{results:?}");
-    assert!(results.iter().all(|(s, n)| (*s == StatusCode::CREATED || *s == StatusCode::OK) && *n == json!(2)), "{results:?}");
+    assert!(
+        results.iter().all(|(s, n)| (*s == StatusCode::CREATED || *s == StatusCode::OK) && *n == json!(2)),
+        "{results:?}"
+    );
     let job: Value = app.get(&app.alice, &format!("/jobs/{id}")).await.json().await.unwrap();
     assert_eq!(job["attempts"].as_array().unwrap().len(), 2);
     let reused = app.post_attempt(&app.alice, &id, "use-fallback", &json!({"provider": "sim-slow"})).await;
@@ -285,7 +312,12 @@ async fn bad_requests_get_problem_answers_naming_what_is_wrong(backend: Backend)
     let app = TestApp::spawn_with(backend, |s| s.server.max_body_bytes = 1024).await;
     let body = summarize("x").to_string();
 
-    let no_key = app.client.post(app.url("/jobs")).bearer_auth(&app.alice).header("content-type", "application/json").body(body.clone());
+    let no_key = app
+        .client
+        .post(app.url("/jobs"))
+        .bearer_auth(&app.alice)
+        .header("content-type", "application/json")
+        .body(body.clone());
     expect_problem(no_key.send().await.unwrap(), StatusCode::BAD_REQUEST, "idempotency-key-missing").await;
     for bad in ["has space", "\"unterminated", &"k".repeat(256)] {
         let response = app.post_job_raw(&app.alice, bad, body.clone()).send().await.unwrap();
@@ -308,8 +340,13 @@ async fn bad_requests_get_problem_answers_naming_what_is_wrong(backend: Backend)
     let response = app.post_job_raw(&app.alice, "k", huge).send().await.unwrap();
     expect_problem(response, StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large").await;
 
-    let form = app.client.post(app.url("/jobs")).bearer_auth(&app.alice).header("idempotency-key", "k")
-        .header("content-type", "text/plain").body(body.clone());
+    let form = app
+        .client
+        .post(app.url("/jobs"))
+        .bearer_auth(&app.alice)
+        .header("idempotency-key", "k")
+        .header("content-type", "text/plain")
+        .body(body.clone());
     expect_problem(form.send().await.unwrap(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type").await;
 
     let cases: [(&str, &str); 7] = [
@@ -326,7 +363,15 @@ async fn bad_requests_get_problem_answers_naming_what_is_wrong(backend: Backend)
         let problem = expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
         assert_eq!(problem["errors"][0]["pointer"], pointer, "{raw}: {problem}");
     }
-    let response = app.post_job_raw(&app.alice, "k", json!({"task": "summarize", "input": {"text": "x"}, "provider": "gpt-9"}).to_string()).send().await.unwrap();
+    let response = app
+        .post_job_raw(
+            &app.alice,
+            "k",
+            json!({"task": "summarize", "input": {"text": "x"}, "provider": "gpt-9"}).to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
     expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "provider-unknown").await;
 
     // None of that created anything.
@@ -336,8 +381,18 @@ async fn bad_requests_get_problem_answers_naming_what_is_wrong(backend: Backend)
     for path in ["/jobs/not-a-uuid", &format!("/jobs/{}", JobId::new()), "/nowhere"] {
         expect_problem(app.get(&app.alice, path).await, StatusCode::NOT_FOUND, "not-found").await;
     }
-    expect_problem(app.get(&app.alice, "/jobs?limit=1000").await, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
-    expect_problem(app.get(&app.alice, "/jobs?state=done").await, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+    expect_problem(
+        app.get(&app.alice, "/jobs?limit=1000").await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation-failed",
+    )
+    .await;
+    expect_problem(
+        app.get(&app.alice, "/jobs?state=done").await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation-failed",
+    )
+    .await;
     let delete = app.client.delete(app.url("/jobs")).bearer_auth(&app.alice).send().await.unwrap();
     expect_problem(delete, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
 }
@@ -349,10 +404,16 @@ async fn listing_pages_newest_first_and_filters(backend: Backend) {
         ids.push(app.create_job(&format!("k{i}"), None).await["id"].clone());
     }
     let page: Value = app.get(&app.alice, "/jobs?limit=2").await.json().await.unwrap();
-    assert_eq!(page["jobs"].as_array().unwrap().iter().map(|j| j["id"].clone()).collect::<Vec<_>>(), [ids[4].clone(), ids[3].clone()]);
+    assert_eq!(
+        page["jobs"].as_array().unwrap().iter().map(|j| j["id"].clone()).collect::<Vec<_>>(),
+        [ids[4].clone(), ids[3].clone()]
+    );
     let cursor = page["next_cursor"].as_str().unwrap();
     let page: Value = app.get(&app.alice, &format!("/jobs?limit=2&cursor={cursor}")).await.json().await.unwrap();
-    assert_eq!(page["jobs"].as_array().unwrap().iter().map(|j| j["id"].clone()).collect::<Vec<_>>(), [ids[2].clone(), ids[1].clone()]);
+    assert_eq!(
+        page["jobs"].as_array().unwrap().iter().map(|j| j["id"].clone()).collect::<Vec<_>>(),
+        [ids[2].clone(), ids[1].clone()]
+    );
     let cursor = page["next_cursor"].as_str().unwrap();
     let last: Value = app.get(&app.alice, &format!("/jobs?limit=2&cursor={cursor}")).await.json().await.unwrap();
     assert_eq!(last["jobs"].as_array().unwrap().len(), 1);

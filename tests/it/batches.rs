@@ -22,8 +22,11 @@ const WORKER: &str = "test-worker";
 /// worker that does not hold its attempt is fenced and changes nothing.
 pub async fn a_batch_settles_each_output_by_its_own_compare_and_swap_in_one_commit(store: Shared) {
     let s = store.as_ref();
-    let (alone, raced, fenced) =
-        (job_with_running(s, "alone", 1).await, job_with_running(s, "raced", 2).await, job_with_running(s, "fenced", 1).await);
+    let (alone, raced, fenced) = (
+        job_with_running(s, "alone", 1).await,
+        job_with_running(s, "raced", 2).await,
+        job_with_running(s, "fenced", 1).await,
+    );
     let (a1, r2, r1, f1) = (at(alone, 1), at(raced, 2), at(raced, 1), at(fenced, 1));
     let outputs = [json!({"by": "a1"}), json!({"by": "r2"}), json!({"by": "r1"}), json!({"by": "f1"})];
     let finishes = [
@@ -43,11 +46,17 @@ pub async fn a_batch_settles_each_output_by_its_own_compare_and_swap_in_one_comm
         ]
     );
     let raced_job = s.get_job(&owner("alice"), raced).await.unwrap().unwrap();
-    assert_eq!((raced_job.state, raced_job.winning_attempt, raced_job.result), (JobState::Succeeded, Some(2), Some(outputs[1].clone())));
+    assert_eq!(
+        (raced_job.state, raced_job.winning_attempt, raced_job.result),
+        (JobState::Succeeded, Some(2), Some(outputs[1].clone()))
+    );
     assert_eq!(attempt_states(s, raced).await, vec![AttemptState::Superseded, AttemptState::Succeeded]);
     assert!(event_kinds(s, raced).await.contains(&"race-lost".to_owned()), "{:?}", event_kinds(s, raced).await);
     assert_eq!(job_state(s, alone).await, JobState::Succeeded);
-    assert_eq!((job_state(s, fenced).await, attempt_states(s, fenced).await), (JobState::Running, vec![AttemptState::Running]));
+    assert_eq!(
+        (job_state(s, fenced).await, attempt_states(s, fenced).await),
+        (JobState::Running, vec![AttemptState::Running])
+    );
 }
 
 on_both_backends!(setup = conformance_store; a_batch_settles_each_output_by_its_own_compare_and_swap_in_one_commit);
@@ -60,7 +69,8 @@ async fn postgres_a_batch_commits_its_other_outputs_while_one_job_is_locked_else
     let url = crate::common::postgres::fresh_database().await;
     let pool = PgPoolOptions::new().max_connections(8).connect(&url).await.unwrap();
     let store = std::sync::Arc::new(onejob::store::PostgresStore::from_pool(pool.clone()));
-    let (locked, free) = (job_with_running(store.as_ref(), "locked", 1).await, job_with_running(store.as_ref(), "free", 1).await);
+    let (locked, free) =
+        (job_with_running(store.as_ref(), "locked", 1).await, job_with_running(store.as_ref(), "free", 1).await);
     let mut holder = pool.begin().await.unwrap();
     sqlx::query("select 1 from jobs where id = $1 for update").bind(locked.0).execute(&mut *holder).await.unwrap();
 
@@ -75,9 +85,11 @@ async fn postgres_a_batch_commits_its_other_outputs_while_one_job_is_locked_else
             store.finish_attempts(&finishes).await.into_iter().map(Result::unwrap).collect::<Vec<_>>()
         }
     });
-    crate::common::processes::eventually("the free job's output committed while the other job is locked", Duration::from_secs(10), || async {
-        job_state(store.as_ref(), free).await == JobState::Succeeded
-    })
+    crate::common::processes::eventually(
+        "the free job's output committed while the other job is locked",
+        Duration::from_secs(10),
+        || async { job_state(store.as_ref(), free).await == JobState::Succeeded },
+    )
     .await;
     assert_eq!(job_state(store.as_ref(), locked).await, JobState::Running, "the locked job waits for its lock");
     holder.commit().await.unwrap();

@@ -62,14 +62,19 @@ async fn every_stream_receives_its_jobs_events_to_the_terminal_one() {
     assert!((1..=20).contains(&at_once), "{report:?}");
 
     let logged: i64 = sqlx::query_scalar("select count(*) from job_events").fetch_one(&app.db).await.unwrap();
-    let wins: i64 =
-        sqlx::query_scalar("select count(*) from job_events where kind = 'attempt-succeeded'").fetch_one(&app.db).await.unwrap();
+    let wins: i64 = sqlx::query_scalar("select count(*) from job_events where kind = 'attempt-succeeded'")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
     assert_eq!(wins, 20, "every job succeeded");
     assert_eq!(extra["events"], logged, "every logged event came on its stream: {report:?}");
     assert_eq!(report.ok + extra["events_from_the_log"].as_u64().unwrap(), logged as u64, "{report:?}");
     assert!(report.ok >= 20, "at least every win is timed: {report:?}");
 
     assert!(report.p50_ms > 0.0, "{report:?}");
-    assert!(report.p50_ms <= report.p90_ms && report.p90_ms <= report.p99_ms && report.p99_ms <= report.max_ms, "{report:?}");
+    assert!(
+        report.p50_ms <= report.p90_ms && report.p90_ms <= report.p99_ms && report.p99_ms <= report.max_ms,
+        "{report:?}"
+    );
     assert!(report.max_ms < STREAMS_TIMEOUT.as_millis() as f64, "{report:?}");
 }

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use crate::common::processes::{database, eventually, job, set, simulator_and_config_with, simulator_log};
 use crate::common::{Backend, TestApp, provider};
+use onejob::app::Role;
 use onejob::config::Settings;
 use onejob::domain::{JobId, Money, OwnerId};
-use onejob::app::Role;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -66,14 +66,17 @@ async fn events_of(app: &TestApp, id: &str) -> Vec<(String, Option<i32>, Value)>
 /// A job of `task` on sim-slow, raced by a fallback on sim-fast that wins:
 /// the job once its loser has settled, and the loser's provider record.
 async fn race(app: &TestApp, task: &str, key: &str) -> (Value, Value) {
-    let body = json!({"task": task, "input": {"text": "a slow primary raced by a fast fallback"}, "provider": "sim-slow"});
+    let body =
+        json!({"task": task, "input": {"text": "a slow primary raced by a fast fallback"}, "provider": "sim-slow"});
     let id = create(app, key, &body).await;
     let loser = first_attempt_at_the_provider(app, &id).await;
     let fallback = app.post_attempt(&app.alice, &id, "fallback", &json!({"provider": "sim-fast"})).await;
     assert_eq!(fallback.status(), StatusCode::CREATED);
     let job = app
         .wait_for(&id, "the loser settled", |j| {
-            j["attempts"][0]["state"] != "running" && j["attempts"][0]["state"] != "unknown" && !j["attempts"][0]["cost"].is_null()
+            j["attempts"][0]["state"] != "running"
+                && j["attempts"][0]["state"] != "unknown"
+                && !j["attempts"][0]["cost"].is_null()
         })
         .await;
     assert_eq!((job["state"].as_str(), job["winning_attempt"].as_i64()), (Some("succeeded"), Some(2)), "{job:#}");
@@ -98,10 +101,16 @@ async fn a_win_aborts_the_losing_call_cancels_it_at_the_provider_and_wastes_less
     // Its usage is the provider's word: the whole prompt, part of the answer.
     assert_eq!(loser["usage"]["estimated"], false, "{loser:#}");
     assert_eq!(loser["usage"]["prompt_tokens"], at_provider["usage"]["prompt_tokens"], "{loser:#} {at_provider:#}");
-    assert_eq!(loser["usage"]["completion_tokens"], at_provider["usage"]["completion_tokens"], "{loser:#} {at_provider:#}");
+    assert_eq!(
+        loser["usage"]["completion_tokens"], at_provider["usage"]["completion_tokens"],
+        "{loser:#} {at_provider:#}"
+    );
     let id = canceled["id"].as_str().unwrap();
     let events = events_of(&app, id).await;
-    let aborted = events.iter().find(|(kind, number, _)| kind == "attempt-canceled" && *number == Some(1)).expect("the abort is logged");
+    let aborted = events
+        .iter()
+        .find(|(kind, number, _)| kind == "attempt-canceled" && *number == Some(1))
+        .expect("the abort is logged");
     assert_eq!((&aborted.2["winner"], &aborted.2["job_state"]), (&json!(2), &json!("succeeded")), "{aborted:?}");
     assert_eq!(aborted.2["error"]["detail"]["cancel_call"], "made", "{aborted:?}");
     assert!(!events.iter().any(|(kind, _, _)| kind == "race-lost"), "no answer came to lose the race with: {events:?}");
@@ -110,8 +119,14 @@ async fn a_win_aborts_the_losing_call_cancels_it_at_the_provider_and_wastes_less
     let kept_loser = &kept["attempts"][0];
     assert_eq!(kept_loser["state"], "superseded", "{kept:#}");
     assert!(kept_loser["output"].is_object(), "{kept_loser:#}");
-    assert!(kept_at_provider["connection_closed_after_ms"].is_null() && kept_at_provider["canceled_after_ms"].is_null(), "{kept_at_provider:#}");
-    assert!(loser["usage"]["completion_tokens"].as_i64() < kept_loser["usage"]["completion_tokens"].as_i64(), "{loser:#} {kept_loser:#}");
+    assert!(
+        kept_at_provider["connection_closed_after_ms"].is_null() && kept_at_provider["canceled_after_ms"].is_null(),
+        "{kept_at_provider:#}"
+    );
+    assert!(
+        loser["usage"]["completion_tokens"].as_i64() < kept_loser["usage"]["completion_tokens"].as_i64(),
+        "{loser:#} {kept_loser:#}"
+    );
 
     // The same race wastes less when the loser is canceled.
     let (waste, kept_waste) = (money(&canceled["cost"]["waste"]), money(&kept["cost"]["waste"]));
@@ -122,14 +137,23 @@ async fn a_win_aborts_the_losing_call_cancels_it_at_the_provider_and_wastes_less
 async fn canceling_a_job_aborts_its_running_call_and_cancels_it_where_the_provider_can(backend: Backend) {
     let app = TestApp::spawn_live(backend, settings).await;
     for (key, provider) in [("cancelable", "sim-slow"), ("uncancelable", "sim-slow-uncancelable")] {
-        let id = create(&app, key, &json!({"task": "summarize", "input": {"text": "canceled by its owner"}, "provider": provider})).await;
+        let id = create(
+            &app,
+            key,
+            &json!({"task": "summarize", "input": {"text": "canceled by its owner"}, "provider": provider}),
+        )
+        .await;
         let attempt = first_attempt_at_the_provider(&app, &id).await;
-        let response = app.client.post(app.url(&format!("/jobs/{id}/cancel"))).bearer_auth(&app.alice).send().await.unwrap();
+        let response =
+            app.client.post(app.url(&format!("/jobs/{id}/cancel"))).bearer_auth(&app.alice).send().await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         let job = app.wait_for(&id, "the running attempt canceled", |j| j["attempts"][0]["state"] == "canceled").await;
         assert_eq!(job["state"], "canceled");
         let at_provider = &app.simulator_log().await[&attempt];
-        assert!(at_provider["connection_closed_after_ms"].as_u64().is_some_and(|ms| ms < SLOW_MS), "{provider}: {at_provider:#}");
+        assert!(
+            at_provider["connection_closed_after_ms"].as_u64().is_some_and(|ms| ms < SLOW_MS),
+            "{provider}: {at_provider:#}"
+        );
         let usage = &job["attempts"][0]["usage"];
         let events = events_of(&app, &id).await;
         let aborted = events.iter().find(|(kind, _, _)| kind == "attempt-canceled").expect("the abort is logged");
@@ -151,9 +175,15 @@ async fn a_cancel_through_another_api_server_reaches_the_call_in_flight_on_this_
     let worker = TestApp::spawn_live(backend, settings).await;
     // An API server of its own process state, on the same database.
     let api = TestApp::spawn_on(backend, &worker.database_url, Role::Api, settings).await;
-    let id = create(&worker, "elsewhere", &json!({"task": "summarize", "input": {"text": "canceled elsewhere"}, "provider": "sim-slow"})).await;
+    let id = create(
+        &worker,
+        "elsewhere",
+        &json!({"task": "summarize", "input": {"text": "canceled elsewhere"}, "provider": "sim-slow"}),
+    )
+    .await;
     let attempt = first_attempt_at_the_provider(&worker, &id).await;
-    let response = api.client.post(api.url(&format!("/jobs/{id}/cancel"))).bearer_auth(&api.alice).send().await.unwrap();
+    let response =
+        api.client.post(api.url(&format!("/jobs/{id}/cancel"))).bearer_auth(&api.alice).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     // The worker hears of it at its next sweep, not from the other process.
     let job = worker.wait_for(&id, "the running attempt canceled", |j| j["attempts"][0]["state"] == "canceled").await;

@@ -202,10 +202,8 @@ fn conjuncts(condition: &str) -> Vec<String> {
 
 /// The owner parameter a scan's conditions pin it to, if any.
 fn pinned_owner(node: &Value) -> Option<u32> {
-    let mut conditions: Vec<&str> = ["Index Cond", "Filter", "Recheck Cond", "TID Cond"]
-        .iter()
-        .filter_map(|key| node[*key].as_str())
-        .collect();
+    let mut conditions: Vec<&str> =
+        ["Index Cond", "Filter", "Recheck Cond", "TID Cond"].iter().filter_map(|key| node[*key].as_str()).collect();
     for child in node["Plans"].as_array().into_iter().flatten() {
         if child["Node Type"].as_str().is_some_and(|t| t.starts_with("Bitmap")) {
             conditions.extend(child["Index Cond"].as_str());
@@ -301,7 +299,9 @@ async fn every_statement_on_an_owners_tables_is_routed_by_its_owner_id_unless_li
     for (name, routing) in &routes {
         if listed.contains_key(name) {
             if !routing.touches || routing.routed() {
-                wrong.push(format!("{name} is listed as cross-owner but is routed to one owner or touches no owner's table"));
+                wrong.push(format!(
+                    "{name} is listed as cross-owner but is routed to one owner or touches no owner's table"
+                ));
             }
         } else if routing.touches {
             if !routing.routed() {
@@ -312,7 +312,15 @@ async fn every_statement_on_an_owners_tables_is_routed_by_its_owner_id_unless_li
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     // The hot path among them, by name.
-    let hot = ["CREATE_JOB", "GET_JOB", "FIND_JOB_BY_KEY", "SETTLE_WITH_OUTPUT", "LOCK_JOB", "RECORD_USAGE", "INSERT_ATTEMPT"];
+    let hot = [
+        "CREATE_JOB",
+        "GET_JOB",
+        "FIND_JOB_BY_KEY",
+        "SETTLE_WITH_OUTPUT",
+        "LOCK_JOB",
+        "RECORD_USAGE",
+        "INSERT_ATTEMPT",
+    ];
     for name in hot.map(|name| format!("sql::{name}")) {
         assert!(routes[name.as_str()].routed(), "{name} is routed by its owner");
     }
@@ -340,18 +348,33 @@ fn every_statement_of_the_postgres_store_is_in_its_catalogue() {
         for line in source.lines() {
             let code = line.trim_start();
             assert!(
-                !(code.contains("sqlx::query") && (code.contains("(r#\"") || code.contains("(\"") || code.contains("(&format!"))),
+                !(code.contains("sqlx::query")
+                    && (code.contains("(r#\"") || code.contains("(\"") || code.contains("(&format!"))),
                 "{}: SQL written inline, not as a named constant of the catalogue: {code}",
                 file.display()
             );
             for declared in ["const ", "static "].into_iter().filter(|_| declares_statements) {
-                let Some(rest) = code.strip_prefix("pub(super) ").or(code.strip_prefix("pub(crate) ")).or(code.strip_prefix("pub ")).unwrap_or(code).strip_prefix(declared) else {
+                let Some(rest) = code
+                    .strip_prefix("pub(super) ")
+                    .or(code.strip_prefix("pub(crate) "))
+                    .or(code.strip_prefix("pub "))
+                    .unwrap_or(code)
+                    .strip_prefix(declared)
+                else {
                     continue;
                 };
                 let Some((name, ty)) = rest.split_once(':') else { continue };
-                let is_sql_type = ty.trim_start().starts_with("&str") || ty.trim_start().starts_with("LazyLock<String>");
-                if is_sql_type && name.chars().all(|c| c.is_ascii_uppercase() || c == '_') && !not_statements.contains(&name) {
-                    assert!(names.contains(name), "{}: {name} is missing from store::postgres::statements()", file.display());
+                let is_sql_type =
+                    ty.trim_start().starts_with("&str") || ty.trim_start().starts_with("LazyLock<String>");
+                if is_sql_type
+                    && name.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                    && !not_statements.contains(&name)
+                {
+                    assert!(
+                        names.contains(name),
+                        "{}: {name} is missing from store::postgres::statements()",
+                        file.display()
+                    );
                 }
             }
         }

@@ -7,27 +7,34 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use reqwest::StatusCode;
-use serde_json::{Value, json};
 use crate::common::processes::{eventually, set};
 use crate::common::{BIN, Backend};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
 use tokio::process::Command;
-
 
 async fn onejob(database_url: &str, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(BIN).args(args).env("DATABASE_URL", database_url).output().await.unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[tokio::test]
 async fn a_keys_own_max_in_flight_is_set_at_creation_listed_changed_and_cleared() {
     let database_url = crate::common::sqlite::fresh_database();
     assert!(onejob(&database_url, &["migrate"]).await.0);
-    let (ok, stdout, stderr) = onejob(&database_url, &["keys", "create", "--owner", "carol", "--max-in-flight", "3"]).await;
+    let (ok, stdout, stderr) =
+        onejob(&database_url, &["keys", "create", "--owner", "carol", "--max-in-flight", "3"]).await;
     assert!(ok, "{stderr}");
     let id = stdout.split_whitespace().nth(4).unwrap().to_owned();
     let listed = |text: &str| text.lines().find(|line| line.starts_with(&id)).unwrap().to_owned();
-    assert!(listed(&onejob(&database_url, &["keys", "list"]).await.1).ends_with(" max_in_flight 3"), "shown by keys list");
+    assert!(
+        listed(&onejob(&database_url, &["keys", "list"]).await.1).ends_with(" max_in_flight 3"),
+        "shown by keys list"
+    );
     assert!(onejob(&database_url, &["keys", "set-max-in-flight", &id, "7"]).await.0);
     assert!(listed(&onejob(&database_url, &["keys", "list"]).await.1).ends_with(" max_in_flight 7"));
     assert!(onejob(&database_url, &["keys", "set-max-in-flight", &id, "none"]).await.0);
@@ -36,7 +43,8 @@ async fn a_keys_own_max_in_flight_is_set_at_creation_listed_changed_and_cleared(
     assert!(!ok && stderr.contains("at least 1"), "{stderr}");
     let (ok, _, _) = onejob(&database_url, &["keys", "create", "--owner", "carol", "--max-in-flight", "0"]).await;
     assert!(!ok, "a limit of 0 is refused at creation too");
-    let (ok, _, stderr) = onejob(&database_url, &["keys", "set-max-in-flight", &uuid::Uuid::now_v7().to_string(), "2"]).await;
+    let (ok, _, stderr) =
+        onejob(&database_url, &["keys", "set-max-in-flight", &uuid::Uuid::now_v7().to_string(), "2"]).await;
     assert!(!ok && stderr.contains("no live API key"), "{stderr}");
 }
 
@@ -80,7 +88,15 @@ async fn the_binary_serves_the_core_contract_after_migrate_and_keys_create() {
     // The worker in `serve` runs it on sim-fast; a long-poll waits for the end.
     let mut polled: Value = Value::Null;
     for _ in 0..10 {
-        polled = client.get(url(&format!("/jobs/{id}?wait=5"))).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+        polled = client
+            .get(url(&format!("/jobs/{id}?wait=5")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         if polled["state"] == "succeeded" {
             break;
         }
@@ -188,7 +204,11 @@ impl Served {
     }
 }
 
-fn keep_lines(reader: impl tokio::io::AsyncRead + Unpin + Send + 'static, stream: Stream, lines: &Arc<Mutex<Vec<(Stream, String)>>>) {
+fn keep_lines(
+    reader: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    stream: Stream,
+    lines: &Arc<Mutex<Vec<(Stream, String)>>>,
+) {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let lines = lines.clone();
     tokio::spawn(async move {
@@ -205,18 +225,27 @@ async fn a_first_run_with_nothing_configured_serves_on_sqlite_and_prints_a_key_o
     std::fs::create_dir_all(&dir).unwrap();
     let start = || {
         let mut command = Command::new(BIN);
-        command.args(["serve", "--listen", "127.0.0.1:0"]).current_dir(&dir).env_remove("DATABASE_URL").env_remove("ONEJOB_CONFIG");
+        command
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .current_dir(&dir)
+            .env_remove("DATABASE_URL")
+            .env_remove("ONEJOB_CONFIG");
         Served::start(command)
     };
 
     let mut first = start();
-    first.wait_until("printing the first-run key", |s| s.address().is_some() && !s.tokens(Stream::Err).is_empty()).await;
+    first
+        .wait_until("printing the first-run key", |s| s.address().is_some() && !s.tokens(Stream::Err).is_empty())
+        .await;
     let address = first.address().unwrap();
     let token = first.tokens(Stream::Err).remove(0);
     let printed: Vec<String> = first.lines().into_iter().filter(|(s, _)| *s == Stream::Err).map(|(_, l)| l).collect();
     let printed = printed.join("\n");
     assert!(printed.contains("owner \"demo\"") && printed.contains("shown once"), "{printed}");
-    assert!(first.lines().iter().all(|(s, line)| *s == Stream::Err || !line.contains(&token)), "the key is on standard error only");
+    assert!(
+        first.lines().iter().all(|(s, line)| *s == Stream::Err || !line.contains(&token)),
+        "the key is on standard error only"
+    );
     assert!(dir.join("onejob.db").exists(), "the default database is a file in the working directory");
 
     let client = reqwest::Client::new();
@@ -232,7 +261,15 @@ async fn a_first_run_with_nothing_configured_serves_on_sqlite_and_prints_a_key_o
     let id = created.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
     let mut job = Value::Null;
     for _ in 0..10 {
-        job = client.get(format!("http://{address}/jobs/{id}?wait=5")).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+        job = client
+            .get(format!("http://{address}/jobs/{id}?wait=5"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         if job["state"] == "succeeded" {
             break;
         }
@@ -245,7 +282,15 @@ async fn a_first_run_with_nothing_configured_serves_on_sqlite_and_prints_a_key_o
     second.wait_until("its first-run decision", |s| s.address().is_some() && s.decided()).await;
     assert!(second.tokens(Stream::Err).is_empty() && second.tokens(Stream::Out).is_empty(), "no second key");
     let address = second.address().unwrap();
-    let again: Value = client.get(format!("http://{address}/jobs/{id}")).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+    let again: Value = client
+        .get(format!("http://{address}/jobs/{id}"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(again["state"], "succeeded");
     second.child.kill().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
@@ -305,8 +350,12 @@ impl FirstRunGate {
 
     async fn open(self) {
         match self {
-            FirstRunGate::Postgres(mut connection) => sqlx::query("rollback").execute(&mut connection).await.map(drop).unwrap(),
-            FirstRunGate::Sqlite(mut connection) => sqlx::query("rollback").execute(&mut connection).await.map(drop).unwrap(),
+            FirstRunGate::Postgres(mut connection) => {
+                sqlx::query("rollback").execute(&mut connection).await.map(drop).unwrap()
+            }
+            FirstRunGate::Sqlite(mut connection) => {
+                sqlx::query("rollback").execute(&mut connection).await.map(drop).unwrap()
+            }
         }
     }
 }
@@ -343,14 +392,23 @@ async fn replicas_starting_together_on_an_empty_database_make_and_print_one_firs
     assert!(replicas.iter().all(|r| r.tokens(Stream::Out).is_empty()), "no key on standard output");
     let printed: Vec<String> = replicas.iter().flat_map(|r| r.tokens(Stream::Err)).collect();
     assert_eq!(printed.len(), 1, "exactly one replica printed a key: {printed:?}");
-    let key = store.find_api_key(&onejob::keys::hash_token(&printed[0])).await.unwrap().expect("the printed key is the stored one");
+    let key = store
+        .find_api_key(&onejob::keys::hash_token(&printed[0]))
+        .await
+        .unwrap()
+        .expect("the printed key is the stored one");
     assert_eq!((key.owner.as_str(), key.role), ("demo", onejob::domain::KeyRole::Admin));
     let _ = std::fs::remove_file(config);
 }
 
 #[tokio::test]
 async fn serve_refuses_a_non_loopback_address_without_an_explicit_flag() {
-    let out = Command::new(BIN).args(["serve", "--listen", "0.0.0.0:0"]).env("DATABASE_URL", crate::common::sqlite::fresh_database()).output().await.unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .env("DATABASE_URL", crate::common::sqlite::fresh_database())
+        .output()
+        .await
+        .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--allow-remote"), "{stderr}");

@@ -30,16 +30,29 @@ async fn qualify(app: &TestApp, provider: &str) -> (StatusCode, Value) {
 
 async fn providers(app: &TestApp) -> Value {
     let listed: Value = app.get(&app.admin, "/providers").await.json().await.unwrap();
-    listed["providers"].as_array().unwrap().iter().map(|p| (p["name"].as_str().unwrap().to_owned(), p["tasks"]["summarize"].clone())).collect()
+    listed["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap().to_owned(), p["tasks"]["summarize"].clone()))
+        .collect()
 }
 
 async fn sim_bad_json_fails_qualification_naming_the_extra_key_and_is_never_failed_over_to(backend: Backend) {
-    let app = TestApp::spawn_live(backend, |s| s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-bad-json".into(), "sim-fast".into()]).await;
+    let app = TestApp::spawn_live(backend, |s| {
+        s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-bad-json".into(), "sim-fast".into()]
+    })
+    .await;
     // Qualified at start (qualify_on_start): sim-fast passed, sim-bad-json did not.
     let states = providers(&app).await;
     assert_eq!(states["sim-fast"]["state"], "qualified", "{states:#}");
     assert_eq!(states["sim-bad-json"]["state"], "failed", "{states:#}");
-    assert!(states["sim-bad-json"]["last_report"]["summary"].as_str().unwrap().contains("/note: additional property not allowed"));
+    assert!(
+        states["sim-bad-json"]["last_report"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("/note: additional property not allowed")
+    );
 
     // Run it again on demand: the report names the extra key, per example.
     let (status, record) = qualify(&app, "sim-bad-json").await;
@@ -54,7 +67,8 @@ async fn sim_bad_json_fails_qualification_naming_the_extra_key_and_is_never_fail
     }
 
     // A client's fallback to it is refused, and says why.
-    let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": "slow one"}, "provider": "sim-slow"})).await;
+    let id =
+        create(&app, "k", &json!({"task": "summarize", "input": {"text": "slow one"}, "provider": "sim-slow"})).await;
     app.wait_for(&id, "running", |j| j["state"] == "running").await;
     let refused = app.post_attempt(&app.alice, &id, "fallback", &json!({"provider": "sim-bad-json"})).await;
     let problem = expect_problem(refused, StatusCode::UNPROCESSABLE_ENTITY, "provider-not-qualified").await;
@@ -65,7 +79,8 @@ async fn sim_bad_json_fails_qualification_naming_the_extra_key_and_is_never_fail
     let down: Value = down.json().await.unwrap();
     let down = down["id"].as_str().unwrap().to_owned();
     let job = app.wait_for(&down, "failed over", |j| j["state"] == "succeeded").await;
-    let providers_used: Vec<&str> = job["attempts"].as_array().unwrap().iter().map(|a| a["provider"].as_str().unwrap()).collect();
+    let providers_used: Vec<&str> =
+        job["attempts"].as_array().unwrap().iter().map(|a| a["provider"].as_str().unwrap()).collect();
     assert_eq!(providers_used, ["sim-hang", "sim-fast"]);
     let events = app
         .store()
@@ -78,11 +93,21 @@ async fn sim_bad_json_fails_qualification_naming_the_extra_key_and_is_never_fail
 }
 
 async fn a_job_on_sim_bad_json_fails_its_first_attempt_and_takes_the_failovers_output(backend: Backend) {
-    let app = TestApp::spawn_live(backend, |s| s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-fast".into()]).await;
-    let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": "contract first"}, "provider": "sim-bad-json"})).await;
+    let app =
+        TestApp::spawn_live(backend, |s| s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-fast".into()])
+            .await;
+    let id = create(
+        &app,
+        "k",
+        &json!({"task": "summarize", "input": {"text": "contract first"}, "provider": "sim-bad-json"}),
+    )
+    .await;
     let job = app.wait_for(&id, "succeeded", |j| j["state"] == "succeeded").await;
     let first = &job["attempts"][0];
-    assert_eq!((first["state"].clone(), first["error"]["type"].clone()), (json!("failed"), json!("contract-violation")));
+    assert_eq!(
+        (first["state"].clone(), first["error"]["type"].clone()),
+        (json!("failed"), json!("contract-violation"))
+    );
     assert!(first["error"]["message"].as_str().unwrap().contains("/note: additional property not allowed"));
     assert_eq!(first["error"]["detail"]["violations"], json!(["/note: additional property not allowed"]));
     assert_eq!(job["winning_attempt"], 2);
@@ -131,7 +156,8 @@ async fn a_prompt_longer_than_the_providers_context_fails_before_any_call(backen
     })
     .await;
     let long_text = "lorem ipsum dolor sit amet ".repeat(40);
-    let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": long_text}, "provider": "sim-tiny"})).await;
+    let id =
+        create(&app, "k", &json!({"task": "summarize", "input": {"text": long_text}, "provider": "sim-tiny"})).await;
     let job = app.wait_for(&id, "failed", |j| j["state"] == "failed").await;
     let error = &job["attempts"][0]["error"];
     assert_eq!(error["type"], "prompt-too-long");
@@ -140,7 +166,8 @@ async fn a_prompt_longer_than_the_providers_context_fails_before_any_call(backen
     assert!(app.simulator_log().await.is_empty(), "no call, no cost");
 
     // A short one fits and is sent.
-    let short = create(&app, "k2", &json!({"task": "summarize", "input": {"text": "short"}, "provider": "sim-tiny"})).await;
+    let short =
+        create(&app, "k2", &json!({"task": "summarize", "input": {"text": "short"}, "provider": "sim-tiny"})).await;
     app.wait_for(&short, "succeeded", |j| j["state"] == "succeeded").await;
     assert_eq!(app.simulator_log().await.len(), 1);
 }
@@ -161,7 +188,10 @@ async fn a_prompt_that_cannot_be_rendered_is_refused_when_the_job_is_created(bac
 
 async fn an_operators_resolution_must_meet_the_contract_too(backend: Backend) {
     let app = TestApp::spawn_live(backend, |s| {
-        s.providers.insert("sim-blind".into(), provider("kind = \"sim\"\ntimeout_ms = 300\nhang_ms = 60000\nstatus_lookup = false"));
+        s.providers.insert(
+            "sim-blind".into(),
+            provider("kind = \"sim\"\ntimeout_ms = 300\nhang_ms = 60000\nstatus_lookup = false"),
+        );
     })
     .await;
     let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": "x"}, "provider": "sim-blind"})).await;
@@ -213,9 +243,12 @@ async fn job_events(app: &TestApp, id: &str) -> Vec<onejob::domain::JobEvent> {
 
 async fn a_failover_waits_for_the_verdict_of_a_qualification_still_running(backend: Backend) {
     let app = TestApp::spawn_live_qualifying(backend, |s| failover_to_sim_slow_qualifying_at_start(s, 30_000)).await;
-    let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": "wait for it"}, "provider": "sim-bad-json"})).await;
+    let id =
+        create(&app, "k", &json!({"task": "summarize", "input": {"text": "wait for it"}, "provider": "sim-bad-json"}))
+            .await;
     let job = app.wait_for(&id, "succeeded", |j| j["state"] == "succeeded").await;
-    let providers_used: Vec<&str> = job["attempts"].as_array().unwrap().iter().map(|a| a["provider"].as_str().unwrap()).collect();
+    let providers_used: Vec<&str> =
+        job["attempts"].as_array().unwrap().iter().map(|a| a["provider"].as_str().unwrap()).collect();
     assert_eq!(providers_used, ["sim-bad-json", "sim-slow"], "{job:#}");
     assert_eq!(job["attempts"][0]["error"]["type"], "contract-violation");
     let events = job_events(&app, &id).await;
@@ -227,14 +260,22 @@ async fn a_failover_waits_for_the_verdict_of_a_qualification_still_running(backe
     let qualified_at = at(&states["sim-slow"]["qualified_at"]);
     let received_at = at(&job["attempts"][0]["unapplied_output"]["received_at"]);
     let failed_at = at(&job["attempts"][0]["finished_at"]);
-    assert!(received_at < qualified_at, "the broken output came at {received_at}, after sim-slow passed at {qualified_at}");
-    assert!(qualified_at <= failed_at, "the first attempt was failed at {failed_at}, before sim-slow passed at {qualified_at}");
+    assert!(
+        received_at < qualified_at,
+        "the broken output came at {received_at}, after sim-slow passed at {qualified_at}"
+    );
+    assert!(
+        qualified_at <= failed_at,
+        "the first attempt was failed at {failed_at}, before sim-slow passed at {qualified_at}"
+    );
     assert_eq!(states["sim-slow"]["qualifying"], false);
 }
 
 async fn a_failover_that_waited_its_limit_skips_saying_the_provider_was_still_being_qualified(backend: Backend) {
     let app = TestApp::spawn_live_qualifying(backend, |s| failover_to_sim_slow_qualifying_at_start(s, 100)).await;
-    let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": "no patience"}, "provider": "sim-bad-json"})).await;
+    let id =
+        create(&app, "k", &json!({"task": "summarize", "input": {"text": "no patience"}, "provider": "sim-bad-json"}))
+            .await;
     let job = app.wait_for(&id, "failed", |j| j["state"] == "failed").await;
     assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "{job:#}");
     let events = job_events(&app, &id).await;

@@ -3,9 +3,9 @@
 //! prices say now (I2), and only new jobs are checked against them.
 
 use crate::common::{Backend, TestApp, expect_problem};
+use onejob::app::Role;
 use onejob::config::Settings;
 use onejob::domain::{AttemptId, Fingerprint, IdempotencyKey, JobId, OwnerId, Price};
-use onejob::app::Role;
 use onejob::store::NewJob;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -57,7 +57,11 @@ async fn a_replay_is_answered_from_the_stored_job_whatever_the_configuration_say
     for ((key, body), job) in requests.iter().zip(&made) {
         let (status, replay) = post(&after, key, body).await;
         assert_eq!(status, StatusCode::OK, "{key}: the identical request is a replay after the deploy: {replay}");
-        assert_eq!((&replay["id"], &replay["provider"]), (&job["id"], &job["provider"]), "{key}: the stored job answers");
+        assert_eq!(
+            (&replay["id"], &replay["provider"]),
+            (&job["id"], &job["provider"]),
+            "{key}: the stored job answers"
+        );
     }
     // Another intent under a taken key is still a conflict.
     let other = json!({"task": "summarize", "input": {"text": "four five six"}});
@@ -67,11 +71,13 @@ async fn a_replay_is_answered_from_the_stored_job_whatever_the_configuration_say
     let (status, fresh) = post(&after, "new", &json!({"task": "summarize", "input": {"text": "abc"}})).await;
     assert_eq!((status, fresh["provider"].as_str()), (StatusCode::CREATED, Some("sim-slow")), "{fresh}");
     let too_long = json!({"task": "summarize", "input": {"text": "one two three"}});
-    expect_problem(after.post_job("new-long", &too_long).await, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+    expect_problem(after.post_job("new-long", &too_long).await, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed")
+        .await;
     let over_budget = json!({"task": "summarize", "input": {"text": "abc"}, "max_cost": "0.01"});
     expect_problem(after.post_job("new-budget", &over_budget).await, StatusCode::CONFLICT, "budget-exceeded").await;
     let gone = json!({"task": "digest", "input": {"text": "abc"}});
-    expect_problem(after.post_job("new-digest", &gone).await, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+    expect_problem(after.post_job("new-digest", &gone).await, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed")
+        .await;
 }
 
 async fn naming_the_default_provider_is_the_same_intent_only_for_a_job_made_under_that_default(backend: Backend) {
@@ -79,7 +85,9 @@ async fn naming_the_default_provider_is_the_same_intent_only_for_a_job_made_unde
     let input = json!({"text": "one two three"});
     let unnamed = json!({"task": "summarize", "input": input});
     let named = |provider: &str| json!({"task": "summarize", "input": input, "provider": provider});
-    for (key, body) in [("unnamed", &unnamed), ("named-default", &named("sim-fast")), ("named-other", &named("sim-slow"))] {
+    for (key, body) in
+        [("unnamed", &unnamed), ("named-default", &named("sim-fast")), ("named-other", &named("sim-slow"))]
+    {
         assert_eq!(post(&before, key, body).await.0, StatusCode::CREATED);
     }
     // Under the default the jobs were made with.
@@ -138,7 +146,8 @@ async fn a_job_stored_with_the_first_fingerprint_form_still_replays(backend: Bac
         json!({"task": "summarize", "input": input}),
         json!({"task": "summarize", "input": input, "max_cost": "0.05", "provider": "sim-slow"}),
     ] {
-        expect_problem(app.post_job("stored-long-ago", &body).await, StatusCode::CONFLICT, "idempotency-key-reused").await;
+        expect_problem(app.post_job("stored-long-ago", &body).await, StatusCode::CONFLICT, "idempotency-key-reused")
+            .await;
     }
 }
 

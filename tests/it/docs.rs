@@ -150,7 +150,8 @@ fn the_container_commands_are_the_ones_the_operations_guide_documents() {
     let dockerfile = read("Dockerfile");
     let compose = read("docker-compose.yml");
     let instruction = |name: &str| -> Vec<String> {
-        let line = dockerfile.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("the Dockerfile has {name}"));
+        let line =
+            dockerfile.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("the Dockerfile has {name}"));
         serde_json::from_str(line[name.len()..].trim()).unwrap_or_else(|e| panic!("{name} is a JSON array: {e}"))
     };
     // What `docker run` runs is what the operations guide says it runs.
@@ -161,7 +162,10 @@ fn the_container_commands_are_the_ones_the_operations_guide_documents() {
     assert!(operations.contains("docker build -t onejob ."), "docs/operations.md says how to build the image");
     assert!(dockerfile.contains("docker build -t onejob ."), "the Dockerfile says how to build it");
     assert!(compose.contains("image: onejob:latest"), "the compose file runs the image the build makes");
-    assert!(operations.contains("docker compose up -d --build"), "docs/operations.md says how to start the compose file");
+    assert!(
+        operations.contains("docker compose up -d --build"),
+        "docs/operations.md says how to start the compose file"
+    );
     // The image runs as a user of its own, and checks its health the documented way.
     assert!(dockerfile.contains("USER onejob"), "the image runs as a user of its own");
     assert!(dockerfile.contains(r#""onejob", "probe""#) && compose.contains(r#""onejob", "probe""#));
@@ -232,7 +236,9 @@ fn check_test_name(sources: &[(PathBuf, String)], written: &str) -> Result<(), S
 
 fn is_test_path(span: &str) -> bool {
     !span.is_empty()
-        && span.split("::").all(|s| s == "*" || (!s.is_empty() && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')))
+        && span.split("::").all(|s| {
+            s == "*" || (!s.is_empty() && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+        })
 }
 
 #[test]
@@ -259,7 +265,11 @@ fn every_test_the_invariant_table_names_exists() {
         }
     }
     assert!(names >= 40, "the invariant table names its tests ({names} found)");
-    assert!(missing.is_empty(), "the invariant table of docs/design.md names tests that do not exist:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "the invariant table of docs/design.md names tests that do not exist:\n{}",
+        missing.join("\n")
+    );
 }
 
 #[test]
@@ -302,7 +312,10 @@ fn every_test_a_proven_by_column_names_exists() {
 #[test]
 fn the_readme_is_short() {
     let size = read("README.md").len();
-    assert!(size <= README_MAX_BYTES, "README.md is {size} bytes, more than {README_MAX_BYTES}: move the detail to docs/");
+    assert!(
+        size <= README_MAX_BYTES,
+        "README.md is {size} bytes, more than {README_MAX_BYTES}: move the detail to docs/"
+    );
 }
 
 /// README.md and every Markdown file of `docs/`.

@@ -63,7 +63,8 @@ pub(crate) fn kinds(events: &[Received]) -> Vec<&str> {
 }
 
 async fn created(app: &TestApp, key: &str, provider: &str) -> Value {
-    let response = app.post_job(key, &json!({"task": "summarize", "input": {"text": "stream it"}, "provider": provider})).await;
+    let response =
+        app.post_job(key, &json!({"task": "summarize", "input": {"text": "stream it"}, "provider": provider})).await;
     assert_eq!(response.status(), StatusCode::CREATED);
     response.json().await.unwrap()
 }
@@ -134,7 +135,12 @@ async fn a_stream_is_its_owners_alone_and_counts_among_its_long_polls(backend: B
     let mut first = events(open(&app, &app.alice, &id, "", None).await);
     assert_eq!(first.next().await.unwrap().kind, "job-created");
     // Alice's one place is taken, by a stream or a long-poll alike.
-    let problem = expect_problem(open(&app, &app.alice, &id, "", None).await, StatusCode::TOO_MANY_REQUESTS, "too-many-long-polls").await;
+    let problem = expect_problem(
+        open(&app, &app.alice, &id, "", None).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "too-many-long-polls",
+    )
+    .await;
     assert!(problem["detail"].as_str().unwrap().contains("event streams"), "{problem}");
     let long_poll = app.get(&app.alice, &format!("/jobs/{id}?wait=1")).await;
     expect_problem(long_poll, StatusCode::TOO_MANY_REQUESTS, "too-many-long-polls").await;

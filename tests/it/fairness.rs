@@ -167,13 +167,18 @@ async fn an_owners_max_in_flight_of_5_holds_across_two_replicas_and_a_job_over_i
     .await;
     let log = requests(&[&first, &second]).await;
     assert_eq!(log.len(), 40, "one request per job");
-    assert!(first.simulator_log().await.len() > 0 && second.simulator_log().await.len() > 0, "both replicas ran attempts");
+    assert!(
+        first.simulator_log().await.len() > 0 && second.simulator_log().await.len() > 0,
+        "both replicas ran attempts"
+    );
     let peak = peak_overlap(&log);
     assert!(peak <= 5, "carol had {peak} attempts at the provider at once, over her max_in_flight of 5");
     assert!(peak >= 3, "the limit, not the load, kept carol at {peak} at once");
 }
 
-async fn a_provider_with_max_concurrent_3_never_sees_more_than_3_requests_at_once_across_two_replicas(backend: Backend) {
+async fn a_provider_with_max_concurrent_3_never_sees_more_than_3_requests_at_once_across_two_replicas(
+    backend: Backend,
+) {
     let (first, second) =
         two_replicas(backend, |s| s.providers.get_mut("sim-fast").unwrap().max_concurrent = Some(3)).await;
     for i in 0..15 {
@@ -192,7 +197,8 @@ async fn a_provider_with_max_concurrent_3_never_sees_more_than_3_requests_at_onc
 }
 
 async fn a_providers_requests_per_minute_keep_the_rest_of_a_burst_pending(backend: Backend) {
-    let app = TestApp::spawn_live(backend, |s| s.providers.get_mut("sim-fast").unwrap().requests_per_minute = Some(5)).await;
+    let app =
+        TestApp::spawn_live(backend, |s| s.providers.get_mut("sim-fast").unwrap().requests_per_minute = Some(5)).await;
     let mut ids = Vec::new();
     for i in 0..10 {
         ids.push(app.create_job(&format!("burst-{i}"), None).await["id"].as_str().unwrap().to_owned());
@@ -260,7 +266,10 @@ async fn a_429_with_retry_after_2_pauses_the_provider_for_2_s_and_the_same_attem
     assert_eq!(attempts[0]["state"], "succeeded");
     let log = app.simulator_log().await;
     let pause_end = requeued_at + chrono::Duration::seconds(2);
-    for (name, attempt) in [("the refused attempt", &attempt_id), ("the other job", &second["attempts"][0]["id"].as_str().unwrap().to_owned())] {
+    for (name, attempt) in [
+        ("the refused attempt", &attempt_id),
+        ("the other job", &second["attempts"][0]["id"].as_str().unwrap().to_owned()),
+    ] {
         let request = &log[attempt];
         let received: DateTime<Utc> = request["received_at"].as_str().unwrap().parse().unwrap();
         assert!(
@@ -279,7 +288,11 @@ async fn the_tokens_per_minute_bucket_is_shared_and_says_how_long_until_it_holds
     let wait = store.reserve_tokens("p", 600, 1_000).await.unwrap().expect("400 left do not hold 600");
     // 200 more tokens at 1,000 a minute: 12 s.
     assert!(wait > Duration::from_secs(11) && wait <= Duration::from_secs(12), "{wait:?}");
-    assert_eq!(store.reserve_tokens("q", 5_000, 1_000).await.unwrap(), None, "a request larger than the bucket takes a full one");
+    assert_eq!(
+        store.reserve_tokens("q", 5_000, 1_000).await.unwrap(),
+        None,
+        "a request larger than the bucket takes a full one"
+    );
     assert!(store.reserve_tokens("q", 1, 1_000).await.unwrap().is_some(), "which is then in debt");
 }
 

@@ -39,7 +39,11 @@ async fn a_double_click_with_the_worker_running_makes_one_job_and_one_provider_r
         .map(|_| {
             let (app, barrier) = (app.clone(), barrier.clone());
             tokio::spawn(async move {
-                let request = app.post_job_raw(&app.alice, "click", json!({"task": "summarize", "input": {"text": "one two three four"}}).to_string());
+                let request = app.post_job_raw(
+                    &app.alice,
+                    "click",
+                    json!({"task": "summarize", "input": {"text": "one two three four"}}).to_string(),
+                );
                 barrier.wait().await;
                 let body: Value = request.send().await.unwrap().json().await.unwrap();
                 body["id"].as_str().unwrap().to_owned()
@@ -104,10 +108,11 @@ async fn reverse_order_finish_the_fallback_wins_and_the_slow_primary_is_supersed
     app.wait_for(&id, "running", |j| j["state"] == "running").await;
     let fallback = app.post_attempt(&app.alice, &id, "use-fallback", &json!({"provider": "sim-fast"})).await;
     assert_eq!(fallback.status(), StatusCode::CREATED);
-    let job = app.wait_for(&id, "the primary finished too", |j| {
-        j["attempts"].as_array().is_some_and(|a| a.len() == 2 && a[0]["state"] == "superseded")
-    })
-    .await;
+    let job = app
+        .wait_for(&id, "the primary finished too", |j| {
+            j["attempts"].as_array().is_some_and(|a| a.len() == 2 && a[0]["state"] == "superseded")
+        })
+        .await;
     assert_eq!(job["state"], "succeeded");
     assert_eq!(job["winning_attempt"], 2, "the second to leave, first to return, wins");
     assert_eq!(attempts(&job)[1]["state"], "succeeded");
@@ -169,10 +174,11 @@ async fn the_policy_stops_at_the_attempt_budget(backend: Backend) {
     })
     .await;
     let id = create(&app, "k", &json!({"task": "summarize", "input": {"text": "x"}})).await;
-    let job = app.wait_for(&id, "two failures", |j| {
-        j["state"] == "failed" && j["attempts"].as_array().is_some_and(|a| a.len() == 2)
-    })
-    .await;
+    let job = app
+        .wait_for(&id, "two failures", |j| {
+            j["state"] == "failed" && j["attempts"].as_array().is_some_and(|a| a.len() == 2)
+        })
+        .await;
     assert!(attempts(&job).iter().all(|a| a["state"] == "failed"));
     let more = app.post_attempt(&app.alice, &id, "one-more", &json!({})).await;
     expect_problem(more, StatusCode::CONFLICT, "attempt-limit-reached").await;
@@ -181,7 +187,9 @@ async fn the_policy_stops_at_the_attempt_budget(backend: Backend) {
 async fn nothing_is_retried_automatically_while_an_attempt_is_unknown(backend: Backend) {
     // sim-hang fails over to sim-fast, but only once reconciliation has
     // settled the unknown attempt as failed.
-    let app = TestApp::spawn_live(backend, |s| s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-fast".into()]).await;
+    let app =
+        TestApp::spawn_live(backend, |s| s.tasks.get_mut("summarize").unwrap().failover = vec!["sim-fast".into()])
+            .await;
     let id = create(&app, "k", &summarize_on("sim-hang", "wait for me")).await;
     let job = app.wait_for(&id, "succeeded", |j| j["state"] == "succeeded").await;
     assert_eq!(job["winning_attempt"], 2);
@@ -219,7 +227,11 @@ async fn an_output_that_breaks_the_schema_is_kept_on_its_attempt_unvalidated(bac
     let id = create(&app, "k", &summarize_on("sim-extra", "x y")).await;
     let job = app.wait_for(&id, "failed", |j| j["state"] == "failed").await;
     let attempt = &attempts(&job)[0];
-    assert_eq!((&attempt["error"]["type"], &attempt["output"]), (&json!("contract-violation"), &Value::Null), "{attempt:#}");
+    assert_eq!(
+        (&attempt["error"]["type"], &attempt["output"]),
+        (&json!("contract-violation"), &Value::Null),
+        "{attempt:#}"
+    );
     let kept = &attempt["unapplied_output"];
     assert_eq!(kept["why"], "contract-violation", "{attempt:#}");
     assert_eq!(kept["output"]["summary"], "x y", "the output as the provider gave it: {attempt:#}");
@@ -266,9 +278,12 @@ async fn an_unknown_attempt_without_a_status_lookup_waits_for_an_operators_resol
     expect_problem(bobs, StatusCode::NOT_FOUND, "not-found").await;
 
     let output = json!({"summary": "who knows", "word_count": 2});
-    let resolved = resolve(json!({"outcome": "succeeded", "output": output, "reason": "seen in the provider's console"}), app.alice.clone())
-        .await
-        .unwrap();
+    let resolved = resolve(
+        json!({"outcome": "succeeded", "output": output, "reason": "seen in the provider's console"}),
+        app.alice.clone(),
+    )
+    .await
+    .unwrap();
     assert_eq!(resolved.status(), StatusCode::OK);
     let job: Value = resolved.json().await.unwrap();
     assert_eq!((job["state"].clone(), job["result"].clone()), (json!("succeeded"), output));
@@ -291,7 +306,14 @@ async fn a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_
     let job = app.wait_for(&id, "running", |j| j["state"] == "running").await;
     let first = app.client.get(app.url(&format!("/jobs/{id}"))).bearer_auth(&app.alice).send().await.unwrap();
     let etag = first.headers()["etag"].to_str().unwrap().to_owned();
-    let unchanged = app.client.get(app.url(&format!("/jobs/{id}"))).bearer_auth(&app.alice).header("if-none-match", &etag).send().await.unwrap();
+    let unchanged = app
+        .client
+        .get(app.url(&format!("/jobs/{id}")))
+        .bearer_auth(&app.alice)
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(unchanged.status(), StatusCode::NOT_MODIFIED);
     assert_eq!(job["state"], "running");
     // Waits (up to 10 s) until the slow attempt (1.5 s) finishes.
@@ -307,9 +329,18 @@ async fn a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_
     assert_ne!(changed.headers()["etag"].to_str().unwrap(), etag);
     let done: Value = changed.json().await.unwrap();
     assert_eq!(done["state"], "succeeded");
-    let final_tag = app.client.get(app.url(&format!("/jobs/{id}"))).bearer_auth(&app.alice).send().await.unwrap().headers()["etag"].clone();
+    let final_tag =
+        app.client.get(app.url(&format!("/jobs/{id}"))).bearer_auth(&app.alice).send().await.unwrap().headers()["etag"]
+            .clone();
     let started = std::time::Instant::now();
-    let terminal = app.client.get(app.url(&format!("/jobs/{id}?wait=10"))).bearer_auth(&app.alice).header("if-none-match", final_tag).send().await.unwrap();
+    let terminal = app
+        .client
+        .get(app.url(&format!("/jobs/{id}?wait=10")))
+        .bearer_auth(&app.alice)
+        .header("if-none-match", final_tag)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(terminal.status(), StatusCode::NOT_MODIFIED);
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "a finished job does not make the client wait");
 }

@@ -51,7 +51,12 @@ fn error(status: u16, message: &str, kind: &str, code: Value) -> Response {
     (StatusCode::from_u16(status).unwrap(), Json(body)).into_response()
 }
 
-async fn answer(State(seen): State<Seen>, Path(scenario): Path<String>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+async fn answer(
+    State(seen): State<Seen>,
+    Path(scenario): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
     seen.lock().unwrap().push((headers, body));
     match scenario.as_str() {
         "ok" => Json(chat_completion(json!("{\"summary\": \"a fox\", \"word_count\": 2}"))).into_response(),
@@ -71,12 +76,36 @@ async fn answer(State(seen): State<Seen>, Path(scenario): Path<String>, headers:
             body["choices"][0]["finish_reason"] = json!("content_filter");
             Json(body).into_response()
         }
-        "unauthorized" => error(401, "Incorrect API key provided: sk-test-***apes. You can find your API key at https://platform.openai.com/account/api-keys.", "invalid_request_error", json!("invalid_api_key")),
-        "context" => error(400, "This model's maximum context length is 128000 tokens. However, your messages resulted in 130512 tokens. Please reduce the length of the messages.", "invalid_request_error", json!("context_length_exceeded")),
-        "rate-limited" => error(429, "Rate limit reached for gpt-4o in organization org-abc on tokens per min (TPM): Limit 30000, Used 29876, Requested 1163. Please try again in 2.078s.", "tokens", json!("rate_limit_exceeded")),
-        "server-error" => error(500, "The server had an error while processing your request. Sorry about that!", "server_error", Value::Null),
-        "overloaded" => error(503, "The engine is currently overloaded, please try again later", "server_error", Value::Null),
-        "gateway-timeout" => (StatusCode::GATEWAY_TIMEOUT, "<html><body><h1>504 Gateway Time-out</h1></body></html>").into_response(),
+        "unauthorized" => error(
+            401,
+            "Incorrect API key provided: sk-test-***apes. You can find your API key at https://platform.openai.com/account/api-keys.",
+            "invalid_request_error",
+            json!("invalid_api_key"),
+        ),
+        "context" => error(
+            400,
+            "This model's maximum context length is 128000 tokens. However, your messages resulted in 130512 tokens. Please reduce the length of the messages.",
+            "invalid_request_error",
+            json!("context_length_exceeded"),
+        ),
+        "rate-limited" => error(
+            429,
+            "Rate limit reached for gpt-4o in organization org-abc on tokens per min (TPM): Limit 30000, Used 29876, Requested 1163. Please try again in 2.078s.",
+            "tokens",
+            json!("rate_limit_exceeded"),
+        ),
+        "server-error" => error(
+            500,
+            "The server had an error while processing your request. Sorry about that!",
+            "server_error",
+            Value::Null,
+        ),
+        "overloaded" => {
+            error(503, "The engine is currently overloaded, please try again later", "server_error", Value::Null)
+        }
+        "gateway-timeout" => {
+            (StatusCode::GATEWAY_TIMEOUT, "<html><body><h1>504 Gateway Time-out</h1></body></html>").into_response()
+        }
         _ => error(404, "unknown scenario", "invalid_request_error", Value::Null),
     }
 }
@@ -148,7 +177,10 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
                 output_schema: Some(json!({"type": "object"})),
                 trace: None,
             };
-            (request.request_id.clone(), provider::call(providers["openai"].as_ref(), &request, async |_: &str| {}).await)
+            (
+                request.request_id.clone(),
+                provider::call(providers["openai"].as_ref(), &request, async |_: &str| {}).await,
+            )
         }
     };
 
@@ -158,19 +190,37 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
     assert_eq!(headers["authorization"], format!("Bearer {KEY}"));
     assert_eq!(headers["x-client-request-id"], attempt_id);
     assert_eq!(headers["idempotency-key"], attempt_id);
-    assert_eq!((body["model"].clone(), body["temperature"].clone(), body["max_tokens"].clone()), (json!("gpt-4o-mini"), json!(0.0), json!(256)));
+    assert_eq!(
+        (body["model"].clone(), body["temperature"].clone(), body["max_tokens"].clone()),
+        (json!("gpt-4o-mini"), json!(0.0), json!(256))
+    );
     assert_eq!(body["messages"].as_array().unwrap().len(), 1);
-    assert!(body.get("response_format").is_none(), "response_format only where the provider is marked as supporting it");
+    assert!(
+        body.get("response_format").is_none(),
+        "response_format only where the provider is marked as supporting it"
+    );
     assert!(body.get("onejob_input").is_none(), "nothing non-standard goes to a real provider");
 
     let expected: HashMap<&str, (FailureClass, &str, Option<u16>, &str)> = HashMap::from([
         ("prose", (FailureClass::Definitive { retryable: false }, "contract-violation", None, "not JSON")),
         ("refusal", (FailureClass::Definitive { retryable: false }, "refusal", None, "I'm sorry")),
-        ("length", (FailureClass::Definitive { retryable: false }, "output-truncated", None, "cut off at the token limit")),
+        (
+            "length",
+            (FailureClass::Definitive { retryable: false }, "output-truncated", None, "cut off at the token limit"),
+        ),
         ("filtered", (FailureClass::Definitive { retryable: false }, "content-filtered", None, "content filter")),
-        ("unauthorized", (FailureClass::Definitive { retryable: false }, "provider-error", Some(401), "Incorrect API key")),
-        ("context", (FailureClass::Definitive { retryable: false }, "provider-error", Some(400), "maximum context length")),
-        ("rate-limited", (FailureClass::Definitive { retryable: true }, "provider-error", Some(429), "Rate limit reached")),
+        (
+            "unauthorized",
+            (FailureClass::Definitive { retryable: false }, "provider-error", Some(401), "Incorrect API key"),
+        ),
+        (
+            "context",
+            (FailureClass::Definitive { retryable: false }, "provider-error", Some(400), "maximum context length"),
+        ),
+        (
+            "rate-limited",
+            (FailureClass::Definitive { retryable: true }, "provider-error", Some(429), "Rate limit reached"),
+        ),
         ("server-error", (FailureClass::Definitive { retryable: true }, "provider-error", Some(500), "had an error")),
         ("overloaded", (FailureClass::Definitive { retryable: true }, "provider-error", Some(503), "overloaded")),
         ("gateway-timeout", (FailureClass::Ambiguous, "provider-error", Some(504), "Gateway Time-out")),
@@ -205,13 +255,21 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
     // goes as response_format, named after the task.
     let settings = provider_settings_of("openai", "o4-mini", &format!("http://{addr}/ok/v1"), "response_format = true");
     let providers = provider::build(&settings, None).unwrap();
-    let request = ProviderRequest { task: "summarize.v2".into(), output_schema: Some(json!({"type": "object"})), ..request };
+    let request =
+        ProviderRequest { task: "summarize.v2".into(), output_schema: Some(json!({"type": "object"})), ..request };
     providers["openai"].send(&request).await.unwrap();
     let (_, body) = seen.lock().unwrap().last().cloned().unwrap();
     assert_eq!((body.get("max_tokens"), &body["max_completion_tokens"]), (None, &json!(256)), "{body}");
     let format = &body["response_format"];
-    assert_eq!((&format["type"], &format["json_schema"]["name"], &format["json_schema"]["strict"]), (&json!("json_schema"), &json!("summarize_v2"), &json!(true)));
-    assert_eq!(providers["openai"].settings().tokenizer(), onejob::config::Tokenizer::O200kBase, "the model family's encoding");
+    assert_eq!(
+        (&format["type"], &format["json_schema"]["name"], &format["json_schema"]["strict"]),
+        (&json!("json_schema"), &json!("summarize_v2"), &json!(true))
+    );
+    assert_eq!(
+        providers["openai"].settings().tokenizer(),
+        onejob::config::Tokenizer::O200kBase,
+        "the model family's encoding"
+    );
 }
 
 /// A response object as OpenAI's reference shows one.
@@ -235,8 +293,10 @@ fn with_usage(mut object: Value) -> Value {
 /// What response `id` of a scenario says when read: each scenario's
 /// background response ends its own way.
 fn recorded_response(scenario: &str, id: &str) -> Value {
-    let message = |status: &str, part: Value| json!([{"type": "message", "id": "msg_67ccd3acc8d48190a77525dc6de64b4104becb25c1f9e9a4",
-                                                      "status": status, "role": "assistant", "content": [part]}]);
+    let message = |status: &str, part: Value| {
+        json!([{"type": "message", "id": "msg_67ccd3acc8d48190a77525dc6de64b4104becb25c1f9e9a4",
+                                                      "status": status, "role": "assistant", "content": [part]}])
+    };
     match scenario {
         "completes" => {
             let mut object = with_usage(response_object(id, "completed"));
@@ -252,12 +312,16 @@ fn recorded_response(scenario: &str, id: &str) -> Value {
         "cut-off" => {
             let mut object = with_usage(response_object(id, "incomplete"));
             object["incomplete_details"] = json!({"reason": "max_output_tokens"});
-            object["output"] = message("incomplete", json!({"type": "output_text", "text": "{\"summary\": \"a", "annotations": []}));
+            object["output"] =
+                message("incomplete", json!({"type": "output_text", "text": "{\"summary\": \"a", "annotations": []}));
             object
         }
         "refuses" => {
             let mut object = with_usage(response_object(id, "completed"));
-            object["output"] = message("completed", json!({"type": "refusal", "refusal": "I'm sorry, I cannot assist with that request."}));
+            object["output"] = message(
+                "completed",
+                json!({"type": "refusal", "refusal": "I'm sorry, I cannot assist with that request."}),
+            );
             object
         }
         _ => response_object(id, "cancelled"),
@@ -266,19 +330,47 @@ fn recorded_response(scenario: &str, id: &str) -> Value {
 
 type Polls = Arc<Mutex<Vec<String>>>;
 
-async fn create_response(State((seen, _)): State<(Seen, Polls)>, Path(scenario): Path<String>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+async fn create_response(
+    State((seen, _)): State<(Seen, Polls)>,
+    Path(scenario): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
     seen.lock().unwrap().push((headers, body));
     match scenario.as_str() {
-        "unauthorized" => error(401, "Incorrect API key provided: sk-test-***apes.", "invalid_request_error", json!("invalid_api_key")),
-        "invalid" => error(400, "Invalid schema for response_format 'summarize': In context=(), 'additionalProperties' is required to be supplied and to be false.", "invalid_request_error", json!("invalid_json_schema")),
-        "rate-limited" => error(429, "Rate limit reached for gpt-4o in organization org-abc on requests per min (RPM): Limit 500, Used 500, Requested 1.", "requests", json!("rate_limit_exceeded")),
-        "server-error" => error(500, "The server had an error while processing your request. Sorry about that!", "server_error", Value::Null),
+        "unauthorized" => error(
+            401,
+            "Incorrect API key provided: sk-test-***apes.",
+            "invalid_request_error",
+            json!("invalid_api_key"),
+        ),
+        "invalid" => error(
+            400,
+            "Invalid schema for response_format 'summarize': In context=(), 'additionalProperties' is required to be supplied and to be false.",
+            "invalid_request_error",
+            json!("invalid_json_schema"),
+        ),
+        "rate-limited" => error(
+            429,
+            "Rate limit reached for gpt-4o in organization org-abc on requests per min (RPM): Limit 500, Used 500, Requested 1.",
+            "requests",
+            json!("rate_limit_exceeded"),
+        ),
+        "server-error" => error(
+            500,
+            "The server had an error while processing your request. Sorry about that!",
+            "server_error",
+            Value::Null,
+        ),
         _ => Json(response_object(&format!("resp_{scenario}"), "queued")).into_response(),
     }
 }
 
 /// The first read of a background response finds it in progress; the next ones, done.
-async fn read_response(State((_, polls)): State<(Seen, Polls)>, Path((scenario, id)): Path<(String, String)>) -> Response {
+async fn read_response(
+    State((_, polls)): State<(Seen, Polls)>,
+    Path((scenario, id)): Path<(String, String)>,
+) -> Response {
     let mut polls = polls.lock().unwrap();
     polls.push(id.clone());
     if id != format!("resp_{scenario}") {
@@ -313,13 +405,21 @@ async fn recorded_responses_api_answers_are_classified_followed_and_canceled() {
         request_id: AttemptId::new().to_string(),
         task: "summarize".into(),
         input: json!({"text": "a quick brown fox"}),
-        messages: vec![json!({"role": "system", "content": "You summarize text."}), json!({"role": "user", "content": "Summarize: a quick brown fox"})],
+        messages: vec![
+            json!({"role": "system", "content": "You summarize text."}),
+            json!({"role": "user", "content": "Summarize: a quick brown fox"}),
+        ],
         temperature: 0.0,
         output_schema: Some(json!({"type": "object", "properties": {}, "additionalProperties": false})),
         trace: None,
     };
     let provider_at = |scenario: &str| {
-        let settings = provider_settings_of("openai-responses", "gpt-4o", &format!("http://{addr}/{scenario}/v1"), "response_format = true");
+        let settings = provider_settings_of(
+            "openai-responses",
+            "gpt-4o",
+            &format!("http://{addr}/{scenario}/v1"),
+            "response_format = true",
+        );
         provider::build(&settings, None).unwrap().remove("openai").unwrap()
     };
 
@@ -328,10 +428,25 @@ async fn recorded_responses_api_answers_are_classified_followed_and_canceled() {
     let completes = provider_at("completes");
     assert_eq!(completes.send(&request).await.unwrap(), Reply::Accepted("resp_completes".into()));
     let (headers, body) = seen.lock().unwrap().last().cloned().unwrap();
-    assert_eq!((headers["x-client-request-id"].to_str().unwrap(), headers["authorization"].to_str().unwrap()), (request.request_id.as_str(), format!("Bearer {KEY}").as_str()));
-    assert_eq!((&body["background"], &body["store"], &body["max_output_tokens"]), (&json!(true), &json!(true), &json!(256)), "{body}");
-    assert_eq!((&body["instructions"], &body["input"][0]["role"]), (&json!("You summarize text."), &json!("user")), "{body}");
-    assert_eq!((&body["text"]["format"]["type"], &body["text"]["format"]["strict"]), (&json!("json_schema"), &json!(true)), "{body}");
+    assert_eq!(
+        (headers["x-client-request-id"].to_str().unwrap(), headers["authorization"].to_str().unwrap()),
+        (request.request_id.as_str(), format!("Bearer {KEY}").as_str())
+    );
+    assert_eq!(
+        (&body["background"], &body["store"], &body["max_output_tokens"]),
+        (&json!(true), &json!(true), &json!(256)),
+        "{body}"
+    );
+    assert_eq!(
+        (&body["instructions"], &body["input"][0]["role"]),
+        (&json!("You summarize text."), &json!("user")),
+        "{body}"
+    );
+    assert_eq!(
+        (&body["text"]["format"]["type"], &body["text"]["format"]["strict"]),
+        (&json!("json_schema"), &json!(true)),
+        "{body}"
+    );
     assert!(body.get("onejob_input").is_none() && body.get("messages").is_none(), "{body}");
     let handed = Mutex::new(None);
     let done = provider::call(completes.as_ref(), &request, async |id: &str| {
@@ -388,10 +503,15 @@ async fn recorded_responses_api_answers_are_classified_followed_and_canceled() {
 #[ignore = "needs the openai Python package: installed by .ci/run"]
 async fn the_official_openai_sdk_reads_the_simulators_responses_and_chat_completions() {
     let mut settings = Settings::builtin();
-    let sim = |extra: &str| crate::common::provider(&format!("kind = \"sim\"\nmodel = \"sim-1\"\ntokenizer = \"o200k_base\"\n{extra}"));
+    let sim = |extra: &str| {
+        crate::common::provider(&format!("kind = \"sim\"\nmodel = \"sim-1\"\ntokenizer = \"o200k_base\"\n{extra}"))
+    };
     settings.providers.insert("sdk-responses".into(), sim("api = \"responses\"\nlatency_ms = 20"));
     settings.providers.insert("sdk-slow".into(), sim("api = \"responses\"\nlatency_ms = 60000"));
-    settings.providers.insert("sdk-limited".into(), sim("api = \"responses\"\nerror_rate = 1.0\nerror_status = 429\nretry_after_secs = 1"));
+    settings.providers.insert(
+        "sdk-limited".into(),
+        sim("api = \"responses\"\nerror_rate = 1.0\nerror_status = 429\nretry_after_secs = 1"),
+    );
     settings.providers.insert("sdk-chat".into(), sim("latency_ms = 5\noutput = \"extra_top_level_key\""));
     let simulator = onejob::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -414,8 +534,12 @@ async fn the_official_openai_sdk_reads_the_simulators_responses_and_chat_complet
 
     // What the simulator saw of it.
     let log: Value = reqwest::get(format!("{}/v1/requests", simulator.url())).await.unwrap().json().await.unwrap();
-    let by_id: HashMap<&str, &Value> = log["requests"].as_array().unwrap().iter().map(|r| (r["id"].as_str().unwrap(), r)).collect();
-    assert_eq!((&by_id["sdk-background"]["status"], &by_id["sdk-background"]["strict_schema"]), (&json!("succeeded"), &json!(true)));
+    let by_id: HashMap<&str, &Value> =
+        log["requests"].as_array().unwrap().iter().map(|r| (r["id"].as_str().unwrap(), r)).collect();
+    assert_eq!(
+        (&by_id["sdk-background"]["status"], &by_id["sdk-background"]["strict_schema"]),
+        (&json!("succeeded"), &json!(true))
+    );
     assert!(by_id["sdk-canceled"]["canceled_after_ms"].is_u64(), "{:#}", by_id["sdk-canceled"]);
     assert_eq!(by_id["sdk-chat"]["strict_schema"], true, "the SDK's schema met strict mode's rules");
 }

@@ -59,7 +59,10 @@ async fn the_specification_lists_every_route_the_router_serves() {
     // And the router serves each of them: none falls through to "no such
     // route" or "method not allowed".
     for (method, path) in routes() {
-        let concrete = path.replace("{id}", "01a22851-a552-7344-9378-329a303dcaea").replace("{number}", "1").replace("{name}", "sim-fast");
+        let concrete = path
+            .replace("{id}", "01a22851-a552-7344-9378-329a303dcaea")
+            .replace("{number}", "1")
+            .replace("{name}", "sim-fast");
         let response = app
             .client
             .request(Method::from_bytes(method.to_uppercase().as_bytes()).unwrap(), app.url(&concrete))
@@ -97,7 +100,10 @@ async fn the_specification_names_the_headers_and_every_problem_type() {
         let code = std::fs::read_to_string(&file).unwrap();
         for found in code.split("Problem::new(").skip(1) {
             let file = file.display();
-            assert!(found.starts_with("ProblemType::") || found.starts_with("kind"), "{file} builds a problem from {found:.40}");
+            assert!(
+                found.starts_with("ProblemType::") || found.starts_with("kind"),
+                "{file} builds a problem from {found:.40}"
+            );
         }
     }
     // A refusal's problem type is the one the store records in its events.

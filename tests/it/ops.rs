@@ -29,14 +29,22 @@ async fn metrics_cover_every_documented_series(backend: Backend) {
     let id = create(&app, "k1", &body).await;
     app.wait_for(&id, "succeeded", |j| j["state"] == "succeeded").await;
     assert_eq!(app.post_job("k1", &body).await.status(), StatusCode::OK);
-    assert_eq!(app.post_job("k1", &json!({"task": "summarize", "input": {"text": "other"}})).await.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        app.post_job("k1", &json!({"task": "summarize", "input": {"text": "other"}})).await.status(),
+        StatusCode::CONFLICT
+    );
     // A race: the slow primary loses to the fallback, and its call is aborted.
-    let race = create(&app, "k2", &json!({"task": "summarize", "input": {"text": "race"}, "provider": "sim-slow"})).await;
+    let race =
+        create(&app, "k2", &json!({"task": "summarize", "input": {"text": "race"}, "provider": "sim-slow"})).await;
     app.wait_for(&race, "running", |j| j["state"] == "running").await;
-    assert_eq!(app.post_attempt(&app.alice, &race, "fb", &json!({"provider": "sim-fast"})).await.status(), StatusCode::CREATED);
+    assert_eq!(
+        app.post_attempt(&app.alice, &race, "fb", &json!({"provider": "sim-fast"})).await.status(),
+        StatusCode::CREATED
+    );
     app.wait_for(&race, "the loser recorded", |j| j["attempts"][0]["state"] == "canceled").await;
     // An unknown outcome, reconciled.
-    let late = create(&app, "k3", &json!({"task": "summarize", "input": {"text": "late"}, "provider": "sim-late"})).await;
+    let late =
+        create(&app, "k3", &json!({"task": "summarize", "input": {"text": "late"}, "provider": "sim-late"})).await;
     app.wait_for(&late, "reconciled", |j| j["state"] == "succeeded").await;
     // A backlog: dave may run one attempt at once, so his second job waits
     // pending behind his first, slow one, and the gauges see him.
@@ -48,12 +56,17 @@ async fn metrics_cover_every_documented_series(backend: Backend) {
         let response = app.post_job_raw(&dave_token, key, body.to_string()).send().await.unwrap();
         assert_eq!(response.status(), StatusCode::CREATED);
     }
-    crate::common::processes::eventually("the gauges see dave's backlog", std::time::Duration::from_secs(10), || async {
-        let text = metrics_text(&app).await;
-        let dave = format!(r#"onejob_pending_attempts_by_owner{{owner="{}"}} 1"#, onejob::metrics::owner_label("dave"));
-        assert!(!text.contains("\"dave\""), "the page names no owner");
-        text.contains(&dave)
-    })
+    crate::common::processes::eventually(
+        "the gauges see dave's backlog",
+        std::time::Duration::from_secs(10),
+        || async {
+            let text = metrics_text(&app).await;
+            let dave =
+                format!(r#"onejob_pending_attempts_by_owner{{owner="{}"}} 1"#, onejob::metrics::owner_label("dave"));
+            assert!(!text.contains("\"dave\""), "the page names no owner");
+            text.contains(&dave)
+        },
+    )
     .await;
 
     let text = metrics_text(&app).await;
@@ -88,7 +101,10 @@ async fn the_rate_limit_is_per_owner_and_a_replay_costs_as_much_as_a_create(back
     assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), StatusCode::OK);
 }
 
-on_both_backends!(metrics_cover_every_documented_series, the_rate_limit_is_per_owner_and_a_replay_costs_as_much_as_a_create);
+on_both_backends!(
+    metrics_cover_every_documented_series,
+    the_rate_limit_is_per_owner_and_a_replay_costs_as_much_as_a_create
+);
 
 /// The outcomes an attempt is counted under by the worker, as its usage is.
 const SETTLED: [&str; 5] = ["succeeded", "superseded", "failed", "unknown", "canceled"];
@@ -97,8 +113,8 @@ const LOOKUPS: [&str; 5] = ["succeeded", "failed", "running", "not_found", "erro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_counter_whose_labels_the_configuration_names_is_exported_at_zero_from_start() {
-    use crate::common::prometheus::{label_sets, scrape, value};
     use crate::common::processes::{set, simulator_and_config_with};
+    use crate::common::prometheus::{label_sets, scrape, value};
     // The default configuration, nothing qualified at start (so that nothing
     // happens before the scrape), plus a provider without a price or a
     // status lookup and a second task on it.
@@ -138,7 +154,10 @@ async fn every_counter_whose_labels_the_configuration_names_is_exported_at_zero_
                 zero("onejob_tokens_total", &[("provider", provider), ("outcome", outcome), ("kind", kind)]);
             }
             if let Some(price) = &provider_settings.price {
-                zero("onejob_cost_nanos_total", &[("provider", provider), ("outcome", outcome), ("currency", &price.currency)]);
+                zero(
+                    "onejob_cost_nanos_total",
+                    &[("provider", provider), ("outcome", outcome), ("currency", &price.currency)],
+                );
             }
         }
         if provider_settings.has_status_lookup() {
@@ -242,14 +261,18 @@ async fn a_full_run_logs_no_secret() {
     gpt.insert("base_url".into(), format!("{}/providers/sim-fast/v1", simulator.url()).into());
     gpt.insert("api_key_env".into(), "ONEJOB_TEST_PROVIDER_KEY".into());
     table["providers"].as_table_mut().unwrap().insert("gpt".into(), gpt.into());
-    table.insert("simulator".into(), toml::Value::Table([("url".to_owned(), simulator.url().into())].into_iter().collect()));
+    table.insert(
+        "simulator".into(),
+        toml::Value::Table([("url".to_owned(), simulator.url().into())].into_iter().collect()),
+    );
     let config = std::env::temp_dir().join(format!("onejob-secrets-{}.toml", uuid::Uuid::now_v7().simple()));
     std::fs::write(&config, toml::to_string(&table).unwrap()).unwrap();
 
     let url = Backend::Sqlite.fresh_database().await;
     let store = crate::common::open_store(&url);
     store.migrate().await.unwrap();
-    let token = onejob::keys::create_key(store.as_ref(), &onejob::domain::OwnerId::parse("alice").unwrap()).await.unwrap().1;
+    let token =
+        onejob::keys::create_key(store.as_ref(), &onejob::domain::OwnerId::parse("alice").unwrap()).await.unwrap().1;
 
     let mut child = tokio::process::Command::new(crate::common::BIN)
         .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0", "--config"])
@@ -271,7 +294,8 @@ async fn a_full_run_logs_no_secret() {
     let mut log = Vec::new();
     let address = loop {
         let line = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().expect("serve starts");
-        let found = line.split("listening on http://").nth(1).map(|rest| rest.split(['"', ' ']).next().unwrap().to_owned());
+        let found =
+            line.split("listening on http://").nth(1).map(|rest| rest.split(['"', ' ']).next().unwrap().to_owned());
         log.push(line);
         if let Some(address) = found {
             break address;
@@ -291,14 +315,27 @@ async fn a_full_run_logs_no_secret() {
     let id = created.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
     let mut state = Value::Null;
     for _ in 0..10 {
-        let job: Value = client.get(format!("http://{address}/jobs/{id}?wait=5")).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+        let job: Value = client
+            .get(format!("http://{address}/jobs/{id}?wait=5"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         state = job["state"].clone();
         if state == "succeeded" {
             break;
         }
     }
     assert_eq!(state, "succeeded", "the job ran through the keyed provider");
-    let wrong = client.get(format!("http://{address}/jobs")).bearer_auth(format!("oj_{}", "1".repeat(64))).send().await.unwrap();
+    let wrong = client
+        .get(format!("http://{address}/jobs"))
+        .bearer_auth(format!("oj_{}", "1".repeat(64)))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
     child.kill().await.unwrap();
     while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(2), rx.recv()).await {
@@ -312,12 +349,17 @@ async fn a_full_run_logs_no_secret() {
     }
     // The caller's trace id is on every line of its request and of its attempt.
     let parsed: Vec<Value> = log.iter().map(|line| serde_json::from_str(line).unwrap()).collect();
-    let in_span = |name: &str| parsed.iter().filter(|l| l["span"]["name"] == name && l["span"]["job.id"] == id.as_str()).count();
+    let in_span =
+        |name: &str| parsed.iter().filter(|l| l["span"]["name"] == name && l["span"]["job.id"] == id.as_str()).count();
     let traced = |name: &str| {
         let of_job = |l: &&Value| {
             let span = &l["span"];
             span["name"] == name
-                && if name == "request" { span["method"] == "POST" && span["path"] == "/jobs" } else { span["job.id"] == id.as_str() }
+                && if name == "request" {
+                    span["method"] == "POST" && span["path"] == "/jobs"
+                } else {
+                    span["job.id"] == id.as_str()
+                }
         };
         let lines: Vec<&Value> = parsed.iter().filter(of_job).collect();
         assert!(!lines.is_empty(), "no line in a {name} span");

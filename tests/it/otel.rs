@@ -77,7 +77,11 @@ async fn a_traced_create_and_its_attempt_are_one_trace_down_to_the_provider_call
     let (otlp, received) = receiver().await;
     let (simulator, config) = simulator_and_config_with(200, |_| {}).await;
     let (database_url, _pool, token) = database(backend).await;
-    let env = [("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.as_str()), ("OTEL_SERVICE_NAME", "onejob-test"), ("OTEL_BSP_SCHEDULE_DELAY", "100")];
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.as_str()),
+        ("OTEL_SERVICE_NAME", "onejob-test"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
     let (_server, address, _log) = spawn_server_logged(&database_url, Some(&config), &[], &env).await;
     let client = reqwest::Client::new();
     let created = client
@@ -91,7 +95,10 @@ async fn a_traced_create_and_its_attempt_are_one_trace_down_to_the_provider_call
         .unwrap();
     assert_eq!(created.status(), reqwest::StatusCode::CREATED);
     let id = created.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
-    eventually("succeeded", Duration::from_secs(20), || async { job(&client, &address, &token, &id).await["state"] == "succeeded" }).await;
+    eventually("succeeded", Duration::from_secs(20), || async {
+        job(&client, &address, &token, &id).await["state"] == "succeeded"
+    })
+    .await;
     let done = job(&client, &address, &token, &id).await;
 
     let named = |spans: &[Span], name: &str| spans.iter().find(|s| s.name == name).cloned();
@@ -101,7 +108,11 @@ async fn a_traced_create_and_its_attempt_are_one_trace_down_to_the_provider_call
     .await;
     // The server span of the create: the caller's span is its parent.
     let server = named(&spans, "POST /jobs").unwrap();
-    assert_eq!((server.kind, hex(&server.parent_span_id)), (2, CALLER_SPAN.to_owned()), "a server span under the caller's");
+    assert_eq!(
+        (server.kind, hex(&server.parent_span_id)),
+        (2, CALLER_SPAN.to_owned()),
+        "a server span under the caller's"
+    );
     assert_eq!(text(&server, "http.request.method").as_deref(), Some("POST"));
     assert_eq!(text(&server, "http.route").as_deref(), Some("/jobs"));
     assert_eq!(attribute(&server, "http.response.status_code"), Some(Any::IntValue(201)));
@@ -119,8 +130,14 @@ async fn a_traced_create_and_its_attempt_are_one_trace_down_to_the_provider_call
     assert_eq!(text(&call, "gen_ai.system").as_deref(), Some("openai"));
     assert_eq!(text(&call, "gen_ai.request.model").as_deref(), Some("sim-1"));
     let usage = &done["attempts"][0]["usage"];
-    assert_eq!(attribute(&call, "gen_ai.usage.input_tokens"), Some(Any::IntValue(usage["prompt_tokens"].as_i64().unwrap())));
-    assert_eq!(attribute(&call, "gen_ai.usage.output_tokens"), Some(Any::IntValue(usage["completion_tokens"].as_i64().unwrap())));
+    assert_eq!(
+        attribute(&call, "gen_ai.usage.input_tokens"),
+        Some(Any::IntValue(usage["prompt_tokens"].as_i64().unwrap()))
+    );
+    assert_eq!(
+        attribute(&call, "gen_ai.usage.output_tokens"),
+        Some(Any::IntValue(usage["completion_tokens"].as_i64().unwrap()))
+    );
     // The provider was told the call's span is its parent.
     let attempt_id = done["attempts"][0]["id"].as_str().unwrap();
     let log = simulator_log(&client, &simulator).await;

@@ -8,7 +8,9 @@ use crate::common::Backend;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::processes::{database, eventually, set, simulator_and_config, simulator_and_config_with, simulator_log};
+use crate::common::processes::{
+    database, eventually, set, simulator_and_config, simulator_and_config_with, simulator_log,
+};
 use serde_json::{Value, json};
 
 async fn create_jobs(client: &reqwest::Client, address: &str, token: &str, count: usize) -> Vec<String> {
@@ -64,15 +66,17 @@ async fn a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothin
     .await;
     first.kill().await.unwrap(); // SIGKILL: no drain, no goodbye
     first.wait().await.unwrap();
-    let running: i64 = sqlx::query_scalar("select count(*) from attempts where state = 'running'").fetch_one(&pool).await.unwrap();
+    let running: i64 =
+        sqlx::query_scalar("select count(*) from attempts where state = 'running'").fetch_one(&pool).await.unwrap();
     assert!(running > 0, "the kill left attempts in flight");
 
     let (_second, _) = crate::common::spawn_server(&database_url, Some(&config)).await;
     eventually("every job settling", Duration::from_secs(60), || async {
-        let open: i64 = sqlx::query_scalar("select count(*) from attempts where state in ('pending', 'running', 'unknown')")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+        let open: i64 =
+            sqlx::query_scalar("select count(*) from attempts where state in ('pending', 'running', 'unknown')")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
         open == 0
     })
     .await;
@@ -84,12 +88,11 @@ async fn a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothin
         assert_eq!(state, "succeeded", "reconciliation settles every interrupted attempt");
         assert!(winner.is_some());
     }
-    let winners: Vec<(i64,)> = sqlx::query_as(
-        "select count(*) from attempts where state = 'succeeded' group by owner_id, job_id",
-    )
-    .fetch_all(&pool)
-    .await
-    .unwrap();
+    let winners: Vec<(i64,)> =
+        sqlx::query_as("select count(*) from attempts where state = 'succeeded' group by owner_id, job_id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
     assert!(winners.iter().all(|(n,)| *n == 1) && winners.len() == 200, "exactly one winner per job");
     let reaped: i64 = sqlx::query_scalar("select count(*) from job_events where kind = 'attempt-unknown'")
         .fetch_one(&pool)
@@ -104,7 +107,10 @@ async fn a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothin
         Backend::Sqlite => "select lower(hex(id)) from attempts",
     };
     let sent: Vec<String> = sqlx::query_scalar(hex_ids).fetch_all(&pool).await.unwrap();
-    assert!(log.iter().all(|r| sent.contains(&r["id"].as_str().unwrap().replace('-', ""))), "every request is an attempt");
+    assert!(
+        log.iter().all(|r| sent.contains(&r["id"].as_str().unwrap().replace('-', ""))),
+        "every request is an attempt"
+    );
     let _ = std::fs::remove_file(config);
 }
 
@@ -123,7 +129,8 @@ async fn sigterm_lets_attempts_in_flight_finish_before_the_server_exits(backend:
     assert!(tokio::process::Command::new("kill").args(["-TERM", &pid]).status().await.unwrap().success());
     let status = tokio::time::timeout(Duration::from_secs(20), server.wait()).await.expect("the server exits").unwrap();
     assert!(status.success(), "a clean exit: {status}");
-    let succeeded: i64 = sqlx::query_scalar("select count(*) from jobs where state = 'succeeded'").fetch_one(&pool).await.unwrap();
+    let succeeded: i64 =
+        sqlx::query_scalar("select count(*) from jobs where state = 'succeeded'").fetch_one(&pool).await.unwrap();
     assert_eq!(succeeded, 5, "every attempt in flight finished and was recorded before exit");
     let _ = std::fs::remove_file(config);
 }
@@ -135,13 +142,15 @@ async fn an_api_only_server_and_a_separate_worker_process_share_the_work(backend
 
     let (_api, address) = crate::common::spawn_server_with(&database_url, Some(&config), &["--no-worker"]).await;
     create_jobs(&client, &address, &token, 3).await;
-    let queued: i64 = sqlx::query_scalar("select count(*) from jobs where state = 'queued'").fetch_one(&pool).await.unwrap();
+    let queued: i64 =
+        sqlx::query_scalar("select count(*) from jobs where state = 'queued'").fetch_one(&pool).await.unwrap();
     assert_eq!(queued, 3, "the API alone runs nothing");
     assert!(simulator_log(&client, &simulator).await.is_empty());
 
     let _worker = spawn_worker(&database_url, &config);
     eventually("the worker process running the jobs", Duration::from_secs(30), || async {
-        let done: i64 = sqlx::query_scalar("select count(*) from jobs where state = 'succeeded'").fetch_one(&pool).await.unwrap();
+        let done: i64 =
+            sqlx::query_scalar("select count(*) from jobs where state = 'succeeded'").fetch_one(&pool).await.unwrap();
         done == 3
     })
     .await;
@@ -175,9 +184,11 @@ async fn a_worker_only_process_runs_until_told_to_stop_then_drains(backend: Back
     let pid = worker.id().unwrap().to_string();
     assert!(tokio::process::Command::new("kill").args(["-TERM", &pid]).status().await.unwrap().success());
     let grace = Duration::from_millis(grace_ms as u64);
-    let status = tokio::time::timeout(grace, worker.wait()).await.expect("SIGTERM drains within the grace period").unwrap();
+    let status =
+        tokio::time::timeout(grace, worker.wait()).await.expect("SIGTERM drains within the grace period").unwrap();
     assert!(status.success(), "a clean exit: {status}");
-    let succeeded: i64 = sqlx::query_scalar("select count(*) from jobs where state = 'succeeded'").fetch_one(&pool).await.unwrap();
+    let succeeded: i64 =
+        sqlx::query_scalar("select count(*) from jobs where state = 'succeeded'").fetch_one(&pool).await.unwrap();
     assert_eq!(succeeded, 3, "the attempts in flight finished before the worker exited");
     let _ = std::fs::remove_file(config);
 }

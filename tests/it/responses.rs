@@ -34,9 +34,18 @@ fn settings(s: &mut Settings) {
         ("resp-outlived", responses(&format!("latency_ms = {SLOW_MS}\ntimeout_ms = 300"))),
         ("resp-hang", responses("hang_ms = 1200\ntimeout_ms = 300")),
         ("resp-bad-json", responses("latency_ms = 5\ntimeout_ms = 2000\noutput = \"extra_top_level_key\"")),
-        ("resp-strict", responses("latency_ms = 5\ntimeout_ms = 2000\noutput = \"extra_top_level_key\"\nresponse_format = true")),
-        ("resp-limited", responses("latency_ms = 5\ntimeout_ms = 2000\nerror_rate = 1.0\nerror_status = 429\nretry_after_secs = 1")),
-        ("chat-strict", chat("latency_ms = 5\ntimeout_ms = 2000\noutput = \"extra_top_level_key\"\nresponse_format = true")),
+        (
+            "resp-strict",
+            responses("latency_ms = 5\ntimeout_ms = 2000\noutput = \"extra_top_level_key\"\nresponse_format = true"),
+        ),
+        (
+            "resp-limited",
+            responses("latency_ms = 5\ntimeout_ms = 2000\nerror_rate = 1.0\nerror_status = 429\nretry_after_secs = 1"),
+        ),
+        (
+            "chat-strict",
+            chat("latency_ms = 5\ntimeout_ms = 2000\noutput = \"extra_top_level_key\"\nresponse_format = true"),
+        ),
         ("chat-refuses", chat("latency_ms = 5\ntimeout_ms = 2000\noutput = \"refusal\"")),
         ("chat-cut-off", chat("latency_ms = 5\ntimeout_ms = 2000\noutput = \"truncated\"")),
     ];
@@ -68,7 +77,11 @@ async fn a_background_response_succeeds_with_its_id_kept_and_its_usage_from_the_
     let id = create(&app, "fast", "resp-fast").await;
     let job = app.wait_for(&id, "succeeded", |j| j["state"] == "succeeded").await;
     let attempt = &job["attempts"][0];
-    assert_eq!(job["result"], json!({"summary": "one job per intent, on the Responses API", "word_count": 8}), "{job:#}");
+    assert_eq!(
+        job["result"],
+        json!({"summary": "one job per intent, on the Responses API", "word_count": 8}),
+        "{job:#}"
+    );
     let record = at_provider(&app, &job).await;
     let response_id = attempt["provider_request_id"].as_str().expect("the response id is kept");
     assert!(response_id.starts_with("resp_"), "{attempt:#}");
@@ -85,23 +98,31 @@ async fn a_background_response_succeeds_with_its_id_kept_and_its_usage_from_the_
 /// with its response id first, and returns the job.
 async fn unknown_then_reconciled(app: &TestApp, provider: &str, settled: &str) -> Value {
     let id = create(app, provider, provider).await;
-    let job = app
-        .wait_for(&id, "the first attempt reconciled", |j| j["attempts"][0]["state"] == settled)
-        .await;
+    let job = app.wait_for(&id, "the first attempt reconciled", |j| j["attempts"][0]["state"] == settled).await;
     let attempt = &job["attempts"][0];
     let response_id = attempt["provider_request_id"].as_str().expect("the response id is kept");
     let events = events_of(app, &id).await;
-    let unknown = events.iter().find(|(kind, n, _)| kind == "attempt-unknown" && *n == Some(1)).expect("it was unknown first");
+    let unknown =
+        events.iter().find(|(kind, n, _)| kind == "attempt-unknown" && *n == Some(1)).expect("it was unknown first");
     assert_eq!(unknown.2["error"]["type"], "timeout", "{unknown:?}");
-    assert_eq!(unknown.2["error"]["detail"]["provider_request_id"], response_id, "unknown with its response id: {unknown:?}");
+    assert_eq!(
+        unknown.2["error"]["detail"]["provider_request_id"], response_id,
+        "unknown with its response id: {unknown:?}"
+    );
     job
 }
 
-async fn a_timed_out_background_response_is_unknown_with_its_id_then_reconciled_succeeded_by_a_later_read(backend: Backend) {
+async fn a_timed_out_background_response_is_unknown_with_its_id_then_reconciled_succeeded_by_a_later_read(
+    backend: Backend,
+) {
     let app = TestApp::spawn_live(backend, settings).await;
     let job = unknown_then_reconciled(&app, "resp-late", "succeeded").await;
     assert_eq!((job["state"].as_str(), job["winning_attempt"].as_i64()), (Some("succeeded"), Some(1)), "{job:#}");
-    assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "no new attempt: the first one's late answer won: {job:#}");
+    assert_eq!(
+        job["attempts"].as_array().unwrap().len(),
+        1,
+        "no new attempt: the first one's late answer won: {job:#}"
+    );
     let record = at_provider(&app, &job).await;
     assert_eq!((record["status"].as_str(), record["received"].as_i64()), (Some("succeeded"), Some(1)), "{record:#}");
     assert_eq!(job["attempts"][0]["usage"]["estimated"], false, "the provider's usage, read late: {job:#}");
@@ -122,13 +143,18 @@ async fn an_unknown_background_response_canceled_at_the_provider_is_reconciled_c
     let job = app.wait_for(&id, "unknown", |j| j["state"] == "unknown").await;
     // Someone cancels the response at the provider while it is unknown here.
     let response_id = job["attempts"][0]["provider_request_id"].as_str().expect("unknown with its response id");
-    let cancel = format!("{}/providers/resp-outlived/v1/responses/{response_id}/cancel", app.simulator.as_ref().unwrap().url());
+    let cancel =
+        format!("{}/providers/resp-outlived/v1/responses/{response_id}/cancel", app.simulator.as_ref().unwrap().url());
     let canceled: Value = app.client.post(cancel).send().await.unwrap().json().await.unwrap();
     assert_eq!(canceled["status"], "cancelled", "{canceled:#}");
     let job = app.wait_for(&id, "the attempt canceled", |j| j["attempts"][0]["state"] == "canceled").await;
     assert_eq!(job["state"], "failed", "nothing else is open: a new attempt may be started: {job:#}");
     let attempt = &job["attempts"][0];
-    assert_eq!((&attempt["error"]["type"], &attempt["usage"]["estimated"]), (&json!("canceled"), &json!(false)), "{attempt:#}");
+    assert_eq!(
+        (&attempt["error"]["type"], &attempt["usage"]["estimated"]),
+        (&json!("canceled"), &json!(false)),
+        "{attempt:#}"
+    );
     let events = events_of(&app, &id).await;
     assert!(events.iter().any(|(kind, n, _)| kind == "attempt-canceled" && *n == Some(1)), "{events:?}");
 }
@@ -138,7 +164,9 @@ async fn a_lost_race_cancels_the_losing_background_response_at_the_provider(back
     let id = create(&app, "race", "resp-slow").await;
     // The id is kept while the response runs, before any answer.
     let running = app
-        .wait_for(&id, "the response id kept", |j| j["attempts"][0]["state"] == "running" && j["attempts"][0]["provider_request_id"].is_string())
+        .wait_for(&id, "the response id kept", |j| {
+            j["attempts"][0]["state"] == "running" && j["attempts"][0]["provider_request_id"].is_string()
+        })
         .await;
     let record = at_provider(&app, &running).await;
     assert_eq!(record["status"], "running", "kept before the response finished: {record:#}");
@@ -149,7 +177,10 @@ async fn a_lost_race_cancels_the_losing_background_response_at_the_provider(back
     assert_eq!((job["state"].as_str(), job["winning_attempt"].as_i64()), (Some("succeeded"), Some(2)), "{job:#}");
     let record = at_provider(&app, &job).await;
     assert_eq!(record["status"], "canceled", "{record:#}");
-    assert!(record["canceled_after_ms"].as_u64().is_some_and(|ms| ms < SLOW_MS), "canceled long before its answer: {record:#}");
+    assert!(
+        record["canceled_after_ms"].as_u64().is_some_and(|ms| ms < SLOW_MS),
+        "canceled long before its answer: {record:#}"
+    );
     let loser = &job["attempts"][0];
     assert_eq!(loser["error"]["detail"]["cancel_call"], "made", "{loser:#}");
     assert_eq!(loser["usage"]["estimated"], false, "what it used, as the cancel's answer said: {loser:#}");
@@ -160,7 +191,8 @@ async fn canceling_a_job_cancels_its_background_response_at_the_provider(backend
     let app = TestApp::spawn_live(backend, settings).await;
     let id = create(&app, "canceled", "resp-slow").await;
     app.wait_for(&id, "the response id kept", |j| j["attempts"][0]["provider_request_id"].is_string()).await;
-    let response = app.client.post(app.url(&format!("/jobs/{id}/cancel"))).bearer_auth(&app.alice).send().await.unwrap();
+    let response =
+        app.client.post(app.url(&format!("/jobs/{id}/cancel"))).bearer_auth(&app.alice).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let job = app.wait_for(&id, "the attempt canceled", |j| j["attempts"][0]["state"] == "canceled").await;
     assert_eq!(job["state"], "canceled");
@@ -170,13 +202,18 @@ async fn canceling_a_job_cancels_its_background_response_at_the_provider(backend
     assert_eq!(job["attempts"][0]["error"]["detail"]["cancel_call"], "made", "{job:#}");
 }
 
-async fn a_background_response_that_breaks_the_contract_fails_its_attempt_unless_a_strict_schema_kept_it(backend: Backend) {
+async fn a_background_response_that_breaks_the_contract_fails_its_attempt_unless_a_strict_schema_kept_it(
+    backend: Backend,
+) {
     let app = TestApp::spawn_live(backend, settings).await;
     let id = create(&app, "bad", "resp-bad-json").await;
     let job = app.wait_for(&id, "the first attempt failed", |j| j["attempts"][0]["state"] == "failed").await;
     let attempt = &job["attempts"][0];
     assert_eq!(attempt["error"]["type"], "contract-violation", "{attempt:#}");
-    assert!(attempt["unapplied_output"]["output"]["note"].is_string(), "the breaking output is kept for audit: {attempt:#}");
+    assert!(
+        attempt["unapplied_output"]["output"]["note"].is_string(),
+        "the breaking output is kept for audit: {attempt:#}"
+    );
     assert_eq!(at_provider(&app, &job).await["strict_schema"], false);
 
     // The same provider told the schema, strict: the answer keeps to it.
@@ -190,11 +227,17 @@ async fn a_background_response_that_breaks_the_contract_fails_its_attempt_unless
 
 async fn a_refusal_or_an_answer_cut_off_at_the_limit_fails_the_attempt_saying_so(backend: Backend) {
     let app = TestApp::spawn_live(backend, settings).await;
-    for (provider, kind, says) in [("chat-refuses", "refusal", "refused"), ("chat-cut-off", "output-truncated", "cut off")] {
+    for (provider, kind, says) in
+        [("chat-refuses", "refusal", "refused"), ("chat-cut-off", "output-truncated", "cut off")]
+    {
         let id = create(&app, provider, provider).await;
         let job = app.wait_for(&id, "the first attempt failed", |j| j["attempts"][0]["state"] == "failed").await;
         let attempt = &job["attempts"][0];
-        assert_eq!((&attempt["error"]["type"], &attempt["error"]["detail"]["retryable"]), (&json!(kind), &json!(false)), "{attempt:#}");
+        assert_eq!(
+            (&attempt["error"]["type"], &attempt["error"]["detail"]["retryable"]),
+            (&json!(kind), &json!(false)),
+            "{attempt:#}"
+        );
         assert!(attempt["error"]["message"].as_str().unwrap().contains(says), "{attempt:#}");
         assert_eq!(attempt["usage"]["estimated"], false, "the provider charged for it: {attempt:#}");
     }
@@ -208,9 +251,17 @@ async fn a_429_from_the_responses_api_past_max_requeues_is_retried_after_the_wai
     })
     .await;
     let id = create(&app, "limited", "resp-limited").await;
-    let job = app.wait_for(&id, "two attempts failed", |j| j["attempts"].as_array().unwrap().len() >= 2 && j["attempts"][1]["state"] == "failed").await;
+    let job = app
+        .wait_for(&id, "two attempts failed", |j| {
+            j["attempts"].as_array().unwrap().len() >= 2 && j["attempts"][1]["state"] == "failed"
+        })
+        .await;
     let (first, second) = (&job["attempts"][0], &job["attempts"][1]);
-    assert_eq!((&first["error"]["detail"]["status"], &first["error"]["detail"]["retry_after_ms"]), (&json!(429), &json!(1000)), "{first:#}");
+    assert_eq!(
+        (&first["error"]["detail"]["status"], &first["error"]["detail"]["retry_after_ms"]),
+        (&json!(429), &json!(1000)),
+        "{first:#}"
+    );
     assert!(first["provider_request_id"].is_null(), "refused before a response existed: {first:#}");
     let time = |v: &Value| chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap()).unwrap();
     let waited = (time(&second["not_before"]) - time(&first["finished_at"])).num_milliseconds();
@@ -232,7 +283,8 @@ async fn an_unknown_background_response_without_an_id_waits_for_an_operator(back
     assert!(job["attempts"][0]["provider_request_id"].is_null(), "{job:#}");
     // Asked about by the reconciler nonetheless: nothing to ask by, it stays unknown.
     let looked = || async {
-        let count: i64 = sqlx::query_scalar("select max(reconcile_count) from attempts").fetch_one(&app.db).await.unwrap_or(0);
+        let count: i64 =
+            sqlx::query_scalar("select max(reconcile_count) from attempts").fetch_one(&app.db).await.unwrap_or(0);
         count >= 1
     };
     eventually("the reconciler looked at it", Duration::from_secs(10), looked).await;

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use reqwest::StatusCode;
-use sqlx::Connection;
 use serde_json::{Value, json};
+use sqlx::Connection;
 
 use crate::common::{Backend, TestApp, expect_problem};
 use onejob::domain::{JobId, OwnerId};
@@ -65,17 +65,29 @@ async fn a_finished_job_past_its_retention_is_purged_and_its_key_makes_a_new_job
     let (created, first) = create(&app, "kept-then-free", &body).await;
     assert_eq!(created, StatusCode::CREATED);
     let job = app.wait_for(&first, "succeeded", |j| j["state"] == "succeeded").await;
-    let last_change = chrono::DateTime::parse_from_rfc3339(job["attempts"][0]["finished_at"].as_str().unwrap()).unwrap();
-    let expires = chrono::DateTime::parse_from_rfc3339(job["expires_at"].as_str().expect("a finished job says when it expires")).unwrap();
-    assert_eq!(expires - last_change, chrono::Duration::days(30), "the default retention after the last change: {job:#}");
+    let last_change =
+        chrono::DateTime::parse_from_rfc3339(job["attempts"][0]["finished_at"].as_str().unwrap()).unwrap();
+    let expires =
+        chrono::DateTime::parse_from_rfc3339(job["expires_at"].as_str().expect("a finished job says when it expires"))
+            .unwrap();
+    assert_eq!(
+        expires - last_change,
+        chrono::Duration::days(30),
+        "the default retention after the last change: {job:#}"
+    );
     // Open jobs of the same age: unknown (sim-hang past its deadline, not
     // yet reconciled) and running (sim-slow).
-    let (_, unknown) = create(&app, "unknown", &json!({"task": "summarize", "input": {"text": "hangs"}, "provider": "sim-hang"})).await;
+    let (_, unknown) =
+        create(&app, "unknown", &json!({"task": "summarize", "input": {"text": "hangs"}, "provider": "sim-hang"}))
+            .await;
     let unknown_job = app.wait_for(&unknown, "unknown", |j| j["state"] == "unknown").await;
     assert!(unknown_job["expires_at"].is_null(), "an open job never expires: {unknown_job:#}");
-    let (_, running) = create(&app, "running", &json!({"task": "summarize", "input": {"text": "slow"}, "provider": "sim-slow"})).await;
+    let (_, running) =
+        create(&app, "running", &json!({"task": "summarize", "input": {"text": "slow"}, "provider": "sim-slow"})).await;
     app.wait_for(&running, "running", |j| j["state"] == "running").await;
-    let (_, won) = create(&app, "won", &json!({"task": "summarize-racing", "input": {"text": "raced"}, "provider": "sim-slow"})).await;
+    let (_, won) =
+        create(&app, "won", &json!({"task": "summarize-racing", "input": {"text": "raced"}, "provider": "sim-slow"}))
+            .await;
     app.wait_for(&won, "running", |j| j["state"] == "running").await;
     let fallback = app.post_attempt(&app.alice, &won, "fallback", &json!({"provider": "sim-fast"})).await;
     assert_eq!(fallback.status(), StatusCode::CREATED);
@@ -103,9 +115,11 @@ async fn a_finished_job_past_its_retention_is_purged_and_its_key_makes_a_new_job
 
 async fn deleting_a_job_erases_it_if_finished_and_refuses_while_it_runs(backend: Backend) {
     let app = TestApp::spawn_live(backend, |_| {}).await;
-    let (_, running) = create(&app, "slow", &json!({"task": "summarize", "input": {"text": "slow"}, "provider": "sim-slow"})).await;
+    let (_, running) =
+        create(&app, "slow", &json!({"task": "summarize", "input": {"text": "slow"}, "provider": "sim-slow"})).await;
     app.wait_for(&running, "running", |j| j["state"] == "running").await;
-    let delete = |token: String, id: String| app.client.delete(app.url(&format!("/jobs/{id}"))).bearer_auth(token).send();
+    let delete =
+        |token: String, id: String| app.client.delete(app.url(&format!("/jobs/{id}"))).bearer_auth(token).send();
     let refused = delete(app.alice.clone(), running.clone()).await.unwrap();
     let problem = expect_problem(refused, StatusCode::CONFLICT, "job-not-finished").await;
     assert_eq!(problem["state"], "running", "{problem}");
@@ -165,7 +179,11 @@ async fn postgres_a_purge_while_another_server_purges_finds_it_busy_and_purges_n
     assert!(held, "the other purger holds the lock");
     assert_eq!(app.store().purge_batch(&rule, 10).await.unwrap(), PurgeBatch::Busy);
     assert_eq!(app.get(&app.alice, &format!("/jobs/{done}")).await.status(), StatusCode::OK, "nothing purged");
-    sqlx::query("select pg_advisory_unlock($1)").bind(onejob::store::retention::PURGE_LOCK).execute(&mut other).await.unwrap();
+    sqlx::query("select pg_advisory_unlock($1)")
+        .bind(onejob::store::retention::PURGE_LOCK)
+        .execute(&mut other)
+        .await
+        .unwrap();
     assert_eq!(app.store().purge_batch(&rule, 10).await.unwrap(), PurgeBatch::Purged(1));
 }
 
@@ -208,7 +226,13 @@ async fn onejob_purge_counts_with_dry_run_then_purges(backend: Backend) {
     std::fs::write(&config, toml::to_string(&table).unwrap()).unwrap();
     // The job is due once a second has passed since its last change.
     let rule = everything_changed_before(Duration::ZERO);
-    let due = || async { app.store().count_purgeable(&PurgeRule { before: Utc::now() - chrono::Duration::seconds(1), ..rule.clone() }).await.unwrap() == 1 };
+    let due = || async {
+        app.store()
+            .count_purgeable(&PurgeRule { before: Utc::now() - chrono::Duration::seconds(1), ..rule.clone() })
+            .await
+            .unwrap()
+            == 1
+    };
     crate::common::processes::eventually("the job a second old", Duration::from_secs(10), due).await;
     let run = |dry: bool| {
         let mut command = tokio::process::Command::new(crate::common::BIN);
@@ -220,8 +244,16 @@ async fn onejob_purge_counts_with_dry_run_then_purges(backend: Backend) {
     };
     let dry = run(true).await.unwrap();
     let said = String::from_utf8_lossy(&dry.stdout).into_owned();
-    assert!(dry.status.success() && said.contains("every task: 1 finished jobs"), "{said}{}", String::from_utf8_lossy(&dry.stderr));
-    assert_eq!(app.get(&app.alice, &format!("/jobs/{done}")).await.status(), StatusCode::OK, "a dry run changes nothing");
+    assert!(
+        dry.status.success() && said.contains("every task: 1 finished jobs"),
+        "{said}{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    assert_eq!(
+        app.get(&app.alice, &format!("/jobs/{done}")).await.status(),
+        StatusCode::OK,
+        "a dry run changes nothing"
+    );
     let purged = run(false).await.unwrap();
     let said = String::from_utf8_lossy(&purged.stdout).into_owned();
     assert!(purged.status.success() && said.contains("every task: 1 finished jobs purged"), "{said}");
@@ -275,7 +307,8 @@ async fn sqlite_a_connection_opened_while_another_process_writes_reads_without_w
         acquire_timeout: Duration::from_secs(10),
     };
     SqliteStore::connect_lazy(&url, &options).unwrap().migrate().await.unwrap();
-    let mut writer = sqlx::SqliteConnection::connect_with(&SqliteConnectOptions::from_str(&url).unwrap()).await.unwrap();
+    let mut writer =
+        sqlx::SqliteConnection::connect_with(&SqliteConnectOptions::from_str(&url).unwrap()).await.unwrap();
     sqlx::query("begin immediate").execute(&mut writer).await.unwrap();
     sqlx::query("delete from api_keys").execute(&mut writer).await.unwrap();
     // A store whose pool has no connection yet: the read opens one.
@@ -291,7 +324,11 @@ async fn concurrent_erasures_keep_every_jobs_usage_in_the_report(backend: Backen
     let app = std::sync::Arc::new(TestApp::spawn_live(backend, |_| {}).await);
     let mut ids = Vec::new();
     for n in 0..12 {
-        ids.push(create(&app, &format!("erase-{n}"), &json!({"task": "summarize", "input": {"text": "erased together"}})).await.1);
+        ids.push(
+            create(&app, &format!("erase-{n}"), &json!({"task": "summarize", "input": {"text": "erased together"}}))
+                .await
+                .1,
+        );
     }
     for id in &ids {
         app.wait_for(id, "succeeded", |j| j["state"] == "succeeded").await;

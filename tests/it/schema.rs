@@ -19,7 +19,11 @@ async fn postgres_an_attempts_key_is_unique_within_its_job_and_only_attempts_wit
     // Attempt 1 has no key; attempt 2 was admitted with "keyed-2".
     let job = job_with_running(&store, "keyed", 2).await;
     let keys: Vec<Option<String>> =
-        sqlx::query_scalar("select idempotency_key from attempts where job_id = $1 order by number").bind(job.0).fetch_all(&pool).await.unwrap();
+        sqlx::query_scalar("select idempotency_key from attempts where job_id = $1 order by number")
+            .bind(job.0)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
     assert_eq!(keys, vec![None, Some("keyed-2".to_owned())]);
 
     let copy = sqlx::query(
@@ -30,7 +34,8 @@ async fn postgres_an_attempts_key_is_unique_within_its_job_and_only_attempts_wit
     .bind(job.0)
     .execute(&pool)
     .await;
-    let violated = copy.expect_err("a second attempt with the same key in one job is refused").into_database_error().unwrap();
+    let violated =
+        copy.expect_err("a second attempt with the same key in one job is refused").into_database_error().unwrap();
     assert!(violated.is_unique_violation(), "{violated}");
     assert_eq!(violated.constraint(), Some("attempts_job_idempotency_key"));
 

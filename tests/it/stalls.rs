@@ -46,7 +46,14 @@ async fn a_worker_paused_between_claim_and_send_past_its_lease_never_sends_that_
     let failpoint = format!("worker-before-send=1*return({PARK_MS})");
     let (_server, address, mut log) =
         crate::common::spawn_server_logged(&database_url, Some(&config), &[], &[("FAILPOINTS", &failpoint)]).await;
-    let id = create(&client, &address, &token, "stalled", &json!({"task": "summarize", "input": {"text": "a stalled worker"}})).await;
+    let id = create(
+        &client,
+        &address,
+        &token,
+        "stalled",
+        &json!({"task": "summarize", "input": {"text": "a stalled worker"}}),
+    )
+    .await;
 
     // Meanwhile the reaper finds the lease expired, the reconciler hears the
     // provider never received it, and the policy retries under a new id.
@@ -96,7 +103,14 @@ async fn a_worker_paused_after_the_answer_past_its_lease_keeps_it_as_a_late_outp
     let failpoint = format!("worker-before-record=1*return({})", PARK_MS + 2_000);
     let (_server, address, mut log) =
         crate::common::spawn_server_logged(&database_url, Some(&config), &[], &[("FAILPOINTS", &failpoint)]).await;
-    let id = create(&client, &address, &token, "answered", &json!({"task": "summarize", "input": {"text": "a paused worker"}})).await;
+    let id = create(
+        &client,
+        &address,
+        &token,
+        "answered",
+        &json!({"task": "summarize", "input": {"text": "a paused worker"}}),
+    )
+    .await;
     // The lease runs out while the worker holds the answer: the attempt is
     // reaped, and the reconciler settles it from the provider's own record.
     eventually("the attempt reconciled to succeeded", Duration::from_secs(20), || async {
@@ -145,7 +159,14 @@ async fn a_status_lookup_that_cannot_find_an_attempt_leaves_it_unknown_unless_ab
     let client = reqwest::Client::new();
     let env = [("ONEJOB_TEST_PROVIDER_KEY", "sk-test-lookup")];
     let (_server, address, _log) = crate::common::spawn_server_logged(&database_url, Some(&config), &[], &env).await;
-    let id = create(&client, &address, &token, "lost", &json!({"task": "summarize", "input": {"text": "x"}, "provider": "gpt"})).await;
+    let id = create(
+        &client,
+        &address,
+        &token,
+        "lost",
+        &json!({"task": "summarize", "input": {"text": "x"}, "provider": "gpt"}),
+    )
+    .await;
 
     // Asked again and again, the provider never finds it: still unknown.
     eventually("five status lookups, or the attempt settled", Duration::from_secs(20), || async {
@@ -158,7 +179,10 @@ async fn a_status_lookup_that_cannot_find_an_attempt_leaves_it_unknown_unless_ab
     })
     .await;
     let now = job(&client, &address, &token, &id).await;
-    assert_eq!(now["attempts"][0]["state"], "unknown", "a 404 from a provider not final about absence settles nothing: {now:#}");
+    assert_eq!(
+        now["attempts"][0]["state"], "unknown",
+        "a 404 from a provider not final about absence settles nothing: {now:#}"
+    );
     assert_eq!(now["attempts"].as_array().unwrap().len(), 1, "and starts no retry: {now:#}");
     let _ = std::fs::remove_file(config);
 }

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use onejob::domain::policy::{NextAttempt, PastAttempt};
 use onejob::domain::{
-    AdmissionRefusal, AttemptError, AttemptId, AttemptLimits, AttemptOrigin, AttemptState, Fingerprint,
-    IdempotencyKey, JobId, JobState, OwnerId,
+    AdmissionRefusal, AttemptError, AttemptId, AttemptLimits, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey,
+    JobId, JobState, OwnerId,
 };
-use onejob::store::{Resolved, 
-    Admission, TaskRules, AttemptRef, Cancel, CreateJob, JobFilter, Leases, NewAttempt, NewJob, Resolution, Store,
-    Transition,
+use onejob::store::{
+    Admission, AttemptRef, Cancel, CreateJob, JobFilter, Leases, NewAttempt, NewJob, Resolution, Resolved, Store,
+    TaskRules, Transition,
 };
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -46,7 +46,8 @@ impl TaskRules for Rules {
     fn retry_candidates(&self, _task: &str, _primary: &str, attempts: &[PastAttempt<'_>]) -> Vec<NextAttempt> {
         // When asked to: after a retryable failure, sim-bad-json (never
         // qualified, so skipped) and then sim-slow.
-        let retry = self.retry && attempts.len() < self.limits.max_attempts as usize
+        let retry = self.retry
+            && attempts.len() < self.limits.max_attempts as usize
             && attempts.last().is_some_and(|a| a.retryable);
         if !retry {
             return vec![];
@@ -88,7 +89,6 @@ pub(crate) fn owner(name: &str) -> OwnerId {
 fn key(text: &str) -> IdempotencyKey {
     IdempotencyKey::parse(text.as_bytes()).unwrap()
 }
-
 
 fn attempt_on(provider: &str, key_text: &str) -> NewAttempt {
     NewAttempt {
@@ -291,7 +291,10 @@ pub async fn another_owner_can_neither_see_nor_touch_a_job(store: Shared) {
     assert!(matches!(admitted, Admission::JobNotFound), "{admitted:?}");
     let bobs = AttemptRef { owner: bob, job_id: job, number: 1 };
     assert_eq!(store.finish_attempt(&bobs, &json!({"x": 1}), None, None).await.unwrap(), Transition::NotFound);
-    assert_eq!(store.fail_attempt(&bobs, &AttemptError::new("x", "y"), &rules(5, 2), None, None).await.unwrap(), Transition::NotFound);
+    assert_eq!(
+        store.fail_attempt(&bobs, &AttemptError::new("x", "y"), &rules(5, 2), None, None).await.unwrap(),
+        Transition::NotFound
+    );
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Running);
 }
 
@@ -314,10 +317,18 @@ pub async fn admission_refuses_while_an_attempt_is_unknown_and_admits_once_it_is
     assert_eq!(store.mark_unknown(&at(job, 1), &timeout, None, None).await.unwrap(), Transition::Applied);
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Unknown);
     assert_eq!(refusal(store.as_ref(), job, "a2", &rules(5, 2)).await, AdmissionRefusal::AttemptOutcomeUnknown);
-    let resolved = store.resolve_unknown(&at(job, 1), &Resolution::Failed, &Resolved::because("provider says it never ran"), &rules(5, 2)).await;
+    let resolved = store
+        .resolve_unknown(
+            &at(job, 1),
+            &Resolution::Failed,
+            &Resolved::because("provider says it never ran"),
+            &rules(5, 2),
+        )
+        .await;
     assert_eq!(resolved.unwrap(), Transition::Failed { next: None });
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Failed);
-    let admitted = store.admit_attempt(&owner("alice"), job, &attempt_on("sim-fast", "a3"), &rules(5, 2)).await.unwrap();
+    let admitted =
+        store.admit_attempt(&owner("alice"), job, &attempt_on("sim-fast", "a3"), &rules(5, 2)).await.unwrap();
     assert!(matches!(admitted, Admission::Admitted(ref a) if a.number == 2), "{admitted:?}");
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Queued);
 }
@@ -329,13 +340,19 @@ pub async fn admission_refuses_beyond_max_in_flight(store: Shared) {
 
 pub async fn admission_refuses_beyond_max_attempts(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503"), &rules(5, 2), None, None).await.unwrap();
+    store
+        .fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503"), &rules(5, 2), None, None)
+        .await
+        .unwrap();
     assert_eq!(refusal(store.as_ref(), job, "a2", &rules(1, 2)).await, AdmissionRefusal::AttemptLimitReached);
 }
 
 pub async fn admission_refuses_a_finished_job(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    assert!(matches!(store.finish_attempt(&at(job, 1), &json!({"ok": true}), None, None).await.unwrap(), Transition::Won { .. }));
+    assert!(matches!(
+        store.finish_attempt(&at(job, 1), &json!({"ok": true}), None, None).await.unwrap(),
+        Transition::Won { .. }
+    ));
     assert_eq!(refusal(store.as_ref(), job, "a2", &rules(5, 2)).await, AdmissionRefusal::JobFinished);
 }
 
@@ -354,11 +371,16 @@ pub async fn admission_refuses_an_unqualified_provider_and_says_why(store: Share
     // The contract changed since sim-slow passed.
     let changed = Rules { qualified: false, ..rules(5, 2) };
     assert!(refused("sim-slow", "b", changed).await.contains("changed since"));
-    store.insert_qualification("sim-bad-json", "summarize", &CONTRACT, false, &json!({"summary": "0/3 examples passed"})).await.unwrap();
+    store
+        .insert_qualification("sim-bad-json", "summarize", &CONTRACT, false, &json!({"summary": "0/3 examples passed"}))
+        .await
+        .unwrap();
     let failed = refused("sim-bad-json", "c", rules(5, 2)).await;
     assert!(failed.contains("failed qualification") && failed.contains("0/3"), "{failed}");
     // The job's own provider needs no qualification.
-    let own = store.admit_attempt(&owner("alice"), job, &attempt_on("sim-fast", "d"), &Rules { qualified: false, ..rules(5, 2) }).await;
+    let own = store
+        .admit_attempt(&owner("alice"), job, &attempt_on("sim-fast", "d"), &Rules { qualified: false, ..rules(5, 2) })
+        .await;
     assert!(matches!(own.unwrap(), Admission::Admitted(_)));
 }
 
@@ -378,7 +400,8 @@ pub async fn admission_replays_a_key_and_refuses_it_for_another_provider(store: 
 pub async fn an_attempt_without_a_provider_goes_to_the_jobs_primary(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
     let new = NewAttempt { provider: None, ..attempt_on("ignored", "retry") };
-    let Admission::Admitted(attempt) = store.admit_attempt(&owner("alice"), job, &new, &rules(5, 2)).await.unwrap() else {
+    let Admission::Admitted(attempt) = store.admit_attempt(&owner("alice"), job, &new, &rules(5, 2)).await.unwrap()
+    else {
         panic!("admitted")
     };
     assert_eq!(attempt.provider, "sim-fast");
@@ -392,7 +415,10 @@ pub async fn twenty_concurrent_admissions_never_leave_two_pending(store: Shared)
             let (store, barrier) = (store.clone(), barrier.clone());
             tokio::spawn(async move {
                 barrier.wait().await;
-                store.admit_attempt(&owner("alice"), job, &attempt_on("sim-slow", &format!("c{i}")), &rules(50, 50)).await.unwrap()
+                store
+                    .admit_attempt(&owner("alice"), job, &attempt_on("sim-slow", &format!("c{i}")), &rules(50, 50))
+                    .await
+                    .unwrap()
             })
         })
         .collect();
@@ -414,8 +440,14 @@ pub async fn reverse_order_finish_makes_the_second_to_finish_lose(store: Shared)
     let job = job_with_running(store.as_ref(), "k", 2).await;
     let fast = json!({"summary": "from the fallback"});
     let slow = json!({"summary": "from the primary"});
-    assert_eq!(store.finish_attempt(&at(job, 2), &fast, None, None).await.unwrap(), Transition::Won { canceled: vec![] });
-    assert_eq!(store.finish_attempt(&at(job, 1), &slow, None, None).await.unwrap(), Transition::Lost { winner: Some(2) });
+    assert_eq!(
+        store.finish_attempt(&at(job, 2), &fast, None, None).await.unwrap(),
+        Transition::Won { canceled: vec![] }
+    );
+    assert_eq!(
+        store.finish_attempt(&at(job, 1), &slow, None, None).await.unwrap(),
+        Transition::Lost { winner: Some(2) }
+    );
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!(stored.state, JobState::Succeeded);
     assert_eq!(stored.winning_attempt, Some(2));
@@ -541,7 +573,10 @@ pub async fn a_worker_settles_only_an_attempt_it_still_holds(store: Shared) {
 pub async fn failures_and_unknowns_set_the_job_state_from_its_attempts(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 2).await;
     let error = AttemptError::new("provider-error", "503 from provider");
-    assert_eq!(store.fail_attempt(&at(job, 1), &error, &rules(5, 2), None, None).await.unwrap(), Transition::Failed { next: None });
+    assert_eq!(
+        store.fail_attempt(&at(job, 1), &error, &rules(5, 2), None, None).await.unwrap(),
+        Transition::Failed { next: None }
+    );
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Running, "attempt 2 still runs");
     let timeout = AttemptError::new("timeout", "deadline passed");
     assert_eq!(store.mark_unknown(&at(job, 2), &timeout, None, None).await.unwrap(), Transition::Applied);
@@ -550,7 +585,10 @@ pub async fn failures_and_unknowns_set_the_job_state_from_its_attempts(store: Sh
     assert_eq!(stored.attempts[0].error.as_ref().unwrap()["type"], "provider-error");
     assert_eq!(stored.attempts[1].state, AttemptState::Unknown);
     assert_eq!(
-        store.resolve_unknown(&at(job, 2), &Resolution::Failed, &Resolved::because("never ran"), &rules(5, 2)).await.unwrap(),
+        store
+            .resolve_unknown(&at(job, 2), &Resolution::Failed, &Resolved::because("never ran"), &rules(5, 2))
+            .await
+            .unwrap(),
         Transition::Failed { next: None }
     );
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Failed);
@@ -558,14 +596,23 @@ pub async fn failures_and_unknowns_set_the_job_state_from_its_attempts(store: Sh
 
 pub async fn stale_transitions_change_nothing(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "400"), &rules(5, 2), None, None).await.unwrap();
-    assert_eq!(store.finish_attempt(&at(job, 1), &json!({}), None, None).await.unwrap(), Transition::Stale(AttemptState::Failed));
+    store
+        .fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "400"), &rules(5, 2), None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.finish_attempt(&at(job, 1), &json!({}), None, None).await.unwrap(),
+        Transition::Stale(AttemptState::Failed)
+    );
     assert_eq!(
         store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "late"), None, None).await.unwrap(),
         Transition::Stale(AttemptState::Failed)
     );
     assert_eq!(
-        store.resolve_unknown(&at(job, 1), &Resolution::Succeeded(json!({})), &Resolved::because("no"), &rules(5, 2)).await.unwrap(),
+        store
+            .resolve_unknown(&at(job, 1), &Resolution::Succeeded(json!({})), &Resolved::because("no"), &rules(5, 2))
+            .await
+            .unwrap(),
         Transition::Stale(AttemptState::Failed)
     );
     assert_eq!(store.finish_attempt(&at(job, 9), &json!({}), None, None).await.unwrap(), Transition::NotFound);
@@ -576,8 +623,18 @@ pub async fn stale_transitions_change_nothing(store: Shared) {
 pub async fn resolving_an_unknown_attempt_with_output_goes_through_the_same_cas(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 2).await;
     store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed"), None, None).await.unwrap();
-    assert!(matches!(store.finish_attempt(&at(job, 2), &json!({"by": 2}), None, None).await.unwrap(), Transition::Won { .. }));
-    let late = store.resolve_unknown(&at(job, 1), &Resolution::Succeeded(json!({"by": 1})), &Resolved::because("provider finished late"), &rules(5, 2)).await;
+    assert!(matches!(
+        store.finish_attempt(&at(job, 2), &json!({"by": 2}), None, None).await.unwrap(),
+        Transition::Won { .. }
+    ));
+    let late = store
+        .resolve_unknown(
+            &at(job, 1),
+            &Resolution::Succeeded(json!({"by": 1})),
+            &Resolved::because("provider finished late"),
+            &rules(5, 2),
+        )
+        .await;
     assert_eq!(late.unwrap(), Transition::Lost { winner: Some(2) });
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!(stored.result, Some(json!({"by": 2})));
@@ -587,7 +644,10 @@ pub async fn resolving_an_unknown_attempt_with_output_goes_through_the_same_cas(
 pub async fn a_late_output_of_an_unknown_attempt_wins_when_nothing_else_has(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
     store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed"), None, None).await.unwrap();
-    assert!(matches!(store.finish_attempt(&at(job, 1), &json!({"late": true}), None, None).await.unwrap(), Transition::Won { .. }));
+    assert!(matches!(
+        store.finish_attempt(&at(job, 1), &json!({"late": true}), None, None).await.unwrap(),
+        Transition::Won { .. }
+    ));
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!((stored.state, stored.result), (JobState::Succeeded, Some(json!({"late": true}))));
 }
@@ -601,7 +661,8 @@ pub async fn list_jobs_pages_newest_first_with_filters(store: Shared) {
     let alice = owner("alice");
     let page = store.list_jobs(&alice, &JobFilter { limit: 2, ..Default::default() }).await.unwrap();
     assert_eq!(page.iter().map(|j| j.id).collect::<Vec<_>>(), [ids[4], ids[3]]);
-    let next = store.list_jobs(&alice, &JobFilter { limit: 2, before: Some(ids[3]), ..Default::default() }).await.unwrap();
+    let next =
+        store.list_jobs(&alice, &JobFilter { limit: 2, before: Some(ids[3]), ..Default::default() }).await.unwrap();
     assert_eq!(next.iter().map(|j| j.id).collect::<Vec<_>>(), [ids[2], ids[1]]);
     let running = JobFilter { limit: 10, state: Some(JobState::Running), ..Default::default() };
     assert_eq!(store.list_jobs(&alice, &running).await.unwrap().iter().map(|j| j.id).collect::<Vec<_>>(), [ids[0]]);
@@ -667,7 +728,10 @@ pub async fn reconciliation_claims_each_due_unknown_attempt_once_until_postponed
     let due = store.claim_reconciliations(&providers, 10, LEASE).await.unwrap();
     assert_eq!(due.len(), 1);
     assert_eq!((due[0].attempt.clone(), due[0].reconcile_count, due[0].task.as_str()), (at(job, 1), 1, "summarize"));
-    assert!(store.claim_reconciliations(&providers, 10, LEASE).await.unwrap().is_empty(), "held while it is asked about");
+    assert!(
+        store.claim_reconciliations(&providers, 10, LEASE).await.unwrap().is_empty(),
+        "held while it is asked about"
+    );
     store.postpone_reconciliation(&at(job, 1), Duration::ZERO).await.unwrap();
     let again = store.claim_reconciliations(&providers, 10, LEASE).await.unwrap();
     assert_eq!(again.len(), 1);
@@ -676,9 +740,15 @@ pub async fn reconciliation_claims_each_due_unknown_attempt_once_until_postponed
 
 pub async fn a_delayed_attempt_is_not_claimed_before_its_time(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
-    store.fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503"), &rules(5, 2), None, None).await.unwrap();
+    store
+        .fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503"), &rules(5, 2), None, None)
+        .await
+        .unwrap();
     let later = NewAttempt { delay: Duration::from_secs(3600), ..attempt_on("sim-fast", "retry") };
-    assert!(matches!(store.admit_attempt(&owner("alice"), job, &later, &rules(5, 2)).await.unwrap(), Admission::Admitted(_)));
+    assert!(matches!(
+        store.admit_attempt(&owner("alice"), job, &later, &rules(5, 2)).await.unwrap(),
+        Admission::Admitted(_)
+    ));
     assert!(store.claim_attempts("w", 10, &leases()).await.unwrap().is_empty());
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Queued);
 }
@@ -709,9 +779,12 @@ pub async fn a_failure_and_the_policys_next_attempt_commit_together(store: Share
     let mut error = AttemptError::new("provider-error", "503");
     error.detail = json!({"status": 503, "retryable": true});
     let outcome = store.fail_attempt(&at(job, 1), &error, &retrying, None, None).await.unwrap();
-    let Transition::Failed { next: Some(next) } = outcome else { panic!("the policy scheduled an attempt: {outcome:?}") };
+    let Transition::Failed { next: Some(next) } = outcome else {
+        panic!("the policy scheduled an attempt: {outcome:?}")
+    };
     assert_eq!((next.number, next.provider.as_str()), (2, "sim-slow"), "the unqualified candidate was skipped");
-    let skipped = store.list_events(&owner("alice"), job).await.unwrap().into_iter().find(|e| e.kind == "failover-skipped");
+    let skipped =
+        store.list_events(&owner("alice"), job).await.unwrap().into_iter().find(|e| e.kind == "failover-skipped");
     let skipped = skipped.expect("the skip is recorded");
     assert_eq!(skipped.detail["provider"], "sim-bad-json");
     assert!(skipped.detail["reason"].as_str().unwrap().contains("never qualified"));
@@ -720,14 +793,18 @@ pub async fn a_failure_and_the_policys_next_attempt_commit_together(store: Share
     assert_eq!((stored.attempts[1].state, stored.attempts[1].origin), (AttemptState::Pending, AttemptOrigin::Policy));
     // A definitive, non-retryable failure schedules nothing.
     claim_one(store.as_ref()).await;
-    let outcome = store.fail_attempt(&at(job, 2), &AttemptError::new("provider-error", "400"), &retrying, None, None).await.unwrap();
+    let outcome = store
+        .fail_attempt(&at(job, 2), &AttemptError::new("provider-error", "400"), &retrying, None, None)
+        .await
+        .unwrap();
     assert_eq!(outcome, Transition::Failed { next: None });
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Failed);
 }
 
 pub async fn browsing_jobs_spans_owners_only_when_asked_and_finds_a_key(store: Shared) {
     let mine = create(store.as_ref(), "browse-a").await;
-    let CreateJob::Created(bobs) = store.create_job(&new_job("bob", "browse-b", json!({"text": "b"}))).await.unwrap() else {
+    let CreateJob::Created(bobs) = store.create_job(&new_job("bob", "browse-b", json!({"text": "b"}))).await.unwrap()
+    else {
         panic!("bob's key was new")
     };
     let page = JobFilter { limit: 10, ..Default::default() };
@@ -738,13 +815,19 @@ pub async fn browsing_jobs_spans_owners_only_when_asked_and_finds_a_key(store: S
     assert_eq!(alices.iter().map(|j| j.job.id).collect::<Vec<_>>(), [mine], "one owner's only");
     let by_key = store.browse_jobs(None, Some("browse-b"), &page).await.unwrap();
     assert_eq!(by_key.iter().map(|j| j.job.id).collect::<Vec<_>>(), [bobs.id]);
-    assert!(store.browse_jobs(Some(&owner("alice")), Some("browse-b"), &page).await.unwrap().is_empty(), "a key of another owner");
+    assert!(
+        store.browse_jobs(Some(&owner("alice")), Some("browse-b"), &page).await.unwrap().is_empty(),
+        "a key of another owner"
+    );
     let running = JobFilter { limit: 10, state: Some(JobState::Running), ..Default::default() };
     assert!(store.browse_jobs(None, None, &running).await.unwrap().is_empty());
     let one = JobFilter { limit: 1, ..Default::default() };
     assert_eq!(store.browse_jobs(None, None, &one).await.unwrap().len(), 1);
     let older = JobFilter { limit: 10, before: Some(bobs.id), ..Default::default() };
-    assert_eq!(store.browse_jobs(None, None, &older).await.unwrap().iter().map(|j| j.job.id).collect::<Vec<_>>(), [mine]);
+    assert_eq!(
+        store.browse_jobs(None, None, &older).await.unwrap().iter().map(|j| j.job.id).collect::<Vec<_>>(),
+        [mine]
+    );
     assert_eq!(store.find_job_owner(bobs.id).await.unwrap(), Some(owner("bob")));
     assert_eq!(store.find_job_owner(JobId::new()).await.unwrap(), None);
 }
@@ -756,13 +839,20 @@ pub async fn open_unknown_attempts_are_listed_until_they_are_settled(store: Shar
     store.mark_unknown(&at(job, 2), &timeout, None, None).await.unwrap();
     store.mark_unknown(&at(job, 1), &timeout, None, None).await.unwrap();
     let open = store.list_unknown_attempts(None, 10).await.unwrap();
-    assert_eq!(open.iter().map(|u| u.attempt.clone()).collect::<Vec<_>>(), [at(job, 2), at(job, 1)], "longest unknown first");
+    assert_eq!(
+        open.iter().map(|u| u.attempt.clone()).collect::<Vec<_>>(),
+        [at(job, 2), at(job, 1)],
+        "longest unknown first"
+    );
     assert_eq!((open[0].provider.as_str(), open[0].task.as_str()), ("sim-slow", "summarize"));
     assert_eq!(open[0].error.as_ref().unwrap()["type"], "timeout");
     assert!(open[0].unknown_since.is_some());
     assert_eq!(store.list_unknown_attempts(Some(&owner("alice")), 1).await.unwrap().len(), 1);
     assert!(store.list_unknown_attempts(Some(&owner("bob")), 10).await.unwrap().is_empty(), "another owner's");
-    store.resolve_unknown(&at(job, 2), &Resolution::Failed, &Resolved::because("checked by hand"), &rules(5, 2)).await.unwrap();
+    store
+        .resolve_unknown(&at(job, 2), &Resolution::Failed, &Resolved::because("checked by hand"), &rules(5, 2))
+        .await
+        .unwrap();
     let left = store.list_unknown_attempts(None, 10).await.unwrap();
     assert_eq!(left.iter().map(|u| u.attempt.clone()).collect::<Vec<_>>(), [at(job, 1)]);
 }
@@ -773,7 +863,11 @@ pub async fn usage_and_cost_are_stored_exactly_and_summed_as_winner_plus_waste(s
     let job = job_with_running(store.as_ref(), "k", 2).await;
     let priced = |prompt: i64, completion: i64, estimated: bool, amount: &str| AttemptUsage {
         usage: Usage { prompt_tokens: prompt, completion_tokens: completion, estimated },
-        cost: Some(Cost { amount: amount.parse().unwrap(), currency: "USD".into(), price_version: "sha256:0123456789abcdef".into() }),
+        cost: Some(Cost {
+            amount: amount.parse().unwrap(),
+            currency: "USD".into(),
+            price_version: "sha256:0123456789abcdef".into(),
+        }),
     };
     // An estimate first, then the provider's own count replaces it.
     assert!(store.record_usage(&at(job, 1), &priced(40, 512, true, "0.5")).await.unwrap());
@@ -781,15 +875,24 @@ pub async fn usage_and_cost_are_stored_exactly_and_summed_as_winner_plus_waste(s
     assert!(store.record_usage(&at(job, 1), &loser).await.unwrap());
     let winner = priced(40, 9, false, "0.000000000000000001");
     assert!(store.record_usage(&at(job, 2), &winner).await.unwrap());
-    assert_eq!(store.finish_attempt(&at(job, 2), &json!({"n": 2}), None, None).await.unwrap(), Transition::Won { canceled: vec![] });
-    assert_eq!(store.finish_attempt(&at(job, 1), &json!({"n": 1}), None, None).await.unwrap(), Transition::Lost { winner: Some(2) });
+    assert_eq!(
+        store.finish_attempt(&at(job, 2), &json!({"n": 2}), None, None).await.unwrap(),
+        Transition::Won { canceled: vec![] }
+    );
+    assert_eq!(
+        store.finish_attempt(&at(job, 1), &json!({"n": 1}), None, None).await.unwrap(),
+        Transition::Lost { winner: Some(2) }
+    );
 
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!((stored.attempts[0].usage, stored.attempts[0].cost.clone()), (Some(loser.usage), loser.cost.clone()));
     assert_eq!((stored.attempts[1].usage, stored.attempts[1].cost.clone()), (Some(winner.usage), winner.cost.clone()));
     let cost = stored.cost.expect("a job with costed attempts has a cost");
     assert_eq!(cost.total.to_string(), "123456789.123456789012345679", "every digit kept and summed");
-    assert_eq!((cost.winner.to_string(), cost.waste.to_string()), ("0.000000000000000001".into(), "123456789.123456789012345678".into()));
+    assert_eq!(
+        (cost.winner.to_string(), cost.waste.to_string()),
+        ("0.000000000000000001".into(), "123456789.123456789012345678".into())
+    );
     assert_eq!(cost.total, cost.winner + cost.waste);
 
     let now = chrono::Utc::now();
@@ -812,7 +915,11 @@ pub async fn a_settlement_records_the_attempts_usage_with_it_and_a_refused_one_r
     let s = store.as_ref();
     let used = |completion: i64| AttemptUsage {
         usage: Usage { prompt_tokens: 40, completion_tokens: completion, estimated: false },
-        cost: Some(Cost { amount: "0.25".parse().unwrap(), currency: "USD".into(), price_version: "sha256:0123456789abcdef".into() }),
+        cost: Some(Cost {
+            amount: "0.25".parse().unwrap(),
+            currency: "USD".into(),
+            price_version: "sha256:0123456789abcdef".into(),
+        }),
     };
     let usage_of = async |job: JobId, number: usize| {
         let stored = s.get_job(&owner("alice"), job).await.unwrap().unwrap();
@@ -822,8 +929,14 @@ pub async fn a_settlement_records_the_attempts_usage_with_it_and_a_refused_one_r
     // Two racing attempts: the winner's and the loser's usage each come with their settlement.
     let job = job_with_running(s, "raced", 2).await;
     let (winner, loser) = (used(9), used(11));
-    assert_eq!(s.finish_attempt(&at(job, 2), &output, None, Some(&winner)).await.unwrap(), Transition::Won { canceled: vec![] });
-    assert_eq!(s.finish_attempt(&at(job, 1), &output, None, Some(&loser)).await.unwrap(), Transition::Lost { winner: Some(2) });
+    assert_eq!(
+        s.finish_attempt(&at(job, 2), &output, None, Some(&winner)).await.unwrap(),
+        Transition::Won { canceled: vec![] }
+    );
+    assert_eq!(
+        s.finish_attempt(&at(job, 1), &output, None, Some(&loser)).await.unwrap(),
+        Transition::Lost { winner: Some(2) }
+    );
     assert_eq!(usage_of(job, 2).await, (Some(winner.usage), winner.cost.clone()));
     assert_eq!(usage_of(job, 1).await, (Some(loser.usage), loser.cost.clone()));
     // A settlement refused (another worker's lease) records nothing, usage included.
@@ -831,15 +944,25 @@ pub async fn a_settlement_records_the_attempts_usage_with_it_and_a_refused_one_r
     assert_eq!(s.claim_attempts("w1", 10, &leases()).await.unwrap().len(), 1);
     let fenced = Transition::Fenced(AttemptState::Running);
     assert_eq!(s.finish_attempt(&at(held, 1), &output, Some("w2"), Some(&winner)).await.unwrap(), fenced);
-    assert_eq!(s.mark_unknown(&at(held, 1), &AttemptError::new("timeout", "late"), Some("w2"), Some(&winner)).await.unwrap(), fenced);
+    assert_eq!(
+        s.mark_unknown(&at(held, 1), &AttemptError::new("timeout", "late"), Some("w2"), Some(&winner)).await.unwrap(),
+        fenced
+    );
     assert_eq!(usage_of(held, 1).await, (None, None));
     // A failure and an unknown outcome record theirs with them.
     let error = AttemptError::new("provider-error", "503 from provider");
-    assert_eq!(s.fail_attempt(&at(held, 1), &error, &rules(5, 2), Some("w1"), Some(&used(0))).await.unwrap(), Transition::Failed { next: None });
+    assert_eq!(
+        s.fail_attempt(&at(held, 1), &error, &rules(5, 2), Some("w1"), Some(&used(0))).await.unwrap(),
+        Transition::Failed { next: None }
+    );
     assert_eq!(usage_of(held, 1).await, (Some(used(0).usage), used(0).cost));
     let unknown = job_with_running(s, "unknown", 1).await;
-    let estimate = AttemptUsage { usage: Usage { prompt_tokens: 40, completion_tokens: 512, estimated: true }, cost: None };
-    assert_eq!(s.mark_unknown(&at(unknown, 1), &AttemptError::new("timeout", "late"), None, Some(&estimate)).await.unwrap(), Transition::Applied);
+    let estimate =
+        AttemptUsage { usage: Usage { prompt_tokens: 40, completion_tokens: 512, estimated: true }, cost: None };
+    assert_eq!(
+        s.mark_unknown(&at(unknown, 1), &AttemptError::new("timeout", "late"), None, Some(&estimate)).await.unwrap(),
+        Transition::Applied
+    );
     assert_eq!(usage_of(unknown, 1).await, (Some(estimate.usage), None));
 }
 

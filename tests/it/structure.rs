@@ -73,7 +73,8 @@ fn paths(code: &str, at: &[String]) -> Vec<Vec<String>> {
         if before[..word_start].ends_with("::") || !(first == "crate" || first == "super") {
             continue;
         }
-        let mut base: Vec<String> = if first == "crate" { Vec::new() } else { at[..at.len().saturating_sub(1)].to_vec() };
+        let mut base: Vec<String> =
+            if first == "crate" { Vec::new() } else { at[..at.len().saturating_sub(1)].to_vec() };
         let mut rest = &code[start + 2..];
         let mut segments = Vec::new();
         loop {
@@ -175,7 +176,9 @@ fn the_modules_of_src_import_each_other_without_a_circle() {
     let edges = edges();
     // The reader sees real imports: the API's handlers use the use cases,
     // the dashboard uses the API's extractors, the stores use the domain.
-    for (parent, from, to) in [("", "http", "jobs"), ("", "ui", "http"), ("", "store", "domain"), ("http", "jobs", "error")] {
+    for (parent, from, to) in
+        [("", "http", "jobs"), ("", "ui", "http"), ("", "store", "domain"), ("http", "jobs", "error")]
+    {
         assert!(edges.contains(&(parent.to_owned(), from.to_owned(), to.to_owned())), "{from} uses {to}: {edges:?}");
     }
     assert_eq!(circle(&edges), None, "modules that import each other");
@@ -183,10 +186,11 @@ fn the_modules_of_src_import_each_other_without_a_circle() {
 
 #[test]
 fn a_circle_between_modules_is_found() {
-    let edges: BTreeSet<(String, String, String)> = [("http", "a", "b"), ("http", "b", "c"), ("http", "c", "a"), ("", "x", "y")]
-        .iter()
-        .map(|(p, a, b)| (p.to_string(), a.to_string(), b.to_string()))
-        .collect();
+    let edges: BTreeSet<(String, String, String)> =
+        [("http", "a", "b"), ("http", "b", "c"), ("http", "c", "a"), ("", "x", "y")]
+            .iter()
+            .map(|(p, a, b)| (p.to_string(), a.to_string(), b.to_string()))
+            .collect();
     assert_eq!(circle(&edges), Some(vec!["http::a".into(), "http::b".into(), "http::c".into(), "http::a".into()]));
     let at = ["http".to_owned(), "jobs".to_owned()];
     let found = paths("use super::{error::Problem, extract};\nlet x = crate::store::Store::get;", &at);

@@ -41,7 +41,11 @@ async fn sent_for(app: &TestApp, job: &Value, number: usize) -> Value {
 /// of `asked`, its parent its own.
 fn child_of(sent: &Value, asked: &str) {
     let sent = sent.as_str().unwrap_or_else(|| panic!("no traceparent reached the provider: {sent}"));
-    assert_eq!((&sent[..35], &sent[53..]), (&asked[..35], &asked[53..]), "the same trace and flags: {sent} for {asked}");
+    assert_eq!(
+        (&sent[..35], &sent[53..]),
+        (&asked[..35], &asked[53..]),
+        "the same trace and flags: {sent} for {asked}"
+    );
     assert_ne!(&sent[36..52], &asked[36..52], "the call is a span of its own: {sent}");
 }
 
@@ -50,7 +54,11 @@ async fn the_callers_trace_context_is_kept_on_its_attempt_and_reaches_the_provid
     let id = create(&app, "traced", "sim-fast", TRACE_A, Some("congo=t61rcWkgMzE")).await;
     let job = app.wait_for(&id, "succeeded", |j| j["state"] == "succeeded").await;
     let trace = &job["attempts"][0]["trace"];
-    assert_eq!((&trace["traceparent"], &trace["tracestate"]), (&json!(TRACE_A), &json!("congo=t61rcWkgMzE")), "{job:#}");
+    assert_eq!(
+        (&trace["traceparent"], &trace["tracestate"]),
+        (&json!(TRACE_A), &json!("congo=t61rcWkgMzE")),
+        "{job:#}"
+    );
     child_of(&sent_for(&app, &job, 1).await, TRACE_A);
 }
 
@@ -76,7 +84,11 @@ async fn a_fallback_carries_its_own_requests_trace_and_a_retry_its_failed_attemp
 
     // The retry policy's attempt is done for the same request: the same trace.
     let id = create(&app, "retried", "sim-down", TRACE_B, None).await;
-    let job = app.wait_for(&id, "retried", |j| j["attempts"].as_array().unwrap().len() >= 2 && j["attempts"][1]["state"] != "pending").await;
+    let job = app
+        .wait_for(&id, "retried", |j| {
+            j["attempts"].as_array().unwrap().len() >= 2 && j["attempts"][1]["state"] != "pending"
+        })
+        .await;
     assert_eq!(job["attempts"][1]["origin"], "policy", "{job:#}");
     assert_eq!(job["attempts"][1]["trace"]["traceparent"], TRACE_B, "{job:#}");
     child_of(&sent_for(&app, &job, 2).await, TRACE_B);

@@ -98,7 +98,12 @@ fn csrf_of(page: &str) -> &str {
 impl Browser {
     /// The same browser (its cookie, its CSRF token) talking to the server at `base`.
     fn at(&self, base: &str) -> Browser {
-        Browser { client: self.client.clone(), base: base.to_owned(), cookie: self.cookie.clone(), csrf: self.csrf.clone() }
+        Browser {
+            client: self.client.clone(),
+            base: base.to_owned(),
+            cookie: self.cookie.clone(),
+            csrf: self.csrf.clone(),
+        }
     }
 
     /// The session token the cookie carries.
@@ -145,7 +150,8 @@ impl Browser {
 async fn alices_unknown_job(app: &TestApp, key: &str) -> String {
     let job = app.create_job(key, None).await["id"].as_str().unwrap().to_owned();
     claim_all(app).await;
-    let attempt = AttemptRef { owner: OwnerId::parse("alice").unwrap(), job_id: JobId::parse(&job).unwrap(), number: 1 };
+    let attempt =
+        AttemptRef { owner: OwnerId::parse("alice").unwrap(), job_id: JobId::parse(&job).unwrap(), number: 1 };
     let timeout = AttemptError::new("timeout", "deadline passed");
     assert_eq!(app.store().mark_unknown(&attempt, &timeout, None, None).await.unwrap(), Transition::Applied);
     job
@@ -174,8 +180,12 @@ async fn every_dashboard_route_needs_a_live_session(backend: Backend) {
             let body = response.text().await.unwrap();
             match (*method, *path) {
                 // Signing in, and the script and style files, need no session.
-                ("get", "/ui/signin") | ("get", "/ui/static/{file}") => assert_eq!(status, StatusCode::OK, "{method} {path}"),
-                ("post", "/ui/signin") => assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{method} {path}: no token in the form"),
+                ("get", "/ui/signin") | ("get", "/ui/static/{file}") => {
+                    assert_eq!(status, StatusCode::OK, "{method} {path}")
+                }
+                ("post", "/ui/signin") => {
+                    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{method} {path}: no token in the form")
+                }
                 (_, p) if p.starts_with("/ui/api/") => {
                     assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path}");
                     assert!(body.contains("\"unauthorized\""), "{body}");
@@ -213,15 +223,22 @@ async fn a_client_session_sees_only_its_owners_jobs_and_an_admin_session_sees_ev
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
         assert!(!page.contains("alice-secret-key"), "{path}");
     }
-    for path in ["/ui".to_owned(), format!("/ui?q={job}"), "/ui?q=alice-secret-key".to_owned(), "/ui/unknown".to_owned()] {
+    for path in
+        ["/ui".to_owned(), format!("/ui?q={job}"), "/ui?q=alice-secret-key".to_owned(), "/ui/unknown".to_owned()]
+    {
         let (status, page) = bob.page(&path).await;
         assert_eq!(status, StatusCode::OK, "{path}");
         // Bob has no job: no row at all (the search box shows what he typed).
-        assert!(!page.contains("data-job=") && !page.contains(&format!("/ui/jobs/{job}")), "{path} shows nothing of alice's");
+        assert!(
+            !page.contains("data-job=") && !page.contains(&format!("/ui/jobs/{job}")),
+            "{path} shows nothing of alice's"
+        );
     }
-    let fallback = bob.script_post(&format!("/ui/api/jobs/{job}/attempts"), "bob-1", &json!({})).header("x-csrf-token", &bob.csrf);
+    let fallback =
+        bob.script_post(&format!("/ui/api/jobs/{job}/attempts"), "bob-1", &json!({})).header("x-csrf-token", &bob.csrf);
     assert_eq!(fallback.send().await.unwrap().status(), StatusCode::NOT_FOUND);
-    let fields = [("csrf", bob.csrf.as_str()), ("job", &job), ("number", "1"), ("outcome", "failed"), ("reason", "bob tries")];
+    let fields =
+        [("csrf", bob.csrf.as_str()), ("job", &job), ("number", "1"), ("outcome", "failed"), ("reason", "bob tries")];
     assert_eq!(bob.form("/ui/unknown/resolve", &fields).await.status(), StatusCode::NOT_FOUND);
     assert_eq!(attempt_state(&app, &job).await, "unknown", "bob changed nothing");
 
@@ -234,7 +251,8 @@ async fn a_client_session_sees_only_its_owners_jobs_and_an_admin_session_sees_ev
     assert!(admin.page("/ui?q=alice-secret-key").await.1.contains(&job), "found by another owner's key");
     assert!(admin.page("/ui/unknown").await.1.contains(&job));
     assert_eq!(admin.page("/ui/providers").await.0, StatusCode::OK);
-    let fields = [("csrf", admin.csrf.as_str()), ("job", &job), ("number", "1"), ("outcome", "failed"), ("reason", "checked")];
+    let fields =
+        [("csrf", admin.csrf.as_str()), ("job", &job), ("number", "1"), ("outcome", "failed"), ("reason", "checked")];
     let resolved = admin.form("/ui/unknown/resolve", &fields).await;
     assert_eq!(resolved.status(), StatusCode::SEE_OTHER);
     assert_eq!(attempt_state(&app, &job).await, "failed");
@@ -247,8 +265,14 @@ async fn every_change_needs_the_sessions_csrf_token_and_the_same_origin(backend:
     let refused = [
         alice.script_post("/ui/api/jobs", "c1", &body),
         alice.script_post("/ui/api/jobs", "c1", &body).header("x-csrf-token", "0".repeat(64)),
-        alice.script_post("/ui/api/jobs", "c1", &body).header("x-csrf-token", &alice.csrf).header(header::ORIGIN, "http://evil.example"),
-        alice.script_post("/ui/api/jobs", "c1", &body).header("x-csrf-token", &alice.csrf).header("sec-fetch-site", "cross-site"),
+        alice
+            .script_post("/ui/api/jobs", "c1", &body)
+            .header("x-csrf-token", &alice.csrf)
+            .header(header::ORIGIN, "http://evil.example"),
+        alice
+            .script_post("/ui/api/jobs", "c1", &body)
+            .header("x-csrf-token", &alice.csrf)
+            .header("sec-fetch-site", "cross-site"),
     ];
     for request in refused {
         let response = request.send().await.unwrap();
@@ -266,13 +290,15 @@ async fn every_change_needs_the_sessions_csrf_token_and_the_same_origin(backend:
         .await
         .unwrap();
     assert_eq!(made.status(), StatusCode::CREATED);
-    let replay = alice.script_post("/ui/api/jobs", "c1", &body).header("x-csrf-token", &alice.csrf).send().await.unwrap();
+    let replay =
+        alice.script_post("/ui/api/jobs", "c1", &body).header("x-csrf-token", &alice.csrf).send().await.unwrap();
     assert_eq!((replay.status(), replay.headers()["idempotent-replayed"].to_str().unwrap()), (StatusCode::OK, "true"));
 
     // Forms: the resolve form and sign-out need the token too.
     let job = alices_unknown_job(&app, "csrf-unknown").await;
     for csrf in ["", "wrong"] {
-        let fields = [("csrf", csrf), ("job", job.as_str()), ("number", "1"), ("outcome", "failed"), ("reason", "forged")];
+        let fields =
+            [("csrf", csrf), ("job", job.as_str()), ("number", "1"), ("outcome", "failed"), ("reason", "forged")];
         assert_eq!(alice.form("/ui/unknown/resolve", &fields).await.status(), StatusCode::FORBIDDEN);
     }
     assert_eq!(attempt_state(&app, &job).await, "unknown");
@@ -312,7 +338,10 @@ async fn the_session_cookie_holds_no_token_and_ends_on_sign_out_or_revocation(ba
         .unwrap();
     assert_eq!(response.headers()[header::LOCATION], "/ui", "never redirected off the server");
     let set_cookie = response.headers()[header::SET_COOKIE].to_str().unwrap();
-    assert!(set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Strict") && set_cookie.contains("Path=/"), "{set_cookie}");
+    assert!(
+        set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Strict") && set_cookie.contains("Path=/"),
+        "{set_cookie}"
+    );
     assert!(!set_cookie.contains(&app.alice) && !set_cookie.contains(&app.alice[3..]), "the cookie holds no token");
 
     // Signing out ends the session on the server, not only in the browser.
@@ -326,10 +355,12 @@ async fn the_session_cookie_holds_no_token_and_ends_on_sign_out_or_revocation(ba
     let alice = sign_in(&app, &app.alice).await;
     assert_eq!(alice.page("/ui").await.0, StatusCode::OK);
     let keys = app.store().list_api_keys(Some(&OwnerId::parse("alice").unwrap())).await.unwrap();
-    let revoked = app.client.post(app.url(&format!("/keys/{}/revoke", keys[0].id))).bearer_auth(&app.admin).send().await.unwrap();
+    let revoked =
+        app.client.post(app.url(&format!("/keys/{}/revoke", keys[0].id))).bearer_auth(&app.admin).send().await.unwrap();
     assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
     assert_eq!(alice.get("/ui").await.status(), StatusCode::SEE_OTHER, "a revoked key's session is over");
-    let script = alice.script_post("/ui/api/jobs", "after-revoke", &json!({"task": "summarize", "input": {"text": "x"}}));
+    let script =
+        alice.script_post("/ui/api/jobs", "after-revoke", &json!({"task": "summarize", "input": {"text": "x"}}));
     assert_eq!(script.header("x-csrf-token", &alice.csrf).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
 }
 
@@ -337,9 +368,11 @@ async fn the_session_cookie_holds_no_token_and_ends_on_sign_out_or_revocation(ba
 /// token: a change, as the dashboard makes them. Its id.
 async fn script_job(browser: &Browser, key: &str) -> String {
     let body = json!({"task": "summarize", "input": {"text": "made from the dashboard"}});
-    let forged = browser.script_post("/ui/api/jobs", key, &body).header("x-csrf-token", "0".repeat(64)).send().await.unwrap();
+    let forged =
+        browser.script_post("/ui/api/jobs", key, &body).header("x-csrf-token", "0".repeat(64)).send().await.unwrap();
     assert_eq!(forged.status(), StatusCode::FORBIDDEN, "the server checks the CSRF token");
-    let made = browser.script_post("/ui/api/jobs", key, &body).header("x-csrf-token", &browser.csrf).send().await.unwrap();
+    let made =
+        browser.script_post("/ui/api/jobs", key, &body).header("x-csrf-token", &browser.csrf).send().await.unwrap();
     assert_eq!(made.status(), StatusCode::CREATED, "the session's CSRF token is good on {}", browser.base);
     made.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned()
 }
@@ -403,7 +436,8 @@ async fn signing_out_on_one_server_ends_the_session_on_every_server(backend: Bac
     let out = on_two.form("/ui/signout", &[("csrf", on_two.csrf.as_str())]).await;
     assert_eq!(out.status(), StatusCode::SEE_OTHER);
     assert_eq!(on_one.get("/ui").await.status(), StatusCode::SEE_OTHER, "signed out on the first server too");
-    let script = on_one.script_post("/ui/api/jobs", "after-sign-out", &json!({"task": "summarize", "input": {"text": "x"}}));
+    let script =
+        on_one.script_post("/ui/api/jobs", "after-sign-out", &json!({"task": "summarize", "input": {"text": "x"}}));
     assert_eq!(script.header("x-csrf-token", &on_one.csrf).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
     assert_eq!(session_rows(&db).await, 0, "signing out deleted the session's row");
 }
@@ -513,18 +547,27 @@ async fn a_session_follows_its_owners_job_on_the_dashboards_event_stream(backend
     // job (for an admin's session as for an admin key) and no job as 404.
     let anonymous = no_redirects().get(app.url(&path)).send().await.unwrap();
     expect_problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
-    let forged = no_redirects().get(app.url(&path)).header(header::COOKIE, format!("onejob_session={}", "ab".repeat(32)));
+    let forged =
+        no_redirects().get(app.url(&path)).header(header::COOKIE, format!("onejob_session={}", "ab".repeat(32)));
     expect_problem(forged.send().await.unwrap(), StatusCode::UNAUTHORIZED, "unauthorized").await;
     for other in [&bob, &admin] {
         expect_problem(other.get(&path).await, StatusCode::NOT_FOUND, "not-found").await;
     }
-    expect_problem(alice.get(&format!("/ui/api/jobs/{}/events", JobId::new())).await, StatusCode::NOT_FOUND, "not-found").await;
+    expect_problem(
+        alice.get(&format!("/ui/api/jobs/{}/events", JobId::new())).await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+    )
+    .await;
 
     // Alice's session gets the job's events as a stream, and it stays open.
     let mut dashboard = events(alice.get(&path).await);
     let created = dashboard.next().await.unwrap();
     assert_eq!((created.kind.as_str(), created.id.as_str()), ("job-created", last_event.as_str()));
-    assert_eq!((created.data["job_id"].as_str(), created.data["job_state"].as_str()), (Some(job.as_str()), Some("queued")));
+    assert_eq!(
+        (created.data["job_id"].as_str(), created.data["job_state"].as_str()),
+        (Some(job.as_str()), Some("queued"))
+    );
     // Each stream holds one of alice's places, the dashboard's as the API's.
     let api = app.client.get(app.url(&format!("/jobs/{job}/events"))).bearer_auth(&app.alice).send().await.unwrap();
     let api = events(api);
@@ -532,13 +575,19 @@ async fn a_session_follows_its_owners_job_on_the_dashboards_event_stream(backend
 
     // Canceled, the job's last event reaches the stream, which ends: the
     // same events as the API's stream.
-    let canceled = app.client.post(app.url(&format!("/jobs/{job}/cancel"))).bearer_auth(&app.alice).send().await.unwrap();
+    let canceled =
+        app.client.post(app.url(&format!("/jobs/{job}/cancel"))).bearer_auth(&app.alice).send().await.unwrap();
     assert_eq!(canceled.status(), StatusCode::OK);
-    let rest = tokio::time::timeout(Duration::from_secs(30), dashboard.collect::<Vec<_>>()).await.expect("the stream ends by itself");
+    let rest = tokio::time::timeout(Duration::from_secs(30), dashboard.collect::<Vec<_>>())
+        .await
+        .expect("the stream ends by itself");
     assert_eq!(kinds(&rest), ["job-canceled"]);
     assert_eq!(rest[0].data["job_state"], "canceled");
-    let from_api = tokio::time::timeout(Duration::from_secs(30), api.collect::<Vec<_>>()).await.expect("the stream ends by itself");
-    let seen = |events: &[crate::events::Received]| events.iter().map(|e| (e.id.clone(), e.data.clone())).collect::<Vec<_>>();
+    let from_api = tokio::time::timeout(Duration::from_secs(30), api.collect::<Vec<_>>())
+        .await
+        .expect("the stream ends by itself");
+    let seen =
+        |events: &[crate::events::Received]| events.iter().map(|e| (e.id.clone(), e.data.clone())).collect::<Vec<_>>();
     let mut dashboards = vec![created];
     dashboards.extend(rest);
     assert_eq!(seen(&dashboards), seen(&from_api));
@@ -546,6 +595,7 @@ async fn a_session_follows_its_owners_job_on_the_dashboards_event_stream(backend
     // Resumed after the page's last event, or a reconnect's Last-Event-ID.
     let after = read_to_end(alice.get(&format!("{path}?after={last_event}")).await).await;
     assert_eq!(kinds(&after), ["job-canceled"]);
-    let resumed = alice.client.get(alice.url(&path)).header(header::COOKIE, &alice.cookie).header("last-event-id", &last_event);
+    let resumed =
+        alice.client.get(alice.url(&path)).header(header::COOKIE, &alice.cookie).header("last-event-id", &last_event);
     assert_eq!(kinds(&read_to_end(resumed.send().await.unwrap()).await), ["job-canceled"]);
 }

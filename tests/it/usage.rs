@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use crate::common::{Backend, TestApp};
 use onejob::config::{Settings, Tokenizer};
 use onejob::domain::{JobId, Money, OwnerId, Price, Usage};
-use onejob::store::TaskRules;
 use onejob::provider::tokens;
+use onejob::store::TaskRules;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -62,7 +62,9 @@ async fn a_race_where_the_loser_finishes_wastes_the_losers_cost_and_the_job_cost
     let fallback = app.post_attempt(&app.alice, &id, "fallback", &json!({"provider": "sim-fast"})).await;
     assert_eq!(fallback.status(), StatusCode::CREATED);
     let job = app
-        .wait_for(&id, "the loser finished", |j| j["attempts"][0]["state"] == "superseded" && !j["attempts"][0]["cost"].is_null())
+        .wait_for(&id, "the loser finished", |j| {
+            j["attempts"][0]["state"] == "superseded" && !j["attempts"][0]["cost"].is_null()
+        })
         .await;
     let (loser, winner) = (&attempts(&job)[0], &attempts(&job)[1]);
     assert_eq!((loser["state"].as_str(), winner["state"].as_str()), (Some("superseded"), Some("succeeded")));
@@ -73,7 +75,10 @@ async fn a_race_where_the_loser_finishes_wastes_the_losers_cost_and_the_job_cost
         assert!(!usage.estimated, "the provider reported it: {attempt}");
         let output = attempt["output"].to_string();
         assert_eq!(usage.completion_tokens as usize, tokens::count(Tokenizer::O200kBase, &output), "{attempt}");
-        assert!(usage.prompt_tokens as usize > tokens::count(Tokenizer::O200kBase, text), "the prompt holds the text and its framing");
+        assert!(
+            usage.prompt_tokens as usize > tokens::count(Tokenizer::O200kBase, text),
+            "the prompt holds the text and its framing"
+        );
     }
     let (loser_cost, winner_cost) = (checked_cost(loser), checked_cost(winner));
     assert!(loser_cost.is_positive() && winner_cost.is_positive());
@@ -89,7 +94,12 @@ async fn a_race_where_the_loser_finishes_wastes_the_losers_cost_and_the_job_cost
 
 async fn a_timed_out_attempt_is_charged_an_estimate_of_its_prompt_and_max_output_tokens(backend: Backend) {
     let app = TestApp::spawn_live(backend, |_| {}).await;
-    let id = create(&app, "hang", &json!({"task": "summarize", "input": {"text": "never answered"}, "provider": "sim-hang"})).await;
+    let id = create(
+        &app,
+        "hang",
+        &json!({"task": "summarize", "input": {"text": "never answered"}, "provider": "sim-hang"}),
+    )
+    .await;
     let job = app.wait_for(&id, "unknown", |j| j["attempts"][0]["state"] == "unknown").await;
     let attempt = &attempts(&job)[0];
     let usage = usage_of(attempt);
@@ -116,12 +126,16 @@ async fn the_usage_report_groups_and_totals_match_the_attempts_table(backend: Ba
     let app = TestApp::spawn_live(backend, |_| {}).await;
     let mut ids = Vec::new();
     for (key, provider) in [("a", "sim-fast"), ("b", "sim-fast"), ("c", "sim-slow")] {
-        let body = json!({"task": "summarize", "input": {"text": format!("job {key} for the report")}, "provider": provider});
+        let body =
+            json!({"task": "summarize", "input": {"text": format!("job {key} for the report")}, "provider": provider});
         ids.push(create(&app, key, &body).await);
     }
     // A race, so that the report has waste in it.
     app.wait_for(&ids[2], "running", |j| j["state"] == "running").await;
-    assert_eq!(app.post_attempt(&app.alice, &ids[2], "fb", &json!({"provider": "sim-fast"})).await.status(), StatusCode::CREATED);
+    assert_eq!(
+        app.post_attempt(&app.alice, &ids[2], "fb", &json!({"provider": "sim-fast"})).await.status(),
+        StatusCode::CREATED
+    );
     let mut jobs = Vec::new();
     for id in &ids {
         let all_costed = |j: &Value| j["state"] == "succeeded" && attempts(j).iter().all(|a| !a["cost"].is_null());
@@ -154,8 +168,12 @@ async fn the_usage_report_groups_and_totals_match_the_attempts_table(backend: Ba
 
     let report: Value = app.get(&app.alice, "/usage?group_by=provider").await.json().await.unwrap();
     assert_eq!(sums_of(&report["total"]), total, "{report}");
-    let groups: BTreeMap<String, Sums> =
-        report["groups"].as_array().unwrap().iter().map(|g| (g["key"].as_str().unwrap().to_owned(), sums_of(g))).collect();
+    let groups: BTreeMap<String, Sums> = report["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["key"].as_str().unwrap().to_owned(), sums_of(g)))
+        .collect();
     assert_eq!(groups, by_provider, "{report}");
     assert_eq!(in_usd(&report["total"]["winner_cost"]) + total.waste, total.cost);
 
@@ -213,11 +231,18 @@ async fn a_job_with_max_cost_just_below_a_second_attempts_worst_case_refuses_tha
 
     let refused = app.post_attempt(&app.alice, &ids[0], "fallback", &json!({"provider": "sim-slow"})).await;
     let problem = crate::common::expect_problem(refused, StatusCode::CONFLICT, "budget-exceeded").await;
-    assert!(problem["detail"].as_str().unwrap().contains(&worst_case(&app, "sim-slow", &input).to_string()), "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains(&worst_case(&app, "sim-slow", &input).to_string()),
+        "{problem}"
+    );
     let job: Value = app.get(&app.alice, &format!("/jobs/{}", ids[0])).await.json().await.unwrap();
     assert_eq!(attempts(&job).len(), 1, "nothing was added: {job}");
-    let events = app.store().list_events(&OwnerId::parse("alice").unwrap(), JobId::parse(&ids[0]).unwrap()).await.unwrap();
-    assert!(events.iter().any(|e| e.kind == "admission-refused" && e.detail["problem"] == "budget-exceeded"), "{events:?}");
+    let events =
+        app.store().list_events(&OwnerId::parse("alice").unwrap(), JobId::parse(&ids[0]).unwrap()).await.unwrap();
+    assert!(
+        events.iter().any(|e| e.kind == "admission-refused" && e.detail["problem"] == "budget-exceeded"),
+        "{events:?}"
+    );
 
     // A budget of exactly both worst cases admits the second attempt.
     let admitted = app.post_attempt(&app.alice, &ids[1], "fallback", &json!({"provider": "sim-slow"})).await;
@@ -236,12 +261,27 @@ async fn max_cost_is_part_of_the_intent_and_a_first_attempt_over_it_makes_no_job
     assert_eq!(listed["jobs"], json!([]), "no job was made");
 
     assert_eq!(app.post_job("b", &with(json!("0.05"))).await.status(), StatusCode::CREATED);
-    assert_eq!(app.post_job("b", &with(json!("0.050"))).await.status(), StatusCode::OK, "the same budget, written otherwise");
-    crate::common::expect_problem(app.post_job("b", &with(json!("0.06"))).await, StatusCode::CONFLICT, "idempotency-key-reused").await;
+    assert_eq!(
+        app.post_job("b", &with(json!("0.050"))).await.status(),
+        StatusCode::OK,
+        "the same budget, written otherwise"
+    );
+    crate::common::expect_problem(
+        app.post_job("b", &with(json!("0.06"))).await,
+        StatusCode::CONFLICT,
+        "idempotency-key-reused",
+    )
+    .await;
     let without = json!({"task": "summarize", "input": input});
-    crate::common::expect_problem(app.post_job("b", &without).await, StatusCode::CONFLICT, "idempotency-key-reused").await;
+    crate::common::expect_problem(app.post_job("b", &without).await, StatusCode::CONFLICT, "idempotency-key-reused")
+        .await;
     for bad in [json!(0.05), json!("-1"), json!("1e-3"), json!("0.0000000000000000001")] {
-        let problem = crate::common::expect_problem(app.post_job("bad", &with(bad.clone())).await, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+        let problem = crate::common::expect_problem(
+            app.post_job("bad", &with(bad.clone())).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation-failed",
+        )
+        .await;
         assert_eq!(problem["errors"][0]["pointer"], "/max_cost", "{bad}: {problem}");
     }
 }

@@ -57,7 +57,8 @@ impl Receiver {
                 )
             });
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.expect("the receiver starts");
+        let first =
+            tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.expect("the receiver starts");
         let first = first.unwrap().expect("the receiver printed its port (is standardwebhooks installed?)");
         let port = serde_json::from_str::<Value>(&first).unwrap()["port"].as_u64().unwrap() as u16;
         let (sender, requests) = tokio::sync::mpsc::unbounded_channel();
@@ -81,7 +82,10 @@ impl Receiver {
 
     /// The next request it got, within 30 s.
     async fn next(&mut self) -> Value {
-        tokio::time::timeout(Duration::from_secs(30), self.requests.recv()).await.expect("a delivery within 30 s").unwrap()
+        tokio::time::timeout(Duration::from_secs(30), self.requests.recv())
+            .await
+            .expect("a delivery within 30 s")
+            .unwrap()
     }
 }
 
@@ -89,10 +93,19 @@ impl Receiver {
 /// of their owner's jobs.
 async fn alices_admin(database_url: &str) -> String {
     let store = crate::common::open_store(database_url);
-    onejob::keys::create_key_with_role(store.as_ref(), &OwnerId::parse("alice").unwrap(), KeyRole::Admin).await.unwrap().1
+    onejob::keys::create_key_with_role(store.as_ref(), &OwnerId::parse("alice").unwrap(), KeyRole::Admin)
+        .await
+        .unwrap()
+        .1
 }
 
-async fn register(client: &reqwest::Client, address: &str, admin: &str, url: &str, events: &[&str]) -> reqwest::Response {
+async fn register(
+    client: &reqwest::Client,
+    address: &str,
+    admin: &str,
+    url: &str,
+    events: &[&str],
+) -> reqwest::Response {
     client
         .post(format!("http://{address}/webhooks"))
         .bearer_auth(admin)
@@ -119,7 +132,9 @@ fn loopback_allowed(settings: &mut onejob::config::Settings) {
     settings.webhooks.allow_hosts = vec!["127.0.0.1".into()];
 }
 
-async fn a_receiver_failing_three_times_gets_the_event_four_times_under_one_id_each_signature_verifying(backend: Backend) {
+async fn a_receiver_failing_three_times_gets_the_event_four_times_under_one_id_each_signature_verifying(
+    backend: Backend,
+) {
     let app = TestApp::spawn_live(backend, loopback_allowed).await;
     let admin = alices_admin(&app.database_url).await;
     let mut receiver = Receiver::start(3).await;
@@ -179,7 +194,10 @@ async fn a_receiver_answering_410_gone_disables_its_endpoint_after_one_try(backe
     create(&app.client, &address, &app.alice, "gone").await;
     assert_eq!(receiver.next().await["status"], 410);
     let listing = || async { app.get(&admin, "/webhooks").await.json::<Value>().await.unwrap() };
-    eventually("the endpoint disabled", Duration::from_secs(10), || async { !listing().await["webhooks"][0]["disabled_at"].is_null() }).await;
+    eventually("the endpoint disabled", Duration::from_secs(10), || async {
+        !listing().await["webhooks"][0]["disabled_at"].is_null()
+    })
+    .await;
     let listed = listing().await;
     assert_eq!(listed["webhooks"][0]["disabled_reason"], "the receiver answered 410 Gone", "{listed:#}");
     let path = format!("/webhooks/{}/deliveries", endpoint["id"].as_str().unwrap());
@@ -231,7 +249,8 @@ async fn an_endpoint_must_be_https_on_a_public_address_and_is_its_owners_alone(b
         async move { client.post(url).bearer_auth(token).send().await.unwrap() }
     };
     expect_problem(rotate(others.clone()).await, StatusCode::NOT_FOUND, "not-found").await;
-    expect_problem(app.get(&others, &format!("/webhooks/{id}/deliveries")).await, StatusCode::NOT_FOUND, "not-found").await;
+    expect_problem(app.get(&others, &format!("/webhooks/{id}/deliveries")).await, StatusCode::NOT_FOUND, "not-found")
+        .await;
 
     // Rotating answers a new secret; the old one still signs for a day.
     let rotated = rotate(admin.clone()).await;
@@ -275,8 +294,10 @@ async fn a_delivery_committed_before_a_crash_is_sent_after_the_restart(backend: 
     let mut receiver = Receiver::start(0).await;
     // The deliverer parks right after its claim, before the send.
     let parked = [("FAILPOINTS", "webhook-before-send=return(600000)")];
-    let (mut first, address, _log) = crate::common::spawn_server_logged(&database_url, Some(&config), &[], &parked).await;
-    let endpoint: Value = register(&client, &address, &admin, &receiver.url(), &["job.succeeded"]).await.json().await.unwrap();
+    let (mut first, address, _log) =
+        crate::common::spawn_server_logged(&database_url, Some(&config), &[], &parked).await;
+    let endpoint: Value =
+        register(&client, &address, &admin, &receiver.url(), &["job.succeeded"]).await.json().await.unwrap();
     receiver.verify_with(endpoint["secret"].as_str().unwrap()).await;
     let id = create(&client, &address, &token, "crash").await;
     eventually("the delivery claimed by the parked deliverer", Duration::from_secs(20), || async {
@@ -306,8 +327,10 @@ async fn a_settlement_rolled_back_delivers_nothing(backend: Backend) {
     // The first settlement fails just before its commit; the worker records
     // the outcome again, and that one commits.
     let failing = [("FAILPOINTS", "settle-before-commit=1*return")];
-    let (_server, address, mut log) = crate::common::spawn_server_logged(&database_url, Some(&config), &[], &failing).await;
-    let endpoint: Value = register(&client, &address, &admin, &receiver.url(), &["job.succeeded"]).await.json().await.unwrap();
+    let (_server, address, mut log) =
+        crate::common::spawn_server_logged(&database_url, Some(&config), &[], &failing).await;
+    let endpoint: Value =
+        register(&client, &address, &admin, &receiver.url(), &["job.succeeded"]).await.json().await.unwrap();
     receiver.verify_with(endpoint["secret"].as_str().unwrap()).await;
     let id = create(&client, &address, &token, "rolled-back").await;
     let request = receiver.next().await;

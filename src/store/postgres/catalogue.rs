@@ -116,11 +116,20 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
 /// (docs/scaling.md). Every other statement on an owner's tables is routed
 /// to one owner by `owner_id = $n`, which the routing test checks.
 pub const CROSS_OWNER: &[(&str, &str)] = &[
-    ("claims::PENDING_OWNERS", "the claim's lock-free read of which owners have pending work (then claimed owner by owner)"),
+    (
+        "claims::PENDING_OWNERS",
+        "the claim's lock-free read of which owners have pending work (then claimed owner by owner)",
+    ),
     ("claims::PENDING_BY", "the metrics' pending attempts per owner and per provider, every few seconds"),
     ("claims::WAITING_FACTS", "a queued job's wait counts its provider's running attempts, of every owner"),
-    ("claims::RUNNING_COUNTS", "the claim counts the running attempts of the owners and providers whose limits it enforces"),
-    ("sql::CLAIM_RECONCILIATIONS", "the reconciler's claim takes due unknown attempts of every owner (per owner, like the claim)"),
+    (
+        "claims::RUNNING_COUNTS",
+        "the claim counts the running attempts of the owners and providers whose limits it enforces",
+    ),
+    (
+        "sql::CLAIM_RECONCILIATIONS",
+        "the reconciler's claim takes due unknown attempts of every owner (per owner, like the claim)",
+    ),
     ("sql::EXPIRED_LEASES", "the reaper's scan of every owner's running attempts past their lease"),
     ("sql::FINISHED_WITH_CALLS", "a worker's scan of the attempts it holds, whoever owns them"),
     ("sql::SAMPLE_GAUGES", "the metrics' counts over every owner, every few seconds"),

@@ -48,8 +48,7 @@ pub(super) static PENDING_OWNERS: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Each owner's claim lock, in the order given (name order). Binds: owners.
-pub(super) const LOCK_OWNERS: &str =
-    r#"select count(pg_advisory_xact_lock(hashtextextended('onejob.claim:' || owner_id, 0)))
+pub(super) const LOCK_OWNERS: &str = r#"select count(pg_advisory_xact_lock(hashtextextended('onejob.claim:' || owner_id, 0)))
        from unnest($1::text[]) with ordinality as o(owner_id, n)"#;
 
 /// Each provider's state row, made if missing, locked in name order.
@@ -188,11 +187,19 @@ pub(super) async fn waiting_facts(pool: &sqlx::PgPool, owner: &str, job: uuid::U
     Ok(sqlx::query_as(WAITING_FACTS.as_str()).bind(owner).bind(job).fetch_optional(pool).await?)
 }
 
-pub(super) async fn pending_owners(tx: &mut Transaction<'static, Postgres>, after: &str, max: u32) -> Result<Vec<PendingOwner>> {
+pub(super) async fn pending_owners(
+    tx: &mut Transaction<'static, Postgres>,
+    after: &str,
+    max: u32,
+) -> Result<Vec<PendingOwner>> {
     Ok(sqlx::query_as(PENDING_OWNERS.as_str()).bind(after).bind(i64::from(max)).fetch_all(&mut **tx).await?)
 }
 
-pub(super) async fn lock_claims(tx: &mut Transaction<'static, Postgres>, owners: &[String], providers: &[String]) -> Result<()> {
+pub(super) async fn lock_claims(
+    tx: &mut Transaction<'static, Postgres>,
+    owners: &[String],
+    providers: &[String],
+) -> Result<()> {
     if !providers.is_empty() {
         sqlx::query(LOCK_PROVIDERS).bind(providers).execute(&mut **tx).await?;
     }
@@ -202,13 +209,20 @@ pub(super) async fn lock_claims(tx: &mut Transaction<'static, Postgres>, owners:
     Ok(())
 }
 
-pub(super) async fn running_counts(tx: &mut Transaction<'static, Postgres>, owners: &[String], providers: &[String]) -> Result<Running> {
+pub(super) async fn running_counts(
+    tx: &mut Transaction<'static, Postgres>,
+    owners: &[String],
+    providers: &[String],
+) -> Result<Running> {
     let rows: Vec<(String, String, i64)> =
         sqlx::query_as(RUNNING_COUNTS.as_str()).bind(owners).bind(providers).fetch_all(&mut **tx).await?;
     Ok(Running::from_rows(rows))
 }
 
-pub(super) async fn provider_gates(tx: &mut Transaction<'static, Postgres>, providers: &[String]) -> Result<Vec<ProviderGate>> {
+pub(super) async fn provider_gates(
+    tx: &mut Transaction<'static, Postgres>,
+    providers: &[String],
+) -> Result<Vec<ProviderGate>> {
     Ok(sqlx::query_as(PROVIDER_GATES).bind(providers).fetch_all(&mut **tx).await?)
 }
 
@@ -218,7 +232,12 @@ pub(super) async fn claim_candidates(
     providers: &[String],
     max: u32,
 ) -> Result<Vec<Candidate>> {
-    let rows = sqlx::query(CLAIM_CANDIDATES.as_str()).bind(owner).bind(providers).bind(i64::from(max)).fetch_all(&mut **tx).await?;
+    let rows = sqlx::query(CLAIM_CANDIDATES.as_str())
+        .bind(owner)
+        .bind(providers)
+        .bind(i64::from(max))
+        .fetch_all(&mut **tx)
+        .await?;
     rows.iter().map(candidate).collect()
 }
 
@@ -269,7 +288,11 @@ pub(super) async fn put_requests(tx: &mut Transaction<'static, Postgres>, provid
     Ok(())
 }
 
-pub(super) async fn pause_provider(tx: &mut Transaction<'static, Postgres>, provider: &str, pause: Duration) -> Result<()> {
+pub(super) async fn pause_provider(
+    tx: &mut Transaction<'static, Postgres>,
+    provider: &str,
+    pause: Duration,
+) -> Result<()> {
     sqlx::query(PAUSE_PROVIDER).bind(provider).bind(pause.as_secs_f64()).execute(&mut **tx).await?;
     Ok(())
 }
@@ -293,7 +316,12 @@ pub(super) async fn requeue_attempt(
 
 /// Takes `tokens` from the provider's bucket of `per_minute`: `None` when
 /// taken, else how long until the bucket holds them.
-pub(super) async fn reserve_tokens(pool: &sqlx::PgPool, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>> {
+pub(super) async fn reserve_tokens(
+    pool: &sqlx::PgPool,
+    provider: &str,
+    tokens: u64,
+    per_minute: u32,
+) -> Result<Option<Duration>> {
     let needed = tokens as f64;
     let size = f64::from(per_minute);
     let taken: Option<f64> =

@@ -58,7 +58,10 @@ pub(super) async fn follow_key_changes(pool: PgPool, changes: mpsc::Sender<KeyCh
                         Ok(Some(notification)) => match Uuid::try_parse(notification.payload()) {
                             Ok(id) => KeyChange::Changed(id),
                             Err(_) => {
-                                tracing::warn!(payload = notification.payload(), "ignored a key notification that names no key");
+                                tracing::warn!(
+                                    payload = notification.payload(),
+                                    "ignored a key notification that names no key"
+                                );
                                 continue;
                             }
                         },
@@ -76,7 +79,9 @@ pub(super) async fn follow_key_changes(pool: PgPool, changes: mpsc::Sender<KeyCh
                     }
                 }
             }
-            Err(error) => tracing::warn!(%error, "cannot listen for key changes; checked keys are not cached until then"),
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for key changes; checked keys are not cached until then")
+            }
         }
         if changes.send(KeyChange::Lost).await.is_err() {
             return;
@@ -99,15 +104,9 @@ pub(super) async fn revoke_and_wait(pool: &PgPool, id: Uuid) -> Result<bool> {
     // "revoked" mean that no listening server accepts the key any more.
     let mut confirmations = PgListener::connect_with(pool).await?;
     confirmations.listen(KEY_ACK_CHANNEL).await?;
-    let listening: i64 = sqlx::query_scalar(COUNT_LISTENERS)
-        .bind(format!(r#"LISTEN "{KEY_CHANNEL}""#))
-        .fetch_one(pool)
-        .await?;
-    let changed = sqlx::query(REVOKE_KEY)
-        .bind(id)
-        .execute(pool)
-        .await?
-        .rows_affected();
+    let listening: i64 =
+        sqlx::query_scalar(COUNT_LISTENERS).bind(format!(r#"LISTEN "{KEY_CHANNEL}""#)).fetch_one(pool).await?;
+    let changed = sqlx::query(REVOKE_KEY).bind(id).execute(pool).await?.rows_affected();
     if changed == 0 {
         return Ok(false);
     }

@@ -24,36 +24,33 @@ use sqlx::{Postgres, Row, Transaction};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::webhooks::Outgoing;
 use super::driver::{AttemptHolder, Driver, LockedAttemptRow, LockedJob, OutputSettlement, Settled, Tx};
-use super::shared::{impl_driver_tx, impl_store};
 use super::hot::HotConnections;
 use super::rows::{AttemptRefRow, JobSummaryRow, QualificationRow, attempts_from_rows, job_from_rows, stored_trace};
+use super::shared::{impl_driver_tx, impl_store};
 use super::usage::{AttemptUsage, UsageFilter, UsageRow, bind_usage};
+use super::webhooks::Outgoing;
 use super::{
-    ApiKey, AttemptRef, Gauges, JobFilter, KeyChange, LiveKey, NewAttempt, NewJob, OpenUnknown,
-    OwnedJobSummary, QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
+    ApiKey, AttemptRef, Gauges, JobFilter, KeyChange, LiveKey, NewAttempt, NewJob, OpenUnknown, OwnedJobSummary,
+    QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
 };
 use crate::domain::{
-    Attempt, AttemptError, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobEvent, JobId,
-    JobState, JobSummary, KeyRole, OwnerId,
+    Attempt, AttemptError, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobEvent, JobId, JobState,
+    JobSummary, KeyRole, OwnerId,
 };
 
 mod catalogue;
 mod claims;
 mod keys;
 mod pooling;
-mod sessions;
-mod webhooks;
 mod retention;
+mod sessions;
 mod sql;
+mod webhooks;
 
 pub use catalogue::{CROSS_OWNER, statements};
+use sql::{CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, SAMPLE_GAUGES, SETTLE_WITH_OUTPUT};
 pub use sql::{CREATE_JOB, GET_JOB};
-use sql::{
-    CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, SAMPLE_GAUGES,
-    SETTLE_WITH_OUTPUT,
-};
 
 /// The embedded migrations of `migrations/postgres`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -130,7 +127,6 @@ impl PostgresStore {
     }
 }
 
-
 /// What every new connection runs first: the longest a statement may run,
 /// and floats in text answers as precise as sqlx asks for in its startup
 /// packet (which no longer carries it).
@@ -164,11 +160,21 @@ impl_driver_tx!(PgTx, {
         claims::provider_gates(&mut self.tx, providers).await
     }
 
-    async fn claim_candidates(&mut self, owner: &str, providers: &[String], max: u32) -> Result<Vec<super::driver::Candidate>> {
+    async fn claim_candidates(
+        &mut self,
+        owner: &str,
+        providers: &[String],
+        max: u32,
+    ) -> Result<Vec<super::driver::Candidate>> {
         claims::claim_candidates(&mut self.tx, owner, providers, max).await
     }
 
-    async fn start_attempts(&mut self, worker: &str, candidates: &[super::driver::Candidate], leases: &[Duration]) -> Result<Vec<DateTime<Utc>>> {
+    async fn start_attempts(
+        &mut self,
+        worker: &str,
+        candidates: &[super::driver::Candidate],
+        leases: &[Duration],
+    ) -> Result<Vec<DateTime<Utc>>> {
         claims::start_attempts(&mut self.tx, worker, candidates, leases).await
     }
 
@@ -189,12 +195,7 @@ impl_driver_tx!(PgTx, {
     }
 
     async fn set_job_state(&mut self, owner: &OwnerId, job_id: JobId, state: JobState) -> Result<()> {
-        sqlx::query(sql::SET_JOB_STATE)
-            .bind(owner.as_str())
-            .bind(job_id.0)
-            .bind(state)
-            .execute(&mut *self.tx)
-            .await?;
+        sqlx::query(sql::SET_JOB_STATE).bind(owner.as_str()).bind(job_id.0).bind(state).execute(&mut *self.tx).await?;
         Ok(())
     }
 
@@ -216,7 +217,14 @@ impl_driver_tx!(PgTx, {
         attempts_from_rows(&rows)?.pop().ok_or_else(|| corrupt("an inserted attempt returned no row"))
     }
 
-    async fn append_event(&mut self, owner: &OwnerId, job_id: JobId, kind: EventKind, attempt_number: Option<i32>, detail: Value) -> Result<()> {
+    async fn append_event(
+        &mut self,
+        owner: &OwnerId,
+        job_id: JobId,
+        kind: EventKind,
+        attempt_number: Option<i32>,
+        detail: Value,
+    ) -> Result<()> {
         sqlx::query(sql::APPEND_EVENT)
             .bind(owner.as_str())
             .bind(job_id.0)
@@ -239,7 +247,11 @@ impl_driver_tx!(PgTx, {
         Ok(())
     }
 
-    async fn lock_attempt_job(&mut self, attempt: &AttemptRef, skip_locked: bool) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
+    async fn lock_attempt_job(
+        &mut self,
+        attempt: &AttemptRef,
+        skip_locked: bool,
+    ) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
         let statement = if skip_locked { sql::LOCK_ATTEMPT_JOB_SKIP_LOCKED.as_str() } else { sql::LOCK_ATTEMPT_JOB };
         let row: Option<LockedAttemptRow> = sqlx::query_as(statement)
             .bind(attempt.owner.as_str())
@@ -249,7 +261,6 @@ impl_driver_tx!(PgTx, {
             .await?;
         Ok(row.map(Into::into))
     }
-
 
     async fn set_attempt_outcome(
         &mut self,
@@ -267,10 +278,7 @@ impl_driver_tx!(PgTx, {
             .bind(Json(error))
             .bind(state_names(from))
             .bind(to == AttemptState::Unknown);
-        Ok(bind_usage(query, usage)
-            .execute(&mut *self.tx)
-            .await?
-            .rows_affected())
+        Ok(bind_usage(query, usage).execute(&mut *self.tx).await?.rows_affected())
     }
 
     async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
@@ -286,9 +294,7 @@ impl_driver_tx!(PgTx, {
             .bind(state_names(settlement.from))
             .bind(&settlement.won)
             .bind(&settlement.lost);
-        let row = bind_usage(query, settlement.usage)
-            .fetch_one(&mut *self.tx)
-            .await?;
+        let row = bind_usage(query, settlement.usage).fetch_one(&mut *self.tx).await?;
         Ok(Settled {
             won: row.try_get("won")?,
             settled: row.try_get::<i64, _>("settled")?.try_into().map_err(corrupt)?,
@@ -354,7 +360,8 @@ where
     T: 'q + Send + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>,
 {
     let mut lease = hot.acquire().await?;
-    let rows: std::result::Result<Vec<PgRow>, _> = sqlx::query(sql).bind(owner.as_str()).bind(key).fetch_all(lease.connection()).await;
+    let rows: std::result::Result<Vec<PgRow>, _> =
+        sqlx::query(sql).bind(owner.as_str()).bind(key).fetch_all(lease.connection()).await;
     lease.keep_after(&rows);
     job_from_rows(&rows?)
 }
@@ -423,7 +430,12 @@ impl_store!(PostgresStore, {
         claims::waiting_facts(&self.pool, owner.as_str(), job_id.0).await
     }
 
-    async fn claim_reconciliations(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>> {
+    async fn claim_reconciliations(
+        &self,
+        providers: &[String],
+        max: u32,
+        hold: Duration,
+    ) -> Result<Vec<UnknownAttempt>> {
         let rows = sqlx::query(CLAIM_RECONCILIATIONS.as_str())
             .bind(providers)
             .bind(i64::from(max))
@@ -491,7 +503,6 @@ impl_store!(PostgresStore, {
         })
     }
 
-
     async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
         let cost = usage.cost.as_ref();
         // One statement per settled attempt: on the hot path's connections.
@@ -512,4 +523,3 @@ impl_store!(PostgresStore, {
         Ok(changed?.rows_affected() == 1)
     }
 });
-

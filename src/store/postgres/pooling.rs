@@ -68,9 +68,12 @@ async fn step<T>(future: impl Future<Output = std::result::Result<T, sqlx::Error
     match tokio::time::timeout(STEP_TIMEOUT, future).await {
         Ok(Ok(value)) => Ok(value),
         // PgBouncer in statement mode refuses transactions outright.
-        Ok(Err(sqlx::Error::Database(error))) if error.message().contains("pooling mode") => Err(StoreError::Unsupported(
-            format!("{}: onejob needs PgBouncer's `pool_mode = session` (docs/operations.md)", error.message()),
-        )),
+        Ok(Err(sqlx::Error::Database(error))) if error.message().contains("pooling mode") => {
+            Err(StoreError::Unsupported(format!(
+                "{}: onejob needs PgBouncer's `pool_mode = session` (docs/operations.md)",
+                error.message()
+            )))
+        }
         Ok(Err(error)) => Err(StoreError::Database(error)),
         Err(_) => Err(StoreError::Unsupported(format!(
             "two connections could not each hold a server session within {} s: the pooler's pool is too small, \

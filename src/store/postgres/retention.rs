@@ -7,12 +7,12 @@ use std::sync::LazyLock;
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
+use crate::domain::{JobId, OwnerId};
 use crate::store::Result;
 use crate::store::purge::{PurgeRule, RollupKey, RollupTotals, bind_rollup};
 use crate::store::rows::names::*;
 use crate::store::rows::{Stamp, UsageReportRow, read_all};
 use crate::store::usage::UsageRow;
-use crate::domain::{JobId, OwnerId};
 
 type PgTransaction = Transaction<'static, Postgres>;
 
@@ -70,7 +70,11 @@ pub(super) const DELETE_ATTEMPTS_OF_JOBS: &str =
 pub(super) const DELETE_JOBS: &str =
     "delete from jobs where (owner_id, id) in (select * from unnest($1::text[], $2::uuid[]))";
 
-pub(super) async fn purgeable_jobs(tx: &mut PgTransaction, rule: &PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>> {
+pub(super) async fn purgeable_jobs(
+    tx: &mut PgTransaction,
+    rule: &PurgeRule,
+    max: u32,
+) -> Result<Vec<(OwnerId, JobId)>> {
     let rows: Vec<(String, Uuid)> = sqlx::query_as(PURGEABLE_JOBS.as_str())
         .bind(Stamp(rule.before))
         .bind(rule.task.as_deref())
@@ -95,22 +99,20 @@ fn arrays(jobs: &[(OwnerId, JobId)]) -> (Vec<&str>, Vec<Uuid>) {
     jobs.iter().map(|(owner, id)| (owner.as_str(), id.0)).unzip()
 }
 
-pub(super) async fn usage_of_jobs(tx: &mut PgTransaction, jobs: &[(OwnerId, JobId)]) -> Result<Vec<(OwnerId, UsageRow)>> {
+pub(super) async fn usage_of_jobs(
+    tx: &mut PgTransaction,
+    jobs: &[(OwnerId, JobId)],
+) -> Result<Vec<(OwnerId, UsageRow)>> {
     let (owners, ids) = arrays(jobs);
-    let rows = sqlx::query(USAGE_OF_JOBS)
-        .bind(&owners)
-        .bind(&ids)
-        .fetch_all(&mut **tx)
-        .await?;
-    let owners: Vec<String> = rows.iter().map(|row| sqlx::Row::try_get(row, "owner_id")).collect::<std::result::Result<_, _>>()?;
+    let rows = sqlx::query(USAGE_OF_JOBS).bind(&owners).bind(&ids).fetch_all(&mut **tx).await?;
+    let owners: Vec<String> =
+        rows.iter().map(|row| sqlx::Row::try_get(row, "owner_id")).collect::<std::result::Result<_, _>>()?;
     let usage: Vec<UsageRow> = read_all::<_, UsageReportRow, _>(&rows)?;
     Ok(owners.into_iter().map(OwnerId::from_trusted).zip(usage).collect())
 }
 
 pub(super) async fn add_to_rollup(tx: &mut PgTransaction, key: &RollupKey, totals: &RollupTotals) -> Result<()> {
-    bind_rollup!(sqlx::query(super::sql::ADD_TO_ROLLUP), key, totals)
-        .execute(&mut **tx)
-        .await?;
+    bind_rollup!(sqlx::query(super::sql::ADD_TO_ROLLUP), key, totals).execute(&mut **tx).await?;
     Ok(())
 }
 

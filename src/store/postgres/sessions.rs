@@ -7,8 +7,8 @@ use std::time::Duration;
 use sqlx::postgres::PgPool;
 use uuid::Uuid;
 
-use super::super::sessions::{NewSession, SessionRow, StoredSession};
 use super::super::Result;
+use super::super::sessions::{NewSession, SessionRow, StoredSession};
 use super::PostgresStore;
 use super::sql::INSERT_API_KEY;
 use crate::domain::{KeyRole, OwnerId};
@@ -88,7 +88,13 @@ pub(super) async fn insert_first_run_key(
         tx.commit().await?;
         return Ok(false);
     }
-    sqlx::query(INSERT_API_KEY).bind(owner.as_str()).bind(id).bind(role).bind(&token_hash[..]).execute(&mut *tx).await?;
+    sqlx::query(INSERT_API_KEY)
+        .bind(owner.as_str())
+        .bind(id)
+        .bind(role)
+        .bind(&token_hash[..])
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(true)
 }

@@ -9,7 +9,6 @@ use crate::store::rows::names::*;
 use crate::store::rows::{ATTEMPT_COLUMNS, select_job_where};
 use crate::store::usage::usage_assignments;
 
-
 /// The statements of the hot path, public so that `bench/ceiling.sh` runs
 /// exactly these under pgbench (`onejob bench-sql`).
 ///
@@ -40,7 +39,6 @@ pub static CREATE_JOB: LazyLock<String> = LazyLock::new(|| {
     select created_at from new_job"#
     )
 });
-
 
 /// Reading a job by id. Binds: owner, job id.
 pub static GET_JOB: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = $1 and j.id = $2"));
@@ -147,9 +145,7 @@ pub(super) static SAMPLE_GAUGES: LazyLock<String> = LazyLock::new(|| {
 
 /// The owner of an unknown attempt (the `attempts_unknown_by_job` index).
 pub(super) static FIND_UNKNOWN_ATTEMPT_OWNER: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r#"select owner_id from attempts where job_id = $1 and number = $2 and state = '{UNKNOWN}'"#
-    )
+    format!(r#"select owner_id from attempts where job_id = $1 and number = $2 and state = '{UNKNOWN}'"#)
 });
 
 /// Unknown attempts of one owner or all, the longest unknown first.
@@ -170,13 +166,13 @@ pub(super) const QUALIFICATION_STATE: &str = r#"select contract_hash = $3 as cur
     order by contract_hash = $3 desc, created_at desc
     limit 1"#;
 
-
 /// A live key by its token's hash. Binds: hash.
 pub(super) const FIND_API_KEY: &str =
     r#"select owner_id, id, role, token_hash from api_keys where token_hash = $1 and revoked_at is null"#;
 
 /// A new key. Binds: owner, id, role, hash.
-pub(super) const INSERT_API_KEY: &str = r#"insert into api_keys (owner_id, id, role, token_hash) values ($1, $2, $3, $4)"#;
+pub(super) const INSERT_API_KEY: &str =
+    r#"insert into api_keys (owner_id, id, role, token_hash) values ($1, $2, $3, $4)"#;
 
 /// Sets a live key's own `max_in_flight` for its owner (null: none).
 /// Binds: key id, limit.
@@ -232,7 +228,8 @@ pub(super) const BROWSE_JOBS: &str = r#"select owner_id, id, idempotency_key, ta
 pub(super) const FIND_JOB_OWNER: &str = r#"select owner_id from jobs where id = $1"#;
 
 /// A job's new state. Binds: owner, job, state.
-pub(super) const SET_JOB_STATE: &str = r#"update jobs set state = $3, updated_at = now() where owner_id = $1 and id = $2"#;
+pub(super) const SET_JOB_STATE: &str =
+    r#"update jobs set state = $3, updated_at = now() where owner_id = $1 and id = $2"#;
 
 /// A new attempt of a job. Binds: owner, job, number, id, provider, origin,
 /// key or null, delay (s), the pending state, traceparent, tracestate.
@@ -350,7 +347,8 @@ pub(super) const RECORD_UNAPPLIED_OUTPUT: &str =
 pub(super) const RECORD_PROVIDER_REQUEST: &str = r#"update attempts set provider_request_id = $4
     where owner_id = $1 and job_id = $2 and number = $3 and provider_request_id is null"#;
 
-pub(super) const ATTEMPT_STATE: &str = r#"select state from attempts where owner_id = $1 and job_id = $2 and number = $3"#;
+pub(super) const ATTEMPT_STATE: &str =
+    r#"select state from attempts where owner_id = $1 and job_id = $2 and number = $3"#;
 
 /// The states of a job's attempts. Binds: owner, job.
 pub(super) const ATTEMPT_STATES: &str = r#"select state from attempts where owner_id = $1 and job_id = $2"#;

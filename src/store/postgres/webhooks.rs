@@ -6,11 +6,11 @@ use std::time::Duration;
 use sqlx::postgres::PgPool;
 use uuid::Uuid;
 
-use super::super::webhooks::{
-    ClaimedDelivery, ClaimedRow, DeliveryTry, Endpoint, EndpointRow, NewEndpoint, TryOutcome, check_events, state_after,
-    stored_latency, stored_status,
-};
 use super::super::Result;
+use super::super::webhooks::{
+    ClaimedDelivery, ClaimedRow, DeliveryTry, Endpoint, EndpointRow, NewEndpoint, TryOutcome, check_events,
+    state_after, stored_latency, stored_status,
+};
 use crate::domain::OwnerId;
 
 /// An owner's endpoints (or one), with their subscriptions joined. Binds:
@@ -46,7 +46,8 @@ pub(super) const CLAIM_DELIVERIES: &str = r#"with due as (
 pub(super) const DELETE_ENDPOINT: &str = r#"delete from webhook_endpoints where owner_id = $1 and id = $2"#;
 
 /// Whether an owner has the endpoint. Binds: owner, id.
-pub(super) const ENDPOINT_EXISTS: &str = r#"select exists (select 1 from webhook_endpoints where owner_id = $1 and id = $2)"#;
+pub(super) const ENDPOINT_EXISTS: &str =
+    r#"select exists (select 1 from webhook_endpoints where owner_id = $1 and id = $2)"#;
 
 /// An endpoint's latest deliveries. Binds: owner, endpoint, limit.
 pub(super) const LIST_DELIVERIES: &str = r#"select id, job_id, event_type, state, created_at, finished_at from webhook_deliveries
@@ -62,8 +63,7 @@ pub(super) const INSERT_ENDPOINT: &str =
     r#"insert into webhook_endpoints (owner_id, id, url, description, secret) values ($1, $2, $3, $4, $5)"#;
 
 /// An endpoint's subscription to an event type. Binds: owner, endpoint, type.
-pub(super) const INSERT_SUBSCRIPTION: &str =
-    r#"insert into webhook_subscriptions (owner_id, endpoint_id, event_type) values ($1, $2, $3) on conflict do nothing"#;
+pub(super) const INSERT_SUBSCRIPTION: &str = r#"insert into webhook_subscriptions (owner_id, endpoint_id, event_type) values ($1, $2, $3) on conflict do nothing"#;
 
 /// A new signing secret, the old one kept for a while. Binds: owner, id,
 /// secret, how long the old one stays valid (s).
@@ -114,17 +114,25 @@ pub(super) async fn insert_endpoint(pool: &PgPool, new: &NewEndpoint) -> Result<
             .execute(&mut *tx)
             .await?;
     }
-    let row: EndpointRow = sqlx::query_as(LIST_ENDPOINTS).bind(new.owner.as_str()).bind(new.id).fetch_one(&mut *tx).await?;
+    let row: EndpointRow =
+        sqlx::query_as(LIST_ENDPOINTS).bind(new.owner.as_str()).bind(new.id).fetch_one(&mut *tx).await?;
     tx.commit().await?;
     Ok(row.into())
 }
 
 pub(super) async fn list_endpoints(pool: &PgPool, owner: &OwnerId) -> Result<Vec<Endpoint>> {
-    let rows: Vec<EndpointRow> = sqlx::query_as(LIST_ENDPOINTS).bind(owner.as_str()).bind(None::<Uuid>).fetch_all(pool).await?;
+    let rows: Vec<EndpointRow> =
+        sqlx::query_as(LIST_ENDPOINTS).bind(owner.as_str()).bind(None::<Uuid>).fetch_all(pool).await?;
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
-pub(super) async fn rotate_secret(pool: &PgPool, owner: &OwnerId, id: Uuid, secret: &str, keep_old: Duration) -> Result<Option<Endpoint>> {
+pub(super) async fn rotate_secret(
+    pool: &PgPool,
+    owner: &OwnerId,
+    id: Uuid,
+    secret: &str,
+    keep_old: Duration,
+) -> Result<Option<Endpoint>> {
     let rotated = sqlx::query(ROTATE_SECRET)
         .bind(owner.as_str())
         .bind(id)

@@ -135,15 +135,28 @@ pub(super) static WAITING_FACTS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-pub(super) async fn waiting_facts(pool: &sqlx::SqlitePool, owner: &str, job: uuid::Uuid, at: i64) -> Result<Option<WaitingFacts>> {
+pub(super) async fn waiting_facts(
+    pool: &sqlx::SqlitePool,
+    owner: &str,
+    job: uuid::Uuid,
+    at: i64,
+) -> Result<Option<WaitingFacts>> {
     Ok(sqlx::query_as(WAITING_FACTS.as_str()).bind(owner).bind(job).bind(at).fetch_optional(pool).await?)
 }
 
-pub(super) async fn pending_owners(tx: &mut Transaction<'static, Sqlite>, after: &str, max: u32) -> Result<Vec<PendingOwner>> {
+pub(super) async fn pending_owners(
+    tx: &mut Transaction<'static, Sqlite>,
+    after: &str,
+    max: u32,
+) -> Result<Vec<PendingOwner>> {
     Ok(sqlx::query_as(PENDING_OWNERS.as_str()).bind(after).bind(i64::from(max)).fetch_all(&mut **tx).await?)
 }
 
-pub(super) async fn running_counts(tx: &mut Transaction<'static, Sqlite>, owners: &[String], providers: &[String]) -> Result<Running> {
+pub(super) async fn running_counts(
+    tx: &mut Transaction<'static, Sqlite>,
+    owners: &[String],
+    providers: &[String],
+) -> Result<Running> {
     let rows: Vec<(String, String, i64)> = sqlx::query_as(RUNNING_COUNTS.as_str())
         .bind(json!(owners).to_string())
         .bind(json!(providers).to_string())
@@ -152,7 +165,11 @@ pub(super) async fn running_counts(tx: &mut Transaction<'static, Sqlite>, owners
     Ok(Running::from_rows(rows))
 }
 
-pub(super) async fn provider_gates(tx: &mut Transaction<'static, Sqlite>, at: i64, providers: &[String]) -> Result<Vec<ProviderGate>> {
+pub(super) async fn provider_gates(
+    tx: &mut Transaction<'static, Sqlite>,
+    at: i64,
+    providers: &[String],
+) -> Result<Vec<ProviderGate>> {
     Ok(sqlx::query_as(PROVIDER_GATES).bind(at).bind(json!(providers).to_string()).fetch_all(&mut **tx).await?)
 }
 
@@ -190,12 +207,22 @@ pub(super) fn lease_ends(at: i64, leases: &[Duration]) -> Result<Vec<DateTime<Ut
     leases.iter().map(|lease| time(at.saturating_add(micros(*lease)))).collect()
 }
 
-pub(super) async fn put_requests(tx: &mut Transaction<'static, Sqlite>, at: i64, provider: &str, level: f64) -> Result<()> {
+pub(super) async fn put_requests(
+    tx: &mut Transaction<'static, Sqlite>,
+    at: i64,
+    provider: &str,
+    level: f64,
+) -> Result<()> {
     sqlx::query(PUT_REQUESTS).bind(provider).bind(level).bind(at).execute(&mut **tx).await?;
     Ok(())
 }
 
-pub(super) async fn pause_provider(tx: &mut Transaction<'static, Sqlite>, at: i64, provider: &str, pause: Duration) -> Result<()> {
+pub(super) async fn pause_provider(
+    tx: &mut Transaction<'static, Sqlite>,
+    at: i64,
+    provider: &str,
+    pause: Duration,
+) -> Result<()> {
     sqlx::query(PAUSE_PROVIDER).bind(provider).bind(at.saturating_add(micros(pause))).execute(&mut **tx).await?;
     Ok(())
 }
@@ -229,7 +256,8 @@ pub(super) async fn reserve_tokens(
     per_minute: u32,
 ) -> Result<Option<Duration>> {
     use crate::store::claims::{refill_wait, refilled};
-    let row: Option<(Option<f64>, Option<i64>)> = sqlx::query_as(TOKENS).bind(provider).fetch_optional(&mut **tx).await?;
+    let row: Option<(Option<f64>, Option<i64>)> =
+        sqlx::query_as(TOKENS).bind(provider).fetch_optional(&mut **tx).await?;
     let (level, since) = row.unwrap_or((None, None));
     let idle = since.map_or(0.0, |since| (at - since) as f64 / 1e6);
     let level = refilled(level, idle, per_minute);

@@ -7,7 +7,7 @@ use serde_json::json;
 use sqlx::types::Json;
 use sqlx::{Sqlite, Transaction};
 
-use super::{PendingCreate, SqliteStore, insert_event, now, MAX_GROUP};
+use super::{MAX_GROUP, PendingCreate, SqliteStore, insert_event, now};
 use crate::domain::{AttemptOrigin, AttemptState, EventKind, JobState};
 use crate::store::{NewJob, Result, StoreError};
 
@@ -23,7 +23,10 @@ impl SqliteStore {
     /// (its own among them) and writes them in one transaction; the others
     /// find their answer while they wait. The group is written by a task of
     /// its own, so a client that hangs up cannot abandon the others.
-    pub(super) async fn group_commit(&self, mut answered: tokio::sync::oneshot::Receiver<Result<Option<i64>>>) -> Result<Option<i64>> {
+    pub(super) async fn group_commit(
+        &self,
+        mut answered: tokio::sync::oneshot::Receiver<Result<Option<i64>>>,
+    ) -> Result<Option<i64>> {
         loop {
             let turn = tokio::select! {
                 biased;
@@ -138,4 +141,3 @@ async fn insert_new_job(tx: &mut Transaction<'static, Sqlite>, new: &NewJob) -> 
     insert_event(tx, created, &new.owner, new.id, EventKind::JobCreated, Some(1), detail).await?;
     Ok(Some(created))
 }
-

@@ -36,30 +36,28 @@ use sqlx::types::Json;
 use sqlx::{Row, Sqlite, Transaction};
 use uuid::Uuid;
 
-use super::webhooks::Outgoing;
 use super::driver::{AttemptHolder, Driver, LockedAttemptRow, LockedJob, OutputSettlement, Settled, Tx};
-use super::shared::{impl_driver_tx, impl_store};
 use super::rows::{ATTEMPT_COLUMNS, AttemptRefRow, QualificationRow, attempts_from_rows, job_from_rows, stored_trace};
+use super::shared::{impl_driver_tx, impl_store};
 use super::usage::{AttemptUsage, UsageFilter, UsageRow, bind_usage};
+use super::webhooks::Outgoing;
 use super::{
-    ApiKey, AttemptRef, Gauges, JobFilter, LiveKey, NewAttempt, NewJob, OpenUnknown,
-    OwnedJobSummary, QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
+    ApiKey, AttemptRef, Gauges, JobFilter, LiveKey, NewAttempt, NewJob, OpenUnknown, OwnedJobSummary,
+    QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
 };
 use crate::domain::{
-    Attempt, AttemptError, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobEvent, JobId,
-    JobState, JobSummary, KeyRole, OwnerId,
+    Attempt, AttemptError, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobEvent, JobId, JobState,
+    JobSummary, KeyRole, OwnerId,
 };
 
 mod claims;
 mod group;
-mod sessions;
-mod webhooks;
 mod retention;
+mod sessions;
 mod sql;
+mod webhooks;
 
-use sql::{
-    EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, RECONCILABLE, SAMPLE_GAUGES,
-};
+use sql::{EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, RECONCILABLE, SAMPLE_GAUGES};
 
 /// The embedded migrations of `migrations/sqlite`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -154,7 +152,6 @@ fn json_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     Value::from(names.into_iter().collect::<Vec<_>>()).to_string()
 }
 
-
 async fn insert_event(
     tx: &mut Transaction<'static, Sqlite>,
     at: i64,
@@ -164,15 +161,17 @@ async fn insert_event(
     attempt_number: Option<i32>,
     detail: Value,
 ) -> Result<()> {
-    sqlx::query(r#"insert into job_events (owner_id, job_id, at, kind, attempt_number, detail) values (?, ?, ?, ?, ?, ?)"#)
-        .bind(owner.as_str())
-        .bind(job_id.0)
-        .bind(at)
-        .bind(kind)
-        .bind(attempt_number)
-        .bind(Json(detail))
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query(
+        r#"insert into job_events (owner_id, job_id, at, kind, attempt_number, detail) values (?, ?, ?, ?, ?, ?)"#,
+    )
+    .bind(owner.as_str())
+    .bind(job_id.0)
+    .bind(at)
+    .bind(kind)
+    .bind(attempt_number)
+    .bind(Json(detail))
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 
@@ -201,11 +200,21 @@ impl_driver_tx!(SqliteTx, {
         claims::provider_gates(&mut self.tx, self.at, providers).await
     }
 
-    async fn claim_candidates(&mut self, owner: &str, providers: &[String], max: u32) -> Result<Vec<super::driver::Candidate>> {
+    async fn claim_candidates(
+        &mut self,
+        owner: &str,
+        providers: &[String],
+        max: u32,
+    ) -> Result<Vec<super::driver::Candidate>> {
         claims::claim_candidates(&mut self.tx, self.at, owner, providers, max).await
     }
 
-    async fn start_attempts(&mut self, worker: &str, candidates: &[super::driver::Candidate], leases: &[Duration]) -> Result<Vec<DateTime<Utc>>> {
+    async fn start_attempts(
+        &mut self,
+        worker: &str,
+        candidates: &[super::driver::Candidate],
+        leases: &[Duration],
+    ) -> Result<Vec<DateTime<Utc>>> {
         let ends = claims::lease_ends(self.at, leases)?;
         for (candidate, lease_until) in candidates.iter().zip(&ends) {
             let attempt = &candidate.attempt;
@@ -220,7 +229,8 @@ impl_driver_tx!(SqliteTx, {
                 .await?;
             self.set_job_state(&attempt.owner, attempt.job_id, JobState::Running).await?;
             let detail = json!({ "worker": worker, "attempt_id": candidate.id, "lease_until": lease_until });
-            self.append_event(&attempt.owner, attempt.job_id, EventKind::AttemptClaimed, Some(attempt.number), detail).await?;
+            self.append_event(&attempt.owner, attempt.job_id, EventKind::AttemptClaimed, Some(attempt.number), detail)
+                .await?;
         }
         Ok(ends)
     }
@@ -284,7 +294,14 @@ impl_driver_tx!(SqliteTx, {
         attempts_from_rows(&rows)?.pop().ok_or_else(|| corrupt("an inserted attempt cannot be read back"))
     }
 
-    async fn append_event(&mut self, owner: &OwnerId, job_id: JobId, kind: EventKind, attempt_number: Option<i32>, detail: Value) -> Result<()> {
+    async fn append_event(
+        &mut self,
+        owner: &OwnerId,
+        job_id: JobId,
+        kind: EventKind,
+        attempt_number: Option<i32>,
+        detail: Value,
+    ) -> Result<()> {
         insert_event(&mut self.tx, self.at, owner, job_id, kind, attempt_number, detail).await
     }
 
@@ -308,7 +325,11 @@ impl_driver_tx!(SqliteTx, {
 
     // The write lock held, no other transaction holds a row: `skip_locked`
     // changes nothing.
-    async fn lock_attempt_job(&mut self, attempt: &AttemptRef, _skip_locked: bool) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
+    async fn lock_attempt_job(
+        &mut self,
+        attempt: &AttemptRef,
+        _skip_locked: bool,
+    ) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
         let row: Option<LockedAttemptRow> = sqlx::query_as(sql::LOCK_ATTEMPT_JOB)
             .bind(attempt.owner.as_str())
             .bind(attempt.job_id.0)
@@ -318,7 +339,6 @@ impl_driver_tx!(SqliteTx, {
             .await?;
         Ok(row.map(Into::into))
     }
-
 
     async fn set_attempt_outcome(
         &mut self,
@@ -337,10 +357,7 @@ impl_driver_tx!(SqliteTx, {
             .bind(attempt.number)
             .bind(json_list(from.iter().map(|s| s.as_str())))
             .bind(to == AttemptState::Unknown);
-        Ok(bind_usage(query, usage)
-        .execute(&mut *self.tx)
-        .await?
-        .rows_affected())
+        Ok(bind_usage(query, usage).execute(&mut *self.tx).await?.rows_affected())
     }
 
     async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
@@ -369,10 +386,7 @@ impl_driver_tx!(SqliteTx, {
             .bind(attempt.job_id.0)
             .bind(attempt.number)
             .bind(json_list(settlement.from.iter().map(|s| s.as_str())));
-        let settled = bind_usage(query, settlement.usage)
-        .execute(&mut *self.tx)
-        .await?
-        .rows_affected();
+        let settled = bind_usage(query, settlement.usage).execute(&mut *self.tx).await?.rows_affected();
         let (kind, detail, canceled) = if won {
             let canceled = self.cancel_pending(attempt.owner.as_str(), attempt.job_id).await?;
             let mut detail = settlement.won.clone();
@@ -406,11 +420,11 @@ impl SqliteTx {
         // (the bundled one) crashes running this `update … returning` on a
         // table with partial indexes when they are bound parameters.
         Ok(sqlx::query_scalar(&*sql::CANCEL_PENDING)
-        .bind(self.at)
-        .bind(owner)
-        .bind(job_id.0)
-        .fetch_all(&mut *self.tx)
-        .await?)
+            .bind(self.at)
+            .bind(owner)
+            .bind(job_id.0)
+            .fetch_all(&mut *self.tx)
+            .await?)
     }
 }
 
@@ -488,7 +502,8 @@ impl_store!(SqliteStore, {
     }
 
     async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
-        let rows = sqlx::query(FIND_JOB_BY_KEY.as_str()).bind(owner.as_str()).bind(key.as_str()).fetch_all(&self.pool).await?;
+        let rows =
+            sqlx::query(FIND_JOB_BY_KEY.as_str()).bind(owner.as_str()).bind(key.as_str()).fetch_all(&self.pool).await?;
         job_from_rows(&rows)
     }
 
@@ -507,11 +522,21 @@ impl_store!(SqliteStore, {
         claims::waiting_facts(&self.pool, owner.as_str(), job_id.0, now()).await
     }
 
-    async fn claim_reconciliations(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>> {
+    async fn claim_reconciliations(
+        &self,
+        providers: &[String],
+        max: u32,
+        hold: Duration,
+    ) -> Result<Vec<UnknownAttempt>> {
         let names = json_list(providers.iter().map(String::as_str));
         let mut write = self.write().await?;
         let at = write.at;
-        let rows = sqlx::query(RECONCILABLE.as_str()).bind(&names).bind(at).bind(i64::from(max)).fetch_all(&mut *write.tx).await?;
+        let rows = sqlx::query(RECONCILABLE.as_str())
+            .bind(&names)
+            .bind(at)
+            .bind(i64::from(max))
+            .fetch_all(&mut *write.tx)
+            .await?;
         let mut due = Vec::with_capacity(rows.len());
         for row in &rows {
             let attempt = AttemptRef::from(<AttemptRefRow as sqlx::FromRow<_>>::from_row(row)?);
@@ -592,7 +617,6 @@ impl_store!(SqliteStore, {
         row.try_into()
     }
 
-
     async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
         let cost = usage.cost.as_ref();
         let changed = sqlx::query(
@@ -622,8 +646,11 @@ mod tests {
 
     #[test]
     fn an_in_memory_database_is_refused_because_it_cannot_keep_a_job() {
-        let options =
-            SqliteOptions { max_connections: 1, busy_timeout: Duration::from_secs(1), acquire_timeout: Duration::from_secs(1) };
+        let options = SqliteOptions {
+            max_connections: 1,
+            busy_timeout: Duration::from_secs(1),
+            acquire_timeout: Duration::from_secs(1),
+        };
         for url in ["sqlite::memory:", "sqlite://file.db?mode=memory"] {
             let error = SqliteStore::connect_lazy(url, &options).unwrap_err();
             assert!(error.to_string().contains("in-memory"), "{error}");

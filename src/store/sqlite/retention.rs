@@ -6,12 +6,12 @@
 use sqlx::{Sqlite, Transaction};
 use uuid::Uuid;
 
+use crate::domain::{JobId, OwnerId};
 use crate::store::Result;
 use crate::store::purge::{PurgeRule, RollupKey, RollupTotals, bind_rollup};
 use crate::store::rows::names::*;
 use crate::store::rows::{Stamp, UsageReportRow, read_all};
 use crate::store::usage::UsageRow;
-use crate::domain::{JobId, OwnerId};
 
 type SqliteTransaction = Transaction<'static, Sqlite>;
 
@@ -29,7 +29,11 @@ fn purgeable(what: &str, tail: &str) -> String {
     )
 }
 
-pub(super) async fn purgeable_jobs(tx: &mut SqliteTransaction, rule: &PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>> {
+pub(super) async fn purgeable_jobs(
+    tx: &mut SqliteTransaction,
+    rule: &PurgeRule,
+    max: u32,
+) -> Result<Vec<(OwnerId, JobId)>> {
     let others = serde_json::Value::from(rule.others.clone()).to_string();
     let rows: Vec<(String, Uuid)> = sqlx::query_as(&purgeable("j.owner_id, j.id", "order by j.updated_at limit ?4"))
         .bind(Stamp(rule.before))
@@ -52,7 +56,10 @@ pub(super) async fn count_purgeable(tx: &mut SqliteTransaction, rule: &PurgeRule
     Ok(u64::try_from(count).unwrap_or(0))
 }
 
-pub(super) async fn usage_of_jobs(tx: &mut SqliteTransaction, jobs: &[(OwnerId, JobId)]) -> Result<Vec<(OwnerId, UsageRow)>> {
+pub(super) async fn usage_of_jobs(
+    tx: &mut SqliteTransaction,
+    jobs: &[(OwnerId, JobId)],
+) -> Result<Vec<(OwnerId, UsageRow)>> {
     let mut found = Vec::new();
     for (owner, id) in jobs {
         let rows = sqlx::query(

@@ -8,8 +8,8 @@ use std::time::Duration;
 use sqlx::sqlite::SqlitePool;
 use uuid::Uuid;
 
-use super::super::sessions::{NewSession, SessionRow, StoredSession};
 use super::super::Result;
+use super::super::sessions::{NewSession, SessionRow, StoredSession};
 use super::sql::INSERT_API_KEY;
 use super::{SqliteStore, micros, now};
 use crate::domain::{KeyRole, OwnerId};
@@ -60,7 +60,8 @@ pub(super) async fn insert(pool: &SqlitePool, session: &NewSession) -> Result<()
 }
 
 pub(super) async fn find(pool: &SqlitePool, token_hash: &[u8; 32]) -> Result<Option<StoredSession>> {
-    let row: Option<SessionRow> = sqlx::query_as(FIND_SESSION).bind(&token_hash[..]).bind(now()).fetch_optional(pool).await?;
+    let row: Option<SessionRow> =
+        sqlx::query_as(FIND_SESSION).bind(&token_hash[..]).bind(now()).fetch_optional(pool).await?;
     row.map(StoredSession::try_from).transpose()
 }
 
@@ -88,7 +89,8 @@ pub(super) async fn insert_first_run_key(
 ) -> Result<bool> {
     let mut write = store.write().await?;
     let at = write.at;
-    let claimed: Option<Option<Uuid>> = sqlx::query_scalar(CLAIM_FIRST_RUN).bind(id).bind(at).fetch_optional(&mut *write.tx).await?;
+    let claimed: Option<Option<Uuid>> =
+        sqlx::query_scalar(CLAIM_FIRST_RUN).bind(id).bind(at).fetch_optional(&mut *write.tx).await?;
     if claimed != Some(Some(id)) {
         // Keys existed (the row says so, and is kept), or another process
         // had the first run.

@@ -12,10 +12,9 @@ use crate::store::rows::names::*;
 use crate::store::rows::{ATTEMPT_COLUMNS, select_job_where};
 use crate::store::usage::usage_assignments;
 
-
-
 pub(super) static GET_JOB: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = ?1 and j.id = ?2"));
-pub(super) static FIND_JOB_BY_KEY: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = ?1 and j.idempotency_key = ?2"));
+pub(super) static FIND_JOB_BY_KEY: LazyLock<String> =
+    LazyLock::new(|| select_job_where("j.owner_id = ?1 and j.idempotency_key = ?2"));
 
 /// The jobs that finished (won, or were canceled) while attempts of theirs
 /// run under worker ?1's leases (the `attempts_leased` partial index).
@@ -90,9 +89,7 @@ pub(super) static SETTLE_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
 
 /// The owner of an unknown attempt (the `attempts_unknown_by_job` index).
 pub(super) static FIND_UNKNOWN_ATTEMPT_OWNER: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r#"select owner_id from attempts where job_id = ?1 and number = ?2 and state = '{UNKNOWN}'"#
-    )
+    format!(r#"select owner_id from attempts where job_id = ?1 and number = ?2 and state = '{UNKNOWN}'"#)
 });
 
 /// Unknown attempts of one owner or all, the longest unknown first.
@@ -207,7 +204,8 @@ pub(super) const FORGET_USAGE: &str = r#"update attempts
 pub(super) const RECORD_UNAPPLIED_OUTPUT: &str =
     r#"update attempts set unapplied_output = ?4 where owner_id = ?1 and job_id = ?2 and number = ?3"#;
 
-pub(super) const ATTEMPT_STATE: &str = r#"select state from attempts where owner_id = ?1 and job_id = ?2 and number = ?3"#;
+pub(super) const ATTEMPT_STATE: &str =
+    r#"select state from attempts where owner_id = ?1 and job_id = ?2 and number = ?3"#;
 
 /// The states of a job's attempts. Binds: owner, job.
 pub(super) const ATTEMPT_STATES: &str = r#"select state from attempts where owner_id = ?1 and job_id = ?2"#;

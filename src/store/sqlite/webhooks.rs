@@ -7,11 +7,11 @@ use std::time::Duration;
 use sqlx::sqlite::SqlitePool;
 use uuid::Uuid;
 
-use super::super::webhooks::{
-    ClaimedDelivery, ClaimedRow, DeliveryTry, Endpoint, EndpointRow, NewEndpoint, TryOutcome, check_events, state_after,
-    stored_latency, stored_status,
-};
 use super::super::Result;
+use super::super::webhooks::{
+    ClaimedDelivery, ClaimedRow, DeliveryTry, Endpoint, EndpointRow, NewEndpoint, TryOutcome, check_events,
+    state_after, stored_latency, stored_status,
+};
 use super::{micros, now};
 use crate::domain::OwnerId;
 
@@ -47,7 +47,8 @@ const CLAIMED: &str = r#"select d.id, d.owner_id, e.url, d.payload, d.tries, d.c
 pub(super) const DELETE_ENDPOINT: &str = r#"delete from webhook_endpoints where owner_id = ?1 and id = ?2"#;
 
 /// Whether an owner has the endpoint. Binds: owner, id.
-pub(super) const ENDPOINT_EXISTS: &str = r#"select exists (select 1 from webhook_endpoints where owner_id = ?1 and id = ?2)"#;
+pub(super) const ENDPOINT_EXISTS: &str =
+    r#"select exists (select 1 from webhook_endpoints where owner_id = ?1 and id = ?2)"#;
 
 /// An endpoint's latest deliveries. Binds: owner, endpoint, limit.
 pub(super) const LIST_DELIVERIES: &str = r#"select id, job_id, event_type, state, created_at, finished_at from webhook_deliveries
@@ -91,7 +92,13 @@ pub(super) async fn list_endpoints(pool: &SqlitePool, owner: &OwnerId) -> Result
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
-pub(super) async fn rotate_secret(pool: &SqlitePool, owner: &OwnerId, id: Uuid, secret: &str, keep_old: Duration) -> Result<Option<Endpoint>> {
+pub(super) async fn rotate_secret(
+    pool: &SqlitePool,
+    owner: &OwnerId,
+    id: Uuid,
+    secret: &str,
+    keep_old: Duration,
+) -> Result<Option<Endpoint>> {
     let at = now();
     let rotated = sqlx::query(
         r#"update webhook_endpoints set previous_secret = secret, previous_until = ?4, secret = ?3
@@ -106,7 +113,8 @@ pub(super) async fn rotate_secret(pool: &SqlitePool, owner: &OwnerId, id: Uuid, 
     if rotated.rows_affected() == 0 {
         return Ok(None);
     }
-    let row: EndpointRow = sqlx::query_as(LIST_ENDPOINTS).bind(owner.as_str()).bind(id).bind(at).fetch_one(pool).await?;
+    let row: EndpointRow =
+        sqlx::query_as(LIST_ENDPOINTS).bind(owner.as_str()).bind(id).bind(at).fetch_one(pool).await?;
     Ok(Some(row.into()))
 }
 
@@ -173,14 +181,16 @@ async fn record_try(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, done: &Deliver
     .fetch_optional(&mut **tx)
     .await?;
     if let (TryOutcome::Gone, Some(endpoint)) = (&done.outcome, endpoint) {
-        sqlx::query(r#"update webhook_endpoints set disabled_at = ?3, disabled_reason = ?4
-                       where owner_id = ?1 and id = ?2 and disabled_at is null"#)
-            .bind(done.owner.as_str())
-            .bind(endpoint)
-            .bind(at)
-            .bind("the receiver answered 410 Gone")
-            .execute(&mut **tx)
-            .await?;
+        sqlx::query(
+            r#"update webhook_endpoints set disabled_at = ?3, disabled_reason = ?4
+                       where owner_id = ?1 and id = ?2 and disabled_at is null"#,
+        )
+        .bind(done.owner.as_str())
+        .bind(endpoint)
+        .bind(at)
+        .bind("the receiver answered 410 Gone")
+        .execute(&mut **tx)
+        .await?;
     }
     Ok(())
 }
