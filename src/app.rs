@@ -44,6 +44,13 @@ pub enum StartError {
     /// The providers could not be set up.
     #[error("providers: {0}")]
     Providers(String),
+    /// A command that uses the database found none, or one without
+    /// onejob's tables.
+    #[error(
+        "{0}: run `onejob migrate` first (`onejob serve` also applies the migrations when it starts), \
+         or set DATABASE_URL to the database your server uses"
+    )]
+    NotMigrated(String),
     /// A task's schema or template does not compile.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
@@ -71,6 +78,26 @@ pub fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, StartError> {
     } else {
         let scheme = url.split(':').next().unwrap_or(url);
         Err(StartError::UnsupportedDatabase(scheme.to_owned()))
+    }
+}
+
+/// Opens the store for a command that uses the database without migrating
+/// it (`keys`, `providers`, `purge`): a SQLite file that does not exist is
+/// not created, and a database without every migration is refused, saying
+/// what to run.
+pub async fn open_migrated_store(settings: &Settings) -> Result<Arc<dyn Store>, StartError> {
+    let url = settings.database.url();
+    if url.starts_with("sqlite:") && !SqliteStore::file_exists(url)? {
+        return Err(StartError::NotMigrated(format!("there is no database at {url}")));
+    }
+    let store = open_store(settings)?;
+    match store.check_ready().await {
+        Ok(()) => Ok(store),
+        Err(StoreError::NotMigrated { applied: 0, .. }) => {
+            Err(StartError::NotMigrated("the database has none of onejob's tables".to_owned()))
+        }
+        Err(error @ StoreError::NotMigrated { .. }) => Err(StartError::NotMigrated(error.to_string())),
+        Err(error) => Err(error.into()),
     }
 }
 
@@ -137,7 +164,7 @@ impl Application {
             store.migrate().await?;
         } else {
             match store.check_session_pooling().await {
-                Err(StoreError::Unavailable(error)) => {
+                Err(error) if error.is_unavailable() => {
                     tracing::warn!(%error, "the database is unavailable: its connection pooling is checked when it answers")
                 }
                 checked => checked?,
@@ -201,8 +228,10 @@ impl Application {
             long_poll: long_poll_interval,
             event_stream: Duration::from_millis(settings.server.event_stream_interval_ms),
         };
-        let limits =
-            crate::store::claims::ClaimLimits::new(settings.worker.max_in_flight_per_owner, &settings.providers);
+        let limits = crate::store::claims::ClaimLimits::new(
+            settings.worker.max_in_flight_per_owner,
+            settings.providers.iter().map(|(name, provider)| (name.clone(), provider.limits())),
+        );
         let jobs = Arc::new(Jobs::new(
             store.clone(),
             catalog.clone(),
@@ -214,7 +243,14 @@ impl Application {
         let metrics = crate::metrics::install();
         crate::metrics::start_at_zero(&settings);
         let state = AppState {
-            store,
+            keys: Arc::new(crate::keys::Keys::new(store.clone())),
+            sessions: Arc::new(crate::keys::sessions::Sessions::new(store.clone())),
+            endpoints: Arc::new(crate::webhooks::Endpoints::new(store.clone())),
+            qualifications: Arc::new(crate::qualify::Qualifications::new(
+                store.clone(),
+                providers.clone(),
+                catalog.clone(),
+            )),
             catalog,
             jobs,
             providers,
@@ -291,7 +327,7 @@ impl Application {
 /// with what every request gets (see [`http::serve_routes`]).
 pub fn router(state: AppState) -> axum::Router {
     let (api, _) = http::api().split_for_parts();
-    http::serve_routes(api.merge(crate::ui::router()), state)
+    http::serve_routes(api.merge(crate::ui::router(state.clone())), state)
 }
 
 /// Builds the providers, starting the simulator in-process when a `sim`

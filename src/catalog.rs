@@ -119,6 +119,10 @@ impl TaskRules for Catalog {
         Catalog::contract_hash(self, task, provider)
     }
 
+    fn cancels_losers(&self, task: &str) -> bool {
+        self.task(task).is_some_and(|task| task.settings.cancel_losers)
+    }
+
     fn max_cost(&self, task: &str) -> Option<Money> {
         self.task(task)?.settings.max_cost
     }

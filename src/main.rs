@@ -2,10 +2,10 @@
 //! print the default configuration.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use onejob::app::{self, Application, Role};
 use onejob::config::{DEFAULT_CONFIG, Settings};
 use onejob::domain::{KeyRole, OwnerId};
@@ -17,49 +17,51 @@ struct Cli {
     /// What to do; `serve` when left out.
     #[command(subcommand)]
     command: Option<Command>,
+    /// `serve`'s flags, for `onejob` with no command.
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// The configuration file (TOML); the built-in default without one.
+    #[arg(long, short, global = true, env = "ONEJOB_CONFIG")]
+    config: Option<PathBuf>,
     /// How log lines look.
     #[arg(long, global = true, value_enum, env = "ONEJOB_LOG_FORMAT", default_value = "pretty")]
     log_format: telemetry::LogFormat,
 }
 
 #[derive(Args)]
-struct ConfigArg {
-    /// The configuration file (TOML); the built-in default without one.
-    #[arg(long, short, global = true, env = "ONEJOB_CONFIG")]
-    config: Option<PathBuf>,
+struct ServeArgs {
+    /// Address to listen on (default 127.0.0.1:8080).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Do not apply migrations at start.
+    #[arg(long)]
+    no_migrate: bool,
+    /// Serve the API only; run workers with `onejob worker`.
+    #[arg(long)]
+    no_worker: bool,
+    /// Allow listening on an address other than loopback.
+    #[arg(long)]
+    allow_remote: bool,
+}
+
+impl ServeArgs {
+    /// Whether any flag was given.
+    fn any_given(&self) -> bool {
+        self.listen.is_some() || self.no_migrate || self.no_worker || self.allow_remote
+    }
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the HTTP API.
-    Serve {
-        /// Address to listen on (default 127.0.0.1:8080).
-        #[arg(long)]
-        listen: Option<SocketAddr>,
-        /// Do not apply migrations at start.
-        #[arg(long)]
-        no_migrate: bool,
-        /// Serve the API only; run workers with `onejob worker`.
-        #[arg(long)]
-        no_worker: bool,
-        /// Allow listening on an address other than loopback.
-        #[arg(long)]
-        allow_remote: bool,
-        #[command(flatten)]
-        config: ConfigArg,
-    },
+    /// Serve the HTTP API (what `onejob` with no command does).
+    Serve(ServeArgs),
     /// Run a worker only: claim, call providers, reap, reconcile.
-    Worker {
-        #[command(flatten)]
-        config: ConfigArg,
-    },
+    Worker,
     /// Run the provider simulator standalone.
     Sim {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:9090")]
         listen: SocketAddr,
-        #[command(flatten)]
-        config: ConfigArg,
     },
     /// Purge the finished jobs past their retention now (the worker does it
     /// every `retention.purge_interval`), then exit.
@@ -67,20 +69,13 @@ enum Command {
         /// Say how many jobs would go, by rule, and change nothing.
         #[arg(long)]
         dry_run: bool,
-        #[command(flatten)]
-        config: ConfigArg,
     },
     /// Apply pending database migrations, then exit.
-    Migrate {
-        #[command(flatten)]
-        config: ConfigArg,
-    },
+    Migrate,
     /// Manage API keys.
     Keys {
         #[command(subcommand)]
         command: KeysCommand,
-        #[command(flatten)]
-        config: ConfigArg,
     },
     /// The configuration.
     Config {
@@ -140,8 +135,6 @@ enum Command {
     Providers {
         #[command(subcommand)]
         command: ProvidersCommand,
-        #[command(flatten)]
-        config: ConfigArg,
     },
 }
 
@@ -211,23 +204,28 @@ async fn main() -> ExitCode {
     // (the tests'); nothing otherwise.
     let _failpoints = fail::FailScenario::setup();
     let cli = Cli::parse();
-    let command = cli.command.unwrap_or(Command::Serve {
-        listen: None,
-        no_migrate: false,
-        no_worker: false,
-        allow_remote: false,
-        config: ConfigArg { config: std::env::var_os("ONEJOB_CONFIG").map(PathBuf::from) },
-    });
+    let command = match cli.command {
+        None => Command::Serve(cli.serve),
+        Some(_) if cli.serve.any_given() => {
+            let message = "serve's flags go after `serve`, or with no command at all";
+            Cli::command().error(clap::error::ErrorKind::ArgumentConflict, message).exit()
+        }
+        Some(command) => command,
+    };
     if let Command::Config { command: ConfigCommand::PrintDefault } = command {
         print!("{DEFAULT_CONFIG}");
         return ExitCode::SUCCESS;
     }
     let _telemetry = telemetry::init(cli.log_format);
-    match run(command).await {
+    match run(command, cli.config.as_deref()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!("{error}");
-            eprintln!("error: {error}");
+            // Once: as a log event where logs are collected as JSON, as a
+            // plain line for a person otherwise.
+            match cli.log_format {
+                telemetry::LogFormat::Json => tracing::error!("{error}"),
+                telemetry::LogFormat::Pretty => eprintln!("error: {error}"),
+            }
             ExitCode::FAILURE
         }
     }
@@ -235,10 +233,10 @@ async fn main() -> ExitCode {
 
 type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
-async fn run(command: Command) -> Result<(), AnyError> {
+async fn run(command: Command, config: Option<&Path>) -> Result<(), AnyError> {
     match command {
-        Command::Serve { listen, no_migrate, no_worker, allow_remote, config } => {
-            let mut settings = Settings::load(config.config.as_deref())?;
+        Command::Serve(ServeArgs { listen, no_migrate, no_worker, allow_remote }) => {
+            let mut settings = Settings::load(config)?;
             if let Some(listen) = listen {
                 settings.server.listen = listen;
             }
@@ -256,29 +254,29 @@ async fn run(command: Command) -> Result<(), AnyError> {
             let application = Application::build_as(settings, role).await?;
             if let Some(addr) = application.local_addr() {
                 tracing::info!(address = %addr, "listening on http://{addr}");
-                first_run_key(application.state().store.as_ref(), addr).await?;
+                first_run_key(&application.state().keys, addr).await?;
             }
             application.run_until(shutdown_signal()).await?;
             tracing::info!("stopped");
             Ok(())
         }
-        Command::Worker { config } => {
-            let settings = Settings::load(config.config.as_deref())?;
+        Command::Worker => {
+            let settings = Settings::load(config)?;
             let application = Application::build_as(settings, Role::Worker).await?;
             application.run_until(shutdown_signal()).await?;
             tracing::info!("stopped");
             Ok(())
         }
-        Command::Sim { listen, config } => {
-            let settings = load_checked(config.config.as_deref())?;
+        Command::Sim { listen } => {
+            let settings = load_checked(config)?;
             let simulator = onejob::sim::spawn(&settings, listen).await?;
             tracing::info!(address = %simulator.addr, "simulator listening on http://{}", simulator.addr);
             shutdown_signal().await;
             Ok(())
         }
-        Command::Purge { dry_run, config } => {
-            let settings = load_checked(config.config.as_deref())?;
-            let store = app::open_store(&settings)?;
+        Command::Purge { dry_run } => {
+            let settings = load_checked(config)?;
+            let store = app::open_migrated_store(&settings).await?;
             let catalog = onejob::catalog::Catalog::new(&settings)?;
             for rule in onejob::worker::purge_rules(&catalog, &settings.retention) {
                 let which = match &rule.task {
@@ -308,17 +306,17 @@ async fn run(command: Command) -> Result<(), AnyError> {
             }
             Ok(())
         }
-        Command::Migrate { config } => {
-            let settings = load_checked(config.config.as_deref())?;
+        Command::Migrate => {
+            let settings = load_checked(config)?;
             let store = app::open_store(&settings)?;
             store.check_session_pooling().await?;
             store.migrate().await?;
             tracing::info!("migrations applied");
             Ok(())
         }
-        Command::Keys { command, config } => {
-            let settings = load_checked(config.config.as_deref())?;
-            let store = app::open_store(&settings)?;
+        Command::Keys { command } => {
+            let settings = load_checked(config)?;
+            let store = app::open_migrated_store(&settings).await?;
             match command {
                 KeysCommand::Create { owner, role, max_in_flight } => {
                     let owner = OwnerId::parse(&owner)?;
@@ -368,9 +366,9 @@ async fn run(command: Command) -> Result<(), AnyError> {
             }
             Ok(())
         }
-        Command::Providers { command, config } => {
-            let settings = Settings::load(config.config.as_deref())?;
-            let store = app::open_store(&settings)?;
+        Command::Providers { command } => {
+            let settings = Settings::load(config)?;
+            let store = app::open_migrated_store(&settings).await?;
             let catalog = std::sync::Arc::new(onejob::catalog::Catalog::new(&settings)?);
             match command {
                 ProvidersCommand::Qualify { name, task } => {
@@ -439,7 +437,7 @@ async fn run(command: Command) -> Result<(), AnyError> {
 
 /// The settings, with the tasks' schemas and templates compiled to check
 /// them (for the commands that build no application, which would).
-fn load_checked(path: Option<&std::path::Path>) -> Result<Settings, AnyError> {
+fn load_checked(path: Option<&Path>) -> Result<Settings, AnyError> {
     let settings = Settings::load(path)?;
     onejob::catalog::Catalog::new(&settings)?;
     Ok(settings)
@@ -450,14 +448,14 @@ fn load_checked(path: Option<&std::path::Path>) -> Result<Settings, AnyError> {
 /// it once on standard error, written there directly and never as a log
 /// event, with a request to try. Of replicas starting together on an empty
 /// database, one makes and shows it; the database decides which.
-async fn first_run_key(store: &dyn onejob::store::Store, addr: SocketAddr) -> Result<(), AnyError> {
+async fn first_run_key(keys: &keys::Keys, addr: SocketAddr) -> Result<(), AnyError> {
     // At start the pool may be briefly exhausted (the qualifications at
     // start, the worker's loops, a loaded machine): a database that is only
     // busy must not stop the server. Give it 30 seconds.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     let made = loop {
-        match keys::create_first_run_key(store).await {
-            Err(onejob::store::StoreError::Unavailable(error)) if tokio::time::Instant::now() < deadline => {
+        match keys.create_first_run_key().await {
+            Err(error) if error.is_unavailable() && tokio::time::Instant::now() < deadline => {
                 tracing::warn!(%error, "cannot yet check for the first run's key; trying again");
                 tokio::time::sleep(std::time::Duration::from_millis(250)).await;
             }

@@ -11,6 +11,8 @@ use std::time::Duration;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+pub use crate::domain::limits::Deferral;
+
 /// HTTP requests, by route template, method and status.
 pub const HTTP_REQUESTS: &str = "onejob_http_requests_total";
 /// HTTP request latency, by route template and method.
@@ -72,44 +74,6 @@ pub const ATTEMPT_WAIT: &str = "onejob_attempt_wait_seconds";
 pub const PENDING_BY_OWNER: &str = "onejob_pending_attempts_by_owner";
 /// Pending attempts now, by provider.
 pub const PENDING_BY_PROVIDER: &str = "onejob_pending_attempts_by_provider";
-
-/// Why attempts were left pending by a claim: the `limit` label of
-/// [`CLAIMS_DEFERRED`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Deferral {
-    /// The owner had as many attempts running as it may.
-    OwnerMaxInFlight,
-    /// The provider had as many requests in flight as it allows.
-    ProviderMaxConcurrent,
-    /// The provider's requests per minute were spent.
-    ProviderRequestsPerMinute,
-    /// The provider's tokens per minute were spent (counted by the worker).
-    ProviderTokensPerMinute,
-    /// The provider asked for a pause (a 429 with `Retry-After`).
-    ProviderPaused,
-}
-
-impl Deferral {
-    /// Every one, in declaration order.
-    pub const ALL: &'static [Deferral] = &[
-        Deferral::OwnerMaxInFlight,
-        Deferral::ProviderMaxConcurrent,
-        Deferral::ProviderRequestsPerMinute,
-        Deferral::ProviderTokensPerMinute,
-        Deferral::ProviderPaused,
-    ];
-
-    /// Its label value, also the `reason` a waiting job shows.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Deferral::OwnerMaxInFlight => "owner-max-in-flight",
-            Deferral::ProviderMaxConcurrent => "provider-max-concurrent",
-            Deferral::ProviderRequestsPerMinute => "provider-requests-per-minute",
-            Deferral::ProviderTokensPerMinute => "provider-tokens-per-minute",
-            Deferral::ProviderPaused => "provider-paused",
-        }
-    }
-}
 
 /// How many owners [`PENDING_BY_OWNER`] reports at most.
 const PENDING_OWNERS_REPORTED: usize = 100;

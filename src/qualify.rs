@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use crate::catalog::Catalog;
 use crate::provider::{Provider, ProviderError, Providers};
-use crate::store::{self, QualificationRecord, Store};
+use crate::store::{self, QualificationRecord, QualificationState, Store};
 
 /// One example's result.
 #[derive(Clone, Debug, Serialize)]
@@ -110,7 +110,7 @@ async fn run_example(
         let calling = crate::provider::call(provider, &prepared.request, async |_: &str| {});
         let completion = match tokio::time::timeout(settings.timeout(), calling).await {
             Ok(result) => result.map_err(|e| (Some(tokens), e))?,
-            Err(_) => return Err((Some(tokens), ProviderError::deadline(settings.timeout()))),
+            Err(_) => return Err((Some(tokens), ProviderError::deadline(settings.timeout(), settings.timeout()))),
         };
         Ok((tokens, completion.output))
     }
@@ -161,6 +161,35 @@ pub async fn qualify(
     crate::metrics::qualification(provider, task, passed);
     tracing::info!(provider, task, passed, summary = %report["summary"], "qualification stored");
     Ok(record)
+}
+
+/// Qualifications as the API and the dashboard read and run them.
+pub struct Qualifications {
+    store: Arc<dyn Store>,
+    providers: Arc<Providers>,
+    catalog: Arc<Catalog>,
+}
+
+impl Qualifications {
+    /// Qualifications of `providers` for `catalog`'s tasks, kept in `store`.
+    pub fn new(store: Arc<dyn Store>, providers: Arc<Providers>, catalog: Arc<Catalog>) -> Self {
+        Self { store, providers, catalog }
+    }
+
+    /// Where `provider` stands for the contract of `task` whose hash is `hash`.
+    pub async fn state(&self, provider: &str, task: &str, hash: &[u8; 32]) -> store::Result<QualificationState> {
+        self.store.qualification_state(provider, task, hash).await
+    }
+
+    /// The latest qualification run of `provider` for `task`, of any contract.
+    pub async fn latest(&self, provider: &str, task: &str) -> store::Result<Option<QualificationRecord>> {
+        self.store.latest_qualification(provider, task).await
+    }
+
+    /// Qualifies `provider` for `task` now and stores the report.
+    pub async fn run(&self, provider: &str, task: &str) -> Result<QualificationRecord, QualifyError> {
+        qualify(self.store.as_ref(), &self.providers, &self.catalog, provider, task).await
+    }
 }
 
 /// Qualifies every provider marked `qualify_on_start` for every task,

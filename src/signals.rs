@@ -23,8 +23,11 @@ pub struct Signals {
     // the waiters of that job only.
     jobs: Mutex<HashMap<JobId, Arc<JobNotices>>>,
     // The provider calls in flight that a job's end aborts, by job.
-    calls: Mutex<HashMap<JobId, Vec<(AttemptId, watch::Sender<bool>)>>>,
+    calls: Mutex<HashMap<JobId, Vec<CallAbort>>>,
 }
+
+/// A call in flight, by its attempt, and the sender that aborts it.
+type CallAbort = (AttemptId, watch::Sender<bool>);
 
 /// A provider call in flight that the end of its job aborts; dropped, it
 /// is forgotten.

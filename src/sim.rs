@@ -22,29 +22,28 @@
 //! the answer then follows it, whatever the provider's `output` would have
 //! broken.
 
+mod answers;
+mod connection;
 mod responses;
+
+use answers::{answer_for, completion, ended_completion, openai_error, render, strict_schema, usage_json};
+use connection::{Connection, SimListener};
 
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::IncomingStream;
 use axum::{Extension, Json, Router};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
 use crate::config::{ProviderKind, ProviderSettings, Settings, SimFault, SimOutput};
@@ -218,204 +217,6 @@ pub async fn spawn(settings: &Settings, listen: SocketAddr) -> std::io::Result<R
     Ok(RunningSimulator { addr, task })
 }
 
-/// The simulator's listener: every connection can be reset by the handler
-/// serving a request on it (axum handlers cannot otherwise reset one).
-struct SimListener(TcpListener);
-
-impl axum::serve::Listener for SimListener {
-    type Io = SimStream;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (SimStream, SocketAddr) {
-        let (stream, addr) = axum::serve::Listener::accept(&mut self.0).await;
-        // Answer at once, as a provider's server would (no Nagle delay).
-        let _ = stream.set_nodelay(true);
-        (SimStream { stream, reset: Arc::new(AtomicBool::new(false)) }, addr)
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.0.local_addr()
-    }
-}
-
-/// A connection that fails its next read or write, closing with a reset
-/// (`SO_LINGER` 0), once its [`Connection`] asks for it.
-struct SimStream {
-    stream: TcpStream,
-    reset: Arc<AtomicBool>,
-}
-
-impl SimStream {
-    fn poll_reset(&self) -> Option<io::Error> {
-        if !self.reset.load(Ordering::Acquire) {
-            return None;
-        }
-        // Closing a socket with a zero linger sends RST instead of FIN.
-        if let Err(error) = self.stream.set_zero_linger() {
-            tracing::warn!(%error, "the simulator could not arm a connection reset");
-        }
-        Some(io::ErrorKind::ConnectionReset.into())
-    }
-}
-
-impl AsyncRead for SimStream {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        match self.poll_reset() {
-            Some(error) => Poll::Ready(Err(error)),
-            None => Pin::new(&mut self.stream).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for SimStream {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        match self.poll_reset() {
-            Some(error) => Poll::Ready(Err(error)),
-            None => Pin::new(&mut self.stream).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.poll_reset() {
-            Some(error) => Poll::Ready(Err(error)),
-            None => Pin::new(&mut self.stream).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.poll_reset() {
-            Some(error) => Poll::Ready(Err(error)),
-            None => Pin::new(&mut self.stream).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
-/// The connection a request came on, as a handler sees it.
-#[derive(Clone)]
-struct Connection {
-    reset: Arc<AtomicBool>,
-}
-
-impl Connection {
-    /// The connection is reset instead of carrying the handler's answer.
-    fn reset(&self) {
-        self.reset.store(true, Ordering::Release);
-    }
-}
-
-impl Connected<IncomingStream<'_, SimListener>> for Connection {
-    fn connect_info(stream: IncomingStream<'_, SimListener>) -> Self {
-        Self { reset: stream.io().reset.clone() }
-    }
-}
-
-fn openai_error(status: u16, message: &str) -> Response {
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let kind = if status.is_server_error() { "server_error" } else { "invalid_request_error" };
-    (status, Json(json!({"error": {"message": message, "type": kind, "param": null, "code": null}}))).into_response()
-}
-
-/// The simulated answer for a task's input: `summarize` keeps the first
-/// `max_words` words of `text`.
-fn answer_for(job: &Value, messages: &Value) -> Value {
-    let input = job.get("input");
-    let text = input
-        .and_then(|i| i.get("text"))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .or_else(|| {
-            let last = messages.as_array()?.iter().rev().find(|m| m["role"] == "user")?;
-            last["content"].as_str().map(str::to_owned)
-        })
-        .unwrap_or_default();
-    let limit = input.and_then(|i| i.get("max_words")).and_then(Value::as_u64).unwrap_or(u64::MAX);
-    let words: Vec<&str> = text.split_whitespace().take(usize::try_from(limit).unwrap_or(usize::MAX)).collect();
-    json!({"summary": words.join(" "), "word_count": words.len()})
-}
-
-fn render(output: Value, mode: SimOutput) -> String {
-    match mode {
-        SimOutput::ExtraTopLevelKey => {
-            let mut output = output;
-            output["note"] = json!("I also added this key");
-            output.to_string()
-        }
-        SimOutput::NotJson => format!("Sure! Here is your summary: {}", output["summary"].as_str().unwrap_or_default()),
-        SimOutput::Valid | SimOutput::Refusal => output.to_string(),
-        SimOutput::Truncated => {
-            let whole = output.to_string();
-            let mut half = whole.len() / 2;
-            while !whole.is_char_boundary(half) {
-                half -= 1;
-            }
-            whole[..half].to_owned()
-        }
-    }
-}
-
-/// Whether a request's schema for its answer asks for strict structured
-/// outputs: `Ok(false)` without one or without `strict`, an error message
-/// (answered 400, as OpenAI does) for a name or a schema strict mode refuses.
-fn strict_schema(format: &Value, name: &Value, schema: &Value) -> Result<bool, String> {
-    if format["type"] != "json_schema" {
-        return Ok(false);
-    }
-    let name = name.as_str().unwrap_or_default();
-    if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
-        return Err(format!(
-            "Invalid 'name': '{name}'. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$' (at most 64)."
-        ));
-    }
-    if format.get("strict").or_else(|| format.pointer("/json_schema/strict")) != Some(&Value::Bool(true)) {
-        return Ok(false);
-    }
-    strict_object(schema, "()").map_err(|why| format!("Invalid schema for response_format '{name}': {why}"))?;
-    Ok(true)
-}
-
-/// Strict mode's rules for objects, everywhere in the schema: the root is
-/// an object; every object lists all its properties as required and allows
-/// no others.
-fn strict_object(schema: &Value, context: &str) -> Result<(), String> {
-    if context == "()" && schema["type"] != "object" {
-        return Err("schema must be a JSON Schema of 'type: \"object\"'.".into());
-    }
-    if schema["type"] == "object" {
-        if schema.get("additionalProperties") != Some(&Value::Bool(false)) {
-            return Err(format!(
-                "In context={context}, 'additionalProperties' is required to be supplied and to be false."
-            ));
-        }
-        let required: Vec<&str> =
-            schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-        for (key, property) in schema["properties"].as_object().into_iter().flatten() {
-            if !required.contains(&key.as_str()) {
-                return Err(format!(
-                    "In context={context}, 'required' is required to include every key in properties. Missing '{key}'."
-                ));
-            }
-            strict_object(property, &format!("('properties', '{key}')"))?;
-        }
-    }
-    if let Some(items) = schema.get("items") {
-        strict_object(items, &format!("{context}, 'items'"))?;
-    }
-    Ok(())
-}
-
 /// The id a request came with (`X-Client-Request-Id`), or a fresh one.
 fn request_id(headers: &HeaderMap) -> String {
     headers
@@ -488,33 +289,6 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
     });
     entry.times += 1;
     (entry.plan.clone(), entry.response_id.clone())
-}
-
-fn completion(id: &str, model: &str, content: &str, (prompt_tokens, completion_tokens): (usize, usize)) -> Value {
-    ended_completion(id, model, content, (prompt_tokens, completion_tokens), Ending::Complete)
-}
-
-fn ended_completion(
-    id: &str,
-    model: &str,
-    content: &str,
-    (prompt_tokens, completion_tokens): (usize, usize),
-    ending: Ending,
-) -> Value {
-    let (message, finish_reason) = match ending {
-        Ending::Complete => (json!({"role": "assistant", "content": content, "refusal": null}), "stop"),
-        Ending::Refusal => (json!({"role": "assistant", "content": null, "refusal": REFUSAL}), "stop"),
-        Ending::Truncated => (json!({"role": "assistant", "content": content, "refusal": null}), "length"),
-    };
-    json!({
-        "id": format!("chatcmpl-{id}"),
-        "object": "chat.completion",
-        "created": chrono::Utc::now().timestamp(),
-        "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
-    })
 }
 
 /// Reads a request to provider `name`: its settings and its JSON body, or
@@ -720,10 +494,6 @@ async fn misbehave(
     }
 }
 
-fn usage_json((prompt, completion): (usize, usize)) -> Value {
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
-}
-
 fn report(id: &str, entry: &Entry) -> Value {
     let now = Instant::now();
     let mut usage = Value::Null;
@@ -786,14 +556,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn summarize_keeps_the_first_max_words_words() {
-        let job = json!({"task": "summarize", "input": {"text": "the quick  brown fox", "max_words": 2}});
-        assert_eq!(answer_for(&job, &json!([])), json!({"summary": "the quick", "word_count": 2}));
-        let all = json!({"input": {"text": "a b c"}});
-        assert_eq!(answer_for(&all, &json!([]))["word_count"], 3);
-    }
-
-    #[test]
     fn a_canceled_request_is_charged_its_prompt_and_the_share_of_its_answer_due_by_then() {
         let arrived = Instant::now();
         let plan = Plan::Answer {
@@ -828,13 +590,5 @@ mod tests {
         );
         assert_eq!(shown["canceled_after_ms"], 1_000);
         assert!(!entry.working_at(arrived + Duration::from_secs(2)), "a canceled request is not worked on");
-    }
-
-    #[test]
-    fn output_modes_break_the_contract_as_named() {
-        let output = json!({"summary": "a", "word_count": 1});
-        let extra: Value = serde_json::from_str(&render(output.clone(), SimOutput::ExtraTopLevelKey)).unwrap();
-        assert!(extra.get("note").is_some());
-        assert!(serde_json::from_str::<Value>(&render(output, SimOutput::NotJson)).is_err());
     }
 }

@@ -8,20 +8,28 @@ use crate::catalog::Catalog;
 use crate::config::ServerSettings;
 use crate::domain::OwnerId;
 use crate::jobs::Jobs;
-use crate::keys::Authenticator;
+use crate::keys::sessions::Sessions;
+use crate::keys::{Authenticator, Keys};
 use crate::provider::Providers;
+use crate::qualify::Qualifications;
 use crate::signals::Signals;
-use crate::store::Store;
+use crate::webhooks::Endpoints;
 
 /// The shared state of the API and the dashboard.
 #[derive(Clone)]
 pub struct AppState {
-    /// The database.
-    pub store: Arc<dyn Store>,
     /// Tasks and providers.
     pub catalog: Arc<Catalog>,
     /// The job use cases.
     pub jobs: Arc<Jobs>,
+    /// API keys.
+    pub keys: Arc<Keys>,
+    /// Dashboard sessions.
+    pub sessions: Arc<Sessions>,
+    /// Webhook endpoints.
+    pub endpoints: Arc<Endpoints>,
+    /// Qualifications, read and run.
+    pub qualifications: Arc<Qualifications>,
     /// The providers, for qualification runs.
     pub providers: Arc<Providers>,
     /// API key checks.

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use crate::domain::limits::ProviderLimits;
+
 /// How a provider counts tokens.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -110,25 +112,6 @@ pub enum SimFault {
     /// Answers 200 with an OpenAI error object as its body.
     #[serde(rename = "error_in_200")]
     ErrorIn200,
-}
-
-/// A provider's own limits (`[providers.NAME]`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ProviderLimits {
-    /// Requests in flight at once across the cluster.
-    pub max_concurrent: Option<u32>,
-    /// Requests per minute (a token bucket of that size, refilled evenly).
-    pub requests_per_minute: Option<u32>,
-    /// Tokens per minute: each request's counted prompt plus its
-    /// `max_output_tokens`, reserved by the worker right before the call.
-    pub tokens_per_minute: Option<u32>,
-}
-
-impl ProviderLimits {
-    /// Whether a claim counts this provider under its lock.
-    pub fn counted(&self) -> bool {
-        self.max_concurrent.is_some() || self.requests_per_minute.is_some()
-    }
 }
 
 /// `[providers.NAME]`

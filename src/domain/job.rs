@@ -56,6 +56,25 @@ pub struct Job {
     /// Why a `queued` job's pending attempt is not running yet (`GET
     /// /jobs/{id}` says; `null` otherwise, and in other answers).
     pub waiting: Option<Waiting>,
+    /// The numbers of a canceled job's attempts that are still `running`
+    /// and being canceled: their calls are aborted (the task's
+    /// `cancel_losers`) and each ends `canceled` as soon as its worker
+    /// hears. Empty otherwise.
+    pub canceling: Vec<i32>,
+}
+
+/// Which attempts of a job in `state` are being canceled: when it is
+/// canceled and its task aborts the calls of attempts that can no longer
+/// win (`cancel_losers`), those still running; none otherwise.
+pub fn attempts_being_canceled(
+    state: JobState,
+    attempts: impl IntoIterator<Item = (i32, AttemptState)>,
+    cancels_losers: bool,
+) -> Vec<i32> {
+    if state != JobState::Canceled || !cancels_losers {
+        return Vec::new();
+    }
+    attempts.into_iter().filter(|(_, state)| *state == AttemptState::Running).map(|(number, _)| number).collect()
 }
 
 /// Why a queued job's pending attempt is not running yet, the first that
@@ -288,4 +307,17 @@ pub struct JobEvent {
     pub attempt_number: Option<i32>,
     /// The ids and facts that explain it.
     pub detail: Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_running_attempts_of_a_canceled_job_that_cancels_losers_are_being_canceled() {
+        let attempts = [(1, AttemptState::Running), (2, AttemptState::Canceled), (3, AttemptState::Running)];
+        assert_eq!(attempts_being_canceled(JobState::Canceled, attempts, true), vec![1, 3]);
+        assert!(attempts_being_canceled(JobState::Canceled, attempts, false).is_empty());
+        assert!(attempts_being_canceled(JobState::Running, attempts, true).is_empty());
+    }
 }

@@ -6,10 +6,12 @@ pub mod event;
 pub mod idempotency;
 pub mod ids;
 pub mod job;
+pub mod limits;
 pub mod money;
 pub mod policy;
 pub mod retention;
 pub mod role;
+pub mod rules;
 pub mod state;
 pub mod trace;
 pub mod webhook;
@@ -19,9 +21,10 @@ pub use idempotency::{Fingerprint, IdempotencyKey, JobIntent};
 pub use ids::{AttemptId, JobId, OwnerId};
 pub use job::{
     Attempt, AttemptError, AttemptOrigin, Job, JobEvent, JobSummary, MAX_UNAPPLIED_OUTPUT, NOT_RECEIVED, Waiting,
-    unapplied_output,
+    attempts_being_canceled, unapplied_output,
 };
 pub use money::{Cost, Money, Price, Usage};
 pub use role::KeyRole;
+pub use rules::TaskRules;
 pub use state::{AdmissionRefusal, AttemptLimits, AttemptState, AttemptTransition, JobState, check_admission};
 pub use trace::TraceContext;

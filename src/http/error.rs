@@ -311,7 +311,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match self {
             ApiError::Problem(problem) => problem.into_response(),
-            ApiError::Store(StoreError::Unavailable(cause)) => {
+            ApiError::Store(cause) if cause.is_unavailable() => {
                 tracing::warn!(error = %cause, "database unavailable");
                 Problem::unavailable().into_response()
             }

@@ -185,7 +185,7 @@ pub(crate) async fn get_job(
 #[utoipa::path(post, path = "/jobs/{id}/cancel", tag = "jobs",
     params(("id" = uuid::Uuid, Path, description = "the job's id")),
     responses(
-        (status = 200, description = "canceled (or it was already): pending attempts canceled; running ones finish and are never applied", body = Job),
+        (status = 200, description = "canceled (or it was already): pending attempts canceled; running ones are being canceled (`canceling` lists them) or, with the task's `cancel_losers` off, finish and are never applied", body = Job),
         (status = 404, description = "not-found", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 409, description = "job-finished: it succeeded", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
@@ -270,7 +270,7 @@ pub(crate) async fn list_jobs(
     let page = filter.limit;
     // One more than asked tells whether another page follows.
     filter.limit = page + 1;
-    let mut jobs = app.store.list_jobs(&owner, &filter).await?;
+    let mut jobs = app.jobs.list_jobs(&owner, &filter).await?;
     let next_cursor = if jobs.len() > page as usize {
         jobs.truncate(page as usize);
         jobs.last().map(|job| job.id.to_string())

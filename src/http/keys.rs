@@ -33,7 +33,7 @@ pub(crate) async fn revoke_key(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = Uuid::try_parse(&id).map_err(|_| Problem::not_found())?;
-    let revoked = app.store.revoke_api_key(id).await?;
+    let revoked = app.keys.revoke(id).await?;
     // Forgotten here whether or not it was live: the cache never outlives the store.
     app.auth.forget_key(id);
     if !revoked {

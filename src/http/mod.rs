@@ -197,7 +197,7 @@ pub(crate) async fn healthz() -> &'static str {
     (status = 200, description = "the database answers, migrations are applied, the worker (where one runs) is alive"),
     (status = 503, description = "unavailable", body = openapi::Problem, content_type = "application/problem+json")))]
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
-    if let Err(error) = state.store.check_ready().await {
+    if let Err(error) = state.jobs.check_ready().await {
         tracing::warn!(%error, "not ready");
         return Problem::unavailable().detail("the database is not ready").into_response();
     }

@@ -136,7 +136,7 @@ pub struct Problem {
 
 /// The answers every authenticated route may give besides its own.
 #[derive(utoipa::IntoResponses)]
-#[allow(dead_code)]
+#[allow(dead_code)] // never built: the derive reads its variants into the specification
 pub enum CommonErrors {
     /// No bearer token, or not a live API key.
     #[response(
@@ -167,7 +167,7 @@ pub enum CommonErrors {
 /// The answers of the routes that wait on one job (a long-poll, an event
 /// stream). Listed after [`CommonErrors`], so that its 429 says both.
 #[derive(utoipa::IntoResponses)]
-#[allow(dead_code)]
+#[allow(dead_code)] // never built: the derive reads its variants into the specification
 pub enum WaitingErrors {
     /// No such job for this owner.
     #[response(
@@ -185,7 +185,7 @@ pub enum WaitingErrors {
 
 /// The answers of every route that reads a JSON body.
 #[derive(utoipa::IntoResponses)]
-#[allow(dead_code)]
+#[allow(dead_code)] // never built: the derive reads its variants into the specification
 pub enum BodyErrors {
     /// Over `server.max_body_bytes`.
     #[response(status = 413, description = "payload-too-large", content_type = "application/problem+json")]

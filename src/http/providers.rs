@@ -16,7 +16,7 @@ use super::bodies::QualifyBody;
 use super::error::{ApiError, Problem};
 use super::extract::StrictJson;
 use super::respond::json_response;
-use crate::qualify::{self, QualifyError};
+use crate::qualify::QualifyError;
 use crate::store::QualificationState;
 
 /// The provider a path's `{name}` names: 404 when none is configured.
@@ -61,8 +61,8 @@ pub(crate) async fn providers_report(app: &AppState) -> Result<Value, ApiError> 
         let mut tasks = Map::new();
         for task in app.catalog.tasks() {
             let Some(hash) = app.catalog.contract_hash(&task.name, name) else { continue };
-            let state = app.store.qualification_state(name, &task.name, &hash).await?;
-            let last = app.store.latest_qualification(name, &task.name).await?;
+            let state = app.qualifications.state(name, &task.name, &hash).await?;
+            let last = app.qualifications.latest(name, &task.name).await?;
             let qualified_at = match &state {
                 QualificationState::Qualified { at } => Some(*at),
                 _ => None,
@@ -115,7 +115,7 @@ pub(crate) async fn run_qualification(
     ProviderPath(name): ProviderPath,
     StrictJson(body): StrictJson<QualifyBody>,
 ) -> Result<Response, ApiError> {
-    match qualify::qualify(app.store.as_ref(), &app.providers, &app.catalog, &name, &body.task).await {
+    match app.qualifications.run(&name, &body.task).await {
         Ok(record) => Ok(json_response(
             StatusCode::CREATED,
             &json!({

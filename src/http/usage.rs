@@ -196,7 +196,7 @@ pub(crate) async fn usage_report(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let (filter, group_by) = parse_usage_query(query.as_deref(), Utc::now())?;
-    let rows = app.store.list_usage(&owner, &filter).await?;
+    let rows = app.jobs.list_usage(&owner, &filter).await?;
     Ok(json_response(StatusCode::OK, &build_report(&filter, group_by, &rows), &[]))
 }
 

@@ -82,7 +82,7 @@ pub(crate) async fn create_webhook(
         secret,
         events,
     };
-    let endpoint = app.store.insert_webhook_endpoint(&new).await?;
+    let endpoint = app.endpoints.register(&new).await?;
     tracing::info!(endpoint = %endpoint.id, owner = %admin.owner, by = %admin.key, "webhook endpoint registered");
     let location = ("location", format!("/webhooks/{}", endpoint.id));
     Ok(json_response(StatusCode::CREATED, &with_secret(&endpoint, &new.secret), &[location]))
@@ -95,7 +95,7 @@ pub(crate) async fn create_webhook(
         crate::http::openapi::CommonErrors
     ))]
 pub(crate) async fn list_webhooks(State(app): State<AppState>, Admin(admin): Admin) -> Result<Response, ApiError> {
-    let endpoints = app.store.list_webhook_endpoints(&admin.owner).await?;
+    let endpoints = app.endpoints.list(&admin.owner).await?;
     Ok(json_response(StatusCode::OK, &json!({ "webhooks": endpoints }), &[]))
 }
 
@@ -113,7 +113,7 @@ pub(crate) async fn delete_webhook(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = endpoint_id(&id)?;
-    if !app.store.delete_webhook_endpoint(&admin.owner, id).await? {
+    if !app.endpoints.delete(&admin.owner, id).await? {
         return Err(Problem::not_found().detail("no such webhook endpoint").into());
     }
     tracing::info!(endpoint = %id, owner = %admin.owner, by = %admin.key, "webhook endpoint deleted");
@@ -135,7 +135,7 @@ pub(crate) async fn rotate_secret(
 ) -> Result<Response, ApiError> {
     let id = endpoint_id(&id)?;
     let secret = new_secret();
-    let Some(endpoint) = app.store.rotate_webhook_secret(&admin.owner, id, &secret, ROTATION_OVERLAP).await? else {
+    let Some(endpoint) = app.endpoints.rotate_secret(&admin.owner, id, &secret, ROTATION_OVERLAP).await? else {
         return Err(Problem::not_found().detail("no such webhook endpoint").into());
     };
     tracing::info!(endpoint = %id, owner = %admin.owner, by = %admin.key, "webhook secret rotated");
@@ -175,7 +175,7 @@ pub(crate) async fn list_deliveries(
             .filter(|n| (1..=MAX_DELIVERIES).contains(n))
             .ok_or_else(|| Problem::invalid_parameter("limit", "must be a whole number from 1 to 100"))?,
     };
-    let Some(deliveries) = app.store.list_webhook_deliveries(&admin.owner, id, limit).await? else {
+    let Some(deliveries) = app.endpoints.deliveries(&admin.owner, id, limit).await? else {
         return Err(Problem::not_found().detail("no such webhook endpoint").into());
     };
     Ok(json_response(StatusCode::OK, &json!({ "deliveries": deliveries }), &[]))

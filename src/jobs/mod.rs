@@ -19,6 +19,7 @@
 mod error;
 pub mod events;
 pub mod long_polls;
+mod reads;
 pub mod replay;
 
 use std::sync::Arc;
@@ -347,7 +348,7 @@ impl Jobs {
     /// `cancel_losers`) or finish, and are never applied. Canceling a
     /// canceled job changes nothing and answers the same.
     pub async fn cancel_job(&self, owner: &OwnerId, id: JobId) -> Result<Job, JobError> {
-        match self.store.cancel_job(owner, id).await? {
+        match self.store.cancel_job(owner, id, self.catalog.as_ref()).await? {
             Cancel::Canceled(job) => {
                 tracing::info!(owner = %owner, job.id = %id, "job canceled");
                 metrics::attempts_canceled(
@@ -388,6 +389,9 @@ impl Jobs {
     /// The job with its `expires_at`, under its task's retention.
     fn dated(&self, mut job: Job) -> Job {
         job.expires_at = crate::domain::retention::expires_at(&job, self.catalog.retention_of(&job.task));
+        let attempts = job.attempts.iter().map(|a| (a.number, a.state));
+        job.canceling =
+            crate::domain::attempts_being_canceled(job.state, attempts, self.catalog.cancels_losers(&job.task));
         job
     }
 

@@ -204,10 +204,13 @@ struct JobReads {
     last: Option<Option<Arc<Job>>>,
 }
 
+/// The reads of one job, shared by the requests that read it at once.
+type ReadsOfJob = Arc<tokio::sync::Mutex<JobReads>>;
+
 /// Reads of one job by many requests at once, shared.
 #[derive(Default)]
 pub struct SharedReads {
-    jobs: Mutex<HashMap<(OwnerId, JobId), Arc<tokio::sync::Mutex<JobReads>>>>,
+    jobs: Mutex<HashMap<(OwnerId, JobId), ReadsOfJob>>,
     began: std::sync::atomic::AtomicU64,
 }
 

@@ -3,8 +3,11 @@
 //! presented token is [`Authenticator`]'s.
 
 mod authenticator;
+pub mod sessions;
 
 pub use authenticator::{AuthError, Authenticator, Identity};
+
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -72,6 +75,28 @@ pub async fn create_first_run_key(store: &dyn Store) -> store::Result<Option<(Uu
     let NewToken { token, hash } = generate_token();
     let made = store.insert_first_run_key(id, &owner, KeyRole::Admin, &hash).await?;
     Ok(made.then_some((id, token)))
+}
+
+/// API keys as the API and the first run manage them.
+pub struct Keys {
+    store: Arc<dyn Store>,
+}
+
+impl Keys {
+    /// The keys kept in `store`.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self { store }
+    }
+
+    /// Revokes a live key; `false` when no live key has this id.
+    pub async fn revoke(&self, id: Uuid) -> store::Result<bool> {
+        self.store.revoke_api_key(id).await
+    }
+
+    /// See [`create_first_run_key`].
+    pub async fn create_first_run_key(&self) -> store::Result<Option<(Uuid, String)>> {
+        create_first_run_key(self.store.as_ref()).await
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{Completion, FailureClass, ProviderError};
+use super::{Completion, FailureClass, FailureFacts, FailureKind, ProviderError};
 
 /// The longest error message kept from a provider's answer.
 const MAX_MESSAGE: usize = 500;
@@ -23,19 +23,19 @@ pub fn schema_name(task: &str) -> String {
 /// The model refused to answer; another model may not.
 pub fn refused(refusal: &str) -> ProviderError {
     let message = truncate(format!("the model refused to answer: {refusal}"));
-    ProviderError::new(FailureClass::Definitive { retryable: false }, "refusal", None, message)
+    ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::Refusal, None, message)
 }
 
 /// The answer was cut off at the provider's token limit.
 pub fn truncated_output() -> ProviderError {
     let message = "the answer was cut off at the token limit (max_output_tokens) before it was complete";
-    ProviderError::new(FailureClass::Definitive { retryable: false }, "output-truncated", None, message)
+    ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::OutputTruncated, None, message)
 }
 
 /// The provider withheld the answer by its content filter.
 pub fn content_filtered() -> ProviderError {
     let message = "the provider's content filter withheld the answer";
-    ProviderError::new(FailureClass::Definitive { retryable: false }, "content-filtered", None, message)
+    ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::ContentFiltered, None, message)
 }
 
 /// At most 500 bytes of a message, cut at a character boundary.
@@ -56,28 +56,18 @@ pub fn parse_content(content: &str) -> Result<Completion, ProviderError> {
     match serde_json::from_str::<Value>(content) {
         Ok(output) => Ok(Completion { output, usage: None }),
         Err(error) => {
-            let mut error = ProviderError::contract_violation(format!("the answer is not JSON: {error}"));
-            // What the provider said, for the attempt's audit (taken out of
-            // the error before it is stored; see `worker::attempt`).
-            error.detail = serde_json::json!({ RECEIVED_TEXT: content });
-            Err(error)
+            // What the provider said is kept for the attempt's audit (as its
+            // unapplied output; see `worker::record`).
+            let facts = FailureFacts { received_text: Some(content.to_owned()), ..FailureFacts::default() };
+            Err(ProviderError::contract_violation(format!("the answer is not JSON: {error}")).with_facts(facts))
         }
     }
 }
 
-/// Adds the usage of a charged answer to its error's detail, as `usage`.
+/// Adds the usage of a charged answer to its error.
 pub fn with_usage(mut error: ProviderError, usage: Option<crate::domain::Usage>) -> ProviderError {
-    if let Some(usage) = usage {
-        match &mut error.detail {
-            Value::Object(detail) => {
-                detail.insert("usage".into(), serde_json::json!(usage));
-            }
-            _ => error.detail = serde_json::json!({ "usage": usage }),
-        }
+    if usage.is_some() {
+        error.facts.usage = usage;
     }
     error
 }
-
-/// The member of a contract violation's detail that holds the answer's
-/// text when it was not JSON.
-pub const RECEIVED_TEXT: &str = "received_text";

@@ -7,7 +7,7 @@ use minijinja::{Environment, UndefinedBehavior};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{FailureClass, ProviderError, ProviderRequest, tokens};
+use super::{FailureClass, FailureFacts, FailureKind, ProviderError, ProviderRequest, tokens};
 use crate::config::{ExampleSettings, ProviderSettings, TaskSettings};
 
 /// A request ready to send, with its prompt's size.
@@ -100,20 +100,23 @@ impl Contract {
         let definitive = |kind, message: String| {
             ProviderError::new(FailureClass::Definitive { retryable: false }, kind, None, message)
         };
-        let messages = self.render(input).map_err(|message| definitive("prompt-render-failed", message))?;
+        let messages = self.render(input).map_err(|message| definitive(FailureKind::PromptRenderFailed, message))?;
         let prompt_tokens = tokens::count_messages(provider.tokenizer(), &messages);
         let needed = prompt_tokens + provider.max_output_tokens as usize;
         if needed > provider.context_tokens as usize {
-            let mut error = definitive(
-                "prompt-too-long",
+            let error = definitive(
+                FailureKind::PromptTooLong,
                 format!(
                     "the prompt is {prompt_tokens} tokens; with {} for the answer it exceeds the provider's context of {}",
                     provider.max_output_tokens, provider.context_tokens
                 ),
             );
-            error.detail = json!({"prompt_tokens": prompt_tokens, "max_output_tokens": provider.max_output_tokens,
-                                  "context_tokens": provider.context_tokens});
-            return Err(error);
+            return Err(error.with_facts(FailureFacts {
+                prompt_tokens: Some(prompt_tokens),
+                max_output_tokens: Some(provider.max_output_tokens),
+                context_tokens: Some(provider.context_tokens),
+                ..FailureFacts::default()
+            }));
         }
         let request = ProviderRequest {
             request_id,
@@ -134,10 +137,9 @@ impl Contract {
         if violations.is_empty() {
             return Ok(());
         }
-        let mut error =
+        let error =
             ProviderError::contract_violation(format!("the output breaks the contract: {}", violations.join("; ")));
-        error.detail = json!({ "violations": violations });
-        Err(error)
+        Err(error.with_facts(FailureFacts { violations, ..FailureFacts::default() }))
     }
 
     /// Every way `output` breaks the output schema, as `pointer: message`

@@ -12,19 +12,20 @@
 
 pub mod answer;
 pub mod contract;
+mod failure;
 pub mod openai;
 pub mod responses;
 pub mod tokens;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::config::{ProviderKind, ProviderSettings, Settings};
 
+pub use failure::{CancelCall, FailureClass, FailureFacts, FailureKind, ProviderError, millis};
 pub use openai::HttpProvider;
 
 /// One attempt's request.
@@ -56,74 +57,6 @@ pub struct Completion {
     pub output: Value,
     /// The tokens the provider says it used (its `usage` object), if it said.
     pub usage: Option<crate::domain::Usage>,
-}
-
-/// How a failure bears on the attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailureClass {
-    /// Nothing was done. `retryable`: the same request may pass later.
-    Definitive {
-        /// 429, 500, 502, 503, or a connection refused before sending.
-        retryable: bool,
-    },
-    /// The provider may have done the work: the outcome is unknown.
-    Ambiguous,
-    /// The call was aborted because its job had finished (another attempt
-    /// won, or the owner canceled it); the provider may have done part of
-    /// the work, which it was told to stop where it can be.
-    Canceled,
-}
-
-/// Why an attempt did not produce an output.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("{kind}: {message}")]
-pub struct ProviderError {
-    /// What the failure means for the attempt.
-    pub class: FailureClass,
-    /// A stable name: `provider-error`, `connection-failed`, `timeout`,
-    /// `connection-lost`, `contract-violation`, `bad-response`.
-    pub kind: &'static str,
-    /// The provider's HTTP status, when it answered.
-    pub status: Option<u16>,
-    /// What the provider said, or what went wrong.
-    pub message: String,
-    /// Anything else worth keeping (token counts, validator paths).
-    pub detail: Value,
-}
-
-impl ProviderError {
-    /// A failure of the given class.
-    pub fn new(class: FailureClass, kind: &'static str, status: Option<u16>, message: impl Into<String>) -> Self {
-        Self { class, kind, status, message: message.into(), detail: Value::Null }
-    }
-
-    /// The attempt's deadline passed: the provider may still be working.
-    pub fn deadline(timeout: Duration) -> Self {
-        Self::new(
-            FailureClass::Ambiguous,
-            "timeout",
-            None,
-            format!("no complete answer within the attempt's deadline of {} ms", timeout.as_millis()),
-        )
-    }
-
-    /// The output breaks the task's contract.
-    pub fn contract_violation(message: impl Into<String>) -> Self {
-        Self::new(FailureClass::Definitive { retryable: false }, "contract-violation", None, message)
-    }
-
-    /// The provider stopped the request before it finished (a cancel
-    /// call, ours or anyone's), having used `usage` by then, as it says.
-    pub fn canceled_at_provider(usage: Option<crate::domain::Usage>) -> Self {
-        let mut error = Self::new(
-            FailureClass::Canceled,
-            "canceled",
-            None,
-            "the provider reports the request canceled before it finished",
-        );
-        error.detail = serde_json::json!({ "sent": true, "usage": usage });
-        error
-    }
 }
 
 /// What an HTTP status from a provider means, as docs/design.md classifies it.
@@ -238,7 +171,7 @@ pub async fn call(
             None => {
                 let message =
                     format!("the request runs in the background as {id}, and the provider cannot be asked about it");
-                return Err(ProviderError::new(FailureClass::Ambiguous, "no-status-lookup", None, message));
+                return Err(ProviderError::new(FailureClass::Ambiguous, FailureKind::NoStatusLookup, None, message));
             }
         }
     }

@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 
 use super::answer::{content_filtered, parse_content, refused, schema_name, truncate, truncated_output, with_usage};
 use super::{
-    CancelAnswer, Completion, FailureClass, Provider, ProviderError, ProviderRequest, Reply, RequestRef, RequestStatus,
-    classify_status, responses,
+    CancelAnswer, Completion, FailureClass, FailureFacts, FailureKind, Provider, ProviderError, ProviderRequest, Reply,
+    RequestRef, RequestStatus, classify_status, millis, responses,
 };
 use crate::config::{MaxTokensField, ProviderApi, ProviderSettings};
 
@@ -148,12 +148,12 @@ fn transport_error(error: reqwest::Error) -> ProviderError {
     if error.is_connect() {
         ProviderError::new(
             FailureClass::Definitive { retryable: true },
-            "connection-failed",
+            FailureKind::ConnectionFailed,
             None,
             truncate(error.to_string()),
         )
     } else {
-        ProviderError::new(FailureClass::Ambiguous, "connection-lost", None, truncate(error.to_string()))
+        ProviderError::new(FailureClass::Ambiguous, FailureKind::ConnectionLost, None, truncate(error.to_string()))
     }
 }
 
@@ -172,7 +172,7 @@ pub fn parse_usage(body: &Value) -> Option<crate::domain::Usage> {
 /// Reads a chat completion body down to its output.
 pub fn parse_completion(body: &[u8]) -> Result<Completion, ProviderError> {
     let bad = |message: &str| {
-        ProviderError::new(FailureClass::Definitive { retryable: false }, "bad-response", None, message)
+        ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::BadResponse, None, message)
     };
     let body: Value =
         serde_json::from_slice(body).map_err(|e| bad(&format!("the answer is not a chat completion: {e}")))?;
@@ -181,7 +181,7 @@ pub fn parse_completion(body: &[u8]) -> Result<Completion, ProviderError> {
         let message = error.get("message").and_then(Value::as_str).unwrap_or("error object in a 200 answer");
         return Err(ProviderError::new(
             FailureClass::Definitive { retryable: false },
-            "provider-error",
+            FailureKind::ProviderError,
             Some(200),
             truncate(message.to_owned()),
         ));
@@ -236,12 +236,14 @@ impl Provider for HttpProvider {
         // The request was received; losing the body now leaves the outcome unknown.
         if !(200..300).contains(&status) {
             let (body, _) = read_bounded(response, MAX_ERROR_BYTES).await.map_err(transport_error_after_answer)?;
-            let mut error =
-                ProviderError::new(classify_status(status), "provider-error", Some(status), error_message(&body));
-            if let Some(wait) = retry_after {
-                error.detail = json!({ "retry_after_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX) });
-            }
-            return Err(error);
+            let error = ProviderError::new(
+                classify_status(status),
+                FailureKind::ProviderError,
+                Some(status),
+                error_message(&body),
+            );
+            let facts = FailureFacts { retry_after_ms: retry_after.map(millis), ..FailureFacts::default() };
+            return Err(error.with_facts(facts));
         }
         let (body, complete) =
             read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;
@@ -252,7 +254,7 @@ impl Provider for HttpProvider {
             // so the attempt fails for good (a failover may still go on).
             return Err(ProviderError::new(
                 FailureClass::Definitive { retryable: false },
-                "response-too-large",
+                FailureKind::ResponseTooLarge,
                 Some(status),
                 format!("the answer is larger than {MAX_RESPONSE_BYTES} bytes; it was not read"),
             ));
@@ -341,7 +343,7 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<std::time::Durati
 }
 
 fn transport_error_after_answer(error: reqwest::Error) -> ProviderError {
-    ProviderError::new(FailureClass::Ambiguous, "connection-lost", None, truncate(error.to_string()))
+    ProviderError::new(FailureClass::Ambiguous, FailureKind::ConnectionLost, None, truncate(error.to_string()))
 }
 
 /// A response id as a path segment: only the characters OpenAI's ids use,
@@ -352,9 +354,9 @@ fn response_id(id: &str) -> Option<&str> {
     safe.then_some(id)
 }
 
-/// The usage a failure's detail carries (see [`with_usage`]).
+/// The usage a failure carries (see [`with_usage`]).
 fn usage_in(error: &ProviderError) -> Option<crate::domain::Usage> {
-    serde_json::from_value(error.detail.get("usage")?.clone()).ok()
+    error.facts.usage
 }
 
 impl HttpProvider {
@@ -367,12 +369,17 @@ impl HttpProvider {
             read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;
         if !complete {
             let message = format!("the response object is larger than {MAX_RESPONSE_BYTES} bytes");
-            return Err(ProviderError::new(FailureClass::Ambiguous, "bad-response", Some(status), message));
+            return Err(ProviderError::new(FailureClass::Ambiguous, FailureKind::BadResponse, Some(status), message));
         }
         match status {
             404 => Ok(RequestStatus::NotFound),
             200..=299 => Ok(responses::read(&body)?.1),
-            _ => Err(ProviderError::new(classify_status(status), "provider-error", Some(status), error_message(&body))),
+            _ => Err(ProviderError::new(
+                classify_status(status),
+                FailureKind::ProviderError,
+                Some(status),
+                error_message(&body),
+            )),
         }
     }
 
@@ -383,7 +390,7 @@ impl HttpProvider {
         if !(200..300).contains(&status) {
             return Err(ProviderError::new(
                 classify_status(status),
-                "provider-error",
+                FailureKind::ProviderError,
                 Some(status),
                 error_message(&body),
             ));
@@ -391,7 +398,7 @@ impl HttpProvider {
         let report: Value = serde_json::from_slice(&body).map_err(|e| {
             ProviderError::new(
                 FailureClass::Ambiguous,
-                "bad-response",
+                FailureKind::BadResponse,
                 Some(status),
                 format!("unreadable cancel answer: {e}"),
             )
@@ -407,7 +414,7 @@ impl HttpProvider {
             read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;
         if !complete {
             let message = format!("the status answer is larger than {MAX_RESPONSE_BYTES} bytes");
-            return Err(ProviderError::new(FailureClass::Ambiguous, "bad-response", Some(status), message));
+            return Err(ProviderError::new(FailureClass::Ambiguous, FailureKind::BadResponse, Some(status), message));
         }
         if status == 404 {
             return Ok(RequestStatus::NotFound);
@@ -415,13 +422,18 @@ impl HttpProvider {
         if !(200..300).contains(&status) {
             return Err(ProviderError::new(
                 classify_status(status),
-                "provider-error",
+                FailureKind::ProviderError,
                 Some(status),
                 error_message(&body),
             ));
         }
         let report: Value = serde_json::from_slice(&body).map_err(|e| {
-            ProviderError::new(FailureClass::Ambiguous, "bad-response", Some(status), format!("unreadable status: {e}"))
+            ProviderError::new(
+                FailureClass::Ambiguous,
+                FailureKind::BadResponse,
+                Some(status),
+                format!("unreadable status: {e}"),
+            )
         })?;
         match report.get("status").and_then(Value::as_str) {
             Some("running") => Ok(RequestStatus::Running),
@@ -438,7 +450,7 @@ impl HttpProvider {
                 let message = report.get("error").and_then(Value::as_str).unwrap_or("the provider reports a failure");
                 let error = ProviderError::new(
                     FailureClass::Definitive { retryable: false },
-                    "provider-error",
+                    FailureKind::ProviderError,
                     None,
                     truncate(message.to_owned()),
                 );
@@ -448,7 +460,7 @@ impl HttpProvider {
             Some("canceled") => Ok(RequestStatus::Canceled(parse_usage(&report))),
             other => Err(ProviderError::new(
                 FailureClass::Ambiguous,
-                "bad-response",
+                FailureKind::BadResponse,
                 Some(status),
                 format!("unknown request status {other:?}"),
             )),
@@ -459,7 +471,6 @@ impl HttpProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::answer::RECEIVED_TEXT;
 
     #[test]
     fn openai_error_bodies_give_their_message() {
@@ -475,7 +486,8 @@ mod tests {
         let usage = crate::domain::Usage { prompt_tokens: 12, completion_tokens: 3, estimated: false };
         assert_eq!(parse_completion(body).unwrap().usage, Some(usage));
         let not_json = br#"{"choices": [{"message": {"content": "Sure!"}}], "usage": {"prompt_tokens": 12, "completion_tokens": 3}}"#;
-        assert_eq!(parse_completion(not_json).unwrap_err().detail, json!({"usage": usage, RECEIVED_TEXT: "Sure!"}));
+        let error = parse_completion(not_json).unwrap_err();
+        assert_eq!((error.facts.usage, error.facts.received_text.as_deref()), (Some(usage), Some("Sure!")));
         for partial in [r#"{"prompt_tokens": 12}"#, r#"{"prompt_tokens": -1, "completion_tokens": 3}"#, "null"] {
             let body = format!(r#"{{"choices": [{{"message": {{"content": "{{}}"}}}}], "usage": {partial}}}"#);
             assert_eq!(parse_completion(body.as_bytes()).unwrap().usage, None, "{partial}");
@@ -487,15 +499,15 @@ mod tests {
         let body = br#"{"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "{\"summary\": \"hi\", \"word_count\": 1}"}, "finish_reason": "stop"}]}"#;
         assert_eq!(parse_completion(body).unwrap().output, json!({"summary": "hi", "word_count": 1}));
         let not_json = br#"{"choices": [{"message": {"role": "assistant", "content": "Sure! Here is a summary"}}]}"#;
-        assert_eq!(parse_completion(not_json).unwrap_err().kind, "contract-violation");
+        assert_eq!(parse_completion(not_json).unwrap_err().kind.as_str(), "contract-violation");
         let refusal = br#"{"choices": [{"message": {"role": "assistant", "content": null, "refusal": "I can't"}}]}"#;
-        assert_eq!(parse_completion(refusal).unwrap_err().kind, "refusal");
+        assert_eq!(parse_completion(refusal).unwrap_err().kind.as_str(), "refusal");
         let cut =
             br#"{"choices": [{"message": {"role": "assistant", "content": "{\"summ"}, "finish_reason": "length"}]}"#;
-        assert_eq!(parse_completion(cut).unwrap_err().kind, "output-truncated");
-        assert_eq!(parse_completion(b"<html>").unwrap_err().kind, "bad-response");
+        assert_eq!(parse_completion(cut).unwrap_err().kind.as_str(), "output-truncated");
+        assert_eq!(parse_completion(b"<html>").unwrap_err().kind.as_str(), "bad-response");
         let error_in_200 = br#"{"error": {"message": "overloaded"}}"#;
-        assert_eq!(parse_completion(error_in_200).unwrap_err().kind, "provider-error");
+        assert_eq!(parse_completion(error_in_200).unwrap_err().kind.as_str(), "provider-error");
     }
 
     #[test]

@@ -27,7 +27,7 @@
 use serde_json::{Value, json};
 
 use super::answer::{self, parse_content, truncated_output, with_usage};
-use super::{Completion, FailureClass, ProviderError, ProviderRequest, RequestStatus};
+use super::{Completion, FailureClass, FailureKind, ProviderError, ProviderRequest, RequestStatus};
 use crate::config::ProviderSettings;
 use crate::domain::Usage;
 
@@ -77,7 +77,7 @@ pub fn parse_usage(response: &Value) -> Option<Usage> {
 /// is read down to its output (or to why it has none usable); the others
 /// carry their reason, and what they used.
 pub fn read(body: &[u8]) -> Result<(String, RequestStatus), ProviderError> {
-    let bad = |message: String| ProviderError::new(FailureClass::Ambiguous, "bad-response", None, message);
+    let bad = |message: String| ProviderError::new(FailureClass::Ambiguous, FailureKind::BadResponse, None, message);
     let response: Value =
         serde_json::from_slice(body).map_err(|e| bad(format!("the answer is not a response object: {e}")))?;
     let id = response
@@ -101,7 +101,7 @@ pub fn read(body: &[u8]) -> Result<(String, RequestStatus), ProviderError> {
             let retryable = matches!(code, "server_error" | "rate_limit_exceeded" | "vector_store_timeout");
             let error = ProviderError::new(
                 FailureClass::Definitive { retryable },
-                "provider-error",
+                FailureKind::ProviderError,
                 None,
                 answer::truncate(format!("the response failed ({code}): {message}")),
             );
@@ -114,7 +114,7 @@ pub fn read(body: &[u8]) -> Result<(String, RequestStatus), ProviderError> {
                 "content_filter" => answer::content_filtered(),
                 other => ProviderError::new(
                     FailureClass::Definitive { retryable: false },
-                    "incomplete",
+                    FailureKind::Incomplete,
                     None,
                     answer::truncate(format!("the response is incomplete: {other}")),
                 ),
@@ -148,7 +148,12 @@ fn output_of(response: &Value) -> Result<Completion, ProviderError> {
     }
     if text.is_empty() {
         let message = "the completed response has no output text";
-        return Err(ProviderError::new(FailureClass::Definitive { retryable: false }, "bad-response", None, message));
+        return Err(ProviderError::new(
+            FailureClass::Definitive { retryable: false },
+            FailureKind::BadResponse,
+            None,
+            message,
+        ));
     }
     parse_content(&text)
 }
@@ -176,17 +181,20 @@ mod tests {
         assert_eq!(done.usage, Some(Usage { prompt_tokens: 30, completion_tokens: 7, estimated: false }));
         let failed = json!({"error": {"code": "server_error", "message": "boom"}});
         let RequestStatus::Failed(error) = read(&response("failed", failed)).unwrap().1 else { panic!() };
-        assert_eq!((error.class, error.kind), (FailureClass::Definitive { retryable: true }, "provider-error"));
+        assert_eq!(
+            (error.class, error.kind.as_str()),
+            (FailureClass::Definitive { retryable: true }, "provider-error")
+        );
         let cut = json!({"incomplete_details": {"reason": "max_output_tokens"}});
         let RequestStatus::Failed(error) = read(&response("incomplete", cut)).unwrap().1 else { panic!() };
-        assert_eq!(error.kind, "output-truncated");
-        assert_eq!(error.detail["usage"]["completion_tokens"], 7, "a cut-off answer was charged");
+        assert_eq!(error.kind.as_str(), "output-truncated");
+        assert_eq!(error.facts.usage.map(|u| u.completion_tokens), Some(7), "a cut-off answer was charged");
         let refusal =
             json!({"output": [{"type": "message", "content": [{"type": "refusal", "refusal": "I can't help"}]}]});
         let RequestStatus::Failed(error) = read(&response("completed", refusal)).unwrap().1 else { panic!() };
-        assert_eq!(error.kind, "refusal");
+        assert_eq!(error.kind.as_str(), "refusal");
         assert!(matches!(read(&response("cancelled", json!({}))).unwrap().1, RequestStatus::Canceled(Some(_))));
         assert_eq!(read(b"<html>").unwrap_err().class, FailureClass::Ambiguous);
-        assert_eq!(read(&response("thinking", json!({}))).unwrap_err().kind, "bad-response");
+        assert_eq!(read(&response("thinking", json!({}))).unwrap_err().kind.as_str(), "bad-response");
     }
 }

@@ -17,9 +17,10 @@ use axum::{Extension, Json};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::connection::Connection;
 use super::{
-    Arrival, Connection, Ending, Entry, Plan, REFUSAL, SimState, Unanswered, admit, misbehave, openai_error, receive,
-    request_id, strict_schema,
+    Arrival, Ending, Entry, Plan, REFUSAL, SimState, Unanswered, admit, misbehave, openai_error, receive, request_id,
+    strict_schema,
 };
 
 /// The chat messages a response's `instructions` and `input` amount to.

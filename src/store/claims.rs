@@ -36,9 +36,8 @@ use std::time::Duration;
 
 use super::driver::{Candidate, PendingOwner, ProviderGate, Running, Tx};
 use super::{AttemptRef, ClaimedAttempt, Result, Store};
-pub use crate::config::ProviderLimits;
+pub use crate::domain::limits::{Deferral, ProviderLimits};
 use crate::domain::{AttemptId, Waiting};
-pub use crate::metrics::Deferral;
 
 /// The providers a worker can call, and how long its claim on an attempt
 /// of each holds (the provider's deadline plus a margin). Only attempts on
@@ -102,14 +101,11 @@ pub struct ClaimLimits {
 
 impl ClaimLimits {
     /// The limits of `[worker] max_in_flight_per_owner` (0: none) and of
-    /// each provider's settings.
-    pub fn new<'a>(
-        max_in_flight_per_owner: u32,
-        providers: impl IntoIterator<Item = (&'a String, &'a crate::config::ProviderSettings)>,
-    ) -> Self {
+    /// each provider, by name.
+    pub fn new(max_in_flight_per_owner: u32, providers: impl IntoIterator<Item = (String, ProviderLimits)>) -> Self {
         Self {
             max_in_flight_per_owner: Some(max_in_flight_per_owner).filter(|&n| n > 0),
-            providers: providers.into_iter().map(|(name, p)| (name.clone(), p.limits())).collect(),
+            providers: providers.into_iter().collect(),
         }
     }
 }
@@ -196,40 +192,47 @@ pub fn refill_wait(level: f64, needed: f64, per_minute: u32) -> Duration {
     if short <= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(short * 60.0 / size) }
 }
 
+/// What a claim took, and how many attempts it left pending for a limit,
+/// by limit (for the caller to count).
+#[derive(Debug, Default)]
+pub struct Claimed {
+    /// The attempts now `running` under this worker's claim.
+    pub attempts: Vec<ClaimedAttempt>,
+    /// Attempts left pending, by the limit that held them.
+    pub deferred: HashMap<Deferral, u64>,
+}
+
 /// Claims up to `want` due pending attempts for `worker`: see the module's
 /// documentation for how.
-pub(super) async fn claim<S: Store + ?Sized>(
-    store: &S,
-    worker: &str,
-    want: u32,
-    leases: &Leases,
-) -> Result<Vec<ClaimedAttempt>> {
+pub(super) async fn claim<S: Store + ?Sized>(store: &S, worker: &str, want: u32, leases: &Leases) -> Result<Claimed> {
+    let mut claimed = Claimed::default();
     if want == 0 {
-        return Ok(Vec::new());
+        return Ok(claimed);
     }
     // A window of owners may hold nothing claimable (owners at their limit,
     // on paused providers or on providers this worker does not call): the
     // next window is tried at once, up to a bound, rather than after a poll.
     for _ in 0..WINDOWS_PER_CLAIM {
-        let (claimed, full) = claim_window(store, worker, want, leases).await?;
-        if !claimed.is_empty() || !full {
-            return Ok(claimed);
+        let full = claim_window(store, worker, want, leases, &mut claimed).await?;
+        if !claimed.attempts.is_empty() || !full {
+            break;
         }
     }
-    Ok(Vec::new())
+    Ok(claimed)
 }
 
 /// How many windows of owners one claim looks through at most.
 const WINDOWS_PER_CLAIM: usize = 8;
 
-/// One claim over one window of owners: what it claimed, and whether the
+/// One claim over one window of owners, adding to `claimed`: whether the
 /// window was full (more owners may follow it).
 async fn claim_window<S: Store + ?Sized>(
     store: &S,
     worker: &str,
     want: u32,
     leases: &Leases,
-) -> Result<(Vec<ClaimedAttempt>, bool)> {
+    claimed: &mut Claimed,
+) -> Result<bool> {
     let limits = &leases.limits;
     let mut tx = store.begin().await?;
     let after = leases.rotation.get();
@@ -239,7 +242,7 @@ async fn claim_window<S: Store + ?Sized>(
         owners.extend(tx.pending_owners("", left).await?.into_iter().filter(|owner| owner.owner_id <= after));
     }
     let full = owners.len() == want as usize;
-    let Some(first) = owners.first() else { return Ok((Vec::new(), false)) };
+    let Some(first) = owners.first() else { return Ok(false) };
     // A full window (wrapped around or not) continues after its last owner;
     // a window that held every owner starts one owner later next time, so
     // that the first pick of a round goes to each owner in turn. (One owner
@@ -272,7 +275,7 @@ async fn claim_window<S: Store + ?Sized>(
     let gates: HashMap<String, ProviderGate> =
         tx.provider_gates(&providers).await?.into_iter().map(|gate| (gate.provider.clone(), gate)).collect();
 
-    let mut deferred: HashMap<Deferral, u64> = HashMap::new();
+    let deferred = &mut claimed.deferred;
     // What each provider still allows in this claim (absent: no limit),
     // and which of its limits that is.
     let mut room: HashMap<&str, u32> = HashMap::new();
@@ -326,7 +329,7 @@ async fn claim_window<S: Store + ?Sized>(
             caps.push((owner.owner_id.as_str(), cap));
         }
     }
-    let mut claimed = Vec::new();
+    let mut started = Vec::new();
     if !open.is_empty() && !caps.is_empty() {
         let mut candidates = Vec::with_capacity(caps.len());
         for (owner, quota) in fetch_sizes(&caps, want) {
@@ -336,33 +339,19 @@ async fn claim_window<S: Store + ?Sized>(
         for name in short {
             *deferred.entry(binding[name.as_str()]).or_default() += 1;
         }
-        claimed = start(&mut tx, worker, picked, leases).await?;
+        started = start(&mut tx, worker, picked, leases).await?;
         for (name, level) in levels {
-            let used = claimed.iter().filter(|(c, _): &&(ClaimedAttempt, f64)| c.provider == name).count();
+            let used = started.iter().filter(|c| c.provider == name).count();
             tx.put_requests(name, level - used as f64).await?;
         }
     }
     tx.commit().await?;
-    for (why, count) in deferred {
-        crate::metrics::claims_deferred(why, count);
-    }
-    let claimed = claimed
-        .into_iter()
-        .map(|(attempt, waited)| {
-            crate::metrics::attempt_waited(&attempt.provider, Duration::from_secs_f64(waited.max(0.0)));
-            attempt
-        })
-        .collect();
-    Ok((claimed, full))
+    claimed.attempts.extend(started);
+    Ok(full)
 }
 
-/// Starts the picked attempts, owner by owner: each with how long it waited.
-async fn start(
-    tx: &mut Tx,
-    worker: &str,
-    picked: Vec<Candidate>,
-    leases: &Leases,
-) -> Result<Vec<(ClaimedAttempt, f64)>> {
+/// Starts the picked attempts, owner by owner.
+async fn start(tx: &mut Tx, worker: &str, picked: Vec<Candidate>, leases: &Leases) -> Result<Vec<ClaimedAttempt>> {
     let mut by_owner: Vec<Vec<Candidate>> = Vec::new();
     for candidate in picked {
         match by_owner.iter_mut().find(|group| group[0].attempt.owner == candidate.attempt.owner) {
@@ -375,19 +364,16 @@ async fn start(
         let lease_of: Vec<Duration> = group.iter().map(|c| leases.of(&c.provider)).collect();
         let until = tx.start_attempts(worker, &group, &lease_of).await?;
         for (candidate, lease_until) in group.into_iter().zip(until) {
-            let waited = candidate.waited;
-            claimed.push((
-                ClaimedAttempt {
-                    attempt: candidate.attempt,
-                    id: candidate.id,
-                    provider: candidate.provider,
-                    task: candidate.task,
-                    input: candidate.input,
-                    lease_until,
-                    trace: candidate.trace,
-                },
-                waited,
-            ));
+            claimed.push(ClaimedAttempt {
+                attempt: candidate.attempt,
+                id: candidate.id,
+                provider: candidate.provider,
+                task: candidate.task,
+                input: candidate.input,
+                lease_until,
+                waited: Duration::from_secs_f64(candidate.waited.max(0.0)),
+                trace: candidate.trace,
+            });
         }
     }
     Ok(claimed)

@@ -343,10 +343,27 @@ impl Running {
     }
 }
 
+/// Counts by name.
+pub(super) type Counts = Vec<(String, i64)>;
+
 /// (`owner` or `provider`, name, count) rows, split: the owners' counts,
 /// then the providers'.
-pub(super) fn by_kind(rows: Vec<(String, String, i64)>) -> (Vec<(String, i64)>, Vec<(String, i64)>) {
+pub(super) fn by_kind(rows: Vec<(String, String, i64)>) -> (Counts, Counts) {
     let (owners, providers): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(kind, _, _)| kind == "owner");
     let counts = |rows: Vec<(String, String, i64)>| rows.into_iter().map(|(_, name, count)| (name, count)).collect();
     (counts(owners), counts(providers))
+}
+
+/// Stores the job state that its attempts now imply (a terminal one stays).
+pub(super) async fn update_job_state(
+    tx: &mut Tx,
+    owner: &OwnerId,
+    job_id: JobId,
+    current: crate::domain::JobState,
+) -> Result<crate::domain::JobState> {
+    let derived = crate::domain::JobState::derive(current, tx.attempt_states(owner, job_id).await?);
+    if derived != current {
+        tx.set_job_state(owner, job_id, derived).await?;
+    }
+    Ok(derived)
 }

@@ -205,6 +205,7 @@ impl JobRow {
             cost: JobCost::of(&attempts),
             attempts,
             waiting: None,
+            canceling: Vec::new(),
         })
     }
 }

@@ -23,8 +23,8 @@ macro_rules! impl_store {
 
             async fn check_ready(&self) -> Result<()> {
                 let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-                let applied: Option<i64> =
-                    sqlx::query_scalar($crate::store::shared::MIGRATED_VERSION).fetch_one(&self.pool).await?;
+                let applied: std::result::Result<Option<i64>, sqlx::Error> =
+                    sqlx::query_scalar($crate::store::shared::MIGRATED_VERSION).fetch_one(&self.pool).await;
                 $crate::store::check_migrations(applied, latest)
             }
 

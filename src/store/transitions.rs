@@ -1,7 +1,8 @@
 //! The logic of every transition, written once for both databases over the
 //! statements of [`super::driver`]: creating a job, admitting an attempt,
 //! settling one with or without an output, reaping expired leases,
-//! resolving, canceling, and scheduling the retry policy's next attempt.
+//! resolving, canceling, and scheduling the retry policy's next attempt
+//! (whose choice, with the other admission checks, is in [`super::admission`]).
 //! The edges come from [`AttemptTransition::edge`]; job states from
 //! [`JobState::derive`]; admission from [`check_admission`].
 //!
@@ -15,18 +16,18 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::driver::{AttemptHolder, LockedJob, OutputSettlement, Tx};
-use super::usage::{AttemptUsage, check_budget, stored_budget};
+use super::admission::{check_qualified, earlier_attempt, job_budget, next_number, schedule_next_attempt};
+use super::driver::{AttemptHolder, LockedJob, OutputSettlement, Tx, update_job_state};
+use super::usage::{AttemptUsage, check_budget};
 use super::webhooks::Outgoing;
 use super::{
-    Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Resolved, Result, Scheduled, Store,
+    Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Resolved, Result, Settlement, Store,
     TaskRules, Transition, corrupt,
 };
-use crate::domain::policy::PastAttempt;
 use crate::domain::webhook::WebhookEventType;
 use crate::domain::{
-    AdmissionRefusal, Attempt, AttemptError, AttemptId, AttemptOrigin, AttemptState, AttemptTransition, EventKind,
-    IdempotencyKey, JobId, JobState, Money, NOT_RECEIVED, OwnerId, check_admission,
+    AdmissionRefusal, AttemptError, AttemptState, AttemptTransition, EventKind, IdempotencyKey, JobId, JobState,
+    NOT_RECEIVED, OwnerId, check_admission,
 };
 
 /// Creates a job with its first attempt, or finds the job that holds its
@@ -110,8 +111,9 @@ pub(super) async fn settle_with_output<S: Store + ?Sized>(
     output: &Value,
     transition: AttemptTransition,
     resolved: Option<&Resolved<'_>>,
-    (holder, usage): (Option<&str>, Option<&AttemptUsage>),
+    settlement: Settlement<'_>,
 ) -> Result<Transition> {
+    let Settlement { holder, usage } = settlement;
     let mut tx = store.begin().await?;
     let locked = match lock_fenced(&mut tx, attempt, holder).await? {
         Ok(locked) => locked,
@@ -151,7 +153,8 @@ pub(super) async fn finish_attempts<S: Store + ?Sized>(store: &S, finishes: &[Fi
     if let [Finish { attempt, output, holder, usage }] = *finishes {
         // Alone: waiting for its job's lock holds up no other output.
         return vec![
-            settle_with_output(store, attempt, output, AttemptTransition::Finish, None, (holder, usage)).await,
+            settle_with_output(store, attempt, output, AttemptTransition::Finish, None, Settlement { holder, usage })
+                .await,
         ];
     }
     let mut order: Vec<usize> = (0..finishes.len()).collect();
@@ -186,7 +189,17 @@ pub(super) async fn finish_attempts<S: Store + ?Sized>(store: &S, finishes: &[Fi
     for (&Finish { attempt, output, holder, usage }, outcome) in finishes.iter().zip(outcomes) {
         answers.push(match outcome {
             Some(outcome) => Ok(settled(attempt, outcome)),
-            None => settle_with_output(store, attempt, output, AttemptTransition::Finish, None, (holder, usage)).await,
+            None => {
+                settle_with_output(
+                    store,
+                    attempt,
+                    output,
+                    AttemptTransition::Finish,
+                    None,
+                    Settlement { holder, usage },
+                )
+                .await
+            }
         });
     }
     answers
@@ -262,8 +275,9 @@ pub(super) async fn settle_without_output<S: Store + ?Sized>(
     error: &AttemptError,
     resolved: Option<&Resolved<'_>>,
     rules: Option<&dyn TaskRules>,
-    (holder, usage): (Option<&str>, Option<&AttemptUsage>),
+    settlement: Settlement<'_>,
 ) -> Result<Transition> {
+    let Settlement { holder, usage } = settlement;
     let &[to] = transition.to() else {
         return Err(corrupt(format!("{transition:?} does not settle without an output")));
     };
@@ -380,14 +394,23 @@ pub(super) async fn resolve_unknown<S: Store + ?Sized>(
                 output,
                 AttemptTransition::ResolveSucceeded,
                 Some(resolved),
-                (None, None),
+                Settlement::default(),
             )
             .await
         }
         Resolution::Failed => {
             let error = AttemptError::new("resolved-failed", resolved.reason);
             let transition = AttemptTransition::ResolveFailed;
-            settle_without_output(store, attempt, transition, &error, Some(resolved), Some(rules), (None, None)).await
+            settle_without_output(
+                store,
+                attempt,
+                transition,
+                &error,
+                Some(resolved),
+                Some(rules),
+                Settlement::default(),
+            )
+            .await
         }
     }
 }
@@ -435,9 +458,16 @@ pub(super) async fn expire_leases<S: Store + ?Sized>(store: &S, max: u32) -> Res
         AttemptError::new("lease-expired", "the worker running this attempt stopped answering before it finished");
     let mut expired = Vec::new();
     for attempt in store.expired_leases(max).await? {
-        let outcome =
-            settle_without_output(store, &attempt, AttemptTransition::ExpireLease, &error, None, None, (None, None))
-                .await?;
+        let outcome = settle_without_output(
+            store,
+            &attempt,
+            AttemptTransition::ExpireLease,
+            &error,
+            None,
+            None,
+            Settlement::default(),
+        )
+        .await?;
         if outcome == Transition::Applied {
             expired.push(attempt);
         }
@@ -448,7 +478,12 @@ pub(super) async fn expire_leases<S: Store + ?Sized>(store: &S, max: u32) -> Res
 /// Cancels a job unless it succeeded: pending attempts are canceled;
 /// running ones are left to their workers, which abort their calls (the
 /// task's `cancel_losers`) or record their answers, never applied.
-pub(super) async fn cancel_job<S: Store + ?Sized>(store: &S, owner: &OwnerId, id: JobId) -> Result<Cancel> {
+pub(super) async fn cancel_job<S: Store + ?Sized>(
+    store: &S,
+    owner: &OwnerId,
+    id: JobId,
+    rules: &dyn TaskRules,
+) -> Result<Cancel> {
     let mut tx = store.begin().await?;
     let Some(job) = tx.lock_job(owner, id).await? else {
         return Ok(Cancel::NotFound);
@@ -462,7 +497,13 @@ pub(super) async fn cancel_job<S: Store + ?Sized>(store: &S, owner: &OwnerId, id
         });
     }
     let canceled = tx.cancel_job(owner, id).await?;
-    let detail = json!({ "from": job.state.as_str(), "canceled": canceled });
+    let attempts = tx.read_attempts(owner, id).await?;
+    let canceling = crate::domain::attempts_being_canceled(
+        JobState::Canceled,
+        attempts.iter().map(|a| (a.number, a.state)),
+        rules.cancels_losers(&job.task),
+    );
+    let detail = json!({ "from": job.state.as_str(), "canceled": canceled, "canceling": canceling });
     tx.append_event(owner, id, AttemptTransition::Cancel.event(), None, detail.clone()).await?;
     let data = || {
         let mut data = detail;
@@ -473,68 +514,6 @@ pub(super) async fn cancel_job<S: Store + ?Sized>(store: &S, owner: &OwnerId, id
     tx.commit().await?;
     let job = store.get_job(owner, id).await?.ok_or_else(|| corrupt("a canceled job vanished"))?;
     Ok(Cancel::Canceled(job))
-}
-
-/// Asks the retry policy for the next attempt of a job whose attempt just
-/// failed, and admits it under the same rules as a client's: the first
-/// candidate that is qualified and fits the budget; skipped ones are
-/// recorded. The job is locked by the caller.
-async fn schedule_next_attempt(
-    tx: &mut Tx,
-    failed: &AttemptRef,
-    job: &LockedJob,
-    rules: &dyn TaskRules,
-) -> Result<Option<Scheduled>> {
-    let (owner, job_id, task) = (&failed.owner, failed.job_id, job.task.as_str());
-    let attempts = tx.read_attempts(owner, job_id).await?;
-    let past = past_attempts(&attempts);
-    let budget = job_budget(tx, owner, job_id, task, rules).await?;
-    let mut chosen = None;
-    for candidate in rules.retry_candidates(task, &job.provider, &past) {
-        let mut verdict = check_qualified(tx, rules, task, &job.provider, &candidate.provider).await?;
-        if verdict.is_ok()
-            && let Some((budget, input)) = &budget
-        {
-            verdict = check_budget(rules, task, input, *budget, &attempts, &candidate.provider);
-        }
-        match verdict {
-            Ok(()) => {
-                chosen = Some(candidate);
-                break;
-            }
-            Err(reason) => {
-                tracing::info!(owner = %owner, job.id = %job_id, provider = %candidate.provider, %reason,
-                               "failover skipped a provider that is not qualified or over the budget");
-                let detail = json!({ "provider": candidate.provider, "reason": reason, "after": failed.number });
-                tx.append_event(owner, job_id, EventKind::FailoverSkipped, None, detail).await?;
-            }
-        }
-    }
-    let Some(next) = chosen else { return Ok(None) };
-    let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
-    if let Err(refusal) = check_admission(JobState::Failed, &states, rules.limits(task), true) {
-        let detail = json!({ "problem": refusal.problem_type(), "provider": next.provider, "origin": AttemptOrigin::Policy.as_str() });
-        tx.append_event(owner, job_id, EventKind::AdmissionRefused, None, detail).await?;
-        return Ok(None);
-    }
-    let number = next_number(&attempts)?;
-    let new = NewAttempt {
-        id: AttemptId::new(),
-        provider: Some(next.provider.clone()),
-        idempotency_key: None,
-        origin: AttemptOrigin::Policy,
-        delay: next.delay,
-        // A retry is done for the same request: it stays in its trace.
-        trace: attempts.iter().find(|a| a.number == failed.number).and_then(|a| a.trace.clone()),
-    };
-    let key = AttemptRef { owner: owner.clone(), job_id, number };
-    tx.insert_attempt(&key, &new, &next.provider).await?;
-    let job_state = update_job_state(tx, owner, job_id, JobState::Failed).await?;
-    let detail = json!({ "attempt_id": new.id, "provider": next.provider, "origin": AttemptOrigin::Policy.as_str(),
-                         "after": failed.number, "delay_ms": next.delay.as_millis() as u64,
-                         "job_state": job_state.as_str() });
-    tx.append_event(owner, job_id, EventKind::AttemptAdmitted, Some(number), detail).await?;
-    Ok(Some(Scheduled { number, provider: next.provider, delay: next.delay }))
 }
 
 /// Writes a webhook message about a job to the outbox, in the transition's
@@ -561,96 +540,6 @@ async fn tell(
     }
     let payload = json!({ "type": event.as_str(), "timestamp": chrono::Utc::now(), "data": data }).to_string();
     tx.enqueue_webhook(&Outgoing { owner, job_id, event, payload }).await
-}
-
-/// Stores the job state that its attempts now imply (a terminal one stays).
-async fn update_job_state(tx: &mut Tx, owner: &OwnerId, job_id: JobId, current: JobState) -> Result<JobState> {
-    let derived = JobState::derive(current, tx.attempt_states(owner, job_id).await?);
-    if derived != current {
-        tx.set_job_state(owner, job_id, derived).await?;
-    }
-    Ok(derived)
-}
-
-/// Whether `provider` may serve an attempt of a `task` job whose own
-/// provider is `primary`: the job's own provider always may; any other
-/// needs a passing qualification of the task's current contract (I5).
-/// `Err` says why not.
-async fn check_qualified(
-    tx: &mut Tx,
-    rules: &dyn TaskRules,
-    task: &str,
-    primary: &str,
-    provider: &str,
-) -> Result<std::result::Result<(), String>> {
-    if provider == primary {
-        return Ok(Ok(()));
-    }
-    let Some(hash) = rules.contract_hash(task, provider) else {
-        return Ok(Err(format!(
-            "provider '{provider}' cannot serve task '{task}' here: one of them is not configured"
-        )));
-    };
-    let state = tx.qualification_state(provider, task, &hash).await?;
-    if !state.passed() && rules.being_qualified(task, provider) {
-        return Ok(Err(format!(
-            "provider '{provider}' is still being qualified for task '{task}'; it can serve attempts once it passes"
-        )));
-    }
-    Ok(state.refusal(provider, task).map_or(Ok(()), Err))
-}
-
-/// The budget of a job (its own `max_cost` or its task's, the lower) and
-/// its input, to cost attempts with; `None` when it has no budget.
-async fn job_budget(
-    tx: &mut Tx,
-    owner: &OwnerId,
-    job_id: JobId,
-    task: &str,
-    rules: &dyn TaskRules,
-) -> Result<Option<(Money, Value)>> {
-    let (max_cost, input) = tx.job_budget(owner, job_id).await?;
-    stored_budget(rules, task, max_cost, || Ok(input))
-}
-
-/// The number the next attempt of a job with these attempts takes.
-fn next_number(attempts: &[Attempt]) -> Result<i32> {
-    i32::try_from(attempts.len() + 1).map_err(corrupt)
-}
-
-/// What the retry policy needs of a job's attempts.
-fn past_attempts(attempts: &[Attempt]) -> Vec<PastAttempt<'_>> {
-    attempts
-        .iter()
-        .map(|a| PastAttempt {
-            provider: &a.provider,
-            state: a.state,
-            retryable: a
-                .error
-                .as_ref()
-                .and_then(|e| e.pointer("/detail/retryable"))
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
-            retry_after: a
-                .error
-                .as_ref()
-                .and_then(|e| e.pointer("/detail/retry_after_ms"))
-                .and_then(Value::as_u64)
-                .map(Duration::from_millis),
-        })
-        .collect()
-}
-
-/// The answer to an attempt request whose key this job has seen before:
-/// a replay when it asked for the same provider, a reused key otherwise.
-fn earlier_attempt(attempts: &[Attempt], key: Option<&IdempotencyKey>, provider: &str) -> Option<Admission> {
-    let key = key?;
-    let earlier = attempts.iter().find(|a| a.idempotency_key.as_deref() == Some(key.as_str()))?;
-    Some(if earlier.provider == provider {
-        Admission::Replayed(earlier.clone())
-    } else {
-        Admission::KeyReused(earlier.clone())
-    })
 }
 
 /// Writes the one log line a lost race gets (I3).

@@ -34,7 +34,7 @@ use crate::http::auth::check_rate;
 use crate::http::error::{ApiError, Problem};
 use crate::keys::AuthError;
 use crate::state::AppState;
-use session::{Session, Sessions};
+use session::Session;
 
 /// Every route of the dashboard and the demo, as (method, path).
 pub const ROUTES: &[(&str, &str)] = &[
@@ -61,7 +61,13 @@ fn listed(path: &'static str) -> &'static str {
 }
 
 /// The dashboard's and the demo's routes (their sessions are in the store).
-pub fn router() -> Router<AppState> {
+/// The demo's changes are the API's own handlers, acting for the session's
+/// owner ([`as_session_owner`]).
+pub fn router(state: AppState) -> Router<AppState> {
+    let script_changes = Router::new()
+        .route(listed("/ui/api/jobs"), post(crate::http::jobs::create_job))
+        .route(listed("/ui/api/jobs/{id}/attempts"), post(crate::http::attempts::create_attempt))
+        .route_layer(axum::middleware::from_fn_with_state(state, as_session_owner));
     Router::new()
         .route(listed("/ui"), get(pages::jobs))
         .route(listed("/ui/signin"), get(pages::signin_form).post(pages::signin))
@@ -72,10 +78,26 @@ pub fn router() -> Router<AppState> {
         .route(listed("/ui/unknown/resolve"), post(pages::resolve))
         .route(listed("/ui/providers"), get(pages::providers))
         .route(listed("/ui/static/{file}"), get(static_file))
-        .route(listed("/ui/api/jobs"), post(demo::create_job))
-        .route(listed("/ui/api/jobs/{id}/attempts"), post(demo::create_attempt))
         .route(listed("/ui/api/jobs/{id}/events"), get(events::job_events))
         .route(listed("/demo"), get(demo::show))
+        .merge(script_changes)
+}
+
+/// Lets a script route run the API's handler for the session's owner: the
+/// request needs a live session and, for a change, the session's CSRF
+/// token from this origin ([`ScriptSession`]).
+async fn as_session_owner(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let session = match ScriptSession::from_request_parts(&mut parts, &state).await {
+        Ok(ScriptSession(session)) => session,
+        Err(refused) => return refused.into_response(),
+    };
+    parts.extensions.insert(crate::http::auth::SessionOwner(session.identity.owner));
+    next.run(axum::extract::Request::from_parts(parts, body)).await
 }
 
 static TEMPLATES: LazyLock<Environment<'static>> = LazyLock::new(|| {
@@ -248,13 +270,12 @@ fn encode_next(next: &str) -> String {
 /// rate limit.
 async fn find_session(parts: &Parts, state: &AppState) -> Result<Option<Session>, ApiError> {
     let Some(token) = session::cookie_session(&parts.headers) else { return Ok(None) };
-    let sessions = Sessions::new(state.store.as_ref());
-    let Some(found) = sessions.find(&token).await? else { return Ok(None) };
+    let Some(found) = state.sessions.find(&token).await? else { return Ok(None) };
     let identity = match state.auth.authenticate_hash(&found.key_token_hash).await {
         Ok(identity) if identity.key == found.key_id => identity,
         Err(AuthError::Store(error)) => return Err(error.into()),
         _ => {
-            sessions.end(&token).await?;
+            state.sessions.end(&token).await?;
             return Ok(None);
         }
     };

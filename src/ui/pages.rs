@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::session::{self, Session, Sessions};
+use super::session::{self, Session};
 use super::{PageError, PageSession, fragment, page, safe_next, ser, timeline};
 use crate::domain::{EventKind, Job, JobEvent, JobId, JobState, KeyRole};
 use crate::http::bodies::parse_resolution;
@@ -94,7 +94,7 @@ pub(crate) async fn signin(State(app): State<AppState>, headers: HeaderMap, body
     let token = form.token.trim();
     match app.auth.authenticate(token).await {
         Ok(identity) => {
-            let id = Sessions::new(app.store.as_ref()).start(&identity).await?;
+            let id = app.sessions.start(&identity).await?;
             tracing::info!(owner = %identity.owner, role = %identity.role, key = %identity.key, "dashboard sign-in");
             let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, next.to_owned())]).into_response();
             response.headers_mut().insert(header::SET_COOKIE, session::set_cookie(&id, session::over_https(&headers)));
@@ -140,7 +140,7 @@ pub(crate) async fn signout(
     let form: CsrfForm = read_form(body).await?;
     check_form(&session, &headers, &form.csrf)?;
     if let Some(id) = session::cookie_session(&headers) {
-        Sessions::new(app.store.as_ref()).end(&id).await?;
+        app.sessions.end(&id).await?;
     }
     let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/ui/signin")]).into_response();
     response.headers_mut().insert(header::SET_COOKIE, session::clear_cookie());
@@ -183,15 +183,8 @@ fn query_string(pairs: &[(&str, &str)]) -> String {
 /// owner's for an admin.
 async fn visible_job(app: &AppState, session: &Session, id: &str) -> Result<Option<Job>, PageError> {
     let Some(id) = JobId::parse(id) else { return Ok(None) };
-    if let Some(job) = app.store.get_job(&session.identity.owner, id).await? {
-        return Ok(Some(job));
-    }
-    if session.identity.role == KeyRole::Admin
-        && let Some(owner) = app.store.find_job_owner(id).await?
-    {
-        return Ok(app.store.get_job(&owner, id).await?);
-    }
-    Ok(None)
+    let admin = session.identity.role == KeyRole::Admin;
+    Ok(app.jobs.find_job(&session.identity.owner, id, admin).await?)
 }
 
 /// `GET /ui`: the jobs, newest first, with state and task filters and a
@@ -218,7 +211,7 @@ pub(crate) async fn jobs(
     let admin = session.identity.role == KeyRole::Admin;
     let scope = if admin { None } else { Some(&session.identity.owner) };
     let key = Some(search).filter(|s| !s.is_empty() && JobId::parse(s).is_none());
-    let found = app.store.browse_jobs(scope, key, &filter).await?;
+    let found = app.jobs.browse_jobs(scope, key, &filter).await?;
     let next = (found.len() == PAGE_SIZE as usize).then(|| {
         let last = found.last().map(|j| j.job.id.to_string()).unwrap_or_default();
         query_string(&[("state", &query.state), ("task", &query.task), ("q", search), ("cursor", &last)])
@@ -394,11 +387,10 @@ pub fn event_kinds() -> String {
 /// A job the session may see, with what its progress fragment shows.
 async fn job_progress(app: &AppState, session: &Session, id: &str) -> Result<(Job, minijinja::Value), PageError> {
     let seen = visible_job(app, session, id).await?.ok_or(PageError::NotFound)?;
-    let events = app.store.list_events(&seen.owner, seen.id).await?;
     // The job is read again after its log, so that it is at least as new as
     // the last event shown: the page's script follows the event stream from
     // after that event, and misses no change.
-    let job = app.store.get_job(&seen.owner, seen.id).await?.ok_or(PageError::NotFound)?;
+    let (job, events) = app.jobs.job_with_events(&seen.owner, seen.id).await?.ok_or(PageError::NotFound)?;
     let live = timeline_context(&job, &events, Utc::now());
     Ok((job, live))
 }
@@ -438,7 +430,7 @@ async fn unknown_page(
     let scope = if admin { None } else { Some(&session.identity.owner) };
     let now = Utc::now();
     let rows: Vec<UnknownRow> = app
-        .store
+        .jobs
         .list_unknown_attempts(scope, UNKNOWN_LIMIT)
         .await?
         .into_iter()

@@ -312,6 +312,7 @@ mod tests {
             expires_at: None,
             attempts,
             waiting: None,
+            canceling: Vec::new(),
         }
     }
 

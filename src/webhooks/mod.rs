@@ -10,6 +10,9 @@
 //! receiver drops duplicates by `webhook-id`.
 
 pub mod address;
+mod endpoints;
+
+pub use endpoints::Endpoints;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

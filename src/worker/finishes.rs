@@ -46,7 +46,7 @@ impl Default for Finishes {
 /// Why an output queued for a batch got no answer: the task settling its
 /// batch ended without one (nothing of it is acknowledged).
 fn interrupted() -> StoreError {
-    StoreError::Unavailable(sqlx::Error::Protocol("the settlement of this output was interrupted".into()))
+    StoreError::Interrupted("the settlement of this output was interrupted")
 }
 
 impl Finishes {

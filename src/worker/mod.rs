@@ -13,6 +13,7 @@ mod finishes;
 mod purger;
 mod reaper;
 mod reconciler;
+mod record;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,8 +27,8 @@ use crate::provider::Providers;
 use crate::signals::Signals;
 use crate::store::{Leases, Store};
 
-pub use attempt::record_outcome;
 pub use purger::rules as purge_rules;
+pub use record::record_outcome;
 
 /// Everything a worker process shares between its loops and attempts.
 pub struct Worker {
@@ -79,7 +80,7 @@ impl Worker {
         let by_provider: Vec<(String, Duration)> =
             self.providers.iter().map(|(name, p)| (name.clone(), p.settings().timeout() + margin)).collect();
         let default = by_provider.iter().map(|(_, lease)| *lease).max().unwrap_or(margin);
-        let providers = self.providers.iter().map(|(name, p)| (name, p.settings()));
+        let providers = self.providers.iter().map(|(name, p)| (name.clone(), p.settings().limits()));
         let limits = crate::store::claims::ClaimLimits::new(self.settings.max_in_flight_per_owner, providers);
         Leases { default, by_provider, limits, rotation: self.rotation.clone() }
     }
@@ -122,9 +123,9 @@ impl Worker {
             // than the database's: counted from before the claim was sent.
             let claim_sent = tokio::time::Instant::now();
             match self.store.claim_attempts(&self.id, want, &leases).await {
-                Ok(claimed) if !claimed.is_empty() => {
-                    crate::metrics::claim_batch(claimed.len());
-                    for claimed in claimed {
+                Ok(claimed) if !claimed.attempts.is_empty() => {
+                    count_claim(&claimed);
+                    for claimed in claimed.attempts {
                         // The claim is a change of its job: this process's
                         // event streams of it hear at once, its long-polls
                         // after their grace for the outcome (`jobs::CLAIM_GRACE`).
@@ -139,7 +140,8 @@ impl Worker {
                         });
                     }
                 }
-                Ok(_) => {
+                Ok(claimed) => {
+                    count_claim(&claimed);
                     tokio::select! {
                         _ = self.signals.work() => {}
                         _ = tokio::time::sleep(poll) => {}
@@ -178,5 +180,19 @@ impl Worker {
         let base = self.settings.reconcile_backoff_ms;
         let factor = 1u64 << u32::try_from(count.saturating_sub(1)).unwrap_or(0).min(20);
         Duration::from_millis(base.saturating_mul(factor).min(self.settings.reconcile_backoff_max_ms))
+    }
+}
+
+/// Counts a claim in the metrics: its batch, how long each attempt waited
+/// for it, and the attempts it left pending, by the limit that held them.
+fn count_claim(claimed: &crate::store::claims::Claimed) {
+    if !claimed.attempts.is_empty() {
+        crate::metrics::claim_batch(claimed.attempts.len());
+    }
+    for attempt in &claimed.attempts {
+        crate::metrics::attempt_waited(&attempt.provider, attempt.waited);
+    }
+    for (&why, &count) in &claimed.deferred {
+        crate::metrics::claims_deferred(why, count);
     }
 }

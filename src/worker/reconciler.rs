@@ -15,9 +15,8 @@ use tokio::sync::watch;
 use tracing::Instrument as _;
 
 use super::{Worker, record_outcome};
-use crate::domain::NOT_RECEIVED;
 use crate::metrics::Lookup;
-use crate::provider::{FailureClass, ProviderError, RequestRef, RequestStatus};
+use crate::provider::{FailureClass, FailureKind, ProviderError, RequestRef, RequestStatus};
 use crate::store::UnknownAttempt;
 
 pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>) {
@@ -68,7 +67,7 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
             }
             return postpone(worker, &unknown, Duration::from_millis(worker.settings.reconcile_backoff_max_ms)).await;
         }
-        Err(_) => Err(ProviderError::deadline(timeout)),
+        Err(_) => Err(ProviderError::deadline(timeout, timeout)),
     };
     let result = match &answer {
         Ok(RequestStatus::Succeeded(_)) => Lookup::Succeeded,
@@ -105,7 +104,7 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
             // attempt's deadline it has none: it was never received.
             let error = ProviderError::new(
                 FailureClass::Definitive { retryable: true },
-                NOT_RECEIVED,
+                FailureKind::NotReceived,
                 None,
                 "the provider has no record of this request",
             );

@@ -1,6 +1,7 @@
 //! What the integration tests share: a real Postgres (see `postgres.rs`) and
 //! the real application on a real socket.
 
+// Each test binary uses part of it.
 #![allow(dead_code)]
 
 pub mod postgres;

@@ -147,7 +147,17 @@ async fn canceling_a_job_aborts_its_running_call_and_cancels_it_where_the_provid
         let response =
             app.client.post(app.url(&format!("/jobs/{id}/cancel"))).bearer_auth(&app.alice).send().await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
+        // The answer says the running attempt is being canceled (unless its
+        // worker was quicker than the answer's read).
+        let answer: Value = response.json().await.unwrap();
+        let first = &answer["attempts"][0]["state"];
+        assert!(
+            (answer["canceling"] == json!([1]) && first == "running")
+                || (answer["canceling"] == json!([]) && first == "canceled"),
+            "{answer:#}"
+        );
         let job = app.wait_for(&id, "the running attempt canceled", |j| j["attempts"][0]["state"] == "canceled").await;
+        assert_eq!(job["canceling"], json!([]), "nothing left being canceled: {job:#}");
         assert_eq!(job["state"], "canceled");
         let at_provider = &app.simulator_log().await[&attempt];
         assert!(
@@ -156,6 +166,8 @@ async fn canceling_a_job_aborts_its_running_call_and_cancels_it_where_the_provid
         );
         let usage = &job["attempts"][0]["usage"];
         let events = events_of(&app, &id).await;
+        let canceled = events.iter().find(|(kind, _, _)| kind == "job-canceled").expect("the cancel is logged");
+        assert_eq!((&canceled.2["canceled"], &canceled.2["canceling"]), (&json!([]), &json!([1])), "{canceled:?}");
         let aborted = events.iter().find(|(kind, _, _)| kind == "attempt-canceled").expect("the abort is logged");
         assert_eq!((&aborted.2["winner"], &aborted.2["job_state"]), (&Value::Null, &json!("canceled")), "{aborted:?}");
         if provider == "sim-slow" {

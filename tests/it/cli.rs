@@ -139,6 +139,17 @@ async fn the_printed_default_configuration_is_valid_and_complete() {
     let text = String::from_utf8(out.stdout).unwrap();
     let settings = onejob::config::Settings::parse(&text).unwrap();
     settings.validate().unwrap();
+    // Every section is shown, with its defaults, and the header says where
+    // the environment variables are listed.
+    let table: toml::Table = text.parse().unwrap();
+    for section in ["server", "database", "worker", "simulator", "tasks", "providers", "webhooks", "retention"] {
+        assert!(table.contains_key(section), "the printed default has no [{section}]");
+    }
+    let (webhooks, retention) =
+        (onejob::config::WebhookSettings::default(), onejob::config::RetentionSettings::default());
+    assert_eq!(format!("{:?}", settings.webhooks), format!("{webhooks:?}"), "the printed [webhooks] is the default");
+    assert_eq!(format!("{:?}", settings.retention), format!("{retention:?}"), "the printed [retention] is the default");
+    assert!(text.lines().take(5).any(|line| line.contains("docs/configuration.md")), "{text}");
     assert!(settings.tasks.contains_key("summarize"));
     assert_eq!(settings.providers.len(), 6);
 }
@@ -412,4 +423,63 @@ async fn serve_refuses_a_non_loopback_address_without_an_explicit_flag() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--allow-remote"), "{stderr}");
+}
+
+#[tokio::test]
+async fn onejob_without_a_command_takes_the_flags_of_serve() {
+    let database_url = crate::common::sqlite::fresh_database();
+    let mut command = Command::new(BIN);
+    command.args(["--listen", "127.0.0.1:0", "--no-worker"]).env("DATABASE_URL", &database_url);
+    let served = Served::start(command);
+    served.wait_until("listening", |s| s.address().is_some()).await;
+    let address = served.address().unwrap();
+    assert!(!address.ends_with(":8080"), "it listens where --listen says: {address}");
+    let ready = reqwest::get(format!("http://{address}/readyz")).await.unwrap();
+    assert_eq!(ready.status(), StatusCode::OK);
+
+    let out = Command::new(BIN)
+        .args(["--listen", "0.0.0.0:0"])
+        .env("DATABASE_URL", crate::common::sqlite::fresh_database())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("--allow-remote"), "serve's checks hold too: {stderr}");
+
+    // Serve's flags are not taken silently before another command.
+    let out = Command::new(BIN).args(["--listen", "127.0.0.1:0", "keys", "list"]).output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("serve's flags"), "{stderr}");
+}
+
+/// A command that uses the database, run where no server ever ran: it says
+/// what to do, once, and leaves no empty database behind.
+#[tokio::test]
+async fn keys_create_on_a_database_never_migrated_says_to_migrate_once_and_makes_no_file() {
+    let dir = std::env::temp_dir().join(format!("onejob-no-db-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(BIN)
+        .args(["keys", "create", "--owner", "alice"])
+        .current_dir(&dir)
+        .env_remove("DATABASE_URL")
+        .env_remove("ONEJOB_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.matches("onejob migrate").count(), 1, "said once: {stderr}");
+    assert!(stderr.contains("no database at"), "{stderr}");
+    assert!(!dir.join("onejob.db").exists(), "no empty database file is made");
+
+    // A database that exists but was never migrated, on either backend.
+    let sqlite = crate::common::sqlite::fresh_database();
+    std::fs::File::create(sqlite.trim_start_matches("sqlite://")).unwrap();
+    for database_url in [sqlite, crate::common::postgres::empty_database().await] {
+        let (ok, _, stderr) = onejob(&database_url, &["keys", "create", "--owner", "alice"]).await;
+        assert!(!ok);
+        assert_eq!(stderr.matches("onejob migrate").count(), 1, "said once: {stderr}");
+        assert!(stderr.contains("none of onejob's tables") && !stderr.contains("no such table"), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }

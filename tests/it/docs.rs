@@ -98,6 +98,8 @@ fn the_configuration_reference_matches_the_settings() {
         ("[tasks.t]\nUNKNOWN", "tasks.NAME."),
         ("[tasks.t.prompt]\nUNKNOWN", "tasks.NAME.prompt."),
         ("[providers.q]\nkind = \"sim\"\nUNKNOWN", "providers.NAME."),
+        ("[webhooks]\nUNKNOWN", "webhooks."),
+        ("[retention]\nUNKNOWN", "retention."),
     ];
     for (text, documented) in tables {
         let fields = fields_of(text);

@@ -168,7 +168,7 @@ async fn an_owners_max_in_flight_of_5_holds_across_two_replicas_and_a_job_over_i
     let log = requests(&[&first, &second]).await;
     assert_eq!(log.len(), 40, "one request per job");
     assert!(
-        first.simulator_log().await.len() > 0 && second.simulator_log().await.len() > 0,
+        !first.simulator_log().await.is_empty() && !second.simulator_log().await.is_empty(),
         "both replicas ran attempts"
     );
     let peak = peak_overlap(&log);

@@ -227,7 +227,7 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
     ]);
     for (scenario, (class, kind, status, message)) in expected {
         let error = call(scenario).await.1.unwrap_err();
-        assert_eq!((error.class, error.kind, error.status), (class, kind, status), "{scenario}: {error}");
+        assert_eq!((error.class, error.kind.as_str(), error.status), (class, kind, status), "{scenario}: {error}");
         assert!(error.message.contains(message), "{scenario}: {}", error.message);
     }
 
@@ -247,7 +247,10 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
         trace: None,
     };
     let refused = providers["openai"].send(&request).await.unwrap_err();
-    assert_eq!((refused.class, refused.kind), (FailureClass::Definitive { retryable: true }, "connection-failed"));
+    assert_eq!(
+        (refused.class, refused.kind.as_str()),
+        (FailureClass::Definitive { retryable: true }, "connection-failed")
+    );
     let asked = RequestRef { client_id: &request.request_id, provider_id: None };
     assert!(providers["openai"].status(asked).await.is_none(), "chat completions have no status lookup");
 
@@ -467,7 +470,7 @@ async fn recorded_responses_api_answers_are_classified_followed_and_canceled() {
     ];
     for (scenario, class, kind) in ends {
         let error = provider::call(provider_at(scenario).as_ref(), &request, async |_: &str| {}).await.unwrap_err();
-        assert_eq!((error.class, error.kind), (class, kind), "{scenario}: {error}");
+        assert_eq!((error.class, error.kind.as_str()), (class, kind), "{scenario}: {error}");
     }
     let canceled = provider::call(provider_at("canceled").as_ref(), &request, async |_: &str| {}).await.unwrap_err();
     assert_eq!(canceled.class, FailureClass::Canceled);
@@ -490,7 +493,11 @@ async fn recorded_responses_api_answers_are_classified_followed_and_canceled() {
     ];
     for (scenario, class, status) in expected {
         let error = provider_at(scenario).send(&request).await.unwrap_err();
-        assert_eq!((error.class, error.kind, error.status), (class, "provider-error", status), "{scenario}: {error}");
+        assert_eq!(
+            (error.class, error.kind.as_str(), error.status),
+            (class, "provider-error", status),
+            "{scenario}: {error}"
+        );
     }
 }
 

@@ -113,7 +113,7 @@ pub(crate) async fn create(store: &dyn Store, key_text: &str) -> JobId {
 }
 
 async fn claim_one(store: &dyn Store) -> AttemptRef {
-    let claimed = store.claim_attempts("test-worker", 1, &leases()).await.unwrap();
+    let claimed = store.claim_attempts("test-worker", 1, &leases()).await.unwrap().attempts;
     assert_eq!(claimed.len(), 1, "one pending attempt to claim");
     claimed[0].attempt.clone()
 }
@@ -497,7 +497,10 @@ pub async fn winning_cancels_pending_siblings(store: Shared) {
     let outcome = store.finish_attempt(&at(job, 1), &json!({"ok": 1}), None, None).await.unwrap();
     assert_eq!(outcome, Transition::Won { canceled: vec![2] });
     assert_eq!(attempt_states(store.as_ref(), job).await, [AttemptState::Succeeded, AttemptState::Canceled]);
-    assert!(store.claim_attempts("w", 10, &leases()).await.unwrap().is_empty(), "a canceled attempt is never claimed");
+    assert!(
+        store.claim_attempts("w", 10, &leases()).await.unwrap().attempts.is_empty(),
+        "a canceled attempt is never claimed"
+    );
 }
 
 pub async fn concurrent_claimers_take_each_pending_attempt_once(store: Shared) {
@@ -512,7 +515,7 @@ pub async fn concurrent_claimers_take_each_pending_attempt_once(store: Shared) {
                 barrier.wait().await;
                 let mut mine = vec![];
                 loop {
-                    let batch = store.claim_attempts(&format!("w{w}"), 4, &leases()).await.unwrap();
+                    let batch = store.claim_attempts(&format!("w{w}"), 4, &leases()).await.unwrap().attempts;
                     if batch.is_empty() {
                         break mine;
                     }
@@ -532,7 +535,7 @@ pub async fn concurrent_claimers_take_each_pending_attempt_once(store: Shared) {
 
 pub async fn a_claim_runs_the_attempt_under_a_lease_and_the_job_runs(store: Shared) {
     let job = create(store.as_ref(), "k").await;
-    let claimed = store.claim_attempts("w1", 10, &leases()).await.unwrap();
+    let claimed = store.claim_attempts("w1", 10, &leases()).await.unwrap().attempts;
     assert_eq!(claimed.len(), 1);
     assert_eq!((claimed[0].task.as_str(), claimed[0].input.clone()), ("summarize", json!({"text": "k"})));
     assert!(claimed[0].lease_until > chrono::Utc::now());
@@ -540,7 +543,7 @@ pub async fn a_claim_runs_the_attempt_under_a_lease_and_the_job_runs(store: Shar
     assert_eq!(stored.state, JobState::Running);
     assert_eq!(stored.attempts[0].state, AttemptState::Running);
     assert_eq!(stored.attempts[0].worker.as_deref(), Some("w1"));
-    assert!(store.claim_attempts("w2", 10, &leases()).await.unwrap().is_empty());
+    assert!(store.claim_attempts("w2", 10, &leases()).await.unwrap().attempts.is_empty());
 }
 
 pub async fn a_worker_settles_only_an_attempt_it_still_holds(store: Shared) {
@@ -548,7 +551,7 @@ pub async fn a_worker_settles_only_an_attempt_it_still_holds(store: Shared) {
     let output = json!({"summary": "x", "word_count": 1});
     let error = AttemptError::new("provider-error", "503 from provider");
     let job = create(s, "held").await;
-    assert_eq!(s.claim_attempts("w1", 10, &leases()).await.unwrap().len(), 1);
+    assert_eq!(s.claim_attempts("w1", 10, &leases()).await.unwrap().attempts.len(), 1);
     // Another worker's settlements change nothing.
     let fenced = Transition::Fenced(AttemptState::Running);
     assert_eq!(s.finish_attempt(&at(job, 1), &output, Some("w2"), None).await.unwrap(), fenced);
@@ -560,7 +563,7 @@ pub async fn a_worker_settles_only_an_attempt_it_still_holds(store: Shared) {
 
     // A lease that has run out (sim-hang's is zero here): not even its holder may settle.
     let expired = create_on(s, "expired", "sim-hang").await;
-    assert_eq!(s.claim_attempts("w1", 10, &leases()).await.unwrap().len(), 1);
+    assert_eq!(s.claim_attempts("w1", 10, &leases()).await.unwrap().attempts.len(), 1);
     assert_eq!(s.finish_attempt(&at(expired, 1), &output, Some("w1"), None).await.unwrap(), fenced);
     assert_eq!(s.mark_unknown(&at(expired, 1), &error, Some("w1"), None).await.unwrap(), fenced);
     // Reaped, it is the reconciler's, which settles by the state alone.
@@ -710,7 +713,7 @@ pub async fn an_expired_lease_makes_the_attempt_unknown_never_pending_or_failed(
     // sim-hang's lease in these tests is zero: it has expired by the next statement.
     let job = create_on(store.as_ref(), "k", "sim-hang").await;
     let kept = create_on(store.as_ref(), "k2", "sim-fast").await;
-    assert_eq!(store.claim_attempts("w", 10, &leases()).await.unwrap().len(), 2);
+    assert_eq!(store.claim_attempts("w", 10, &leases()).await.unwrap().attempts.len(), 2);
     let expired = store.expire_leases(10).await.unwrap();
     assert_eq!(expired, [at(job, 1)]);
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
@@ -749,27 +752,34 @@ pub async fn a_delayed_attempt_is_not_claimed_before_its_time(store: Shared) {
         store.admit_attempt(&owner("alice"), job, &later, &rules(5, 2)).await.unwrap(),
         Admission::Admitted(_)
     ));
-    assert!(store.claim_attempts("w", 10, &leases()).await.unwrap().is_empty());
+    assert!(store.claim_attempts("w", 10, &leases()).await.unwrap().attempts.is_empty());
     assert_eq!(job_state(store.as_ref(), job).await, JobState::Queued);
 }
 
 pub async fn cancel_stops_pending_attempts_and_a_late_output_never_applies(store: Shared) {
     let job = job_with_running(store.as_ref(), "k", 1).await;
     store.admit_attempt(&owner("alice"), job, &attempt_on("sim-slow", "a2"), &rules(5, 2)).await.unwrap();
-    let Cancel::Canceled(canceled) = store.cancel_job(&owner("alice"), job).await.unwrap() else { panic!("canceled") };
+    let Cancel::Canceled(canceled) = store.cancel_job(&owner("alice"), job, &rules(5, 2)).await.unwrap() else {
+        panic!("canceled")
+    };
     assert_eq!(canceled.state, JobState::Canceled);
     assert_eq!(attempt_states(store.as_ref(), job).await, [AttemptState::Running, AttemptState::Canceled]);
+    // The event says which attempt was canceled and which is being canceled.
+    let events = store.list_events(&owner("alice"), job).await.unwrap();
+    let cancel =
+        events.iter().find(|e| e.kind == onejob::domain::EventKind::JobCanceled).expect("a job-canceled event");
+    assert_eq!((&cancel.detail["canceled"], &cancel.detail["canceling"]), (&json!([2]), &json!([1])));
     let late = store.finish_attempt(&at(job, 1), &json!({"late": true}), None, None).await.unwrap();
     assert_eq!(late, Transition::Lost { winner: None });
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!((stored.state, stored.result), (JobState::Canceled, None));
     assert_eq!(stored.attempts[0].state, AttemptState::Superseded);
-    assert!(matches!(store.cancel_job(&owner("alice"), job).await.unwrap(), Cancel::AlreadyCanceled(_)));
-    assert!(matches!(store.cancel_job(&owner("bob"), job).await.unwrap(), Cancel::NotFound));
+    assert!(matches!(store.cancel_job(&owner("alice"), job, &rules(5, 2)).await.unwrap(), Cancel::AlreadyCanceled(_)));
+    assert!(matches!(store.cancel_job(&owner("bob"), job, &rules(5, 2)).await.unwrap(), Cancel::NotFound));
 
     let done = job_with_running(store.as_ref(), "k2", 1).await;
     store.finish_attempt(&at(done, 1), &json!({"ok": 1}), None, None).await.unwrap();
-    assert!(matches!(store.cancel_job(&owner("alice"), done).await.unwrap(), Cancel::Succeeded(_)));
+    assert!(matches!(store.cancel_job(&owner("alice"), done, &rules(5, 2)).await.unwrap(), Cancel::Succeeded(_)));
     assert_eq!(job_state(store.as_ref(), done).await, JobState::Succeeded);
 }
 
@@ -941,7 +951,7 @@ pub async fn a_settlement_records_the_attempts_usage_with_it_and_a_refused_one_r
     assert_eq!(usage_of(job, 1).await, (Some(loser.usage), loser.cost.clone()));
     // A settlement refused (another worker's lease) records nothing, usage included.
     let held = create(s, "held").await;
-    assert_eq!(s.claim_attempts("w1", 10, &leases()).await.unwrap().len(), 1);
+    assert_eq!(s.claim_attempts("w1", 10, &leases()).await.unwrap().attempts.len(), 1);
     let fenced = Transition::Fenced(AttemptState::Running);
     assert_eq!(s.finish_attempt(&at(held, 1), &output, Some("w2"), Some(&winner)).await.unwrap(), fenced);
     assert_eq!(

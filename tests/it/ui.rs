@@ -35,7 +35,26 @@ on_both_backends!(
     a_session_is_marked_used_at_most_once_a_minute,
     a_session_follows_its_owners_job_on_the_dashboards_event_stream,
     the_unknown_page_marks_an_attempt_unknown_for_longer_than_its_retention,
+    the_demo_says_how_the_slow_attempt_ends_as_its_task_is_configured,
 );
+
+/// The demo's story says what happens to the losing attempt: canceled by
+/// default, superseded with `cancel_losers` off.
+async fn the_demo_says_how_the_slow_attempt_ends_as_its_task_is_configured(backend: Backend) {
+    for cancel_losers in [true, false] {
+        let app = TestApp::spawn_with(backend, |settings| {
+            settings.tasks.get_mut("summarize").unwrap().cancel_losers = cancel_losers;
+        })
+        .await;
+        let (status, page) = sign_in(&app, &app.alice).await.page("/demo").await;
+        assert_eq!(status, StatusCode::OK);
+        let (said, not_said) = if cancel_losers { ("canceled", "superseded") } else { ("superseded", "canceled") };
+        assert!(
+            page.contains(&format!("<em>{said}</em>")) && !page.contains(&format!("<em>{not_said}</em>")),
+            "{page}"
+        );
+    }
+}
 
 /// An unknown job is kept past its retention, and the unknown page says so.
 async fn the_unknown_page_marks_an_attempt_unknown_for_longer_than_its_retention(backend: Backend) {

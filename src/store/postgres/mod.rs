@@ -25,7 +25,6 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::driver::{AttemptHolder, Driver, LockedAttemptRow, LockedJob, OutputSettlement, Settled, Tx};
-use super::hot::HotConnections;
 use super::rows::{AttemptRefRow, JobSummaryRow, QualificationRow, attempts_from_rows, job_from_rows, stored_trace};
 use super::shared::{impl_driver_tx, impl_store};
 use super::usage::{AttemptUsage, UsageFilter, UsageRow, bind_usage};
@@ -38,9 +37,11 @@ use crate::domain::{
     Attempt, AttemptError, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobEvent, JobId, JobState,
     JobSummary, KeyRole, OwnerId,
 };
+use hot::HotConnections;
 
 mod catalogue;
 mod claims;
+mod hot;
 mod keys;
 mod pooling;
 mod retention;

@@ -14,7 +14,7 @@ use crate::store::{NewJob, Result, StoreError};
 /// Why a request queued for a group commit got no answer: the task writing
 /// its group ended without one (nothing of it is acknowledged).
 fn interrupted() -> StoreError {
-    StoreError::Unavailable(sqlx::Error::Protocol("the write of this request was interrupted".into()))
+    StoreError::Interrupted("the write of this request was interrupted")
 }
 
 impl SqliteStore {

@@ -1,0 +1,61 @@
+//! The reads of jobs that are not one job's long-poll: an owner's list,
+//! a job's audit log, the dashboard's browsing across owners and its
+//! unknown attempts, the usage report, and whether the database is ready.
+//! Each job read here has its `expires_at` and `canceling`, as the API's.
+
+use super::Jobs;
+use crate::domain::{Job, JobEvent, JobId, JobSummary, OwnerId};
+use crate::store::{self, JobFilter, OpenUnknown, OwnedJobSummary, UsageFilter, UsageRow};
+
+impl Jobs {
+    /// `owner`'s jobs, newest first, as `filter` narrows them.
+    pub async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> store::Result<Vec<JobSummary>> {
+        self.store.list_jobs(owner, filter).await
+    }
+
+    /// One of `owner`'s jobs; with `any_owner` (an admin's dashboard), the
+    /// job of that id whoever owns it.
+    pub async fn find_job(&self, owner: &OwnerId, id: JobId, any_owner: bool) -> store::Result<Option<Job>> {
+        if let Some(job) = self.read_job(owner, id).await? {
+            return Ok(Some(job));
+        }
+        if any_owner && let Some(owner) = self.store.find_job_owner(id).await? {
+            return self.read_job(&owner, id).await;
+        }
+        Ok(None)
+    }
+
+    /// One of `owner`'s jobs with its audit log, oldest first. The job is
+    /// read after the log, so that it is at least as new as the last event.
+    pub async fn job_with_events(&self, owner: &OwnerId, id: JobId) -> store::Result<Option<(Job, Vec<JobEvent>)>> {
+        let events = self.store.list_events(owner, id).await?;
+        Ok(self.read_job(owner, id).await?.map(|job| (job, events)))
+    }
+
+    /// Jobs of one owner or (`None`) of every owner, newest first, found by
+    /// idempotency key when one is given.
+    pub async fn browse_jobs(
+        &self,
+        owner: Option<&OwnerId>,
+        key: Option<&str>,
+        filter: &JobFilter,
+    ) -> store::Result<Vec<OwnedJobSummary>> {
+        self.store.browse_jobs(owner, key, filter).await
+    }
+
+    /// The attempts whose outcome is unknown, of one owner or (`None`) of
+    /// every owner, the longest unknown first, at most `limit`.
+    pub async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> store::Result<Vec<OpenUnknown>> {
+        self.store.list_unknown_attempts(owner, limit).await
+    }
+
+    /// `owner`'s attempts with recorded usage, for the usage report.
+    pub async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> store::Result<Vec<UsageRow>> {
+        self.store.list_usage(owner, filter).await
+    }
+
+    /// Whether the database answers and has every migration.
+    pub async fn check_ready(&self) -> store::Result<()> {
+        self.store.check_ready().await
+    }
+}

@@ -1,0 +1,100 @@
+//! The store's errors: what the database said, sorted into "try again
+//! later" and everything else.
+
+/// What a store call can fail with. Outcomes of the business (a lost race,
+/// a refused admission) are never errors: they are in the return types.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached or has no connection to spare; the
+    /// request may be retried later.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// A request queued for a shared write (a group commit, a batch of
+    /// settlements) got no answer: the task writing it ended first, and
+    /// nothing of it is acknowledged. The request may be retried.
+    #[error("{0}")]
+    Interrupted(&'static str),
+    /// Anything else the database said.
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+    /// The migrations could not be applied.
+    #[error("migration failed: {0}")]
+    Migration(#[from] sqlx::migrate::MigrateError),
+    /// The database is reached in a way the store cannot work with (a
+    /// pooler that moves a connection between server sessions).
+    #[error("the database connection cannot be used: {0}")]
+    Unsupported(String),
+    /// A stored value that the program cannot read back.
+    #[error("unreadable stored value: {0}")]
+    Corrupt(String),
+    /// The database lacks migrations this program embeds (or all of them).
+    #[error("the database has migrations up to {applied} of the program's {latest}")]
+    NotMigrated {
+        /// The latest migration applied (0: none, or no migrations table).
+        applied: i64,
+        /// The latest migration the program embeds.
+        latest: i64,
+    },
+}
+
+impl StoreError {
+    /// Whether a retry later may pass: the database could not be reached
+    /// or had no connection to spare, or a shared write was interrupted.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_) | StoreError::Interrupted(_))
+    }
+}
+
+/// The store's result type.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A stored value the program cannot read back.
+pub(crate) fn corrupt(what: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(what.to_string())
+}
+
+/// Whether the database has every migration this program embeds, given
+/// what reading the latest applied one answered (a database never migrated
+/// has no table to read it from).
+pub(crate) fn check_migrations(applied: std::result::Result<Option<i64>, sqlx::Error>, latest: i64) -> Result<()> {
+    let applied = match applied {
+        Ok(applied) => applied.unwrap_or(0),
+        // Postgres: undefined_table; SQLite says so in its message.
+        Err(sqlx::Error::Database(db))
+            if db.code().as_deref() == Some("42P01") || db.message().starts_with("no such table") =>
+        {
+            0
+        }
+        Err(error) => return Err(error.into()),
+    };
+    if applied < latest {
+        return Err(StoreError::NotMigrated { applied, latest });
+    }
+    Ok(())
+}
+
+/// Sorts a sqlx error into "try again later" and everything else.
+fn classify(error: sqlx::Error) -> StoreError {
+    let unavailable = match &error {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Tls(_) => true,
+        // Connection exceptions, too many connections, shutdowns, statement
+        // or lock timeouts, and serialization failures: a retry may pass.
+        // Postgres: by SQLSTATE. SQLite: busy, locked (plain and extended
+        // codes), and a file that cannot be opened.
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08")
+                || code.starts_with("57P")
+                || matches!(&*code, "53300" | "40001" | "40P01" | "57014" | "55P03")
+                || matches!(&*code, "5" | "6" | "14" | "261" | "262" | "517")
+        }),
+        _ => false,
+    };
+    if unavailable { StoreError::Unavailable(error) } else { StoreError::Database(error) }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        classify(error)
+    }
+}

@@ -1,0 +1,276 @@
+//! The SQLite side of the driver interface: one write transaction holding
+//! this process's turn to write, whose statements are the ones
+//! [`super::super::super::driver::DriverTx`] names.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use sqlx::types::Json;
+use sqlx::{Sqlite, Transaction};
+
+use super::super::driver::{AttemptHolder, LockedAttemptRow, LockedJob, OutputSettlement, Settled};
+use super::super::rows::{ATTEMPT_COLUMNS, attempts_from_rows};
+use super::super::shared::impl_driver_tx;
+use super::super::usage::{AttemptUsage, bind_usage};
+use super::super::webhooks::Outgoing;
+use super::super::{AttemptRef, NewAttempt, QualificationState, Result, corrupt};
+use super::{claims, insert_event, json_list, micros, retention, sql};
+use crate::domain::{Attempt, AttemptError, AttemptState, EventKind, IdempotencyKey, JobId, JobState, OwnerId};
+
+/// A SQLite write transaction with this process's turn to write; `at` is
+/// the time every change it makes is stamped with.
+pub(super) struct SqliteTx {
+    pub(super) tx: Transaction<'static, Sqlite>,
+    pub(super) at: i64,
+    pub(super) _turn: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl_driver_tx!(SqliteTx, {
+    async fn pending_owners(&mut self, after: &str, max: u32) -> Result<Vec<super::super::driver::PendingOwner>> {
+        claims::pending_owners(&mut self.tx, after, max).await
+    }
+
+    async fn lock_claims(&mut self, _owners: &[String], _providers: &[String]) -> Result<()> {
+        Ok(())
+    }
+
+    async fn running_counts(
+        &mut self,
+        owners: &[String],
+        providers: &[String],
+    ) -> Result<super::super::driver::Running> {
+        claims::running_counts(&mut self.tx, owners, providers).await
+    }
+
+    async fn provider_gates(&mut self, providers: &[String]) -> Result<Vec<super::super::driver::ProviderGate>> {
+        claims::provider_gates(&mut self.tx, self.at, providers).await
+    }
+
+    async fn claim_candidates(
+        &mut self,
+        owner: &str,
+        providers: &[String],
+        max: u32,
+    ) -> Result<Vec<super::super::driver::Candidate>> {
+        claims::claim_candidates(&mut self.tx, self.at, owner, providers, max).await
+    }
+
+    async fn start_attempts(
+        &mut self,
+        worker: &str,
+        candidates: &[super::super::driver::Candidate],
+        leases: &[Duration],
+    ) -> Result<Vec<DateTime<Utc>>> {
+        let ends = claims::lease_ends(self.at, leases)?;
+        for (candidate, lease_until) in candidates.iter().zip(&ends) {
+            let attempt = &candidate.attempt;
+            sqlx::query(&sql::CLAIM_ATTEMPT)
+                .bind(worker)
+                .bind(self.at)
+                .bind(lease_until.timestamp_micros())
+                .bind(attempt.owner.as_str())
+                .bind(attempt.job_id.0)
+                .bind(attempt.number)
+                .execute(&mut *self.tx)
+                .await?;
+            self.set_job_state(&attempt.owner, attempt.job_id, JobState::Running).await?;
+            let detail = json!({ "worker": worker, "attempt_id": candidate.id, "lease_until": lease_until });
+            self.append_event(&attempt.owner, attempt.job_id, EventKind::AttemptClaimed, Some(attempt.number), detail)
+                .await?;
+        }
+        Ok(ends)
+    }
+
+    async fn put_requests(&mut self, provider: &str, level: f64) -> Result<()> {
+        claims::put_requests(&mut self.tx, self.at, provider, level).await
+    }
+
+    async fn pause_provider(&mut self, provider: &str, pause: Duration) -> Result<()> {
+        claims::pause_provider(&mut self.tx, self.at, provider, pause).await
+    }
+
+    async fn requeue_attempt(&mut self, attempt: &AttemptRef, delay: Duration, max: Option<u32>) -> Result<u64> {
+        claims::requeue_attempt(&mut self.tx, self.at, attempt, delay, max).await
+    }
+
+    async fn take_purge_lock(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+
+    async fn set_job_state(&mut self, owner: &OwnerId, job_id: JobId, state: JobState) -> Result<()> {
+        sqlx::query(r#"update jobs set state = ?, updated_at = ? where owner_id = ? and id = ?"#)
+            .bind(state)
+            .bind(self.at)
+            .bind(owner.as_str())
+            .bind(job_id.0)
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn insert_attempt(&mut self, attempt: &AttemptRef, new: &NewAttempt, provider: &str) -> Result<Attempt> {
+        sqlx::query(
+            r#"insert into attempts (owner_id, job_id, number, id, provider, state, origin, idempotency_key,
+                                     created_at, not_before, traceparent, tracestate)
+               values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"#,
+        )
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .bind(new.id.0)
+        .bind(provider)
+        .bind(AttemptState::Pending)
+        .bind(new.origin)
+        .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
+        .bind(self.at)
+        .bind(self.at.saturating_add(micros(new.delay)))
+        .bind(new.trace.as_ref().map(|t| t.traceparent.as_str()))
+        .bind(new.trace.as_ref().and_then(|t| t.tracestate.as_deref()))
+        .execute(&mut *self.tx)
+        .await?;
+        // SQLite's RETURNING cannot name columns through an alias: read it back.
+        let rows = sqlx::query(&format!(
+            r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = ? and a.job_id = ? and a.number = ?"#
+        ))
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(attempt.number)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        attempts_from_rows(&rows)?.pop().ok_or_else(|| corrupt("an inserted attempt cannot be read back"))
+    }
+
+    async fn append_event(
+        &mut self,
+        owner: &OwnerId,
+        job_id: JobId,
+        kind: EventKind,
+        attempt_number: Option<i32>,
+        detail: Value,
+    ) -> Result<()> {
+        insert_event(&mut self.tx, self.at, owner, job_id, kind, attempt_number, detail).await
+    }
+
+    async fn enqueue_webhook(&mut self, message: &Outgoing<'_>) -> Result<()> {
+        sqlx::query(
+            r#"insert into webhook_deliveries (id, owner_id, endpoint_id, job_id, event_type, payload, next_at, created_at)
+               select randomblob(16), e.owner_id, e.id, ?2, ?3, ?4, ?5, ?5
+               from webhook_subscriptions s
+               join webhook_endpoints e on e.owner_id = s.owner_id and e.id = s.endpoint_id and e.disabled_at is null
+               where s.owner_id = ?1 and s.event_type = ?3"#,
+        )
+        .bind(message.owner.as_str())
+        .bind(message.job_id.0)
+        .bind(message.event.as_str())
+        .bind(&message.payload)
+        .bind(self.at)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    // The write lock held, no other transaction holds a row: `skip_locked`
+    // changes nothing.
+    async fn lock_attempt_job(
+        &mut self,
+        attempt: &AttemptRef,
+        _skip_locked: bool,
+    ) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
+        let row: Option<LockedAttemptRow> = sqlx::query_as(sql::LOCK_ATTEMPT_JOB)
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .bind(attempt.number)
+            .bind(self.at)
+            .fetch_optional(&mut *self.tx)
+            .await?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn set_attempt_outcome(
+        &mut self,
+        attempt: &AttemptRef,
+        to: AttemptState,
+        from: &[AttemptState],
+        error: &AttemptError,
+        usage: Option<&AttemptUsage>,
+    ) -> Result<u64> {
+        let query = sqlx::query(&sql::SET_ATTEMPT_OUTCOME)
+            .bind(to)
+            .bind(Json(error))
+            .bind(self.at)
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .bind(attempt.number)
+            .bind(json_list(from.iter().map(|s| s.as_str())))
+            .bind(to == AttemptState::Unknown);
+        Ok(bind_usage(query, usage).execute(&mut *self.tx).await?.rows_affected())
+    }
+
+    async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
+        let (attempt, at) = (settlement.attempt, self.at);
+        // The compare-and-swap: only a job that has not finished takes a winner.
+        let won = sqlx::query(
+            r#"update jobs set state = ?1, winning_attempt = ?2, result = ?3, updated_at = ?4
+               where owner_id = ?5 and id = ?6 and state not in (?1, ?7)"#,
+        )
+        .bind(JobState::Succeeded)
+        .bind(attempt.number)
+        .bind(Json(settlement.output))
+        .bind(at)
+        .bind(attempt.owner.as_str())
+        .bind(attempt.job_id.0)
+        .bind(JobState::Canceled)
+        .execute(&mut *self.tx)
+        .await?
+        .rows_affected()
+            == 1;
+        let query = sqlx::query(&sql::SETTLE_ATTEMPT)
+            .bind(if won { AttemptState::Succeeded } else { AttemptState::Superseded })
+            .bind(Json(settlement.output))
+            .bind(at)
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .bind(attempt.number)
+            .bind(json_list(settlement.from.iter().map(|s| s.as_str())));
+        let settled = bind_usage(query, settlement.usage).execute(&mut *self.tx).await?.rows_affected();
+        let (kind, detail, canceled) = if won {
+            let canceled = self.cancel_pending(attempt.owner.as_str(), attempt.job_id).await?;
+            let mut detail = settlement.won.clone();
+            detail["canceled"] = json!(canceled);
+            (EventKind::AttemptSucceeded, detail, canceled)
+        } else {
+            (EventKind::RaceLost, settlement.lost.clone(), Vec::new())
+        };
+        if settled == 1 {
+            insert_event(&mut self.tx, at, &attempt.owner, attempt.job_id, kind, Some(attempt.number), detail).await?;
+        }
+        Ok(Settled { won, settled, canceled })
+    }
+
+    async fn cancel_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>> {
+        sqlx::query(r#"update jobs set state = ?, updated_at = ? where owner_id = ? and id = ?"#)
+            .bind(JobState::Canceled)
+            .bind(self.at)
+            .bind(owner.as_str())
+            .bind(job_id.0)
+            .execute(&mut *self.tx)
+            .await?;
+        self.cancel_pending(owner.as_str(), job_id).await
+    }
+});
+
+impl SqliteTx {
+    /// Cancels a job's pending attempts: their numbers.
+    async fn cancel_pending(&mut self, owner: &str, job_id: JobId) -> Result<Vec<i32>> {
+        // The states are in the statement's text, not bound: SQLite 3.46.0
+        // (the bundled one) crashes running this `update … returning` on a
+        // table with partial indexes when they are bound parameters.
+        Ok(sqlx::query_scalar(&sql::CANCEL_PENDING)
+            .bind(self.at)
+            .bind(owner)
+            .bind(job_id.0)
+            .fetch_all(&mut *self.tx)
+            .await?)
+    }
+}

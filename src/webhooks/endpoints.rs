@@ -1,0 +1,57 @@
+//! An owner's webhook endpoints as the API manages them: registered,
+//! listed, deleted, their secrets rotated, their deliveries shown. Every
+//! call is scoped to the owner; another owner's endpoint is none.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::domain::OwnerId;
+use crate::store::{self, Delivery, Endpoint, NewEndpoint, Store};
+
+/// The endpoint use cases.
+pub struct Endpoints {
+    store: Arc<dyn Store>,
+}
+
+impl Endpoints {
+    /// The endpoints kept in `store`.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self { store }
+    }
+
+    /// Registers an endpoint (its URL checked by the caller).
+    pub async fn register(&self, new: &NewEndpoint) -> store::Result<Endpoint> {
+        self.store.insert_webhook_endpoint(new).await
+    }
+
+    /// The owner's endpoints, the oldest first.
+    pub async fn list(&self, owner: &OwnerId) -> store::Result<Vec<Endpoint>> {
+        self.store.list_webhook_endpoints(owner).await
+    }
+
+    /// Deletes one of the owner's endpoints with its deliveries; `false`
+    /// when it has none such.
+    pub async fn delete(&self, owner: &OwnerId, id: Uuid) -> store::Result<bool> {
+        self.store.delete_webhook_endpoint(owner, id).await
+    }
+
+    /// Gives one of the owner's endpoints a new secret; the old one still
+    /// signs for `keep_old`. `None` when it has no such endpoint.
+    pub async fn rotate_secret(
+        &self,
+        owner: &OwnerId,
+        id: Uuid,
+        secret: &str,
+        keep_old: Duration,
+    ) -> store::Result<Option<Endpoint>> {
+        self.store.rotate_webhook_secret(owner, id, secret, keep_old).await
+    }
+
+    /// The latest `limit` deliveries to one of the owner's endpoints;
+    /// `None` when it has no such endpoint.
+    pub async fn deliveries(&self, owner: &OwnerId, id: Uuid, limit: u32) -> store::Result<Option<Vec<Delivery>>> {
+        self.store.list_webhook_deliveries(owner, id, limit).await
+    }
+}
