@@ -471,6 +471,13 @@ export interface components {
         Job: {
             /** @description Every attempt, by number. */
             attempts: components["schemas"]["Attempt"][];
+            /**
+             * @description The numbers of a canceled job's attempts that are still `running`
+             *     and being canceled: their calls are aborted (the task's
+             *     `cancel_losers`) and each ends `canceled` as soon as its worker
+             *     hears. Empty otherwise.
+             */
+            canceling: number[];
             cost?: null | components["schemas"]["JobCost"];
             /**
              * Format: date-time
@@ -1472,7 +1479,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description canceled (or it was already): pending attempts canceled; running ones finish and are never applied */
+            /** @description canceled (or it was already): pending attempts canceled; running ones are being canceled (`canceling` lists them) or, with the task's `cancel_losers` off, finish and are never applied */
             200: {
                 headers: {
                     [name: string]: unknown;
