@@ -5,6 +5,7 @@ FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src src
+COPY crates crates
 COPY config config
 COPY migrations migrations
 # The TypeScript client's build, served to the demo page.

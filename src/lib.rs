@@ -9,7 +9,6 @@
 #![warn(missing_docs)]
 
 pub mod app;
-pub mod bench;
 pub mod catalog;
 pub mod config;
 pub mod domain;

@@ -99,7 +99,7 @@ enum Command {
         token: String,
         /// What to measure.
         #[arg(value_enum)]
-        scenario: onejob::bench::Scenario,
+        scenario: onejob_bench::Scenario,
         /// Concurrent keep-alive connections.
         #[arg(long, default_value_t = 64)]
         connections: usize,
@@ -129,7 +129,7 @@ enum Command {
     BenchSql {
         /// Which request.
         #[arg(value_enum)]
-        statement: onejob::bench::HotStatement,
+        statement: onejob::store::postgres::HotStatement,
     },
     /// Providers and their qualifications.
     Providers {
@@ -278,33 +278,29 @@ async fn run(command: Command, config: Option<&Path>) -> Result<(), AnyError> {
             let settings = load_checked(config)?;
             let store = app::open_migrated_store(&settings).await?;
             let catalog = onejob::catalog::Catalog::new(&settings)?;
-            for rule in onejob::worker::purge_rules(&catalog, &settings.retention) {
-                let which = match &rule.task {
-                    Some(task) => format!("task {task}"),
-                    None if rule.others.is_empty() => "every task".to_owned(),
-                    None => format!("every task but {}", rule.others.join(", ")),
-                };
-                if dry_run {
+            let which = |rule: &onejob::store::retention::PurgeRule| match &rule.task {
+                Some(task) => format!("task {task}"),
+                None if rule.others.is_empty() => "every task".to_owned(),
+                None => format!("every task but {}", rule.others.join(", ")),
+            };
+            if dry_run {
+                for rule in onejob::worker::purge_rules(&catalog, &settings.retention) {
                     let count = store.count_purgeable(&rule).await?;
-                    println!(
-                        "{which}: {count} finished jobs unchanged since {} would be purged",
-                        rule.before.to_rfc3339()
-                    );
-                    continue;
+                    let before = rule.before.to_rfc3339();
+                    println!("{}: {count} finished jobs unchanged since {before} would be purged", which(&rule));
                 }
-                let mut purged = 0;
-                loop {
-                    match store.purge_batch(&rule, settings.retention.batch_size).await? {
-                        onejob::store::retention::PurgeBatch::Busy => {
-                            return Err("another process is purging; try again later".into());
-                        }
-                        onejob::store::retention::PurgeBatch::Purged(0) => break,
-                        onejob::store::retention::PurgeBatch::Purged(jobs) => purged += jobs,
-                    }
-                }
-                println!("{which}: {purged} finished jobs purged");
+                return Ok(());
             }
-            Ok(())
+            let (by_rule, ending) =
+                onejob::worker::purge_due(store.as_ref(), &catalog, &settings.retention, || false).await;
+            for (rule, purged) in &by_rule {
+                println!("{}: {purged} finished jobs purged", which(rule));
+            }
+            match ending {
+                onejob::worker::PurgeEnding::Busy => Err("another process is purging; try again later".into()),
+                onejob::worker::PurgeEnding::Failed(error) => Err(error.into()),
+                onejob::worker::PurgeEnding::Done | onejob::worker::PurgeEnding::Stopped => Ok(()),
+            }
         }
         Command::Migrate => {
             let settings = load_checked(config)?;
@@ -400,7 +396,7 @@ async fn run(command: Command, config: Option<&Path>) -> Result<(), AnyError> {
             Ok(())
         }
         Command::Bench { url, token, scenario, connections, duration, jobs, provider, timeout, server_pid, json } => {
-            let options = onejob::bench::Options {
+            let options = onejob_bench::Options {
                 url: url.trim_end_matches('/').to_owned(),
                 token,
                 scenario,
@@ -411,11 +407,11 @@ async fn run(command: Command, config: Option<&Path>) -> Result<(), AnyError> {
                 timeout: std::time::Duration::from_secs(timeout),
                 server_pid,
             };
-            let report = onejob::bench::run(options).await?;
+            let report = onejob_bench::run(options).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                println!("{}", onejob::bench::table(&report));
+                println!("{}", onejob_bench::table(&report));
             }
             Ok(())
         }

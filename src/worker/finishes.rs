@@ -17,9 +17,8 @@ use crate::store::{AttemptRef, AttemptUsage, Finish, Result, Store, StoreError, 
 const MAX_BATCH: usize = 64;
 
 /// Batches written at once. Two keep Postgres busy while a batch's
-/// statements travel (one left it waiting on round trips: e2e 989 jobs/s
-/// against 1,126 with two, means of four runs); on SQLite the second
-/// waits for the write lock, already gathered.
+/// statements travel (with one, it waits on round trips); on SQLite the
+/// second waits for the write lock, already gathered.
 const WRITERS: usize = 2;
 
 /// An output waiting for its batch, and where its answer goes.

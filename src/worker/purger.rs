@@ -15,11 +15,21 @@ use super::Worker;
 use crate::catalog::Catalog;
 use crate::config::RetentionSettings;
 use crate::store::retention::{PurgeBatch, PurgeRule};
+use crate::store::{Store, StoreError};
 
 pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>) {
     let settings = worker.retention.clone();
     while !*shutdown.borrow() {
-        let purged = purge_due(&worker, &settings, &shutdown).await;
+        let (by_rule, ending) =
+            purge_due(worker.store.as_ref(), &worker.catalog, &settings, || *shutdown.borrow()).await;
+        match ending {
+            Ending::Busy => tracing::debug!("another process is purging; this one waits for its next turn"),
+            Ending::Failed(error) => {
+                tracing::warn!(%error, "purging finished jobs failed; trying again at the next turn")
+            }
+            Ending::Done | Ending::Stopped => {}
+        }
+        let purged: u64 = by_rule.iter().map(|(_, jobs)| jobs).sum();
         if purged > 0 {
             tracing::info!(purged, "purged finished jobs past their retention");
         }
@@ -52,22 +62,40 @@ pub fn rules(catalog: &Catalog, settings: &RetentionSettings) -> Vec<PurgeRule> 
     rules
 }
 
-/// Purges what is due, batch by batch, until none is left, another process
-/// purges, or the worker stops: how many jobs went.
-async fn purge_due(worker: &Worker, settings: &RetentionSettings, shutdown: &watch::Receiver<bool>) -> u64 {
-    let mut purged = 0;
-    for rule in rules(&worker.catalog, settings) {
-        loop {
-            if *shutdown.borrow() {
-                return purged;
+/// How a purge ended.
+#[derive(Debug)]
+pub enum Ending {
+    /// Nothing due is left.
+    Done,
+    /// Another process is purging.
+    Busy,
+    /// Told to stop.
+    Stopped,
+    /// A batch failed; the jobs purged before it are gone.
+    Failed(StoreError),
+}
+
+/// Purges what is due under each of [`rules`], batch by batch (a pause
+/// between two), until none is left, another process purges, `stop` says
+/// so, or a batch fails: how many jobs went under each rule, and why it
+/// ended. The worker's purger and `onejob purge` both run it.
+pub async fn purge_due(
+    store: &dyn Store,
+    catalog: &Catalog,
+    settings: &RetentionSettings,
+    stop: impl Fn() -> bool,
+) -> (Vec<(PurgeRule, u64)>, Ending) {
+    let mut by_rule = Vec::new();
+    for rule in rules(catalog, settings) {
+        let mut purged = 0;
+        let ending = loop {
+            if stop() {
+                break Some(Ending::Stopped);
             }
             let started = std::time::Instant::now();
-            match worker.store.purge_batch(&rule, settings.batch_size).await {
-                Ok(PurgeBatch::Busy) => {
-                    tracing::debug!("another process is purging; this one waits for its next turn");
-                    return purged;
-                }
-                Ok(PurgeBatch::Purged(0)) => break,
+            match store.purge_batch(&rule, settings.batch_size).await {
+                Ok(PurgeBatch::Busy) => break Some(Ending::Busy),
+                Ok(PurgeBatch::Purged(0)) => break None,
                 Ok(PurgeBatch::Purged(jobs)) => {
                     purged += jobs;
                     crate::metrics::purged(jobs);
@@ -78,18 +106,19 @@ async fn purge_due(worker: &Worker, settings: &RetentionSettings, shutdown: &wat
                         "purged a batch of finished jobs"
                     );
                     if jobs < u64::from(settings.batch_size) {
-                        break;
+                        break None;
                     }
                     tokio::time::sleep(settings.batch_pause.0).await;
                 }
-                Err(error) => {
-                    tracing::warn!(%error, "purging finished jobs failed; trying again at the next turn");
-                    return purged;
-                }
+                Err(error) => break Some(Ending::Failed(error)),
             }
+        };
+        by_rule.push((rule, purged));
+        if let Some(ending) = ending {
+            return (by_rule, ending);
         }
     }
-    purged
+    (by_rule, Ending::Done)
 }
 
 /// Counts the jobs `unknown` for longer than the shortest retention: they

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::common::{Backend, TestApp};
 use clap::ValueEnum;
-use onejob::bench::{Options, Scenario, run};
+use onejob_bench::{Options, Scenario, run};
 
 /// How long the streams scenario may wait for its streams to end.
 const STREAMS_TIMEOUT: Duration = Duration::from_secs(20);

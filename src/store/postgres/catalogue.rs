@@ -14,6 +14,27 @@ macro_rules! catalogue {
     };
 }
 
+/// A hot-path request whose statement `bench/ceiling.sh` runs under pgbench
+/// (`onejob bench-sql`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HotStatement {
+    /// `POST /jobs` with a new key. Binds: owner, job id, key, fingerprint,
+    /// task, input, provider, first attempt id.
+    Create,
+    /// `GET /jobs/{id}`. Binds: owner, job id.
+    Poll,
+}
+
+impl HotStatement {
+    /// The statement, exactly as the Postgres store sends it.
+    pub fn sql(self) -> &'static str {
+        match self {
+            Self::Create => sql::CREATE_JOB.as_str(),
+            Self::Poll => sql::GET_JOB.as_str(),
+        }
+    }
+}
+
 /// Every statement the Postgres store sends, by name. The routing test
 /// (`tests/it/citus.rs`) plans each on a real Postgres, and fails for a
 /// statement written anywhere but a named constant of the store.

@@ -49,9 +49,10 @@ mod sessions;
 mod sql;
 mod webhooks;
 
-pub use catalogue::{CROSS_OWNER, statements};
-use sql::{CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, SAMPLE_GAUGES, SETTLE_WITH_OUTPUT};
-pub use sql::{CREATE_JOB, GET_JOB};
+pub use catalogue::{CROSS_OWNER, HotStatement, statements};
+use sql::{
+    CLAIM_RECONCILIATIONS, CREATE_JOB, EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, SAMPLE_GAUGES, SETTLE_WITH_OUTPUT,
+};
 
 /// The embedded migrations of `migrations/postgres`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");

@@ -18,7 +18,7 @@ use crate::store::usage::usage_assignments;
 /// its value (docs/scaling.md). Binds: owner, job id, key,
 /// fingerprint, task, input, provider, first attempt id, budget (text or
 /// null), traceparent, tracestate.
-pub static CREATE_JOB: LazyLock<String> = LazyLock::new(|| {
+pub(super) static CREATE_JOB: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"with new_job as (
         insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
@@ -41,7 +41,7 @@ pub static CREATE_JOB: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Reading a job by id. Binds: owner, job id.
-pub static GET_JOB: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = $1 and j.id = $2"));
+pub(super) static GET_JOB: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = $1 and j.id = $2"));
 
 /// Reading the job that holds a key. Binds: owner, key.
 pub(super) static FIND_JOB_BY_KEY: LazyLock<String> =

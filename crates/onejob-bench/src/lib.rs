@@ -1,6 +1,8 @@
-//! `onejob bench`: a load generator that drives a running onejob over HTTP
-//! with keep-alive connections and reports throughput and latency
-//! percentiles, as a table or as JSON. Every scenario stops by itself.
+//! The load generator of `onejob bench`: it drives a running onejob over
+//! HTTP with keep-alive connections and reports throughput and latency
+//! percentiles, as a table or as JSON. Every scenario stops by itself. It
+//! knows onejob only by its API, so it is a crate of its own: the product
+//! library does not carry it.
 
 mod streams;
 
@@ -36,26 +38,6 @@ pub enum Scenario {
     /// events until it is terminal: the delay from each event's commit to
     /// its arrival.
     Streams,
-}
-
-/// A hot-path request whose SQL `bench/ceiling.sh` runs under pgbench.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum HotStatement {
-    /// `POST /jobs` with a new key. Binds: owner, job id, key, fingerprint,
-    /// task, input, provider, first attempt id.
-    Create,
-    /// `GET /jobs/{id}`. Binds: owner, job id.
-    Poll,
-}
-
-impl HotStatement {
-    /// The statement, exactly as the Postgres store sends it.
-    pub fn sql(self) -> &'static str {
-        match self {
-            Self::Create => crate::store::postgres::CREATE_JOB.as_str(),
-            Self::Poll => crate::store::postgres::GET_JOB.as_str(),
-        }
-    }
 }
 
 /// How to run a scenario.
