@@ -129,13 +129,22 @@ enum Command {
     BenchSql {
         /// Which request.
         #[arg(value_enum)]
-        statement: onejob::store::postgres::HotStatement,
+        statement: HotRequest,
     },
     /// Providers and their qualifications.
     Providers {
         #[command(subcommand)]
         command: ProvidersCommand,
     },
+}
+
+/// The requests whose statement `bench-sql` prints.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum HotRequest {
+    /// `POST /jobs` with a new key.
+    Create,
+    /// `GET /jobs/{id}`.
+    Poll,
 }
 
 #[derive(Subcommand)]
@@ -291,8 +300,14 @@ async fn run(command: Command, config: Option<&Path>) -> Result<(), AnyError> {
                 }
                 return Ok(());
             }
-            let (by_rule, ending) =
-                onejob::worker::purge_due(store.as_ref(), &catalog, &settings.retention, || false).await;
+            let (by_rule, ending) = onejob::worker::purge_due(
+                store.as_ref(),
+                &catalog,
+                &settings.retention,
+                onejob::worker::PurgePace::UntilEmpty,
+                || false,
+            )
+            .await;
             for (rule, purged) in &by_rule {
                 println!("{}: {purged} finished jobs purged", which(rule));
             }
@@ -416,6 +431,11 @@ async fn run(command: Command, config: Option<&Path>) -> Result<(), AnyError> {
             Ok(())
         }
         Command::BenchSql { statement } => {
+            use onejob::store::postgres::HotStatement;
+            let statement = match statement {
+                HotRequest::Create => HotStatement::Create,
+                HotRequest::Poll => HotStatement::Poll,
+            };
             println!("{};", statement.sql());
             Ok(())
         }

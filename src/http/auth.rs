@@ -1,6 +1,8 @@
 //! Bearer authentication as extractors. The owner of every request comes
-//! from its API key and from nowhere else (I7); so does its role (`client`
-//! or `admin`). The keys are checked by [`crate::keys::Authenticator`].
+//! from its API key and from nowhere else (I7): the bearer token's, or, on
+//! the dashboard's script routes, the key its checked session acts as
+//! ([`SessionOwner`]); so does its role (`client` or `admin`). The keys are
+//! checked by [`crate::keys::Authenticator`].
 
 use axum::extract::FromRequestParts;
 use axum::http::header;
@@ -69,7 +71,7 @@ impl FromRequestParts<AppState> for Owner {
 /// extensions, which only the server writes, so that [`Owner`] is the
 /// session's owner there and the bearer key's everywhere else.
 #[derive(Clone, Debug)]
-pub struct SessionOwner(pub OwnerId);
+pub(crate) struct SessionOwner(pub(crate) OwnerId);
 
 /// The caller of a route any key may call but whose reach depends on the
 /// role (an admin resolves any owner's unknown attempt).

@@ -1,7 +1,8 @@
 //! The HTTP API: one file per resource, each exporting `router()`, whose
 //! routes and OpenAPI description come from one list ([`api`]). Handlers
-//! are thin: they extract and parse, call a use case of [`crate::jobs`] (or
-//! the store, for plain reads), and map its typed outcome to a response.
+//! are thin: they extract and parse, call a use case (the jobs of
+//! [`crate::jobs`], keys, webhook endpoints, qualifications; never the
+//! store), and map its typed outcome to a response.
 
 pub mod attempts;
 pub mod auth;

@@ -104,6 +104,17 @@ pub enum CancelCall {
     Failed,
 }
 
+impl CancelCall {
+    /// Its stored name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CancelCall::None => "none",
+            CancelCall::Made => "made",
+            CancelCall::Failed => "failed",
+        }
+    }
+}
+
 /// What a failure carries besides its class, kind and message. Each field
 /// that is set is stored under its own name in the attempt error's detail;
 /// what the failure carries is added here and nowhere else.
@@ -113,6 +124,11 @@ pub struct FailureFacts {
     /// charged, or a canceled request).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// The provider answered about the request's end (its cancel call, or
+    /// its status saying canceled): `usage` is then stored even when it is
+    /// none, as `null`, the provider having said nothing of it.
+    #[serde(skip)]
+    pub usage_said: bool,
     /// How long the provider asked to wait (`Retry-After`), or how long
     /// until its tokens per minute hold the request.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -204,6 +220,7 @@ impl ProviderError {
         Self::new(FailureClass::Canceled, FailureKind::Canceled, None, message).with_facts(FailureFacts {
             sent: Some(true),
             usage,
+            usage_said: true,
             ..FailureFacts::default()
         })
     }
@@ -213,8 +230,12 @@ impl ProviderError {
     pub fn stored_detail(&self) -> Value {
         let retryable = matches!(self.class, FailureClass::Definitive { retryable: true });
         let mut detail = json!({ "status": self.status, "retryable": retryable });
+        let stored = detail.as_object_mut().expect("an object");
         if let Ok(Value::Object(facts)) = serde_json::to_value(&*self.facts) {
-            detail.as_object_mut().expect("an object").extend(facts);
+            stored.extend(facts);
+        }
+        if self.facts.usage_said {
+            stored.entry("usage").or_insert(Value::Null);
         }
         detail
     }
@@ -248,5 +269,7 @@ mod tests {
         assert_eq!(detail["cancel_call"], "made");
         assert!(detail.get("received_text").is_none() && detail.get("violations").is_none(), "{detail}");
         assert_eq!(error.to_string(), "provider-error: ");
+        let canceled = ProviderError::canceled_at_provider(None).stored_detail();
+        assert_eq!((&canceled["sent"], canceled.get("usage")), (&json!(true), Some(&Value::Null)), "{canceled}");
     }
 }

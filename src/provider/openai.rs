@@ -197,7 +197,7 @@ pub fn parse_completion(body: &[u8]) -> Result<Completion, ProviderError> {
     }
     match message.get("content").and_then(Value::as_str) {
         // An answer that breaks the contract was still charged: its usage
-        // travels in the error's detail.
+        // travels with the error.
         Some(content) => match parse_content(content) {
             Ok(completion) => Ok(Completion { usage: parse_usage(&body), ..completion }),
             Err(error) => Err(with_usage(error, parse_usage(&body))),

@@ -1,5 +1,6 @@
-//! Running one claimed attempt, and recording any outcome (the worker's or
-//! the reconciler's) through the store's guarded transitions.
+//! Running one claimed attempt: rendered, sent within its deadline and its
+//! lease, and aborted when its job ends; what became of it is recorded by
+//! [`super::record`], through the store's guarded transitions.
 //!
 //! The worker's claim is fenced at both ends. Its lease covers the whole
 //! call: the provider's deadline ends no later than the lease, less its
@@ -67,7 +68,7 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
         }
         if let Err(error) = &outcome
             && let Some((wait, detail)) = refused_before_any_work(error)
-            && requeue(worker, &claimed, wait, detail).await
+            && requeue(worker, &claimed, wait, detail, error.kind != FailureKind::TokensSpent).await
         {
             return;
         }
@@ -117,11 +118,10 @@ fn refused_before_any_work(error: &ProviderError) -> Option<(Duration, Value)> {
 /// Puts the claimed attempt back to `pending` for `wait` and pauses its
 /// provider as long, for every worker: whether it was put back (otherwise
 /// the refusal is recorded as the failure it is; the provider is paused
-/// all the same). A provider's own refusals count against
+/// all the same). A `counted` refusal (the provider's own) counts against
 /// `worker.max_requeues`; this worker's tokens per minute do not, since the
 /// provider never saw the request.
-async fn requeue(worker: &Worker, claimed: &ClaimedAttempt, wait: Duration, detail: Value) -> bool {
-    let counted = detail["reason"] != FailureKind::TokensSpent.as_str();
+async fn requeue(worker: &Worker, claimed: &ClaimedAttempt, wait: Duration, detail: Value, counted: bool) -> bool {
     let max = counted.then_some(worker.settings.max_requeues);
     let requeued = if max == Some(0) {
         Ok(Transition::Stale(crate::domain::AttemptState::Running))
@@ -252,7 +252,12 @@ async fn cancel_at_provider(
         Ok(None) => ("", sent(CancelCall::None)),
         Ok(Some(Ok(answer))) => (
             " and canceled at the provider",
-            FailureFacts { provider_status: Some(answer.status), usage: answer.usage, ..sent(CancelCall::Made) },
+            FailureFacts {
+                provider_status: Some(answer.status),
+                usage: answer.usage,
+                usage_said: true,
+                ..sent(CancelCall::Made)
+            },
         ),
         Ok(Some(Err(error))) => {
             ("", FailureFacts { cancel_error: Some(error.to_string()), ..sent(CancelCall::Failed) })
@@ -262,7 +267,8 @@ async fn cancel_at_provider(
             ("", FailureFacts { cancel_error: Some(why), ..sent(CancelCall::Failed) })
         }
     };
-    tracing::info!(cancel_call = ?facts.cancel_call, "the attempt's call was aborted: its job finished");
+    let cancel_call = facts.cancel_call.map_or("", CancelCall::as_str);
+    tracing::info!(cancel_call, "the attempt's call was aborted: its job finished");
     canceled(&format!("{message}{said}"), facts)
 }
 

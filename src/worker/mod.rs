@@ -27,7 +27,7 @@ use crate::provider::Providers;
 use crate::signals::Signals;
 use crate::store::{Leases, Store};
 
-pub use purger::{Ending as PurgeEnding, purge_due, rules as purge_rules};
+pub use purger::{Ending as PurgeEnding, Pace as PurgePace, purge_due, rules as purge_rules};
 pub use record::record_outcome;
 
 /// Everything a worker process shares between its loops and attempts.

@@ -21,7 +21,7 @@ pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>
     let settings = worker.retention.clone();
     while !*shutdown.borrow() {
         let (by_rule, ending) =
-            purge_due(worker.store.as_ref(), &worker.catalog, &settings, || *shutdown.borrow()).await;
+            purge_due(worker.store.as_ref(), &worker.catalog, &settings, Pace::Background, || *shutdown.borrow()).await;
         match ending {
             Ending::Busy => tracing::debug!("another process is purging; this one waits for its next turn"),
             Ending::Failed(error) => {
@@ -75,14 +75,26 @@ pub enum Ending {
     Failed(StoreError),
 }
 
-/// Purges what is due under each of [`rules`], batch by batch (a pause
-/// between two), until none is left, another process purges, `stop` says
-/// so, or a batch fails: how many jobs went under each rule, and why it
-/// ended. The worker's purger and `onejob purge` both run it.
+/// How a purge goes through the batches of a rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pace {
+    /// The worker's: a pause between two batches, and the rule is done at
+    /// the first batch under the batch size (what is left waits for the
+    /// next turn).
+    Background,
+    /// `onejob purge`'s: batch after batch until one purges nothing.
+    UntilEmpty,
+}
+
+/// Purges what is due under each of [`rules`], batch by batch at `pace`,
+/// until none is left, another process purges, `stop` says so, or a batch
+/// fails: how many jobs went under each rule reached, and why it ended.
+/// The worker's purger and `onejob purge` both run it.
 pub async fn purge_due(
     store: &dyn Store,
     catalog: &Catalog,
     settings: &RetentionSettings,
+    pace: Pace,
     stop: impl Fn() -> bool,
 ) -> (Vec<(PurgeRule, u64)>, Ending) {
     let mut by_rule = Vec::new();
@@ -105,15 +117,21 @@ pub async fn purge_due(
                         task = rule.task.as_deref().unwrap_or("*"),
                         "purged a batch of finished jobs"
                     );
-                    if jobs < u64::from(settings.batch_size) {
-                        break None;
+                    if pace == Pace::Background {
+                        if jobs < u64::from(settings.batch_size) {
+                            break None;
+                        }
+                        tokio::time::sleep(settings.batch_pause.0).await;
                     }
-                    tokio::time::sleep(settings.batch_pause.0).await;
                 }
                 Err(error) => break Some(Ending::Failed(error)),
             }
         };
-        by_rule.push((rule, purged));
+        // A rule that another process or an error stopped before it
+        // purged anything is not reported as done.
+        if ending.is_none() || purged > 0 {
+            by_rule.push((rule, purged));
+        }
         if let Some(ending) = ending {
             return (by_rule, ending);
         }

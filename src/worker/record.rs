@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::Worker;
 use crate::domain::{AttemptError, Usage, unapplied_output};
 use crate::metrics::{self, Settled};
-use crate::provider::{Completion, FailureClass, ProviderError};
+use crate::provider::{Completion, FailureClass, FailureKind, ProviderError};
 use crate::store::{self, AttemptRef, AttemptUsage, Settlement, Transition};
 
 /// A worker's hold on the attempt it records: its settlements are fenced by
@@ -97,7 +97,8 @@ pub(super) async fn record_metered_outcome(
     if let Err(error) = &mut outcome
         && let Some(text) = error.facts.received_text.take()
     {
-        rejected = Some(unapplied_output("contract-violation", &Value::String(text), chrono::Utc::now()));
+        rejected =
+            Some(unapplied_output(FailureKind::ContractViolation.as_str(), &Value::String(text), chrono::Utc::now()));
     }
     let outcome = outcome.and_then(|completion| {
         let checked = match worker.catalog.task(task) {
@@ -109,7 +110,11 @@ pub(super) async fn record_metered_outcome(
         match checked {
             Ok(()) => Ok(completion),
             Err(error) => {
-                rejected = Some(unapplied_output("contract-violation", &completion.output, chrono::Utc::now()));
+                rejected = Some(unapplied_output(
+                    FailureKind::ContractViolation.as_str(),
+                    &completion.output,
+                    chrono::Utc::now(),
+                ));
                 Err(error)
             }
         }

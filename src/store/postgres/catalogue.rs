@@ -16,10 +16,11 @@ macro_rules! catalogue {
 
 /// A hot-path request whose statement `bench/ceiling.sh` runs under pgbench
 /// (`onejob bench-sql`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HotStatement {
     /// `POST /jobs` with a new key. Binds: owner, job id, key, fingerprint,
-    /// task, input, provider, first attempt id.
+    /// task, input, provider, first attempt id, budget, traceparent,
+    /// tracestate.
     Create,
     /// `GET /jobs/{id}`. Binds: owner, job id.
     Poll,

@@ -1,6 +1,6 @@
 //! The SQLite side of the driver interface: one write transaction holding
 //! this process's turn to write, whose statements are the ones
-//! [`super::super::super::driver::DriverTx`] names.
+//! [`crate::store::driver::DriverTx`] names.
 
 use std::time::Duration;
 
