@@ -88,6 +88,12 @@ measure() {
     # Stopped before the statistics are read: a backend reports its WAL
     # statistics when idle for a while or when it ends.
     stop_replicas
+    # Their backends end with their connections: counted once the
+    # postmaster has reaped them.
+    for _ in $(seq 100); do
+        [ "$(sql "select count(*) from pg_stat_activity where backend_type = 'client backend' and pid <> pg_backend_pid()")" = 0 ] && break
+        sleep 0.05
+    done
     pg=$(( $(postgres_ticks) - pg0 ))
     local jobs statements nested wal
     jobs=$(sql "select count(*) from jobs")
@@ -129,7 +135,7 @@ for i in range(1, pairs + 1):
     for side in "ab":
         name = f"e2e-{side}{i}"
         (_, _, _, jobs, ok, errors, p99, pg, servers, _, _, wal, duration, hot, updates) = open(f"{work}/{name}.row").read().split()
-        jobs = int(jobs)
+        jobs = max(int(jobs), 1)
         rate = int(ok) / float(duration)
         sums[side].append(rate)
         print(f"{name:<8} {rate:>8.0f} {errors:>6} {float(p99):>7.0f} {int(pg) * 1000 / ticks / jobs:>9.3f} "
@@ -151,9 +157,12 @@ rows = [open(f"{work}/{name}.row").read().split() for name in ("create", "e2e-1"
 print(f"{'run':<8} {'replicas':>8} {'jobs/s':>8} {'errors':>6} {'p99 ms':>7} {'PG ms/job':>9} "
       f"{'onejob ms/job':>13} {'stmts/job':>9} {'nested/job':>10} {'WAL B/job':>9} {'jobs/s per PG core':>18}")
 for name, scenario, n, jobs, ok, errors, p99, pg, servers, statements, nested, wal, duration, _hot, _updates in rows:
-    jobs, pg, servers = int(jobs), int(pg), int(servers)
+    jobs, pg, servers = max(int(jobs), 1), int(pg), int(servers)
     pg_ms = pg * 1000 / ticks / jobs
+    # A seconds-long run may read no tick of Postgres's at all (a backend
+    # that ended and is not reaped yet counts nowhere): no rate then.
+    per_core = f"{1000 / pg_ms:>18.0f}" if pg_ms > 0 else f"{'-':>18}"
     print(f"{name:<8} {n:>8} {int(ok) / float(duration):>8.0f} {errors:>6} {float(p99):>7.0f} {pg_ms:>9.3f} "
           f"{servers * 1000 / ticks / jobs:>13.3f} {int(statements) / jobs:>9.2f} {int(nested) / jobs:>10.2f} {int(wal) / jobs:>9.0f} "
-          f"{1000 / pg_ms:>18.0f}")
+          f"{per_core}")
 PY
