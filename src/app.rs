@@ -10,18 +10,18 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::catalog::Catalog;
 use crate::config::{ProviderKind, Settings};
 use crate::http;
 use crate::jobs::Jobs;
 use crate::keys::Authenticator;
+use crate::process::signals::Signals;
+use crate::provider::sim::{self, RunningSimulator};
 use crate::provider::{self, Providers};
-use crate::signals::Signals;
-use crate::sim::{self, RunningSimulator};
 use crate::state::AppState;
 use crate::store::postgres::{PostgresOptions, PostgresStore};
 use crate::store::sqlite::{SqliteOptions, SqliteStore};
 use crate::store::{Store, StoreError};
+use crate::task::catalog::Catalog;
 use crate::worker::Worker;
 
 /// Why the application cannot start.
@@ -201,14 +201,14 @@ impl Application {
                 settings.retention.clone(),
             );
             let qualifying =
-                tokio::spawn(crate::qualify::qualify_on_start(store.clone(), providers.clone(), catalog.clone()));
+                tokio::spawn(crate::task::qualify::qualify_on_start(store.clone(), providers.clone(), catalog.clone()));
             (Some(Arc::new(worker)), Some(qualifying))
         };
         let listener = if role == Role::Worker {
             None
         } else {
             let addr = settings.server.listen;
-            Some(http::serve::bind(addr).map_err(|source| StartError::Bind { addr, source })?)
+            Some(crate::process::listener::bind(addr).map_err(|source| StartError::Bind { addr, source })?)
         };
         let auth =
             Arc::new(Authenticator::new(store.clone(), Duration::from_millis(settings.server.auth_cache_ttl_ms)));
@@ -240,13 +240,13 @@ impl Application {
             intervals,
             limits,
         ));
-        let metrics = crate::metrics::install();
-        crate::metrics::start_at_zero(&settings);
+        let metrics = crate::process::metrics::install();
+        crate::process::metrics::start_at_zero(&settings);
         let state = AppState {
             keys: Arc::new(crate::keys::Keys::new(store.clone())),
             sessions: Arc::new(crate::keys::sessions::Sessions::new(store.clone())),
             endpoints: Arc::new(crate::webhooks::Endpoints::new(store.clone())),
-            qualifications: Arc::new(crate::qualify::Qualifications::new(
+            qualifications: Arc::new(crate::task::qualify::Qualifications::new(
                 store.clone(),
                 providers.clone(),
                 catalog.clone(),

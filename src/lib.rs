@@ -9,21 +9,16 @@
 #![warn(missing_docs)]
 
 pub mod app;
-pub mod catalog;
 pub mod config;
 pub mod domain;
-pub mod failpoints;
 pub mod http;
 pub mod jobs;
 pub mod keys;
-pub mod metrics;
+pub mod process;
 pub mod provider;
-pub mod qualify;
-pub mod signals;
-pub mod sim;
 pub mod state;
 pub mod store;
-pub mod telemetry;
+pub mod task;
 pub mod ui;
 pub mod webhooks;
 pub mod worker;

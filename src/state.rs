@@ -4,15 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::catalog::Catalog;
 use crate::config::ServerSettings;
 use crate::domain::OwnerId;
 use crate::jobs::Jobs;
 use crate::keys::sessions::Sessions;
 use crate::keys::{Authenticator, Keys};
+use crate::process::signals::Signals;
 use crate::provider::Providers;
-use crate::qualify::Qualifications;
-use crate::signals::Signals;
+use crate::task::catalog::Catalog;
+use crate::task::qualify::Qualifications;
 use crate::webhooks::Endpoints;
 
 /// The shared state of the API and the dashboard.

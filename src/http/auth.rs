@@ -41,7 +41,7 @@ pub(crate) fn check_rate(state: &AppState, identity: &Identity) -> Result<(), Ap
         && let Err(not_until) = limiter.check_key(&identity.owner)
     {
         let wait = not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
-        crate::metrics::rate_limited();
+        crate::process::metrics::rate_limited();
         return Err(Problem::new(ProblemType::RateLimited)
             .detail("this API key's owner is over its request rate on this server; retry after the time given")
             .retry_after(wait.as_secs_f64().ceil().max(1.0) as u64)

@@ -13,10 +13,10 @@ use utoipa::ToSchema;
 
 use super::error::Problem;
 use super::extract::{JsonBody, compiled, parse_body};
-use crate::catalog::Violation;
 use crate::domain::Money;
 use crate::jobs::JobRequest;
 use crate::store::Resolution;
+use crate::task::catalog::Violation;
 
 /// `POST /jobs` body.
 #[derive(Debug, Deserialize, ToSchema)]

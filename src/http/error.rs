@@ -7,11 +7,11 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use crate::catalog::Violation;
 use crate::domain::AdmissionRefusal;
 use crate::jobs::JobError;
 use crate::keys::AuthError;
 use crate::store::StoreError;
+use crate::task::catalog::Violation;
 
 macro_rules! problem_types {
     ($($(#[$doc:meta])* $variant:ident = $text:literal, $status:ident, $title:literal;)+) => {

@@ -19,9 +19,9 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Problem, ProblemType};
-use crate::catalog::Violation;
 use crate::domain::{IdempotencyKey, JobId};
 use crate::state::AppState;
+use crate::task::catalog::Violation;
 
 /// How much of an over-long body is read and thrown away before answering
 /// 413, so that the client reads the answer instead of a reset connection.

@@ -99,14 +99,14 @@ pub fn serve_routes(routes: Router<AppState>, state: AppState) -> Router {
                         owner = tracing::field::Empty,
                         job.id = tracing::field::Empty,
                         trace_id = trace.as_ref().map(|t| t.trace_id()),
-                        otel.name = %crate::telemetry::SpanName(request.method().as_str(), route.unwrap_or("")),
+                        otel.name = %crate::process::telemetry::SpanName(request.method().as_str(), route.unwrap_or("")),
                         otel.kind = "server",
                         http.request.method = %request.method(),
                         url.path = %request.uri().path(),
                         http.route = route,
                         http.response.status_code = tracing::field::Empty,
                     );
-                    crate::telemetry::adopt(&span, trace.as_ref());
+                    crate::process::telemetry::adopt(&span, trace.as_ref());
                     span
                 })
                 .on_response(|response: &Response, latency: std::time::Duration, span: &tracing::Span| {
@@ -233,6 +233,6 @@ async fn record_request(request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let started = std::time::Instant::now();
     let response = next.run(request).await;
-    crate::metrics::http_request(&route, method.as_str(), response.status().as_u16(), started.elapsed());
+    crate::process::metrics::http_request(&route, method.as_str(), response.status().as_u16(), started.elapsed());
     response
 }

@@ -16,8 +16,8 @@ use super::bodies::QualifyBody;
 use super::error::{ApiError, Problem};
 use super::extract::StrictJson;
 use super::respond::json_response;
-use crate::qualify::QualifyError;
 use crate::store::QualificationState;
+use crate::task::qualify::QualifyError;
 
 /// The provider a path's `{name}` names: 404 when none is configured.
 pub(crate) struct ProviderPath(String);

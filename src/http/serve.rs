@@ -14,23 +14,6 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-/// Connections the kernel may hold for a listener before they are accepted
-/// (capped by `net.core.somaxconn`). With the usual 128, a burst of a
-/// thousand clients at once (a storm on one key) overflows the queue: the
-/// kernel drops the handshakes' last packets and those clients wait a
-/// 200 ms retransmission before they are served.
-const LISTEN_BACKLOG: u32 = 4096;
-
-/// A listener on `addr` with a queue of [`LISTEN_BACKLOG`] connections.
-pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-    // As `TcpListener::bind` does: a restarted server can bind at once.
-    #[cfg(unix)]
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
-}
-
 /// Serves `router` on `listener` until `shutdown` completes. A request head
 /// not fully read within `head_timeout` closes its connection.
 pub async fn serve(
@@ -85,7 +68,7 @@ mod tests {
     /// `net.core.somaxconn`, must allow 1,000 (Linux's default is 4096).
     #[tokio::test]
     async fn a_thousand_clients_connecting_at_once_are_all_queued_without_a_retry() {
-        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = crate::process::listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
         let mut connecting = tokio::task::JoinSet::new();
         for _ in 0..1000 {

@@ -2,9 +2,9 @@
 //! told about (the HTTP layer gives each its problem type), except
 //! [`JobError::Store`], the database's.
 
-use crate::catalog::Violation;
 use crate::domain::{AdmissionRefusal, AttemptState, JobId, JobState};
 use crate::store::StoreError;
+use crate::task::catalog::Violation;
 
 /// Why a use case did not do what it was asked.
 #[derive(Debug, thiserror::Error)]

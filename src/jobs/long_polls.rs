@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::domain::OwnerId;
-use crate::metrics;
+use crate::process::metrics;
 
 /// How many long-polls each owner holds open now.
 type Open = Arc<Mutex<HashMap<OwnerId, usize>>>;

@@ -32,18 +32,18 @@ pub use error::JobError;
 pub use long_polls::{LongPoll, LongPolls};
 use replay::{Flight, Flights, SharedReads, TakenKeys, Trip};
 
-use crate::catalog::Catalog;
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptId, AttemptOrigin, Fingerprint, IdempotencyKey, Job, JobId, JobIntent, KeyRole,
     Money, OwnerId,
 };
 use crate::keys::Identity;
-use crate::metrics;
-use crate::signals::Signals;
+use crate::process::metrics;
+use crate::process::signals::Signals;
 use crate::store::retention::Erasure;
 use crate::store::{
     Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Resolved, Store, TaskRules, Transition,
 };
+use crate::task::catalog::Catalog;
 
 /// What a client asks a job to do: parsed, not yet checked against the
 /// catalog.

@@ -1,6 +1,6 @@
 //! Providers: where attempts are sent. One HTTP client speaks OpenAI's
 //! chat completions and its Responses API (in background mode) to real
-//! endpoints and to the built-in simulator alike. Every failure says what
+//! endpoints and to the built-in simulator ([`sim`]) alike. Every failure says what
 //! it means for the attempt: definitive (nothing was done; retryable or
 //! not) or ambiguous (the provider may still be working: the attempt
 //! becomes `unknown`). That distinction is the product (I4).
@@ -11,10 +11,10 @@
 //! else) and then asks the provider about until the response is done.
 
 pub mod answer;
-pub mod contract;
 mod failure;
 pub mod openai;
 pub mod responses;
+pub mod sim;
 pub mod tokens;
 
 use std::collections::HashMap;

@@ -26,11 +26,11 @@ use tracing::Instrument;
 use super::Worker;
 use super::record::{Claim, record_metered_outcome};
 use crate::domain::Usage;
-use crate::metrics::{self};
+use crate::process::metrics::{self};
+use crate::process::signals::CallWatch;
 use crate::provider::{
     CancelCall, Completion, FailureClass, FailureFacts, FailureKind, ProviderError, RequestRef, millis,
 };
-use crate::signals::CallWatch;
 use crate::store::{self, AttemptRef, ClaimedAttempt, Transition};
 
 /// The longest a provider's `Retry-After` pauses it and puts an attempt off.
@@ -53,7 +53,7 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
         attempt.state = tracing::field::Empty,
         trace_id = claimed.trace.as_ref().map(|t| t.trace_id()),
     );
-    crate::telemetry::adopt(&span, claimed.trace.as_ref());
+    crate::process::telemetry::adopt(&span, claimed.trace.as_ref());
     async {
         let cancels = worker.catalog.task(&claimed.task).is_some_and(|task| task.settings.cancel_losers);
         let mut watch = cancels.then(|| worker.signals.watch_call(claimed.attempt.job_id, claimed.id));
@@ -73,7 +73,7 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
             return;
         }
         let estimate = progress.estimate;
-        if let Some(park) = crate::failpoints::parked_at("worker-before-record") {
+        if let Some(park) = crate::process::failpoints::parked_at("worker-before-record") {
             tokio::time::sleep(park).await;
         }
         let claim = Claim { worker: &worker.id, lease_end };
@@ -304,7 +304,7 @@ async fn call_counted(
         attempt.number = i64::from(claimed.attempt.number),
         provider = %claimed.provider,
         trace_id = claimed.trace.as_ref().map(|t| t.trace_id()),
-        otel.name = %crate::telemetry::SpanName("chat", &settings.model),
+        otel.name = %crate::process::telemetry::SpanName("chat", &settings.model),
         otel.kind = "client",
         gen_ai.system = "openai",
         gen_ai.operation.name = "chat",
@@ -313,7 +313,7 @@ async fn call_counted(
         gen_ai.usage.output_tokens = tracing::field::Empty,
         error.type = tracing::field::Empty,
     );
-    prepared.request.trace = crate::telemetry::outgoing(&call_span, claimed.trace.as_ref());
+    prepared.request.trace = crate::process::telemetry::outgoing(&call_span, claimed.trace.as_ref());
     progress.estimate = Some(Usage {
         prompt_tokens: i64::try_from(prepared.prompt_tokens).unwrap_or(i64::MAX),
         completion_tokens: i64::from(settings.max_output_tokens),
@@ -348,7 +348,7 @@ async fn call_counted(
             return Err(error.with_facts(facts));
         }
     }
-    if let Some(park) = crate::failpoints::parked_at("worker-before-send") {
+    if let Some(park) = crate::process::failpoints::parked_at("worker-before-send") {
         tokio::time::sleep(park).await;
     }
     // One deadline for connect, headers and body, inside the lease: checked
@@ -400,6 +400,6 @@ async fn call_counted(
         Err(error) if error.class == FailureClass::Ambiguous => "ambiguous",
         Err(_) => "failed",
     };
-    crate::metrics::provider_call(&claimed.provider, outcome, started.elapsed());
+    crate::process::metrics::provider_call(&claimed.provider, outcome, started.elapsed());
     result
 }

@@ -109,7 +109,7 @@ async fn settle(store: &dyn Store, batch: Vec<Queued>) {
         .collect();
     let answers = store.finish_attempts(&finishes).await;
     drop(finishes);
-    crate::metrics::settle_batch(batch.len());
+    crate::process::metrics::settle_batch(batch.len());
     for (queued, answer) in batch.into_iter().zip(answers) {
         let _ = queued.answer.send(answer);
     }

@@ -21,11 +21,11 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
-use crate::catalog::Catalog;
 use crate::config::{RetentionSettings, WebhookSettings, WorkerSettings};
+use crate::process::signals::Signals;
 use crate::provider::Providers;
-use crate::signals::Signals;
 use crate::store::{Leases, Store};
+use crate::task::catalog::Catalog;
 
 pub use purger::{Ending as PurgeEnding, Pace as PurgePace, purge_due, rules as purge_rules};
 pub use record::record_outcome;
@@ -187,12 +187,12 @@ impl Worker {
 /// for it, and the attempts it left pending, by the limit that held them.
 fn count_claim(claimed: &crate::store::claims::Claimed) {
     if !claimed.attempts.is_empty() {
-        crate::metrics::claim_batch(claimed.attempts.len());
+        crate::process::metrics::claim_batch(claimed.attempts.len());
     }
     for attempt in &claimed.attempts {
-        crate::metrics::attempt_waited(&attempt.provider, attempt.waited);
+        crate::process::metrics::attempt_waited(&attempt.provider, attempt.waited);
     }
     for (&why, &count) in &claimed.deferred {
-        crate::metrics::claims_deferred(why, count);
+        crate::process::metrics::claims_deferred(why, count);
     }
 }

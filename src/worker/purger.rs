@@ -12,10 +12,10 @@ use chrono::Utc;
 use tokio::sync::watch;
 
 use super::Worker;
-use crate::catalog::Catalog;
 use crate::config::RetentionSettings;
 use crate::store::retention::{PurgeBatch, PurgeRule};
 use crate::store::{Store, StoreError};
+use crate::task::catalog::Catalog;
 
 pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>) {
     let settings = worker.retention.clone();
@@ -110,7 +110,7 @@ pub async fn purge_due(
                 Ok(PurgeBatch::Purged(0)) => break None,
                 Ok(PurgeBatch::Purged(jobs)) => {
                     purged += jobs;
-                    crate::metrics::purged(jobs);
+                    crate::process::metrics::purged(jobs);
                     tracing::debug!(
                         jobs,
                         took_ms = started.elapsed().as_millis() as u64,
@@ -150,7 +150,7 @@ async fn report_old_unknowns(worker: &Worker, settings: &RetentionSettings) {
     let before = Utc::now() - shortest.as_chrono();
     match worker.store.count_unknown_since(before).await {
         Ok(count) => {
-            crate::metrics::unknown_past_retention(count);
+            crate::process::metrics::unknown_past_retention(count);
             if count > 0 {
                 tracing::warn!(count, retention = %shortest, "jobs unknown for longer than their retention: kept until settled");
             }

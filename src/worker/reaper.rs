@@ -25,7 +25,7 @@ pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>
                         "lease expired: attempt outcome unknown"
                     );
                     worker.signals.job_changed(attempt.job_id);
-                    crate::metrics::lease_expired();
+                    crate::process::metrics::lease_expired();
                 }
             }
             Err(error) => tracing::warn!(%error, "reaping expired leases failed"),
@@ -34,8 +34,8 @@ pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>
         // The gauges are sampled here too: one look a tick, for every process.
         match worker.store.sample_gauges().await {
             Ok(g) => {
-                crate::metrics::sampled(g.pending_due, g.unknown_open, g.oldest_unknown);
-                crate::metrics::pending(&g.pending_by_owner, &g.pending_by_provider);
+                crate::process::metrics::sampled(g.pending_due, g.unknown_open, g.oldest_unknown);
+                crate::process::metrics::pending(&g.pending_by_owner, &g.pending_by_provider);
             }
             Err(error) => tracing::warn!(%error, "sampling the gauges failed"),
         }

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tracing::Instrument as _;
 
 use super::{Worker, record_outcome};
-use crate::metrics::Lookup;
+use crate::process::metrics::Lookup;
 use crate::provider::{FailureClass, FailureKind, ProviderError, RequestRef, RequestStatus};
 use crate::store::UnknownAttempt;
 
@@ -77,7 +77,7 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
         Ok(RequestStatus::NotFound) => Lookup::NotFound,
         Err(_) => Lookup::Error,
     };
-    crate::metrics::reconciliation(&unknown.provider, result);
+    crate::process::metrics::reconciliation(&unknown.provider, result);
     let (task, provider_name, lookups) = (&unknown.task, &unknown.provider, unknown.reconcile_count);
     let trace = unknown.trace.as_ref();
     let trace_id = trace.map(|t| t.trace_id());
@@ -87,7 +87,7 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
             owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
             attempt.state = tracing::field::Empty, trace_id, lookups,
         );
-        crate::telemetry::adopt(&span, trace);
+        crate::process::telemetry::adopt(&span, trace);
         async {
             tracing::info!("reconciling an unknown attempt");
             record_outcome(worker, attempt, task, provider_name, outcome).await;

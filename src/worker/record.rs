@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::Worker;
 use crate::domain::{AttemptError, Usage, unapplied_output};
-use crate::metrics::{self, Settled};
+use crate::process::metrics::{self, Settled};
 use crate::provider::{Completion, FailureClass, FailureKind, ProviderError};
 use crate::store::{self, AttemptRef, AttemptUsage, Settlement, Transition};
 

@@ -130,7 +130,7 @@ pub struct TestApp {
     /// Plain SQL on the test's database.
     pub db: sqlx::AnyPool,
     /// The simulator serving the `sim` providers (live apps only).
-    pub simulator: Option<onejob::sim::RunningSimulator>,
+    pub simulator: Option<onejob::provider::sim::RunningSimulator>,
     pub client: Client,
     pub store: Arc<dyn Store>,
     pub database_url: String,
@@ -139,7 +139,7 @@ pub struct TestApp {
     /// An admin key, of owner `ops`.
     pub admin: String,
     /// The application's tasks and providers, for contract hashes.
-    pub catalog: onejob::catalog::Catalog,
+    pub catalog: onejob::task::catalog::Catalog,
 }
 
 impl TestApp {
@@ -203,11 +203,11 @@ impl TestApp {
         let simulator = if role == Role::Api {
             None
         } else {
-            let running = onejob::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+            let running = onejob::provider::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
             settings.simulator.url = Some(running.url());
             Some(running)
         };
-        let catalog = onejob::catalog::Catalog::new(&settings).expect("the test's tasks compile");
+        let catalog = onejob::task::catalog::Catalog::new(&settings).expect("the test's tasks compile");
         let mut application = Application::build_as(settings, role).await.expect("the application builds");
         // Live apps are used once the providers marked qualify_on_start are
         // qualified, unless the test wants them still qualifying.

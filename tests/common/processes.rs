@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use onejob::config::{DEFAULT_CONFIG, Settings};
 use onejob::domain::OwnerId;
-use onejob::sim::RunningSimulator;
+use onejob::provider::sim::RunningSimulator;
 use serde_json::Value;
 
 use super::Backend;
@@ -52,7 +52,7 @@ pub async fn simulator_and_config_with(
     let settings = Settings::parse(&toml::to_string(&table).unwrap()).unwrap();
     settings.validate().unwrap();
     // The simulator behaves as the providers' settings say: the same file.
-    let simulator = onejob::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let simulator = onejob::provider::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     set(&mut table, &["simulator", "url"], simulator.url().into());
     let path = std::env::temp_dir().join(format!("onejob-test-{}.toml", uuid::Uuid::now_v7().simple()));
     std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();

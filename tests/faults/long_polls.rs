@@ -28,7 +28,7 @@ struct Server {
     bob: String,
     client: Client,
     _child: tokio::process::Child,
-    _simulator: onejob::sim::RunningSimulator,
+    _simulator: onejob::provider::sim::RunningSimulator,
     config: std::path::PathBuf,
 }
 

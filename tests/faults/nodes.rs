@@ -26,7 +26,7 @@ struct Cluster {
     pool: PgPool,
     token: String,
     client: reqwest::Client,
-    simulator: onejob::sim::RunningSimulator,
+    simulator: onejob::provider::sim::RunningSimulator,
     config: std::path::PathBuf,
 }
 

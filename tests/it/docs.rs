@@ -2,7 +2,7 @@
 //! reference (`docs/configuration.md`) against the settings types,
 //! `config/default.toml` and the environment variables the code reads; the
 //! metric names and the container commands (`docs/operations.md`) against
-//! `onejob::metrics::ALL` and the Dockerfile; the tests the invariant table
+//! `onejob::process::metrics::ALL` and the Dockerfile; the tests the invariant table
 //! (`docs/design.md`) and the other "proven by" tables name against the
 //! test functions that exist; the README's size; and every relative link of
 //! the README and of `docs/` against the files and headings it points at.
@@ -129,7 +129,7 @@ fn the_configuration_reference_matches_the_settings() {
     Settings::builtin();
 
     // Every environment variable the code reads is documented.
-    for file in ["src/config.rs", "src/main.rs"] {
+    for file in ["src/config.rs", "src/bin/onejob/args.rs"] {
         let code = read(file);
         for name in code.split('"').filter(|s| s.starts_with("ONEJOB_") || *s == "DATABASE_URL" || *s == "RUST_LOG") {
             assert!(reference.contains(&format!("`{name}`")), "docs/configuration.md does not document {name}");
@@ -141,7 +141,7 @@ fn the_configuration_reference_matches_the_settings() {
 fn every_metric_is_in_the_operations_guide() {
     let operations = read("docs/operations.md");
     let metrics = section(&operations, "docs/operations.md", "## Metrics");
-    for name in onejob::metrics::ALL {
+    for name in onejob::process::metrics::ALL {
         assert!(metrics.contains(&format!("`{name}")), "the metrics table of docs/operations.md does not name {name}");
     }
 }

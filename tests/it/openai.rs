@@ -520,7 +520,7 @@ async fn the_official_openai_sdk_reads_the_simulators_responses_and_chat_complet
         sim("api = \"responses\"\nerror_rate = 1.0\nerror_status = 429\nretry_after_secs = 1"),
     );
     settings.providers.insert("sdk-chat".into(), sim("latency_ms = 5\noutput = \"extra_top_level_key\""));
-    let simulator = onejob::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let simulator = onejob::provider::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let python = root.join("target/schemathesis-venv/bin/python");
     let output = tokio::process::Command::new(&python)

@@ -61,8 +61,10 @@ async fn metrics_cover_every_documented_series(backend: Backend) {
         std::time::Duration::from_secs(10),
         || async {
             let text = metrics_text(&app).await;
-            let dave =
-                format!(r#"onejob_pending_attempts_by_owner{{owner="{}"}} 1"#, onejob::metrics::owner_label("dave"));
+            let dave = format!(
+                r#"onejob_pending_attempts_by_owner{{owner="{}"}} 1"#,
+                onejob::process::metrics::owner_label("dave")
+            );
             assert!(!text.contains("\"dave\""), "the page names no owner");
             text.contains(&dave)
         },
@@ -70,7 +72,7 @@ async fn metrics_cover_every_documented_series(backend: Backend) {
     .await;
 
     let text = metrics_text(&app).await;
-    for name in onejob::metrics::ALL {
+    for name in onejob::process::metrics::ALL {
         assert!(text.contains(name), "{name} is missing from /metrics:\n{text}");
     }
     assert!(text.contains(r#"onejob_http_requests_total{route="/jobs",method="POST",status="201"}"#), "{text}");
@@ -254,7 +256,7 @@ async fn a_full_run_logs_no_secret() {
     // simulator speaks it), debug logs as JSON, and a client token.
     const PROVIDER_KEY: &str = "sk-live-do-not-log-8f1c2d";
     let settings = onejob::config::Settings::builtin();
-    let simulator = onejob::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let simulator = onejob::provider::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let mut table: toml::Table = onejob::config::DEFAULT_CONFIG.parse().unwrap();
     let mut gpt = toml::Table::new();
     gpt.insert("kind".into(), "openai".into());

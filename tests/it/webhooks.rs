@@ -272,7 +272,7 @@ async fn an_endpoint_must_be_https_on_a_public_address_and_is_its_owners_alone(b
 
 /// A configuration whose webhooks may reach loopback, tried again quickly,
 /// with a short timeout (so a claim's lease is a second).
-async fn process_config() -> (onejob::sim::RunningSimulator, PathBuf) {
+async fn process_config() -> (onejob::provider::sim::RunningSimulator, PathBuf) {
     simulator_and_config_with(200, |t| {
         set(t, &["webhooks", "allow_hosts"], toml::Value::Array(vec!["127.0.0.1".into()]));
         set(t, &["webhooks", "poll_interval_ms"], 50.into());

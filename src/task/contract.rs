@@ -7,8 +7,8 @@ use minijinja::{Environment, UndefinedBehavior};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{FailureClass, FailureFacts, FailureKind, ProviderError, ProviderRequest, tokens};
 use crate::config::{ExampleSettings, ProviderSettings, TaskSettings};
+use crate::provider::{FailureClass, FailureFacts, FailureKind, ProviderError, ProviderRequest, tokens};
 
 /// A request ready to send, with its prompt's size.
 pub struct Prepared {

@@ -6,7 +6,7 @@
 //! is stored with the contract hash it proves.
 //!
 //! A process knows which of its own qualifications are running
-//! ([`crate::catalog::Running`]): a failover to a provider whose qualification has not
+//! ([`crate::task::catalog::Running`]): a failover to a provider whose qualification has not
 //! finished yet waits for its verdict, for a bounded time, instead of
 //! skipping a provider that passes seconds later.
 
@@ -17,9 +17,9 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::catalog::Catalog;
 use crate::provider::{Provider, ProviderError, Providers};
 use crate::store::{self, QualificationRecord, QualificationState, Store};
+use crate::task::catalog::Catalog;
 
 /// One example's result.
 #[derive(Clone, Debug, Serialize)]
@@ -158,7 +158,7 @@ pub async fn qualify(
     let _running = catalog.qualifications().start(provider, task);
     let (passed, report) = run(chosen.clone(), catalog.clone(), task).await?;
     let record = store.insert_qualification(provider, task, &hash, passed, &report).await?;
-    crate::metrics::qualification(provider, task, passed);
+    crate::process::metrics::qualification(provider, task, passed);
     tracing::info!(provider, task, passed, summary = %report["summary"], "qualification stored");
     Ok(record)
 }

@@ -206,7 +206,7 @@ impl Drop for RunningSimulator {
 
 /// Starts the simulator for the settings' `sim` providers on `listen`.
 pub async fn spawn(settings: &Settings, listen: SocketAddr) -> std::io::Result<RunningSimulator> {
-    let listener = SimListener(crate::http::serve::bind(listen)?);
+    let listener = SimListener(crate::process::listener::bind(listen)?);
     let addr = listener.0.local_addr()?;
     let app = router(&settings.providers).into_make_service_with_connect_info::<Connection>();
     let task = tokio::spawn(async move {

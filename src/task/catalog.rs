@@ -12,8 +12,8 @@ use serde_json::Value;
 use crate::config::{ConfigError, ProviderSettings, Settings, TaskSettings};
 use crate::domain::policy::{NextAttempt, PastAttempt, RetryPolicy};
 use crate::domain::{AttemptLimits, Money, Usage};
-use crate::provider::contract::Contract;
 use crate::store::TaskRules;
+use crate::task::contract::Contract;
 
 /// One task, ready to validate input and to render and check its contract.
 pub struct Task {

@@ -1,0 +1,9 @@
+//! Tasks: what a job asks for and who may answer it. The [`catalog`] holds
+//! each configured task with its [`contract`] (the output's schema, the
+//! prompt, the examples a provider is proven on) and its rules (retry
+//! policy, limits, budget); [`qualify`] runs a provider against a task's
+//! contract and keeps the verdict, which failover requires (I6).
+
+pub mod catalog;
+pub mod contract;
+pub mod qualify;
