@@ -58,7 +58,7 @@ pub enum StartError {
 
 /// Opens the store the settings name: Postgres for `postgres://`, SQLite
 /// for `sqlite://` (the default, a file in the working directory).
-pub fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, StartError> {
+pub fn open_store(settings: &Settings) -> Result<Store, StartError> {
     let url = settings.database.url();
     let database = &settings.database;
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -67,14 +67,14 @@ pub fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, StartError> {
             acquire_timeout: Duration::from_millis(database.acquire_timeout_ms),
             statement_timeout: Duration::from_millis(database.statement_timeout_ms),
         };
-        Ok(Arc::new(PostgresStore::connect_lazy(url, &options)?))
+        Ok(Store::new(PostgresStore::connect_lazy(url, &options)?))
     } else if url.starts_with("sqlite:") {
         let options = SqliteOptions {
             max_connections: database.max_connections,
             busy_timeout: Duration::from_millis(database.sqlite_busy_timeout_ms),
             acquire_timeout: Duration::from_millis(database.acquire_timeout_ms),
         };
-        Ok(Arc::new(SqliteStore::connect_lazy(url, &options)?))
+        Ok(Store::new(SqliteStore::connect_lazy(url, &options)?))
     } else {
         let scheme = url.split(':').next().unwrap_or(url);
         Err(StartError::UnsupportedDatabase(scheme.to_owned()))
@@ -85,7 +85,7 @@ pub fn open_store(settings: &Settings) -> Result<Arc<dyn Store>, StartError> {
 /// it (`keys`, `providers`, `purge`): a SQLite file that does not exist is
 /// not created, and a database without every migration is refused, saying
 /// what to run.
-pub async fn open_migrated_store(settings: &Settings) -> Result<Arc<dyn Store>, StartError> {
+pub async fn open_migrated_store(settings: &Settings) -> Result<Store, StartError> {
     let url = settings.database.url();
     if url.starts_with("sqlite:") && !SqliteStore::file_exists(url)? {
         return Err(StartError::NotMigrated(format!("there is no database at {url}")));
@@ -138,7 +138,7 @@ impl Drop for AbortOnDrop {
 /// when the store can push them. Waits briefly for the follower's first
 /// word, so that a server caches keys from its first request on; without it
 /// (the database is down) keys are looked up every time until it comes.
-async fn follow_key_changes(store: &dyn Store, auth: &Arc<Authenticator>) -> Option<AbortOnDrop> {
+async fn follow_key_changes(store: &Store, auth: &Arc<Authenticator>) -> Option<AbortOnDrop> {
     let mut changes = store.follow_key_changes()?;
     if let Ok(Some(first)) = tokio::time::timeout(Duration::from_secs(2), changes.recv()).await {
         auth.apply(first);
@@ -174,14 +174,14 @@ impl Application {
     }
 
     /// Builds around an open store.
-    pub async fn build_with_store(settings: Settings, store: Arc<dyn Store>, role: Role) -> Result<Self, StartError> {
+    pub async fn build_with_store(settings: Settings, store: Store, role: Role) -> Result<Self, StartError> {
         let catalog = Arc::new(Catalog::new(&settings)?);
         Self::build_with_catalog(settings, store, catalog, role).await
     }
 
     async fn build_with_catalog(
         settings: Settings,
-        store: Arc<dyn Store>,
+        store: Store,
         catalog: Arc<Catalog>,
         role: Role,
     ) -> Result<Self, StartError> {
@@ -212,7 +212,7 @@ impl Application {
         };
         let auth =
             Arc::new(Authenticator::new(store.clone(), Duration::from_millis(settings.server.auth_cache_ttl_ms)));
-        let key_follower = if role == Role::Worker { None } else { follow_key_changes(store.as_ref(), &auth).await };
+        let key_follower = if role == Role::Worker { None } else { follow_key_changes(&store, &auth).await };
         let shutdown_grace = Duration::from_millis(settings.worker.shutdown_grace_ms);
         let limiter = (settings.server.rate_limit_per_second > 0).then(|| {
             let rate = std::num::NonZeroU32::new(settings.server.rate_limit_per_second).expect("checked above");

@@ -2,6 +2,7 @@
 //! idempotency primitives. Nothing here does I/O, so every rule is unit-tested
 //! beside its code and shared by every store and every caller.
 
+pub mod admission;
 pub mod event;
 pub mod idempotency;
 pub mod ids;
@@ -9,6 +10,7 @@ pub mod job;
 pub mod limits;
 pub mod money;
 pub mod policy;
+pub mod qualification;
 pub mod retention;
 pub mod role;
 pub mod rules;
@@ -16,6 +18,7 @@ pub mod state;
 pub mod trace;
 pub mod webhook;
 
+pub use admission::{AdmissionFacts, Refused, budget_of, check_admission};
 pub use event::EventKind;
 pub use idempotency::{Fingerprint, IdempotencyKey, JobIntent};
 pub use ids::{AttemptId, JobId, OwnerId};
@@ -24,7 +27,8 @@ pub use job::{
     attempts_being_canceled, unapplied_output,
 };
 pub use money::{Cost, Money, Price, Usage};
+pub use qualification::QualificationState;
 pub use role::KeyRole;
 pub use rules::TaskRules;
-pub use state::{AdmissionRefusal, AttemptLimits, AttemptState, AttemptTransition, JobState, check_admission};
+pub use state::{AdmissionRefusal, AttemptLimits, AttemptState, AttemptTransition, JobState};
 pub use trace::TraceContext;

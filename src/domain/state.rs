@@ -1,7 +1,7 @@
 //! The state machines of jobs and attempts, and the attempt admission rules.
 //! This file is the one place that says which transitions exist; the stores
 //! carry them out with guarded updates and call [`JobState::derive`] and
-//! [`check_admission`] under the job's row lock.
+//! [`super::admission::check_admission`] under the job's row lock.
 //!
 //! Attempt (the edges are [`AttemptTransition::edge`]):
 //! `pending → running → succeeded | failed | unknown | superseded`;
@@ -309,15 +309,9 @@ impl AdmissionRefusal {
     }
 }
 
-/// The admission rules, in the order docs/design.md lists them. `qualified` says
-/// whether the requested provider may serve this job's task. Stores call this
-/// with the job row locked, so the answer holds until they commit.
-pub fn check_admission(
-    job: JobState,
-    attempts: &[AttemptState],
-    limits: AttemptLimits,
-    qualified: bool,
-) -> Result<(), AdmissionRefusal> {
+/// The admission rules on states and limits, in the order docs/design.md
+/// lists them: the first part of [`super::admission::check_admission`].
+pub fn check_states(job: JobState, attempts: &[AttemptState], limits: AttemptLimits) -> Result<(), AdmissionRefusal> {
     let count = |wanted: AttemptState| attempts.iter().filter(|&&s| s == wanted).count();
     if job.is_terminal() {
         return Err(AdmissionRefusal::JobFinished);
@@ -333,9 +327,6 @@ pub fn check_admission(
     }
     if attempts.len() >= limits.max_attempts as usize {
         return Err(AdmissionRefusal::AttemptLimitReached);
-    }
-    if !qualified {
-        return Err(AdmissionRefusal::ProviderNotQualified);
     }
     Ok(())
 }
@@ -438,25 +429,21 @@ mod tests {
     #[test]
     fn admission_follows_the_documented_order() {
         let limits = AttemptLimits { max_attempts: 3, max_in_flight: 2 };
-        let check = |job, attempts: &[AttemptState], qualified| check_admission(job, attempts, limits, qualified);
-        assert_eq!(check(JobState::Succeeded, &[Pending], true), Err(AdmissionRefusal::JobFinished));
-        assert_eq!(check(JobState::Canceled, &[], true), Err(AdmissionRefusal::JobFinished));
-        assert_eq!(check(JobState::Queued, &[Pending, Unknown], true), Err(AdmissionRefusal::AttemptPending));
-        assert_eq!(check(JobState::Unknown, &[Unknown], true), Err(AdmissionRefusal::AttemptOutcomeUnknown));
-        assert_eq!(check(JobState::Running, &[Running, Running], true), Err(AdmissionRefusal::TooManyAttemptsInFlight));
-        assert_eq!(
-            check(JobState::Failed, &[Failed, Failed, Failed], true),
-            Err(AdmissionRefusal::AttemptLimitReached)
-        );
-        assert_eq!(check(JobState::Running, &[Running], false), Err(AdmissionRefusal::ProviderNotQualified));
-        assert_eq!(check(JobState::Running, &[Running], true), Ok(()));
-        assert_eq!(check(JobState::Failed, &[Failed, Failed], true), Ok(()));
+        let check = |job, attempts: &[AttemptState]| check_states(job, attempts, limits);
+        assert_eq!(check(JobState::Succeeded, &[Pending]), Err(AdmissionRefusal::JobFinished));
+        assert_eq!(check(JobState::Canceled, &[]), Err(AdmissionRefusal::JobFinished));
+        assert_eq!(check(JobState::Queued, &[Pending, Unknown]), Err(AdmissionRefusal::AttemptPending));
+        assert_eq!(check(JobState::Unknown, &[Unknown]), Err(AdmissionRefusal::AttemptOutcomeUnknown));
+        assert_eq!(check(JobState::Running, &[Running, Running]), Err(AdmissionRefusal::TooManyAttemptsInFlight));
+        assert_eq!(check(JobState::Failed, &[Failed, Failed, Failed]), Err(AdmissionRefusal::AttemptLimitReached));
+        assert_eq!(check(JobState::Running, &[Running]), Ok(()));
+        assert_eq!(check(JobState::Failed, &[Failed, Failed]), Ok(()));
     }
 
     #[test]
     fn a_running_attempt_does_not_block_a_fallback() {
         let limits = AttemptLimits::default();
-        assert_eq!(check_admission(JobState::Running, &[Running], limits, true), Ok(()));
+        assert_eq!(check_states(JobState::Running, &[Running], limits), Ok(()));
     }
 
     #[test]

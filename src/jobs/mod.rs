@@ -72,7 +72,7 @@ pub struct Keyed<T> {
 
 /// The job use cases, with what they share between requests.
 pub struct Jobs {
-    store: Arc<dyn Store>,
+    store: Store,
     catalog: Arc<Catalog>,
     signals: Arc<Signals>,
     taken_keys: TakenKeys,
@@ -105,7 +105,7 @@ impl Jobs {
     /// waiters reread the database at `intervals` when no notice came, and
     /// a queued job's wait is told under the claims' `limits`.
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Store,
         catalog: Arc<Catalog>,
         signals: Arc<Signals>,
         long_polls_per_owner: usize,
@@ -248,7 +248,7 @@ impl Jobs {
         input: &Value,
         max_cost: Option<Money>,
     ) -> Result<(), JobError> {
-        let Some(budget) = crate::store::usage::budget_of(self.catalog.as_ref(), task, max_cost) else { return Ok(()) };
+        let Some(budget) = crate::domain::budget_of(self.catalog.as_ref(), task, max_cost) else { return Ok(()) };
         let Some(worst_case) = self.catalog.worst_case_cost(task, provider, input) else { return Ok(()) };
         if worst_case <= budget {
             return Ok(());

@@ -87,7 +87,7 @@ impl Cache {
 
 /// Turns bearer tokens into identities.
 pub struct Authenticator {
-    store: Arc<dyn Store>,
+    store: Store,
     ttl: Duration,
     cache: Mutex<Cache>,
 }
@@ -95,7 +95,7 @@ pub struct Authenticator {
 impl Authenticator {
     /// Looks keys up in `store`, trusting a found key for at most `ttl`, and
     /// only once [`Self::follow`] has heard that key changes are followed.
-    pub fn new(store: Arc<dyn Store>, ttl: Duration) -> Self {
+    pub fn new(store: Store, ttl: Duration) -> Self {
         let cache = Cache { entries: HashMap::new(), following: false, generation: 0 };
         Self { store, ttl, cache: Mutex::new(cache) }
     }

@@ -7,8 +7,6 @@ pub mod sessions;
 
 pub use authenticator::{AuthError, Authenticator, Identity};
 
-use std::sync::Arc;
-
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -48,12 +46,12 @@ pub fn hash_token(token: &str) -> [u8; 32] {
 }
 
 /// Creates a `client` key for `owner`; returns its id and the token to hand over.
-pub async fn create_key(store: &dyn Store, owner: &OwnerId) -> store::Result<(Uuid, String)> {
+pub async fn create_key(store: &Store, owner: &OwnerId) -> store::Result<(Uuid, String)> {
     create_key_with_role(store, owner, KeyRole::Client).await
 }
 
 /// Creates a key of `role` for `owner`; returns its id and the token to hand over.
-pub async fn create_key_with_role(store: &dyn Store, owner: &OwnerId, role: KeyRole) -> store::Result<(Uuid, String)> {
+pub async fn create_key_with_role(store: &Store, owner: &OwnerId, role: KeyRole) -> store::Result<(Uuid, String)> {
     let id = Uuid::now_v7();
     let NewToken { token, hash } = generate_token();
     store.insert_api_key(id, owner, role, &hash).await?;
@@ -69,7 +67,7 @@ pub const FIRST_RUN_OWNER: &str = "demo";
 /// that can also see providers and make keys for others. The database
 /// decides, so that of replicas starting together exactly one makes it;
 /// `None` for every other call. Returns its id and the token to show once.
-pub async fn create_first_run_key(store: &dyn Store) -> store::Result<Option<(Uuid, String)>> {
+pub async fn create_first_run_key(store: &Store) -> store::Result<Option<(Uuid, String)>> {
     let owner = OwnerId::parse(FIRST_RUN_OWNER).expect("a valid owner");
     let id = Uuid::now_v7();
     let NewToken { token, hash } = generate_token();
@@ -79,12 +77,12 @@ pub async fn create_first_run_key(store: &dyn Store) -> store::Result<Option<(Uu
 
 /// API keys as the API and the first run manage them.
 pub struct Keys {
-    store: Arc<dyn Store>,
+    store: Store,
 }
 
 impl Keys {
     /// The keys kept in `store`.
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(store: Store) -> Self {
         Self { store }
     }
 
@@ -95,7 +93,7 @@ impl Keys {
 
     /// See [`create_first_run_key`].
     pub async fn create_first_run_key(&self) -> store::Result<Option<(Uuid, String)>> {
-        create_first_run_key(self.store.as_ref()).await
+        create_first_run_key(&self.store).await
     }
 }
 

@@ -4,7 +4,6 @@
 //! comes first, by the database's clock (see `crate::ui::session` for the
 //! cookie and the CSRF checks).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::TimeDelta;
@@ -87,12 +86,12 @@ pub fn csrf_token(token: &str) -> String {
 
 /// The dashboard's sessions, in `store`.
 pub struct Sessions {
-    store: Arc<dyn Store>,
+    store: Store,
 }
 
 impl Sessions {
     /// The sessions kept in `store`.
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(store: Store) -> Self {
         Self { store }
     }
 

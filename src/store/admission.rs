@@ -1,16 +1,16 @@
-//! What admits an attempt besides the state rules of
-//! [`crate::domain::check_admission`]: the retry policy's choice of the next
-//! attempt after a failure, the qualification gate (I5), the job's budget,
-//! and an attempt's number and key. Called inside a transition, with the
-//! job locked.
+//! The facts admission decides on, read inside a transition with the job
+//! locked, for [`crate::domain::check_admission`]; the retry policy's
+//! choice of the next attempt after a failure, admitted by the same rules;
+//! an attempt's number and key.
 
 use super::driver::{LockedJob, Tx, update_job_state};
-use super::usage::{check_budget, stored_budget};
+use super::usage::stored_budget;
 use super::{Admission, AttemptRef, NewAttempt, Result, Scheduled, TaskRules, corrupt};
+use crate::domain::admission::{check_provider, contract_to_check};
 use crate::domain::policy::PastAttempt;
 use crate::domain::{
-    Attempt, AttemptId, AttemptOrigin, AttemptState, EventKind, IdempotencyKey, JobId, JobState, Money, OwnerId,
-    check_admission,
+    AdmissionFacts, Attempt, AttemptId, AttemptOrigin, EventKind, IdempotencyKey, JobId, JobState, Money, OwnerId,
+    QualificationState, check_admission,
 };
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -29,20 +29,27 @@ pub(super) async fn schedule_next_attempt(
     let attempts = tx.read_attempts(owner, job_id).await?;
     let past = past_attempts(&attempts);
     let budget = job_budget(tx, owner, job_id, task, rules).await?;
+    // The facts but the candidate's, which each candidate fills in.
+    let base = AdmissionFacts {
+        task,
+        primary: &job.provider,
+        provider: &job.provider,
+        job: JobState::Failed,
+        attempts: &attempts,
+        qualification: None,
+        budget: budget.as_ref().map(|(money, input)| (*money, input)),
+    };
     let mut chosen = None;
     for candidate in rules.retry_candidates(task, &job.provider, &past) {
-        let mut verdict = check_qualified(tx, rules, task, &job.provider, &candidate.provider).await?;
-        if verdict.is_ok()
-            && let Some((budget, input)) = &budget
-        {
-            verdict = check_budget(rules, task, input, *budget, &attempts, &candidate.provider);
-        }
-        match verdict {
+        let qualification = read_qualification(tx, rules, task, &job.provider, &candidate.provider).await?;
+        let facts = AdmissionFacts { provider: &candidate.provider, qualification: qualification.as_ref(), ..base };
+        match check_provider(&facts, rules) {
             Ok(()) => {
-                chosen = Some(candidate);
+                chosen = Some((candidate, qualification));
                 break;
             }
-            Err(reason) => {
+            Err(refused) => {
+                let reason = refused.reason.unwrap_or_default();
                 tracing::info!(owner = %owner, job.id = %job_id, provider = %candidate.provider, %reason,
                                "failover skipped a provider that is not qualified or over the budget");
                 let detail = json!({ "provider": candidate.provider, "reason": reason, "after": failed.number });
@@ -50,10 +57,10 @@ pub(super) async fn schedule_next_attempt(
             }
         }
     }
-    let Some(next) = chosen else { return Ok(None) };
-    let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
-    if let Err(refusal) = check_admission(JobState::Failed, &states, rules.limits(task), true) {
-        let detail = json!({ "problem": refusal.problem_type(), "provider": next.provider, "origin": AttemptOrigin::Policy.as_str() });
+    let Some((next, qualification)) = chosen else { return Ok(None) };
+    let facts = AdmissionFacts { provider: &next.provider, qualification: qualification.as_ref(), ..base };
+    if let Err(refused) = check_admission(&facts, rules) {
+        let detail = json!({ "problem": refused.refusal.problem_type(), "provider": next.provider, "origin": AttemptOrigin::Policy.as_str() });
         tx.append_event(owner, job_id, EventKind::AdmissionRefused, None, detail).await?;
         return Ok(None);
     }
@@ -77,32 +84,18 @@ pub(super) async fn schedule_next_attempt(
     Ok(Some(Scheduled { number, provider: next.provider, delay: next.delay }))
 }
 
-/// Whether `provider` may serve an attempt of a `task` job whose own
-/// provider is `primary`: the job's own provider always may; any other
-/// needs a passing qualification of the task's current contract (I5).
-/// `Err` says why not.
-pub(super) async fn check_qualified(
+/// Where `provider` stands for the contract an attempt of a `task` job
+/// whose own provider is `primary` needs on it (see
+/// [`contract_to_check`]); `None` when it needs none.
+pub(super) async fn read_qualification(
     tx: &mut Tx,
     rules: &dyn TaskRules,
     task: &str,
     primary: &str,
     provider: &str,
-) -> Result<std::result::Result<(), String>> {
-    if provider == primary {
-        return Ok(Ok(()));
-    }
-    let Some(hash) = rules.contract_hash(task, provider) else {
-        return Ok(Err(format!(
-            "provider '{provider}' cannot serve task '{task}' here: one of them is not configured"
-        )));
-    };
-    let state = tx.qualification_state(provider, task, &hash).await?;
-    if !state.passed() && rules.being_qualified(task, provider) {
-        return Ok(Err(format!(
-            "provider '{provider}' is still being qualified for task '{task}'; it can serve attempts once it passes"
-        )));
-    }
-    Ok(state.refusal(provider, task).map_or(Ok(()), Err))
+) -> Result<Option<QualificationState>> {
+    let Some(hash) = contract_to_check(rules, task, primary, provider) else { return Ok(None) };
+    Ok(Some(tx.select_qualification_state(provider, task, &hash).await?))
 }
 
 /// The budget of a job (its own `max_cost` or its task's, the lower) and

@@ -34,10 +34,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde_json::Value;
+
 use super::driver::{Candidate, PendingOwner, ProviderGate, Running, Tx};
-use super::{AttemptRef, ClaimedAttempt, Result, Store};
+use super::{AttemptRef, ClaimedAttempt, Result, Store, Transition, UnknownAttempt, WaitingFacts, transitions};
+use crate::domain::Waiting;
 pub use crate::domain::limits::{Deferral, ProviderLimits};
-use crate::domain::{AttemptId, Waiting};
+use crate::domain::{JobId, OwnerId};
 
 /// The providers a worker can call, and how long its claim on an attempt
 /// of each holds (the provider's deadline plus a margin). Only attempts on
@@ -64,29 +67,6 @@ impl Leases {
     pub fn of(&self, provider: &str) -> Duration {
         self.by_provider.iter().find(|(name, _)| name == provider).map_or(self.default, |(_, lease)| *lease)
     }
-}
-
-/// An unknown attempt due for a status lookup, claimed for a while so that
-/// only one reconciler asks at a time.
-#[derive(Clone, Debug)]
-pub struct UnknownAttempt {
-    /// Which attempt.
-    pub attempt: AttemptRef,
-    /// Its id, by which the provider knows it.
-    pub id: AttemptId,
-    /// The provider to ask.
-    pub provider: String,
-    /// The job's task.
-    pub task: String,
-    /// How long its outcome has been unknown, by the database's clock.
-    pub unknown_for: Duration,
-    /// How many times it has been claimed for reconciliation, this one included.
-    pub reconcile_count: i32,
-    /// The provider's own id of its request (a background response's), if
-    /// it gave one.
-    pub provider_request_id: Option<String>,
-    /// The trace context it was asked for under.
-    pub trace: Option<crate::domain::TraceContext>,
 }
 
 /// The limits a claim enforces, the same on every replica.
@@ -123,28 +103,6 @@ impl Rotation {
     fn set(&self, owner: &str) {
         owner.clone_into(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()));
     }
-}
-
-/// What a queued job waits for, as [`super::Store::waiting_facts`] reads it.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub struct WaitingFacts {
-    /// Its pending attempt's provider.
-    pub provider: String,
-    /// Seconds until the pending attempt is due (a retry's backoff, a
-    /// requeue's wait); 0 or less: due.
-    pub due_in: f64,
-    /// How much longer its provider is paused, in seconds.
-    pub paused_for: f64,
-    /// The owner's running attempts.
-    pub owner_running: i64,
-    /// The provider's running attempts.
-    pub provider_running: i64,
-    /// The largest `max_in_flight` the owner's live keys set.
-    pub owner_limit: Option<i32>,
-    /// The provider's request bucket when last written (`None`: full).
-    pub requests: Option<f64>,
-    /// Seconds since then.
-    pub requests_idle: f64,
 }
 
 impl WaitingFacts {
@@ -204,7 +162,7 @@ pub struct Claimed {
 
 /// Claims up to `want` due pending attempts for `worker`: see the module's
 /// documentation for how.
-pub(super) async fn claim<S: Store + ?Sized>(store: &S, worker: &str, want: u32, leases: &Leases) -> Result<Claimed> {
+async fn claim(store: &Store, worker: &str, want: u32, leases: &Leases) -> Result<Claimed> {
     let mut claimed = Claimed::default();
     if want == 0 {
         return Ok(claimed);
@@ -226,13 +184,7 @@ const WINDOWS_PER_CLAIM: usize = 8;
 
 /// One claim over one window of owners, adding to `claimed`: whether the
 /// window was full (more owners may follow it).
-async fn claim_window<S: Store + ?Sized>(
-    store: &S,
-    worker: &str,
-    want: u32,
-    leases: &Leases,
-    claimed: &mut Claimed,
-) -> Result<bool> {
+async fn claim_window(store: &Store, worker: &str, want: u32, leases: &Leases, claimed: &mut Claimed) -> Result<bool> {
     let limits = &leases.limits;
     let mut tx = store.begin().await?;
     let after = leases.rotation.get();
@@ -425,12 +377,83 @@ fn pick(candidates: Vec<Vec<Candidate>>, want: u32, room: &mut HashMap<&str, u32
     (picked, short)
 }
 
+impl Store {
+    /// Claims up to `max` due pending attempts for `worker`, fairly across
+    /// owners (each owner's oldest first) and within the owners' and
+    /// providers' limits, each under its provider's lease; they become
+    /// `running` (see [`claims`]).
+    #[tracing::instrument(level = "debug", skip(self, leases))]
+    pub async fn claim_attempts(&self, worker: &str, max: u32, leases: &Leases) -> Result<Claimed> {
+        claim(self, worker, max, leases).await
+    }
+
+    /// Puts a running attempt its provider refused before any work back to
+    /// `pending` for `delay`, the same attempt, and pauses `pause` as long;
+    /// fenced by `worker`, at most `max` times (see [`transitions::requeue`]).
+    #[tracing::instrument(level = "debug", skip_all, fields(job.id = %attempt.job_id, attempt.number = attempt.number))]
+    pub async fn requeue_attempt(
+        &self,
+        attempt: &AttemptRef,
+        worker: &str,
+        (delay, max): (Duration, Option<u32>),
+        pause: Option<&str>,
+        detail: Value,
+    ) -> Result<Transition> {
+        transitions::requeue(self, attempt, worker, (delay, max), pause, detail).await
+    }
+
+    /// Pauses claims of `provider`'s attempts for `pause`, for every worker.
+    pub async fn pause_provider(&self, provider: &str, pause: Duration) -> Result<()> {
+        let mut tx = self.begin().await?;
+        tx.update_provider_pause(provider, pause).await?;
+        tx.commit().await
+    }
+
+    /// Takes `tokens` from `provider`'s shared bucket of `per_minute`: `None`
+    /// when taken, else how long until it holds them (or is full, for more).
+    pub async fn reserve_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>> {
+        self.driver().take_tokens(provider, tokens, per_minute).await
+    }
+
+    /// What a queued job of the owner waits for, or `None` without a pending attempt.
+    pub async fn waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<WaitingFacts>> {
+        self.driver().select_waiting_facts(owner, job_id).await
+    }
+
+    /// Turns running attempts whose lease has expired (their worker died or
+    /// stalled) into `unknown` (I4): never `pending`, never `failed`.
+    #[tracing::instrument(level = "debug", skip(self))]
+    pub async fn expire_leases(&self, max: u32) -> Result<Vec<AttemptRef>> {
+        transitions::expire_leases(self, max).await
+    }
+
+    /// The jobs that finished (won, or were canceled) while attempts of
+    /// theirs run under `worker`'s leases: the calls its sweep aborts.
+    pub async fn finished_jobs_running_on(&self, worker: &str) -> Result<Vec<JobId>> {
+        self.driver().select_finished_with_calls(worker).await
+    }
+
+    /// Claims up to `max` unknown attempts of `providers` that are due for a
+    /// status lookup, and holds them for `hold` before they are due again.
+    pub async fn claim_reconciliations(
+        &self,
+        providers: &[String],
+        max: u32,
+        hold: Duration,
+    ) -> Result<Vec<UnknownAttempt>> {
+        self.driver().claim_due_unknown(providers, max, hold).await
+    }
+
+    /// Puts off the next status lookup of an unknown attempt.
+    pub async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
+        self.driver().update_reconcile_after(attempt, delay).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use serde_json::Value;
-
     use super::*;
-    use crate::domain::{JobId, OwnerId};
+    use crate::domain::AttemptId;
 
     fn candidate(owner: &str, n: i32, provider: &str) -> Candidate {
         Candidate {

@@ -9,6 +9,7 @@
 //! Nothing outside the store calls these: callers use [`super::Store`].
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -17,9 +18,12 @@ use serde_json::Value;
 use super::purge::{PurgeRule, RollupKey, RollupTotals};
 use super::usage::{AttemptUsage, UsageRow};
 use super::webhooks::Outgoing;
-use super::{AttemptRef, NewAttempt, NewJob, QualificationState, Result};
+use uuid::Uuid;
+
+use super::*;
 use crate::domain::{
-    Attempt, AttemptError, AttemptId, AttemptState, EventKind, JobId, JobState, OwnerId, TraceContext,
+    Attempt, AttemptError, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobEvent, JobId, JobState,
+    JobSummary, KeyRole, OwnerId, TraceContext,
 };
 
 /// A write transaction of one backend. Postgres holds the job's row lock
@@ -82,7 +86,12 @@ pub trait DriverTx: Send {
     async fn enqueue_webhook(&mut self, message: &Outgoing<'_>) -> Result<()>;
 
     /// Where `provider` stands for `task`'s contract with this hash.
-    async fn qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState>;
+    async fn select_qualification_state(
+        &mut self,
+        provider: &str,
+        task: &str,
+        hash: &[u8; 32],
+    ) -> Result<QualificationState>;
 
     /// Moves the attempt from one of `from` to `to` (`failed` or
     /// `unknown`) with `error`; an unknown one becomes due for
@@ -102,10 +111,10 @@ pub trait DriverTx: Send {
     /// winner's pending siblings, and appends the event: `settlement.won`
     /// (with the canceled numbers added as `canceled`) or
     /// `settlement.lost`.
-    async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled>;
+    async fn settle_by_compare_and_swap(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled>;
 
     /// Marks the job canceled and cancels its pending attempts: their numbers.
-    async fn cancel_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>>;
+    async fn cancel_job_and_pending(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>>;
 
     /// Takes the purge's lock for this transaction: `false` while another
     /// process's purge holds it (Postgres: an advisory lock; on SQLite the
@@ -117,7 +126,7 @@ pub trait DriverTx: Send {
     async fn purgeable_jobs(&mut self, rule: &PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>>;
 
     /// How many finished jobs `rule` would purge now (nothing is locked).
-    async fn count_purgeable(&mut self, rule: &PurgeRule) -> Result<u64>;
+    async fn count_purgeable_jobs(&mut self, rule: &PurgeRule) -> Result<u64>;
 
     /// The usage of the jobs' attempts that have any, with their owners.
     async fn usage_of_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<Vec<(OwnerId, UsageRow)>>;
@@ -165,12 +174,12 @@ pub trait DriverTx: Send {
 
     /// Pauses claims of a provider's attempts for `pause` (a pause already
     /// lasting longer stays).
-    async fn pause_provider(&mut self, provider: &str, pause: std::time::Duration) -> Result<()>;
+    async fn update_provider_pause(&mut self, provider: &str, pause: std::time::Duration) -> Result<()>;
 
     /// Moves a running attempt back to `pending`, due in `delay`, with no
     /// worker or lease, unless it was `max` times already (`None`: not
     /// counted): the number of rows changed.
-    async fn requeue_attempt(
+    async fn update_attempt_requeued(
         &mut self,
         attempt: &AttemptRef,
         delay: std::time::Duration,
@@ -198,6 +207,224 @@ pub trait Driver: Send + Sync + 'static {
 
     /// Running attempts whose lease has expired, the oldest first.
     async fn expired_leases(&self, max: u32) -> Result<Vec<AttemptRef>>;
+
+    /// Applies the pending migrations.
+    async fn run_migrations(&self) -> Result<()>;
+
+    /// Answers when the database does and the migrations are applied.
+    async fn check_migrated(&self) -> Result<()>;
+
+    /// Fails when the connections do not keep their server sessions (a
+    /// pooler in transaction mode): checked once at start.
+    async fn check_pooling(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Stores a new API key's hash.
+    async fn insert_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()>;
+
+    /// Sets a live key's own limit of its owner's attempts running at once
+    /// (`None`: the default): whether a live key has that id.
+    async fn update_key_max_in_flight(&self, id: Uuid, max_in_flight: Option<u32>) -> Result<bool>;
+
+    /// The live (unrevoked) key with this hash.
+    async fn select_live_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>>;
+
+    /// Revokes a key; `false` when there is no such live key. Every process
+    /// following key changes hears of it when it commits; on Postgres this
+    /// returns once each of them has confirmed it forgot the key (or after
+    /// two seconds, with a warning naming how many did not).
+    async fn revoke_key_and_wait(&self, id: Uuid) -> Result<bool>;
+
+    /// Tells a revoker that this process forgot key `id` (see
+    /// [`Self::revoke_api_key`]).
+    async fn notify_key_forgotten(&self, _id: Uuid) -> Result<()> {
+        Ok(())
+    }
+
+    /// Reports every change to any API key made by any process, for caches
+    /// of checked keys; the follower stops when the receiver is dropped.
+    /// `None` when this store cannot push changes (SQLite): a caller must
+    /// then look keys up every time.
+    fn listen_key_changes(&self) -> Option<tokio::sync::mpsc::Receiver<KeyChange>> {
+        None
+    }
+
+    /// Every key, or one owner's.
+    async fn select_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>>;
+
+    /// Whether any API key exists at all.
+    async fn any_key(&self) -> Result<bool>;
+
+    /// One of the owner's jobs with its attempts.
+    async fn select_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>>;
+
+    /// One of the owner's jobs by its idempotency key.
+    async fn select_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>>;
+
+    /// A page of the owner's jobs, newest first.
+    async fn select_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>>;
+
+    /// A job's audit log, oldest first.
+    async fn select_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>>;
+
+    /// Takes `tokens` from `provider`'s shared bucket of `per_minute`: `None`
+    /// when taken, else how long until it holds them (or is full, for more).
+    async fn take_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>>;
+
+    /// What a queued job of the owner waits for, or `None` without a pending attempt.
+    async fn select_waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<WaitingFacts>>;
+
+    /// The jobs that finished (won, or were canceled) while attempts of
+    /// theirs run under `worker`'s leases: the calls its sweep aborts.
+    async fn select_finished_with_calls(&self, worker: &str) -> Result<Vec<JobId>>;
+
+    /// Claims up to `max` unknown attempts of `providers` that are due for a
+    /// status lookup, and holds them for `hold` before they are due again.
+    async fn claim_due_unknown(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>>;
+
+    /// Puts off the next status lookup of an unknown attempt.
+    async fn update_reconcile_after(&self, attempt: &AttemptRef, delay: Duration) -> Result<()>;
+
+    /// Gives the space a large purge freed back to the disk where the
+    /// database does not reuse it by itself: SQLite's incremental vacuum
+    /// (a file made with it); nothing on Postgres, whose autovacuum does.
+    async fn vacuum(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// How many jobs are `unknown` and unchanged since `before`: kept
+    /// whatever their age, and reported.
+    async fn count_stale_unknown(&self, before: DateTime<Utc>) -> Result<u64>;
+
+    /// Stores a qualification run.
+    async fn insert_qualification_run(
+        &self,
+        provider: &str,
+        task: &str,
+        contract_hash: &[u8; 32],
+        passed: bool,
+        report: &Value,
+    ) -> Result<QualificationRecord>;
+
+    /// Where `provider` stands for `task`'s contract with this hash.
+    async fn select_qualification_state(
+        &self,
+        provider: &str,
+        task: &str,
+        contract_hash: &[u8; 32],
+    ) -> Result<QualificationState>;
+
+    /// The latest qualification run of `provider` for `task`, of any contract.
+    async fn select_latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>>;
+
+    /// Queue depth and unknown attempts, for the metrics gauges.
+    async fn select_gauges(&self) -> Result<Gauges>;
+
+    /// Keeps an output that did not become the attempt's (it broke the
+    /// contract, or came after the attempt was settled) on the attempt, for
+    /// audit: `unapplied` is [`crate::domain::unapplied_output`]'s.
+    async fn update_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool>;
+
+    /// Keeps the provider's own id of an attempt's request (a background
+    /// response's) on the attempt, as soon as it is known: its status
+    /// lookup and cancel call need it. The first id stays; whoever holds
+    /// the attempt, and whatever its state, the id is a fact about it.
+    async fn update_provider_request(&self, attempt: &AttemptRef, provider_request_id: &str) -> Result<bool>;
+
+    /// The owner of the job `job_id` whose attempt `number` is unknown, of
+    /// any owner: how an admin finds another owner's attempt to resolve.
+    /// Looks only at unknown attempts (a partial index holds them alone).
+    async fn select_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>>;
+
+    /// A page of jobs, newest first, of one owner or (`None`) of every
+    /// owner, only the one holding idempotency key `key` when given: the
+    /// dashboard's listing. Across owners it reads every owner's rows.
+    async fn select_jobs_of_any_owner(
+        &self,
+        owner: Option<&OwnerId>,
+        key: Option<&str>,
+        filter: &JobFilter,
+    ) -> Result<Vec<OwnedJobSummary>>;
+
+    /// The owner of job `id`, of any owner: how an admin's dashboard finds a
+    /// job it was given the id of.
+    async fn select_job_owner(&self, id: JobId) -> Result<Option<OwnerId>>;
+
+    /// The attempts whose outcome is unknown, of one owner or (`None`) of
+    /// every owner, the longest unknown first, at most `limit`.
+    async fn select_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>>;
+
+    /// Records the tokens an attempt used and their cost, whatever its
+    /// state; a later record (the provider's own count after an estimate)
+    /// replaces an earlier one. `false`: no such attempt for this owner.
+    async fn update_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool>;
+
+    /// The owner's attempts with recorded usage created in the filter's
+    /// range, oldest first, for the usage report.
+    async fn select_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>>;
+
+    /// Stores a new dashboard session, ending `session.lifetime` from now
+    /// by the database's clock.
+    async fn insert_session(&self, session: &NewSession) -> Result<()>;
+
+    /// The dashboard session whose token hashes to `token_hash`, live or
+    /// not, with its key's token hash and the database's clock: one look-up
+    /// by an index.
+    async fn select_session(&self, token_hash: &[u8; 32]) -> Result<Option<StoredSession>>;
+
+    /// Marks a dashboard session used now.
+    async fn update_session_used(&self, token_hash: &[u8; 32]) -> Result<()>;
+
+    /// Ends a dashboard session: its row is deleted. `false` when there was
+    /// none.
+    async fn delete_session(&self, token_hash: &[u8; 32]) -> Result<bool>;
+
+    /// Deletes every dashboard session past its lifetime or unused for
+    /// `idle`; how many.
+    async fn delete_expired_sessions(&self, idle: Duration) -> Result<u64>;
+
+    /// Stores the first run's key, unless the database had its first run
+    /// already or has a key: `bootstrap`'s one row, inserted in the key's
+    /// transaction, decides, so that of replicas starting together on an
+    /// empty database exactly one makes it. `true` when this call made it.
+    async fn insert_bootstrap_key(
+        &self,
+        id: Uuid,
+        owner: &OwnerId,
+        role: KeyRole,
+        token_hash: &[u8; 32],
+    ) -> Result<bool>;
+
+    /// Stores an endpoint and its subscriptions.
+    async fn insert_endpoint(&self, new: &NewEndpoint) -> Result<Endpoint>;
+
+    /// An owner's endpoints, the oldest first.
+    async fn select_endpoints(&self, owner: &OwnerId) -> Result<Vec<Endpoint>>;
+
+    /// Deletes an owner's endpoint with its deliveries; `false` when it had none such.
+    async fn delete_endpoint(&self, owner: &OwnerId, id: Uuid) -> Result<bool>;
+
+    /// Gives an owner's endpoint a new secret; the old one still signs for
+    /// `keep_old`. `None` when it has no such endpoint.
+    async fn update_endpoint_secret(
+        &self,
+        owner: &OwnerId,
+        id: Uuid,
+        secret: &str,
+        keep_old: Duration,
+    ) -> Result<Option<Endpoint>>;
+
+    /// The latest `limit` deliveries to an owner's endpoint, each with its
+    /// tries; `None` when it has no such endpoint.
+    async fn select_deliveries(&self, owner: &OwnerId, endpoint: Uuid, limit: u32) -> Result<Option<Vec<Delivery>>>;
+
+    /// Claims up to `max` due deliveries of live endpoints for `lease`.
+    async fn claim_due_deliveries(&self, max: u32, lease: Duration) -> Result<Vec<ClaimedDelivery>>;
+
+    /// Records tries of claimed deliveries, and what follows from each, in
+    /// one transaction.
+    async fn insert_delivery_tries(&self, done: &[DeliveryTry]) -> Result<()>;
 }
 
 /// What a transition needs of its locked job.
@@ -274,7 +501,7 @@ pub struct OutputSettlement<'a> {
     pub lost: Value,
 }
 
-/// What [`DriverTx::settle_with_output`] did.
+/// What [`DriverTx::settle_by_compare_and_swap`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settled {
     /// Whether the compare-and-swap took this attempt's output.

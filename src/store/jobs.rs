@@ -2,14 +2,15 @@
 //! and attempts, the typed outcomes of every guarded transition (a lost
 //! race or a stale guard is a value, never an error), and job listings.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::{Result, Store, TaskRules, transitions};
+use crate::domain::JobEvent;
+
 use crate::domain::{
-    AdmissionRefusal, Attempt, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job, JobId,
-    JobState, JobSummary, OwnerId,
+    Attempt, AttemptId, AttemptOrigin, AttemptState, Fingerprint, IdempotencyKey, Job, JobId, JobState, JobSummary,
+    OwnerId,
 };
 
 /// A job to create with its first attempt.
@@ -93,24 +94,6 @@ pub enum CreateJob {
     Existing(Job),
 }
 
-/// An attempt to add to an existing job.
-#[derive(Clone, Debug)]
-pub struct NewAttempt {
-    /// The new attempt's id.
-    pub id: AttemptId,
-    /// The provider; `None` for the job's primary.
-    pub provider: Option<String>,
-    /// The key of the request adding it, scoped to the job.
-    pub idempotency_key: Option<IdempotencyKey>,
-    /// Who asks for it.
-    pub origin: AttemptOrigin,
-    /// How long to wait before it may be claimed (retry backoff).
-    pub delay: Duration,
-    /// The trace context it is asked for under (the request's, or for a
-    /// retry the failed attempt's).
-    pub trace: Option<crate::domain::TraceContext>,
-}
-
 /// The answer to [`Store::cancel_job`].
 #[derive(Clone, Debug)]
 pub enum Cancel {
@@ -122,143 +105,6 @@ pub enum Cancel {
     Succeeded(Job),
     /// No such job for this owner.
     NotFound,
-}
-
-/// What the metrics gauges show of the attempts table.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Gauges {
-    /// Pending attempts due for a worker now.
-    pub pending_due: i64,
-    /// Attempts whose outcome is unknown.
-    pub unknown_open: i64,
-    /// How long the oldest unknown attempt has been unknown.
-    pub oldest_unknown: Duration,
-    /// Pending attempts (due or not) per owner that has any.
-    pub pending_by_owner: Vec<(String, i64)>,
-    /// Pending attempts per provider that has any.
-    pub pending_by_provider: Vec<(String, i64)>,
-}
-
-/// An automatic attempt added by the retry policy.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Scheduled {
-    /// Its number.
-    pub number: i32,
-    /// Its provider.
-    pub provider: String,
-    /// How long until it may be claimed.
-    pub delay: Duration,
-}
-
-/// The answer to [`Store::admit_attempt`].
-#[derive(Clone, Debug)]
-pub enum Admission {
-    /// The attempt was added, pending.
-    Admitted(Attempt),
-    /// The key was used before on this job for the same provider: that attempt.
-    Replayed(Attempt),
-    /// The key was used before on this job for another provider: that attempt.
-    KeyReused(Attempt),
-    /// A rule refused it; the refusal is in the job's events.
-    Refused {
-        /// Which rule.
-        refusal: AdmissionRefusal,
-        /// Why, when there is more to say (an unqualified provider's state).
-        reason: Option<String>,
-    },
-    /// No such job for this owner.
-    JobNotFound,
-}
-
-/// Names one attempt.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AttemptRef {
-    /// The job's owner.
-    pub owner: OwnerId,
-    /// The job.
-    pub job_id: JobId,
-    /// The attempt's number within the job.
-    pub number: i32,
-}
-
-/// An attempt a worker has claimed, with what it needs to run it.
-#[derive(Clone, Debug)]
-pub struct ClaimedAttempt {
-    /// Which attempt.
-    pub attempt: AttemptRef,
-    /// Its id, sent to the provider.
-    pub id: AttemptId,
-    /// The provider to call.
-    pub provider: String,
-    /// The job's task.
-    pub task: String,
-    /// The job's input.
-    pub input: Value,
-    /// Until when the claim holds.
-    pub lease_until: DateTime<Utc>,
-    /// How long it waited from when it was due to its claim.
-    pub waited: Duration,
-    /// The trace context it was asked for under.
-    pub trace: Option<crate::domain::TraceContext>,
-}
-
-/// The outcome of a transition on an existing attempt.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Transition {
-    /// The attempt's output won the job's compare-and-swap: it is the result.
-    Won {
-        /// Pending siblings canceled by the win.
-        canceled: Vec<i32>,
-    },
-    /// The compare-and-swap touched zero rows: another attempt had won (or
-    /// the job was canceled). The output is kept on the attempt, `superseded`.
-    Lost {
-        /// The attempt that holds the job's result, if any.
-        winner: Option<i32>,
-    },
-    /// The attempt failed; the retry policy added `next` in the same
-    /// transaction, if it had one.
-    Failed {
-        /// The automatic attempt that follows, if any.
-        next: Option<Scheduled>,
-    },
-    /// The attempt's outcome is now unknown.
-    Applied,
-    /// The attempt was not in a state this transition may start from; nothing
-    /// changed.
-    Stale(AttemptState),
-    /// No such attempt for this owner.
-    NotFound,
-    /// The worker settling it no longer holds it (its lease expired, or the
-    /// attempt left `running`): nothing changed. Its state then.
-    Fenced(AttemptState),
-}
-
-/// Why and by whom an operator settled an unknown attempt, for its event.
-#[derive(Clone, Copy, Debug, serde::Serialize)]
-pub struct Resolved<'a> {
-    /// The operator's reason.
-    pub reason: &'a str,
-    /// The API key that resolved it, when a key did.
-    pub key: Option<uuid::Uuid>,
-    /// That key's role.
-    pub role: Option<crate::domain::KeyRole>,
-}
-
-impl<'a> Resolved<'a> {
-    /// A resolution with `reason` and no key (the store's own callers).
-    pub fn because(reason: &'a str) -> Self {
-        Self { reason, key: None, role: None }
-    }
-}
-
-/// How an operator settles an unknown attempt.
-#[derive(Clone, Debug)]
-pub enum Resolution {
-    /// The provider did the work; this is its output.
-    Succeeded(Value),
-    /// The provider did not do the work.
-    Failed,
 }
 
 /// A page request over an owner's jobs, newest first.
@@ -283,30 +129,57 @@ pub struct OwnedJobSummary {
     pub job: JobSummary,
 }
 
-/// An attempt whose outcome is still unknown, for the operators' list.
-#[derive(Clone, Debug)]
-pub struct OpenUnknown {
-    /// Which attempt.
-    pub attempt: AttemptRef,
-    /// The provider it ran on.
-    pub provider: String,
-    /// The job's task.
-    pub task: String,
-    /// Since when its outcome has been unknown.
-    pub unknown_since: Option<DateTime<Utc>>,
-    /// Why it became unknown (`{type, message, detail}`).
-    pub error: Option<Value>,
-    /// How many times the reconciler has asked its provider about it.
-    pub reconcile_count: i32,
-}
+impl Store {
+    /// Creates a job with its first attempt, or finds the job that holds the
+    /// key already (I1: the unique constraint decides).
+    #[tracing::instrument(level = "debug", skip_all, fields(job.id = %new.id))]
+    pub async fn create_job(&self, new: &NewJob) -> Result<CreateJob> {
+        transitions::create_job(self, new).await
+    }
 
-/// What a settlement carries besides its outcome: the worker whose claim
-/// fences it (none for an operator's or the reconciler's), and the
-/// attempt's usage, recorded in the same transaction.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Settlement<'a> {
-    /// The worker holding the attempt's lease, when one settles it.
-    pub holder: Option<&'a str>,
-    /// What the attempt used and cost.
-    pub usage: Option<&'a crate::store::AttemptUsage>,
+    /// One of the owner's jobs with its attempts.
+    pub async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
+        self.driver().select_job(owner, id).await
+    }
+
+    /// One of the owner's jobs by its idempotency key.
+    pub async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
+        self.driver().select_job_by_key(owner, key).await
+    }
+
+    /// A page of the owner's jobs, newest first.
+    pub async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
+        self.driver().select_jobs(owner, filter).await
+    }
+
+    /// A job's audit log, oldest first.
+    pub async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
+        self.driver().select_events(owner, job_id).await
+    }
+
+    /// Cancels a job unless it succeeded: pending attempts are canceled;
+    /// running ones are left to their workers, which abort their calls
+    /// (the task's `cancel_losers`) or record their answers, never applied.
+    #[tracing::instrument(level = "debug", skip_all, fields(job.id = %id))]
+    pub async fn cancel_job(&self, owner: &OwnerId, id: JobId, rules: &dyn TaskRules) -> Result<Cancel> {
+        transitions::cancel_job(self, owner, id, rules).await
+    }
+
+    /// A page of jobs, newest first, of one owner or (`None`) of every
+    /// owner, only the one holding idempotency key `key` when given: the
+    /// dashboard's listing. Across owners it reads every owner's rows.
+    pub async fn browse_jobs(
+        &self,
+        owner: Option<&OwnerId>,
+        key: Option<&str>,
+        filter: &JobFilter,
+    ) -> Result<Vec<OwnedJobSummary>> {
+        self.driver().select_jobs_of_any_owner(owner, key, filter).await
+    }
+
+    /// The owner of job `id`, of any owner: how an admin's dashboard finds a
+    /// job it was given the id of.
+    pub async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>> {
+        self.driver().select_job_owner(id).await
+    }
 }

@@ -4,6 +4,8 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::{Result, Store};
+
 use crate::domain::{KeyRole, OwnerId};
 
 /// An API key as stored: never the token, only its hash.
@@ -48,4 +50,59 @@ pub enum KeyChange {
     Lost,
     /// This key was revoked, changed or deleted.
     Changed(Uuid),
+}
+
+impl Store {
+    /// Stores a new API key's hash.
+    pub async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
+        self.driver().insert_key(id, owner, role, token_hash).await
+    }
+
+    /// Sets a live key's own limit of its owner's attempts running at once
+    /// (`None`: the default): whether a live key has that id.
+    pub async fn set_key_max_in_flight(&self, id: Uuid, max_in_flight: Option<u32>) -> Result<bool> {
+        self.driver().update_key_max_in_flight(id, max_in_flight).await
+    }
+
+    /// The live (unrevoked) key with this hash.
+    pub async fn find_api_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>> {
+        self.driver().select_live_key(token_hash).await
+    }
+
+    /// The owner of a live (unrevoked) key with this hash.
+    pub async fn find_api_key_owner(&self, token_hash: &[u8; 32]) -> Result<Option<OwnerId>> {
+        Ok(self.find_api_key(token_hash).await?.map(|key| key.owner))
+    }
+
+    /// Revokes a key; `false` when there is no such live key. Every process
+    /// following key changes hears of it when it commits; on Postgres this
+    /// returns once each of them has confirmed it forgot the key (or after
+    /// two seconds, with a warning naming how many did not).
+    pub async fn revoke_api_key(&self, id: Uuid) -> Result<bool> {
+        self.driver().revoke_key_and_wait(id).await
+    }
+
+    /// Tells a revoker that this process forgot key `id` (see
+    /// [`Self::revoke_api_key`]).
+    pub async fn confirm_key_forgotten(&self, id: Uuid) -> Result<()> {
+        self.driver().notify_key_forgotten(id).await
+    }
+
+    /// Reports every change to any API key made by any process, for caches
+    /// of checked keys; the follower stops when the receiver is dropped.
+    /// `None` when this store cannot push changes (SQLite): a caller must
+    /// then look keys up every time.
+    pub fn follow_key_changes(&self) -> Option<tokio::sync::mpsc::Receiver<KeyChange>> {
+        self.driver().listen_key_changes()
+    }
+
+    /// Every key, or one owner's.
+    pub async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
+        self.driver().select_keys(owner).await
+    }
+
+    /// Whether any API key exists at all.
+    pub async fn has_api_keys(&self) -> Result<bool> {
+        self.driver().any_key().await
+    }
 }

@@ -17,6 +17,7 @@
 //! ignored.
 
 mod admission;
+pub mod attempts;
 pub mod claims;
 pub mod driver;
 mod error;
@@ -36,15 +37,16 @@ pub mod usage;
 pub mod webhooks;
 
 pub use crate::domain::rules::TaskRules;
-pub use claims::{Leases, UnknownAttempt};
+pub use attempts::{
+    Admission, AttemptRef, ClaimedAttempt, NewAttempt, OpenUnknown, Resolution, Resolved, Scheduled, Settlement,
+    Transition, UnknownAttempt, WaitingFacts,
+};
+pub use claims::Leases;
 pub use driver::Driver;
 pub use error::{Result, StoreError};
 pub(crate) use error::{check_migrations, corrupt};
-pub use facade::Store;
-pub use jobs::{
-    Admission, AttemptRef, Cancel, ClaimedAttempt, CreateJob, Gauges, JobFilter, NewAttempt, NewJob, OpenUnknown,
-    OwnedJobSummary, Resolution, Resolved, Scheduled, Settlement, Transition,
-};
+pub use facade::{Gauges, Store};
+pub use jobs::{Cancel, CreateJob, JobFilter, NewJob, OwnedJobSummary};
 pub use keys::{ApiKey, KeyChange, LiveKey};
 pub use postgres::PostgresStore;
 pub use qualifications::{QualificationRecord, QualificationState};

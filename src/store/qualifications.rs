@@ -5,60 +5,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-/// Where a provider stands for a task's current contract.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum QualificationState {
-    /// It passed a qualification of the current contract.
-    Qualified {
-        /// When.
-        at: DateTime<Utc>,
-    },
-    /// Its latest qualification of the current contract failed.
-    Failed {
-        /// When.
-        at: DateTime<Utc>,
-        /// The report's summary.
-        summary: String,
-    },
-    /// It was qualified only for an earlier contract.
-    Stale {
-        /// When that was.
-        at: DateTime<Utc>,
-    },
-    /// It was never qualified for this task.
-    Never,
-}
+pub use crate::domain::QualificationState;
 
-impl QualificationState {
-    /// Whether attempts may go to the provider.
-    pub fn passed(&self) -> bool {
-        matches!(self, QualificationState::Qualified { .. })
-    }
-
-    /// A stable name: `qualified`, `failed`, `stale`, `never`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            QualificationState::Qualified { .. } => "qualified",
-            QualificationState::Failed { .. } => "failed",
-            QualificationState::Stale { .. } => "stale",
-            QualificationState::Never => "never",
-        }
-    }
-
-    /// Why attempts may not go to the provider, for people.
-    pub fn refusal(&self, provider: &str, task: &str) -> Option<String> {
-        match self {
-            QualificationState::Qualified { .. } => None,
-            QualificationState::Failed { at, summary } => {
-                Some(format!("provider '{provider}' failed qualification for task '{task}' at {at}: {summary}"))
-            }
-            QualificationState::Stale { at } => Some(format!(
-                "the contract of task '{task}' changed since provider '{provider}' was qualified at {at}; qualify it again"
-            )),
-            QualificationState::Never => Some(format!("provider '{provider}' was never qualified for task '{task}'")),
-        }
-    }
-}
+use super::{Result, Store};
 
 /// A stored qualification run.
 #[derive(Clone, Debug)]
@@ -77,4 +26,33 @@ pub struct QualificationRecord {
     pub report: Value,
     /// When it ran.
     pub created_at: DateTime<Utc>,
+}
+
+impl Store {
+    /// Stores a qualification run.
+    pub async fn insert_qualification(
+        &self,
+        provider: &str,
+        task: &str,
+        contract_hash: &[u8; 32],
+        passed: bool,
+        report: &Value,
+    ) -> Result<QualificationRecord> {
+        self.driver().insert_qualification_run(provider, task, contract_hash, passed, report).await
+    }
+
+    /// Where `provider` stands for `task`'s contract with this hash.
+    pub async fn qualification_state(
+        &self,
+        provider: &str,
+        task: &str,
+        contract_hash: &[u8; 32],
+    ) -> Result<QualificationState> {
+        self.driver().select_qualification_state(provider, task, contract_hash).await
+    }
+
+    /// The latest qualification run of `provider` for `task`, of any contract.
+    pub async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>> {
+        self.driver().select_latest_qualification(provider, task).await
+    }
 }

@@ -17,35 +17,52 @@ use crate::domain::{JobId, Money, OwnerId};
 
 pub use super::purge::{Erasure, PURGE_LOCK, PurgeBatch, PurgeRule, RollupKey, RollupTotals};
 
-/// Purges up to `max` jobs under `rule` in one transaction, unless another
-/// process is purging.
-pub(super) async fn purge_batch<S: Store + ?Sized>(store: &S, rule: &PurgeRule, max: u32) -> Result<PurgeBatch> {
-    let mut tx = store.begin().await?;
-    if !tx.take_purge_lock().await? {
-        return Ok(PurgeBatch::Busy);
+impl Store {
+    /// Purges up to `max` finished jobs under `rule` in one transaction,
+    /// unless another process is purging.
+    #[tracing::instrument(level = "debug", skip_all, fields(task = ?rule.task))]
+    pub async fn purge_batch(&self, rule: &PurgeRule, max: u32) -> Result<PurgeBatch> {
+        let mut tx = self.begin().await?;
+        if !tx.take_purge_lock().await? {
+            return Ok(PurgeBatch::Busy);
+        }
+        let jobs = tx.purgeable_jobs(rule, max).await?;
+        if jobs.is_empty() {
+            return Ok(PurgeBatch::Purged(0));
+        }
+        let purged = remove(&mut tx, &jobs).await?;
+        tx.commit().await?;
+        Ok(PurgeBatch::Purged(purged))
     }
-    let jobs = tx.purgeable_jobs(rule, max).await?;
-    if jobs.is_empty() {
-        return Ok(PurgeBatch::Purged(0));
-    }
-    let purged = remove(&mut tx, &jobs).await?;
-    tx.commit().await?;
-    Ok(PurgeBatch::Purged(purged))
-}
 
-/// Erases one of `owner`'s jobs now, if it is finished with no open attempt.
-pub(super) async fn erase_job<S: Store + ?Sized>(store: &S, owner: &OwnerId, id: JobId) -> Result<Erasure> {
-    let mut tx = store.begin().await?;
-    let Some(job) = tx.lock_job(owner, id).await? else {
-        return Ok(Erasure::NotFound);
-    };
-    let open = tx.attempt_states(owner, id).await?.iter().any(|state| OPEN.contains(state));
-    if !FINISHED.contains(&job.state) || open {
-        return Ok(Erasure::NotFinished(job.state));
+    /// How many finished jobs `rule` would purge now (nothing is changed).
+    pub async fn count_purgeable(&self, rule: &PurgeRule) -> Result<u64> {
+        self.begin().await?.count_purgeable_jobs(rule).await
     }
-    remove(&mut tx, &[(owner.clone(), id)]).await?;
-    tx.commit().await?;
-    Ok(Erasure::Erased)
+
+    /// Gives the space a large purge freed back to the disk where the
+    /// database does not reuse it by itself: SQLite's incremental vacuum
+    /// (a file made with it); nothing on Postgres, whose autovacuum does.
+    pub async fn reclaim_space(&self) -> Result<()> {
+        self.driver().vacuum().await
+    }
+
+    /// Erases one of `owner`'s jobs now (`DELETE /jobs/{id}`), if it is
+    /// finished with no open attempt.
+    #[tracing::instrument(level = "debug", skip_all, fields(job.id = %id))]
+    pub async fn erase_job(&self, owner: &OwnerId, id: JobId) -> Result<Erasure> {
+        let mut tx = self.begin().await?;
+        let Some(job) = tx.lock_job(owner, id).await? else {
+            return Ok(Erasure::NotFound);
+        };
+        let open = tx.attempt_states(owner, id).await?.iter().any(|state| OPEN.contains(state));
+        if !FINISHED.contains(&job.state) || open {
+            return Ok(Erasure::NotFinished(job.state));
+        }
+        remove(&mut tx, &[(owner.clone(), id)]).await?;
+        tx.commit().await?;
+        Ok(Erasure::Erased)
+    }
 }
 
 /// Adds the jobs' usage to the rollup, then deletes them; how many went.

@@ -119,6 +119,9 @@ fn time(stamp: Option<Stamp>) -> Option<DateTime<Utc>> {
 /// that must name them in their text (a partial index matches only a
 /// literal): taken from the enums, never typed by hand.
 pub(crate) mod names {
+    use std::sync::LazyLock;
+
+    use crate::domain::retention::{FINISHED, OPEN};
     use crate::domain::{AttemptOrigin, AttemptState, EventKind, JobState};
 
     pub const PENDING: &str = AttemptState::Pending.as_str();
@@ -128,16 +131,56 @@ pub(crate) mod names {
     pub const SUPERSEDED: &str = AttemptState::Superseded.as_str();
     pub const CANCELED: &str = AttemptState::Canceled.as_str();
     pub const JOB_QUEUED: &str = JobState::Queued.as_str();
-    pub const JOB_RUNNING: &str = JobState::Running.as_str();
     pub const JOB_SUCCEEDED: &str = JobState::Succeeded.as_str();
-    pub const JOB_FAILED: &str = JobState::Failed.as_str();
     pub const JOB_UNKNOWN: &str = JobState::Unknown.as_str();
-    pub const JOB_CANCELED: &str = JobState::Canceled.as_str();
     pub const ORIGIN_CLIENT: &str = AttemptOrigin::Client.as_str();
     pub const EVENT_JOB_CREATED: &str = EventKind::JobCreated.as_str();
     pub const EVENT_ATTEMPT_CLAIMED: &str = EventKind::AttemptClaimed.as_str();
     pub const EVENT_ATTEMPT_SUCCEEDED: &str = EventKind::AttemptSucceeded.as_str();
     pub const EVENT_RACE_LOST: &str = EventKind::RaceLost.as_str();
+
+    /// The job states that never change ([`JobState::is_terminal`]), for
+    /// `state in (…)`: a job in one takes no winner and starts no attempt.
+    pub static JOB_TERMINAL: LazyLock<String> =
+        LazyLock::new(|| quoted(JobState::ALL.iter().filter(|state| state.is_terminal()).map(|state| state.as_str())));
+
+    /// The job states retention purges ([`FINISHED`]), for `state in (…)`.
+    pub static JOB_FINISHED: LazyLock<String> = LazyLock::new(|| quoted(FINISHED.iter().map(|state| state.as_str())));
+
+    /// The attempt states that keep a job from retention ([`OPEN`]), for
+    /// `state in (…)`.
+    pub static ATTEMPT_OPEN: LazyLock<String> = LazyLock::new(|| quoted(OPEN.iter().map(|state| state.as_str())));
+
+    /// The job state a job of a started attempt takes, unless it has
+    /// finished (a running attempt decides [`JobState::derive`]).
+    pub const JOB_WITH_RUNNING_ATTEMPT: &str = JobState::Running.as_str();
+
+    /// Stored names as an SQL list: `'a', 'b'`.
+    fn quoted<'a>(names: impl Iterator<Item = &'a str>) -> String {
+        names.map(|name| format!("'{name}'")).collect::<Vec<_>>().join(", ")
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_lists_in_statements_are_the_domains() {
+            assert_eq!(*JOB_TERMINAL, "'succeeded', 'canceled'");
+            assert_eq!(*JOB_FINISHED, "'succeeded', 'failed', 'canceled'");
+            assert_eq!(*ATTEMPT_OPEN, "'pending', 'running', 'unknown'");
+        }
+
+        #[test]
+        fn a_job_with_a_running_attempt_is_running_whatever_its_other_attempts() {
+            for &current in JobState::ALL.iter().filter(|state| !state.is_terminal()) {
+                for &other in AttemptState::ALL {
+                    let derived = JobState::derive(current, [other, AttemptState::Running]);
+                    assert_eq!(derived.as_str(), JOB_WITH_RUNNING_ATTEMPT, "{current:?} with {other:?}");
+                }
+            }
+        }
+    }
 }
 
 /// The columns of [`JobRow`], as both databases select them.

@@ -18,8 +18,10 @@ use chrono::{DateTime, Utc};
 use sqlx::FromRow;
 use uuid::Uuid;
 
+use super::Store;
 use super::rows::Stamp;
 use super::{Result, corrupt};
+use crate::domain::KeyRole;
 use crate::domain::OwnerId;
 
 /// A session to store.
@@ -81,5 +83,51 @@ impl TryFrom<SessionRow> for StoredSession {
             expires_at: expires_at.0,
             now: now.0,
         })
+    }
+}
+
+impl Store {
+    /// Stores a new dashboard session, ending `session.lifetime` from now
+    /// by the database's clock.
+    pub async fn insert_dashboard_session(&self, session: &NewSession) -> Result<()> {
+        self.driver().insert_session(session).await
+    }
+
+    /// The dashboard session whose token hashes to `token_hash`, live or
+    /// not, with its key's token hash and the database's clock: one look-up
+    /// by an index.
+    pub async fn find_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<Option<StoredSession>> {
+        self.driver().select_session(token_hash).await
+    }
+
+    /// Marks a dashboard session used now.
+    pub async fn touch_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<()> {
+        self.driver().update_session_used(token_hash).await
+    }
+
+    /// Ends a dashboard session: its row is deleted. `false` when there was
+    /// none.
+    pub async fn delete_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<bool> {
+        self.driver().delete_session(token_hash).await
+    }
+
+    /// Deletes every dashboard session past its lifetime or unused for
+    /// `idle`; how many.
+    pub async fn delete_expired_dashboard_sessions(&self, idle: Duration) -> Result<u64> {
+        self.driver().delete_expired_sessions(idle).await
+    }
+
+    /// Stores the first run's key, unless the database had its first run
+    /// already or has a key: `bootstrap`'s one row, inserted in the key's
+    /// transaction, decides, so that of replicas starting together on an
+    /// empty database exactly one makes it. `true` when this call made it.
+    pub async fn insert_first_run_key(
+        &self,
+        id: Uuid,
+        owner: &OwnerId,
+        role: KeyRole,
+        token_hash: &[u8; 32],
+    ) -> Result<bool> {
+        self.driver().insert_bootstrap_key(id, owner, role, token_hash).await
     }
 }

@@ -10,71 +10,71 @@ pub(crate) const MIGRATED_VERSION: &str = r#"select max(version) from _sqlx_migr
 /// Whether any key was ever made (the same SQL on both databases).
 pub(crate) const ANY_API_KEY: &str = r#"select exists (select 1 from api_keys)"#;
 
-/// Implements [`crate::store::Store`] for a backend: its own methods, given
+/// Implements [`crate::store::Driver`] for a backend: its own methods, given
 /// as the second argument, and the shared reads, run on `self.pool` with
 /// the backend's `sql` module and `MIGRATOR` in scope; and the dashboard
 /// sessions and the first run, handed to the backend's `sessions` module,
 /// whose functions have the same names and arguments on both.
-macro_rules! impl_store {
+macro_rules! impl_driver {
     ($store:ty, { $($own:tt)* }) => {
         #[async_trait::async_trait]
-        impl $crate::store::Store for $store {
+        impl $crate::store::Driver for $store {
             $($own)*
 
-            async fn check_ready(&self) -> Result<()> {
+            async fn check_migrated(&self) -> Result<()> {
                 let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
                 let applied: std::result::Result<Option<i64>, sqlx::Error> =
                     sqlx::query_scalar($crate::store::shared::MIGRATED_VERSION).fetch_one(&self.pool).await;
                 $crate::store::check_migrations(applied, latest)
             }
 
-            async fn find_api_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>> {
+            async fn select_live_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>> {
                 let row: Option<$crate::store::rows::LiveKeyRow> =
                     sqlx::query_as(&*sql::FIND_API_KEY).bind(&token_hash[..]).fetch_optional(&self.pool).await?;
                 row.map(LiveKey::try_from).transpose()
             }
 
-            async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
+            async fn select_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
                 let rows: Vec<$crate::store::rows::ApiKeyRow> =
                     sqlx::query_as(&*sql::LIST_API_KEYS).bind(owner.map(OwnerId::as_str)).fetch_all(&self.pool).await?;
                 Ok(rows.into_iter().map(Into::into).collect())
             }
 
-            async fn set_key_max_in_flight(&self, id: Uuid, max_in_flight: Option<u32>) -> Result<bool> {
+            async fn update_key_max_in_flight(&self, id: Uuid, max_in_flight: Option<u32>) -> Result<bool> {
                 let done = sqlx::query(sql::SET_KEY_MAX_IN_FLIGHT)
                     .bind(id).bind(max_in_flight.map(i64::from)).execute(&self.pool).await?;
                 Ok(done.rows_affected() > 0)
             }
 
-            async fn has_api_keys(&self) -> Result<bool> {
+            async fn any_key(&self) -> Result<bool> {
                 Ok(sqlx::query_scalar($crate::store::shared::ANY_API_KEY).fetch_one(&self.pool).await?)
             }
 
-            async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
+            async fn select_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
                 let rows: Vec<$crate::store::rows::EventRow> =
                     sqlx::query_as(&*sql::LIST_EVENTS).bind(owner.as_str()).bind(job_id.0).fetch_all(&self.pool).await?;
                 Ok(rows.into_iter().map(Into::into).collect())
             }
 
-            async fn qualification_state(&self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
+            async fn select_qualification_state(&self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
                 let row: Option<$crate::store::rows::QualificationStateRow> = sqlx::query_as(&*sql::QUALIFICATION_STATE)
                     .bind(provider).bind(task).bind(&hash[..]).fetch_optional(&self.pool).await?;
                 Ok(row.into())
             }
 
-            async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>> {
+            async fn select_latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>> {
                 let row: Option<$crate::store::rows::QualificationRow> =
                     sqlx::query_as(&*sql::LATEST_QUALIFICATION).bind(provider).bind(task).fetch_optional(&self.pool).await?;
                 row.map(QualificationRecord::try_from).transpose()
             }
 
-            async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>> {
+            async fn select_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>> {
                 let owner: Option<String> = sqlx::query_scalar(&*sql::FIND_UNKNOWN_ATTEMPT_OWNER)
                     .bind(job_id.0).bind(number).fetch_optional(&self.pool).await?;
                 Ok(owner.map(OwnerId::from_trusted))
             }
 
-            async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>> {
+            async fn select_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>> {
                 let rows = sqlx::query(&*sql::LIST_USAGE)
                     .bind(owner.as_str())
                     .bind($crate::store::rows::Stamp(filter.from))
@@ -84,7 +84,7 @@ macro_rules! impl_store {
                 $crate::store::rows::read_all::<_, $crate::store::rows::UsageReportRow, _>(&rows)
             }
 
-            async fn browse_jobs(
+            async fn select_jobs_of_any_owner(
                 &self, owner: Option<&OwnerId>, key: Option<&str>, filter: &JobFilter,
             ) -> Result<Vec<OwnedJobSummary>> {
                 let rows: Vec<$crate::store::rows::JobSummaryRow> = sqlx::query_as(&*sql::BROWSE_JOBS)
@@ -99,13 +99,13 @@ macro_rules! impl_store {
                 Ok(rows.into_iter().map(Into::into).collect())
             }
 
-            async fn finished_jobs_running_on(&self, worker: &str) -> Result<Vec<JobId>> {
+            async fn select_finished_with_calls(&self, worker: &str) -> Result<Vec<JobId>> {
                 let rows: Vec<(uuid::Uuid,)> =
                     sqlx::query_as(sql::FINISHED_WITH_CALLS.as_str()).bind(worker).fetch_all(&self.pool).await?;
                 Ok(rows.into_iter().map(|(id,)| JobId(id)).collect())
             }
 
-            async fn count_unknown_since(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
+            async fn count_stale_unknown(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
                 let count: i64 = sqlx::query_scalar(&*sql::COUNT_UNKNOWN_SINCE)
                     .bind($crate::store::rows::Stamp(before))
                     .fetch_one(&self.pool)
@@ -113,12 +113,12 @@ macro_rules! impl_store {
                 Ok(u64::try_from(count).unwrap_or(0))
             }
 
-            async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>> {
+            async fn select_job_owner(&self, id: JobId) -> Result<Option<OwnerId>> {
                 let owner: Option<String> = sqlx::query_scalar(&*sql::FIND_JOB_OWNER).bind(id.0).fetch_optional(&self.pool).await?;
                 Ok(owner.map(OwnerId::from_trusted))
             }
 
-            async fn record_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool> {
+            async fn update_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool> {
                 let changed = sqlx::query(sql::RECORD_UNAPPLIED_OUTPUT)
                     .bind(attempt.owner.as_str()).bind(attempt.job_id.0).bind(attempt.number)
                     .bind(sqlx::types::Json(unapplied))
@@ -126,61 +126,61 @@ macro_rules! impl_store {
                 Ok(changed.rows_affected() == 1)
             }
 
-            async fn record_provider_request(&self, attempt: &AttemptRef, provider_request_id: &str) -> Result<bool> {
+            async fn update_provider_request(&self, attempt: &AttemptRef, provider_request_id: &str) -> Result<bool> {
                 let changed = sqlx::query(sql::RECORD_PROVIDER_REQUEST)
                     .bind(attempt.owner.as_str()).bind(attempt.job_id.0).bind(attempt.number).bind(provider_request_id)
                     .execute(&self.pool).await?;
                 Ok(changed.rows_affected() == 1)
             }
 
-            async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>> {
+            async fn select_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>> {
                 let rows: Vec<$crate::store::rows::OpenUnknownRow> = sqlx::query_as(&*sql::LIST_UNKNOWN_ATTEMPTS)
                     .bind(owner.map(OwnerId::as_str)).bind(i64::from(limit)).fetch_all(&self.pool).await?;
                 Ok(rows.into_iter().map(Into::into).collect())
             }
 
-            async fn insert_dashboard_session(&self, session: &$crate::store::NewSession) -> Result<()> {
+            async fn insert_session(&self, session: &$crate::store::NewSession) -> Result<()> {
                 sessions::insert(&self.pool, session).await
             }
 
-            async fn find_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<Option<$crate::store::StoredSession>> {
+            async fn select_session(&self, token_hash: &[u8; 32]) -> Result<Option<$crate::store::StoredSession>> {
                 sessions::find(&self.pool, token_hash).await
             }
 
-            async fn touch_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<()> {
+            async fn update_session_used(&self, token_hash: &[u8; 32]) -> Result<()> {
                 sessions::touch(&self.pool, token_hash).await
             }
 
-            async fn delete_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<bool> {
+            async fn delete_session(&self, token_hash: &[u8; 32]) -> Result<bool> {
                 sessions::delete(&self.pool, token_hash).await
             }
 
-            async fn delete_expired_dashboard_sessions(&self, idle: std::time::Duration) -> Result<u64> {
+            async fn delete_expired_sessions(&self, idle: std::time::Duration) -> Result<u64> {
                 sessions::delete_expired(&self.pool, idle).await
             }
 
-            async fn insert_first_run_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<bool> {
+            async fn insert_bootstrap_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<bool> {
                 sessions::insert_first_run_key(self, id, owner, role, token_hash).await
             }
 
-            async fn insert_webhook_endpoint(&self, new: &$crate::store::NewEndpoint) -> Result<$crate::store::Endpoint> {
+            async fn insert_endpoint(&self, new: &$crate::store::NewEndpoint) -> Result<$crate::store::Endpoint> {
                 webhooks::insert_endpoint(&self.pool, new).await
             }
 
-            async fn list_webhook_endpoints(&self, owner: &OwnerId) -> Result<Vec<$crate::store::Endpoint>> {
+            async fn select_endpoints(&self, owner: &OwnerId) -> Result<Vec<$crate::store::Endpoint>> {
                 webhooks::list_endpoints(&self.pool, owner).await
             }
 
-            async fn delete_webhook_endpoint(&self, owner: &OwnerId, id: Uuid) -> Result<bool> {
+            async fn delete_endpoint(&self, owner: &OwnerId, id: Uuid) -> Result<bool> {
                 let deleted = sqlx::query(webhooks::DELETE_ENDPOINT).bind(owner.as_str()).bind(id).execute(&self.pool).await?;
                 Ok(deleted.rows_affected() > 0)
             }
 
-            async fn rotate_webhook_secret(&self, owner: &OwnerId, id: Uuid, secret: &str, keep_old: std::time::Duration) -> Result<Option<$crate::store::Endpoint>> {
+            async fn update_endpoint_secret(&self, owner: &OwnerId, id: Uuid, secret: &str, keep_old: std::time::Duration) -> Result<Option<$crate::store::Endpoint>> {
                 webhooks::rotate_secret(&self.pool, owner, id, secret, keep_old).await
             }
 
-            async fn list_webhook_deliveries(&self, owner: &OwnerId, endpoint: Uuid, limit: u32) -> Result<Option<Vec<$crate::store::Delivery>>> {
+            async fn select_deliveries(&self, owner: &OwnerId, endpoint: Uuid, limit: u32) -> Result<Option<Vec<$crate::store::Delivery>>> {
                 let exists: bool =
                     sqlx::query_scalar(webhooks::ENDPOINT_EXISTS).bind(owner.as_str()).bind(endpoint).fetch_one(&self.pool).await?;
                 if !exists {
@@ -193,11 +193,11 @@ macro_rules! impl_store {
                 Ok(Some($crate::store::webhooks::attach_tries(rows, tries)))
             }
 
-            async fn claim_webhook_deliveries(&self, max: u32, lease: std::time::Duration) -> Result<Vec<$crate::store::ClaimedDelivery>> {
+            async fn claim_due_deliveries(&self, max: u32, lease: std::time::Duration) -> Result<Vec<$crate::store::ClaimedDelivery>> {
                 webhooks::claim_deliveries(&self.pool, max, lease).await
             }
 
-            async fn record_webhook_tries(&self, done: &[$crate::store::DeliveryTry]) -> Result<()> {
+            async fn insert_delivery_tries(&self, done: &[$crate::store::DeliveryTry]) -> Result<()> {
                 webhooks::record_tries(&self.pool, done).await
             }
         }
@@ -245,7 +245,7 @@ macro_rules! impl_driver_tx {
                 $crate::store::rows::attempts_from_rows(&rows)
             }
 
-            async fn qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
+            async fn select_qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
                 let row: Option<$crate::store::rows::QualificationStateRow> = sqlx::query_as(&*sql::QUALIFICATION_STATE)
                     .bind(provider).bind(task).bind(&hash[..]).fetch_optional(&mut *self.tx).await?;
                 Ok(row.into())
@@ -255,7 +255,7 @@ macro_rules! impl_driver_tx {
                 retention::purgeable_jobs(&mut self.tx, rule, max).await
             }
 
-            async fn count_purgeable(&mut self, rule: &$crate::store::purge::PurgeRule) -> Result<u64> {
+            async fn count_purgeable_jobs(&mut self, rule: &$crate::store::purge::PurgeRule) -> Result<u64> {
                 retention::count_purgeable(&mut self.tx, rule).await
             }
 
@@ -278,4 +278,4 @@ macro_rules! impl_driver_tx {
     };
 }
 
-pub(crate) use {impl_driver_tx, impl_store};
+pub(crate) use {impl_driver, impl_driver_tx};

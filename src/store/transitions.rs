@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::admission::{check_qualified, earlier_attempt, job_budget, next_number, schedule_next_attempt};
+use super::admission::{earlier_attempt, job_budget, next_number, read_qualification, schedule_next_attempt};
 use super::driver::{AttemptHolder, LockedJob, OutputSettlement, Tx, update_job_state};
-use super::usage::{AttemptUsage, check_budget};
+use super::usage::AttemptUsage;
 use super::webhooks::Outgoing;
 use super::{
     Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Resolved, Result, Settlement, Store,
@@ -26,14 +26,14 @@ use super::{
 };
 use crate::domain::webhook::WebhookEventType;
 use crate::domain::{
-    AdmissionRefusal, AttemptError, AttemptState, AttemptTransition, EventKind, IdempotencyKey, JobId, JobState,
-    NOT_RECEIVED, OwnerId, check_admission,
+    AdmissionFacts, AttemptError, AttemptState, AttemptTransition, EventKind, IdempotencyKey, JobId, JobState,
+    NOT_RECEIVED, OwnerId, Refused, check_admission,
 };
 
 /// Creates a job with its first attempt, or finds the job that holds its
 /// key (I1: the unique constraint decides).
-pub(super) async fn create_job<S: Store + ?Sized>(store: &S, new: &NewJob) -> Result<CreateJob> {
-    if let Some(created_at) = store.insert_job(new).await? {
+pub(super) async fn create_job(store: &Store, new: &NewJob) -> Result<CreateJob> {
+    if let Some(created_at) = store.driver().insert_job(new).await? {
         return Ok(CreateJob::Created(new.created(created_at)));
     }
     // The key is taken. The insert's snapshot may predate the racing insert
@@ -46,8 +46,8 @@ pub(super) async fn create_job<S: Store + ?Sized>(store: &S, new: &NewJob) -> Re
 
 /// Adds an attempt to a job if every admission rule allows it, with the
 /// job locked so that the answer holds until commit.
-pub(super) async fn admit_attempt<S: Store + ?Sized>(
-    store: &S,
+pub(super) async fn admit_attempt(
+    store: &Store,
     owner: &OwnerId,
     job_id: JobId,
     new: &NewAttempt,
@@ -66,21 +66,18 @@ pub(super) async fn admit_attempt<S: Store + ?Sized>(
         return Ok(answer);
     }
 
-    let states: Vec<AttemptState> = attempts.iter().map(|a| a.state).collect();
-    let qualification = check_qualified(&mut tx, rules, &job.task, &job.provider, provider).await?;
-    let mut verdict = check_admission(job.state, &states, rules.limits(&job.task), qualification.is_ok());
-    let mut reason = None;
-    if verdict.is_ok()
-        && let Some((budget, input)) = job_budget(&mut tx, owner, job_id, &job.task, rules).await?
-        && let Err(why) = check_budget(rules, &job.task, &input, budget, &attempts, provider)
-    {
-        (verdict, reason) = (Err(AdmissionRefusal::BudgetExceeded), Some(why));
-    }
-    if let Err(refusal) = verdict {
-        let reason = match refusal {
-            AdmissionRefusal::ProviderNotQualified => qualification.err(),
-            _ => reason,
-        };
+    let qualification = read_qualification(&mut tx, rules, &job.task, &job.provider, provider).await?;
+    let budget = job_budget(&mut tx, owner, job_id, &job.task, rules).await?;
+    let facts = AdmissionFacts {
+        task: &job.task,
+        primary: &job.provider,
+        provider,
+        job: job.state,
+        attempts: &attempts,
+        qualification: qualification.as_ref(),
+        budget: budget.as_ref().map(|(money, input)| (*money, input)),
+    };
+    if let Err(Refused { refusal, reason }) = check_admission(&facts, rules) {
         let detail = json!({ "problem": refusal.problem_type(), "provider": provider, "reason": reason,
                              "idempotency_key": new.idempotency_key.as_ref().map(IdempotencyKey::as_str),
                              "origin": new.origin.as_str() });
@@ -105,8 +102,8 @@ pub(super) async fn admit_attempt<S: Store + ?Sized>(
 /// by its `holder` name, or the reconciler's) or
 /// [`AttemptTransition::ResolveSucceeded`] (an operator's, `resolved`).
 /// The attempt's `usage`, when given, is recorded by the settling statement.
-pub(super) async fn settle_with_output<S: Store + ?Sized>(
-    store: &S,
+pub(super) async fn settle_with_output(
+    store: &Store,
     attempt: &AttemptRef,
     output: &Value,
     transition: AttemptTransition,
@@ -149,7 +146,7 @@ pub struct Finish<'a> {
 /// locked in the order of their ids and none is waited for: one locked by
 /// another transaction is settled alone after the commit, as is every
 /// attempt of a batch that failed (so that one cannot fail the others).
-pub(super) async fn finish_attempts<S: Store + ?Sized>(store: &S, finishes: &[Finish<'_>]) -> Vec<Result<Transition>> {
+pub(super) async fn finish_attempts(store: &Store, finishes: &[Finish<'_>]) -> Vec<Result<Transition>> {
     if let [Finish { attempt, output, holder, usage }] = *finishes {
         // Alone: waiting for its job's lock holds up no other output.
         return vec![
@@ -232,7 +229,7 @@ async fn settle_locked(
         lost: json!({ "loser": attempt.number, "winner": winner, "job_state": job.state.as_str(), "reason": reason,
                       "resolved_by": resolved_by }),
     };
-    let settled = tx.settle_with_output(&settlement).await?;
+    let settled = tx.settle_by_compare_and_swap(&settlement).await?;
     if settled.settled != 1 {
         // Cannot happen with the job locked; refuse to commit if it does.
         return Err(corrupt("an attempt changed under its locked job"));
@@ -268,8 +265,8 @@ fn settled(attempt: &AttemptRef, outcome: Transition) -> Transition {
 /// two. An attempt the provider never received ([`NOT_RECEIVED`]) used and
 /// cost nothing: its estimated usage is forgotten in the same transaction.
 /// The attempt's `usage`, when given, is recorded with its outcome.
-pub(super) async fn settle_without_output<S: Store + ?Sized>(
-    store: &S,
+pub(super) async fn settle_without_output(
+    store: &Store,
     attempt: &AttemptRef,
     transition: AttemptTransition,
     error: &AttemptError,
@@ -346,8 +343,8 @@ pub(super) async fn settle_without_output<S: Store + ?Sized>(
 /// the attempt was put back `max` times already (`None`: this refusal is
 /// not counted), nothing changes: `Stale(Running)`, and the caller
 /// records the refusal as a failure.
-pub(super) async fn requeue<S: Store + ?Sized>(
-    store: &S,
+pub(super) async fn requeue(
+    store: &Store,
     attempt: &AttemptRef,
     worker: &str,
     (delay, max): (Duration, Option<u32>),
@@ -363,7 +360,7 @@ pub(super) async fn requeue<S: Store + ?Sized>(
     if job.state.is_terminal() || states.contains(&AttemptState::Pending) {
         return Ok(Transition::Stale(AttemptState::Running));
     }
-    if tx.requeue_attempt(attempt, delay, max).await? == 0 {
+    if tx.update_attempt_requeued(attempt, delay, max).await? == 0 {
         return Ok(Transition::Stale(AttemptState::Running));
     }
     let job_state = update_job_state(&mut tx, &attempt.owner, attempt.job_id, job.state).await?;
@@ -372,15 +369,15 @@ pub(super) async fn requeue<S: Store + ?Sized>(
     let event = AttemptTransition::Requeue.event();
     tx.append_event(&attempt.owner, attempt.job_id, event, Some(attempt.number), detail).await?;
     if let Some(provider) = pause {
-        tx.pause_provider(provider, delay).await?;
+        tx.update_provider_pause(provider, delay).await?;
     }
     tx.commit().await?;
     Ok(Transition::Applied)
 }
 
 /// Settles an unknown attempt by an operator's word.
-pub(super) async fn resolve_unknown<S: Store + ?Sized>(
-    store: &S,
+pub(super) async fn resolve_unknown(
+    store: &Store,
     attempt: &AttemptRef,
     resolution: &Resolution,
     resolved: &Resolved<'_>,
@@ -453,11 +450,11 @@ fn resolution_detail<'a>(resolved: Option<&Resolved<'a>>) -> (Option<&'a str>, V
 }
 
 /// Turns running attempts whose lease expired into `unknown` (I4).
-pub(super) async fn expire_leases<S: Store + ?Sized>(store: &S, max: u32) -> Result<Vec<AttemptRef>> {
+pub(super) async fn expire_leases(store: &Store, max: u32) -> Result<Vec<AttemptRef>> {
     let error =
         AttemptError::new("lease-expired", "the worker running this attempt stopped answering before it finished");
     let mut expired = Vec::new();
-    for attempt in store.expired_leases(max).await? {
+    for attempt in store.driver().expired_leases(max).await? {
         let outcome = settle_without_output(
             store,
             &attempt,
@@ -478,12 +475,7 @@ pub(super) async fn expire_leases<S: Store + ?Sized>(store: &S, max: u32) -> Res
 /// Cancels a job unless it succeeded: pending attempts are canceled;
 /// running ones are left to their workers, which abort their calls (the
 /// task's `cancel_losers`) or record their answers, never applied.
-pub(super) async fn cancel_job<S: Store + ?Sized>(
-    store: &S,
-    owner: &OwnerId,
-    id: JobId,
-    rules: &dyn TaskRules,
-) -> Result<Cancel> {
+pub(super) async fn cancel_job(store: &Store, owner: &OwnerId, id: JobId, rules: &dyn TaskRules) -> Result<Cancel> {
     let mut tx = store.begin().await?;
     let Some(job) = tx.lock_job(owner, id).await? else {
         return Ok(Cancel::NotFound);
@@ -496,7 +488,7 @@ pub(super) async fn cancel_job<S: Store + ?Sized>(
             _ => Cancel::Succeeded(current),
         });
     }
-    let canceled = tx.cancel_job(owner, id).await?;
+    let canceled = tx.cancel_job_and_pending(owner, id).await?;
     let attempts = tx.read_attempts(owner, id).await?;
     let canceling = crate::domain::attempts_being_canceled(
         JobState::Canceled,

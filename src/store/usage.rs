@@ -8,8 +8,10 @@ use serde_json::Value;
 use sqlx::query::Query;
 use sqlx::{Database, Encode, Type};
 
+use super::{AttemptRef, Store};
 use super::{Result, TaskRules, corrupt};
-use crate::domain::{Attempt, AttemptState, Cost, Money, Usage};
+use crate::domain::OwnerId;
+use crate::domain::{AttemptState, Cost, Money, Usage};
 
 /// The usage and cost to record on an attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,15 +113,6 @@ where
         .bind(cost.map(|c| c.price_version.clone()))
 }
 
-/// The budget of a `task` job whose own `max_cost` is `job_max_cost`: the
-/// lower of the two; `None` when neither is set.
-pub fn budget_of(rules: &dyn TaskRules, task: &str, job_max_cost: Option<Money>) -> Option<Money> {
-    match (job_max_cost, rules.max_cost(task)) {
-        (Some(job), Some(task)) => Some(job.min(task)),
-        (one, other) => one.or(other),
-    }
-}
-
 /// A job's budget and input from its stored `max_cost` (decimal text) and
 /// its input (read only when there is a budget).
 pub(crate) fn stored_budget(
@@ -129,38 +122,21 @@ pub(crate) fn stored_budget(
     input: impl FnOnce() -> Result<Value>,
 ) -> Result<Option<(Money, Value)>> {
     let max_cost = max_cost.map(|m| m.parse::<Money>()).transpose().map_err(corrupt)?;
-    let Some(budget) = budget_of(rules, task, max_cost) else { return Ok(None) };
+    let Some(budget) = crate::domain::budget_of(rules, task, max_cost) else { return Ok(None) };
     Ok(Some((budget, input()?)))
 }
 
-/// Whether one more attempt on `provider` fits a job's `budget`: what its
-/// attempts cost (their recorded cost; for one still pending, running or
-/// unknown without a cost, its worst case) plus the new attempt's worst case
-/// must not exceed it. `Err` says why, for the client and the job's events.
-pub(crate) fn check_budget(
-    rules: &dyn TaskRules,
-    task: &str,
-    input: &Value,
-    budget: Money,
-    attempts: &[Attempt],
-    provider: &str,
-) -> Result<(), String> {
-    let Some(worst_case) = rules.worst_case_cost(task, provider, input) else { return Ok(()) };
-    let open = [AttemptState::Pending, AttemptState::Running, AttemptState::Unknown];
-    let committed: Money = attempts
-        .iter()
-        .map(|a| match &a.cost {
-            Some(cost) => cost.amount,
-            None if open.contains(&a.state) => rules.worst_case_cost(task, &a.provider, input).unwrap_or_default(),
-            None => Money::ZERO,
-        })
-        .sum();
-    if committed.checked_add(worst_case).is_some_and(|needed| needed <= budget) {
-        return Ok(());
+impl Store {
+    /// Records the tokens an attempt used and their cost, whatever its
+    /// state; a later record (the provider's own count after an estimate)
+    /// replaces an earlier one. `false`: no such attempt for this owner.
+    pub async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
+        self.driver().update_usage(attempt, usage).await
     }
-    Err(format!(
-        "an attempt on '{provider}' may cost up to {worst_case}; the job's attempts have spent or may spend {committed} \
-         of its budget of {budget}, leaving {}",
-        budget.saturating_sub(committed).max(Money::ZERO)
-    ))
+
+    /// The owner's attempts with recorded usage created in the filter's
+    /// range, oldest first, for the usage report.
+    pub async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>> {
+        self.driver().select_usage(owner, filter).await
+    }
 }

@@ -18,6 +18,7 @@ use chrono::{DateTime, Utc};
 use sqlx::FromRow;
 use uuid::Uuid;
 
+use super::Store;
 use super::rows::Stamp;
 use super::{Result, corrupt};
 use crate::domain::webhook::WebhookEventType;
@@ -338,4 +339,55 @@ pub(crate) fn check_events(events: &[WebhookEventType]) -> Result<()> {
         return Err(corrupt("an endpoint must hear of at least one event type"));
     }
     Ok(())
+}
+
+impl Store {
+    /// Stores an endpoint and its subscriptions.
+    pub async fn insert_webhook_endpoint(&self, new: &NewEndpoint) -> Result<Endpoint> {
+        self.driver().insert_endpoint(new).await
+    }
+
+    /// An owner's endpoints, the oldest first.
+    pub async fn list_webhook_endpoints(&self, owner: &OwnerId) -> Result<Vec<Endpoint>> {
+        self.driver().select_endpoints(owner).await
+    }
+
+    /// Deletes an owner's endpoint with its deliveries; `false` when it had none such.
+    pub async fn delete_webhook_endpoint(&self, owner: &OwnerId, id: Uuid) -> Result<bool> {
+        self.driver().delete_endpoint(owner, id).await
+    }
+
+    /// Gives an owner's endpoint a new secret; the old one still signs for
+    /// `keep_old`. `None` when it has no such endpoint.
+    pub async fn rotate_webhook_secret(
+        &self,
+        owner: &OwnerId,
+        id: Uuid,
+        secret: &str,
+        keep_old: Duration,
+    ) -> Result<Option<Endpoint>> {
+        self.driver().update_endpoint_secret(owner, id, secret, keep_old).await
+    }
+
+    /// The latest `limit` deliveries to an owner's endpoint, each with its
+    /// tries; `None` when it has no such endpoint.
+    pub async fn list_webhook_deliveries(
+        &self,
+        owner: &OwnerId,
+        endpoint: Uuid,
+        limit: u32,
+    ) -> Result<Option<Vec<Delivery>>> {
+        self.driver().select_deliveries(owner, endpoint, limit).await
+    }
+
+    /// Claims up to `max` due deliveries of live endpoints for `lease`.
+    pub async fn claim_webhook_deliveries(&self, max: u32, lease: Duration) -> Result<Vec<ClaimedDelivery>> {
+        self.driver().claim_due_deliveries(max, lease).await
+    }
+
+    /// Records tries of claimed deliveries, and what follows from each, in
+    /// one transaction.
+    pub async fn record_webhook_tries(&self, done: &[DeliveryTry]) -> Result<()> {
+        self.driver().insert_delivery_tries(done).await
+    }
 }

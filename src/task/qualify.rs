@@ -147,7 +147,7 @@ async fn run_example(
 
 /// Qualifies `provider` for `task` now and stores the report.
 pub async fn qualify(
-    store: &dyn Store,
+    store: &Store,
     providers: &Providers,
     catalog: &Arc<Catalog>,
     provider: &str,
@@ -165,14 +165,14 @@ pub async fn qualify(
 
 /// Qualifications as the API and the dashboard read and run them.
 pub struct Qualifications {
-    store: Arc<dyn Store>,
+    store: Store,
     providers: Arc<Providers>,
     catalog: Arc<Catalog>,
 }
 
 impl Qualifications {
     /// Qualifications of `providers` for `catalog`'s tasks, kept in `store`.
-    pub fn new(store: Arc<dyn Store>, providers: Arc<Providers>, catalog: Arc<Catalog>) -> Self {
+    pub fn new(store: Store, providers: Arc<Providers>, catalog: Arc<Catalog>) -> Self {
         Self { store, providers, catalog }
     }
 
@@ -188,7 +188,7 @@ impl Qualifications {
 
     /// Qualifies `provider` for `task` now and stores the report.
     pub async fn run(&self, provider: &str, task: &str) -> Result<QualificationRecord, QualifyError> {
-        qualify(self.store.as_ref(), &self.providers, &self.catalog, provider, task).await
+        qualify(&self.store, &self.providers, &self.catalog, provider, task).await
     }
 }
 
@@ -197,7 +197,7 @@ impl Qualifications {
 /// pair counts as running from this call on, before the returned future
 /// first runs, so that no failover decided in between misses it.
 pub fn qualify_on_start(
-    store: Arc<dyn Store>,
+    store: Store,
     providers: Arc<Providers>,
     catalog: Arc<Catalog>,
 ) -> impl Future<Output = ()> + Send {
@@ -222,7 +222,7 @@ pub fn qualify_on_start(
             }
             let (store, providers, catalog) = (store.clone(), providers.clone(), catalog.clone());
             runs.spawn(async move {
-                if let Err(error) = qualify(store.as_ref(), &providers, &catalog, &name, &task).await {
+                if let Err(error) = qualify(&store, &providers, &catalog, &name, &task).await {
                     tracing::warn!(provider = %name, %task, %error, "qualification at start failed to run");
                 }
                 drop(guard);

@@ -2,7 +2,6 @@
 //! listed, deleted, their secrets rotated, their deliveries shown. Every
 //! call is scoped to the owner; another owner's endpoint is none.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -12,12 +11,12 @@ use crate::store::{self, Delivery, Endpoint, NewEndpoint, Store};
 
 /// The endpoint use cases.
 pub struct Endpoints {
-    store: Arc<dyn Store>,
+    store: Store,
 }
 
 impl Endpoints {
     /// The endpoints kept in `store`.
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(store: Store) -> Self {
         Self { store }
     }
 

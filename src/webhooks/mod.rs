@@ -34,7 +34,7 @@ const RECORD_BATCH: usize = 256;
 
 /// Sends the outbox's deliveries.
 pub struct Deliverer {
-    store: Arc<dyn Store>,
+    store: Store,
     settings: WebhookSettings,
     allowed: AllowedHosts,
     client: reqwest::Client,
@@ -42,7 +42,7 @@ pub struct Deliverer {
 
 impl Deliverer {
     /// A deliverer for `store`'s outbox.
-    pub fn new(store: Arc<dyn Store>, settings: WebhookSettings) -> Self {
+    pub fn new(store: Store, settings: WebhookSettings) -> Self {
         let allowed = AllowedHosts::new(&settings.allow_hosts);
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -197,7 +197,7 @@ impl Deliverer {
 
 /// Records the tries as they come, each batch of those waiting (up to
 /// [`RECORD_BATCH`]) in one transaction, until every sender is gone.
-async fn record(store: Arc<dyn Store>, mut finished: mpsc::Receiver<DeliveryTry>) {
+async fn record(store: Store, mut finished: mpsc::Receiver<DeliveryTry>) {
     let mut batch = Vec::with_capacity(RECORD_BATCH);
     while finished.recv_many(&mut batch, RECORD_BATCH).await > 0 {
         if let Err(error) = store.record_webhook_tries(&batch).await {

@@ -55,7 +55,7 @@ impl Finishes {
     /// while it waits cannot abandon the others.
     pub(crate) async fn finish(
         &self,
-        store: &Arc<dyn Store>,
+        store: &Store,
         attempt: &AttemptRef,
         output: &Value,
         holder: &str,
@@ -89,7 +89,7 @@ impl Finishes {
             let store = store.clone();
             tokio::spawn(async move {
                 let _turn = turn;
-                settle(store.as_ref(), batch).await;
+                settle(&store, batch).await;
             });
             // Ours was in that batch, or (past MAX_BATCH) is in a later one.
         }
@@ -97,7 +97,7 @@ impl Finishes {
 }
 
 /// Settles a batch in one transaction and answers each output.
-async fn settle(store: &dyn Store, batch: Vec<Queued>) {
+async fn settle(store: &Store, batch: Vec<Queued>) {
     let finishes: Vec<Finish<'_>> = batch
         .iter()
         .map(|q| Finish {

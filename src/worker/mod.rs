@@ -33,7 +33,7 @@ pub use record::record_outcome;
 /// Everything a worker process shares between its loops and attempts.
 pub struct Worker {
     /// The database.
-    pub store: Arc<dyn Store>,
+    pub store: Store,
     /// Tasks and their policies.
     pub catalog: Arc<Catalog>,
     /// Where attempts are sent.
@@ -59,7 +59,7 @@ pub struct Worker {
 impl Worker {
     /// A worker named after this host and process.
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Store,
         catalog: Arc<Catalog>,
         providers: Arc<Providers>,
         signals: Arc<Signals>,

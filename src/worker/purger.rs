@@ -21,7 +21,7 @@ pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>
     let settings = worker.retention.clone();
     while !*shutdown.borrow() {
         let (by_rule, ending) =
-            purge_due(worker.store.as_ref(), &worker.catalog, &settings, Pace::Background, || *shutdown.borrow()).await;
+            purge_due(&worker.store, &worker.catalog, &settings, Pace::Background, || *shutdown.borrow()).await;
         match ending {
             Ending::Busy => tracing::debug!("another process is purging; this one waits for its next turn"),
             Ending::Failed(error) => {
@@ -91,7 +91,7 @@ pub enum Pace {
 /// fails: how many jobs went under each rule reached, and why it ended.
 /// The worker's purger and `onejob purge` both run it.
 pub async fn purge_due(
-    store: &dyn Store,
+    store: &Store,
     catalog: &Catalog,
     settings: &RetentionSettings,
     pace: Pace,

@@ -193,7 +193,7 @@ async fn record_once(
     settlement: Settlement<'_>,
 ) -> store::Result<Option<Settled>> {
     let Settlement { holder, usage } = settlement;
-    let store = worker.store.as_ref();
+    let store = &worker.store;
     let mut settled = None;
     if let Some(rejected) = rejected {
         store.record_unapplied_output(attempt, rejected).await?;

@@ -61,7 +61,6 @@ macro_rules! on_both_backends {
 }
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use onejob::app::{Application, Role};
 use onejob::config::Settings;
@@ -72,26 +71,26 @@ use serde_json::Value;
 use sqlx::postgres::PgPoolOptions;
 
 /// A Postgres store on a fresh database.
-pub async fn postgres_store() -> Arc<PostgresStore> {
+pub async fn postgres_store() -> Store {
     let url = postgres::fresh_database().await;
     let pool = PgPoolOptions::new().max_connections(30).connect(&url).await.expect("connect to the test database");
-    Arc::new(PostgresStore::from_pool(pool))
+    Store::new(PostgresStore::from_pool(pool))
 }
 
 /// A SQLite store on a fresh, migrated file.
-pub async fn sqlite_store() -> Arc<SqliteStore> {
+pub async fn sqlite_store() -> Store {
     let options = onejob::store::sqlite::SqliteOptions {
         max_connections: 30,
         busy_timeout: std::time::Duration::from_secs(10),
         acquire_timeout: std::time::Duration::from_secs(10),
     };
-    let store = SqliteStore::connect_lazy(&sqlite::fresh_database(), &options).unwrap();
+    let store = Store::new(SqliteStore::connect_lazy(&sqlite::fresh_database(), &options).unwrap());
     store.migrate().await.expect("migrations apply to an empty SQLite file");
-    Arc::new(store)
+    store
 }
 
 /// The store a URL names, as the application opens it.
-pub fn open_store(url: &str) -> Arc<dyn Store> {
+pub fn open_store(url: &str) -> Store {
     let mut settings = Settings::builtin();
     settings.database.url = Some(url.to_owned());
     onejob::app::open_store(&settings).expect("a store")
@@ -132,7 +131,7 @@ pub struct TestApp {
     /// The simulator serving the `sim` providers (live apps only).
     pub simulator: Option<onejob::provider::sim::RunningSimulator>,
     pub client: Client,
-    pub store: Arc<dyn Store>,
+    pub store: Store,
     pub database_url: String,
     pub alice: String,
     pub bob: String,
@@ -221,11 +220,10 @@ impl TestApp {
         store.migrate().await.expect("the test database is migrated");
         let db = any_pool(&database_url).await;
         tokio::spawn(application.run_until(std::future::pending()));
-        let alice = onejob::keys::create_key(store.as_ref(), &OwnerId::parse("alice").unwrap()).await.unwrap().1;
-        let bob = onejob::keys::create_key(store.as_ref(), &OwnerId::parse("bob").unwrap()).await.unwrap().1;
+        let alice = onejob::keys::create_key(&store, &OwnerId::parse("alice").unwrap()).await.unwrap().1;
+        let bob = onejob::keys::create_key(&store, &OwnerId::parse("bob").unwrap()).await.unwrap().1;
         let ops = OwnerId::parse("ops").unwrap();
-        let admin =
-            onejob::keys::create_key_with_role(store.as_ref(), &ops, onejob::domain::KeyRole::Admin).await.unwrap().1;
+        let admin = onejob::keys::create_key_with_role(&store, &ops, onejob::domain::KeyRole::Admin).await.unwrap().1;
         Self { addr, backend, db, simulator, client: Client::new(), store, database_url, alice, bob, admin, catalog }
     }
 
@@ -276,8 +274,8 @@ impl TestApp {
         response.json().await.unwrap()
     }
 
-    pub fn store(&self) -> &dyn Store {
-        self.store.as_ref()
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     /// The simulator's request log of attempts (qualification calls left

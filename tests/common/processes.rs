@@ -83,7 +83,7 @@ pub async fn database(backend: Backend) -> (String, sqlx::AnyPool, String) {
 pub async fn alice_key(url: &str) -> String {
     let store = super::open_store(url);
     store.migrate().await.unwrap();
-    onejob::keys::create_key(store.as_ref(), &OwnerId::parse("alice").unwrap()).await.unwrap().1
+    onejob::keys::create_key(&store, &OwnerId::parse("alice").unwrap()).await.unwrap().1
 }
 
 /// Polls `check` every 50 ms until it holds; fails after `limit`.

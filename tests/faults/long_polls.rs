@@ -39,7 +39,7 @@ impl Server {
         let url = backend.fresh_database().await;
         let alice = alice_key(&url).await;
         let store = crate::common::open_store(&url);
-        let bob = onejob::keys::create_key(store.as_ref(), &OwnerId::parse("bob").unwrap()).await.unwrap().1;
+        let bob = onejob::keys::create_key(&store, &OwnerId::parse("bob").unwrap()).await.unwrap().1;
         let (child, address) = spawn_server_with(&url, Some(&config), &["--no-worker"]).await;
         Self { address, alice, bob, client: Client::new(), _child: child, _simulator: simulator, config }
     }

@@ -377,7 +377,7 @@ async fn a_key_revoked_with_the_cli_is_refused_by_a_running_server_on_the_next_r
     let database_url = backend.fresh_database().await;
     let store = crate::common::open_store(&database_url);
     store.migrate().await.unwrap();
-    let (id, token) = onejob::keys::create_key(store.as_ref(), &owner("carol")).await.unwrap();
+    let (id, token) = onejob::keys::create_key(&store, &owner("carol")).await.unwrap();
     let (_server, address) = crate::common::spawn_server(&database_url, None).await;
     let client = reqwest::Client::new();
     let get = || client.get(format!("http://{address}/jobs")).bearer_auth(&token).send();

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use onejob::domain::{AttemptState, JobState};
-use onejob::store::{Finish, Store, Transition};
+use onejob::store::{Finish, Transition};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 
@@ -21,7 +21,7 @@ const WORKER: &str = "test-worker";
 /// as a lost race; another job's output wins its own job; an output of a
 /// worker that does not hold its attempt is fenced and changes nothing.
 pub async fn a_batch_settles_each_output_by_its_own_compare_and_swap_in_one_commit(store: Shared) {
-    let s = store.as_ref();
+    let s = &store;
     let (alone, raced, fenced) = (
         job_with_running(s, "alone", 1).await,
         job_with_running(s, "raced", 2).await,
@@ -68,9 +68,8 @@ on_both_backends!(setup = conformance_store; a_batch_settles_each_output_by_its_
 async fn postgres_a_batch_commits_its_other_outputs_while_one_job_is_locked_elsewhere_then_settles_that_one() {
     let url = crate::common::postgres::fresh_database().await;
     let pool = PgPoolOptions::new().max_connections(8).connect(&url).await.unwrap();
-    let store = std::sync::Arc::new(onejob::store::PostgresStore::from_pool(pool.clone()));
-    let (locked, free) =
-        (job_with_running(store.as_ref(), "locked", 1).await, job_with_running(store.as_ref(), "free", 1).await);
+    let store = onejob::store::Store::new(onejob::store::PostgresStore::from_pool(pool.clone()));
+    let (locked, free) = (job_with_running(&store, "locked", 1).await, job_with_running(&store, "free", 1).await);
     let mut holder = pool.begin().await.unwrap();
     sqlx::query("select 1 from jobs where id = $1 for update").bind(locked.0).execute(&mut *holder).await.unwrap();
 
@@ -88,12 +87,12 @@ async fn postgres_a_batch_commits_its_other_outputs_while_one_job_is_locked_else
     crate::common::processes::eventually(
         "the free job's output committed while the other job is locked",
         Duration::from_secs(10),
-        || async { job_state(store.as_ref(), free).await == JobState::Succeeded },
+        || async { job_state(&store, free).await == JobState::Succeeded },
     )
     .await;
-    assert_eq!(job_state(store.as_ref(), locked).await, JobState::Running, "the locked job waits for its lock");
+    assert_eq!(job_state(&store, locked).await, JobState::Running, "the locked job waits for its lock");
     holder.commit().await.unwrap();
     let answers = batch.await.unwrap();
     assert_eq!(answers, vec![Transition::Won { canceled: vec![] }, Transition::Won { canceled: vec![] }]);
-    assert_eq!(job_state(store.as_ref(), locked).await, JobState::Succeeded);
+    assert_eq!(job_state(&store, locked).await, JobState::Succeeded);
 }

@@ -14,7 +14,6 @@ use chrono::{DateTime, Utc};
 use onejob::app::Role;
 use onejob::config::Settings;
 use onejob::domain::{JobId, OwnerId};
-use onejob::store::Store;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -23,7 +22,7 @@ use serde_json::{Value, json};
 const LATENCY_MS: u64 = 150;
 
 /// Creates `count` jobs of `owner` in the store, 32 at a time.
-async fn backlog(store: &std::sync::Arc<dyn Store>, owner: &str, count: usize) {
+async fn backlog(store: &onejob::store::Store, owner: &str, count: usize) {
     let keys: Vec<String> = (0..count).map(|i| format!("{owner}-{i}")).collect();
     for chunk in keys.chunks(32) {
         let mut creates: tokio::task::JoinSet<()> = tokio::task::JoinSet::new();

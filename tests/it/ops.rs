@@ -273,8 +273,7 @@ async fn a_full_run_logs_no_secret() {
     let url = Backend::Sqlite.fresh_database().await;
     let store = crate::common::open_store(&url);
     store.migrate().await.unwrap();
-    let token =
-        onejob::keys::create_key(store.as_ref(), &onejob::domain::OwnerId::parse("alice").unwrap()).await.unwrap().1;
+    let token = onejob::keys::create_key(&store, &onejob::domain::OwnerId::parse("alice").unwrap()).await.unwrap().1;
 
     let mut child = tokio::process::Command::new(crate::common::BIN)
         .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0", "--config"])

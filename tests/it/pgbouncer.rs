@@ -43,7 +43,7 @@ async fn onejob_migrates_through_a_stock_pgbouncer_in_session_mode_that_refuses_
     let out = migrate_through(&url).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "onejob migrate through PgBouncer: {stderr}\n{}", bouncer.log());
-    let store = PostgresStore::connect_lazy(&url, &options(Duration::from_secs(5))).unwrap();
+    let store = Store::new(PostgresStore::connect_lazy(&url, &options(Duration::from_secs(5))).unwrap());
     store.check_ready().await.expect("the migrations are applied and the store answers through PgBouncer");
 }
 

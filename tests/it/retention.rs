@@ -306,13 +306,13 @@ async fn sqlite_a_connection_opened_while_another_process_writes_reads_without_w
         busy_timeout: Duration::from_millis(50),
         acquire_timeout: Duration::from_secs(10),
     };
-    SqliteStore::connect_lazy(&url, &options).unwrap().migrate().await.unwrap();
+    Store::new(SqliteStore::connect_lazy(&url, &options).unwrap()).migrate().await.unwrap();
     let mut writer =
         sqlx::SqliteConnection::connect_with(&SqliteConnectOptions::from_str(&url).unwrap()).await.unwrap();
     sqlx::query("begin immediate").execute(&mut writer).await.unwrap();
     sqlx::query("delete from api_keys").execute(&mut writer).await.unwrap();
     // A store whose pool has no connection yet: the read opens one.
-    let reader = SqliteStore::connect_lazy(&url, &options).unwrap();
+    let reader = Store::new(SqliteStore::connect_lazy(&url, &options).unwrap());
     reader.check_ready().await.expect("a read on a new connection while the write lock is held elsewhere");
     assert!(!reader.has_api_keys().await.unwrap());
     sqlx::query("commit").execute(&mut writer).await.unwrap();

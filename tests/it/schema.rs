@@ -14,7 +14,7 @@ async fn postgres_an_attempts_key_is_unique_within_its_job_and_only_attempts_wit
     // A fresh database is migrated already.
     let url = crate::common::postgres::fresh_database().await;
     let pool = PgPoolOptions::new().max_connections(2).connect(&url).await.unwrap();
-    let store = onejob::store::PostgresStore::from_pool(pool.clone());
+    let store = onejob::store::Store::new(onejob::store::PostgresStore::from_pool(pool.clone()));
     prepare(&store).await;
     // Attempt 1 has no key; attempt 2 was admitted with "keyed-2".
     let job = job_with_running(&store, "keyed", 2).await;

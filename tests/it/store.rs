@@ -21,7 +21,7 @@ use tokio::sync::Barrier;
 
 use crate::common::{Backend, new_job, postgres_store, sqlite_store};
 
-pub type Shared = Arc<dyn Store>;
+pub type Shared = Store;
 
 const LEASE: Duration = Duration::from_secs(60);
 
@@ -62,7 +62,7 @@ const OTHER_CONTRACT: [u8; 32] = [8; 32];
 
 /// Every test starts with sim-fast and sim-slow qualified for `summarize`;
 /// sim-bad-json never is.
-pub async fn prepare(store: &dyn Store) {
+pub async fn prepare(store: &Store) {
     for provider in ["sim-fast", "sim-slow"] {
         store.insert_qualification(provider, "summarize", &CONTRACT, true, &json!({"summary": "3/3"})).await.unwrap();
     }
@@ -74,7 +74,7 @@ pub(crate) async fn conformance_store(backend: Backend) -> Shared {
         Backend::Postgres => postgres_store().await,
         Backend::Sqlite => sqlite_store().await,
     };
-    prepare(store.as_ref()).await;
+    prepare(&store).await;
     store
 }
 
@@ -105,21 +105,21 @@ pub(crate) fn at(job: JobId, number: i32) -> AttemptRef {
     AttemptRef { owner: owner("alice"), job_id: job, number }
 }
 
-pub(crate) async fn create(store: &dyn Store, key_text: &str) -> JobId {
+pub(crate) async fn create(store: &Store, key_text: &str) -> JobId {
     match store.create_job(&new_job("alice", key_text, json!({"text": key_text}))).await.unwrap() {
         CreateJob::Created(job) => job.id,
         CreateJob::Existing(_) => panic!("key {key_text} was new"),
     }
 }
 
-async fn claim_one(store: &dyn Store) -> AttemptRef {
+async fn claim_one(store: &Store) -> AttemptRef {
     let claimed = store.claim_attempts("test-worker", 1, &leases()).await.unwrap().attempts;
     assert_eq!(claimed.len(), 1, "one pending attempt to claim");
     claimed[0].attempt.clone()
 }
 
 /// A job of alice's with `running` attempts all running (1, 2, …).
-pub(crate) async fn job_with_running(store: &dyn Store, key_text: &str, running: i32) -> JobId {
+pub(crate) async fn job_with_running(store: &Store, key_text: &str, running: i32) -> JobId {
     let job = create(store, key_text).await;
     claim_one(store).await;
     for n in 2..=running {
@@ -133,15 +133,15 @@ pub(crate) async fn job_with_running(store: &dyn Store, key_text: &str, running:
     job
 }
 
-pub(crate) async fn job_state(store: &dyn Store, job: JobId) -> JobState {
+pub(crate) async fn job_state(store: &Store, job: JobId) -> JobState {
     store.get_job(&owner("alice"), job).await.unwrap().unwrap().state
 }
 
-pub(crate) async fn attempt_states(store: &dyn Store, job: JobId) -> Vec<AttemptState> {
+pub(crate) async fn attempt_states(store: &Store, job: JobId) -> Vec<AttemptState> {
     store.get_job(&owner("alice"), job).await.unwrap().unwrap().attempts.iter().map(|a| a.state).collect()
 }
 
-pub(crate) async fn event_kinds(store: &dyn Store, job: JobId) -> Vec<String> {
+pub(crate) async fn event_kinds(store: &Store, job: JobId) -> Vec<String> {
     store.list_events(&owner("alice"), job).await.unwrap().into_iter().map(|e| e.kind.to_string()).collect()
 }
 
@@ -156,7 +156,7 @@ pub async fn create_job_inserts_the_job_with_one_pending_attempt(store: Shared) 
     let first = &stored.attempts[0];
     assert_eq!((first.number, first.id, first.state), (1, new.first_attempt_id, AttemptState::Pending));
     assert_eq!(first.provider, "sim-fast");
-    assert_eq!(event_kinds(store.as_ref(), job.id).await, ["job-created"]);
+    assert_eq!(event_kinds(&store, job.id).await, ["job-created"]);
 }
 
 pub async fn second_create_with_the_same_key_finds_the_existing_job(store: Shared) {
@@ -201,7 +201,7 @@ pub async fn fifty_concurrent_creates_with_one_key_make_one_job(store: Shared) {
     assert_eq!(ids.len(), 1, "every caller got the same job");
     let listed = store.list_jobs(&owner("alice"), &JobFilter { limit: 100, ..Default::default() }).await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(attempt_states(store.as_ref(), listed[0].id).await, [AttemptState::Pending]);
+    assert_eq!(attempt_states(&store, listed[0].id).await, [AttemptState::Pending]);
 }
 
 /// 200 creations released together over 50 keys (four each): one job per
@@ -239,15 +239,15 @@ pub async fn concurrent_creations_of_many_keys_make_one_job_per_key(store: Share
     let listed = store.list_jobs(&owner("alice"), &JobFilter { limit: 100, ..Default::default() }).await.unwrap();
     assert_eq!(listed.len(), 50);
     for job in listed {
-        assert_eq!(attempt_states(store.as_ref(), job.id).await, [AttemptState::Pending]);
-        assert_eq!(event_kinds(store.as_ref(), job.id).await, ["job-created"]);
+        assert_eq!(attempt_states(&store, job.id).await, [AttemptState::Pending]);
+        assert_eq!(event_kinds(&store, job.id).await, ["job-created"]);
     }
 }
 
 /// Creations that fail (here: a job id already used) fail alone: the
 /// creations written beside them are created and answered.
 pub async fn a_creation_that_fails_does_not_fail_the_others(store: Shared) {
-    let taken = create(store.as_ref(), "first").await;
+    let taken = create(&store, "first").await;
     let barrier = Arc::new(Barrier::new(40));
     let tasks: Vec<_> = (0..40)
         .map(|i| {
@@ -282,7 +282,7 @@ pub async fn the_same_key_under_two_owners_makes_two_jobs(store: Shared) {
 }
 
 pub async fn another_owner_can_neither_see_nor_touch_a_job(store: Shared) {
-    let job = job_with_running(store.as_ref(), "mine", 1).await;
+    let job = job_with_running(&store, "mine", 1).await;
     let bob = owner("bob");
     assert!(store.get_job(&bob, job).await.unwrap().is_none());
     assert!(store.list_jobs(&bob, &JobFilter { limit: 10, ..Default::default() }).await.unwrap().is_empty());
@@ -295,10 +295,10 @@ pub async fn another_owner_can_neither_see_nor_touch_a_job(store: Shared) {
         store.fail_attempt(&bobs, &AttemptError::new("x", "y"), &rules(5, 2), None, None).await.unwrap(),
         Transition::NotFound
     );
-    assert_eq!(job_state(store.as_ref(), job).await, JobState::Running);
+    assert_eq!(job_state(&store, job).await, JobState::Running);
 }
 
-async fn refusal(store: &dyn Store, job: JobId, key_text: &str, rules: &Rules) -> AdmissionRefusal {
+async fn refusal(store: &Store, job: JobId, key_text: &str, rules: &Rules) -> AdmissionRefusal {
     match store.admit_attempt(&owner("alice"), job, &attempt_on("sim-fast", key_text), rules).await.unwrap() {
         Admission::Refused { refusal, .. } => refusal,
         other => panic!("expected a refusal, got {other:?}"),
@@ -306,17 +306,17 @@ async fn refusal(store: &dyn Store, job: JobId, key_text: &str, rules: &Rules) -
 }
 
 pub async fn admission_refuses_while_an_attempt_is_pending(store: Shared) {
-    let job = create(store.as_ref(), "k").await;
-    assert_eq!(refusal(store.as_ref(), job, "a2", &rules(5, 2)).await, AdmissionRefusal::AttemptPending);
-    assert!(event_kinds(store.as_ref(), job).await.contains(&"admission-refused".to_owned()));
+    let job = create(&store, "k").await;
+    assert_eq!(refusal(&store, job, "a2", &rules(5, 2)).await, AdmissionRefusal::AttemptPending);
+    assert!(event_kinds(&store, job).await.contains(&"admission-refused".to_owned()));
 }
 
 pub async fn admission_refuses_while_an_attempt_is_unknown_and_admits_once_it_is_resolved(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let job = job_with_running(&store, "k", 1).await;
     let timeout = AttemptError::new("timeout", "deadline passed");
     assert_eq!(store.mark_unknown(&at(job, 1), &timeout, None, None).await.unwrap(), Transition::Applied);
-    assert_eq!(job_state(store.as_ref(), job).await, JobState::Unknown);
-    assert_eq!(refusal(store.as_ref(), job, "a2", &rules(5, 2)).await, AdmissionRefusal::AttemptOutcomeUnknown);
+    assert_eq!(job_state(&store, job).await, JobState::Unknown);
+    assert_eq!(refusal(&store, job, "a2", &rules(5, 2)).await, AdmissionRefusal::AttemptOutcomeUnknown);
     let resolved = store
         .resolve_unknown(
             &at(job, 1),
@@ -326,38 +326,38 @@ pub async fn admission_refuses_while_an_attempt_is_unknown_and_admits_once_it_is
         )
         .await;
     assert_eq!(resolved.unwrap(), Transition::Failed { next: None });
-    assert_eq!(job_state(store.as_ref(), job).await, JobState::Failed);
+    assert_eq!(job_state(&store, job).await, JobState::Failed);
     let admitted =
         store.admit_attempt(&owner("alice"), job, &attempt_on("sim-fast", "a3"), &rules(5, 2)).await.unwrap();
     assert!(matches!(admitted, Admission::Admitted(ref a) if a.number == 2), "{admitted:?}");
-    assert_eq!(job_state(store.as_ref(), job).await, JobState::Queued);
+    assert_eq!(job_state(&store, job).await, JobState::Queued);
 }
 
 pub async fn admission_refuses_beyond_max_in_flight(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 2).await;
-    assert_eq!(refusal(store.as_ref(), job, "a3", &rules(5, 2)).await, AdmissionRefusal::TooManyAttemptsInFlight);
+    let job = job_with_running(&store, "k", 2).await;
+    assert_eq!(refusal(&store, job, "a3", &rules(5, 2)).await, AdmissionRefusal::TooManyAttemptsInFlight);
 }
 
 pub async fn admission_refuses_beyond_max_attempts(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let job = job_with_running(&store, "k", 1).await;
     store
         .fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503"), &rules(5, 2), None, None)
         .await
         .unwrap();
-    assert_eq!(refusal(store.as_ref(), job, "a2", &rules(1, 2)).await, AdmissionRefusal::AttemptLimitReached);
+    assert_eq!(refusal(&store, job, "a2", &rules(1, 2)).await, AdmissionRefusal::AttemptLimitReached);
 }
 
 pub async fn admission_refuses_a_finished_job(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let job = job_with_running(&store, "k", 1).await;
     assert!(matches!(
         store.finish_attempt(&at(job, 1), &json!({"ok": true}), None, None).await.unwrap(),
         Transition::Won { .. }
     ));
-    assert_eq!(refusal(store.as_ref(), job, "a2", &rules(5, 2)).await, AdmissionRefusal::JobFinished);
+    assert_eq!(refusal(&store, job, "a2", &rules(5, 2)).await, AdmissionRefusal::JobFinished);
 }
 
 pub async fn admission_refuses_an_unqualified_provider_and_says_why(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let job = job_with_running(&store, "k", 1).await;
     let refused = |provider: &'static str, key_text: &'static str, rules: Rules| {
         let store = store.clone();
         async move {
@@ -385,7 +385,7 @@ pub async fn admission_refuses_an_unqualified_provider_and_says_why(store: Share
 }
 
 pub async fn admission_replays_a_key_and_refuses_it_for_another_provider(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let job = job_with_running(&store, "k", 1).await;
     let first = store.admit_attempt(&owner("alice"), job, &attempt_on("sim-slow", "fb"), &rules(5, 2)).await.unwrap();
     let Admission::Admitted(first) = first else { panic!("admitted") };
     // The same key again answers with the same attempt, even though a
@@ -394,11 +394,11 @@ pub async fn admission_replays_a_key_and_refuses_it_for_another_provider(store: 
     assert!(matches!(again, Admission::Replayed(ref a) if a.id == first.id), "{again:?}");
     let other = store.admit_attempt(&owner("alice"), job, &attempt_on("sim-fast", "fb"), &rules(5, 2)).await.unwrap();
     assert!(matches!(other, Admission::KeyReused(ref a) if a.number == first.number), "{other:?}");
-    assert_eq!(attempt_states(store.as_ref(), job).await.len(), 2);
+    assert_eq!(attempt_states(&store, job).await.len(), 2);
 }
 
 pub async fn an_attempt_without_a_provider_goes_to_the_jobs_primary(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let job = job_with_running(&store, "k", 1).await;
     let new = NewAttempt { provider: None, ..attempt_on("ignored", "retry") };
     let Admission::Admitted(attempt) = store.admit_attempt(&owner("alice"), job, &new, &rules(5, 2)).await.unwrap()
     else {
@@ -408,7 +408,7 @@ pub async fn an_attempt_without_a_provider_goes_to_the_jobs_primary(store: Share
 }
 
 pub async fn twenty_concurrent_admissions_never_leave_two_pending(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let job = job_with_running(&store, "k", 1).await;
     let barrier = Arc::new(Barrier::new(20));
     let tasks: Vec<_> = (0..20)
         .map(|i| {
@@ -431,13 +431,13 @@ pub async fn twenty_concurrent_admissions_never_leave_two_pending(store: Shared)
         }
     }
     assert_eq!(admitted, 1);
-    let pending = attempt_states(store.as_ref(), job).await.iter().filter(|s| **s == AttemptState::Pending).count();
+    let pending = attempt_states(&store, job).await.iter().filter(|s| **s == AttemptState::Pending).count();
     assert_eq!(pending, 1);
 }
 
 pub async fn reverse_order_finish_makes_the_second_to_finish_lose(store: Shared) {
     // Attempt 1 left first, attempt 2 second; 2 returns first and wins.
-    let job = job_with_running(store.as_ref(), "k", 2).await;
+    let job = job_with_running(&store, "k", 2).await;
     let fast = json!({"summary": "from the fallback"});
     let slow = json!({"summary": "from the primary"});
     assert_eq!(
@@ -461,7 +461,7 @@ pub async fn reverse_order_finish_makes_the_second_to_finish_lose(store: Shared)
 }
 
 pub async fn concurrent_finishes_have_exactly_one_winner(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 8).await;
+    let job = job_with_running(&store, "k", 8).await;
     let barrier = Arc::new(Barrier::new(8));
     let tasks: Vec<_> = (1..=8)
         .map(|n| {
@@ -487,16 +487,16 @@ pub async fn concurrent_finishes_have_exactly_one_winner(store: Shared) {
     assert_eq!(stored.result, Some(json!({"by": winners[0]})));
     let superseded = stored.attempts.iter().filter(|a| a.state == AttemptState::Superseded).count();
     assert_eq!(superseded, 7);
-    let lost = event_kinds(store.as_ref(), job).await.iter().filter(|k| *k == "race-lost").count();
+    let lost = event_kinds(&store, job).await.iter().filter(|k| *k == "race-lost").count();
     assert_eq!(lost, 7);
 }
 
 pub async fn winning_cancels_pending_siblings(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let job = job_with_running(&store, "k", 1).await;
     store.admit_attempt(&owner("alice"), job, &attempt_on("sim-slow", "a2"), &rules(5, 2)).await.unwrap();
     let outcome = store.finish_attempt(&at(job, 1), &json!({"ok": 1}), None, None).await.unwrap();
     assert_eq!(outcome, Transition::Won { canceled: vec![2] });
-    assert_eq!(attempt_states(store.as_ref(), job).await, [AttemptState::Succeeded, AttemptState::Canceled]);
+    assert_eq!(attempt_states(&store, job).await, [AttemptState::Succeeded, AttemptState::Canceled]);
     assert!(
         store.claim_attempts("w", 10, &leases()).await.unwrap().attempts.is_empty(),
         "a canceled attempt is never claimed"
@@ -505,7 +505,7 @@ pub async fn winning_cancels_pending_siblings(store: Shared) {
 
 pub async fn concurrent_claimers_take_each_pending_attempt_once(store: Shared) {
     for i in 0..30 {
-        create(store.as_ref(), &format!("job-{i}")).await;
+        create(&store, &format!("job-{i}")).await;
     }
     let barrier = Arc::new(Barrier::new(6));
     let tasks: Vec<_> = (0..6)
@@ -534,7 +534,7 @@ pub async fn concurrent_claimers_take_each_pending_attempt_once(store: Shared) {
 }
 
 pub async fn a_claim_runs_the_attempt_under_a_lease_and_the_job_runs(store: Shared) {
-    let job = create(store.as_ref(), "k").await;
+    let job = create(&store, "k").await;
     let claimed = store.claim_attempts("w1", 10, &leases()).await.unwrap().attempts;
     assert_eq!(claimed.len(), 1);
     assert_eq!((claimed[0].task.as_str(), claimed[0].input.clone()), ("summarize", json!({"text": "k"})));
@@ -547,7 +547,7 @@ pub async fn a_claim_runs_the_attempt_under_a_lease_and_the_job_runs(store: Shar
 }
 
 pub async fn a_worker_settles_only_an_attempt_it_still_holds(store: Shared) {
-    let s = store.as_ref();
+    let s = &store;
     let output = json!({"summary": "x", "word_count": 1});
     let error = AttemptError::new("provider-error", "503 from provider");
     let job = create(s, "held").await;
@@ -574,16 +574,16 @@ pub async fn a_worker_settles_only_an_attempt_it_still_holds(store: Shared) {
 }
 
 pub async fn failures_and_unknowns_set_the_job_state_from_its_attempts(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 2).await;
+    let job = job_with_running(&store, "k", 2).await;
     let error = AttemptError::new("provider-error", "503 from provider");
     assert_eq!(
         store.fail_attempt(&at(job, 1), &error, &rules(5, 2), None, None).await.unwrap(),
         Transition::Failed { next: None }
     );
-    assert_eq!(job_state(store.as_ref(), job).await, JobState::Running, "attempt 2 still runs");
+    assert_eq!(job_state(&store, job).await, JobState::Running, "attempt 2 still runs");
     let timeout = AttemptError::new("timeout", "deadline passed");
     assert_eq!(store.mark_unknown(&at(job, 2), &timeout, None, None).await.unwrap(), Transition::Applied);
-    assert_eq!(job_state(store.as_ref(), job).await, JobState::Unknown);
+    assert_eq!(job_state(&store, job).await, JobState::Unknown);
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!(stored.attempts[0].error.as_ref().unwrap()["type"], "provider-error");
     assert_eq!(stored.attempts[1].state, AttemptState::Unknown);
@@ -594,11 +594,11 @@ pub async fn failures_and_unknowns_set_the_job_state_from_its_attempts(store: Sh
             .unwrap(),
         Transition::Failed { next: None }
     );
-    assert_eq!(job_state(store.as_ref(), job).await, JobState::Failed);
+    assert_eq!(job_state(&store, job).await, JobState::Failed);
 }
 
 pub async fn stale_transitions_change_nothing(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let job = job_with_running(&store, "k", 1).await;
     store
         .fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "400"), &rules(5, 2), None, None)
         .await
@@ -624,7 +624,7 @@ pub async fn stale_transitions_change_nothing(store: Shared) {
 }
 
 pub async fn resolving_an_unknown_attempt_with_output_goes_through_the_same_cas(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 2).await;
+    let job = job_with_running(&store, "k", 2).await;
     store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed"), None, None).await.unwrap();
     assert!(matches!(
         store.finish_attempt(&at(job, 2), &json!({"by": 2}), None, None).await.unwrap(),
@@ -645,7 +645,7 @@ pub async fn resolving_an_unknown_attempt_with_output_goes_through_the_same_cas(
 }
 
 pub async fn a_late_output_of_an_unknown_attempt_wins_when_nothing_else_has(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let job = job_with_running(&store, "k", 1).await;
     store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed"), None, None).await.unwrap();
     assert!(matches!(
         store.finish_attempt(&at(job, 1), &json!({"late": true}), None, None).await.unwrap(),
@@ -658,9 +658,9 @@ pub async fn a_late_output_of_an_unknown_attempt_wins_when_nothing_else_has(stor
 pub async fn list_jobs_pages_newest_first_with_filters(store: Shared) {
     let mut ids = vec![];
     for i in 0..5 {
-        ids.push(create(store.as_ref(), &format!("k{i}")).await);
+        ids.push(create(&store, &format!("k{i}")).await);
     }
-    claim_one(store.as_ref()).await; // the oldest job runs
+    claim_one(&store).await; // the oldest job runs
     let alice = owner("alice");
     let page = store.list_jobs(&alice, &JobFilter { limit: 2, ..Default::default() }).await.unwrap();
     assert_eq!(page.iter().map(|j| j.id).collect::<Vec<_>>(), [ids[4], ids[3]]);
@@ -674,7 +674,7 @@ pub async fn list_jobs_pages_newest_first_with_filters(store: Shared) {
 }
 
 pub async fn api_keys_are_found_by_hash_until_revoked(store: Shared) {
-    let (id, token) = onejob::keys::create_key(store.as_ref(), &owner("alice")).await.unwrap();
+    let (id, token) = onejob::keys::create_key(&store, &owner("alice")).await.unwrap();
     let hash = onejob::keys::hash_token(&token);
     assert!(store.has_api_keys().await.unwrap());
     assert_eq!(store.find_api_key_owner(&hash).await.unwrap(), Some(owner("alice")));
@@ -687,16 +687,16 @@ pub async fn api_keys_are_found_by_hash_until_revoked(store: Shared) {
 }
 
 pub async fn every_transition_appends_an_event(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 2).await;
+    let job = job_with_running(&store, "k", 2).await;
     store.finish_attempt(&at(job, 2), &json!({"a": 1}), None, None).await.unwrap();
     store.finish_attempt(&at(job, 1), &json!({"a": 2}), None, None).await.unwrap();
     assert_eq!(
-        event_kinds(store.as_ref(), job).await,
+        event_kinds(&store, job).await,
         ["job-created", "attempt-claimed", "attempt-admitted", "attempt-claimed", "attempt-succeeded", "race-lost"]
     );
 }
 
-async fn create_on(store: &dyn Store, key_text: &str, provider: &str) -> JobId {
+async fn create_on(store: &Store, key_text: &str, provider: &str) -> JobId {
     let input = json!({"text": key_text});
     let new = NewJob {
         fingerprint: Fingerprint::of_job("summarize", &input, provider),
@@ -711,20 +711,20 @@ async fn create_on(store: &dyn Store, key_text: &str, provider: &str) -> JobId {
 
 pub async fn an_expired_lease_makes_the_attempt_unknown_never_pending_or_failed(store: Shared) {
     // sim-hang's lease in these tests is zero: it has expired by the next statement.
-    let job = create_on(store.as_ref(), "k", "sim-hang").await;
-    let kept = create_on(store.as_ref(), "k2", "sim-fast").await;
+    let job = create_on(&store, "k", "sim-hang").await;
+    let kept = create_on(&store, "k2", "sim-fast").await;
     assert_eq!(store.claim_attempts("w", 10, &leases()).await.unwrap().attempts.len(), 2);
     let expired = store.expire_leases(10).await.unwrap();
     assert_eq!(expired, [at(job, 1)]);
     let stored = store.get_job(&owner("alice"), job).await.unwrap().unwrap();
     assert_eq!((stored.state, stored.attempts[0].state), (JobState::Unknown, AttemptState::Unknown));
     assert_eq!(stored.attempts[0].error.as_ref().unwrap()["type"], "lease-expired");
-    assert_eq!(job_state(store.as_ref(), kept).await, JobState::Running, "a live lease is left alone");
+    assert_eq!(job_state(&store, kept).await, JobState::Running, "a live lease is left alone");
     assert!(store.expire_leases(10).await.unwrap().is_empty(), "reaped once");
 }
 
 pub async fn reconciliation_claims_each_due_unknown_attempt_once_until_postponed(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let job = job_with_running(&store, "k", 1).await;
     store.mark_unknown(&at(job, 1), &AttemptError::new("timeout", "deadline passed"), None, None).await.unwrap();
     let providers = ["sim-fast".to_owned()];
     assert!(store.claim_reconciliations(&["sim-slow".to_owned()], 10, LEASE).await.unwrap().is_empty());
@@ -742,7 +742,7 @@ pub async fn reconciliation_claims_each_due_unknown_attempt_once_until_postponed
 }
 
 pub async fn a_delayed_attempt_is_not_claimed_before_its_time(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let job = job_with_running(&store, "k", 1).await;
     store
         .fail_attempt(&at(job, 1), &AttemptError::new("provider-error", "503"), &rules(5, 2), None, None)
         .await
@@ -753,17 +753,17 @@ pub async fn a_delayed_attempt_is_not_claimed_before_its_time(store: Shared) {
         Admission::Admitted(_)
     ));
     assert!(store.claim_attempts("w", 10, &leases()).await.unwrap().attempts.is_empty());
-    assert_eq!(job_state(store.as_ref(), job).await, JobState::Queued);
+    assert_eq!(job_state(&store, job).await, JobState::Queued);
 }
 
 pub async fn cancel_stops_pending_attempts_and_a_late_output_never_applies(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let job = job_with_running(&store, "k", 1).await;
     store.admit_attempt(&owner("alice"), job, &attempt_on("sim-slow", "a2"), &rules(5, 2)).await.unwrap();
     let Cancel::Canceled(canceled) = store.cancel_job(&owner("alice"), job, &rules(5, 2)).await.unwrap() else {
         panic!("canceled")
     };
     assert_eq!(canceled.state, JobState::Canceled);
-    assert_eq!(attempt_states(store.as_ref(), job).await, [AttemptState::Running, AttemptState::Canceled]);
+    assert_eq!(attempt_states(&store, job).await, [AttemptState::Running, AttemptState::Canceled]);
     // The event says which attempt was canceled and which is being canceled.
     let events = store.list_events(&owner("alice"), job).await.unwrap();
     let cancel =
@@ -777,14 +777,14 @@ pub async fn cancel_stops_pending_attempts_and_a_late_output_never_applies(store
     assert!(matches!(store.cancel_job(&owner("alice"), job, &rules(5, 2)).await.unwrap(), Cancel::AlreadyCanceled(_)));
     assert!(matches!(store.cancel_job(&owner("bob"), job, &rules(5, 2)).await.unwrap(), Cancel::NotFound));
 
-    let done = job_with_running(store.as_ref(), "k2", 1).await;
+    let done = job_with_running(&store, "k2", 1).await;
     store.finish_attempt(&at(done, 1), &json!({"ok": 1}), None, None).await.unwrap();
     assert!(matches!(store.cancel_job(&owner("alice"), done, &rules(5, 2)).await.unwrap(), Cancel::Succeeded(_)));
-    assert_eq!(job_state(store.as_ref(), done).await, JobState::Succeeded);
+    assert_eq!(job_state(&store, done).await, JobState::Succeeded);
 }
 
 pub async fn a_failure_and_the_policys_next_attempt_commit_together(store: Shared) {
-    let job = job_with_running(store.as_ref(), "k", 1).await;
+    let job = job_with_running(&store, "k", 1).await;
     let retrying = Rules { retry: true, ..rules(5, 2) };
     let mut error = AttemptError::new("provider-error", "503");
     error.detail = json!({"status": 503, "retryable": true});
@@ -802,17 +802,17 @@ pub async fn a_failure_and_the_policys_next_attempt_commit_together(store: Share
     assert_eq!(stored.state, JobState::Queued);
     assert_eq!((stored.attempts[1].state, stored.attempts[1].origin), (AttemptState::Pending, AttemptOrigin::Policy));
     // A definitive, non-retryable failure schedules nothing.
-    claim_one(store.as_ref()).await;
+    claim_one(&store).await;
     let outcome = store
         .fail_attempt(&at(job, 2), &AttemptError::new("provider-error", "400"), &retrying, None, None)
         .await
         .unwrap();
     assert_eq!(outcome, Transition::Failed { next: None });
-    assert_eq!(job_state(store.as_ref(), job).await, JobState::Failed);
+    assert_eq!(job_state(&store, job).await, JobState::Failed);
 }
 
 pub async fn browsing_jobs_spans_owners_only_when_asked_and_finds_a_key(store: Shared) {
-    let mine = create(store.as_ref(), "browse-a").await;
+    let mine = create(&store, "browse-a").await;
     let CreateJob::Created(bobs) = store.create_job(&new_job("bob", "browse-b", json!({"text": "b"}))).await.unwrap()
     else {
         panic!("bob's key was new")
@@ -843,7 +843,7 @@ pub async fn browsing_jobs_spans_owners_only_when_asked_and_finds_a_key(store: S
 }
 
 pub async fn open_unknown_attempts_are_listed_until_they_are_settled(store: Shared) {
-    let job = job_with_running(store.as_ref(), "unknown-list", 2).await;
+    let job = job_with_running(&store, "unknown-list", 2).await;
     assert!(store.list_unknown_attempts(None, 10).await.unwrap().is_empty());
     let timeout = AttemptError::new("timeout", "deadline passed");
     store.mark_unknown(&at(job, 2), &timeout, None, None).await.unwrap();
@@ -870,7 +870,7 @@ pub async fn open_unknown_attempts_are_listed_until_they_are_settled(store: Shar
 pub async fn usage_and_cost_are_stored_exactly_and_summed_as_winner_plus_waste(store: Shared) {
     use onejob::domain::{Cost, Money, Usage};
     use onejob::store::{AttemptUsage, UsageFilter};
-    let job = job_with_running(store.as_ref(), "k", 2).await;
+    let job = job_with_running(&store, "k", 2).await;
     let priced = |prompt: i64, completion: i64, estimated: bool, amount: &str| AttemptUsage {
         usage: Usage { prompt_tokens: prompt, completion_tokens: completion, estimated },
         cost: Some(Cost {
@@ -922,7 +922,7 @@ pub async fn usage_and_cost_are_stored_exactly_and_summed_as_winner_plus_waste(s
 pub async fn a_settlement_records_the_attempts_usage_with_it_and_a_refused_one_records_none(store: Shared) {
     use onejob::domain::{Cost, Usage};
     use onejob::store::AttemptUsage;
-    let s = store.as_ref();
+    let s = &store;
     let used = |completion: i64| AttemptUsage {
         usage: Usage { prompt_tokens: 40, completion_tokens: completion, estimated: false },
         cost: Some(Cost {

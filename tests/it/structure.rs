@@ -206,15 +206,22 @@ fn a_circle_between_modules_is_found() {
 /// only through these.
 const REACH_THE_STORE: [&str; 7] = ["store", "jobs", "keys", "webhooks", "task::qualify", "worker", "app"];
 
-/// Where a module names the `Store` trait or reads a `store` field, if it does.
+/// Where a module names the `Store` type or reads a `store` field, if it does.
 fn reaches_the_store(name: &str, text: &str) -> Option<String> {
     let at: Vec<String> = name.split("::").map(str::to_owned).collect();
     let code = code(text);
     if let Some(path) = paths(&code, &at).into_iter().find(|path| path.starts_with(&["store".into(), "Store".into()])) {
         return Some(path.join("::"));
     }
-    if code.contains("dyn Store") {
-        return Some("dyn Store".into());
+    let named = code.match_indices("Store").find(|(at, _)| {
+        let before = code[..*at].chars().next_back();
+        let after = code[at + "Store".len()..].chars().next();
+        // Not an enum's variant of that name (`ApiError::Store(…)`).
+        let variant = code[..*at].ends_with("::") || after == Some('(');
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident) && !variant
+    });
+    if named.is_some() {
+        return Some("the type Store".into());
     }
     // A `store` field read (`app.store…`), not an atomic's `.store(…)`.
     let field = code.match_indices(".store").find(|(at, _)| {
@@ -242,7 +249,8 @@ fn only_the_use_cases_the_worker_and_the_wiring_reach_the_store() {
 fn a_page_that_reads_the_store_is_found() {
     let page = "async fn show(app: &AppState) { let job = app.store.get_job(&owner, id).await; }";
     assert!(reaches_the_store("ui::pages", page).is_some());
-    assert!(reaches_the_store("ui::pages", "fn f(s: &dyn Store) {}").is_some());
+    assert!(reaches_the_store("ui::pages", "fn f(s: &Store) {}").is_some());
+    assert!(reaches_the_store("ui::pages", "fn f(e: StoreError, s: &PostgresStore) { ApiError::Store(e) }").is_none());
     assert!(reaches_the_store("http::jobs", "use crate::store::{JobFilter, Store};").is_some());
     assert!(reaches_the_store("http::mod", "self.waiting.store(true, Ordering::Relaxed);").is_none());
     assert!(reaches_the_store("http::error", "use crate::store::StoreError;").is_none());

@@ -93,10 +93,7 @@ impl Receiver {
 /// of their owner's jobs.
 async fn alices_admin(database_url: &str) -> String {
     let store = crate::common::open_store(database_url);
-    onejob::keys::create_key_with_role(store.as_ref(), &OwnerId::parse("alice").unwrap(), KeyRole::Admin)
-        .await
-        .unwrap()
-        .1
+    onejob::keys::create_key_with_role(&store, &OwnerId::parse("alice").unwrap(), KeyRole::Admin).await.unwrap().1
 }
 
 async fn register(

@@ -93,14 +93,11 @@ async fn purge(dry_run: bool, config: Option<&Path>) -> Result<(), AnyError> {
         }
         return Ok(());
     }
-    let (by_rule, ending) = onejob::worker::purge_due(
-        store.as_ref(),
-        &catalog,
-        &settings.retention,
-        onejob::worker::PurgePace::UntilEmpty,
-        || false,
-    )
-    .await;
+    let (by_rule, ending) =
+        onejob::worker::purge_due(&store, &catalog, &settings.retention, onejob::worker::PurgePace::UntilEmpty, || {
+            false
+        })
+        .await;
     for (rule, purged) in &by_rule {
         println!("{}: {purged} finished jobs purged", which(rule));
     }
@@ -129,7 +126,7 @@ async fn manage_keys(command: KeysCommand, config: Option<&Path>) -> Result<(), 
         KeysCommand::Create { owner, role, max_in_flight } => {
             let owner = OwnerId::parse(&owner)?;
             let role: KeyRole = role.parse()?;
-            let (id, token) = keys::create_key_with_role(store.as_ref(), &owner, role).await?;
+            let (id, token) = keys::create_key_with_role(&store, &owner, role).await?;
             if max_in_flight.is_some() {
                 store.set_key_max_in_flight(id, max_in_flight).await?;
             }
@@ -175,7 +172,7 @@ async fn manage_providers(command: ProvidersCommand, config: Option<&Path>) -> R
     match command {
         ProvidersCommand::Qualify { name, task } => {
             let (providers, _simulator) = app::start_providers(&settings).await?;
-            let record = onejob::task::qualify::qualify(store.as_ref(), &providers, &catalog, &name, &task).await?;
+            let record = onejob::task::qualify::qualify(&store, &providers, &catalog, &name, &task).await?;
             println!("{}", serde_json::to_string_pretty(&record.report)?);
             println!(
                 "provider {name} {} qualification for task {task} (contract sha256:{})",

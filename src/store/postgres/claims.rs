@@ -9,7 +9,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row, Transaction};
 
 use crate::domain::AttemptId;
-use crate::store::claims::WaitingFacts;
+use crate::store::WaitingFacts;
 use crate::store::driver::{Candidate, PendingOwner, ProviderGate, Running};
 use crate::store::rows::names::*;
 use crate::store::rows::{AttemptRefRow, stored_trace};
@@ -89,10 +89,11 @@ pub(super) static CLAIM_CANDIDATES: LazyLock<String> = LazyLock::new(|| {
            join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
            where a.owner_id = $1 and a.state = '{PENDING}' and a.not_before <= now()
              and a.provider = any($2::text[])
-             and j.state not in ('{JOB_SUCCEEDED}', '{JOB_CANCELED}')
+             and j.state not in ({terminal})
            order by a.not_before
            limit $3
-           for update of a, j skip locked"#
+           for update of a, j skip locked"#,
+        terminal = JOB_TERMINAL.as_str()
     )
 });
 
@@ -112,7 +113,7 @@ pub(super) static START_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
                  and a.state = '{PENDING}'
                returning a.job_id, a.number, a.id, a.lease_until
            ), running_jobs as (
-               update jobs j set state = '{JOB_RUNNING}', updated_at = now()
+               update jobs j set state = '{JOB_WITH_RUNNING_ATTEMPT}', updated_at = now()
                from started s
                where j.owner_id = $1 and j.id = any($3) and j.id = s.job_id
            ), started_events as (

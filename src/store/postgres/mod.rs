@@ -15,7 +15,6 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -24,9 +23,9 @@ use sqlx::{Postgres, Row, Transaction};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::driver::{AttemptHolder, Driver, LockedAttemptRow, LockedJob, OutputSettlement, Settled, Tx};
+use super::driver::{AttemptHolder, LockedAttemptRow, LockedJob, OutputSettlement, Settled, Tx};
 use super::rows::{AttemptRefRow, JobSummaryRow, QualificationRow, attempts_from_rows, job_from_rows, stored_trace};
-use super::shared::{impl_driver_tx, impl_store};
+use super::shared::{impl_driver, impl_driver_tx};
 use super::usage::{AttemptUsage, UsageFilter, UsageRow, bind_usage};
 use super::webhooks::Outgoing;
 use super::{
@@ -184,11 +183,16 @@ impl_driver_tx!(PgTx, {
         claims::put_requests(&mut self.tx, provider, level).await
     }
 
-    async fn pause_provider(&mut self, provider: &str, pause: Duration) -> Result<()> {
+    async fn update_provider_pause(&mut self, provider: &str, pause: Duration) -> Result<()> {
         claims::pause_provider(&mut self.tx, provider, pause).await
     }
 
-    async fn requeue_attempt(&mut self, attempt: &AttemptRef, delay: Duration, max: Option<u32>) -> Result<u64> {
+    async fn update_attempt_requeued(
+        &mut self,
+        attempt: &AttemptRef,
+        delay: Duration,
+        max: Option<u32>,
+    ) -> Result<u64> {
         claims::requeue_attempt(&mut self.tx, attempt, delay, max).await
     }
 
@@ -283,7 +287,7 @@ impl_driver_tx!(PgTx, {
         Ok(bind_usage(query, usage).execute(&mut *self.tx).await?.rows_affected())
     }
 
-    async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
+    async fn settle_by_compare_and_swap(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
         // One statement, under the job's lock: the compare-and-swap, the
         // attempt settled as won or superseded with its usage, the winner's pending
         // siblings canceled, and the event.
@@ -304,7 +308,7 @@ impl_driver_tx!(PgTx, {
         })
     }
 
-    async fn cancel_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>> {
+    async fn cancel_job_and_pending(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>> {
         sqlx::query(sql::SET_JOB_STATE)
             .bind(owner.as_str())
             .bind(job_id.0)
@@ -321,8 +325,20 @@ impl_driver_tx!(PgTx, {
     }
 });
 
-#[async_trait]
-impl Driver for PostgresStore {
+/// Reads the job a statement of `rows::select_job_where` selects (binds: the
+/// owner, then `key`), on a connection of the hot path.
+async fn fetch_job<'q, T>(hot: &HotConnections, sql: &'q str, owner: &'q OwnerId, key: T) -> Result<Option<Job>>
+where
+    T: 'q + Send + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>,
+{
+    let mut lease = hot.acquire().await?;
+    let rows: std::result::Result<Vec<PgRow>, _> =
+        sqlx::query(sql).bind(owner.as_str()).bind(key).fetch_all(lease.connection()).await;
+    lease.keep_after(&rows);
+    job_from_rows(&rows?)
+}
+
+impl_driver!(PostgresStore, {
     async fn begin(&self) -> Result<Tx> {
         Ok(Box::new(PgTx { tx: self.pool.begin().await? }))
     }
@@ -353,28 +369,13 @@ impl Driver for PostgresStore {
             sqlx::query_as(EXPIRED_LEASES.as_str()).bind(i64::from(max)).fetch_all(&self.pool).await?;
         Ok(rows.into_iter().map(Into::into).collect())
     }
-}
 
-/// Reads the job a statement of `rows::select_job_where` selects (binds: the
-/// owner, then `key`), on a connection of the hot path.
-async fn fetch_job<'q, T>(hot: &HotConnections, sql: &'q str, owner: &'q OwnerId, key: T) -> Result<Option<Job>>
-where
-    T: 'q + Send + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>,
-{
-    let mut lease = hot.acquire().await?;
-    let rows: std::result::Result<Vec<PgRow>, _> =
-        sqlx::query(sql).bind(owner.as_str()).bind(key).fetch_all(lease.connection()).await;
-    lease.keep_after(&rows);
-    job_from_rows(&rows?)
-}
-
-impl_store!(PostgresStore, {
-    async fn migrate(&self) -> Result<()> {
+    async fn run_migrations(&self) -> Result<()> {
         MIGRATOR.run(&self.pool).await?;
         Ok(())
     }
 
-    async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
+    async fn insert_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
         sqlx::query(sql::INSERT_API_KEY)
             .bind(owner.as_str())
             .bind(id)
@@ -385,34 +386,34 @@ impl_store!(PostgresStore, {
         Ok(())
     }
 
-    async fn check_session_pooling(&self) -> Result<()> {
+    async fn check_pooling(&self) -> Result<()> {
         pooling::check_session_pooling(&self.pool.connect_options()).await
     }
 
-    async fn revoke_api_key(&self, id: Uuid) -> Result<bool> {
+    async fn revoke_key_and_wait(&self, id: Uuid) -> Result<bool> {
         keys::revoke_and_wait(&self.pool, id).await
     }
 
-    async fn confirm_key_forgotten(&self, id: Uuid) -> Result<()> {
+    async fn notify_key_forgotten(&self, id: Uuid) -> Result<()> {
         keys::confirm_forgotten(&self.pool, id).await
     }
 
-    fn follow_key_changes(&self) -> Option<mpsc::Receiver<KeyChange>> {
+    fn listen_key_changes(&self) -> Option<mpsc::Receiver<KeyChange>> {
         let (changes, receiver) = mpsc::channel(256);
         tokio::spawn(keys::follow_key_changes(self.pool.clone(), changes));
         Some(receiver)
     }
 
-    async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
+    async fn select_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
         // One statement, so the job and its attempts come from one snapshot.
         fetch_job(&self.hot, GET_JOB.as_str(), owner, id.0).await
     }
 
-    async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
+    async fn select_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
         fetch_job(&self.hot, FIND_JOB_BY_KEY.as_str(), owner, key.as_str()).await
     }
 
-    async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
+    async fn select_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
         let rows: Vec<JobSummaryRow> = sqlx::query_as(sql::LIST_JOBS)
             .bind(owner.as_str())
             .bind(filter.state)
@@ -424,20 +425,15 @@ impl_store!(PostgresStore, {
         Ok(rows.into_iter().map(|row| OwnedJobSummary::from(row).job).collect())
     }
 
-    async fn reserve_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>> {
+    async fn take_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>> {
         claims::reserve_tokens(&self.pool, provider, tokens, per_minute).await
     }
 
-    async fn waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::claims::WaitingFacts>> {
+    async fn select_waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::WaitingFacts>> {
         claims::waiting_facts(&self.pool, owner.as_str(), job_id.0).await
     }
 
-    async fn claim_reconciliations(
-        &self,
-        providers: &[String],
-        max: u32,
-        hold: Duration,
-    ) -> Result<Vec<UnknownAttempt>> {
+    async fn claim_due_unknown(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>> {
         let rows = sqlx::query(CLAIM_RECONCILIATIONS.as_str())
             .bind(providers)
             .bind(i64::from(max))
@@ -460,7 +456,7 @@ impl_store!(PostgresStore, {
             .collect()
     }
 
-    async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
+    async fn update_reconcile_after(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
         sqlx::query(sql::POSTPONE_RECONCILIATION)
             .bind(attempt.owner.as_str())
             .bind(attempt.job_id.0)
@@ -472,7 +468,7 @@ impl_store!(PostgresStore, {
         Ok(())
     }
 
-    async fn insert_qualification(
+    async fn insert_qualification_run(
         &self,
         provider: &str,
         task: &str,
@@ -492,7 +488,7 @@ impl_store!(PostgresStore, {
         row.try_into()
     }
 
-    async fn sample_gauges(&self) -> Result<Gauges> {
+    async fn select_gauges(&self) -> Result<Gauges> {
         let row = sqlx::query(SAMPLE_GAUGES.as_str()).fetch_one(&self.pool).await?;
         let pending = sqlx::query_as(claims::PENDING_BY.as_str()).fetch_all(&self.pool).await?;
         let (pending_by_owner, pending_by_provider) = super::driver::by_kind(pending);
@@ -505,7 +501,7 @@ impl_store!(PostgresStore, {
         })
     }
 
-    async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
+    async fn update_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
         let cost = usage.cost.as_ref();
         // One statement per settled attempt: on the hot path's connections.
         let mut lease = self.hot.acquire().await?;

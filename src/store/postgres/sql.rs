@@ -58,7 +58,7 @@ pub(super) static SETTLE_WITH_OUTPUT: LazyLock<String> = LazyLock::new(|| {
         r#"
     with won as (
         update jobs set state = '{JOB_SUCCEEDED}', winning_attempt = $3, result = $4, updated_at = now()
-        where owner_id = $1 and id = $2 and state not in ('{JOB_SUCCEEDED}', '{JOB_CANCELED}')
+        where owner_id = $1 and id = $2 and state not in ({terminal})
         returning id
     ), settled as (
         update attempts
@@ -83,6 +83,7 @@ pub(super) static SETTLE_WITH_OUTPUT: LazyLock<String> = LazyLock::new(|| {
     select exists (select from won) as won,
            (select count(*) from settled) as settled,
            coalesce((select array_agg(number order by number) from canceled), '{{}}') as canceled"#,
+        terminal = JOB_TERMINAL.as_str(),
         usage = usage_assignments('$', 8, "::numeric"),
     )
 });
@@ -94,7 +95,8 @@ pub(super) static FINISHED_WITH_CALLS: LazyLock<String> = LazyLock::new(|| {
         r#"select distinct a.job_id from attempts a
            join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
            where a.state = '{RUNNING}' and a.worker = $1
-             and j.state in ('{JOB_SUCCEEDED}', '{JOB_CANCELED}')"#
+             and j.state in ({terminal})"#,
+        terminal = JOB_TERMINAL.as_str()
     )
 });
 

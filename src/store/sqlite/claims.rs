@@ -14,7 +14,7 @@ use sqlx::{Row, Sqlite, Transaction};
 
 use super::{micros, time};
 use crate::domain::AttemptId;
-use crate::store::claims::WaitingFacts;
+use crate::store::WaitingFacts;
 use crate::store::driver::{Candidate, PendingOwner, ProviderGate, Running};
 use crate::store::rows::names::*;
 use crate::store::rows::{AttemptRefRow, stored_trace};
@@ -84,9 +84,10 @@ pub(super) static CLAIM_CANDIDATES: LazyLock<String> = LazyLock::new(|| {
            join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
            where a.owner_id = ?1 and a.state = '{PENDING}' and a.not_before <= ?2
              and a.provider in (select value from json_each(?3))
-             and j.state not in ('{JOB_SUCCEEDED}', '{JOB_CANCELED}')
+             and j.state not in ({terminal})
            order by a.not_before
-           limit ?4"#
+           limit ?4"#,
+        terminal = JOB_TERMINAL.as_str()
     )
 });
 
@@ -272,7 +273,7 @@ pub(super) async fn reserve_tokens(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
+    use crate::store::Driver;
     use crate::store::sqlite::{SqliteOptions, SqliteStore};
 
     /// The counts of running attempts read the index of running attempts,
@@ -288,7 +289,7 @@ mod tests {
             acquire_timeout: std::time::Duration::from_secs(5),
         };
         let store = SqliteStore::connect_lazy(&format!("sqlite://{}", file.display()), &options).unwrap();
-        store.migrate().await.unwrap();
+        store.run_migrations().await.unwrap();
         for statement in [WAITING_FACTS.as_str(), RUNNING_COUNTS.as_str()] {
             let plan: Vec<(i64, i64, i64, String)> =
                 sqlx::query_as(&format!("explain query plan {statement}")).fetch_all(store.pool()).await.unwrap();

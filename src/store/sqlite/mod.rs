@@ -28,7 +28,6 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
@@ -36,9 +35,9 @@ use sqlx::types::Json;
 use sqlx::{Row, Sqlite, Transaction};
 use uuid::Uuid;
 
-use super::driver::{Driver, Tx};
+use super::driver::Tx;
 use super::rows::{AttemptRefRow, QualificationRow, job_from_rows, stored_trace};
-use super::shared::impl_store;
+use super::shared::impl_driver;
 use super::usage::{AttemptUsage, UsageFilter, UsageRow};
 use super::{
     ApiKey, AttemptRef, Gauges, JobFilter, LiveKey, NewJob, OpenUnknown, OwnedJobSummary, QualificationRecord,
@@ -180,8 +179,7 @@ async fn insert_event(
     Ok(())
 }
 
-#[async_trait]
-impl Driver for SqliteStore {
+impl_driver!(SqliteStore, {
     async fn begin(&self) -> Result<Tx> {
         Ok(Box::new(self.write().await?))
     }
@@ -197,10 +195,8 @@ impl Driver for SqliteStore {
             sqlx::query_as(EXPIRED_LEASES.as_str()).bind(now()).bind(i64::from(max)).fetch_all(&self.pool).await?;
         Ok(rows.into_iter().map(Into::into).collect())
     }
-}
 
-impl_store!(SqliteStore, {
-    async fn migrate(&self) -> Result<()> {
+    async fn run_migrations(&self) -> Result<()> {
         let mut connection = self.pool.acquire().await?;
         // A new file is switched to incremental vacuum before its first
         // table, so that pages a purge frees can go back to the disk
@@ -218,14 +214,14 @@ impl_store!(SqliteStore, {
         Ok(())
     }
 
-    async fn reclaim_space(&self) -> Result<()> {
+    async fn vacuum(&self) -> Result<()> {
         let mut tx = self.write().await?;
         sqlx::query("pragma incremental_vacuum").execute(&mut *tx.tx).await?;
         tx.tx.commit().await?;
         Ok(())
     }
 
-    async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
+    async fn insert_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
         sqlx::query(sql::INSERT_API_KEY)
             .bind(owner.as_str())
             .bind(id)
@@ -237,7 +233,7 @@ impl_store!(SqliteStore, {
         Ok(())
     }
 
-    async fn revoke_api_key(&self, id: Uuid) -> Result<bool> {
+    async fn revoke_key_and_wait(&self, id: Uuid) -> Result<bool> {
         let changed = sqlx::query(r#"update api_keys set revoked_at = ? where id = ? and revoked_at is null"#)
             .bind(now())
             .bind(id)
@@ -247,39 +243,34 @@ impl_store!(SqliteStore, {
         Ok(changed > 0)
     }
 
-    async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
+    async fn select_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
         // One statement, so the job and its attempts come from one snapshot.
         let rows = sqlx::query(GET_JOB.as_str()).bind(owner.as_str()).bind(id.0).fetch_all(&self.pool).await?;
         job_from_rows(&rows)
     }
 
-    async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
+    async fn select_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
         let rows =
             sqlx::query(FIND_JOB_BY_KEY.as_str()).bind(owner.as_str()).bind(key.as_str()).fetch_all(&self.pool).await?;
         job_from_rows(&rows)
     }
 
-    async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
-        Ok(self.browse_jobs(Some(owner), None, filter).await?.into_iter().map(|owned| owned.job).collect())
+    async fn select_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
+        Ok(self.select_jobs_of_any_owner(Some(owner), None, filter).await?.into_iter().map(|owned| owned.job).collect())
     }
 
-    async fn reserve_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>> {
+    async fn take_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>> {
         let mut write = self.write().await?;
         let reserved = claims::reserve_tokens(&mut write.tx, write.at, provider, tokens, per_minute).await?;
         write.tx.commit().await?;
         Ok(reserved)
     }
 
-    async fn waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::claims::WaitingFacts>> {
+    async fn select_waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::WaitingFacts>> {
         claims::waiting_facts(&self.pool, owner.as_str(), job_id.0, now()).await
     }
 
-    async fn claim_reconciliations(
-        &self,
-        providers: &[String],
-        max: u32,
-        hold: Duration,
-    ) -> Result<Vec<UnknownAttempt>> {
+    async fn claim_due_unknown(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>> {
         let names = json_list(providers.iter().map(String::as_str));
         let mut write = self.write().await?;
         let at = write.at;
@@ -318,7 +309,7 @@ impl_store!(SqliteStore, {
         Ok(due)
     }
 
-    async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
+    async fn update_reconcile_after(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
         sqlx::query(&sql::POSTPONE_RECONCILIATION)
             .bind(now().saturating_add(micros(delay)))
             .bind(attempt.owner.as_str())
@@ -329,7 +320,7 @@ impl_store!(SqliteStore, {
         Ok(())
     }
 
-    async fn sample_gauges(&self) -> Result<Gauges> {
+    async fn select_gauges(&self) -> Result<Gauges> {
         let at = now();
         let row = sqlx::query(SAMPLE_GAUGES.as_str()).bind(at).fetch_one(&self.pool).await?;
         let pending = sqlx::query_as(claims::PENDING_BY.as_str()).fetch_all(&self.pool).await?;
@@ -344,7 +335,7 @@ impl_store!(SqliteStore, {
         })
     }
 
-    async fn insert_qualification(
+    async fn insert_qualification_run(
         &self,
         provider: &str,
         task: &str,
@@ -369,7 +360,7 @@ impl_store!(SqliteStore, {
         row.try_into()
     }
 
-    async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
+    async fn update_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
         let cost = usage.cost.as_ref();
         let changed = sqlx::query(
             r#"update attempts

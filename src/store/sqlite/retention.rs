@@ -21,11 +21,13 @@ type SqliteTransaction = Transaction<'static, Sqlite>;
 fn purgeable(what: &str, tail: &str) -> String {
     format!(
         r#"select {what} from jobs j
-           where j.state in ('{JOB_SUCCEEDED}', '{JOB_FAILED}', '{JOB_CANCELED}') and j.updated_at < ?1
+           where j.state in ({finished}) and j.updated_at < ?1
              and (case when ?2 is null then j.task not in (select value from json_each(?3)) else j.task = ?2 end)
              and not exists (select 1 from attempts a where a.owner_id = j.owner_id and a.job_id = j.id
-                             and (a.state in ('{PENDING}', '{RUNNING}', '{UNKNOWN}') or a.finished_at >= ?1))
-           {tail}"#
+                             and (a.state in ({open}) or a.finished_at >= ?1))
+           {tail}"#,
+        finished = JOB_FINISHED.as_str(),
+        open = ATTEMPT_OPEN.as_str()
     )
 }
 

@@ -23,7 +23,18 @@ pub(super) static FINISHED_WITH_CALLS: LazyLock<String> = LazyLock::new(|| {
         r#"select distinct a.job_id from attempts a
            join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
            where a.state = '{RUNNING}' and a.worker = ?1
-             and j.state in ('{JOB_SUCCEEDED}', '{JOB_CANCELED}')"#
+             and j.state in ({terminal})"#,
+        terminal = JOB_TERMINAL.as_str()
+    )
+});
+
+/// The compare-and-swap of a settlement: only a job that has not finished
+/// takes a winner. Binds: state, winning attempt, result, now, owner, job.
+pub(super) static SETTLE_JOB: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"update jobs set state = ?1, winning_attempt = ?2, result = ?3, updated_at = ?4
+           where owner_id = ?5 and id = ?6 and state not in ({terminal})"#,
+        terminal = JOB_TERMINAL.as_str()
     )
 });
 

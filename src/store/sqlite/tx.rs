@@ -86,11 +86,16 @@ impl_driver_tx!(SqliteTx, {
         claims::put_requests(&mut self.tx, self.at, provider, level).await
     }
 
-    async fn pause_provider(&mut self, provider: &str, pause: Duration) -> Result<()> {
+    async fn update_provider_pause(&mut self, provider: &str, pause: Duration) -> Result<()> {
         claims::pause_provider(&mut self.tx, self.at, provider, pause).await
     }
 
-    async fn requeue_attempt(&mut self, attempt: &AttemptRef, delay: Duration, max: Option<u32>) -> Result<u64> {
+    async fn update_attempt_requeued(
+        &mut self,
+        attempt: &AttemptRef,
+        delay: Duration,
+        max: Option<u32>,
+    ) -> Result<u64> {
         claims::requeue_attempt(&mut self.tx, self.at, attempt, delay, max).await
     }
 
@@ -207,23 +212,19 @@ impl_driver_tx!(SqliteTx, {
         Ok(bind_usage(query, usage).execute(&mut *self.tx).await?.rows_affected())
     }
 
-    async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
+    async fn settle_by_compare_and_swap(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
         let (attempt, at) = (settlement.attempt, self.at);
         // The compare-and-swap: only a job that has not finished takes a winner.
-        let won = sqlx::query(
-            r#"update jobs set state = ?1, winning_attempt = ?2, result = ?3, updated_at = ?4
-               where owner_id = ?5 and id = ?6 and state not in (?1, ?7)"#,
-        )
-        .bind(JobState::Succeeded)
-        .bind(attempt.number)
-        .bind(Json(settlement.output))
-        .bind(at)
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(JobState::Canceled)
-        .execute(&mut *self.tx)
-        .await?
-        .rows_affected()
+        let won = sqlx::query(&sql::SETTLE_JOB)
+            .bind(JobState::Succeeded)
+            .bind(attempt.number)
+            .bind(Json(settlement.output))
+            .bind(at)
+            .bind(attempt.owner.as_str())
+            .bind(attempt.job_id.0)
+            .execute(&mut *self.tx)
+            .await?
+            .rows_affected()
             == 1;
         let query = sqlx::query(&sql::SETTLE_ATTEMPT)
             .bind(if won { AttemptState::Succeeded } else { AttemptState::Superseded })
@@ -248,7 +249,7 @@ impl_driver_tx!(SqliteTx, {
         Ok(Settled { won, settled, canceled })
     }
 
-    async fn cancel_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>> {
+    async fn cancel_job_and_pending(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>> {
         sqlx::query(r#"update jobs set state = ?, updated_at = ? where owner_id = ? and id = ?"#)
             .bind(JobState::Canceled)
             .bind(self.at)
