@@ -115,6 +115,30 @@ fn time(stamp: Option<Stamp>) -> Option<DateTime<Utc>> {
     stamp.map(|s| s.0)
 }
 
+/// Binds an attempt's key to a statement: its owner, job and number, in
+/// that order.
+pub(crate) trait BindAttempt<'q>: Sized {
+    /// The statement with the three bound.
+    fn bind_attempt(self, attempt: &'q AttemptRef) -> Self;
+}
+
+macro_rules! bind_attempt_for {
+    ($($query:ident $(<$o:ident>)?),+) => {$(
+        impl<'q, DB: Database $(, $o)?> BindAttempt<'q> for sqlx::query::$query<'q, DB, $($o,)? <DB as Database>::Arguments<'q>>
+        where
+            &'q str: Encode<'q, DB> + Type<DB>,
+            Uuid: Encode<'q, DB> + Type<DB>,
+            i32: Encode<'q, DB> + Type<DB>,
+        {
+            fn bind_attempt(self, attempt: &'q AttemptRef) -> Self {
+                self.bind(attempt.owner.as_str()).bind(attempt.job_id.0).bind(attempt.number)
+            }
+        }
+    )+};
+}
+
+bind_attempt_for!(Query, QueryAs<O>, QueryScalar<O>);
+
 /// The stored names of states, origins and event kinds, for statements
 /// that must name them in their text (a partial index matches only a
 /// literal): taken from the enums, never typed by hand.

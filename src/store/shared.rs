@@ -120,7 +120,7 @@ macro_rules! impl_driver {
 
             async fn update_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool> {
                 let changed = sqlx::query(sql::RECORD_UNAPPLIED_OUTPUT)
-                    .bind(attempt.owner.as_str()).bind(attempt.job_id.0).bind(attempt.number)
+                    .bind_attempt(attempt)
                     .bind(sqlx::types::Json(unapplied))
                     .execute(&self.pool).await?;
                 Ok(changed.rows_affected() == 1)
@@ -128,7 +128,7 @@ macro_rules! impl_driver {
 
             async fn update_provider_request(&self, attempt: &AttemptRef, provider_request_id: &str) -> Result<bool> {
                 let changed = sqlx::query(sql::RECORD_PROVIDER_REQUEST)
-                    .bind(attempt.owner.as_str()).bind(attempt.job_id.0).bind(attempt.number).bind(provider_request_id)
+                    .bind_attempt(attempt).bind(provider_request_id)
                     .execute(&self.pool).await?;
                 Ok(changed.rows_affected() == 1)
             }
@@ -225,14 +225,14 @@ macro_rules! impl_driver_tx {
 
             async fn forget_usage(&mut self, attempt: &AttemptRef) -> Result<()> {
                 sqlx::query(sql::FORGET_USAGE)
-                    .bind(attempt.owner.as_str()).bind(attempt.job_id.0).bind(attempt.number)
+                    .bind_attempt(attempt)
                     .execute(&mut *self.tx).await?;
                 Ok(())
             }
 
             async fn attempt_state(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptState>> {
                 Ok(sqlx::query_scalar(&*sql::ATTEMPT_STATE)
-                    .bind(attempt.owner.as_str()).bind(attempt.job_id.0).bind(attempt.number)
+                    .bind_attempt(attempt)
                     .fetch_optional(&mut *self.tx).await?)
             }
 

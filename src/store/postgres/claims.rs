@@ -11,6 +11,7 @@ use sqlx::{Postgres, Row, Transaction};
 use crate::domain::AttemptId;
 use crate::store::WaitingFacts;
 use crate::store::driver::{Candidate, PendingOwner, ProviderGate, Running};
+use crate::store::rows::BindAttempt;
 use crate::store::rows::names::*;
 use crate::store::rows::{AttemptRefRow, stored_trace};
 use crate::store::{AttemptRef, Result};
@@ -305,9 +306,7 @@ pub(super) async fn requeue_attempt(
     max: Option<u32>,
 ) -> Result<u64> {
     let done = sqlx::query(REQUEUE_ATTEMPT.as_str())
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
+        .bind_attempt(attempt)
         .bind(delay.as_secs_f64())
         .bind(max.map(i64::from))
         .execute(&mut **tx)

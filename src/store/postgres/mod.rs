@@ -36,6 +36,7 @@ use crate::domain::{
     Attempt, AttemptError, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobEvent, JobId, JobState,
     JobSummary, KeyRole, OwnerId,
 };
+use crate::store::rows::BindAttempt;
 use hot::HotConnections;
 
 mod catalogue;
@@ -207,9 +208,7 @@ impl_driver_tx!(PgTx, {
 
     async fn insert_attempt(&mut self, attempt: &AttemptRef, new: &NewAttempt, provider: &str) -> Result<Attempt> {
         let rows = sqlx::query(sql::INSERT_ATTEMPT.as_str())
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
+            .bind_attempt(attempt)
             .bind(new.id.0)
             .bind(provider)
             .bind(new.origin)
@@ -259,12 +258,8 @@ impl_driver_tx!(PgTx, {
         skip_locked: bool,
     ) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
         let statement = if skip_locked { sql::LOCK_ATTEMPT_JOB_SKIP_LOCKED.as_str() } else { sql::LOCK_ATTEMPT_JOB };
-        let row: Option<LockedAttemptRow> = sqlx::query_as(statement)
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
-            .fetch_optional(&mut *self.tx)
-            .await?;
+        let row: Option<LockedAttemptRow> =
+            sqlx::query_as(statement).bind_attempt(attempt).fetch_optional(&mut *self.tx).await?;
         Ok(row.map(Into::into))
     }
 
@@ -277,9 +272,7 @@ impl_driver_tx!(PgTx, {
         usage: Option<&AttemptUsage>,
     ) -> Result<u64> {
         let query = sqlx::query(sql::SET_ATTEMPT_OUTCOME.as_str())
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
+            .bind_attempt(attempt)
             .bind(to)
             .bind(Json(error))
             .bind(state_names(from))
@@ -293,9 +286,7 @@ impl_driver_tx!(PgTx, {
         // siblings canceled, and the event.
         let attempt = settlement.attempt;
         let query = sqlx::query(SETTLE_WITH_OUTPUT.as_str())
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
+            .bind_attempt(attempt)
             .bind(settlement.output)
             .bind(state_names(settlement.from))
             .bind(&settlement.won)
@@ -458,9 +449,7 @@ impl_driver!(PostgresStore, {
 
     async fn update_reconcile_after(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
         sqlx::query(sql::POSTPONE_RECONCILIATION)
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
+            .bind_attempt(attempt)
             .bind(delay.as_secs_f64())
             .bind(AttemptState::Unknown)
             .execute(&self.pool)
@@ -506,9 +495,7 @@ impl_driver!(PostgresStore, {
         // One statement per settled attempt: on the hot path's connections.
         let mut lease = self.hot.acquire().await?;
         let changed = sqlx::query(sql::RECORD_USAGE)
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
+            .bind_attempt(attempt)
             .bind(usage.usage.prompt_tokens)
             .bind(usage.usage.completion_tokens)
             .bind(usage.usage.estimated)

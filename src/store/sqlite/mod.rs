@@ -44,6 +44,7 @@ use super::{
     QualificationState, Result, StoreError, UnknownAttempt, corrupt,
 };
 use crate::domain::{AttemptId, EventKind, IdempotencyKey, Job, JobEvent, JobId, JobSummary, KeyRole, OwnerId};
+use crate::store::rows::BindAttempt;
 use tx::SqliteTx;
 
 mod claims;
@@ -288,9 +289,7 @@ impl_driver!(SqliteStore, {
                    where owner_id = ? and job_id = ? and number = ?"#,
             )
             .bind(at.saturating_add(micros(hold)))
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
+            .bind_attempt(&attempt)
             .execute(&mut *write.tx)
             .await?;
             let finished: Option<i64> = row.try_get("finished_at")?;
@@ -312,9 +311,7 @@ impl_driver!(SqliteStore, {
     async fn update_reconcile_after(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
         sqlx::query(&sql::POSTPONE_RECONCILIATION)
             .bind(now().saturating_add(micros(delay)))
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
+            .bind_attempt(attempt)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -373,9 +370,7 @@ impl_driver!(SqliteStore, {
         .bind(cost.map(|c| c.amount.to_string()))
         .bind(cost.map(|c| c.currency.as_str()))
         .bind(cost.map(|c| c.price_version.as_str()))
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
+        .bind_attempt(attempt)
         .execute(&self.pool)
         .await?
         .rows_affected();

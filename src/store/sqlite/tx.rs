@@ -17,6 +17,7 @@ use super::super::webhooks::Outgoing;
 use super::super::{AttemptRef, NewAttempt, QualificationState, Result, corrupt};
 use super::{claims, insert_event, json_list, micros, retention, sql};
 use crate::domain::{Attempt, AttemptError, AttemptState, EventKind, IdempotencyKey, JobId, JobState, OwnerId};
+use crate::store::rows::BindAttempt;
 
 /// A SQLite write transaction with this process's turn to write; `at` is
 /// the time every change it makes is stamped with.
@@ -69,9 +70,7 @@ impl_driver_tx!(SqliteTx, {
                 .bind(worker)
                 .bind(self.at)
                 .bind(lease_until.timestamp_micros())
-                .bind(attempt.owner.as_str())
-                .bind(attempt.job_id.0)
-                .bind(attempt.number)
+                .bind_attempt(attempt)
                 .execute(&mut *self.tx)
                 .await?;
             self.set_job_state(&attempt.owner, attempt.job_id, JobState::Running).await?;
@@ -120,9 +119,7 @@ impl_driver_tx!(SqliteTx, {
                                      created_at, not_before, traceparent, tracestate)
                values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"#,
         )
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
+        .bind_attempt(attempt)
         .bind(new.id.0)
         .bind(provider)
         .bind(AttemptState::Pending)
@@ -138,9 +135,7 @@ impl_driver_tx!(SqliteTx, {
         let rows = sqlx::query(&format!(
             r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = ? and a.job_id = ? and a.number = ?"#
         ))
-        .bind(attempt.owner.as_str())
-        .bind(attempt.job_id.0)
-        .bind(attempt.number)
+        .bind_attempt(attempt)
         .fetch_all(&mut *self.tx)
         .await?;
         attempts_from_rows(&rows)?.pop().ok_or_else(|| corrupt("an inserted attempt cannot be read back"))
@@ -183,9 +178,7 @@ impl_driver_tx!(SqliteTx, {
         _skip_locked: bool,
     ) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
         let row: Option<LockedAttemptRow> = sqlx::query_as(sql::LOCK_ATTEMPT_JOB)
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
+            .bind_attempt(attempt)
             .bind(self.at)
             .fetch_optional(&mut *self.tx)
             .await?;
@@ -204,9 +197,7 @@ impl_driver_tx!(SqliteTx, {
             .bind(to)
             .bind(Json(error))
             .bind(self.at)
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
+            .bind_attempt(attempt)
             .bind(json_list(from.iter().map(|s| s.as_str())))
             .bind(to == AttemptState::Unknown);
         Ok(bind_usage(query, usage).execute(&mut *self.tx).await?.rows_affected())
@@ -230,9 +221,7 @@ impl_driver_tx!(SqliteTx, {
             .bind(if won { AttemptState::Succeeded } else { AttemptState::Superseded })
             .bind(Json(settlement.output))
             .bind(at)
-            .bind(attempt.owner.as_str())
-            .bind(attempt.job_id.0)
-            .bind(attempt.number)
+            .bind_attempt(attempt)
             .bind(json_list(settlement.from.iter().map(|s| s.as_str())));
         let settled = bind_usage(query, settlement.usage).execute(&mut *self.tx).await?.rows_affected();
         let (kind, detail, canceled) = if won {
