@@ -245,7 +245,10 @@ impl Application {
         let state = AppState {
             keys: Arc::new(crate::keys::Keys::new(store.clone())),
             sessions: Arc::new(crate::keys::sessions::Sessions::new(store.clone())),
-            endpoints: Arc::new(crate::webhooks::Endpoints::new(store.clone())),
+            endpoints: Arc::new(crate::webhooks::Endpoints::new(
+                store.clone(),
+                settings.webhooks.max_endpoints_per_owner,
+            )),
             qualifications: Arc::new(crate::task::qualify::Qualifications::new(
                 store.clone(),
                 providers.clone(),

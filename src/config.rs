@@ -134,8 +134,10 @@ pub struct WebhookSettings {
     pub batch_size: u32,
     /// Deliveries one process sends at once.
     pub concurrency: usize,
-    /// The most of a receiver's answer that is read.
+    /// The most of a receiver's answer that is read (and dropped).
     pub max_response_bytes: usize,
+    /// The most endpoints one owner may have registered.
+    pub max_endpoints_per_owner: u32,
 }
 
 impl Default for WebhookSettings {
@@ -150,6 +152,7 @@ impl Default for WebhookSettings {
             batch_size: 32,
             concurrency: 256,
             max_response_bytes: 4_096,
+            max_endpoints_per_owner: 10,
         }
     }
 }

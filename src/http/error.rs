@@ -78,6 +78,8 @@ problem_types! {
     AttemptNotUnknown = "attempt-not-unknown", CONFLICT, "Attempt not unknown";
     /// Only a finished job with no attempt open can be erased.
     JobNotFinished = "job-not-finished", CONFLICT, "Job not finished";
+    /// The owner has as many webhook endpoints as it may.
+    TooManyEndpoints = "too-many-endpoints", CONFLICT, "Too many webhook endpoints";
     /// Over `server.max_body_bytes`.
     PayloadTooLarge = "payload-too-large", PAYLOAD_TOO_LARGE, "Payload too large";
     /// The body did not arrive within the request timeout.

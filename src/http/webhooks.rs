@@ -16,7 +16,7 @@ use uuid::Uuid;
 use super::AppState;
 use super::auth::Admin;
 use super::bodies::CreateWebhookBody;
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, Problem, ProblemType};
 use super::extract::StrictJson;
 use super::respond::{job_error, json_response};
 use crate::domain::webhook::{WebhookEventType, new_secret};
@@ -53,6 +53,7 @@ fn with_secret(endpoint: &Endpoint, secret: &str) -> serde_json::Value {
     responses(
         (status = 201, description = "registered: the endpoint with its signing `secret` (`whsec_…`), shown this once", body = Object),
         (status = 403, description = "forbidden: an admin route called with a client key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "too-many-endpoints: the owner has `webhooks.max_endpoints_per_owner` endpoints already", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed: an unknown event type, or a URL that is not https:// on a public address", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors, crate::http::openapi::BodyErrors
     ))]
@@ -82,7 +83,13 @@ pub(crate) async fn create_webhook(
         secret,
         events,
     };
-    let endpoint = app.endpoints.register(&new).await?;
+    let Some(endpoint) = app.endpoints.register(&new).await? else {
+        let most = app.endpoints.max_per_owner();
+        let detail = format!(
+            "the owner has {most} webhook endpoints, as many as it may (webhooks.max_endpoints_per_owner): delete one first"
+        );
+        return Err(Problem::new(ProblemType::TooManyEndpoints).detail(detail).into());
+    };
     tracing::info!(endpoint = %endpoint.id, owner = %admin.owner, by = %admin.key, "webhook endpoint registered");
     let location = ("location", format!("/webhooks/{}", endpoint.id));
     Ok(json_response(StatusCode::CREATED, &with_secret(&endpoint, &new.secret), &[location]))

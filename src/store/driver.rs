@@ -396,8 +396,9 @@ pub trait Driver: Send + Sync + 'static {
         token_hash: &[u8; 32],
     ) -> Result<bool>;
 
-    /// Stores an endpoint and its subscriptions.
-    async fn insert_endpoint(&self, new: &NewEndpoint) -> Result<Endpoint>;
+    /// Stores an endpoint and its subscriptions, unless its owner has
+    /// `max_per_owner` endpoints already (`None`).
+    async fn insert_endpoint(&self, new: &NewEndpoint, max_per_owner: u32) -> Result<Option<Endpoint>>;
 
     /// An owner's endpoints, the oldest first.
     async fn select_endpoints(&self, owner: &OwnerId) -> Result<Vec<Endpoint>>;

@@ -163,8 +163,8 @@ macro_rules! impl_driver {
                 sessions::insert_first_run_key(self, id, owner, role, token_hash).await
             }
 
-            async fn insert_endpoint(&self, new: &$crate::store::NewEndpoint) -> Result<$crate::store::Endpoint> {
-                webhooks::insert_endpoint(&self.pool, new).await
+            async fn insert_endpoint(&self, new: &$crate::store::NewEndpoint, max_per_owner: u32) -> Result<Option<$crate::store::Endpoint>> {
+                webhooks::insert_endpoint(&self.pool, new, max_per_owner).await
             }
 
             async fn select_endpoints(&self, owner: &OwnerId) -> Result<Vec<$crate::store::Endpoint>> {

@@ -342,9 +342,11 @@ pub(crate) fn check_events(events: &[WebhookEventType]) -> Result<()> {
 }
 
 impl Store {
-    /// Stores an endpoint and its subscriptions.
-    pub async fn insert_webhook_endpoint(&self, new: &NewEndpoint) -> Result<Endpoint> {
-        self.driver().insert_endpoint(new).await
+    /// Stores an endpoint and its subscriptions, unless its owner has
+    /// `max_per_owner` endpoints already (`None`): registrations of one
+    /// owner take turns, so the limit holds across processes.
+    pub async fn insert_webhook_endpoint(&self, new: &NewEndpoint, max_per_owner: u32) -> Result<Option<Endpoint>> {
+        self.driver().insert_endpoint(new, max_per_owner).await
     }
 
     /// An owner's endpoints, the oldest first.

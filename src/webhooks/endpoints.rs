@@ -12,17 +12,24 @@ use crate::store::{self, Delivery, Endpoint, NewEndpoint, Store};
 /// The endpoint use cases.
 pub struct Endpoints {
     store: Store,
+    max_per_owner: u32,
 }
 
 impl Endpoints {
-    /// The endpoints kept in `store`.
-    pub fn new(store: Store) -> Self {
-        Self { store }
+    /// The endpoints kept in `store`, at most `max_per_owner` of an owner's.
+    pub fn new(store: Store, max_per_owner: u32) -> Self {
+        Self { store, max_per_owner }
     }
 
-    /// Registers an endpoint (its URL checked by the caller).
-    pub async fn register(&self, new: &NewEndpoint) -> store::Result<Endpoint> {
-        self.store.insert_webhook_endpoint(new).await
+    /// Registers an endpoint (its URL checked by the caller), unless its
+    /// owner has as many as it may already (`None`).
+    pub async fn register(&self, new: &NewEndpoint) -> store::Result<Option<Endpoint>> {
+        self.store.insert_webhook_endpoint(new, self.max_per_owner).await
+    }
+
+    /// The most endpoints one owner may have.
+    pub fn max_per_owner(&self) -> u32 {
+        self.max_per_owner
     }
 
     /// The owner's endpoints, the oldest first.

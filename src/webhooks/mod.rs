@@ -44,7 +44,10 @@ impl Deliverer {
     /// A deliverer for `store`'s outbox.
     pub fn new(store: Store, settings: WebhookSettings) -> Self {
         let allowed = AllowedHosts::new(&settings.allow_hosts);
+        // No proxy, whatever the environment says: through a proxy only the
+        // proxy's address would be resolved, and the receiver's never checked.
         let client = reqwest::Client::builder()
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_millis(settings.timeout_ms))
             .dns_resolver(Arc::new(PublicResolver::new(allowed.clone())))
@@ -141,8 +144,8 @@ impl Deliverer {
         }
     }
 
-    /// Posts the delivery: the answer's status, or why there was none (and
-    /// for a non-2xx answer, the start of its body).
+    /// Posts the delivery: the answer's status, or why there was none (a
+    /// non-2xx answer is recorded by its status alone).
     async fn send(&self, delivery: &ClaimedDelivery) -> (Option<u16>, Option<String>) {
         if let Err(refusal) = address::check_form(&delivery.url, &self.allowed) {
             return (None, Some(refusal));
@@ -164,23 +167,21 @@ impl Deliverer {
             Err(error) => return (None, Some(describe(&error))),
         };
         let status = response.status().as_u16();
-        // At most a small part of the answer is read.
-        let mut body = Vec::new();
-        while body.len() < self.settings.max_response_bytes {
+        // At most a small part of the answer is read (and dropped), so that
+        // the connection may serve the next delivery.
+        let mut read = 0;
+        while read < self.settings.max_response_bytes {
             match response.chunk().await {
-                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                Ok(Some(chunk)) => read += chunk.len(),
                 _ => break,
             }
         }
         if response.status().is_success() {
             return (Some(status), None);
         }
-        body.truncate(self.settings.max_response_bytes.min(500));
-        let text = String::from_utf8_lossy(&body).trim().to_owned();
-        (
-            Some(status),
-            Some(if text.is_empty() { format!("answered {status}") } else { format!("answered {status}: {text}") }),
-        )
+        // Its status alone is recorded: its body is the receiver's, and
+        // would let an endpoint's owner read any page an endpoint may name.
+        (Some(status), Some(format!("answered {status}")))
     }
 
     /// Tried again after a backoff, unless that would pass the retry period.
@@ -229,22 +230,39 @@ fn shown_url(url: &str) -> String {
     }
 }
 
-/// Why a request got no answer, without its URL.
+/// What kind of failure a request without an answer met, in onejob's own
+/// words: never a library's or the operating system's message, nor the
+/// URL, which would let an endpoint's owner probe the hosts and ports it
+/// may name.
 fn describe(error: &reqwest::Error) -> String {
-    let kind = if error.is_timeout() {
-        "timed out"
-    } else if error.is_connect() {
-        "could not connect"
-    } else {
-        "failed"
-    };
-    let mut cause = String::new();
+    if error.is_timeout() {
+        return "timed out".into();
+    }
     let mut source = std::error::Error::source(error);
     while let Some(inner) = source {
-        cause = inner.to_string();
+        if let Some(unresolved) = inner.downcast_ref::<address::Unresolved>() {
+            return unresolved.to_string();
+        }
+        if let Some(io) = inner.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            let class = match io.kind() {
+                ConnectionRefused => "connection refused",
+                TimedOut => "timed out",
+                ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => "connection closed",
+                // What a TLS handshake that failed turns into.
+                InvalidData => "TLS handshake failed",
+                _ => continue_with(error),
+            };
+            return class.into();
+        }
         source = inner.source();
     }
-    if cause.is_empty() { kind.to_owned() } else { format!("{kind}: {cause}") }
+    continue_with(error).into()
+}
+
+/// The class of a failure no cause says more of.
+fn continue_with(error: &reqwest::Error) -> &'static str {
+    if error.is_connect() { "could not connect" } else { "no answer" }
 }
 
 #[cfg(test)]

@@ -267,6 +267,119 @@ async fn an_endpoint_must_be_https_on_a_public_address_and_is_its_owners_alone(b
     expect_problem(delete(admin).await, StatusCode::NOT_FOUND, "not-found").await;
 }
 
+/// A receiver that answers every request with `answer` (raw HTTP/1.1), and
+/// says how many connections it took.
+async fn raw_receiver(answer: &'static str) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connections = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut head = vec![0; 64 * 1024];
+                let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut head).await;
+                let _ = stream.write_all(answer.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    (port, connections)
+}
+
+/// The first try of the first delivery the deliveries at `url` (read with
+/// `admin`) list, once there is one.
+async fn first_try(client: &reqwest::Client, url: &str, admin: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let deliveries: Value = client.get(url).bearer_auth(admin).send().await.unwrap().json().await.unwrap();
+        let tried = deliveries["deliveries"][0]["tries"][0].clone();
+        if !tried.is_null() {
+            return tried;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no try within 20 s: {deliveries:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn a_delivery_error_says_its_class_and_never_the_receivers_words(backend: Backend) {
+    let app = TestApp::spawn_live(backend, loopback_allowed).await;
+    let admin = alices_admin(&app.database_url).await;
+    let address = app.addr.to_string();
+    let page = "HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/html\r\ncontent-length: 35\r\n\r\n<h1>the receiver's own page</h1>\n";
+    let (answering, _) = raw_receiver(page).await;
+    // A port nothing listens on: the connection is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut ids = Vec::new();
+    for port in [answering, closed] {
+        let url = format!("http://127.0.0.1:{port}/hooks");
+        let registered = register(&app.client, &address, &admin, &url, &["job.succeeded"]).await;
+        assert_eq!(registered.status(), StatusCode::CREATED);
+        ids.push(registered.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
+    }
+    create(&app.client, &address, &app.alice, "classes").await;
+    let deliveries = |id: &str| app.url(&format!("/webhooks/{id}/deliveries"));
+    let answered = first_try(&app.client, &deliveries(&ids[0]), &admin).await;
+    assert_eq!((&answered["status"], &answered["error"]), (&json!(500), &json!("answered 500")), "{answered:#}");
+    let refused = first_try(&app.client, &deliveries(&ids[1]), &admin).await;
+    assert_eq!(refused["error"], "connection refused", "not the operating system's words: {refused:#}");
+}
+
+async fn an_owner_registers_at_most_max_endpoints_per_owner_endpoints(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |settings| settings.webhooks.max_endpoints_per_owner = 2).await;
+    let admin = alices_admin(&app.database_url).await;
+    let address = app.addr.to_string();
+    let mut ids = Vec::new();
+    for n in 1..=2 {
+        let registered =
+            register(&app.client, &address, &admin, &format!("https://8.8.8.{n}/in"), &["job.failed"]).await;
+        assert_eq!(registered.status(), StatusCode::CREATED);
+        ids.push(registered.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
+    }
+    let third = register(&app.client, &address, &admin, "https://8.8.8.3/in", &["job.failed"]).await;
+    let problem = expect_problem(third, StatusCode::CONFLICT, "too-many-endpoints").await;
+    assert!(problem.to_string().contains("delete one"), "{problem}");
+    // Another owner's limit is its own.
+    let others = register(&app.client, &address, &app.admin, "https://8.8.8.3/in", &["job.failed"]).await;
+    assert_eq!(others.status(), StatusCode::CREATED);
+    let deleted =
+        app.client.delete(app.url(&format!("/webhooks/{}", ids[0]))).bearer_auth(&admin).send().await.unwrap();
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    let again = register(&app.client, &address, &admin, "https://8.8.8.3/in", &["job.failed"]).await;
+    assert_eq!(again.status(), StatusCode::CREATED, "a place freed by a deletion is taken");
+}
+
+/// A server whose environment names a proxy still checks the receiver's
+/// address itself: an endpoint whose name has come to resolve to loopback
+/// (here: its URL changed in the database, as a name's DNS may change) is
+/// refused by the sending client's resolver, and the proxy hears nothing.
+async fn a_proxy_in_the_environment_does_not_bypass_the_address_check(backend: Backend) {
+    use std::sync::atomic::Ordering;
+    let (proxy_port, proxied) = raw_receiver("HTTP/1.1 200 Connection established\r\n\r\n").await;
+    let (receiver, _) = raw_receiver("HTTP/1.1 204 No Content\r\n\r\n").await;
+    let (_simulator, config) = process_config().await;
+    let (database_url, pool, token) = database(backend).await;
+    let proxy = format!("http://127.0.0.1:{proxy_port}");
+    // For https:// URLs only: the providers (the simulator, on http://)
+    // are reached directly.
+    let env = [("HTTPS_PROXY", proxy.as_str())];
+    let (_server, address, _log) = crate::common::spawn_server_logged(&database_url, Some(&config), &[], &env).await;
+    let client = reqwest::Client::new();
+    let admin = alices_admin(&database_url).await;
+    let url = format!("http://127.0.0.1:{receiver}/hooks");
+    let registered = register(&client, &address, &admin, &url, &["job.succeeded"]).await;
+    assert_eq!(registered.status(), StatusCode::CREATED);
+    let id = registered.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    let renamed = format!("update webhook_endpoints set url = 'https://localhost:{receiver}/hooks'");
+    sqlx::query(&renamed).execute(&pool).await.unwrap();
+    create(&client, &address, &token, "proxied").await;
+    let tried = first_try(&client, &format!("http://{address}/webhooks/{id}/deliveries"), &admin).await;
+    assert_eq!(tried["error"], "the host resolves to no public address", "{tried:#}");
+    assert_eq!(proxied.load(Ordering::SeqCst), 0, "the proxy was never asked");
+}
+
 /// A configuration whose webhooks may reach loopback, tried again quickly,
 /// with a short timeout (so a claim's lease is a second).
 async fn process_config() -> (onejob::provider::sim::RunningSimulator, PathBuf) {
@@ -381,5 +494,10 @@ on_both_backends_with_a_receiver!(
         a_settlement_rolled_back_delivers_nothing,
         a_receiver_answering_410_gone_disables_its_endpoint_after_one_try,
     ],
-    plain: [an_endpoint_must_be_https_on_a_public_address_and_is_its_owners_alone],
+    plain: [
+        an_endpoint_must_be_https_on_a_public_address_and_is_its_owners_alone,
+        a_delivery_error_says_its_class_and_never_the_receivers_words,
+        an_owner_registers_at_most_max_endpoints_per_owner_endpoints,
+        a_proxy_in_the_environment_does_not_bypass_the_address_check,
+    ],
 );

@@ -2154,6 +2154,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description too-many-endpoints: the owner has `webhooks.max_endpoints_per_owner` endpoints already */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description payload-too-large */
             413: {
                 headers: {

@@ -104,6 +104,7 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         webhooks::LIST_DELIVERIES,
         webhooks::LIST_TRIES,
         webhooks::INSERT_ENDPOINT,
+        webhooks::LOCK_OWNER_ENDPOINTS,
         webhooks::INSERT_SUBSCRIPTION,
         webhooks::ROTATE_SECRET,
         webhooks::INSERT_TRIES,

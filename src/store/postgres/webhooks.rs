@@ -59,8 +59,13 @@ pub(super) const LIST_TRIES: &str = r#"select t.delivery_id, t.number, t.at, t.s
     where d.owner_id = $1 and d.endpoint_id = $2 order by t.delivery_id, t.number"#;
 
 /// A new endpoint. Binds: owner, id, url, description, secret.
-pub(super) const INSERT_ENDPOINT: &str =
-    r#"insert into webhook_endpoints (owner_id, id, url, description, secret) values ($1, $2, $3, $4, $5)"#;
+pub(super) const INSERT_ENDPOINT: &str = r#"insert into webhook_endpoints (owner_id, id, url, description, secret)
+    select $1, $2, $3, $4, $5 where (select count(*) from webhook_endpoints where owner_id = $1) < $6"#;
+
+/// The owner's registrations take turns until commit, so that its limit
+/// of endpoints holds. Binds: owner.
+pub(super) const LOCK_OWNER_ENDPOINTS: &str =
+    r#"select pg_advisory_xact_lock(hashtextextended('onejob.webhooks:' || $1, 0))"#;
 
 /// An endpoint's subscription to an event type. Binds: owner, endpoint, type.
 pub(super) const INSERT_SUBSCRIPTION: &str = r#"insert into webhook_subscriptions (owner_id, endpoint_id, event_type) values ($1, $2, $3) on conflict do nothing"#;
@@ -95,17 +100,22 @@ pub(super) const SETTLE_DELIVERIES: &str = r#"with done as (
 pub(super) const DISABLE_ENDPOINT: &str = r#"update webhook_endpoints set disabled_at = now(), disabled_reason = $3
     where owner_id = $1 and id = $2 and disabled_at is null"#;
 
-pub(super) async fn insert_endpoint(pool: &PgPool, new: &NewEndpoint) -> Result<Endpoint> {
+pub(super) async fn insert_endpoint(pool: &PgPool, new: &NewEndpoint, max_per_owner: u32) -> Result<Option<Endpoint>> {
     check_events(&new.events)?;
     let mut tx = pool.begin().await?;
-    sqlx::query(INSERT_ENDPOINT)
+    sqlx::query(LOCK_OWNER_ENDPOINTS).bind(new.owner.as_str()).execute(&mut *tx).await?;
+    let inserted = sqlx::query(INSERT_ENDPOINT)
         .bind(new.owner.as_str())
         .bind(new.id)
         .bind(&new.url)
         .bind(&new.description)
         .bind(&new.secret)
+        .bind(i64::from(max_per_owner))
         .execute(&mut *tx)
         .await?;
+    if inserted.rows_affected() == 0 {
+        return Ok(None);
+    }
     for event in &new.events {
         sqlx::query(INSERT_SUBSCRIPTION)
             .bind(new.owner.as_str())
@@ -117,7 +127,7 @@ pub(super) async fn insert_endpoint(pool: &PgPool, new: &NewEndpoint) -> Result<
     let row: EndpointRow =
         sqlx::query_as(LIST_ENDPOINTS).bind(new.owner.as_str()).bind(new.id).fetch_one(&mut *tx).await?;
     tx.commit().await?;
-    Ok(row.into())
+    Ok(Some(row.into()))
 }
 
 pub(super) async fn list_endpoints(pool: &PgPool, owner: &OwnerId) -> Result<Vec<Endpoint>> {

@@ -59,19 +59,32 @@ pub(super) const LIST_TRIES: &str = r#"select t.delivery_id, t.number, t.at, t.s
     from webhook_tries t join webhook_deliveries d on d.id = t.delivery_id
     where d.owner_id = ?1 and d.endpoint_id = ?2 order by t.delivery_id, t.number"#;
 
-pub(super) async fn insert_endpoint(pool: &SqlitePool, new: &NewEndpoint) -> Result<Endpoint> {
+pub(super) async fn insert_endpoint(
+    pool: &SqlitePool,
+    new: &NewEndpoint,
+    max_per_owner: u32,
+) -> Result<Option<Endpoint>> {
     check_events(&new.events)?;
     let at = now();
     let mut tx = pool.begin().await?;
-    sqlx::query(r#"insert into webhook_endpoints (owner_id, id, url, description, secret, created_at) values (?1, ?2, ?3, ?4, ?5, ?6)"#)
-        .bind(new.owner.as_str())
-        .bind(new.id)
-        .bind(&new.url)
-        .bind(&new.description)
-        .bind(&new.secret)
-        .bind(at)
-        .execute(&mut *tx)
-        .await?;
+    // One statement counts and inserts: SQLite's one writer keeps the count
+    // true until it commits.
+    let inserted = sqlx::query(
+        r#"insert into webhook_endpoints (owner_id, id, url, description, secret, created_at)
+           select ?1, ?2, ?3, ?4, ?5, ?6 where (select count(*) from webhook_endpoints where owner_id = ?1) < ?7"#,
+    )
+    .bind(new.owner.as_str())
+    .bind(new.id)
+    .bind(&new.url)
+    .bind(&new.description)
+    .bind(&new.secret)
+    .bind(at)
+    .bind(i64::from(max_per_owner))
+    .execute(&mut *tx)
+    .await?;
+    if inserted.rows_affected() == 0 {
+        return Ok(None);
+    }
     for event in &new.events {
         sqlx::query(r#"insert into webhook_subscriptions (owner_id, endpoint_id, event_type) values (?1, ?2, ?3) on conflict do nothing"#)
             .bind(new.owner.as_str())
@@ -83,7 +96,7 @@ pub(super) async fn insert_endpoint(pool: &SqlitePool, new: &NewEndpoint) -> Res
     let row: EndpointRow =
         sqlx::query_as(LIST_ENDPOINTS).bind(new.owner.as_str()).bind(new.id).bind(at).fetch_one(&mut *tx).await?;
     tx.commit().await?;
-    Ok(row.into())
+    Ok(Some(row.into()))
 }
 
 pub(super) async fn list_endpoints(pool: &SqlitePool, owner: &OwnerId) -> Result<Vec<Endpoint>> {
