@@ -16,10 +16,12 @@ use crate::state::AppState;
 /// Authenticates a request and applies the owner's rate limit of this
 /// process (each replica has its own).
 async fn authenticate_request(parts: &Parts, state: &AppState) -> Result<Identity, ApiError> {
-    let header = parts
-        .headers
-        .get(header::AUTHORIZATION)
-        .ok_or_else(|| Problem::unauthorized("send 'Authorization: Bearer <API key>'"))?;
+    let mut given = parts.headers.get_all(header::AUTHORIZATION).iter();
+    let header = given.next().ok_or_else(|| Problem::unauthorized("send 'Authorization: Bearer <API key>'"))?;
+    if given.next().is_some() {
+        let detail = "send one Authorization header: with two, which one authenticates would be a guess";
+        return Err(Problem::new(ProblemType::HeaderRepeated).detail(detail).into());
+    }
     let token = header
         .to_str()
         .ok()

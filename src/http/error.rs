@@ -54,6 +54,8 @@ problem_types! {
     IdempotencyKeyMissing = "idempotency-key-missing", BAD_REQUEST, "Idempotency-Key required";
     /// A malformed key, or more than one.
     IdempotencyKeyInvalid = "idempotency-key-invalid", BAD_REQUEST, "Invalid Idempotency-Key";
+    /// A header given twice that must be given once (`Authorization`).
+    HeaderRepeated = "header-repeated", BAD_REQUEST, "Header repeated";
     /// No bearer token, or not a live API key.
     Unauthorized = "unauthorized", UNAUTHORIZED, "Authentication required";
     /// The key's role may not do this.

@@ -50,8 +50,14 @@ fn is_json(headers: &HeaderMap) -> bool {
     let Some(content_type) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
         return false;
     };
-    let essence = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
-    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+    let mut parts = content_type.split(';');
+    let essence = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+    // JSON is UTF-8 (RFC 8259): a body said to be in another charset is not
+    // read as if it were.
+    let utf8 = parts.filter_map(|parameter| parameter.split_once('=')).all(|(name, value)| {
+        !name.trim().eq_ignore_ascii_case("charset") || value.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
+    });
+    utf8 && (essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json")))
 }
 
 fn too_large(limit: usize) -> Problem {
@@ -83,7 +89,7 @@ pub async fn read_json(
     }
     if !is_json(headers) {
         return Err(Problem::new(ProblemType::UnsupportedMediaType)
-            .detail("send the body as Content-Type: application/json")
+            .detail("send the body as Content-Type: application/json, in UTF-8")
             .into());
     }
     Ok(parse_json_text(&bytes, limit)?)
@@ -331,6 +337,9 @@ mod tests {
         assert!(with("application/json"));
         assert!(with("Application/JSON; charset=utf-8"));
         assert!(with("application/merge-patch+json"));
+        assert!(with("application/json; charset=\"UTF-8\""));
+        assert!(!with("application/json; charset=utf-16"));
+        assert!(!with("application/json;charset=iso-8859-1"));
         assert!(!with("text/plain"));
         assert!(!with("application/x-www-form-urlencoded"));
         assert!(!is_json(&HeaderMap::new()));

@@ -107,10 +107,10 @@ pub struct AttemptWithJob {
 }
 
 /// An RFC 9457 problem. `type` is one of: idempotency-key-missing,
-/// idempotency-key-invalid, unauthorized, forbidden, not-found, method-not-allowed,
-/// idempotency-key-reused, job-finished, attempt-pending,
-/// attempt-outcome-unknown, too-many-attempts-in-flight,
-/// attempt-limit-reached, attempt-not-unknown, job-not-finished, payload-too-large,
+/// idempotency-key-invalid, header-repeated, unauthorized, forbidden, not-found,
+/// method-not-allowed, idempotency-key-reused, job-finished, attempt-pending,
+/// attempt-outcome-unknown, too-many-attempts-in-flight, attempt-limit-reached,
+/// attempt-not-unknown, job-not-finished, too-many-endpoints, payload-too-large,
 /// request-timeout, unsupported-media-type, validation-failed, provider-unknown,
 /// provider-not-qualified, budget-exceeded, contract-violation, rate-limited,
 /// too-many-long-polls, unavailable, internal.
@@ -138,6 +138,13 @@ pub struct Problem {
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)] // never built: the derive reads its variants into the specification
 pub enum CommonErrors {
+    /// Two `Authorization` headers.
+    #[response(
+        status = 400,
+        description = "header-repeated: two Authorization headers",
+        content_type = "application/problem+json"
+    )]
+    HeaderRepeated(Problem),
     /// No bearer token, or not a live API key.
     #[response(
         status = 401,

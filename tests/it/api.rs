@@ -335,6 +335,16 @@ async fn bad_requests_get_problem_answers_naming_what_is_wrong(backend: Backend)
     }
     let basic = app.client.get(app.url("/jobs")).header("authorization", "Basic YWxpY2U6eA==");
     expect_problem(basic.send().await.unwrap(), StatusCode::UNAUTHORIZED, "unauthorized").await;
+    // Two Authorization headers, a live key first or second: which one
+    // authenticates would be a guess.
+    for (first, second) in [(app.alice.as_str(), fake.as_str()), (fake.as_str(), app.alice.as_str())] {
+        let twice = app
+            .client
+            .get(app.url("/jobs"))
+            .header("authorization", format!("Bearer {first}"))
+            .header("authorization", format!("Bearer {second}"));
+        expect_problem(twice.send().await.unwrap(), StatusCode::BAD_REQUEST, "header-repeated").await;
+    }
 
     let huge = summarize(&"x".repeat(4096)).to_string();
     let response = app.post_job_raw(&app.alice, "k", huge).send().await.unwrap();
@@ -348,6 +358,18 @@ async fn bad_requests_get_problem_answers_naming_what_is_wrong(backend: Backend)
         .header("content-type", "text/plain")
         .body(body.clone());
     expect_problem(form.send().await.unwrap(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type").await;
+    // JSON is UTF-8: a body said to be UTF-16 is not read as UTF-8.
+    let typed = |token: &str, content_type: &str| {
+        let url = app.url("/jobs");
+        app.client.post(url).bearer_auth(token).header("idempotency-key", "k").header("content-type", content_type)
+    };
+    for content_type in ["application/json; charset=utf-16", "application/json;charset=ISO-8859-1"] {
+        let other = typed(&app.alice, content_type).body(body.clone());
+        expect_problem(other.send().await.unwrap(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type").await;
+    }
+    // (Said UTF-8, it is read; made by another owner, it is not in alice's list below.)
+    let said_utf8 = typed(&app.admin, "application/json; charset=UTF-8").body(body.clone());
+    assert_eq!(said_utf8.send().await.unwrap().status(), StatusCode::CREATED);
 
     let cases: [(&str, &str); 7] = [
         ("{\"task\": ", ""),
