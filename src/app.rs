@@ -138,12 +138,14 @@ impl Drop for AbortOnDrop {
 /// when the store can push them. Waits briefly for the follower's first
 /// word, so that a server caches keys from its first request on; without it
 /// (the database is down) keys are looked up every time until it comes.
-async fn follow_key_changes(store: &Store, auth: &Arc<Authenticator>) -> Option<AbortOnDrop> {
+async fn follow_key_changes(store: &Store, auth: &Arc<Authenticator>, jobs: &Arc<Jobs>) -> Option<AbortOnDrop> {
     let mut changes = store.follow_key_changes()?;
     if let Ok(Some(first)) = tokio::time::timeout(Duration::from_secs(2), changes.recv()).await {
         auth.apply(first);
     }
-    Some(AbortOnDrop(tokio::spawn(auth.clone().follow(changes))))
+    let jobs = jobs.clone();
+    let follower = auth.clone().follow(changes, move |key| jobs.end_long_polls_of(key));
+    Some(AbortOnDrop(tokio::spawn(follower)))
 }
 
 impl Application {
@@ -212,7 +214,6 @@ impl Application {
         };
         let auth =
             Arc::new(Authenticator::new(store.clone(), Duration::from_millis(settings.server.auth_cache_ttl_ms)));
-        let key_follower = if role == Role::Worker { None } else { follow_key_changes(&store, &auth).await };
         let shutdown_grace = Duration::from_millis(settings.worker.shutdown_grace_ms);
         let limiter = (settings.server.rate_limit_per_second > 0).then(|| {
             let rate = std::num::NonZeroU32::new(settings.server.rate_limit_per_second).expect("checked above");
@@ -240,6 +241,7 @@ impl Application {
             intervals,
             limits,
         ));
+        let key_follower = if role == Role::Worker { None } else { follow_key_changes(&store, &auth, &jobs).await };
         let metrics = crate::process::metrics::install();
         crate::process::metrics::start_at_zero(&settings);
         let state = AppState {
@@ -306,9 +308,13 @@ impl Application {
         if let Some(listener) = self.listener {
             let mut api_stopped = stopped.clone();
             let head_timeout = self.state.settings.request_timeout();
+            let jobs = self.state.jobs.clone();
             let router = router(self.state);
             http::serve::serve(listener, router, head_timeout, async move {
                 let _ = api_stopped.wait_for(|stop| *stop).await;
+                // Open long-polls and event streams end now: the requests in
+                // flight finish, and no client holds the server open.
+                jobs.stop_long_polls();
             })
             .await?;
             tracing::info!("API stopped");

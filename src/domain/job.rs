@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::money::{Cost, Money, Usage};
-use super::{AttemptId, AttemptState, Fingerprint, JobId, JobState, OwnerId};
+use super::{AttemptId, AttemptLimits, AttemptState, Fingerprint, JobId, JobState, OwnerId};
 
 /// One intent: what the owner asked for and how it ended.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -75,6 +75,22 @@ pub fn attempts_being_canceled(
         return Vec::new();
     }
     attempts.into_iter().filter(|(_, state)| *state == AttemptState::Running).map(|(number, _)| number).collect()
+}
+
+/// Whether a job in `state` whose attempts are in `attempts` can change no
+/// more under its task's `limits`: it succeeded or was canceled, or failed
+/// with no new attempt admissible, and none of its attempts is still open
+/// (so its log has every event it will have, the losers' cancellations
+/// included). A failed job that may still take a fallback can change.
+pub fn can_change_no_more(state: JobState, attempts: &[AttemptState], limits: AttemptLimits) -> bool {
+    if attempts.iter().any(|state| super::retention::OPEN.contains(state)) {
+        return false;
+    }
+    match state {
+        JobState::Succeeded | JobState::Canceled => true,
+        JobState::Failed => super::state::check_states(JobState::Failed, attempts, limits).is_err(),
+        JobState::Queued | JobState::Running | JobState::Unknown => false,
+    }
 }
 
 /// Why a queued job's pending attempt is not running yet, the first that
@@ -312,6 +328,21 @@ pub struct JobEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_can_change_no_more_once_finished_with_no_attempt_open_and_none_admissible() {
+        use AttemptState::*;
+        let limits = AttemptLimits { max_attempts: 3, max_in_flight: 2 };
+        let done = |state, attempts: &[AttemptState]| can_change_no_more(state, attempts, limits);
+        assert!(done(JobState::Succeeded, &[Succeeded, Canceled]));
+        assert!(!done(JobState::Succeeded, &[Succeeded, Running]), "a loser's cancellation is still to come");
+        assert!(done(JobState::Canceled, &[Canceled]));
+        assert!(!done(JobState::Canceled, &[Running]), "its running attempt is being canceled");
+        assert!(!done(JobState::Failed, &[Failed]), "a failed job may still take a fallback");
+        assert!(done(JobState::Failed, &[Failed, Failed, Failed]), "its attempts are used up");
+        assert!(!done(JobState::Unknown, &[Unknown]));
+        assert!(!done(JobState::Running, &[Running]));
+    }
 
     #[test]
     fn only_the_running_attempts_of_a_canceled_job_that_cancels_losers_are_being_canceled() {

@@ -60,29 +60,34 @@ impl FromRequestParts<AppState> for Owner {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        if let Some(SessionOwner(owner)) = parts.extensions.get::<SessionOwner>() {
-            return Ok(Owner(owner.clone()));
+        if let Some(SessionOwner(identity)) = parts.extensions.get::<SessionOwner>() {
+            return Ok(Owner(identity.owner.clone()));
         }
         Ok(Owner(authenticate_request(parts, state).await?.owner))
     }
 }
 
-/// The owner a dashboard session acts for. The dashboard's script routes
-/// mount this API's own handlers; a layer of theirs checks the session
-/// (and, for a change, its CSRF token) and puts this in the request's
-/// extensions, which only the server writes, so that [`Owner`] is the
-/// session's owner there and the bearer key's everywhere else.
+/// The identity a dashboard session acts as. The dashboard's script
+/// routes mount this API's own handlers; a layer of theirs checks the
+/// session (and, for a change, its CSRF token) and puts this in the
+/// request's extensions, which only the server writes, so that [`Owner`]
+/// and [`Caller`] are the session's there and the bearer key's everywhere
+/// else.
 #[derive(Clone, Debug)]
-pub(crate) struct SessionOwner(pub(crate) OwnerId);
+pub(crate) struct SessionOwner(pub(crate) Identity);
 
-/// The caller of a route any key may call but whose reach depends on the
-/// role (an admin resolves any owner's unknown attempt).
+/// The caller of a route any key may call, with its key: whose reach
+/// depends on the role (an admin resolves any owner's unknown attempt), or
+/// that holds something open for the key (a long-poll, an event stream).
 pub struct Caller(pub Identity);
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if let Some(SessionOwner(identity)) = parts.extensions.get::<SessionOwner>() {
+            return Ok(Caller(identity.clone()));
+        }
         Ok(Caller(authenticate_request(parts, state).await?))
     }
 }

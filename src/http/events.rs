@@ -1,7 +1,8 @@
 //! `GET /jobs/{id}/events`: a job's event log as Server-Sent Events. Every
 //! event after the client's cursor (`Last-Event-ID`, else `?after=`, else
-//! from the start), then each new one, until the event that makes the job
-//! terminal; a comment every 15 s keeps idle connections open. The stream
+//! from the start), then each new one, until the job can change no more
+//! (or is erased, or the server stops, or the key changes); a comment every
+//! 15 s keeps idle connections open. The stream
 //! is followed by [`crate::jobs::Jobs::follow_events`] and holds one of
 //! the owner's places for long-polls.
 
@@ -18,12 +19,13 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::auth::Owner;
+use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::JobPath;
 use super::in_flight::Slot;
 use super::respond::job_error;
-use crate::domain::{JobId, OwnerId};
+use crate::domain::JobId;
+use crate::keys::Identity;
 
 /// How often an idle stream sends a comment.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -63,36 +65,37 @@ fn cursor(headers: &HeaderMap, query: Option<&str>) -> Result<i64, Problem> {
            ("after" = Option<i64>, Query, description = "resume after this event id (the Last-Event-ID header, when sent, takes precedence)"),
            ("Last-Event-ID" = Option<i64>, Header, description = "resume after this event id, as a reconnecting EventSource sends it")),
     responses(
-        (status = 200, description = "a stream of the job's events (`text/event-stream`): each with `id:` its event id, `event:` its kind and `data:` its JSON (id, job_id, kind, at, job_state after it, the attempt it concerns with its number, id and provider, and detail); every event after the cursor, then live ones; it ends after the event that makes the job succeeded or canceled; a comment every 15 s", body = String, content_type = "text/event-stream"),
+        (status = 200, description = "a stream of the job's events (`text/event-stream`): each with `id:` its event id, `event:` its kind and `data:` its JSON (id, job_id, kind, at, job_state after it, the attempt it concerns with its number, id and provider, and detail); every event after the cursor, then live ones; it ends once the job can change no more (succeeded, canceled, or failed with its attempts used up, and no attempt open), when the job is erased, when the server stops and when the key is revoked; a comment every 15 s", body = String, content_type = "text/event-stream"),
         (status = 422, description = "validation-failed: a bad `after` or `Last-Event-ID`", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors, crate::http::openapi::WaitingErrors
     ))]
 pub(crate) async fn job_events(
     State(app): State<AppState>,
-    Owner(owner): Owner,
+    Caller(caller): Caller,
     JobPath(id): JobPath,
     RawQuery(query): RawQuery,
     slot: Slot,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    stream_events(&app, &owner, id, &headers, query.as_deref(), slot).await
+    stream_events(&app, &caller, id, &headers, query.as_deref(), slot).await
 }
 
-/// The event stream of `owner`'s job `id` from the request's cursor (its
+/// The event stream of `caller`'s owner's job `id` from the request's cursor (its
 /// `Last-Event-ID`, else `?after=`): it takes one of the owner's places for
 /// long-polls, follows the job with [`crate::jobs::Jobs::follow_events`]
 /// and gives back the request's `slot`. Shared by `GET /jobs/{id}/events`
 /// and the dashboard's `GET /ui/api/jobs/{id}/events`.
 pub(crate) async fn stream_events(
     app: &AppState,
-    owner: &OwnerId,
+    caller: &Identity,
     id: JobId,
     headers: &HeaderMap,
     query: Option<&str>,
     slot: Slot,
 ) -> Result<Response, ApiError> {
     let after = cursor(headers, query)?;
-    let place = app.jobs.open_long_poll(owner, Duration::MAX).map_err(|e| job_error(app, e))?;
+    let place =
+        app.jobs.open_long_poll(&caller.owner, Some(caller.key), Duration::MAX).map_err(|e| job_error(app, e))?;
     let events = app.jobs.follow_events(place, id, after).await.map_err(|e| job_error(app, e))?;
     // Streaming, it holds one of its owner's places, not a slot of the
     // requests in flight.

@@ -18,7 +18,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::auth::Owner;
+use super::auth::{Caller, Owner};
 use super::bodies::CreateJobBody;
 use super::error::{ApiError, Problem};
 use super::extract::{JobPath, Key, StrictJson, Trace};
@@ -137,7 +137,7 @@ fn matches_tag(if_none_match: &str, etag: &str) -> bool {
     ))]
 pub(crate) async fn get_job(
     State(app): State<AppState>,
-    Owner(owner): Owner,
+    Caller(caller): Caller,
     JobPath(id): JobPath,
     RawQuery(query): RawQuery,
     slot: Slot,
@@ -157,9 +157,9 @@ pub(crate) async fn get_job(
         }
     };
     let job = if wait.is_zero() {
-        app.jobs.get_job(&owner, id).await
+        app.jobs.get_job(&caller.owner, id).await
     } else {
-        let poll = app.jobs.open_long_poll(&owner, wait).map_err(|e| job_error(&app, e))?;
+        let poll = app.jobs.open_long_poll(&caller.owner, Some(caller.key), wait).map_err(|e| job_error(&app, e))?;
         // Waiting, it holds one of its owner's places for long-polls, not a
         // slot of the requests in flight.
         slot.release();

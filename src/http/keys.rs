@@ -34,8 +34,11 @@ pub(crate) async fn revoke_key(
 ) -> Result<Response, ApiError> {
     let id = Uuid::try_parse(&id).map_err(|_| Problem::not_found())?;
     let revoked = app.keys.revoke(id).await?;
-    // Forgotten here whether or not it was live: the cache never outlives the store.
+    // Forgotten here whether or not it was live: the cache never outlives the
+    // store; and what it holds open here ends (every other replica hears of
+    // it through the key-change follower).
     app.auth.forget_key(id);
+    app.jobs.end_long_polls_of(id);
     if !revoked {
         return Err(Problem::not_found().detail("no live API key has this id").into());
     }

@@ -1,6 +1,8 @@
 //! Following a job's event log live (`GET /jobs/{id}/events`): every event
-//! after a cursor, then each one as it is committed, until the event that
-//! makes the job terminal. Nothing is made up for the stream: each item is
+//! after a cursor, then each one as it is committed, until the job can
+//! change no more ([`can_change_no_more`]: the losers' cancellations after a
+//! win or a cancel are in the log by then), the job is erased, its follower's
+//! key changes, or the server stops. Nothing is made up for the stream: each item is
 //! one row of the log, with the job's state after it (see
 //! [`EventKind::job_state_after`]) and the facts of the attempt it
 //! concerns.
@@ -16,7 +18,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::{JobError, Jobs, LongPoll};
-use crate::domain::{EventKind, Job, JobEvent, JobId, JobState};
+use crate::domain::job::can_change_no_more;
+use crate::domain::{AttemptState, EventKind, Job, JobEvent, JobId, JobState, TaskRules};
 
 /// One event of a job's log as a follower shows it.
 #[derive(Clone, Debug)]
@@ -36,8 +39,9 @@ const BUFFER: usize = 64;
 impl Jobs {
     /// Follows the log of job `id` of `place`'s owner from after event
     /// `after` (0: from the start): the events come on the receiver, and it
-    /// closes after the event that makes the job terminal (at once when the
-    /// job was terminal by then). [`JobError::NotFound`] for another owner's
+    /// closes once the job can change no more and every event of its log
+    /// was sent (at once when that was so already), when the job is erased,
+    /// and when `place` ends. [`JobError::NotFound`] for another owner's
     /// job. The follower stops when the receiver is dropped.
     pub async fn follow_events(
         self: &Arc<Self>,
@@ -54,10 +58,15 @@ impl Jobs {
     async fn follow(self: Arc<Self>, place: LongPoll, id: JobId, mut cursor: i64, sender: mpsc::Sender<ShownEvent>) {
         let owner = place.owner().clone();
         let watch = self.signals.watch_job(id);
+        // Set once the job was seen unable to change: the log read after
+        // that has every event, and is the last one read.
+        let mut finished = false;
         loop {
             // Listening from before the read, so that no change slips in between.
             let change = watch.next_change();
             let events = match self.store.list_events(&owner, id).await {
+                // Every job's log starts with its creation: none, it was erased.
+                Ok(events) if events.is_empty() => return,
                 Ok(events) => events,
                 Err(error) => {
                     // The client resumes from its last event.
@@ -71,7 +80,6 @@ impl Jobs {
             let mut state = None;
             for event in events {
                 state = event.kind.job_state_after(&event.detail, state);
-                let terminal = state.is_some_and(JobState::is_terminal);
                 if event.id > cursor {
                     let read = match &job {
                         Some(read) => Arc::clone(read),
@@ -89,14 +97,28 @@ impl Jobs {
                         return;
                     }
                 }
-                if terminal {
-                    return;
+            }
+            if finished {
+                return;
+            }
+            // A job that may have finished is read, for its attempts; when it
+            // can change no more, its log is read once more, for the events
+            // committed since the read above.
+            if state.is_some_and(|state| state.is_terminal() || state == JobState::Failed) {
+                let Ok(read) = self.get_job(&owner, id).await else { return };
+                let attempts: Vec<AttemptState> = read.attempts.iter().map(|attempt| attempt.state).collect();
+                if can_change_no_more(read.state, &attempts, self.catalog.limits(&read.task)) {
+                    finished = true;
+                    continue;
                 }
             }
             tokio::select! {
                 _ = change => {}
                 _ = tokio::time::sleep(self.intervals.event_stream) => {}
                 _ = sender.closed() => return,
+                // The server is stopping, or the key changed: the client
+                // resumes from its last event (a revoked key gets 401).
+                _ = place.ended() => return,
             }
         }
     }

@@ -1,12 +1,18 @@
-//! Open long-polls, counted per owner in this process: each owner may hold
-//! `server.max_long_polls_per_owner` of them at once. A long-poll holds a
-//! [`LongPoll`] while it waits and gives its place back when that is
-//! dropped, however it ends: answered, timed out, or its request dropped
-//! because the client went away.
+//! Open long-polls and event streams, counted per owner in this process:
+//! each owner may hold `server.max_long_polls_per_owner` of them at once. A
+//! long-poll holds a [`LongPoll`] while it waits and gives its place back
+//! when that is dropped, however it ends: answered, timed out, its request
+//! dropped because the client went away, or told to end by
+//! [`LongPoll::ended`]: when the server stops ([`LongPolls::stop`]) and when
+//! the key that opened it changes ([`LongPolls::end_key`]: revoked, or its
+//! limit changed; a live key's client resumes where it was).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+use tokio::sync::watch;
+use uuid::Uuid;
 
 use crate::domain::OwnerId;
 use crate::process::metrics;
@@ -19,16 +25,43 @@ fn lock(open: &Open) -> MutexGuard<'_, HashMap<OwnerId, usize>> {
     open.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// What ends open long-polls: the server stopping, and each key's changes
+/// (how many so far).
+#[derive(Clone, Debug, Default)]
+struct Ends {
+    stopping: bool,
+    key_changes: HashMap<Uuid, u64>,
+}
+
+impl Ends {
+    fn changes_of(&self, key: Option<Uuid>) -> u64 {
+        key.and_then(|key| self.key_changes.get(&key)).copied().unwrap_or(0)
+    }
+}
+
 /// The places for long-polls of every owner.
 pub struct LongPolls {
     per_owner: usize,
     open: Open,
+    ends: watch::Sender<Ends>,
 }
 
 impl LongPolls {
     /// Places for `per_owner` long-polls of each owner at once.
     pub fn new(per_owner: usize) -> Self {
-        Self { per_owner, open: Open::default() }
+        Self { per_owner, open: Open::default(), ends: watch::Sender::new(Ends::default()) }
+    }
+
+    /// Ends every long-poll open now or opened from now on: the server is
+    /// stopping, and must not wait for clients that would hold it open.
+    pub fn stop(&self) {
+        self.ends.send_modify(|ends| ends.stopping = true);
+    }
+
+    /// Ends the long-polls `key` opened before now: it was revoked or
+    /// changed.
+    pub fn end_key(&self, key: Uuid) {
+        self.ends.send_modify(|ends| *ends.key_changes.entry(key).or_default() += 1);
     }
 
     /// The most long-polls one owner may hold at once.
@@ -36,9 +69,10 @@ impl LongPolls {
         self.per_owner
     }
 
-    /// A place for one of `owner`'s long-polls, waiting up to `wait`; none
-    /// when the owner holds as many as it may.
-    pub fn open(&self, owner: &OwnerId, wait: Duration) -> Option<LongPoll> {
+    /// A place for one of `owner`'s long-polls opened with `key` (none for
+    /// a caller without one), waiting up to `wait`; none when the owner
+    /// holds as many as it may.
+    pub fn open(&self, owner: &OwnerId, key: Option<Uuid>, wait: Duration) -> Option<LongPoll> {
         let mut open = lock(&self.open);
         let held = open.get(owner).copied().unwrap_or(0);
         if held >= self.per_owner {
@@ -46,15 +80,21 @@ impl LongPolls {
         }
         open.insert(owner.clone(), held + 1);
         metrics::long_poll_opened();
-        Some(LongPoll { owner: owner.clone(), wait, open: self.open.clone() })
+        let ends = self.ends.subscribe();
+        let seen = ends.borrow().changes_of(key);
+        Some(LongPoll { owner: owner.clone(), key, wait, open: self.open.clone(), ends, seen })
     }
 }
 
 /// One open long-poll's place: given back when dropped.
 pub struct LongPoll {
     owner: OwnerId,
+    key: Option<Uuid>,
     wait: Duration,
     open: Open,
+    ends: watch::Receiver<Ends>,
+    /// Its key's changes when it opened.
+    seen: u64,
 }
 
 impl LongPoll {
@@ -66,6 +106,17 @@ impl LongPoll {
     /// How long it may wait.
     pub fn wait(&self) -> Duration {
         self.wait
+    }
+
+    /// Completes when the long-poll must end: the server is stopping, or
+    /// the key that opened it changed since.
+    pub async fn ended(&self) {
+        let mut ends = self.ends.clone();
+        let (key, seen) = (self.key, self.seen);
+        // An error: the places are gone with the server; nothing ends them.
+        if ends.wait_for(|ends| ends.stopping || ends.changes_of(key) > seen).await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 }
 
@@ -91,13 +142,34 @@ mod tests {
         let polls = LongPolls::new(2);
         let (alice, bob) = (OwnerId::parse("alice").unwrap(), OwnerId::parse("bob").unwrap());
         let wait = Duration::from_secs(1);
-        let first = polls.open(&alice, wait).expect("a first place");
-        let second = polls.open(&alice, wait).expect("a second place");
-        assert!(polls.open(&alice, wait).is_none(), "no third place");
-        assert!(polls.open(&bob, wait).is_some(), "bob's places are his own");
+        let first = polls.open(&alice, None, wait).expect("a first place");
+        let second = polls.open(&alice, None, wait).expect("a second place");
+        assert!(polls.open(&alice, None, wait).is_none(), "no third place");
+        assert!(polls.open(&bob, None, wait).is_some(), "bob's places are his own");
         drop(first);
-        let third = polls.open(&alice, wait).expect("the place given back");
+        let third = polls.open(&alice, None, wait).expect("the place given back");
         drop((second, third));
         assert!(lock(&polls.open).is_empty(), "an owner without long-polls is forgotten");
+    }
+
+    #[tokio::test]
+    async fn a_change_of_its_key_or_the_server_stopping_ends_a_long_poll() {
+        use futures_util::FutureExt;
+        let polls = LongPolls::new(10);
+        let alice = OwnerId::parse("alice").unwrap();
+        let (key, other) = (Uuid::now_v7(), Uuid::now_v7());
+        let wait = Duration::from_secs(1);
+        let held = polls.open(&alice, Some(key), wait).unwrap();
+        let by_other = polls.open(&alice, Some(other), wait).unwrap();
+        assert!(held.ended().now_or_never().is_none(), "a long-poll lasts until something ends it");
+        polls.end_key(key);
+        assert!(held.ended().now_or_never().is_some(), "its key changed");
+        assert!(by_other.ended().now_or_never().is_none(), "another key's long-poll lasts");
+        let after = polls.open(&alice, Some(key), wait).unwrap();
+        assert!(after.ended().now_or_never().is_none(), "a long-poll opened after the change lasts");
+        polls.stop();
+        assert!(by_other.ended().now_or_never().is_some() && after.ended().now_or_never().is_some());
+        let late = polls.open(&alice, None, wait).unwrap();
+        assert!(late.ended().now_or_never().is_some(), "one opened while stopping ends at once");
     }
 }

@@ -44,6 +44,7 @@ use crate::store::{
     Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Resolved, Store, TaskRules, Transition,
 };
 use crate::task::catalog::Catalog;
+use uuid::Uuid;
 
 /// What a client asks a job to do: parsed, not yet checked against the
 /// catalog.
@@ -422,12 +423,25 @@ impl Jobs {
         }
     }
 
+    /// Ends every long-poll and event stream open in this process, and
+    /// any opened from now on: the server is stopping (clients resume on
+    /// another replica with their ETag or `Last-Event-ID`).
+    pub fn stop_long_polls(&self) {
+        self.long_polls.stop();
+    }
+
+    /// Ends the long-polls and event streams `key` holds: it was revoked or
+    /// changed.
+    pub fn end_long_polls_of(&self, key: Uuid) {
+        self.long_polls.end_key(key);
+    }
+
     /// A place for one of `owner`'s long-polls, waiting up to `wait`, or
     /// [`JobError::TooManyLongPolls`] when the owner holds as many as it
     /// may in this process. The place is given back when the [`LongPoll`]
     /// is dropped.
-    pub fn open_long_poll(&self, owner: &OwnerId, wait: Duration) -> Result<LongPoll, JobError> {
-        self.long_polls.open(owner, wait).ok_or_else(|| {
+    pub fn open_long_poll(&self, owner: &OwnerId, key: Option<Uuid>, wait: Duration) -> Result<LongPoll, JobError> {
+        self.long_polls.open(owner, key, wait).ok_or_else(|| {
             metrics::long_poll_refused();
             JobError::TooManyLongPolls { per_owner: self.long_polls.per_owner() }
         })
@@ -461,6 +475,8 @@ impl Jobs {
             let noticed = tokio::select! {
                 _ = change => true,
                 _ = tokio::time::sleep(self.intervals.long_poll.min(deadline - now)) => false,
+                // The server is stopping, or the key changed: answered now.
+                _ = poll.ended() => return Ok(job),
             };
             if noticed && (&mut settling).now_or_never().is_none() {
                 let grace = CLAIM_GRACE.min(deadline.saturating_duration_since(tokio::time::Instant::now()));

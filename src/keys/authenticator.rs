@@ -153,16 +153,18 @@ impl Authenticator {
         }
     }
 
-    /// Applies the follower's reports until it stops, confirming each key it
-    /// forgot to whoever revoked it.
-    pub async fn follow(self: Arc<Self>, mut changes: mpsc::Receiver<KeyChange>) {
+    /// Applies the follower's reports until it stops, telling `changed` of
+    /// each changed key (what the key holds open ends) and confirming each
+    /// key it forgot to whoever revoked it.
+    pub async fn follow(self: Arc<Self>, mut changes: mpsc::Receiver<KeyChange>, changed: impl Fn(Uuid) + Send) {
         while let Some(change) = changes.recv().await {
-            let changed = if let KeyChange::Changed(id) = change { Some(id) } else { None };
+            let key = if let KeyChange::Changed(id) = change { Some(id) } else { None };
             self.apply(change);
-            if let Some(id) = changed
-                && let Err(error) = self.store.confirm_key_forgotten(id).await
-            {
-                tracing::warn!(%error, key = %id, "cannot confirm that a changed key was forgotten");
+            if let Some(id) = key {
+                changed(id);
+                if let Err(error) = self.store.confirm_key_forgotten(id).await {
+                    tracing::warn!(%error, key = %id, "cannot confirm that a changed key was forgotten");
+                }
             }
         }
         self.apply(KeyChange::Lost);

@@ -27,5 +27,5 @@ pub(crate) async fn job_events(
     slot: Slot,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    stream_events(&app, &session.identity.owner, id, &headers, query.as_deref(), slot).await
+    stream_events(&app, &session.identity, id, &headers, query.as_deref(), slot).await
 }

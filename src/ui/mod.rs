@@ -96,7 +96,7 @@ async fn as_session_owner(
         Ok(ScriptSession(session)) => session,
         Err(refused) => return refused.into_response(),
     };
-    parts.extensions.insert(crate::http::auth::SessionOwner(session.identity.owner));
+    parts.extensions.insert(crate::http::auth::SessionOwner(session.identity));
     next.run(axum::extract::Request::from_parts(parts, body)).await
 }
 

@@ -1,6 +1,7 @@
 //! A job's events as Server-Sent Events (`GET /jobs/{id}/events`), over a
 //! real socket, parsed by the `eventsource-stream` crate: the log so far,
-//! then live events, ending after the one that makes the job terminal;
+//! then live events, ending once the job can change no more (the losers'
+//! cancellations included), when it is erased, and when its key is revoked;
 //! resumed exactly after `Last-Event-ID`; owner-scoped and counted with
 //! long-polls; an event committed through another server reaches a stream
 //! within a second.
@@ -181,7 +182,122 @@ async fn an_event_committed_through_another_server_reaches_a_stream_within_a_sec
     }
 }
 
+/// The stream of job `id` from its start, and the events it sent until it
+/// ended by itself.
+async fn streamed(app: &TestApp, id: &str, query: &str) -> Vec<Received> {
+    read_to_end(open(app, &app.alice, id, query, None).await).await
+}
+
+async fn after_a_race_and_after_a_cancel_a_stream_delivers_the_losers_cancellation_before_it_ends(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| s.providers.get_mut("sim-slow").unwrap().latency_ms = 3_000).await;
+    // A race: attempt 1 waits on sim-slow, the fallback on sim-fast wins,
+    // and attempt 1's call is aborted after the win.
+    let raced = created(&app, "raced", "sim-slow").await;
+    let id = raced["id"].as_str().unwrap().to_owned();
+    let live = open(&app, &app.alice, &id, "", None).await;
+    app.wait_for(&id, "attempt 1 running", |job| job["attempts"][0]["state"] == "running").await;
+    let fallback = app.post_attempt(&app.alice, &id, "fallback", &json!({"provider": "sim-fast"})).await;
+    assert_eq!(fallback.status(), StatusCode::CREATED);
+    let received = read_to_end(live).await;
+    let after_win = ["attempt-succeeded", "attempt-canceled"];
+    assert_eq!(kinds(&received)[kinds(&received).len() - 2..], after_win, "{:?}", kinds(&received));
+    assert_eq!(received.last().unwrap().data["attempt"]["number"], 1, "the loser's cancellation came last");
+    // A stream opened afterwards, from the start and from after the win,
+    // has the cancellation too, and ends.
+    assert_eq!(kinds(&streamed(&app, &id, "").await), kinds(&received));
+    let win = &received[received.len() - 2].id;
+    assert_eq!(kinds(&streamed(&app, &id, &format!("?after={win}")).await), ["attempt-canceled"]);
+
+    // A cancel: the job ends at `job-canceled`; its running attempt's
+    // cancellation comes after it.
+    let canceled = created(&app, "canceled", "sim-slow").await;
+    let id = canceled["id"].as_str().unwrap().to_owned();
+    let live = open(&app, &app.alice, &id, "", None).await;
+    app.wait_for(&id, "attempt 1 running", |job| job["attempts"][0]["state"] == "running").await;
+    let cancel = app.client.post(app.url(&format!("/jobs/{id}/cancel"))).bearer_auth(&app.alice).send().await.unwrap();
+    assert_eq!(cancel.status(), StatusCode::OK);
+    let received = read_to_end(live).await;
+    assert_eq!(kinds(&received)[kinds(&received).len() - 2..], ["job-canceled", "attempt-canceled"]);
+    assert_eq!(kinds(&streamed(&app, &id, "").await), kinds(&received));
+}
+
+async fn a_stream_on_a_failed_job_lasts_while_it_may_take_a_fallback_and_ends_when_it_is_erased(backend: Backend) {
+    // No failover: the job stays failed until a client falls back.
+    let app = TestApp::spawn_live(backend, |s| s.tasks.get_mut("summarize").unwrap().failover.clear()).await;
+    // sim-bad-json's answer breaks the contract: the attempt fails, and
+    // the job, with attempts left, may still take a fallback.
+    let failed = created(&app, "failed", "sim-bad-json").await;
+    let id = failed["id"].as_str().unwrap().to_owned();
+    app.wait_for(&id, "failed", |job| job["state"] == "failed").await;
+    let mut live = events(open(&app, &app.alice, &id, "", None).await);
+    let mut seen = Vec::new();
+    while seen.last().map(|event: &Received| event.kind.as_str()) != Some("attempt-failed") {
+        seen.push(tokio::time::timeout(Duration::from_secs(10), live.next()).await.unwrap().expect("the log so far"));
+    }
+    let more = tokio::time::timeout(Duration::from_millis(1_500), live.next()).await;
+    assert!(more.is_err(), "a failed job that may take a fallback keeps its stream open");
+    let erased = app.client.delete(app.url(&format!("/jobs/{id}"))).bearer_auth(&app.alice).send().await.unwrap();
+    assert_eq!(erased.status(), StatusCode::NO_CONTENT);
+    let end = tokio::time::timeout(Duration::from_secs(5), live.next()).await;
+    assert!(matches!(end, Ok(None)), "the stream of an erased job ends");
+}
+
+/// What a revoked key holds ends on every server within five seconds (on
+/// Postgres, a second server hears of the revocation; a SQLite database
+/// has one server): its event streams close, its long-polls answer, their
+/// places are free again, and the key, reconnecting, gets 401.
+async fn a_revoked_keys_streams_and_long_polls_end_on_every_server_and_give_their_places_back(backend: Backend) {
+    // No worker: the job stays queued, and its streams open.
+    let limit = |s: &mut onejob::config::Settings| s.server.max_long_polls_per_owner = 2;
+    let first = TestApp::spawn_with(backend, limit).await;
+    let second = match backend {
+        Backend::Postgres => Some(TestApp::spawn_on(backend, &first.database_url, Role::Api, limit).await),
+        Backend::Sqlite => None,
+    };
+    let owner = onejob::domain::OwnerId::parse("alice").unwrap();
+    let (key, token) = onejob::keys::create_key(first.store(), &owner).await.unwrap();
+    let id = created_by(&first, &token).await;
+    let mut streams = Vec::new();
+    for app in std::iter::once(&first).chain(second.as_ref()) {
+        let mut stream = events(open(app, &token, &id, "", None).await);
+        assert_eq!(stream.next().await.unwrap().kind, "job-created");
+        streams.push(stream);
+    }
+    let long_poll = tokio::spawn({
+        let request = first.client.get(first.url(&format!("/jobs/{id}?wait=30"))).bearer_auth(&token);
+        async move { request.send().await.unwrap().status() }
+    });
+    // Every stream and the long-poll are open (the gauge counts this test
+    // process's servers); the key holds both of alice's places on the first.
+    let open_now = streams.len() + 1;
+    crate::common::processes::eventually("the long-poll open", Duration::from_secs(5), || async {
+        let page = first.client.get(first.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        page.lines().any(|line| line == format!("onejob_long_polls_open {open_now}"))
+    })
+    .await;
+    let refused = open(&first, &first.alice, &id, "", None).await;
+    expect_problem(refused, StatusCode::TOO_MANY_REQUESTS, "too-many-long-polls").await;
+
+    let revoked = first.client.post(first.url(&format!("/keys/{key}/revoke"))).bearer_auth(&first.admin).send().await;
+    assert_eq!(revoked.unwrap().status(), StatusCode::NO_CONTENT);
+    let within = Duration::from_secs(5);
+    for (n, stream) in streams.iter_mut().enumerate() {
+        let end = tokio::time::timeout(within, stream.next()).await;
+        assert!(matches!(end, Ok(None)), "the stream on server {} ended", n + 1);
+    }
+    let answered = tokio::time::timeout(within, long_poll).await.expect("the long-poll answered at once");
+    assert_eq!(answered.unwrap(), StatusCode::OK);
+    crate::common::processes::eventually("alice's places given back", within, || async {
+        open(&first, &first.alice, &id, "", None).await.status() == StatusCode::OK
+    })
+    .await;
+    expect_problem(open(&first, &token, &id, "", None).await, StatusCode::UNAUTHORIZED, "unauthorized").await;
+}
+
 on_both_backends!(
+    a_revoked_keys_streams_and_long_polls_end_on_every_server_and_give_their_places_back,
+    after_a_race_and_after_a_cancel_a_stream_delivers_the_losers_cancellation_before_it_ends,
+    a_stream_on_a_failed_job_lasts_while_it_may_take_a_fallback_and_ends_when_it_is_erased,
     a_stream_sends_the_log_so_far_then_live_events_and_ends_after_the_terminal_one,
     a_stream_resumes_exactly_after_the_last_event_id,
     a_stream_is_its_owners_alone_and_counts_among_its_long_polls,

@@ -213,10 +213,70 @@ async fn every_acknowledged_job_survives_a_sigkill_right_after_its_201(backend: 
     let _ = std::fs::remove_file(config);
 }
 
+/// A server holding an event stream and a long-poll open on a job that may
+/// still change (failed, with a fallback allowed) exits within its grace
+/// period after SIGTERM: both end at once, and the clients resume
+/// elsewhere.
+async fn sigterm_ends_open_streams_and_long_polls_and_the_server_exits_within_its_grace_period(backend: Backend) {
+    let grace_ms: u64 = 3_000;
+    let (_simulator, config) = simulator_and_config_with(200, |t| {
+        set(t, &["worker", "shutdown_grace_ms"], (grace_ms as i64).into());
+        set(t, &["tasks", "summarize", "failover"], toml::Value::Array(Vec::new()));
+    })
+    .await;
+    let (database_url, _pool, token) = database(backend).await;
+    let client = reqwest::Client::new();
+    let (mut server, address) = crate::common::spawn_server(&database_url, Some(&config)).await;
+    let created = client
+        .post(format!("http://{address}/jobs"))
+        .bearer_auth(&token)
+        .header("idempotency-key", "held-open")
+        .json(&json!({"task": "summarize", "input": {"text": "held open"}, "provider": "sim-bad-json"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), reqwest::StatusCode::CREATED);
+    let id = created.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    let job_url = format!("http://{address}/jobs/{id}");
+    eventually("the job failed", Duration::from_secs(20), || async {
+        let response = client.get(&job_url).bearer_auth(&token).send().await.unwrap();
+        response.json::<Value>().await.unwrap()["state"] == "failed"
+    })
+    .await;
+    // Failed with no failover, it stays as it is: its tag is the current one.
+    let read = client.get(&job_url).bearer_auth(&token).send().await.unwrap();
+    let etag = read.headers()["etag"].to_str().unwrap().to_owned();
+    let stream = client.get(format!("{job_url}/events")).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(stream.status(), reqwest::StatusCode::OK);
+    let long_poll = tokio::spawn({
+        let request = client.get(format!("{job_url}?wait=30")).bearer_auth(&token).header("if-none-match", &etag);
+        async move { request.send().await.map(|response| response.status()) }
+    });
+    // Both are open: the stream sent the log and waits; the long-poll waits.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!long_poll.is_finished(), "the long-poll waits for a change");
+
+    let signaled = tokio::time::Instant::now();
+    let pid = server.id().unwrap().to_string();
+    assert!(tokio::process::Command::new("kill").args(["-TERM", &pid]).status().await.unwrap().success());
+    let status = tokio::time::timeout(Duration::from_millis(grace_ms), server.wait())
+        .await
+        .expect("the server exits within its grace period")
+        .unwrap();
+    assert!(status.success(), "a clean exit: {status}");
+    assert!(signaled.elapsed() < Duration::from_millis(grace_ms));
+    let body = tokio::time::timeout(Duration::from_secs(1), stream.text()).await.expect("the stream ended");
+    assert!(body.unwrap().contains("event: attempt-failed"), "the stream had sent the log");
+    let answered = tokio::time::timeout(Duration::from_secs(1), long_poll).await.expect("the long-poll answered");
+    assert_eq!(answered.unwrap().unwrap(), reqwest::StatusCode::NOT_MODIFIED);
+    let _ = std::fs::remove_file(config);
+}
+
 on_both_backends!(
     every_acknowledged_job_survives_a_sigkill_right_after_its_201,
     a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothing_twice,
     sigterm_lets_attempts_in_flight_finish_before_the_server_exits,
+    sigterm_ends_open_streams_and_long_polls_and_the_server_exits_within_its_grace_period,
     an_api_only_server_and_a_separate_worker_process_share_the_work,
     a_worker_only_process_runs_until_told_to_stop_then_drains,
 );

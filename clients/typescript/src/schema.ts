@@ -611,10 +611,10 @@ export interface components {
         Outcome: "succeeded" | "failed";
         /**
          * @description An RFC 9457 problem. `type` is one of: idempotency-key-missing,
-         *     idempotency-key-invalid, unauthorized, forbidden, not-found, method-not-allowed,
-         *     idempotency-key-reused, job-finished, attempt-pending,
-         *     attempt-outcome-unknown, too-many-attempts-in-flight,
-         *     attempt-limit-reached, attempt-not-unknown, job-not-finished, payload-too-large,
+         *     idempotency-key-invalid, header-repeated, unauthorized, forbidden, not-found,
+         *     method-not-allowed, idempotency-key-reused, job-finished, attempt-pending,
+         *     attempt-outcome-unknown, too-many-attempts-in-flight, attempt-limit-reached,
+         *     attempt-not-unknown, job-not-finished, too-many-endpoints, payload-too-large,
          *     request-timeout, unsupported-media-type, validation-failed, provider-unknown,
          *     provider-not-qualified, budget-exceeded, contract-violation, rate-limited,
          *     too-many-long-polls, unavailable, internal.
@@ -859,6 +859,15 @@ export interface operations {
                     "application/json": components["schemas"]["JobPage"];
                 };
             };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description unauthorized: no bearer token, or not a live API key */
             401: {
                 headers: {
@@ -950,7 +959,7 @@ export interface operations {
                     "application/json": components["schemas"]["Job"];
                 };
             };
-            /** @description idempotency-key-missing or idempotency-key-invalid */
+            /** @description header-repeated: two Authorization headers */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1074,6 +1083,15 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description unauthorized: no bearer token, or not a live API key */
             401: {
                 headers: {
@@ -1152,6 +1170,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
             };
             /** @description unauthorized: no bearer token, or not a live API key */
             401: {
@@ -1255,7 +1282,7 @@ export interface operations {
                     "application/json": components["schemas"]["AttemptWithJob"];
                 };
             };
-            /** @description idempotency-key-missing or idempotency-key-invalid */
+            /** @description header-repeated: two Authorization headers */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1380,6 +1407,15 @@ export interface operations {
                     "application/json": components["schemas"]["Job"];
                 };
             };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description unauthorized: no bearer token, or not a live API key */
             401: {
                 headers: {
@@ -1488,6 +1524,15 @@ export interface operations {
                     "application/json": components["schemas"]["Job"];
                 };
             };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description unauthorized: no bearer token, or not a live API key */
             401: {
                 headers: {
@@ -1566,13 +1611,22 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description a stream of the job's events (`text/event-stream`): each with `id:` its event id, `event:` its kind and `data:` its JSON (id, job_id, kind, at, job_state after it, the attempt it concerns with its number, id and provider, and detail); every event after the cursor, then live ones; it ends after the event that makes the job succeeded or canceled; a comment every 15 s */
+            /** @description a stream of the job's events (`text/event-stream`): each with `id:` its event id, `event:` its kind and `data:` its JSON (id, job_id, kind, at, job_state after it, the attempt it concerns with its number, id and provider, and detail); every event after the cursor, then live ones; it ends once the job can change no more (succeeded, canceled, or failed with its attempts used up, and no attempt open), when the job is erased, when the server stops and when the key is revoked; a comment every 15 s */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "text/event-stream": string;
+                };
+            };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description unauthorized: no bearer token, or not a live API key */
@@ -1653,6 +1707,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
             };
             /** @description unauthorized: no bearer token, or not a live API key */
             401: {
@@ -1770,6 +1833,15 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description unauthorized: no bearer token, or not a live API key */
             401: {
                 headers: {
@@ -1844,6 +1916,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": Record<string, never>;
+                };
+            };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description unauthorized: no bearer token, or not a live API key */
@@ -1985,6 +2066,15 @@ export interface operations {
                     "application/json": components["schemas"]["UsageReport"];
                 };
             };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description unauthorized: no bearer token, or not a live API key */
             401: {
                 headers: {
@@ -2052,6 +2142,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": Record<string, never>;
+                };
+            };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description unauthorized: no bearer token, or not a live API key */
@@ -2125,6 +2224,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": Record<string, never>;
+                };
+            };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description unauthorized: no bearer token, or not a live API key */
@@ -2233,6 +2341,15 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description unauthorized: no bearer token, or not a live API key */
             401: {
                 headers: {
@@ -2315,6 +2432,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": Record<string, never>;
+                };
+            };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description unauthorized: no bearer token, or not a live API key */
@@ -2405,6 +2531,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": Record<string, never>;
+                };
+            };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description unauthorized: no bearer token, or not a live API key */

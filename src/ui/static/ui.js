@@ -95,7 +95,8 @@
         if (!streaming()) return;
         box.dataset.streamed = String(Number(box.dataset.streamed) + 1);
         const state = JSON.parse(event.data).job_state;
-        // The stream ends after the event that finishes the job.
+        // At the event that finishes the job the page stops streaming and
+        // polls for what follows (the losers' cancellations).
         if (state === 'succeeded' || state === 'canceled') {
           finished = true;
           source.close();
