@@ -54,7 +54,7 @@ async fn the_dashboard_and_the_demo_work_in_a_real_browser() {
         .current_dir(&browser_dir)
         .env("ONEJOB_URL", app.url(""))
         .env("ONEJOB_CLIENT_KEY", &app.alice)
-        .env("ONEJOB_ADMIN_KEY", &app.admin)
+        .env("ONEJOB_ADMIN_KEY", &app.operator)
         .env("ONEJOB_SCREENSHOTS", &screenshots)
         .env("CHROMIUM", &chromium)
         .kill_on_drop(true)

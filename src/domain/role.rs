@@ -1,5 +1,5 @@
 //! What an API key may do. Every key belongs to one owner (I7); its role says
-//! whether it may also operate the service.
+//! whether it may also administer that owner, or operate the whole service.
 
 use std::fmt;
 
@@ -9,13 +9,17 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum KeyRole {
-    /// Creates, reads, cancels and retries its owner's jobs, and resolves its
-    /// owner's unknown attempts.
+    /// Creates, reads, cancels and retries its owner's jobs, reads its
+    /// owner's events and usage, and resolves its owner's unknown attempts.
     Client,
-    /// Everything a client may do for its own owner, and: providers,
-    /// qualifications, revoking keys, and resolving any owner's unknown
-    /// attempts.
+    /// An owner's administrator: everything a client may, and its own
+    /// owner's webhooks and keys. Nothing of any other owner.
     Admin,
+    /// The installation's staff: everything an admin may for its own owner,
+    /// and across owners: resolving any owner's unknown attempts, the
+    /// dashboard over every owner, revoking any key, providers and their
+    /// qualifications.
+    Operator,
 }
 
 impl KeyRole {
@@ -24,13 +28,24 @@ impl KeyRole {
         match self {
             KeyRole::Client => "client",
             KeyRole::Admin => "admin",
+            KeyRole::Operator => "operator",
         }
+    }
+
+    /// Whether the key administers its own owner (an admin or an operator).
+    pub fn administers(self) -> bool {
+        matches!(self, KeyRole::Admin | KeyRole::Operator)
+    }
+
+    /// Whether the key reaches every owner (an operator).
+    pub fn spans_owners(self) -> bool {
+        self == KeyRole::Operator
     }
 }
 
-/// Not `client` or `admin`.
+/// Not `client`, `admin` or `operator`.
 #[derive(Debug, thiserror::Error)]
-#[error("a key's role is 'client' or 'admin'")]
+#[error("a key's role is 'client', 'admin' or 'operator'")]
 pub struct InvalidRole;
 
 impl std::str::FromStr for KeyRole {
@@ -40,6 +55,7 @@ impl std::str::FromStr for KeyRole {
         match text {
             "client" => Ok(KeyRole::Client),
             "admin" => Ok(KeyRole::Admin),
+            "operator" => Ok(KeyRole::Operator),
             _ => Err(InvalidRole),
         }
     }
@@ -57,7 +73,7 @@ mod tests {
 
     #[test]
     fn roles_round_trip_through_their_names_and_nothing_else_parses() {
-        for role in [KeyRole::Client, KeyRole::Admin] {
+        for role in [KeyRole::Client, KeyRole::Admin, KeyRole::Operator] {
             assert_eq!(role.as_str().parse::<KeyRole>().unwrap(), role);
         }
         assert!("Admin".parse::<KeyRole>().is_err());

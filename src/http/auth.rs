@@ -9,7 +9,7 @@ use axum::http::header;
 use axum::http::request::Parts;
 
 use super::error::{ApiError, Problem, ProblemType};
-use crate::domain::{KeyRole, OwnerId};
+use crate::domain::OwnerId;
 pub use crate::keys::Identity;
 use crate::state::AppState;
 
@@ -92,7 +92,9 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
-/// The caller of an admin route; a client key gets 403 `forbidden`.
+/// The caller of an admin route, an admin or an operator key, acting for
+/// its own owner (an operator, for any where the route says so); a client
+/// key gets 403 `forbidden`.
 pub struct Admin(pub Identity);
 
 impl FromRequestParts<AppState> for Admin {
@@ -100,9 +102,26 @@ impl FromRequestParts<AppState> for Admin {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let identity = authenticate_request(parts, state).await?;
-        if identity.role != KeyRole::Admin {
+        if !identity.role.administers() {
             return Err(Problem::forbidden("this route needs an admin key; this key's role is client").into());
         }
         Ok(Admin(identity))
+    }
+}
+
+/// The caller of an operator route (the installation's: providers and
+/// their qualifications); any other key gets 403 `forbidden`.
+pub struct Operator(pub Identity);
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let identity = authenticate_request(parts, state).await?;
+        if !identity.role.spans_owners() {
+            let detail = format!("this route needs an operator key; this key's role is {}", identity.role);
+            return Err(Problem::forbidden(&detail).into());
+        }
+        Ok(Operator(identity))
     }
 }

@@ -33,7 +33,10 @@ pub(crate) async fn revoke_key(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = Uuid::try_parse(&id).map_err(|_| Problem::not_found())?;
-    let revoked = app.keys.revoke(id).await?;
+    // An admin revokes its own owner's keys; another owner's id is as
+    // missing as an unknown one. An operator revokes any.
+    let scope = (!admin.role.spans_owners()).then_some(&admin.owner);
+    let revoked = app.keys.revoke(id, scope).await?;
     // Forgotten here whether or not it was live: the cache never outlives the
     // store; and what it holds open here ends (every other replica hears of
     // it through the key-change follower).

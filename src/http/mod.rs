@@ -50,7 +50,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(with_access(Access::Client, events::router()))
         .merge(with_access(Access::Client, attempts::router()))
         .merge(with_access(Access::Client, usage::router()))
-        .merge(with_access(Access::Admin, providers::router()))
+        .merge(with_access(Access::Operator, providers::router()))
         .merge(with_access(Access::Admin, keys::router()))
         .merge(with_access(Access::Admin, webhooks::router()))
         .merge(with_access(Access::Public, operations()))

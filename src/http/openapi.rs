@@ -27,8 +27,11 @@ pub enum Access {
     /// Any key, for its own owner's resources (an admin key is a client
     /// key too).
     Client,
-    /// Admin keys only; a client key gets 403 `forbidden`.
+    /// Admin and operator keys, for their own owner (an operator's reach
+    /// beyond it is the route's to say); a client key gets 403 `forbidden`.
     Admin,
+    /// Operator keys only: the installation's routes.
+    Operator,
 }
 
 impl Access {
@@ -38,6 +41,7 @@ impl Access {
             Access::Public => "public",
             Access::Client => "client",
             Access::Admin => "admin",
+            Access::Operator => "operator",
         }
     }
 }
@@ -219,7 +223,7 @@ impl Modify for BearerAuth {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "onejob", description = "One job per intent: idempotent jobs, guarded attempts, one winner. \
-        Each operation's x-onejob-role names the least API-key role that may call it: public (no key), client, or admin."),
+        Each operation's x-onejob-role names the least API-key role that may call it: public (no key), client, admin (its own owner's) or operator (the installation's)."),
     components(schemas(
         Job, JobSummary, Attempt, AttemptState, JobState, AttemptOrigin, CreateJobBody, CreateAttemptBody,
         ResolveBody, Outcome, QualifyBody, JobPage, AttemptWithJob, Problem,

@@ -11,7 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
-use super::auth::Admin;
+use super::auth::Operator;
 use super::bodies::QualifyBody;
 use super::error::{ApiError, Problem};
 use super::extract::StrictJson;
@@ -43,10 +43,10 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[utoipa::path(get, path = "/providers", tag = "providers",
     responses(
         (status = 200, description = "every provider with, per task, its qualification state (qualified, failed, stale, never), whether a qualification of it is running in the answering process (qualifying), the current contract hash, why it may not be used, and the last report's summary", body = Object),
-        (status = 403, description = "forbidden: an admin route called with a client key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "forbidden: an operator route called with a client or admin key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
-pub(crate) async fn list_providers(State(app): State<AppState>, Admin(_): Admin) -> Result<Response, ApiError> {
+pub(crate) async fn list_providers(State(app): State<AppState>, Operator(_): Operator) -> Result<Response, ApiError> {
     Ok(json_response(StatusCode::OK, &providers_report(&app).await?, &[]))
 }
 
@@ -104,14 +104,14 @@ pub(crate) async fn providers_report(app: &AppState) -> Result<Value, ApiError> 
     request_body = crate::http::bodies::QualifyBody,
     responses(
         (status = 201, description = "the stored qualification with its report, per example", body = Object),
-        (status = 403, description = "forbidden: an admin route called with a client key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "forbidden: an operator route called with a client or admin key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 404, description = "not-found: no such provider", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed: no such task", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors, crate::http::openapi::BodyErrors
     ))]
 pub(crate) async fn run_qualification(
     State(app): State<AppState>,
-    Admin(_): Admin,
+    Operator(_): Operator,
     ProviderPath(name): ProviderPath,
     StrictJson(body): StrictJson<QualifyBody>,
 ) -> Result<Response, ApiError> {

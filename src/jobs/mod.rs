@@ -33,8 +33,8 @@ pub use long_polls::{LongPoll, LongPolls};
 use replay::{Flight, Flights, SharedReads, TakenKeys, Trip};
 
 use crate::domain::{
-    AdmissionRefusal, Attempt, AttemptId, AttemptOrigin, Fingerprint, IdempotencyKey, Job, JobId, JobIntent, KeyRole,
-    Money, OwnerId,
+    AdmissionRefusal, Attempt, AttemptId, AttemptOrigin, Fingerprint, IdempotencyKey, Job, JobId, JobIntent, Money,
+    OwnerId,
 };
 use crate::keys::Identity;
 use crate::process::metrics;
@@ -300,8 +300,8 @@ impl Jobs {
     }
 
     /// Settles an unknown attempt by an operator's word: any key its own
-    /// owner's, an admin key any owner's (found by job id and number among
-    /// unknown attempts). A succeeded output must meet the task's contract
+    /// owner's, an operator key any owner's (found by job id and number
+    /// among unknown attempts). A succeeded output must meet the task's contract
     /// and goes through the job's compare-and-swap. The job as it is after.
     pub async fn resolve_attempt(
         &self,
@@ -311,11 +311,10 @@ impl Jobs {
         resolution: Resolution,
         reason: &str,
     ) -> Result<Job, JobError> {
-        let owner = match caller.role {
-            KeyRole::Admin => {
-                self.store.find_unknown_attempt_owner(job_id, number).await?.unwrap_or(caller.owner.clone())
-            }
-            KeyRole::Client => caller.owner.clone(),
+        let owner = if caller.role.spans_owners() {
+            self.store.find_unknown_attempt_owner(job_id, number).await?.unwrap_or(caller.owner.clone())
+        } else {
+            caller.owner.clone()
         };
         if let Resolution::Succeeded(output) = &resolution {
             // The job's task is only known to the store; a missing job is a 404 either way.
@@ -328,7 +327,10 @@ impl Jobs {
             }
         }
         let attempt = AttemptRef { owner: owner.clone(), job_id, number };
-        let resolved = Resolved { reason, key: Some(caller.key), role: Some(caller.role) };
+        // Another owner's log names an operator by its role alone: its key's
+        // id would give that owner a handle on it.
+        let key = (owner == caller.owner).then_some(caller.key);
+        let resolved = Resolved { reason, key, role: Some(caller.role) };
         let transition = self.store.resolve_unknown(&attempt, &resolution, &resolved, self.catalog.as_ref()).await?;
         tracing::info!(owner = %owner, by = %caller.owner, role = %caller.role, key = %caller.key, job.id = %job_id,
                        attempt.number = number, outcome = ?transition, %reason, "operator resolved an unknown attempt");

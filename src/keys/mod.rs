@@ -71,7 +71,7 @@ pub async fn create_first_run_key(store: &Store) -> store::Result<Option<(Uuid, 
     let owner = OwnerId::parse(FIRST_RUN_OWNER).expect("a valid owner");
     let id = Uuid::now_v7();
     let NewToken { token, hash } = generate_token();
-    let made = store.insert_first_run_key(id, &owner, KeyRole::Admin, &hash).await?;
+    let made = store.insert_first_run_key(id, &owner, KeyRole::Operator, &hash).await?;
     Ok(made.then_some((id, token)))
 }
 
@@ -86,9 +86,10 @@ impl Keys {
         Self { store }
     }
 
-    /// Revokes a live key; `false` when no live key has this id.
-    pub async fn revoke(&self, id: Uuid) -> store::Result<bool> {
-        self.store.revoke_api_key(id).await
+    /// Revokes a live key of `owner` (of any owner: `None`); `false` when
+    /// no such live key has this id.
+    pub async fn revoke(&self, id: Uuid, owner: Option<&OwnerId>) -> store::Result<bool> {
+        self.store.revoke_api_key(id, owner).await
     }
 
     /// See [`create_first_run_key`].

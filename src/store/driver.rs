@@ -234,7 +234,7 @@ pub trait Driver: Send + Sync + 'static {
     /// following key changes hears of it when it commits; on Postgres this
     /// returns once each of them has confirmed it forgot the key (or after
     /// two seconds, with a warning naming how many did not).
-    async fn revoke_key_and_wait(&self, id: Uuid) -> Result<bool>;
+    async fn revoke_key_and_wait(&self, id: Uuid, owner: Option<&OwnerId>) -> Result<bool>;
 
     /// Tells a revoker that this process forgot key `id` (see
     /// [`Self::revoke_api_key`]).

@@ -74,12 +74,13 @@ impl Store {
         Ok(self.find_api_key(token_hash).await?.map(|key| key.owner))
     }
 
-    /// Revokes a key; `false` when there is no such live key. Every process
+    /// Revokes a key of `owner` (of any owner: `None`); `false` when there
+    /// is no such live key. Every process
     /// following key changes hears of it when it commits; on Postgres this
     /// returns once each of them has confirmed it forgot the key (or after
     /// two seconds, with a warning naming how many did not).
-    pub async fn revoke_api_key(&self, id: Uuid) -> Result<bool> {
-        self.driver().revoke_key_and_wait(id).await
+    pub async fn revoke_api_key(&self, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {
+        self.driver().revoke_key_and_wait(id, owner).await
     }
 
     /// Tells a revoker that this process forgot key `id` (see

@@ -442,9 +442,10 @@ fn fence(
 /// The reason and the resolving key of an operator's settlement, for its event.
 fn resolution_detail<'a>(resolved: Option<&Resolved<'a>>) -> (Option<&'a str>, Value) {
     let Some(resolved) = resolved else { return (None, Value::Null) };
-    let by = match resolved.key {
-        Some(key) => json!({ "key": key, "role": resolved.role }),
-        None => Value::Null,
+    let by = match (resolved.key, resolved.role) {
+        (Some(key), role) => json!({ "key": key, "role": role }),
+        (None, Some(role)) => json!({ "role": role }),
+        (None, None) => Value::Null,
     };
     (Some(resolved.reason), by)
 }

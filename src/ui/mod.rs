@@ -29,7 +29,6 @@ use axum::routing::{get, post};
 use minijinja::Environment;
 use serde::Serialize;
 
-use crate::domain::KeyRole;
 use crate::http::auth::check_rate;
 use crate::http::error::{ApiError, Problem};
 use crate::keys::AuthError;
@@ -174,7 +173,7 @@ fn page(
     let viewer = session.map(|s| Viewer {
         owner: s.identity.owner.as_str(),
         role: s.identity.role.as_str(),
-        admin: s.identity.role == KeyRole::Admin,
+        admin: s.identity.role.spans_owners(),
         csrf: &s.csrf,
     });
     let layout = minijinja::context! {

@@ -135,8 +135,9 @@ pub struct TestApp {
     pub database_url: String,
     pub alice: String,
     pub bob: String,
-    /// An admin key, of owner `ops`.
-    pub admin: String,
+    /// An operator key (the installation's staff, reaching every owner), of
+    /// owner `ops`.
+    pub operator: String,
     /// The application's tasks and providers, for contract hashes.
     pub catalog: onejob::task::catalog::Catalog,
 }
@@ -223,8 +224,9 @@ impl TestApp {
         let alice = onejob::keys::create_key(&store, &OwnerId::parse("alice").unwrap()).await.unwrap().1;
         let bob = onejob::keys::create_key(&store, &OwnerId::parse("bob").unwrap()).await.unwrap().1;
         let ops = OwnerId::parse("ops").unwrap();
-        let admin = onejob::keys::create_key_with_role(&store, &ops, onejob::domain::KeyRole::Admin).await.unwrap().1;
-        Self { addr, backend, db, simulator, client: Client::new(), store, database_url, alice, bob, admin, catalog }
+        let operator =
+            onejob::keys::create_key_with_role(&store, &ops, onejob::domain::KeyRole::Operator).await.unwrap().1;
+        Self { addr, backend, db, simulator, client: Client::new(), store, database_url, alice, bob, operator, catalog }
     }
 
     pub fn url(&self, path: &str) -> String {

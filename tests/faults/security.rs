@@ -161,11 +161,10 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
     let pairs = |list: &[(&str, &str)]| -> BTreeSet<(String, String)> {
         list.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect()
     };
+    assert_eq!(with_role("operator"), pairs(&[("get", "/providers"), ("post", "/providers/{name}/qualifications")]));
     assert_eq!(
         with_role("admin"),
         pairs(&[
-            ("get", "/providers"),
-            ("post", "/providers/{name}/qualifications"),
             ("post", "/keys/{id}/revoke"),
             ("post", "/webhooks"),
             ("get", "/webhooks"),
@@ -185,6 +184,8 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
         ])
     );
 
+    // Bob's admin: an owner's administrator, who reaches nothing of alice's.
+    let bobs_admin = onejob::keys::create_key_with_role(app.store(), &owner("bob"), KeyRole::Admin).await.unwrap().1;
     let mut walked = 0;
     for (n, (method, path, role, security)) in operations.iter().enumerate() {
         let what = format!("{method} {path} as bob");
@@ -200,6 +201,15 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
                     "{method} {path} without a key"
                 );
             }
+            "operator" => {
+                expect_problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
+                for (token, who) in [(&app.bob, "bob"), (&bobs_admin, "bob's admin"), (&seeded.admin, "alice's admin")]
+                {
+                    let refused = call(&app, method, path, Some(token), &seeded, &key).await;
+                    let body = expect_problem(refused, StatusCode::FORBIDDEN, "forbidden").await;
+                    assert!(!seeded.markers.iter().any(|m| body.to_string().contains(m.as_str())), "{who}: {body}");
+                }
+            }
             "admin" => {
                 expect_problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
                 let bob = call(&app, method, path, Some(&app.bob), &seeded, &key).await;
@@ -209,14 +219,16 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
                 // A's own client key is refused the same way.
                 let alice = call(&app, method, path, Some(&app.alice), &seeded, &key).await;
                 expect_problem(alice, StatusCode::FORBIDDEN, "forbidden").await;
-                // Another owner's admin does not reach alice's endpoints.
-                if is_webhooks(path) {
-                    let other = call(&app, method, path, Some(&app.admin), &seeded, &key).await;
-                    let status =
-                        shows_nothing_of_alice(other, &seeded, &format!("{method} {path} as another owner's admin"))
-                            .await;
+                // Another owner's admin, and an operator on an owner's own
+                // routes (webhooks), reach nothing of alice's: a 404 for her
+                // ids, as if they did not exist.
+                let others = [(&bobs_admin, "bob's admin"), (&app.operator, "an operator")];
+                for (token, who) in others.into_iter().filter(|(_, who)| is_webhooks(path) || *who == "bob's admin") {
+                    let other = call(&app, method, path, Some(token), &seeded, &key).await;
+                    let what = format!("{method} {path} as {who}");
+                    let status = shows_nothing_of_alice(other, &seeded, &what).await;
                     if path.contains('{') {
-                        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path} as another owner's admin");
+                        assert_eq!(status, StatusCode::NOT_FOUND, "{what}");
                     }
                 }
             }
@@ -243,25 +255,23 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
     assert_eq!(before, after, "bob's requests changed alice's job");
     assert_eq!(app.get(&app.alice, "/jobs").await.status(), StatusCode::OK, "alice's key survived the walk");
 
-    // The 404s were real: the rightful callers reach the same resources. An
-    // admin of another owner is a client like bob on client routes, except
-    // that it may resolve any owner's unknown attempt.
+    // The 404s were real: the rightful callers reach the same resources.
+    // Another owner's admin is a client like bob on client routes; so is an
+    // operator, except that it may resolve any owner's unknown attempt.
     for (n, (method, path, role, _)) in operations.iter().enumerate() {
         let key = format!("control-{n}");
-        match role.as_str() {
-            "client" if path.contains('{') => {
-                let by_admin = call(&app, method, path, Some(&app.admin), &seeded, &key).await;
-                if path.ends_with("/resolve") {
-                    assert_eq!(by_admin.status(), StatusCode::OK, "an admin resolves alice's unknown attempt");
-                } else {
-                    assert_eq!(
-                        shows_nothing_of_alice(by_admin, &seeded, path).await,
-                        StatusCode::NOT_FOUND,
-                        "{method} {path} as admin"
-                    );
-                }
-            }
-            _ => {}
+        if role != "client" || !path.contains('{') {
+            continue;
+        }
+        let by_admin = call(&app, method, path, Some(&bobs_admin), &seeded, &key).await;
+        let what = format!("{method} {path} as bob's admin");
+        assert_eq!(shows_nothing_of_alice(by_admin, &seeded, &what).await, StatusCode::NOT_FOUND, "{what}");
+        let by_operator = call(&app, method, path, Some(&app.operator), &seeded, &key).await;
+        if path.ends_with("/resolve") {
+            assert_eq!(by_operator.status(), StatusCode::OK, "an operator resolves alice's unknown attempt");
+        } else {
+            let what = format!("{method} {path} as an operator");
+            assert_eq!(shows_nothing_of_alice(by_operator, &seeded, &what).await, StatusCode::NOT_FOUND, "{what}");
         }
     }
     // Deleting comes last, so that the other routes find what it deletes.
@@ -271,8 +281,8 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
         let key = format!("control-{n}");
         let token = match role.as_str() {
             "client" if path.contains('{') => &app.alice,
-            "admin" if is_webhooks(path) => &seeded.admin,
-            "admin" => &app.admin,
+            "admin" => &seeded.admin,
+            "operator" => &app.operator,
             _ => continue,
         };
         let status = call(&app, method, path, Some(token), &seeded, &key).await.status();
@@ -283,9 +293,11 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
     }
 }
 
-/// An admin key resolves another owner's unknown attempt (and only that of
-/// theirs); a client key of another owner gets 404.
-async fn an_admin_key_resolves_another_owners_unknown_attempt_and_nothing_else_of_theirs(backend: Backend) {
+/// An operator key resolves another owner's unknown attempt (and only that
+/// of theirs); a client or an admin key of another owner gets 404, whatever
+/// the output (no check runs before the owner's), and the owner's log names
+/// the operator by its role, not its key.
+async fn an_operator_key_resolves_another_owners_unknown_attempt_and_an_owners_admin_cannot(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let id = app.create_job("to-resolve", None).await["id"].as_str().unwrap().to_owned();
     make_unknown(&app, &id, 1).await;
@@ -294,21 +306,30 @@ async fn an_admin_key_resolves_another_owners_unknown_attempt_and_nothing_else_o
     };
     let failed = json!({"outcome": "failed", "reason": "the provider confirmed it never ran"});
     expect_problem(resolve(&app.bob, failed.clone()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
-    expect_problem(app.get(&app.admin, &format!("/jobs/{id}")).await, StatusCode::NOT_FOUND, "not-found").await;
+    let bobs_admin = onejob::keys::create_key_with_role(app.store(), &owner("bob"), KeyRole::Admin).await.unwrap().1;
+    let made_up = json!({"outcome": "succeeded", "output": {"summary": "bob's", "word_count": 1}, "reason": "mine"});
+    let breaking = json!({"outcome": "succeeded", "output": {"summary": 3}, "reason": "checked"});
+    for body in [failed.clone(), made_up, breaking] {
+        let refused = resolve(&bobs_admin, body.clone()).await.unwrap();
+        expect_problem(refused, StatusCode::NOT_FOUND, "not-found").await;
+    }
+    expect_problem(app.get(&app.operator, &format!("/jobs/{id}")).await, StatusCode::NOT_FOUND, "not-found").await;
     // The contract holds for an admin too.
     let bad = json!({"outcome": "succeeded", "output": {"summary": 3}, "reason": "checked"});
-    expect_problem(resolve(&app.admin, bad).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "contract-violation")
+    expect_problem(resolve(&app.operator, bad).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY, "contract-violation")
         .await;
 
-    let resolved = resolve(&app.admin, failed.clone()).await.unwrap();
+    let resolved = resolve(&app.operator, failed.clone()).await.unwrap();
     assert_eq!(resolved.status(), StatusCode::OK);
     let job: Value = resolved.json().await.unwrap();
     assert_eq!((job["id"].as_str(), job["attempts"][0]["state"].as_str()), (Some(id.as_str()), Some("failed")));
-    // Settled, it is alice's business again: the admin finds it no more.
-    expect_problem(resolve(&app.admin, failed.clone()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
+    // Settled, it is alice's business again: the operator finds it no more.
+    expect_problem(resolve(&app.operator, failed.clone()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
     expect_problem(resolve(&app.alice, failed).await.unwrap(), StatusCode::CONFLICT, "attempt-not-unknown").await;
     let events = app.store().list_events(&owner("alice"), JobId::parse(&id).unwrap()).await.unwrap();
     assert!(format!("{events:?}").contains("never ran"), "the resolution is in alice's job's events: {events:?}");
+    let resolution = events.iter().find(|event| event.kind.as_str() == "attempt-resolved").unwrap();
+    assert_eq!(resolution.detail["resolved_by"], json!({"role": "operator"}), "{:?}", resolution.detail);
 }
 
 /// Nothing in the database is a token: keys made by `onejob keys create` and
@@ -316,19 +337,19 @@ async fn an_admin_key_resolves_another_owners_unknown_attempt_and_nothing_else_o
 async fn the_database_holds_token_hashes_and_never_a_token(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let out = tokio::process::Command::new(crate::common::BIN)
-        .args(["keys", "create", "--owner", "carol", "--role", "admin"])
+        .args(["keys", "create", "--owner", "carol", "--role", "operator"])
         .env("DATABASE_URL", &app.database_url)
         .output()
         .await
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(stdout.contains("created admin API key"), "{stdout}");
+    assert!(stdout.contains("created operator API key"), "{stdout}");
     let token = stdout.lines().last().unwrap().trim().to_owned();
-    assert_eq!(app.get(&token, "/providers").await.status(), StatusCode::OK, "an admin key from the command line");
+    assert_eq!(app.get(&token, "/providers").await.status(), StatusCode::OK, "an operator key from the command line");
     app.create_job("with-alice", None).await;
 
-    let mut tokens = vec![token.clone(), app.alice.clone(), app.bob.clone(), app.admin.clone()];
+    let mut tokens = vec![token.clone(), app.alice.clone(), app.bob.clone(), app.operator.clone()];
     tokens.retain(|t| t.starts_with("oj_"));
     assert_eq!(tokens.len(), 4);
     let hash = hex::encode(onejob::keys::hash_token(&token));
@@ -404,7 +425,9 @@ async fn a_key_revoked_with_the_cli_is_refused_by_a_running_server_on_the_next_r
 
 /// `POST /keys/{id}/revoke`: admin keys only; the revoked key is refused on
 /// the very next request.
-async fn a_key_revoked_through_the_api_is_refused_at_once_and_only_admins_may_revoke(backend: Backend) {
+async fn a_key_revoked_through_the_api_is_refused_at_once_and_only_its_owners_admin_or_an_operator_may_revoke(
+    backend: Backend,
+) {
     let app = TestApp::spawn(backend).await;
     let (id, token) = onejob::keys::create_key(app.store(), &owner("carol")).await.unwrap();
     for _ in 0..3 {
@@ -413,18 +436,27 @@ async fn a_key_revoked_through_the_api_is_refused_at_once_and_only_admins_may_re
     let revoke = |by: &str, id: String| app.client.post(app.url(&format!("/keys/{id}/revoke"))).bearer_auth(by).send();
     expect_problem(revoke(&app.alice, id.to_string()).await.unwrap(), StatusCode::FORBIDDEN, "forbidden").await;
     expect_problem(revoke(&token, id.to_string()).await.unwrap(), StatusCode::FORBIDDEN, "forbidden").await;
+    // Another owner's admin: carol's key is as missing as an unknown one.
+    let bobs_admin = onejob::keys::create_key_with_role(app.store(), &owner("bob"), KeyRole::Admin).await.unwrap().1;
+    expect_problem(revoke(&bobs_admin, id.to_string()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
     assert_eq!(app.get(&token, "/jobs").await.status(), StatusCode::OK, "a refused revocation revokes nothing");
+    // Carol's own admin may.
+    let (second, carols) = onejob::keys::create_key(app.store(), &owner("carol")).await.unwrap();
+    let carols_admin =
+        onejob::keys::create_key_with_role(app.store(), &owner("carol"), KeyRole::Admin).await.unwrap().1;
+    assert_eq!(revoke(&carols_admin, second.to_string()).await.unwrap().status(), StatusCode::NO_CONTENT);
+    expect_problem(app.get(&carols, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
 
-    assert_eq!(revoke(&app.admin, id.to_string()).await.unwrap().status(), StatusCode::NO_CONTENT);
+    assert_eq!(revoke(&app.operator, id.to_string()).await.unwrap().status(), StatusCode::NO_CONTENT);
     expect_problem(app.get(&token, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
-    expect_problem(revoke(&app.admin, id.to_string()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
+    expect_problem(revoke(&app.operator, id.to_string()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
     expect_problem(
-        revoke(&app.admin, uuid::Uuid::now_v7().to_string()).await.unwrap(),
+        revoke(&app.operator, uuid::Uuid::now_v7().to_string()).await.unwrap(),
         StatusCode::NOT_FOUND,
         "not-found",
     )
     .await;
-    expect_problem(revoke(&app.admin, "not-a-key".into()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
+    expect_problem(revoke(&app.operator, "not-a-key".into()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
     assert_eq!(app.get(&app.alice, "/jobs").await.status(), StatusCode::OK, "other keys are untouched");
 }
 
@@ -482,7 +514,7 @@ async fn nothing_a_client_sends_makes_onejob_call_an_unconfigured_address(backen
     let qualify = |name: String, body: Value| {
         app.client
             .post(app.url(&format!("/providers/{name}/qualifications")))
-            .bearer_auth(&app.admin)
+            .bearer_auth(&app.operator)
             .json(&body)
             .send()
     };
@@ -506,10 +538,10 @@ async fn nothing_a_client_sends_makes_onejob_call_an_unconfigured_address(backen
 
 on_both_backends!(
     every_route_of_the_specification_keeps_owners_apart_and_admin_routes_from_client_keys,
-    an_admin_key_resolves_another_owners_unknown_attempt_and_nothing_else_of_theirs,
+    an_operator_key_resolves_another_owners_unknown_attempt_and_an_owners_admin_cannot,
     the_database_holds_token_hashes_and_never_a_token,
     a_key_revoked_with_the_cli_is_refused_by_a_running_server_on_the_next_request,
-    a_key_revoked_through_the_api_is_refused_at_once_and_only_admins_may_revoke,
+    a_key_revoked_through_the_api_is_refused_at_once_and_only_its_owners_admin_or_an_operator_may_revoke,
     nothing_a_client_sends_makes_onejob_call_an_unconfigured_address,
 );
 
@@ -527,7 +559,8 @@ async fn a_revocation_reaches_every_server_sharing_the_database() {
         assert_eq!(one.get(&token, "/jobs").await.status(), StatusCode::OK);
         assert_eq!(two.get(&token, "/jobs").await.status(), StatusCode::OK);
     }
-    let revoked = one.client.post(one.url(&format!("/keys/{id}/revoke"))).bearer_auth(&one.admin).send().await.unwrap();
+    let revoked =
+        one.client.post(one.url(&format!("/keys/{id}/revoke"))).bearer_auth(&one.operator).send().await.unwrap();
     assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
     expect_problem(one.get(&token, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
     expect_problem(two.get(&token, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
@@ -579,9 +612,9 @@ fn every_route_the_router_serves_declares_exactly_one_role() {
     let spec = serde_json::to_value(onejob::http::openapi::spec()).unwrap();
     for (method, path) in routes() {
         let role = spec["paths"][&path][&method]["x-onejob-role"].as_str();
-        assert!(matches!(role, Some("public" | "client" | "admin")), "{method} {path} declares {role:?}");
+        assert!(matches!(role, Some("public" | "client" | "admin" | "operator")), "{method} {path} declares {role:?}");
     }
-    assert_eq!(KeyRole::Admin.as_str(), "admin");
+    assert_eq!((KeyRole::Admin.as_str(), KeyRole::Operator.as_str()), ("admin", "operator"));
 }
 
 /// A listener that never confirms (a server cut off without a reset): the
@@ -594,7 +627,7 @@ async fn a_revocation_waits_for_a_silent_listener_two_seconds_at_most() {
     silent.listen("onejob_api_keys").await.unwrap();
     let (id, token) = onejob::keys::create_key(app.store(), &owner("carol")).await.unwrap();
     let started = Instant::now();
-    assert!(app.store().revoke_api_key(id).await.unwrap());
+    assert!(app.store().revoke_api_key(id, None).await.unwrap());
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(1900) && waited < Duration::from_secs(5), "waited {waited:?}");
     let heard = tokio::time::timeout(Duration::from_secs(5), silent.recv()).await.unwrap().unwrap();

@@ -1,6 +1,6 @@
 //! The `onejob` binary as an operator runs it: `migrate`, `keys create`,
 //! `serve`, then the core behaviours over real HTTP against that process;
-//! the first run's admin key, printed once on standard error, and made at
+//! the first run's operator key, printed once on standard error, and made at
 //! most once by replicas starting together on an empty database.
 
 use std::process::Stdio;
@@ -408,7 +408,7 @@ async fn replicas_starting_together_on_an_empty_database_make_and_print_one_firs
         .await
         .unwrap()
         .expect("the printed key is the stored one");
-    assert_eq!((key.owner.as_str(), key.role), ("demo", onejob::domain::KeyRole::Admin));
+    assert_eq!((key.owner.as_str(), key.role), ("demo", onejob::domain::KeyRole::Operator), "an operator");
     let _ = std::fs::remove_file(config);
 }
 

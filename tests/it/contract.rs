@@ -20,7 +20,7 @@ async fn qualify(app: &TestApp, provider: &str) -> (StatusCode, Value) {
     let response = app
         .client
         .post(app.url(&format!("/providers/{provider}/qualifications")))
-        .bearer_auth(&app.admin)
+        .bearer_auth(&app.operator)
         .json(&json!({"task": "summarize"}))
         .send()
         .await
@@ -29,7 +29,7 @@ async fn qualify(app: &TestApp, provider: &str) -> (StatusCode, Value) {
 }
 
 async fn providers(app: &TestApp) -> Value {
-    let listed: Value = app.get(&app.admin, "/providers").await.json().await.unwrap();
+    let listed: Value = app.get(&app.operator, "/providers").await.json().await.unwrap();
     listed["providers"]
         .as_array()
         .unwrap()
@@ -217,7 +217,7 @@ async fn qualification_of_an_unknown_provider_or_task_is_refused(backend: Backen
     let response = app
         .client
         .post(app.url("/providers/sim-fast/qualifications"))
-        .bearer_auth(&app.admin)
+        .bearer_auth(&app.operator)
         .json(&json!({"task": "translate"}))
         .send()
         .await

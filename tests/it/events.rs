@@ -278,7 +278,8 @@ async fn a_revoked_keys_streams_and_long_polls_end_on_every_server_and_give_thei
     let refused = open(&first, &first.alice, &id, "", None).await;
     expect_problem(refused, StatusCode::TOO_MANY_REQUESTS, "too-many-long-polls").await;
 
-    let revoked = first.client.post(first.url(&format!("/keys/{key}/revoke"))).bearer_auth(&first.admin).send().await;
+    let revoked =
+        first.client.post(first.url(&format!("/keys/{key}/revoke"))).bearer_auth(&first.operator).send().await;
     assert_eq!(revoked.unwrap().status(), StatusCode::NO_CONTENT);
     let within = Duration::from_secs(5);
     for (n, stream) in streams.iter_mut().enumerate() {

@@ -678,8 +678,8 @@ pub async fn api_keys_are_found_by_hash_until_revoked(store: Shared) {
     let hash = onejob::keys::hash_token(&token);
     assert!(store.has_api_keys().await.unwrap());
     assert_eq!(store.find_api_key_owner(&hash).await.unwrap(), Some(owner("alice")));
-    assert!(store.revoke_api_key(id).await.unwrap());
-    assert!(!store.revoke_api_key(id).await.unwrap(), "revoking twice finds nothing live");
+    assert!(store.revoke_api_key(id, None).await.unwrap());
+    assert!(!store.revoke_api_key(id, None).await.unwrap(), "revoking twice finds nothing live");
     assert_eq!(store.find_api_key_owner(&hash).await.unwrap(), None);
     let keys = store.list_api_keys(Some(&owner("alice"))).await.unwrap();
     assert_eq!(keys.len(), 1);

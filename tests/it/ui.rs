@@ -1,7 +1,7 @@
 //! The dashboard's promises over HTTP, without a browser: every page and
 //! script route needs a live session; a client's session reaches only its
 //! owner's jobs (another owner's job page is a 404, as in the API), an
-//! admin's reaches every owner's; every change needs the session's CSRF
+//! operator's reaches every owner's; every change needs the session's CSRF
 //! token and the same origin; the cookie is `HttpOnly`, `SameSite=Strict`
 //! and holds no token; revoking the key ends its sessions. Sessions live in
 //! the database: a session made on one server works on another sharing the
@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 on_both_backends!(
     every_dashboard_route_needs_a_live_session,
-    a_client_session_sees_only_its_owners_jobs_and_an_admin_session_sees_every_owners,
+    a_client_session_sees_only_its_owners_jobs_and_an_operator_session_sees_every_owners,
     every_change_needs_the_sessions_csrf_token_and_the_same_origin,
     the_session_cookie_holds_no_token_and_ends_on_sign_out_or_revocation,
     a_session_made_on_one_server_works_on_another_sharing_the_database,
@@ -221,12 +221,22 @@ async fn every_dashboard_route_needs_a_live_session(backend: Backend) {
     assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1, "no route made a job without a session");
 }
 
-async fn a_client_session_sees_only_its_owners_jobs_and_an_admin_session_sees_every_owners(backend: Backend) {
+async fn a_client_session_sees_only_its_owners_jobs_and_an_operator_session_sees_every_owners(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let job = alices_unknown_job(&app, "alice-secret-key").await;
     let alice = sign_in(&app, &app.alice).await;
+    let bobs_admin_key = onejob::keys::create_key_with_role(
+        app.store(),
+        &onejob::domain::OwnerId::parse("bob").unwrap(),
+        onejob::domain::KeyRole::Admin,
+    )
+    .await
+    .unwrap()
+    .1;
     let bob = sign_in(&app, &app.bob).await;
-    let admin = sign_in(&app, &app.admin).await;
+    // An owner's admin is bob for alice's jobs: the walk below runs for both.
+    let bobs_admin = sign_in(&app, &bobs_admin_key).await;
+    let admin = sign_in(&app, &app.operator).await;
 
     // Alice sees her job everywhere.
     let (status, page) = alice.page(&format!("/ui/jobs/{job}")).await;
@@ -234,24 +244,30 @@ async fn a_client_session_sees_only_its_owners_jobs_and_an_admin_session_sees_ev
     assert!(page.contains("alice-secret-key") && page.contains("<svg class=\"timeline\""));
     assert!(alice.page("/ui").await.1.contains(&job));
     assert!(alice.page("/ui/unknown").await.1.contains(&job));
-    assert_eq!(alice.page("/ui/providers").await.0, StatusCode::FORBIDDEN, "providers are an admin's");
+    assert_eq!(alice.page("/ui/providers").await.0, StatusCode::FORBIDDEN, "providers are an operator's");
+    assert_eq!(bobs_admin.page("/ui/providers").await.0, StatusCode::FORBIDDEN, "an owner's admin is no operator");
 
-    // Bob sees none of it: another owner's job is as absent as no job.
-    for path in [format!("/ui/jobs/{job}"), format!("/ui/jobs/{job}/timeline"), format!("/ui/jobs/{}", JobId::new())] {
-        let (status, page) = bob.page(&path).await;
-        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
-        assert!(!page.contains("alice-secret-key"), "{path}");
-    }
-    for path in
-        ["/ui".to_owned(), format!("/ui?q={job}"), "/ui?q=alice-secret-key".to_owned(), "/ui/unknown".to_owned()]
-    {
-        let (status, page) = bob.page(&path).await;
-        assert_eq!(status, StatusCode::OK, "{path}");
-        // Bob has no job: no row at all (the search box shows what he typed).
-        assert!(
-            !page.contains("data-job=") && !page.contains(&format!("/ui/jobs/{job}")),
-            "{path} shows nothing of alice's"
-        );
+    // Bob, and bob's admin, see none of it: another owner's job is as
+    // absent as no job.
+    for session in [&bob, &bobs_admin] {
+        for path in
+            [format!("/ui/jobs/{job}"), format!("/ui/jobs/{job}/timeline"), format!("/ui/jobs/{}", JobId::new())]
+        {
+            let (status, page) = session.page(&path).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+            assert!(!page.contains("alice-secret-key"), "{path}");
+        }
+        for path in
+            ["/ui".to_owned(), format!("/ui?q={job}"), "/ui?q=alice-secret-key".to_owned(), "/ui/unknown".to_owned()]
+        {
+            let (status, page) = session.page(&path).await;
+            assert_eq!(status, StatusCode::OK, "{path}");
+            // Bob has no job: no row at all (the search box shows what he typed).
+            assert!(
+                !page.contains("data-job=") && !page.contains(&format!("/ui/jobs/{job}")),
+                "{path} shows nothing of alice's"
+            );
+        }
     }
     let fallback =
         bob.script_post(&format!("/ui/api/jobs/{job}/attempts"), "bob-1", &json!({})).header("x-csrf-token", &bob.csrf);
@@ -261,7 +277,7 @@ async fn a_client_session_sees_only_its_owners_jobs_and_an_admin_session_sees_ev
     assert_eq!(bob.form("/ui/unknown/resolve", &fields).await.status(), StatusCode::NOT_FOUND);
     assert_eq!(attempt_state(&app, &job).await, "unknown", "bob changed nothing");
 
-    // The admin sees every owner's, and says whose.
+    // The operator sees every owner's, and says whose.
     let (status, page) = admin.page(&format!("/ui/jobs/{job}")).await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains("alice-secret-key"));
@@ -374,8 +390,13 @@ async fn the_session_cookie_holds_no_token_and_ends_on_sign_out_or_revocation(ba
     let alice = sign_in(&app, &app.alice).await;
     assert_eq!(alice.page("/ui").await.0, StatusCode::OK);
     let keys = app.store().list_api_keys(Some(&OwnerId::parse("alice").unwrap())).await.unwrap();
-    let revoked =
-        app.client.post(app.url(&format!("/keys/{}/revoke", keys[0].id))).bearer_auth(&app.admin).send().await.unwrap();
+    let revoked = app
+        .client
+        .post(app.url(&format!("/keys/{}/revoke", keys[0].id)))
+        .bearer_auth(&app.operator)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
     assert_eq!(alice.get("/ui").await.status(), StatusCode::SEE_OTHER, "a revoked key's session is over");
     let script =
@@ -548,7 +569,7 @@ async fn a_session_follows_its_owners_job_on_the_dashboards_event_stream(backend
     let job = app.create_job("streamed", None).await["id"].as_str().unwrap().to_owned();
     let alice = sign_in(&app, &app.alice).await;
     let bob = sign_in(&app, &app.bob).await;
-    let admin = sign_in(&app, &app.admin).await;
+    let admin = sign_in(&app, &app.operator).await;
     let path = format!("/ui/api/jobs/{job}/events");
 
     // The job page tells its script where the stream starts: after the

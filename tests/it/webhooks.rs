@@ -237,7 +237,7 @@ async fn an_endpoint_must_be_https_on_a_public_address_and_is_its_owners_alone(b
     assert!(!listed.to_string().contains("whsec_"), "secrets are never listed: {listed}");
 
     // Another owner's admin sees none of it.
-    let others = app.admin.clone();
+    let others = app.operator.clone();
     let theirs: Value = app.get(&others, "/webhooks").await.json().await.unwrap();
     assert_eq!(theirs["webhooks"], json!([]));
     let rotate = |token: String| {
@@ -342,7 +342,7 @@ async fn an_owner_registers_at_most_max_endpoints_per_owner_endpoints(backend: B
     let problem = expect_problem(third, StatusCode::CONFLICT, "too-many-endpoints").await;
     assert!(problem.to_string().contains("delete one"), "{problem}");
     // Another owner's limit is its own.
-    let others = register(&app.client, &address, &app.admin, "https://8.8.8.3/in", &["job.failed"]).await;
+    let others = register(&app.client, &address, &app.operator, "https://8.8.8.3/in", &["job.failed"]).await;
     assert_eq!(others.status(), StatusCode::CREATED);
     let deleted =
         app.client.delete(app.url(&format!("/webhooks/{}", ids[0]))).bearer_auth(&admin).send().await.unwrap();

@@ -1851,7 +1851,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: an admin route called with a client key */
+            /** @description forbidden: an operator route called with a client or admin key */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1936,7 +1936,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: an admin route called with a client key */
+            /** @description forbidden: an operator route called with a client or admin key */
             403: {
                 headers: {
                     [name: string]: unknown;

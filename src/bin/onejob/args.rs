@@ -132,9 +132,11 @@ pub(crate) enum KeysCommand {
         /// The owner (tenant) the key authenticates as.
         #[arg(long)]
         owner: String,
-        /// `client` (its owner's jobs) or `admin` (also providers,
-        /// qualifications, keys, its owner's webhooks, and any owner's unknown attempts).
-        #[arg(long, default_value = "client", value_parser = ["client", "admin"])]
+        /// `client` (its owner's jobs), `admin` (also its own owner's
+        /// webhooks and keys), or `operator` (an admin that also reaches
+        /// every owner: their unknown attempts, the dashboard, any key,
+        /// providers and qualifications).
+        #[arg(long, default_value = "client", value_parser = ["client", "admin", "operator"])]
         role: String,
         /// Its owner's attempts running at once across the cluster, instead
         /// of `[worker] max_in_flight_per_owner` (with several keys setting

@@ -147,7 +147,7 @@ async fn manage_keys(command: KeysCommand, config: Option<&Path>) -> Result<(), 
             );
         }
         KeysCommand::Revoke { id } => {
-            if !store.revoke_api_key(id).await? {
+            if !store.revoke_api_key(id, None).await? {
                 return Err(format!("no live API key with id {id}").into());
             }
             println!("revoked API key {id}");
@@ -276,7 +276,7 @@ async fn first_run_key(keys: &keys::Keys, addr: SocketAddr) -> Result<(), AnyErr
     };
     let owner = keys::FIRST_RUN_OWNER;
     eprintln!(
-        "\nNo API key existed, so an admin key was made for owner \"{owner}\". It is shown once, here, and never again; \
+        "\nNo API key existed, so an operator key was made for owner \"{owner}\". It is shown once, here, and never again; \
          only its SHA-256 is stored:\n\n\
          {token}\n\nTry it:\n\n\
          curl -s http://{addr}/jobs -H 'Authorization: Bearer {token}' -H 'Idempotency-Key: first-job' \\\n  \

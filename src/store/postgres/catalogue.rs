@@ -105,6 +105,7 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         webhooks::LIST_TRIES,
         webhooks::INSERT_ENDPOINT,
         webhooks::LOCK_OWNER_ENDPOINTS,
+        webhooks::COUNT_ENDPOINTS,
         webhooks::INSERT_SUBSCRIPTION,
         webhooks::ROTATE_SECRET,
         webhooks::INSERT_TRIES,

@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::super::{KeyChange, Result};
+use crate::domain::OwnerId;
 
 /// The channel the `api_keys_changed` trigger notifies with a key's id.
 const KEY_CHANNEL: &str = "onejob_api_keys";
@@ -22,7 +23,7 @@ pub(super) const COUNT_LISTENERS: &str =
     r#"select count(*) from pg_stat_activity where datname = current_database() and query = $1"#;
 
 /// A live key, revoked. Binds: id.
-pub(super) const REVOKE_KEY: &str = r#"update api_keys set revoked_at = now() where id = $1 and revoked_at is null"#;
+pub(super) const REVOKE_KEY: &str = r#"update api_keys set revoked_at = now() where id = $1 and revoked_at is null and ($2::text is null or owner_id = $2)"#;
 
 /// A notification. Binds: channel, payload.
 pub(super) const NOTIFY: &str = r#"select pg_notify($1, $2)"#;
@@ -97,7 +98,7 @@ pub(super) async fn follow_key_changes(pool: PgPool, changes: mpsc::Sender<KeyCh
 /// Revokes key `id` and waits until every listening server confirmed it
 /// forgot the key (or [`KEY_ACK_TIMEOUT`] passed); `false` when there is no
 /// such live key.
-pub(super) async fn revoke_and_wait(pool: &PgPool, id: Uuid) -> Result<bool> {
+pub(super) async fn revoke_and_wait(pool: &PgPool, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {
     // Every serving process caches checked keys and LISTENs for changes;
     // each forgets the key when the trigger's notification reaches it and
     // confirms on KEY_ACK_CHANNEL. Waiting for those confirmations makes
@@ -106,7 +107,8 @@ pub(super) async fn revoke_and_wait(pool: &PgPool, id: Uuid) -> Result<bool> {
     confirmations.listen(KEY_ACK_CHANNEL).await?;
     let listening: i64 =
         sqlx::query_scalar(COUNT_LISTENERS).bind(format!(r#"LISTEN "{KEY_CHANNEL}""#)).fetch_one(pool).await?;
-    let changed = sqlx::query(REVOKE_KEY).bind(id).execute(pool).await?.rows_affected();
+    let changed =
+        sqlx::query(REVOKE_KEY).bind(id).bind(owner.map(OwnerId::as_str)).execute(pool).await?.rows_affected();
     if changed == 0 {
         return Ok(false);
     }

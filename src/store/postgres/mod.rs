@@ -381,8 +381,8 @@ impl_driver!(PostgresStore, {
         pooling::check_session_pooling(&self.pool.connect_options()).await
     }
 
-    async fn revoke_key_and_wait(&self, id: Uuid) -> Result<bool> {
-        keys::revoke_and_wait(&self.pool, id).await
+    async fn revoke_key_and_wait(&self, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {
+        keys::revoke_and_wait(&self.pool, id, owner).await
     }
 
     async fn notify_key_forgotten(&self, id: Uuid) -> Result<()> {

@@ -59,8 +59,11 @@ pub(super) const LIST_TRIES: &str = r#"select t.delivery_id, t.number, t.at, t.s
     where d.owner_id = $1 and d.endpoint_id = $2 order by t.delivery_id, t.number"#;
 
 /// A new endpoint. Binds: owner, id, url, description, secret.
-pub(super) const INSERT_ENDPOINT: &str = r#"insert into webhook_endpoints (owner_id, id, url, description, secret)
-    select $1, $2, $3, $4, $5 where (select count(*) from webhook_endpoints where owner_id = $1) < $6"#;
+pub(super) const INSERT_ENDPOINT: &str =
+    r#"insert into webhook_endpoints (owner_id, id, url, description, secret) values ($1, $2, $3, $4, $5)"#;
+
+/// How many endpoints an owner has. Binds: owner.
+pub(super) const COUNT_ENDPOINTS: &str = r#"select count(*) from webhook_endpoints where owner_id = $1"#;
 
 /// The owner's registrations take turns until commit, so that its limit
 /// of endpoints holds. Binds: owner.
@@ -103,19 +106,20 @@ pub(super) const DISABLE_ENDPOINT: &str = r#"update webhook_endpoints set disabl
 pub(super) async fn insert_endpoint(pool: &PgPool, new: &NewEndpoint, max_per_owner: u32) -> Result<Option<Endpoint>> {
     check_events(&new.events)?;
     let mut tx = pool.begin().await?;
+    // Under the owner's lock, the count holds until commit.
     sqlx::query(LOCK_OWNER_ENDPOINTS).bind(new.owner.as_str()).execute(&mut *tx).await?;
-    let inserted = sqlx::query(INSERT_ENDPOINT)
+    let held: i64 = sqlx::query_scalar(COUNT_ENDPOINTS).bind(new.owner.as_str()).fetch_one(&mut *tx).await?;
+    if held >= i64::from(max_per_owner) {
+        return Ok(None);
+    }
+    sqlx::query(INSERT_ENDPOINT)
         .bind(new.owner.as_str())
         .bind(new.id)
         .bind(&new.url)
         .bind(&new.description)
         .bind(&new.secret)
-        .bind(i64::from(max_per_owner))
         .execute(&mut *tx)
         .await?;
-    if inserted.rows_affected() == 0 {
-        return Ok(None);
-    }
     for event in &new.events {
         sqlx::query(INSERT_SUBSCRIPTION)
             .bind(new.owner.as_str())

@@ -234,10 +234,13 @@ impl_driver!(SqliteStore, {
         Ok(())
     }
 
-    async fn revoke_key_and_wait(&self, id: Uuid) -> Result<bool> {
-        let changed = sqlx::query(r#"update api_keys set revoked_at = ? where id = ? and revoked_at is null"#)
-            .bind(now())
-            .bind(id)
+    async fn revoke_key_and_wait(&self, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {
+        let changed = sqlx::query(
+            r#"update api_keys set revoked_at = ?1 where id = ?2 and revoked_at is null and (?3 is null or owner_id = ?3)"#,
+        )
+        .bind(now())
+        .bind(id)
+        .bind(owner.map(OwnerId::as_str))
             .execute(&self.pool)
             .await?
             .rows_affected();

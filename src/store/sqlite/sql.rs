@@ -122,13 +122,14 @@ pub(super) const QUALIFICATION_STATE: &str = r#"select contract_hash = ?3 as cur
     order by contract_hash = ?3 desc, created_at desc
     limit 1"#;
 
-/// A live key by its token's hash. Binds: hash.
-pub(super) const FIND_API_KEY: &str =
-    r#"select owner_id, id, role, token_hash from api_keys where token_hash = ?1 and revoked_at is null"#;
+/// A live key by its token's hash (an operator is stored as an admin
+/// marked `operator`). Binds: hash.
+pub(super) const FIND_API_KEY: &str = r#"select owner_id, id, case when operator = 1 then 'operator' else role end as role, token_hash 
+    from api_keys where token_hash = ?1 and revoked_at is null"#;
 
 /// A new key. Binds: owner, id, role, hash, time.
-pub(super) const INSERT_API_KEY: &str =
-    r#"insert into api_keys (owner_id, id, role, token_hash, created_at) values (?1, ?2, ?3, ?4, ?5)"#;
+pub(super) const INSERT_API_KEY: &str = r#"insert into api_keys (owner_id, id, role, operator, token_hash, created_at)
+    values (?1, ?2, case when ?3 = 'operator' then 'admin' else ?3 end, ?3 = 'operator', ?4, ?5)"#;
 
 /// Sets a live key's own `max_in_flight` for its owner (null: none).
 /// Binds: key id, limit.
@@ -136,9 +137,9 @@ pub(super) const SET_KEY_MAX_IN_FLIGHT: &str =
     r#"update api_keys set max_in_flight = ?2 where id = ?1 and revoked_at is null"#;
 
 /// Every key, or one owner's. Binds: owner or null.
-pub(super) const LIST_API_KEYS: &str = r#"select owner_id, id, created_at, revoked_at, role, max_in_flight from api_keys
-    where ?1 is null or owner_id = ?1
-    order by created_at, id"#;
+pub(super) const LIST_API_KEYS: &str = r#"select owner_id, id, created_at, revoked_at, case when operator = 1 then 'operator' else role end as role, max_in_flight from api_keys
+           where ?1 is null or owner_id = ?1
+           order by created_at, id"#;
 
 /// A job's audit log, oldest first. Binds: owner, job.
 pub(super) const LIST_EVENTS: &str =
