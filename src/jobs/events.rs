@@ -24,7 +24,10 @@ use crate::domain::{AttemptState, EventKind, Job, JobEvent, JobId, JobState, Tas
 /// One event of a job's log as a follower shows it.
 #[derive(Clone, Debug)]
 pub struct ShownEvent {
-    /// The event's id, increasing in the job's log: the cursor to resume after.
+    /// The event's place in its job's log (1 for the first): the cursor to
+    /// resume after. Numbered per job, so that it says nothing of other
+    /// owners' activity, and stable, since a job's events are appended under
+    /// its row's lock and never removed but with the job.
     pub id: i64,
     /// What happened.
     pub kind: EventKind,
@@ -78,9 +81,9 @@ impl Jobs {
             // every attempt the log names.
             let mut job = None;
             let mut state = None;
-            for event in events {
+            for (place_in_log, event) in (1..).zip(events) {
                 state = event.kind.job_state_after(&event.detail, state);
-                if event.id > cursor {
+                if place_in_log > cursor {
                     let read = match &job {
                         Some(read) => Arc::clone(read),
                         None => match self.get_job(&owner, id).await {
@@ -91,8 +94,8 @@ impl Jobs {
                             }
                         },
                     };
-                    cursor = event.id;
-                    let shown = show(&read, event, state);
+                    cursor = place_in_log;
+                    let shown = show(&read, place_in_log, event, state);
                     if sender.send(shown).await.is_err() {
                         return;
                     }
@@ -124,8 +127,8 @@ impl Jobs {
     }
 }
 
-/// `event` of `job`'s log, after which the job was in `state`.
-fn show(job: &Job, event: JobEvent, state: Option<JobState>) -> ShownEvent {
+/// `event`, the `place`th of `job`'s log, after which the job was in `state`.
+fn show(job: &Job, place: i64, event: JobEvent, state: Option<JobState>) -> ShownEvent {
     let attempt = event.attempt_number.map(|number| {
         let known = job.attempts.iter().find(|attempt| attempt.number == number);
         json!({
@@ -135,7 +138,7 @@ fn show(job: &Job, event: JobEvent, state: Option<JobState>) -> ShownEvent {
         })
     });
     let data = json!({
-        "id": event.id,
+        "id": place,
         "job_id": job.id,
         "kind": event.kind,
         "at": event.at,
@@ -143,5 +146,5 @@ fn show(job: &Job, event: JobEvent, state: Option<JobState>) -> ShownEvent {
         "attempt": attempt,
         "detail": event.detail,
     });
-    ShownEvent { id: event.id, kind: event.kind, data }
+    ShownEvent { id: place, kind: event.kind, data }
 }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::session::{self, Session};
 use super::{PageError, PageSession, fragment, page, safe_next, ser, timeline};
-use crate::domain::{EventKind, Job, JobEvent, JobId, JobState, KeyRole};
+use crate::domain::{EventKind, Job, JobEvent, JobId, JobState};
 use crate::http::bodies::parse_resolution;
 use crate::http::error::{ApiError, Problem};
 use crate::http::extract::parse_json_text;
@@ -183,7 +183,7 @@ fn query_string(pairs: &[(&str, &str)]) -> String {
 /// owner's for an admin.
 async fn visible_job(app: &AppState, session: &Session, id: &str) -> Result<Option<Job>, PageError> {
     let Some(id) = JobId::parse(id) else { return Ok(None) };
-    let admin = session.identity.role == KeyRole::Admin;
+    let admin = session.identity.role.spans_owners();
     Ok(app.jobs.find_job(&session.identity.owner, id, admin).await?)
 }
 
@@ -208,7 +208,7 @@ pub(crate) async fn jobs(
         before: JobId::parse(&query.cursor),
         limit: PAGE_SIZE,
     };
-    let admin = session.identity.role == KeyRole::Admin;
+    let admin = session.identity.role.spans_owners();
     let scope = if admin { None } else { Some(&session.identity.owner) };
     let key = Some(search).filter(|s| !s.is_empty() && JobId::parse(s).is_none());
     let found = app.jobs.browse_jobs(scope, key, &filter).await?;
@@ -334,7 +334,8 @@ fn timeline_context(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> minij
         events => ser(&event_rows),
         open => if open { "true" } else { "false" },
         attempt_states => attempt_states.join(" "),
-        last_event => events.last().map_or(0, |e| e.id),
+        // The stream's cursor: events are numbered by their place in the log.
+        last_event => events.len(),
         cost => job.cost.as_ref().map(ser),
     }
 }
@@ -359,7 +360,7 @@ pub(crate) async fn job(
         created => when(job.created_at),
         input => serde_json::to_string_pretty(&job.input).unwrap_or_default(),
         timeline => minijinja::Value::from_safe_string(timeline),
-        admin => session.identity.role == KeyRole::Admin,
+        admin => session.identity.role.spans_owners(),
         // The job's event stream is its owner's: an admin's page of another
         // owner's job refreshes by polling.
         event_kinds => (job.owner == session.identity.owner).then(event_kinds),
@@ -426,7 +427,7 @@ async fn unknown_page(
     resolved: &str,
     error: Option<String>,
 ) -> Result<Response, PageError> {
-    let admin = session.identity.role == KeyRole::Admin;
+    let admin = session.identity.role.spans_owners();
     let scope = if admin { None } else { Some(&session.identity.owner) };
     let now = Utc::now();
     let rows: Vec<UnknownRow> = app
@@ -546,7 +547,7 @@ pub(crate) async fn providers(
     State(app): State<AppState>,
     PageSession(session): PageSession,
 ) -> Result<Response, PageError> {
-    if session.identity.role != KeyRole::Admin {
+    if !session.identity.role.spans_owners() {
         return Err(PageError::Forbidden);
     }
     let report = crate::http::providers::providers_report(&app).await?;

@@ -72,6 +72,9 @@ async fn created(app: &TestApp, key: &str, provider: &str) -> Value {
 
 async fn a_stream_sends_the_log_so_far_then_live_events_and_ends_after_the_terminal_one(backend: Backend) {
     let app = TestApp::spawn_live(backend, |_| {}).await;
+    // Bob's activity first: it shows nowhere in alice's stream, not even as
+    // gaps in its ids.
+    created_by(&app, &app.bob).await;
     let job = created(&app, "k", "sim-slow").await;
     let id = job["id"].as_str().unwrap();
     let received = read_to_end(open(&app, &app.alice, id, "", None).await).await;
@@ -81,14 +84,17 @@ async fn a_stream_sends_the_log_so_far_then_live_events_and_ends_after_the_termi
     assert!(received[2].arrived - received[0].arrived >= chrono::Duration::milliseconds(1_000));
     let states: Vec<&str> = received.iter().map(|event| event.data["job_state"].as_str().unwrap()).collect();
     assert_eq!(states, ["queued", "running", "succeeded"]);
-    // One row of the log each, under its own id, with the attempt it concerns.
+    // One row of the log each, numbered by its place in the job's log, with
+    // the attempt it concerns.
     let owner = onejob::domain::OwnerId::parse("alice").unwrap();
     let log = app.store().list_events(&owner, onejob::domain::JobId::parse(id).unwrap()).await.unwrap();
-    let logged: Vec<String> = log.iter().map(|event| event.id.to_string()).collect();
-    let streamed: Vec<String> = received.iter().map(|event| event.id.clone()).collect();
-    assert_eq!(streamed, logged);
-    for (event, row) in received.iter().zip(&log) {
-        assert_eq!(event.data["id"], row.id);
+    assert_eq!(received.len(), log.len());
+    assert!(log[0].id > 1, "the database's own ids count bob's events too");
+    let streamed: Vec<&str> = received.iter().map(|event| event.id.as_str()).collect();
+    assert_eq!(streamed, ["1", "2", "3"]);
+    for (place, (event, row)) in (1..).zip(received.iter().zip(&log)) {
+        assert_eq!(event.data["id"], place);
+        assert_eq!(event.kind, row.kind.as_str());
         assert_eq!(event.data["kind"], event.kind);
         assert_eq!(event.data["job_id"], id);
         assert_eq!(event.data["detail"], row.detail);

@@ -1611,7 +1611,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description a stream of the job's events (`text/event-stream`): each with `id:` its event id, `event:` its kind and `data:` its JSON (id, job_id, kind, at, job_state after it, the attempt it concerns with its number, id and provider, and detail); every event after the cursor, then live ones; it ends once the job can change no more (succeeded, canceled, or failed with its attempts used up, and no attempt open), when the job is erased, when the server stops and when the key is revoked; a comment every 15 s */
+            /** @description a stream of the job's events (`text/event-stream`): each with `id:` its place in the job's log (1 for the first), `event:` its kind and `data:` its JSON (id, job_id, kind, at, job_state after it, the attempt it concerns with its number, id and provider, and detail); every event after the cursor, then live ones; it ends once the job can change no more (succeeded, canceled, or failed with its attempts used up, and no attempt open), when the job is erased, when the server stops and when the key is revoked; a comment every 15 s */
             200: {
                 headers: {
                     [name: string]: unknown;
