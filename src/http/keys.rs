@@ -38,13 +38,14 @@ pub(crate) async fn revoke_key(
     let scope = (!admin.role.spans_owners()).then_some(&admin.owner);
     let revoked = app.keys.revoke(id, scope).await?;
     // Forgotten here whether or not it was live: the cache never outlives the
-    // store; and what it holds open here ends (every other replica hears of
-    // it through the key-change follower).
+    // store.
     app.auth.forget_key(id);
-    app.jobs.end_long_polls_of(id);
     if !revoked {
         return Err(Problem::not_found().detail("no live API key has this id").into());
     }
+    // What it holds open here ends (every other replica hears of it through
+    // the key-change follower); a refused revocation ends nothing.
+    app.jobs.end_long_polls_of(id);
     tracing::info!(key = %id, by = %admin.key, owner = %admin.owner, "API key revoked");
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -284,6 +284,15 @@ async fn a_revoked_keys_streams_and_long_polls_end_on_every_server_and_give_thei
     let refused = open(&first, &first.alice, &id, "", None).await;
     expect_problem(refused, StatusCode::TOO_MANY_REQUESTS, "too-many-long-polls").await;
 
+    // Another owner's admin cannot revoke it, and its refusal ends nothing.
+    let bob = onejob::domain::OwnerId::parse("bob").unwrap();
+    let bobs_admin =
+        onejob::keys::create_key_with_role(first.store(), &bob, onejob::domain::KeyRole::Admin).await.unwrap().1;
+    let refused = first.client.post(first.url(&format!("/keys/{key}/revoke"))).bearer_auth(&bobs_admin).send().await;
+    expect_problem(refused.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
+    let still = tokio::time::timeout(Duration::from_millis(300), streams[0].next()).await;
+    assert!(still.is_err(), "a refused revocation ended a stream");
+
     let revoked =
         first.client.post(first.url(&format!("/keys/{key}/revoke"))).bearer_auth(&first.operator).send().await;
     assert_eq!(revoked.unwrap().status(), StatusCode::NO_CONTENT);
