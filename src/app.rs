@@ -261,6 +261,7 @@ impl Application {
             providers,
             metrics,
             limiter,
+            auth_failures: Arc::new(crate::keys::AuthFailures::new(settings.server.auth_failures_per_minute)),
             worker_heartbeat,
             worker_heartbeat_limit,
             auth,

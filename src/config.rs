@@ -191,6 +191,14 @@ pub struct ServerSettings {
     /// How often an event stream rereads its job's log for events
     /// committed by other processes (its own process's wake it at once).
     pub event_stream_interval_ms: u64,
+    /// Requests with an unknown or revoked API key one address may make to
+    /// this process in a minute (0: no limit); past it, its requests that
+    /// would look a key up are answered 429 at once, before any look-up.
+    pub auth_failures_per_minute: u32,
+    /// The load balancers in front of this process: for a connection from
+    /// one of these, the client's address is the last of its
+    /// `X-Forwarded-For`. Empty: the connection's own address, always.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 impl Default for ServerSettings {
@@ -206,6 +214,8 @@ impl Default for ServerSettings {
             max_concurrent_requests: 1024,
             max_long_polls_per_owner: 256,
             event_stream_interval_ms: 500,
+            auth_failures_per_minute: 60,
+            trusted_proxies: Vec::new(),
         }
     }
 }

@@ -46,6 +46,9 @@ pub struct AppState {
     /// The per-owner rate limit of this process (each replica keeps its
     /// own), if any.
     pub limiter: Option<Arc<governor::DefaultKeyedRateLimiter<OwnerId>>>,
+    /// Requests with unknown keys per client address, to refuse an address
+    /// past `server.auth_failures_per_minute` before any look-up.
+    pub auth_failures: Arc<crate::keys::AuthFailures>,
     /// The worker's heartbeat (Unix seconds), when this process runs one.
     pub worker_heartbeat: Option<Arc<std::sync::atomic::AtomicI64>>,
     /// How stale that heartbeat may be before `/readyz` fails.

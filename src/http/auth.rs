@@ -1,17 +1,35 @@
 //! Bearer authentication as extractors. The owner of every request comes
 //! from its API key and from nowhere else (I7): the bearer token's, or, on
 //! the dashboard's script routes, the key its checked session acts as
-//! ([`SessionOwner`]); so does its role (`client` or `admin`). The keys are
-//! checked by [`crate::keys::Authenticator`].
+//! ([`SessionOwner`]); so does its role (`client`, `admin` or `operator`).
+//! The keys are checked by [`crate::keys::Authenticator`]; an address that
+//! sends too many unknown keys is refused before it costs a look-up
+//! ([`crate::keys::AuthFailures`]).
+
+use std::net::IpAddr;
 
 use axum::extract::FromRequestParts;
 use axum::http::header;
 use axum::http::request::Parts;
 
 use super::error::{ApiError, Problem, ProblemType};
+use super::serve::Peer;
 use crate::domain::OwnerId;
+use crate::keys::AuthError;
 pub use crate::keys::Identity;
 use crate::state::AppState;
+
+/// The client's address: the connection's, or for a connection from a
+/// trusted proxy the last address of its `X-Forwarded-For`.
+fn client_address(parts: &Parts, state: &AppState) -> Option<IpAddr> {
+    let peer = parts.extensions.get::<Peer>()?.0.ip();
+    if !state.settings.trusted_proxies.contains(&peer) {
+        return Some(peer);
+    }
+    let forwarded = parts.headers.get_all("x-forwarded-for").iter().filter_map(|value| value.to_str().ok());
+    let last = forwarded.flat_map(|value| value.split(',')).filter_map(|entry| entry.trim().parse().ok()).next_back();
+    Some(last.unwrap_or(peer))
+}
 
 /// Authenticates a request and applies the owner's rate limit of this
 /// process (each replica has its own).
@@ -29,7 +47,30 @@ async fn authenticate_request(parts: &Parts, state: &AppState) -> Result<Identit
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim())
         .ok_or_else(|| Problem::unauthorized("the Authorization header must be 'Bearer <API key>'"))?;
-    let identity = state.auth.authenticate(token).await?;
+    let identity = match state.auth.cached_identity(token) {
+        Some(identity) => identity,
+        None => {
+            let address = client_address(parts, state);
+            if let Some(wait) = address.and_then(|address| state.auth_failures.wait(address)) {
+                crate::process::metrics::rate_limited();
+                return Err(Problem::new(ProblemType::RateLimited)
+                    .detail("too many requests with an unknown API key from this address; retry after the time given")
+                    .retry_after(wait.as_secs_f64().ceil().max(1.0) as u64)
+                    .into());
+            }
+            match state.auth.authenticate(token).await {
+                Ok(identity) => identity,
+                Err(error) => {
+                    if !matches!(error, AuthError::Store(_))
+                        && let Some(address) = address
+                    {
+                        state.auth_failures.record(address);
+                    }
+                    return Err(error.into());
+                }
+            }
+        }
+    };
     check_rate(state, &identity)?;
     Ok(identity)
 }

@@ -11,6 +11,11 @@ use std::time::Duration;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use tower::ServiceExt;
+
+/// The address of the connection a request came on, in its extensions.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -27,14 +32,19 @@ pub async fn serve(
     let (finished, connections) = watch::channel(());
     let mut shutdown = pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = axum::serve::Listener::accept(&mut listener) => accepted,
             () = &mut shutdown => break,
         };
         // Answers go out as soon as they are written, not held back by
         // Nagle's algorithm waiting for the client's acknowledgement.
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
+        let service = TowerToHyperService::new(router.clone().map_request(
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(Peer(peer));
+                request
+            },
+        ));
         let (mut stopping, connection) = (stopping.clone(), connections.clone());
         tokio::spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();

@@ -3,9 +3,11 @@
 //! presented token is [`Authenticator`]'s.
 
 mod authenticator;
+mod failures;
 pub mod sessions;
 
 pub use authenticator::{AuthError, Authenticator, Identity};
+pub use failures::AuthFailures;
 
 use sha2::{Digest, Sha256};
 use uuid::Uuid;

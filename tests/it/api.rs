@@ -516,7 +516,51 @@ async fn creating_a_job_with_a_new_key_is_one_statement_without_notify() {
     assert!(!rows.iter().any(|(query, _)| query.to_lowercase().contains("notify")), "{rows:#?}");
 }
 
+/// An address that sends unknown keys is refused, past its limit, before
+/// any look-up: with 429 and the wait, whatever key it sends next, except a
+/// key the server checked lately. Behind a trusted proxy, the client's
+/// address is the last of `X-Forwarded-For`.
+async fn unknown_keys_from_one_address_are_refused_past_its_limit_before_a_look_up(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.server.auth_failures_per_minute = 3;
+        s.server.trusted_proxies = vec!["127.0.0.1".parse().unwrap()];
+    })
+    .await;
+    // Alice's key, checked once: the server knows it for a while.
+    assert_eq!(app.get(&app.alice, "/jobs").await.status(), StatusCode::OK);
+    let fake = format!("oj_{}", "0".repeat(64));
+    let from = |address: &'static str, token: &str| {
+        app.client.get(app.url("/jobs")).bearer_auth(token).header("x-forwarded-for", format!("203.0.113.9, {address}"))
+    };
+    for _ in 0..3 {
+        expect_problem(from("198.51.100.7", &fake).send().await.unwrap(), StatusCode::UNAUTHORIZED, "unauthorized")
+            .await;
+    }
+    let refused = from("198.51.100.7", &fake).send().await.unwrap();
+    let retry_after: u64 = refused.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    expect_problem(refused, StatusCode::TOO_MANY_REQUESTS, "rate-limited").await;
+    // A key never checked would need a look-up: refused too. A key checked
+    // lately needs none.
+    let (_, unchecked) = onejob::keys::create_key(app.store(), &OwnerId::parse("carol").unwrap()).await.unwrap();
+    expect_problem(
+        from("198.51.100.7", &unchecked).send().await.unwrap(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate-limited",
+    )
+    .await;
+    // (SQLite servers keep no checked keys: there, every key needs a look-up.)
+    let lately = match backend {
+        Backend::Postgres => StatusCode::OK,
+        Backend::Sqlite => StatusCode::TOO_MANY_REQUESTS,
+    };
+    assert_eq!(from("198.51.100.7", &app.alice).send().await.unwrap().status(), lately);
+    // Another client behind the same proxy is its own.
+    assert_eq!(from("198.51.100.8", &unchecked).send().await.unwrap().status(), StatusCode::OK);
+}
+
 on_both_backends!(
+    unknown_keys_from_one_address_are_refused_past_its_limit_before_a_look_up,
     fifty_concurrent_posts_with_one_key_make_one_job,
     same_key_with_different_input_is_a_conflict_and_changes_nothing,
     same_input_with_keys_reordered_and_other_whitespace_is_a_replay,
