@@ -47,7 +47,9 @@ async fn authenticate_request(parts: &Parts, state: &AppState) -> Result<Identit
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim())
         .ok_or_else(|| Problem::unauthorized("the Authorization header must be 'Bearer <API key>'"))?;
-    let identity = match state.auth.cached_identity(token) {
+    // Hashed once, for the cache and for the look-up.
+    let hash = crate::keys::looks_like_token(token).then(|| crate::keys::hash_token(token));
+    let identity = match hash.as_ref().and_then(|hash| state.auth.cached_identity(hash)) {
         Some(identity) => identity,
         None => {
             let address = client_address(parts, state);
@@ -58,7 +60,11 @@ async fn authenticate_request(parts: &Parts, state: &AppState) -> Result<Identit
                     .retry_after(wait.as_secs_f64().ceil().max(1.0) as u64)
                     .into());
             }
-            match state.auth.authenticate(token).await {
+            let found = match &hash {
+                Some(hash) => state.auth.authenticate_hash(hash).await,
+                None => Err(AuthError::NotAKey),
+            };
+            match found {
                 Ok(identity) => identity,
                 Err(error) => {
                     if !matches!(error, AuthError::Store(_))

@@ -108,10 +108,10 @@ impl Authenticator {
         self.authenticate_hash(&super::hash_token(token)).await
     }
 
-    /// The identity `token` authenticates as, when this process checked it
-    /// lately (no look-up).
-    pub fn cached_identity(&self, token: &str) -> Option<Identity> {
-        super::looks_like_token(token).then(|| self.cached(&TokenHash(super::hash_token(token))).ok()).flatten()
+    /// The identity the token with this SHA-256 authenticates as, when this
+    /// process checked it lately (no look-up).
+    pub fn cached_identity(&self, token_hash: &[u8; 32]) -> Option<Identity> {
+        self.cached(&TokenHash(*token_hash)).ok()
     }
 
     /// The identity the token with this SHA-256 authenticates as:
