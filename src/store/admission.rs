@@ -4,6 +4,7 @@
 //! an attempt's number and key.
 
 use super::driver::{LockedJob, Tx, update_job_state};
+use super::events::NewEvent;
 use super::usage::stored_budget;
 use super::{Admission, AttemptRef, NewAttempt, Result, Scheduled, TaskRules, corrupt};
 use crate::domain::admission::{check_provider, contract_to_check};
@@ -53,7 +54,7 @@ pub(super) async fn schedule_next_attempt(
                 tracing::info!(owner = %owner, job.id = %job_id, provider = %candidate.provider, %reason,
                                "failover skipped a provider that is not qualified or over the budget");
                 let detail = json!({ "provider": candidate.provider, "reason": reason, "after": failed.number });
-                tx.append_event(owner, job_id, EventKind::FailoverSkipped, None, detail).await?;
+                tx.append_event(NewEvent::of_job(owner, job_id, EventKind::FailoverSkipped, detail)).await?;
             }
         }
     }
@@ -61,7 +62,7 @@ pub(super) async fn schedule_next_attempt(
     let facts = AdmissionFacts { provider: &next.provider, qualification: qualification.as_ref(), ..base };
     if let Err(refused) = check_admission(&facts, rules) {
         let detail = json!({ "problem": refused.refusal.problem_type(), "provider": next.provider, "origin": AttemptOrigin::Policy.as_str() });
-        tx.append_event(owner, job_id, EventKind::AdmissionRefused, None, detail).await?;
+        tx.append_event(NewEvent::of_job(owner, job_id, EventKind::AdmissionRefused, detail)).await?;
         return Ok(None);
     }
     let number = next_number(&attempts)?;
@@ -80,7 +81,7 @@ pub(super) async fn schedule_next_attempt(
     let detail = json!({ "attempt_id": new.id, "provider": next.provider, "origin": AttemptOrigin::Policy.as_str(),
                          "after": failed.number, "delay_ms": next.delay.as_millis() as u64,
                          "job_state": job_state.as_str() });
-    tx.append_event(owner, job_id, EventKind::AttemptAdmitted, Some(number), detail).await?;
+    tx.append_event(NewEvent::of_attempt(&key, EventKind::AttemptAdmitted, detail)).await?;
     Ok(Some(Scheduled { number, provider: next.provider, delay: next.delay }))
 }
 

@@ -15,6 +15,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::events::NewEvent;
 use super::purge::{PurgeRule, RollupKey, RollupTotals};
 use super::usage::{AttemptUsage, UsageRow};
 use super::webhooks::Outgoing;
@@ -22,8 +23,8 @@ use uuid::Uuid;
 
 use super::*;
 use crate::domain::{
-    Attempt, AttemptError, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobEvent, JobId, JobState,
-    JobSummary, KeyRole, OwnerId, TraceContext,
+    Attempt, AttemptError, AttemptId, AttemptState, IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary,
+    OwnerId, TraceContext,
 };
 
 /// A write transaction of one backend. Postgres holds the job's row lock
@@ -48,11 +49,7 @@ pub trait DriverTx: Send {
     /// settlement); `None` for an attempt that does not exist. With
     /// `skip_locked`, a job another transaction holds locked is not waited
     /// for: `None` too (a batch that never waits cannot deadlock).
-    async fn lock_attempt_job(
-        &mut self,
-        attempt: &AttemptRef,
-        skip_locked: bool,
-    ) -> Result<Option<(LockedJob, Option<AttemptHolder>)>>;
+    async fn lock_attempt_job(&mut self, attempt: &AttemptRef, skip_locked: bool) -> Result<Option<LockedAttempt>>;
 
     /// The attempt used and cost nothing: its usage becomes zero (as
     /// counted, not estimated), and its cost zero if it had one. For an
@@ -72,14 +69,7 @@ pub trait DriverTx: Send {
     async fn insert_attempt(&mut self, attempt: &AttemptRef, new: &NewAttempt, provider: &str) -> Result<Attempt>;
 
     /// Appends a row to the job's audit log.
-    async fn append_event(
-        &mut self,
-        owner: &OwnerId,
-        job_id: JobId,
-        kind: EventKind,
-        attempt_number: Option<i32>,
-        detail: Value,
-    ) -> Result<()>;
+    async fn append_event(&mut self, event: NewEvent<'_>) -> Result<()>;
 
     /// Writes a delivery of `message` to each of its owner's live endpoints
     /// subscribed to its type: the outbox, in the transition's transaction.
@@ -93,18 +83,11 @@ pub trait DriverTx: Send {
         hash: &[u8; 32],
     ) -> Result<QualificationState>;
 
-    /// Moves the attempt from one of `from` to `to` (`failed` or
-    /// `unknown`) with `error`; an unknown one becomes due for
-    /// reconciliation; `usage`, when given, is recorded on it. The number
-    /// of rows changed: 0 when the guard failed.
-    async fn set_attempt_outcome(
-        &mut self,
-        attempt: &AttemptRef,
-        to: AttemptState,
-        from: &[AttemptState],
-        error: &AttemptError,
-        usage: Option<&AttemptUsage>,
-    ) -> Result<u64>;
+    /// Moves the attempt from one of `outcome.from` to `outcome.to` with its
+    /// error; an unknown one becomes due for reconciliation; its usage,
+    /// when given, is recorded on it. The number of rows changed: 0 when
+    /// the guard failed.
+    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, outcome: &Outcome<'_>) -> Result<u64>;
 
     /// Settles the attempt with an output through the job's compare-and-swap
     /// (only a job that has not finished takes a winner), cancels the
@@ -179,7 +162,7 @@ pub trait DriverTx: Send {
     /// Moves a running attempt back to `pending`, due in `delay`, with no
     /// worker or lease, unless it was `max` times already (`None`: not
     /// counted): the number of rows changed.
-    async fn update_attempt_requeued(
+    async fn set_attempt_requeued(
         &mut self,
         attempt: &AttemptRef,
         delay: std::time::Duration,
@@ -221,7 +204,7 @@ pub trait Driver: Send + Sync + 'static {
     }
 
     /// Stores a new API key's hash.
-    async fn insert_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()>;
+    async fn insert_key(&self, key: &NewKey<'_>) -> Result<()>;
 
     /// Sets a live key's own limit of its owner's attempts running at once
     /// (`None`: the default): whether a live key has that id.
@@ -298,14 +281,7 @@ pub trait Driver: Send + Sync + 'static {
     async fn count_stale_unknown(&self, before: DateTime<Utc>) -> Result<u64>;
 
     /// Stores a qualification run.
-    async fn insert_qualification_run(
-        &self,
-        provider: &str,
-        task: &str,
-        contract_hash: &[u8; 32],
-        passed: bool,
-        report: &Value,
-    ) -> Result<QualificationRecord>;
+    async fn insert_qualification_run(&self, run: &NewQualificationRun<'_>) -> Result<QualificationRecord>;
 
     /// Where `provider` stands for `task`'s contract with this hash.
     async fn select_qualification_state(
@@ -388,13 +364,7 @@ pub trait Driver: Send + Sync + 'static {
     /// already or has a key: `bootstrap`'s one row, inserted in the key's
     /// transaction, decides, so that of replicas starting together on an
     /// empty database exactly one makes it. `true` when this call made it.
-    async fn insert_bootstrap_key(
-        &self,
-        id: Uuid,
-        owner: &OwnerId,
-        role: KeyRole,
-        token_hash: &[u8; 32],
-    ) -> Result<bool>;
+    async fn insert_bootstrap_key(&self, key: &NewKey<'_>) -> Result<bool>;
 
     /// Stores an endpoint and its subscriptions, unless its owner has
     /// `max_per_owner` endpoints already (`None`).
@@ -455,6 +425,10 @@ pub struct AttemptHolder {
     pub lease_live: bool,
 }
 
+/// A job locked for a transition of one of its attempts, and who holds
+/// that attempt (`None` without the attempt).
+pub type LockedAttempt = (LockedJob, Option<AttemptHolder>);
+
 /// A row of [`DriverTx::lock_attempt_job`]: the job, and its attempt's
 /// holder (all null without the attempt).
 #[derive(sqlx::FromRow)]
@@ -466,7 +440,7 @@ pub(super) struct LockedAttemptRow {
     lease_live: Option<bool>,
 }
 
-impl From<LockedAttemptRow> for (LockedJob, Option<AttemptHolder>) {
+impl From<LockedAttemptRow> for LockedAttempt {
     fn from(row: LockedAttemptRow) -> Self {
         let holder = row.attempt_state.map(|state| AttemptHolder {
             state,
@@ -500,6 +474,19 @@ pub struct OutputSettlement<'a> {
     pub won: Value,
     /// The detail of the `race-lost` event, should it lose.
     pub lost: Value,
+}
+
+/// How an attempt ends without an output.
+#[derive(Debug)]
+pub struct Outcome<'a> {
+    /// The state it ends in: `failed` or `unknown`.
+    pub to: AttemptState,
+    /// The states it may end from.
+    pub from: &'a [AttemptState],
+    /// Why.
+    pub error: &'a AttemptError,
+    /// What it used, when known.
+    pub usage: Option<&'a AttemptUsage>,
 }
 
 /// What [`DriverTx::settle_by_compare_and_swap`] did.

@@ -25,6 +25,19 @@ pub struct ApiKey {
     pub max_in_flight: Option<u32>,
 }
 
+/// An API key to store: never the token, only its hash.
+#[derive(Clone, Copy, Debug)]
+pub struct NewKey<'a> {
+    /// The key's id.
+    pub id: Uuid,
+    /// The owner it authenticates as.
+    pub owner: &'a OwnerId,
+    /// What it may do.
+    pub role: KeyRole,
+    /// The token's hash.
+    pub token_hash: &'a [u8; 32],
+}
+
 /// A live key found by its token's hash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LiveKey {
@@ -55,7 +68,7 @@ pub enum KeyChange {
 impl Store {
     /// Stores a new API key's hash.
     pub async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
-        self.driver().insert_key(id, owner, role, token_hash).await
+        self.driver().insert_key(&NewKey { id, owner, role, token_hash }).await
     }
 
     /// Sets a live key's own limit of its owner's attempts running at once

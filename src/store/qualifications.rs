@@ -9,6 +9,21 @@ pub use crate::domain::QualificationState;
 
 use super::{Result, Store};
 
+/// A qualification run to store.
+#[derive(Debug)]
+pub struct NewQualificationRun<'a> {
+    /// The provider qualified.
+    pub provider: &'a str,
+    /// Against this task's contract.
+    pub task: &'a str,
+    /// The contract hash it ran against.
+    pub contract_hash: &'a [u8; 32],
+    /// Whether every example passed.
+    pub passed: bool,
+    /// The report, per example.
+    pub report: &'a Value,
+}
+
 /// A stored qualification run.
 #[derive(Clone, Debug)]
 pub struct QualificationRecord {
@@ -38,7 +53,9 @@ impl Store {
         passed: bool,
         report: &Value,
     ) -> Result<QualificationRecord> {
-        self.driver().insert_qualification_run(provider, task, contract_hash, passed, report).await
+        self.driver()
+            .insert_qualification_run(&NewQualificationRun { provider, task, contract_hash, passed, report })
+            .await
     }
 
     /// Where `provider` stands for `task`'s contract with this hash.

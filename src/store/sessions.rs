@@ -128,6 +128,6 @@ impl Store {
         role: KeyRole,
         token_hash: &[u8; 32],
     ) -> Result<bool> {
-        self.driver().insert_bootstrap_key(id, owner, role, token_hash).await
+        self.driver().insert_bootstrap_key(&super::NewKey { id, owner, role, token_hash }).await
     }
 }

@@ -4,11 +4,26 @@
 //! What differs between the databases (the hot path's connections, whose
 //! clock stamps a row, claims, group commit) stays in the backend.
 
+use std::sync::LazyLock;
+
+use crate::store::rows::names::PENDING;
+
 /// The latest migration applied (the same SQL on both databases).
 pub(crate) const MIGRATED_VERSION: &str = r#"select max(version) from _sqlx_migrations where success"#;
 
 /// Whether any key was ever made (the same SQL on both databases).
 pub(crate) const ANY_API_KEY: &str = r#"select exists (select 1 from api_keys)"#;
+
+/// Pending attempts per owner and per provider, for the gauges (the same
+/// SQL on both databases).
+pub(crate) static PENDING_BY: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"select 'owner' as kind, owner_id as name, count(*) as pending from attempts
+           where state = '{PENDING}' group by owner_id
+           union all
+           select 'provider', provider, count(*) from attempts where state = '{PENDING}' group by provider"#
+    )
+});
 
 /// Implements [`crate::store::Driver`] for a backend: its own methods, given
 /// as the second argument, and the shared reads, run on `self.pool` with
@@ -159,8 +174,8 @@ macro_rules! impl_driver {
                 sessions::delete_expired(&self.pool, idle).await
             }
 
-            async fn insert_bootstrap_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<bool> {
-                sessions::insert_first_run_key(self, id, owner, role, token_hash).await
+            async fn insert_bootstrap_key(&self, key: &$crate::store::NewKey<'_>) -> Result<bool> {
+                sessions::insert_first_run_key(self, key).await
             }
 
             async fn insert_endpoint(&self, new: &$crate::store::NewEndpoint, max_per_owner: u32) -> Result<Option<$crate::store::Endpoint>> {

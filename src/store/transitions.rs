@@ -17,7 +17,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::admission::{earlier_attempt, job_budget, next_number, read_qualification, schedule_next_attempt};
-use super::driver::{AttemptHolder, LockedJob, OutputSettlement, Tx, update_job_state};
+use super::driver::{AttemptHolder, LockedJob, Outcome, OutputSettlement, Tx, update_job_state};
+use super::events::NewEvent;
 use super::usage::AttemptUsage;
 use super::webhooks::Outgoing;
 use super::{
@@ -81,7 +82,7 @@ pub(super) async fn admit_attempt(
         let detail = json!({ "problem": refusal.problem_type(), "provider": provider, "reason": reason,
                              "idempotency_key": new.idempotency_key.as_ref().map(IdempotencyKey::as_str),
                              "origin": new.origin.as_str() });
-        tx.append_event(owner, job_id, EventKind::AdmissionRefused, None, detail).await?;
+        tx.append_event(NewEvent::of_job(owner, job_id, EventKind::AdmissionRefused, detail)).await?;
         tx.commit().await?;
         return Ok(Admission::Refused { refusal, reason });
     }
@@ -92,7 +93,7 @@ pub(super) async fn admit_attempt(
     let job_state = update_job_state(&mut tx, owner, job_id, job.state).await?;
     let detail = json!({ "attempt_id": new.id, "provider": provider, "origin": new.origin.as_str(),
                          "job_state": job_state.as_str() });
-    tx.append_event(owner, job_id, EventKind::AttemptAdmitted, Some(number), detail).await?;
+    tx.append_event(NewEvent::of_attempt(&key, EventKind::AttemptAdmitted, detail)).await?;
     tx.commit().await?;
     Ok(Admission::Admitted(attempt))
 }
@@ -283,7 +284,7 @@ pub(super) async fn settle_without_output(
         Ok((job, _)) => job,
         Err(refused) => return Ok(refused),
     };
-    if tx.set_attempt_outcome(attempt, to, transition.from(), error, usage).await? == 0 {
+    if tx.set_attempt_outcome(attempt, &Outcome { to, from: transition.from(), error, usage }).await? == 0 {
         return Ok(match tx.attempt_state(attempt).await? {
             Some(state) => Transition::Stale(state),
             None => Transition::NotFound,
@@ -300,7 +301,7 @@ pub(super) async fn settle_without_output(
         // The race is recorded as a lost one, without an output.
         detail["winner"] = json!(job.winning_attempt);
     }
-    tx.append_event(&attempt.owner, attempt.job_id, transition.event(), Some(attempt.number), detail).await?;
+    tx.append_event(NewEvent::of_attempt(attempt, transition.event(), detail)).await?;
     let outcome = match (to, rules) {
         (AttemptState::Failed, Some(rules)) if job_state == JobState::Failed => {
             Transition::Failed { next: schedule_next_attempt(&mut tx, attempt, &job, rules).await? }
@@ -360,14 +361,14 @@ pub(super) async fn requeue(
     if job.state.is_terminal() || states.contains(&AttemptState::Pending) {
         return Ok(Transition::Stale(AttemptState::Running));
     }
-    if tx.update_attempt_requeued(attempt, delay, max).await? == 0 {
+    if tx.set_attempt_requeued(attempt, delay, max).await? == 0 {
         return Ok(Transition::Stale(AttemptState::Running));
     }
     let job_state = update_job_state(&mut tx, &attempt.owner, attempt.job_id, job.state).await?;
     detail["job_state"] = json!(job_state.as_str());
     detail["due_in_ms"] = json!(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
     let event = AttemptTransition::Requeue.event();
-    tx.append_event(&attempt.owner, attempt.job_id, event, Some(attempt.number), detail).await?;
+    tx.append_event(NewEvent::of_attempt(attempt, event, detail)).await?;
     if let Some(provider) = pause {
         tx.update_provider_pause(provider, delay).await?;
     }
@@ -497,7 +498,7 @@ pub(super) async fn cancel_job(store: &Store, owner: &OwnerId, id: JobId, rules:
         rules.cancels_losers(&job.task),
     );
     let detail = json!({ "from": job.state.as_str(), "canceled": canceled, "canceling": canceling });
-    tx.append_event(owner, id, AttemptTransition::Cancel.event(), None, detail.clone()).await?;
+    tx.append_event(NewEvent::of_job(owner, id, AttemptTransition::Cancel.event(), detail.clone())).await?;
     let data = || {
         let mut data = detail;
         data["job_state"] = json!(JobState::Canceled.as_str());

@@ -102,9 +102,22 @@ where
     Option<i64>: Encode<'q, DB> + Type<DB>,
     Option<String>: Encode<'q, DB> + Type<DB>,
 {
+    bind_counts(query.bind(usage.is_some()), usage)
+}
+
+/// Binds `usage`'s tokens in and out, whether they are estimated, and its
+/// cost, currency and price version (each null without it).
+pub(crate) fn bind_counts<'q, DB: Database>(
+    query: Query<'q, DB, <DB as Database>::Arguments<'q>>,
+    usage: Option<&AttemptUsage>,
+) -> Query<'q, DB, <DB as Database>::Arguments<'q>>
+where
+    Option<bool>: Encode<'q, DB> + Type<DB>,
+    Option<i64>: Encode<'q, DB> + Type<DB>,
+    Option<String>: Encode<'q, DB> + Type<DB>,
+{
     let cost = usage.and_then(|u| u.cost.as_ref());
     query
-        .bind(usage.is_some())
         .bind(usage.map(|u| u.usage.prompt_tokens))
         .bind(usage.map(|u| u.usage.completion_tokens))
         .bind(usage.map(|u| u.usage.estimated))

@@ -3,6 +3,7 @@
 //! checks against a sharding by owner (docs/scaling.md).
 
 use super::{claims, keys, retention, sessions, sql, webhooks};
+use crate::store::shared;
 
 /// Names each statement of the list with its path and gives its text.
 macro_rules! catalogue {
@@ -48,7 +49,6 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         sql::FINISHED_WITH_CALLS,
         sql::EXPIRED_LEASES,
         claims::PENDING_OWNERS,
-        claims::PENDING_BY,
         claims::LOCK_OWNERS,
         claims::LOCK_PROVIDERS,
         claims::RUNNING_COUNTS,
@@ -130,8 +130,9 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         retention::DELETE_EVENTS_OF_JOBS,
         retention::DELETE_ATTEMPTS_OF_JOBS,
         retention::DELETE_JOBS,
-        crate::store::shared::MIGRATED_VERSION,
-        crate::store::shared::ANY_API_KEY,
+        shared::MIGRATED_VERSION,
+        shared::ANY_API_KEY,
+        shared::PENDING_BY,
     ]
 }
 
@@ -144,7 +145,7 @@ pub const CROSS_OWNER: &[(&str, &str)] = &[
         "claims::PENDING_OWNERS",
         "the claim's lock-free read of which owners have pending work (then claimed owner by owner)",
     ),
-    ("claims::PENDING_BY", "the metrics' pending attempts per owner and per provider, every few seconds"),
+    ("shared::PENDING_BY", "the metrics' pending attempts per owner and per provider, every few seconds"),
     ("claims::WAITING_FACTS", "a queued job's wait counts its provider's running attempts, of every owner"),
     (
         "claims::RUNNING_COUNTS",

@@ -5,8 +5,10 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use sqlx::Row;
 use sqlx::postgres::PgRow;
-use sqlx::{Postgres, Row, Transaction};
+
+use super::PgTransaction;
 
 use crate::domain::AttemptId;
 use crate::store::WaitingFacts;
@@ -15,16 +17,6 @@ use crate::store::rows::BindAttempt;
 use crate::store::rows::names::*;
 use crate::store::rows::{AttemptRefRow, stored_trace};
 use crate::store::{AttemptRef, Result};
-
-/// Pending attempts per owner and per provider, for the gauges.
-pub(super) static PENDING_BY: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r#"select 'owner' as kind, owner_id as name, count(*) as pending from attempts
-           where state = '{PENDING}' group by owner_id
-           union all
-           select 'provider', provider, count(*) from attempts where state = '{PENDING}' group by provider"#
-    )
-});
 
 /// Up to `$2` owners with pending attempts after `$1`, in owner order: one
 /// probe of the `attempts_claimable` index per owner (a skip scan), each
@@ -189,19 +181,11 @@ pub(super) async fn waiting_facts(pool: &sqlx::PgPool, owner: &str, job: uuid::U
     Ok(sqlx::query_as(WAITING_FACTS.as_str()).bind(owner).bind(job).fetch_optional(pool).await?)
 }
 
-pub(super) async fn pending_owners(
-    tx: &mut Transaction<'static, Postgres>,
-    after: &str,
-    max: u32,
-) -> Result<Vec<PendingOwner>> {
+pub(super) async fn pending_owners(tx: &mut PgTransaction, after: &str, max: u32) -> Result<Vec<PendingOwner>> {
     Ok(sqlx::query_as(PENDING_OWNERS.as_str()).bind(after).bind(i64::from(max)).fetch_all(&mut **tx).await?)
 }
 
-pub(super) async fn lock_claims(
-    tx: &mut Transaction<'static, Postgres>,
-    owners: &[String],
-    providers: &[String],
-) -> Result<()> {
+pub(super) async fn lock_claims(tx: &mut PgTransaction, owners: &[String], providers: &[String]) -> Result<()> {
     if !providers.is_empty() {
         sqlx::query(LOCK_PROVIDERS).bind(providers).execute(&mut **tx).await?;
     }
@@ -211,25 +195,18 @@ pub(super) async fn lock_claims(
     Ok(())
 }
 
-pub(super) async fn running_counts(
-    tx: &mut Transaction<'static, Postgres>,
-    owners: &[String],
-    providers: &[String],
-) -> Result<Running> {
+pub(super) async fn running_counts(tx: &mut PgTransaction, owners: &[String], providers: &[String]) -> Result<Running> {
     let rows: Vec<(String, String, i64)> =
         sqlx::query_as(RUNNING_COUNTS.as_str()).bind(owners).bind(providers).fetch_all(&mut **tx).await?;
     Ok(Running::from_rows(rows))
 }
 
-pub(super) async fn provider_gates(
-    tx: &mut Transaction<'static, Postgres>,
-    providers: &[String],
-) -> Result<Vec<ProviderGate>> {
+pub(super) async fn provider_gates(tx: &mut PgTransaction, providers: &[String]) -> Result<Vec<ProviderGate>> {
     Ok(sqlx::query_as(PROVIDER_GATES).bind(providers).fetch_all(&mut **tx).await?)
 }
 
 pub(super) async fn claim_candidates(
-    tx: &mut Transaction<'static, Postgres>,
+    tx: &mut PgTransaction,
     owner: &str,
     providers: &[String],
     max: u32,
@@ -256,7 +233,7 @@ fn candidate(row: &PgRow) -> Result<Candidate> {
 }
 
 pub(super) async fn start_attempts(
-    tx: &mut Transaction<'static, Postgres>,
+    tx: &mut PgTransaction,
     worker: &str,
     candidates: &[Candidate],
     leases: &[Duration],
@@ -285,22 +262,18 @@ pub(super) async fn start_attempts(
         .collect()
 }
 
-pub(super) async fn put_requests(tx: &mut Transaction<'static, Postgres>, provider: &str, level: f64) -> Result<()> {
+pub(super) async fn put_requests(tx: &mut PgTransaction, provider: &str, level: f64) -> Result<()> {
     sqlx::query(PUT_REQUESTS).bind(provider).bind(level).execute(&mut **tx).await?;
     Ok(())
 }
 
-pub(super) async fn pause_provider(
-    tx: &mut Transaction<'static, Postgres>,
-    provider: &str,
-    pause: Duration,
-) -> Result<()> {
+pub(super) async fn pause_provider(tx: &mut PgTransaction, provider: &str, pause: Duration) -> Result<()> {
     sqlx::query(PAUSE_PROVIDER).bind(provider).bind(pause.as_secs_f64()).execute(&mut **tx).await?;
     Ok(())
 }
 
 pub(super) async fn requeue_attempt(
-    tx: &mut Transaction<'static, Postgres>,
+    tx: &mut PgTransaction,
     attempt: &AttemptRef,
     delay: Duration,
     max: Option<u32>,

@@ -4,11 +4,14 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgListener, PgPool};
+use sqlx::Postgres;
+use sqlx::postgres::{PgArguments, PgListener, PgPool};
+use sqlx::query::Query;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::super::{KeyChange, Result};
+use super::super::{KeyChange, NewKey, Result};
+use super::sql::INSERT_API_KEY;
 use crate::domain::OwnerId;
 
 /// The channel the `api_keys_changed` trigger notifies with a key's id.
@@ -27,6 +30,11 @@ pub(super) const REVOKE_KEY: &str = r#"update api_keys set revoked_at = now() wh
 
 /// A notification. Binds: channel, payload.
 pub(super) const NOTIFY: &str = r#"select pg_notify($1, $2)"#;
+
+/// The statement that stores `key`.
+pub(super) fn insert_key<'a>(key: &NewKey<'a>) -> Query<'a, Postgres, PgArguments> {
+    sqlx::query(INSERT_API_KEY).bind(key.owner.as_str()).bind(key.id).bind(key.role).bind(&key.token_hash[..])
+}
 
 /// LISTENs on [`KEY_CHANNEL`] over a connection of its own and reports what
 /// it hears, reconnecting (and saying so) whenever the connection is lost,

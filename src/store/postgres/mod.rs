@@ -23,18 +23,18 @@ use sqlx::{Postgres, Row, Transaction};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::driver::{AttemptHolder, LockedAttemptRow, LockedJob, OutputSettlement, Settled, Tx};
+use super::driver::{LockedAttempt, LockedAttemptRow, LockedJob, Outcome, OutputSettlement, Settled, Tx};
+use super::events::NewEvent;
 use super::rows::{AttemptRefRow, JobSummaryRow, QualificationRow, attempts_from_rows, job_from_rows, stored_trace};
 use super::shared::{impl_driver, impl_driver_tx};
-use super::usage::{AttemptUsage, UsageFilter, UsageRow, bind_usage};
+use super::usage::{AttemptUsage, UsageFilter, UsageRow, bind_counts, bind_usage};
 use super::webhooks::Outgoing;
 use super::{
-    ApiKey, AttemptRef, Gauges, JobFilter, KeyChange, LiveKey, NewAttempt, NewJob, OpenUnknown, OwnedJobSummary,
-    QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
+    ApiKey, AttemptRef, Gauges, JobFilter, KeyChange, LiveKey, NewAttempt, NewJob, NewKey, NewQualificationRun,
+    OpenUnknown, OwnedJobSummary, QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
 };
 use crate::domain::{
-    Attempt, AttemptError, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobEvent, JobId, JobState,
-    JobSummary, KeyRole, OwnerId,
+    Attempt, AttemptId, AttemptState, IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, OwnerId,
 };
 use crate::store::rows::BindAttempt;
 use hot::HotConnections;
@@ -140,9 +140,12 @@ fn state_names(states: &[AttemptState]) -> Vec<&'static str> {
     states.iter().map(|s| s.as_str()).collect()
 }
 
+/// A transaction on Postgres.
+type PgTransaction = Transaction<'static, Postgres>;
+
 /// A Postgres write transaction; times are the database's `now()`.
 struct PgTx {
-    tx: Transaction<'static, Postgres>,
+    tx: PgTransaction,
 }
 
 impl_driver_tx!(PgTx, {
@@ -188,12 +191,7 @@ impl_driver_tx!(PgTx, {
         claims::pause_provider(&mut self.tx, provider, pause).await
     }
 
-    async fn update_attempt_requeued(
-        &mut self,
-        attempt: &AttemptRef,
-        delay: Duration,
-        max: Option<u32>,
-    ) -> Result<u64> {
+    async fn set_attempt_requeued(&mut self, attempt: &AttemptRef, delay: Duration, max: Option<u32>) -> Result<u64> {
         claims::requeue_attempt(&mut self.tx, attempt, delay, max).await
     }
 
@@ -222,20 +220,13 @@ impl_driver_tx!(PgTx, {
         attempts_from_rows(&rows)?.pop().ok_or_else(|| corrupt("an inserted attempt returned no row"))
     }
 
-    async fn append_event(
-        &mut self,
-        owner: &OwnerId,
-        job_id: JobId,
-        kind: EventKind,
-        attempt_number: Option<i32>,
-        detail: Value,
-    ) -> Result<()> {
+    async fn append_event(&mut self, event: NewEvent<'_>) -> Result<()> {
         sqlx::query(sql::APPEND_EVENT)
-            .bind(owner.as_str())
-            .bind(job_id.0)
-            .bind(kind)
-            .bind(attempt_number)
-            .bind(detail)
+            .bind(event.owner.as_str())
+            .bind(event.job_id.0)
+            .bind(event.kind)
+            .bind(event.attempt_number)
+            .bind(event.detail)
             .execute(&mut *self.tx)
             .await?;
         Ok(())
@@ -252,32 +243,21 @@ impl_driver_tx!(PgTx, {
         Ok(())
     }
 
-    async fn lock_attempt_job(
-        &mut self,
-        attempt: &AttemptRef,
-        skip_locked: bool,
-    ) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
+    async fn lock_attempt_job(&mut self, attempt: &AttemptRef, skip_locked: bool) -> Result<Option<LockedAttempt>> {
         let statement = if skip_locked { sql::LOCK_ATTEMPT_JOB_SKIP_LOCKED.as_str() } else { sql::LOCK_ATTEMPT_JOB };
         let row: Option<LockedAttemptRow> =
             sqlx::query_as(statement).bind_attempt(attempt).fetch_optional(&mut *self.tx).await?;
         Ok(row.map(Into::into))
     }
 
-    async fn set_attempt_outcome(
-        &mut self,
-        attempt: &AttemptRef,
-        to: AttemptState,
-        from: &[AttemptState],
-        error: &AttemptError,
-        usage: Option<&AttemptUsage>,
-    ) -> Result<u64> {
+    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, outcome: &Outcome<'_>) -> Result<u64> {
         let query = sqlx::query(sql::SET_ATTEMPT_OUTCOME.as_str())
             .bind_attempt(attempt)
-            .bind(to)
-            .bind(Json(error))
-            .bind(state_names(from))
-            .bind(to == AttemptState::Unknown);
-        Ok(bind_usage(query, usage).execute(&mut *self.tx).await?.rows_affected())
+            .bind(outcome.to)
+            .bind(Json(outcome.error))
+            .bind(state_names(outcome.from))
+            .bind(outcome.to == AttemptState::Unknown);
+        Ok(bind_usage(query, outcome.usage).execute(&mut *self.tx).await?.rows_affected())
     }
 
     async fn settle_by_compare_and_swap(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
@@ -366,14 +346,8 @@ impl_driver!(PostgresStore, {
         Ok(())
     }
 
-    async fn insert_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
-        sqlx::query(sql::INSERT_API_KEY)
-            .bind(owner.as_str())
-            .bind(id)
-            .bind(role)
-            .bind(&token_hash[..])
-            .execute(&self.pool)
-            .await?;
+    async fn insert_key(&self, key: &NewKey<'_>) -> Result<()> {
+        keys::insert_key(key).execute(&self.pool).await?;
         Ok(())
     }
 
@@ -457,21 +431,14 @@ impl_driver!(PostgresStore, {
         Ok(())
     }
 
-    async fn insert_qualification_run(
-        &self,
-        provider: &str,
-        task: &str,
-        contract_hash: &[u8; 32],
-        passed: bool,
-        report: &Value,
-    ) -> Result<QualificationRecord> {
+    async fn insert_qualification_run(&self, run: &NewQualificationRun<'_>) -> Result<QualificationRecord> {
         let row: QualificationRow = sqlx::query_as(sql::INSERT_QUALIFICATION)
             .bind(Uuid::now_v7())
-            .bind(provider)
-            .bind(task)
-            .bind(&contract_hash[..])
-            .bind(passed)
-            .bind(report)
+            .bind(run.provider)
+            .bind(run.task)
+            .bind(&run.contract_hash[..])
+            .bind(run.passed)
+            .bind(run.report)
             .fetch_one(&self.pool)
             .await?;
         row.try_into()
@@ -479,7 +446,7 @@ impl_driver!(PostgresStore, {
 
     async fn select_gauges(&self) -> Result<Gauges> {
         let row = sqlx::query(SAMPLE_GAUGES.as_str()).fetch_one(&self.pool).await?;
-        let pending = sqlx::query_as(claims::PENDING_BY.as_str()).fetch_all(&self.pool).await?;
+        let pending = sqlx::query_as(super::shared::PENDING_BY.as_str()).fetch_all(&self.pool).await?;
         let (pending_by_owner, pending_by_provider) = super::driver::by_kind(pending);
         Ok(Gauges {
             pending_due: row.try_get("pending_due")?,
@@ -491,19 +458,10 @@ impl_driver!(PostgresStore, {
     }
 
     async fn update_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
-        let cost = usage.cost.as_ref();
         // One statement per settled attempt: on the hot path's connections.
         let mut lease = self.hot.acquire().await?;
-        let changed = sqlx::query(sql::RECORD_USAGE)
-            .bind_attempt(attempt)
-            .bind(usage.usage.prompt_tokens)
-            .bind(usage.usage.completion_tokens)
-            .bind(usage.usage.estimated)
-            .bind(cost.map(|c| c.amount.to_string()))
-            .bind(cost.map(|c| c.currency.as_str()))
-            .bind(cost.map(|c| c.price_version.as_str()))
-            .execute(lease.connection())
-            .await;
+        let query = bind_counts(sqlx::query(sql::RECORD_USAGE).bind_attempt(attempt), Some(usage));
+        let changed = query.execute(lease.connection()).await;
         lease.keep_after(&changed);
         Ok(changed?.rows_affected() == 1)
     }

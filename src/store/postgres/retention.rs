@@ -4,7 +4,6 @@
 
 use std::sync::LazyLock;
 
-use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::domain::{JobId, OwnerId};
@@ -14,7 +13,7 @@ use crate::store::rows::names::*;
 use crate::store::rows::{Stamp, UsageReportRow, read_all};
 use crate::store::usage::UsageRow;
 
-type PgTransaction = Transaction<'static, Postgres>;
+use super::PgTransaction;
 
 use crate::store::purge::PURGE_LOCK;
 

@@ -7,11 +7,9 @@ use std::time::Duration;
 use sqlx::postgres::PgPool;
 use uuid::Uuid;
 
-use super::super::Result;
 use super::super::sessions::{NewSession, SessionRow, StoredSession};
+use super::super::{NewKey, Result};
 use super::PostgresStore;
-use super::sql::INSERT_API_KEY;
-use crate::domain::{KeyRole, OwnerId};
 
 /// A new session. Binds: owner, key id, token hash, lifetime in seconds.
 pub(super) const INSERT_SESSION: &str = r#"insert into dashboard_sessions (owner_id, key_id, token_hash, created_at, last_seen_at, expires_at)
@@ -73,28 +71,17 @@ pub(super) async fn delete_expired(pool: &PgPool, idle: Duration) -> Result<u64>
     Ok(sqlx::query(DELETE_EXPIRED_SESSIONS).bind(idle.as_secs_f64()).execute(pool).await?.rows_affected())
 }
 
-pub(super) async fn insert_first_run_key(
-    store: &PostgresStore,
-    id: Uuid,
-    owner: &OwnerId,
-    role: KeyRole,
-    token_hash: &[u8; 32],
-) -> Result<bool> {
+pub(super) async fn insert_first_run_key(store: &PostgresStore, key: &NewKey<'_>) -> Result<bool> {
     let mut tx = store.pool.begin().await?;
-    let claimed: Option<Option<Uuid>> = sqlx::query_scalar(CLAIM_FIRST_RUN).bind(id).fetch_optional(&mut *tx).await?;
-    if claimed != Some(Some(id)) {
+    let claimed: Option<Option<Uuid>> =
+        sqlx::query_scalar(CLAIM_FIRST_RUN).bind(key.id).fetch_optional(&mut *tx).await?;
+    if claimed != Some(Some(key.id)) {
         // Keys existed (the row says so, and is kept), or another process
         // had the first run.
         tx.commit().await?;
         return Ok(false);
     }
-    sqlx::query(INSERT_API_KEY)
-        .bind(owner.as_str())
-        .bind(id)
-        .bind(role)
-        .bind(&token_hash[..])
-        .execute(&mut *tx)
-        .await?;
+    super::keys::insert_key(key).execute(&mut *tx).await?;
     tx.commit().await?;
     Ok(true)
 }

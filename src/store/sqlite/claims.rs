@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
+use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 use sqlx::types::Json;
-use sqlx::{Row, Sqlite, Transaction};
 
-use super::{micros, time};
+use super::{SqliteTransaction, micros, time};
 use crate::domain::AttemptId;
 use crate::store::WaitingFacts;
 use crate::store::driver::{Candidate, PendingOwner, ProviderGate, Running};
@@ -24,16 +24,6 @@ use crate::store::{AttemptRef, Result};
 /// Up to ?2 owners with pending attempts after ?1, in owner order (a skip
 /// scan of the `attempts_claimable` index), each with the largest
 /// `max_in_flight` its live keys set.
-/// Pending attempts per owner and per provider, for the gauges.
-pub(super) static PENDING_BY: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r#"select 'owner' as kind, owner_id as name, count(*) as pending from attempts
-           where state = '{PENDING}' group by owner_id
-           union all
-           select 'provider', provider, count(*) from attempts where state = '{PENDING}' group by provider"#
-    )
-});
-
 pub(super) static PENDING_OWNERS: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"with recursive owners (owner_id, n) as (
@@ -146,16 +136,12 @@ pub(super) async fn waiting_facts(
     Ok(sqlx::query_as(WAITING_FACTS.as_str()).bind(owner).bind(job).bind(at).fetch_optional(pool).await?)
 }
 
-pub(super) async fn pending_owners(
-    tx: &mut Transaction<'static, Sqlite>,
-    after: &str,
-    max: u32,
-) -> Result<Vec<PendingOwner>> {
+pub(super) async fn pending_owners(tx: &mut SqliteTransaction, after: &str, max: u32) -> Result<Vec<PendingOwner>> {
     Ok(sqlx::query_as(PENDING_OWNERS.as_str()).bind(after).bind(i64::from(max)).fetch_all(&mut **tx).await?)
 }
 
 pub(super) async fn running_counts(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut SqliteTransaction,
     owners: &[String],
     providers: &[String],
 ) -> Result<Running> {
@@ -168,7 +154,7 @@ pub(super) async fn running_counts(
 }
 
 pub(super) async fn provider_gates(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut SqliteTransaction,
     at: i64,
     providers: &[String],
 ) -> Result<Vec<ProviderGate>> {
@@ -176,7 +162,7 @@ pub(super) async fn provider_gates(
 }
 
 pub(super) async fn claim_candidates(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut SqliteTransaction,
     at: i64,
     owner: &str,
     providers: &[String],
@@ -209,28 +195,18 @@ pub(super) fn lease_ends(at: i64, leases: &[Duration]) -> Result<Vec<DateTime<Ut
     leases.iter().map(|lease| time(at.saturating_add(micros(*lease)))).collect()
 }
 
-pub(super) async fn put_requests(
-    tx: &mut Transaction<'static, Sqlite>,
-    at: i64,
-    provider: &str,
-    level: f64,
-) -> Result<()> {
+pub(super) async fn put_requests(tx: &mut SqliteTransaction, at: i64, provider: &str, level: f64) -> Result<()> {
     sqlx::query(PUT_REQUESTS).bind(provider).bind(level).bind(at).execute(&mut **tx).await?;
     Ok(())
 }
 
-pub(super) async fn pause_provider(
-    tx: &mut Transaction<'static, Sqlite>,
-    at: i64,
-    provider: &str,
-    pause: Duration,
-) -> Result<()> {
+pub(super) async fn pause_provider(tx: &mut SqliteTransaction, at: i64, provider: &str, pause: Duration) -> Result<()> {
     sqlx::query(PAUSE_PROVIDER).bind(provider).bind(at.saturating_add(micros(pause))).execute(&mut **tx).await?;
     Ok(())
 }
 
 pub(super) async fn requeue_attempt(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut SqliteTransaction,
     at: i64,
     attempt: &AttemptRef,
     delay: Duration,
@@ -249,7 +225,7 @@ pub(super) async fn requeue_attempt(
 /// them (or is full, for a request larger than the bucket): `None` when
 /// taken, else how long until it holds them.
 pub(super) async fn reserve_tokens(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut SqliteTransaction,
     at: i64,
     provider: &str,
     tokens: u64,

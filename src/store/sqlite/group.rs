@@ -5,9 +5,8 @@
 
 use serde_json::json;
 use sqlx::types::Json;
-use sqlx::{Sqlite, Transaction};
 
-use super::{MAX_GROUP, PendingCreate, SqliteStore, insert_event, now};
+use super::{MAX_GROUP, NewEvent, PendingCreate, SqliteStore, insert_event, now};
 use crate::domain::{AttemptOrigin, AttemptState, EventKind, JobState};
 use crate::store::{NewJob, Result, StoreError};
 
@@ -96,7 +95,7 @@ impl SqliteStore {
 /// Inserts a job, its first attempt and its event, unless its key is taken
 /// (the unique constraint decides, I1): the time it was inserted at, or
 /// `None`.
-async fn insert_new_job(tx: &mut Transaction<'static, Sqlite>, new: &NewJob) -> Result<Option<i64>> {
+async fn insert_new_job(tx: &mut super::SqliteTransaction, new: &NewJob) -> Result<Option<i64>> {
     let created = now();
     let inserted = sqlx::query(
         r#"insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
@@ -138,6 +137,8 @@ async fn insert_new_job(tx: &mut Transaction<'static, Sqlite>, new: &NewJob) -> 
     .execute(&mut **tx)
     .await?;
     let detail = json!({ "attempt_id": new.first_attempt_id, "provider": new.provider });
-    insert_event(tx, created, &new.owner, new.id, EventKind::JobCreated, Some(1), detail).await?;
+    let event =
+        NewEvent { attempt_number: Some(1), ..NewEvent::of_job(&new.owner, new.id, EventKind::JobCreated, detail) };
+    insert_event(tx, created, event).await?;
     Ok(Some(created))
 }

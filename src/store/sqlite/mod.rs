@@ -30,20 +30,23 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::query::Query;
+use sqlx::sqlite::SqliteArguments;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::types::Json;
 use sqlx::{Row, Sqlite, Transaction};
 use uuid::Uuid;
 
 use super::driver::Tx;
+use super::events::NewEvent;
 use super::rows::{AttemptRefRow, QualificationRow, job_from_rows, stored_trace};
 use super::shared::impl_driver;
-use super::usage::{AttemptUsage, UsageFilter, UsageRow};
+use super::usage::{AttemptUsage, UsageFilter, UsageRow, bind_counts};
 use super::{
-    ApiKey, AttemptRef, Gauges, JobFilter, LiveKey, NewJob, OpenUnknown, OwnedJobSummary, QualificationRecord,
-    QualificationState, Result, StoreError, UnknownAttempt, corrupt,
+    ApiKey, AttemptRef, Gauges, JobFilter, LiveKey, NewJob, NewKey, NewQualificationRun, OpenUnknown, OwnedJobSummary,
+    QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
 };
-use crate::domain::{AttemptId, EventKind, IdempotencyKey, Job, JobEvent, JobId, JobSummary, KeyRole, OwnerId};
+use crate::domain::{AttemptId, IdempotencyKey, Job, JobEvent, JobId, JobSummary, OwnerId};
 use crate::store::rows::BindAttempt;
 use tx::SqliteTx;
 
@@ -56,6 +59,9 @@ mod tx;
 mod webhooks;
 
 use sql::{EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, RECONCILABLE, SAMPLE_GAUGES};
+
+/// A transaction on SQLite.
+type SqliteTransaction = Transaction<'static, Sqlite>;
 
 /// The embedded migrations of `migrations/sqlite`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -144,6 +150,16 @@ fn now() -> i64 {
     Utc::now().timestamp_micros()
 }
 
+/// The statement that stores `key`, made at `at`.
+fn insert_key<'a>(key: &NewKey<'a>, at: i64) -> Query<'a, Sqlite, SqliteArguments<'a>> {
+    sqlx::query(sql::INSERT_API_KEY)
+        .bind(key.owner.as_str())
+        .bind(key.id)
+        .bind(key.role)
+        .bind(&key.token_hash[..])
+        .bind(at)
+}
+
 fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
@@ -157,24 +173,16 @@ fn json_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     Value::from(names.into_iter().collect::<Vec<_>>()).to_string()
 }
 
-async fn insert_event(
-    tx: &mut Transaction<'static, Sqlite>,
-    at: i64,
-    owner: &OwnerId,
-    job_id: JobId,
-    kind: EventKind,
-    attempt_number: Option<i32>,
-    detail: Value,
-) -> Result<()> {
+async fn insert_event(tx: &mut SqliteTransaction, at: i64, event: NewEvent<'_>) -> Result<()> {
     sqlx::query(
         r#"insert into job_events (owner_id, job_id, at, kind, attempt_number, detail) values (?, ?, ?, ?, ?, ?)"#,
     )
-    .bind(owner.as_str())
-    .bind(job_id.0)
+    .bind(event.owner.as_str())
+    .bind(event.job_id.0)
     .bind(at)
-    .bind(kind)
-    .bind(attempt_number)
-    .bind(Json(detail))
+    .bind(event.kind)
+    .bind(event.attempt_number)
+    .bind(Json(event.detail))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -222,15 +230,8 @@ impl_driver!(SqliteStore, {
         Ok(())
     }
 
-    async fn insert_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
-        sqlx::query(sql::INSERT_API_KEY)
-            .bind(owner.as_str())
-            .bind(id)
-            .bind(role)
-            .bind(&token_hash[..])
-            .bind(now())
-            .execute(&self.pool)
-            .await?;
+    async fn insert_key(&self, key: &NewKey<'_>) -> Result<()> {
+        insert_key(key, now()).execute(&self.pool).await?;
         Ok(())
     }
 
@@ -323,7 +324,7 @@ impl_driver!(SqliteStore, {
     async fn select_gauges(&self) -> Result<Gauges> {
         let at = now();
         let row = sqlx::query(SAMPLE_GAUGES.as_str()).bind(at).fetch_one(&self.pool).await?;
-        let pending = sqlx::query_as(claims::PENDING_BY.as_str()).fetch_all(&self.pool).await?;
+        let pending = sqlx::query_as(super::shared::PENDING_BY.as_str()).fetch_all(&self.pool).await?;
         let (pending_by_owner, pending_by_provider) = super::driver::by_kind(pending);
         let oldest: Option<i64> = row.try_get("oldest")?;
         Ok(Gauges {
@@ -335,25 +336,18 @@ impl_driver!(SqliteStore, {
         })
     }
 
-    async fn insert_qualification_run(
-        &self,
-        provider: &str,
-        task: &str,
-        contract_hash: &[u8; 32],
-        passed: bool,
-        report: &Value,
-    ) -> Result<QualificationRecord> {
+    async fn insert_qualification_run(&self, run: &NewQualificationRun<'_>) -> Result<QualificationRecord> {
         let row: QualificationRow = sqlx::query_as(
             r#"insert into qualifications (id, provider, task, contract_hash, passed, report, created_at)
                values (?, ?, ?, ?, ?, ?, ?)
                returning id, provider, task, contract_hash, passed, report, created_at"#,
         )
         .bind(Uuid::now_v7())
-        .bind(provider)
-        .bind(task)
-        .bind(&contract_hash[..])
-        .bind(passed)
-        .bind(Json(report))
+        .bind(run.provider)
+        .bind(run.task)
+        .bind(&run.contract_hash[..])
+        .bind(run.passed)
+        .bind(Json(run.report))
         .bind(now())
         .fetch_one(&self.pool)
         .await?;
@@ -361,23 +355,14 @@ impl_driver!(SqliteStore, {
     }
 
     async fn update_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
-        let cost = usage.cost.as_ref();
-        let changed = sqlx::query(
+        let query = sqlx::query(
             r#"update attempts
-               set prompt_tokens = ?, completion_tokens = ?, usage_estimated = ?, cost = ?, currency = ?, price_version = ?
-               where owner_id = ? and job_id = ? and number = ?"#,
-        )
-        .bind(usage.usage.prompt_tokens)
-        .bind(usage.usage.completion_tokens)
-        .bind(usage.usage.estimated)
-        .bind(cost.map(|c| c.amount.to_string()))
-        .bind(cost.map(|c| c.currency.as_str()))
-        .bind(cost.map(|c| c.price_version.as_str()))
-        .bind_attempt(attempt)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(changed == 1)
+               set prompt_tokens = ?4, completion_tokens = ?5, usage_estimated = ?6, cost = ?7, currency = ?8,
+                   price_version = ?9
+               where owner_id = ?1 and job_id = ?2 and number = ?3"#,
+        );
+        let query = bind_counts(query.bind_attempt(attempt), Some(usage));
+        Ok(query.execute(&self.pool).await?.rows_affected() == 1)
     }
 });
 

@@ -3,7 +3,6 @@
 //! writer, so no lock is needed, and each job's rows are deleted by their
 //! own statements (in-process, they cost microseconds).
 
-use sqlx::{Sqlite, Transaction};
 use uuid::Uuid;
 
 use crate::domain::{JobId, OwnerId};
@@ -13,7 +12,7 @@ use crate::store::rows::names::*;
 use crate::store::rows::{Stamp, UsageReportRow, read_all};
 use crate::store::usage::UsageRow;
 
-type SqliteTransaction = Transaction<'static, Sqlite>;
+use super::SqliteTransaction;
 
 /// The finished jobs a rule may purge (binds: cutoff, task or null, the
 /// other tasks as a JSON array), as `select what … tail`. The state list is

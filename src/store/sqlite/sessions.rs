@@ -8,11 +8,9 @@ use std::time::Duration;
 use sqlx::sqlite::SqlitePool;
 use uuid::Uuid;
 
-use super::super::Result;
 use super::super::sessions::{NewSession, SessionRow, StoredSession};
-use super::sql::INSERT_API_KEY;
+use super::super::{NewKey, Result};
 use super::{SqliteStore, micros, now};
-use crate::domain::{KeyRole, OwnerId};
 
 /// A new session. Binds: owner, key id, token hash, now, expiry.
 const INSERT_SESSION: &str = r#"insert into dashboard_sessions (owner_id, key_id, token_hash, created_at, last_seen_at, expires_at)
@@ -80,25 +78,18 @@ pub(super) async fn delete_expired(pool: &SqlitePool, idle: Duration) -> Result<
     Ok(query.execute(pool).await?.rows_affected())
 }
 
-pub(super) async fn insert_first_run_key(
-    store: &SqliteStore,
-    id: Uuid,
-    owner: &OwnerId,
-    role: KeyRole,
-    token_hash: &[u8; 32],
-) -> Result<bool> {
+pub(super) async fn insert_first_run_key(store: &SqliteStore, key: &NewKey<'_>) -> Result<bool> {
     let mut write = store.write().await?;
     let at = write.at;
     let claimed: Option<Option<Uuid>> =
-        sqlx::query_scalar(CLAIM_FIRST_RUN).bind(id).bind(at).fetch_optional(&mut *write.tx).await?;
-    if claimed != Some(Some(id)) {
+        sqlx::query_scalar(CLAIM_FIRST_RUN).bind(key.id).bind(at).fetch_optional(&mut *write.tx).await?;
+    if claimed != Some(Some(key.id)) {
         // Keys existed (the row says so, and is kept), or another process
         // had the first run.
         write.tx.commit().await?;
         return Ok(false);
     }
-    let insert = sqlx::query(INSERT_API_KEY).bind(owner.as_str()).bind(id).bind(role).bind(&token_hash[..]).bind(at);
-    insert.execute(&mut *write.tx).await?;
+    super::insert_key(key, at).execute(&mut *write.tx).await?;
     write.tx.commit().await?;
     Ok(true)
 }

@@ -7,22 +7,22 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use sqlx::types::Json;
-use sqlx::{Sqlite, Transaction};
 
-use super::super::driver::{AttemptHolder, LockedAttemptRow, LockedJob, OutputSettlement, Settled};
+use super::super::driver::{LockedAttempt, LockedAttemptRow, LockedJob, Outcome, OutputSettlement, Settled};
+use super::super::events::NewEvent;
 use super::super::rows::{ATTEMPT_COLUMNS, attempts_from_rows};
 use super::super::shared::impl_driver_tx;
-use super::super::usage::{AttemptUsage, bind_usage};
+use super::super::usage::bind_usage;
 use super::super::webhooks::Outgoing;
 use super::super::{AttemptRef, NewAttempt, QualificationState, Result, corrupt};
 use super::{claims, insert_event, json_list, micros, retention, sql};
-use crate::domain::{Attempt, AttemptError, AttemptState, EventKind, IdempotencyKey, JobId, JobState, OwnerId};
+use crate::domain::{Attempt, AttemptState, EventKind, IdempotencyKey, JobId, JobState, OwnerId};
 use crate::store::rows::BindAttempt;
 
 /// A SQLite write transaction with this process's turn to write; `at` is
 /// the time every change it makes is stamped with.
 pub(super) struct SqliteTx {
-    pub(super) tx: Transaction<'static, Sqlite>,
+    pub(super) tx: super::SqliteTransaction,
     pub(super) at: i64,
     pub(super) _turn: tokio::sync::OwnedMutexGuard<()>,
 }
@@ -75,8 +75,7 @@ impl_driver_tx!(SqliteTx, {
                 .await?;
             self.set_job_state(&attempt.owner, attempt.job_id, JobState::Running).await?;
             let detail = json!({ "worker": worker, "attempt_id": candidate.id, "lease_until": lease_until });
-            self.append_event(&attempt.owner, attempt.job_id, EventKind::AttemptClaimed, Some(attempt.number), detail)
-                .await?;
+            self.append_event(NewEvent::of_attempt(attempt, EventKind::AttemptClaimed, detail)).await?;
         }
         Ok(ends)
     }
@@ -89,12 +88,7 @@ impl_driver_tx!(SqliteTx, {
         claims::pause_provider(&mut self.tx, self.at, provider, pause).await
     }
 
-    async fn update_attempt_requeued(
-        &mut self,
-        attempt: &AttemptRef,
-        delay: Duration,
-        max: Option<u32>,
-    ) -> Result<u64> {
+    async fn set_attempt_requeued(&mut self, attempt: &AttemptRef, delay: Duration, max: Option<u32>) -> Result<u64> {
         claims::requeue_attempt(&mut self.tx, self.at, attempt, delay, max).await
     }
 
@@ -141,15 +135,8 @@ impl_driver_tx!(SqliteTx, {
         attempts_from_rows(&rows)?.pop().ok_or_else(|| corrupt("an inserted attempt cannot be read back"))
     }
 
-    async fn append_event(
-        &mut self,
-        owner: &OwnerId,
-        job_id: JobId,
-        kind: EventKind,
-        attempt_number: Option<i32>,
-        detail: Value,
-    ) -> Result<()> {
-        insert_event(&mut self.tx, self.at, owner, job_id, kind, attempt_number, detail).await
+    async fn append_event(&mut self, event: NewEvent<'_>) -> Result<()> {
+        insert_event(&mut self.tx, self.at, event).await
     }
 
     async fn enqueue_webhook(&mut self, message: &Outgoing<'_>) -> Result<()> {
@@ -172,11 +159,7 @@ impl_driver_tx!(SqliteTx, {
 
     // The write lock held, no other transaction holds a row: `skip_locked`
     // changes nothing.
-    async fn lock_attempt_job(
-        &mut self,
-        attempt: &AttemptRef,
-        _skip_locked: bool,
-    ) -> Result<Option<(LockedJob, Option<AttemptHolder>)>> {
+    async fn lock_attempt_job(&mut self, attempt: &AttemptRef, _skip_locked: bool) -> Result<Option<LockedAttempt>> {
         let row: Option<LockedAttemptRow> = sqlx::query_as(sql::LOCK_ATTEMPT_JOB)
             .bind_attempt(attempt)
             .bind(self.at)
@@ -185,22 +168,15 @@ impl_driver_tx!(SqliteTx, {
         Ok(row.map(Into::into))
     }
 
-    async fn set_attempt_outcome(
-        &mut self,
-        attempt: &AttemptRef,
-        to: AttemptState,
-        from: &[AttemptState],
-        error: &AttemptError,
-        usage: Option<&AttemptUsage>,
-    ) -> Result<u64> {
+    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, outcome: &Outcome<'_>) -> Result<u64> {
         let query = sqlx::query(&sql::SET_ATTEMPT_OUTCOME)
-            .bind(to)
-            .bind(Json(error))
+            .bind(outcome.to)
+            .bind(Json(outcome.error))
             .bind(self.at)
             .bind_attempt(attempt)
-            .bind(json_list(from.iter().map(|s| s.as_str())))
-            .bind(to == AttemptState::Unknown);
-        Ok(bind_usage(query, usage).execute(&mut *self.tx).await?.rows_affected())
+            .bind(json_list(outcome.from.iter().map(|s| s.as_str())))
+            .bind(outcome.to == AttemptState::Unknown);
+        Ok(bind_usage(query, outcome.usage).execute(&mut *self.tx).await?.rows_affected())
     }
 
     async fn settle_by_compare_and_swap(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
@@ -233,7 +209,7 @@ impl_driver_tx!(SqliteTx, {
             (EventKind::RaceLost, settlement.lost.clone(), Vec::new())
         };
         if settled == 1 {
-            insert_event(&mut self.tx, at, &attempt.owner, attempt.job_id, kind, Some(attempt.number), detail).await?;
+            insert_event(&mut self.tx, at, NewEvent::of_attempt(attempt, kind, detail)).await?;
         }
         Ok(Settled { won, settled, canceled })
     }

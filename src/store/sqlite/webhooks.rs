@@ -85,14 +85,16 @@ pub(super) async fn insert_endpoint(
     if inserted.rows_affected() == 0 {
         return Ok(None);
     }
-    for event in &new.events {
-        sqlx::query(r#"insert into webhook_subscriptions (owner_id, endpoint_id, event_type) values (?1, ?2, ?3) on conflict do nothing"#)
-            .bind(new.owner.as_str())
-            .bind(new.id)
-            .bind(event.as_str())
-            .execute(&mut *tx)
-            .await?;
-    }
+    let events: Vec<&str> = new.events.iter().map(|e| e.as_str()).collect();
+    sqlx::query(
+        r#"insert into webhook_subscriptions (owner_id, endpoint_id, event_type)
+           select ?1, ?2, value from json_each(?3) where true on conflict do nothing"#,
+    )
+    .bind(new.owner.as_str())
+    .bind(new.id)
+    .bind(serde_json::json!(events).to_string())
+    .execute(&mut *tx)
+    .await?;
     let row: EndpointRow =
         sqlx::query_as(LIST_ENDPOINTS).bind(new.owner.as_str()).bind(new.id).bind(at).fetch_one(&mut *tx).await?;
     tx.commit().await?;
