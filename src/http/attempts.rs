@@ -75,14 +75,15 @@ pub(crate) fn attempt_added(job_id: JobId, answer: &Keyed<Attempt>) -> Response 
     }
 }
 
-/// Any key may resolve its own owner's unknown attempts; an admin key, any
-/// owner's (found by job id and number among unknown attempts).
+/// Any key may resolve its own owner's unknown attempts; an operator key,
+/// any owner's (found by job id and number among unknown attempts), and is
+/// answered with where another owner's job stands, not with the job.
 #[utoipa::path(post, path = "/jobs/{id}/attempts/{number}/resolve", tag = "attempts",
     params(("id" = uuid::Uuid, Path, description = "the job's id"), ("number" = i32, Path, description = "the attempt's number")),
     request_body = crate::http::bodies::ResolveBody,
     responses(
-        (status = 200, description = "settled: a succeeded output went through the job's compare-and-swap", body = crate::domain::Job),
-        (status = 404, description = "not-found: no such job and attempt for this key's owner (or, for an admin key, no such unknown attempt of any owner)", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 200, description = "settled: a succeeded output went through the job's compare-and-swap; the job, or to an operator of another owner where it stands", body = crate::jobs::ResolveAnswer),
+        (status = 404, description = "not-found: no such job and attempt for this key's owner (or, for an operator key, no such unknown attempt of any owner)", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 409, description = "attempt-not-unknown", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 422, description = "validation-failed or contract-violation", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors, crate::http::openapi::BodyErrors
@@ -94,7 +95,7 @@ pub(crate) async fn resolve_attempt(
     StrictJson(body): StrictJson<ResolveBody>,
 ) -> Result<Response, ApiError> {
     let (resolution, reason) = body.into_resolution()?;
-    let job =
+    let answer =
         app.jobs.resolve_attempt(&caller, job_id, number, resolution, &reason).await.map_err(|e| job_error(&app, e))?;
-    Ok(json_response(StatusCode::OK, &job, &[]))
+    Ok(json_response(StatusCode::OK, &answer, &[]))
 }

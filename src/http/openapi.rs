@@ -226,7 +226,7 @@ impl Modify for BearerAuth {
         Each operation's x-onejob-role names the least API-key role that may call it: public (no key), client, admin (its own owner's) or operator (the installation's)."),
     components(schemas(
         Job, JobSummary, Attempt, AttemptState, JobState, AttemptOrigin, CreateJobBody, CreateAttemptBody,
-        ResolveBody, Outcome, QualifyBody, JobPage, AttemptWithJob, Problem,
+        ResolveBody, Outcome, QualifyBody, JobPage, AttemptWithJob, Problem, crate::jobs::ResolvedElsewhere,
         crate::domain::job::JobCost, crate::domain::Usage, crate::domain::Cost, crate::domain::TraceContext
     )),
     modifiers(&BearerAuth),

@@ -21,6 +21,7 @@ pub mod events;
 pub mod long_polls;
 mod reads;
 pub mod replay;
+pub mod resolution;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +32,7 @@ use serde_json::Value;
 pub use error::JobError;
 pub use long_polls::{LongPoll, LongPolls};
 use replay::{Flight, Flights, SharedReads, TakenKeys, Trip};
+pub use resolution::{ResolveAnswer, ResolvedElsewhere};
 
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptId, AttemptOrigin, Fingerprint, IdempotencyKey, Job, JobId, JobIntent, Money,
@@ -302,7 +304,8 @@ impl Jobs {
     /// Settles an unknown attempt by an operator's word: any key its own
     /// owner's, an operator key any owner's (found by job id and number
     /// among unknown attempts). A succeeded output must meet the task's contract
-    /// and goes through the job's compare-and-swap. The job as it is after.
+    /// and goes through the job's compare-and-swap. The job as it is after,
+    /// or to an operator of another owner only where it stands.
     pub async fn resolve_attempt(
         &self,
         caller: &Identity,
@@ -310,7 +313,7 @@ impl Jobs {
         number: i32,
         resolution: Resolution,
         reason: &str,
-    ) -> Result<Job, JobError> {
+    ) -> Result<ResolveAnswer, JobError> {
         let owner = if caller.role.spans_owners() {
             self.store.find_unknown_attempt_owner(job_id, number).await?.unwrap_or(caller.owner.clone())
         } else {
@@ -343,7 +346,8 @@ impl Jobs {
             Transition::Failed { next: None } | Transition::Applied | Transition::Lost { .. } => {}
         }
         self.signals.job_changed(job_id);
-        self.read_job(&owner, job_id).await?.ok_or(JobError::NotFound)
+        let job = self.read_job(&owner, job_id).await?.ok_or(JobError::NotFound)?;
+        ResolveAnswer::for_caller(job, number, &caller.owner).ok_or(JobError::NotFound)
     }
 
     /// Cancels one of `owner`'s jobs unless it succeeded: pending attempts

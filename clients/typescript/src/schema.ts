@@ -97,8 +97,9 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Any key may resolve its own owner's unknown attempts; an admin key, any
-         *     owner's (found by job id and number among unknown attempts).
+         * Any key may resolve its own owner's unknown attempts; an operator key,
+         *     any owner's (found by job id and number among unknown attempts), and is
+         *     answered with where another owner's job stands, not with the job.
          */
         post: operations["resolve_attempt"];
         delete?: never;
@@ -648,6 +649,8 @@ export interface components {
             /** @description The task whose contract the provider must meet. */
             task: string;
         };
+        /** @description The answer to `POST /jobs/{id}/attempts/{number}/resolve`. */
+        ResolveAnswer: components["schemas"]["Job"] | components["schemas"]["ResolvedElsewhere"];
         /** @description `POST /jobs/{id}/attempts/{number}/resolve` body. */
         ResolveBody: {
             /** @description What became of the attempt. */
@@ -660,6 +663,31 @@ export interface components {
             output?: Record<string, never> | null;
             /** @description Why (1 to 1000 characters); kept in the job's events. */
             reason: string;
+        };
+        /**
+         * @description Where another owner's job stands after an operator resolved one of its
+         *     attempts.
+         */
+        ResolvedElsewhere: {
+            /**
+             * Format: int32
+             * @description The resolved attempt's number.
+             */
+            attempt: number;
+            /** @description That attempt's state now. */
+            attempt_state: components["schemas"]["AttemptState"];
+            /**
+             * Format: uuid
+             * @description The job's id.
+             */
+            job_id: string;
+            /** @description Its state now. */
+            state: components["schemas"]["JobState"];
+            /**
+             * Format: int32
+             * @description The attempt that won, if one has.
+             */
+            winning_attempt?: number | null;
         };
         /** @description A caller's trace context, as received. */
         TraceContext: {
@@ -1398,13 +1426,13 @@ export interface operations {
             };
         };
         responses: {
-            /** @description settled: a succeeded output went through the job's compare-and-swap */
+            /** @description settled: a succeeded output went through the job's compare-and-swap; the job, or to an operator of another owner where it stands */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Job"];
+                    "application/json": components["schemas"]["ResolveAnswer"];
                 };
             };
             /** @description header-repeated: two Authorization headers */
@@ -1425,7 +1453,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description not-found: no such job and attempt for this key's owner (or, for an admin key, no such unknown attempt of any owner) */
+            /** @description not-found: no such job and attempt for this key's owner (or, for an operator key, no such unknown attempt of any owner) */
             404: {
                 headers: {
                     [name: string]: unknown;
