@@ -138,6 +138,8 @@ pub struct WebhookSettings {
     pub max_response_bytes: usize,
     /// The most endpoints one owner may have registered.
     pub max_endpoints_per_owner: u32,
+    /// The most deliveries of one owner a process sends at once.
+    pub max_in_flight_per_owner: usize,
 }
 
 impl Default for WebhookSettings {
@@ -153,6 +155,7 @@ impl Default for WebhookSettings {
             concurrency: 256,
             max_response_bytes: 4_096,
             max_endpoints_per_owner: 10,
+            max_in_flight_per_owner: 16,
         }
     }
 }

@@ -225,13 +225,9 @@ pub trait Driver: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Reports every change to any API key made by any process, for caches
-    /// of checked keys; the follower stops when the receiver is dropped.
-    /// `None` when this store cannot push changes (SQLite): a caller must
-    /// then look keys up every time.
-    fn listen_key_changes(&self) -> Option<tokio::sync::mpsc::Receiver<KeyChange>> {
-        None
-    }
+    /// Reports changes to API keys made by any process (see
+    /// [`Store::follow_key_changes`]).
+    fn listen_key_changes(&self) -> Option<tokio::sync::mpsc::Receiver<KeyChange>>;
 
     /// Every key, or one owner's.
     async fn select_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>>;
@@ -390,8 +386,13 @@ pub trait Driver: Send + Sync + 'static {
     /// tries; `None` when it has no such endpoint.
     async fn select_deliveries(&self, owner: &OwnerId, endpoint: Uuid, limit: u32) -> Result<Option<Vec<Delivery>>>;
 
-    /// Claims up to `max` due deliveries of live endpoints for `lease`.
-    async fn claim_due_deliveries(&self, max: u32, lease: Duration) -> Result<Vec<ClaimedDelivery>>;
+    /// Claims up to `max` due deliveries of live endpoints for `lease`,
+    /// none of an owner in `skip`.
+    async fn claim_due_deliveries(&self, max: u32, lease: Duration, skip: &[String]) -> Result<Vec<ClaimedDelivery>>;
+
+    /// Makes claimed deliveries of `owner` due again at once, their try
+    /// not counted.
+    async fn update_deliveries_released(&self, owner: &OwnerId, ids: &[Uuid]) -> Result<()>;
 
     /// Records tries of claimed deliveries, and what follows from each, in
     /// one transaction.

@@ -58,8 +58,9 @@ pub enum KeyChange {
     /// Every change from now on will be reported; changes made before may
     /// have been missed.
     Following,
-    /// The follower lost its connection: changes may go unreported until it
-    /// reports `Following` again.
+    /// The follower lost its connection, or (SQLite) hears of changes only
+    /// by polling: changes may go unreported, or late, until it reports
+    /// `Following`.
     Lost,
     /// This key was revoked, changed or deleted.
     Changed(Uuid),
@@ -103,9 +104,10 @@ impl Store {
     }
 
     /// Reports every change to any API key made by any process, for caches
-    /// of checked keys; the follower stops when the receiver is dropped.
-    /// `None` when this store cannot push changes (SQLite): a caller must
-    /// then look keys up every time.
+    /// of checked keys and for ending what a revoked key holds; the follower
+    /// stops when the receiver is dropped. SQLite, which cannot push a
+    /// change, reports `Lost` (keys are looked up every time), then each
+    /// revocation it finds by reading the keys table every second.
     pub fn follow_key_changes(&self) -> Option<tokio::sync::mpsc::Receiver<KeyChange>> {
         self.driver().listen_key_changes()
     }

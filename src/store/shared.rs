@@ -208,8 +208,12 @@ macro_rules! impl_driver {
                 Ok(Some($crate::store::webhooks::attach_tries(rows, tries)))
             }
 
-            async fn claim_due_deliveries(&self, max: u32, lease: std::time::Duration) -> Result<Vec<$crate::store::ClaimedDelivery>> {
-                webhooks::claim_deliveries(&self.pool, max, lease).await
+            async fn claim_due_deliveries(&self, max: u32, lease: std::time::Duration, skip: &[String]) -> Result<Vec<$crate::store::ClaimedDelivery>> {
+                webhooks::claim_deliveries(&self.pool, max, lease, skip).await
+            }
+
+            async fn update_deliveries_released(&self, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {
+                webhooks::release_deliveries(&self.pool, owner, ids).await
             }
 
             async fn insert_delivery_tries(&self, done: &[$crate::store::DeliveryTry]) -> Result<()> {

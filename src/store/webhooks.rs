@@ -382,9 +382,22 @@ impl Store {
         self.driver().select_deliveries(owner, endpoint, limit).await
     }
 
-    /// Claims up to `max` due deliveries of live endpoints for `lease`.
-    pub async fn claim_webhook_deliveries(&self, max: u32, lease: Duration) -> Result<Vec<ClaimedDelivery>> {
-        self.driver().claim_due_deliveries(max, lease).await
+    /// Claims up to `max` due deliveries of live endpoints for `lease`,
+    /// none of the owners in `skip` (those at their limit in flight).
+    pub async fn claim_webhook_deliveries(
+        &self,
+        max: u32,
+        lease: Duration,
+        skip: &[OwnerId],
+    ) -> Result<Vec<ClaimedDelivery>> {
+        let skip: Vec<String> = skip.iter().map(|owner| owner.as_str().to_owned()).collect();
+        self.driver().claim_due_deliveries(max, lease, &skip).await
+    }
+
+    /// Gives claimed deliveries of `owner` back untried: due again at once,
+    /// their try not counted.
+    pub async fn release_webhook_deliveries(&self, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {
+        self.driver().update_deliveries_released(owner, ids).await
     }
 
     /// Records tries of claimed deliveries, and what follows from each, in

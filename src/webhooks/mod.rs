@@ -14,13 +14,17 @@ mod endpoints;
 
 pub use endpoints::Endpoints;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
+use uuid::Uuid;
+
 use crate::config::WebhookSettings;
+use crate::domain::OwnerId;
 use crate::domain::webhook::signature;
 use crate::store::webhooks::{claim_lease, message_id};
 use crate::store::{ClaimedDelivery, DeliveryTry, Store, TryOutcome};
@@ -58,14 +62,16 @@ impl Deliverer {
     }
 
     /// Claims and sends due deliveries until `shutdown` turns true: up to
-    /// `webhooks.concurrency` at once, claimed `batch_size` at a time as
-    /// places free up, so that a slow receiver holds up only its own. The
+    /// `webhooks.concurrency` at once, and `max_in_flight_per_owner` of any
+    /// one owner, claimed `batch_size` at a time as places free up, so that
+    /// a slow receiver holds up only its own, and no owner takes every place. The
     /// tries in flight then finish (each is bounded by the timeout), and
     /// the last ones are recorded.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let poll = Duration::from_millis(self.settings.poll_interval_ms);
         let lease = claim_lease(Duration::from_millis(self.settings.timeout_ms));
         let places = Arc::new(Semaphore::new(self.settings.concurrency));
+        let owners = OwnersInFlight::new(self.settings.max_in_flight_per_owner);
         let mut sends = JoinSet::new();
         let (records, finished) = mpsc::channel(self.settings.concurrency.max(1));
         let recorder = tokio::spawn(record(self.store.clone(), finished));
@@ -80,7 +86,7 @@ impl Deliverer {
                 continue;
             }
             let want = u32::try_from(free).unwrap_or(u32::MAX).min(self.settings.batch_size);
-            let claimed = match self.store.claim_webhook_deliveries(want, lease).await {
+            let claimed = match self.store.claim_webhook_deliveries(want, lease, &owners.full()).await {
                 Ok(claimed) => claimed,
                 Err(error) => {
                     tracing::warn!(%error, "claiming webhook deliveries failed; retrying");
@@ -88,15 +94,27 @@ impl Deliverer {
                 }
             };
             let more = claimed.len() as u32 >= want;
+            let mut over: HashMap<OwnerId, Vec<Uuid>> = HashMap::new();
             for delivery in claimed {
+                let Some(owners_place) = owners.take(&delivery.owner) else {
+                    over.entry(delivery.owner.clone()).or_default().push(delivery.id);
+                    continue;
+                };
                 let place = places.clone().try_acquire_owned().expect("claimed no more than the free places");
                 let (deliverer, records) = (self.clone(), records.clone());
                 sends.spawn(async move {
                     let done = deliverer.deliver(delivery).await;
-                    // The place is given back once the try is in line to be recorded.
+                    // The places are given back once the try is in line to be recorded.
                     let _ = records.send(done).await;
-                    drop(place);
+                    drop((place, owners_place));
                 });
+            }
+            // Claimed in one batch past their owner's limit: due again at
+            // once, for when the owner has a free place.
+            for (owner, ids) in over {
+                if let Err(error) = self.store.release_webhook_deliveries(&owner, &ids).await {
+                    tracing::warn!(%error, deliveries = ids.len(), "giving back webhook deliveries failed; they are due again after their lease");
+                }
             }
             if !more {
                 tokio::select! {
@@ -192,6 +210,54 @@ impl Deliverer {
             TryOutcome::GiveUp
         } else {
             TryOutcome::Retry(wait)
+        }
+    }
+}
+
+/// How many deliveries of each owner are being sent, each counted by a
+/// place that gives itself back when dropped.
+struct OwnersInFlight {
+    most: usize,
+    sending: Arc<Mutex<HashMap<OwnerId, usize>>>,
+}
+
+/// A place among an owner's deliveries in flight.
+struct OwnersPlace {
+    owner: OwnerId,
+    sending: Arc<Mutex<HashMap<OwnerId, usize>>>,
+}
+
+impl OwnersInFlight {
+    fn new(most: usize) -> Self {
+        Self { most: most.max(1), sending: Arc::default() }
+    }
+
+    /// The owners with no free place.
+    fn full(&self) -> Vec<OwnerId> {
+        let sending = self.sending.lock().expect("the count of places is never poisoned");
+        sending.iter().filter(|(_, n)| **n >= self.most).map(|(owner, _)| owner.clone()).collect()
+    }
+
+    /// A place for one more delivery of `owner`, if it has one free.
+    fn take(&self, owner: &OwnerId) -> Option<OwnersPlace> {
+        let mut sending = self.sending.lock().expect("the count of places is never poisoned");
+        let taken = sending.entry(owner.clone()).or_default();
+        if *taken >= self.most {
+            return None;
+        }
+        *taken += 1;
+        Some(OwnersPlace { owner: owner.clone(), sending: self.sending.clone() })
+    }
+}
+
+impl Drop for OwnersPlace {
+    fn drop(&mut self) {
+        let mut sending = self.sending.lock().expect("the count of places is never poisoned");
+        if let Some(taken) = sending.get_mut(&self.owner) {
+            *taken -= 1;
+            if *taken == 0 {
+                sending.remove(&self.owner);
+            }
         }
     }
 }

@@ -310,7 +310,39 @@ async fn a_revoked_keys_streams_and_long_polls_end_on_every_server_and_give_thei
     expect_problem(open(&first, &token, &id, "", None).await, StatusCode::UNAUTHORIZED, "unauthorized").await;
 }
 
+/// `onejob keys revoke` is another process: a running server ends the
+/// revoked key's event stream and long-poll within five seconds all the
+/// same (Postgres notifies it; SQLite's server finds the revocation by
+/// reading the keys table).
+async fn a_key_revoked_with_the_cli_ends_its_streams_and_long_polls_on_a_running_server(backend: Backend) {
+    // No worker: the job stays queued, and its stream open.
+    let app = TestApp::spawn_with(backend, |_| {}).await;
+    let owner = onejob::domain::OwnerId::parse("alice").unwrap();
+    let (key, token) = onejob::keys::create_key(app.store(), &owner).await.unwrap();
+    let id = created_by(&app, &token).await;
+    let mut stream = events(open(&app, &token, &id, "", None).await);
+    assert_eq!(stream.next().await.unwrap().kind, "job-created");
+    let long_poll = tokio::spawn({
+        let request = app.client.get(app.url(&format!("/jobs/{id}?wait=30"))).bearer_auth(&token);
+        async move { request.send().await.unwrap().status() }
+    });
+    let out = tokio::process::Command::new(crate::common::BIN)
+        .args(["keys", "revoke", &key.to_string()])
+        .env("DATABASE_URL", &app.database_url)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let within = Duration::from_secs(5);
+    let end = tokio::time::timeout(within, stream.next()).await;
+    assert!(matches!(end, Ok(None)), "the stream ended within five seconds");
+    let answered = tokio::time::timeout(within, long_poll).await.expect("the long-poll answered within five seconds");
+    assert_eq!(answered.unwrap(), StatusCode::OK);
+    expect_problem(open(&app, &token, &id, "", None).await, StatusCode::UNAUTHORIZED, "unauthorized").await;
+}
+
 on_both_backends!(
+    a_key_revoked_with_the_cli_ends_its_streams_and_long_polls_on_a_running_server,
     a_revoked_keys_streams_and_long_polls_end_on_every_server_and_give_their_places_back,
     after_a_race_and_after_a_cancel_a_stream_delivers_the_losers_cancellation_before_it_ends,
     a_stream_on_a_failed_job_lasts_while_it_may_take_a_fallback_and_ends_when_it_is_erased,

@@ -351,6 +351,103 @@ async fn an_owner_registers_at_most_max_endpoints_per_owner_endpoints(backend: B
     assert_eq!(again.status(), StatusCode::CREATED, "a place freed by a deletion is taken");
 }
 
+/// A receiver that holds every request until its gate opens, then answers
+/// 204: how many requests it holds now, the most it held at once, and how
+/// many it took in all.
+struct HoldingReceiver {
+    port: u16,
+    holding: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    taken: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    gate: tokio::sync::watch::Sender<bool>,
+}
+
+async fn holding_receiver() -> HoldingReceiver {
+    use std::sync::atomic::Ordering;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let receiver = HoldingReceiver {
+        port: listener.local_addr().unwrap().port(),
+        holding: Default::default(),
+        most: Default::default(),
+        taken: Default::default(),
+        gate: tokio::sync::watch::channel(false).0,
+    };
+    let (holding, most, taken) = (receiver.holding.clone(), receiver.most.clone(), receiver.taken.clone());
+    let gate = receiver.gate.subscribe();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let (holding, most, taken, mut gate) = (holding.clone(), most.clone(), taken.clone(), gate.clone());
+            tokio::spawn(async move {
+                let mut head = vec![0; 64 * 1024];
+                let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut head).await;
+                let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                taken.fetch_add(1, Ordering::SeqCst);
+                let _ = gate.wait_for(|open| *open).await;
+                holding.fetch_sub(1, Ordering::SeqCst);
+                let _ = stream.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n").await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    receiver
+}
+
+/// An owner whose receiver holds its deliveries has at most
+/// `max_in_flight_per_owner` of them sent at once, while another owner's
+/// are sent; the ones claimed past the limit are given back untried, so
+/// that each delivery's first recorded try is its try number 1.
+async fn an_owner_has_at_most_max_in_flight_per_owner_deliveries_sent_at_once(backend: Backend) {
+    use std::sync::atomic::Ordering;
+    let app = TestApp::spawn_live(backend, |settings| {
+        loopback_allowed(settings);
+        settings.webhooks.max_in_flight_per_owner = 2;
+    })
+    .await;
+    let admin = alices_admin(&app.database_url).await;
+    let address = app.addr.to_string();
+    let alices = holding_receiver().await;
+    let url = format!("http://127.0.0.1:{}/alice", alices.port);
+    let registered = register(&app.client, &address, &admin, &url, &["job.succeeded"]).await;
+    assert_eq!(registered.status(), StatusCode::CREATED);
+    let endpoint = registered.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    for n in 0..5 {
+        create(&app.client, &address, &app.alice, &format!("held-{n}")).await;
+    }
+    eventually("alice's receiver holds two deliveries", Duration::from_secs(20), || async {
+        alices.holding.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+
+    // Another owner's delivery is sent meanwhile.
+    let (others, connections) = raw_receiver("HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n").await;
+    let url = format!("http://127.0.0.1:{others}/operator");
+    let registered = register(&app.client, &address, &app.operator, &url, &["job.succeeded"]).await;
+    assert_eq!(registered.status(), StatusCode::CREATED);
+    create(&app.client, &address, &app.operator, "not-held").await;
+    eventually("the other owner's delivery arrives", Duration::from_secs(20), || async {
+        connections.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(alices.most.load(Ordering::SeqCst), 2, "at most two of alice's deliveries at once");
+
+    alices.gate.send_replace(true);
+    let deliveries = app.url(&format!("/webhooks/{endpoint}/deliveries"));
+    eventually("alice's five deliveries are delivered", Duration::from_secs(30), || async {
+        let listed: Value = app.client.get(&deliveries).bearer_auth(&admin).send().await.unwrap().json().await.unwrap();
+        let list = listed["deliveries"].as_array().unwrap().clone();
+        list.len() == 5 && list.iter().all(|d| d["state"] == "delivered")
+    })
+    .await;
+    assert_eq!(alices.most.load(Ordering::SeqCst), 2, "at most two of alice's deliveries at once");
+    assert_eq!(alices.taken.load(Ordering::SeqCst), 5, "each delivery was sent once");
+    let listed: Value = app.client.get(&deliveries).bearer_auth(&admin).send().await.unwrap().json().await.unwrap();
+    for delivery in listed["deliveries"].as_array().unwrap() {
+        let numbers: Vec<&Value> = delivery["tries"].as_array().unwrap().iter().map(|t| &t["number"]).collect();
+        assert_eq!(numbers, [&json!(1)], "a delivery given back was not counted as tried: {delivery:#}");
+    }
+}
+
 /// A server whose environment names a proxy still checks the receiver's
 /// address itself: an endpoint whose name has come to resolve to loopback
 /// (here: its URL changed in the database, as a name's DNS may change) is
@@ -499,5 +596,6 @@ on_both_backends_with_a_receiver!(
         a_delivery_error_says_its_class_and_never_the_receivers_words,
         an_owner_registers_at_most_max_endpoints_per_owner_endpoints,
         a_proxy_in_the_environment_does_not_bypass_the_address_check,
+        an_owner_has_at_most_max_in_flight_per_owner_deliveries_sent_at_once,
     ],
 );

@@ -99,6 +99,7 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         sql::ADD_TO_ROLLUP,
         webhooks::LIST_ENDPOINTS,
         webhooks::CLAIM_DELIVERIES,
+        webhooks::RELEASE_DELIVERIES,
         webhooks::DELETE_ENDPOINT,
         webhooks::ENDPOINT_EXISTS,
         webhooks::LIST_DELIVERIES,

@@ -25,11 +25,11 @@ pub(super) const LIST_ENDPOINTS: &str = r#"select e.id, e.url, e.description, e.
     order by e.created_at, e.id"#;
 
 /// Claims due deliveries of live endpoints, moving each past its lease.
-/// Binds: max, lease seconds.
+/// Binds: max, lease seconds, owners to skip.
 pub(super) const CLAIM_DELIVERIES: &str = r#"with due as (
         select d.id from webhook_deliveries d
         join webhook_endpoints e on e.owner_id = d.owner_id and e.id = d.endpoint_id and e.disabled_at is null
-        where d.state = 'pending' and d.next_at <= now()
+        where d.state = 'pending' and d.next_at <= now() and d.owner_id <> all($3)
         order by d.next_at limit $1
         for update of d skip locked
     ), claimed as (
@@ -40,6 +40,11 @@ pub(super) const CLAIM_DELIVERIES: &str = r#"with due as (
     select c.id, c.owner_id, e.url, c.payload, c.tries, c.created_at, e.secret,
            case when e.previous_until > now() then e.previous_secret end as previous_secret
     from claimed c join webhook_endpoints e on e.owner_id = c.owner_id and e.id = c.endpoint_id"#;
+
+/// Claimed deliveries of an owner given back untried: due at once, the
+/// claim's try not counted. Binds: owner, ids.
+pub(super) const RELEASE_DELIVERIES: &str = r#"update webhook_deliveries set tries = tries - 1, next_at = now()
+    where owner_id = $1 and id = any($2) and state = 'pending' and tries > 0"#;
 
 /// Deletes an owner's endpoint (its subscriptions and deliveries with it).
 /// Binds: owner, id.
@@ -161,10 +166,20 @@ pub(super) async fn rotate_secret(
     Ok(Some(row.into()))
 }
 
-pub(super) async fn claim_deliveries(pool: &PgPool, max: u32, lease: Duration) -> Result<Vec<ClaimedDelivery>> {
-    let rows: Vec<ClaimedRow> =
-        sqlx::query_as(CLAIM_DELIVERIES).bind(i64::from(max)).bind(lease.as_secs_f64()).fetch_all(pool).await?;
+pub(super) async fn claim_deliveries(
+    pool: &PgPool,
+    max: u32,
+    lease: Duration,
+    skip: &[String],
+) -> Result<Vec<ClaimedDelivery>> {
+    let claim = sqlx::query_as(CLAIM_DELIVERIES).bind(i64::from(max)).bind(lease.as_secs_f64()).bind(skip);
+    let rows: Vec<ClaimedRow> = claim.fetch_all(pool).await?;
     Ok(rows.into_iter().map(Into::into).collect())
+}
+
+pub(super) async fn release_deliveries(pool: &PgPool, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {
+    sqlx::query(RELEASE_DELIVERIES).bind(owner.as_str()).bind(ids).execute(pool).await?;
+    Ok(())
 }
 
 /// Records a batch of tries: every try in one statement, every delivery's

@@ -52,6 +52,7 @@ use tx::SqliteTx;
 
 mod claims;
 mod group;
+mod keys;
 mod retention;
 mod sessions;
 mod sql;
@@ -233,6 +234,12 @@ impl_driver!(SqliteStore, {
     async fn insert_key(&self, key: &NewKey<'_>) -> Result<()> {
         insert_key(key, now()).execute(&self.pool).await?;
         Ok(())
+    }
+
+    fn listen_key_changes(&self) -> Option<tokio::sync::mpsc::Receiver<super::KeyChange>> {
+        let (changes, receiver) = tokio::sync::mpsc::channel(256);
+        tokio::spawn(keys::follow_revocations(self.pool.clone(), changes));
+        Some(receiver)
     }
 
     async fn revoke_key_and_wait(&self, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {

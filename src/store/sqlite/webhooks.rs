@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use serde_json::json;
 use sqlx::sqlite::SqlitePool;
 use uuid::Uuid;
 
@@ -27,14 +28,19 @@ const LIST_ENDPOINTS: &str = r#"select e.id, e.url, e.description, e.created_at,
     order by e.created_at, e.id"#;
 
 /// Claims due deliveries of live endpoints, moving each past its lease.
-/// Binds: now, max, the lease's end.
+/// Binds: now, max, the lease's end, the owners to skip (a JSON array).
 const CLAIM_DELIVERIES: &str = r#"update webhook_deliveries set tries = tries + 1, next_at = ?3
     where id in (
         select d.id from webhook_deliveries d
         join webhook_endpoints e on e.owner_id = d.owner_id and e.id = d.endpoint_id and e.disabled_at is null
-        where d.state = 'pending' and d.next_at <= ?1
+        where d.state = 'pending' and d.next_at <= ?1 and d.owner_id not in (select value from json_each(?4))
         order by d.next_at limit ?2)
     returning id"#;
+
+/// A claimed delivery of an owner given back untried: due at once, the
+/// claim's try not counted. Binds: owner, id, now.
+const RELEASE_DELIVERY: &str = r#"update webhook_deliveries set tries = tries - 1, next_at = ?3
+    where owner_id = ?1 and id = ?2 and state = 'pending' and tries > 0"#;
 
 /// A claimed delivery with its endpoint's address and secrets. Binds: id, now.
 const CLAIMED: &str = r#"select d.id, d.owner_id, e.url, d.payload, d.tries, d.created_at, e.secret,
@@ -133,13 +139,19 @@ pub(super) async fn rotate_secret(
     Ok(Some(row.into()))
 }
 
-pub(super) async fn claim_deliveries(pool: &SqlitePool, max: u32, lease: Duration) -> Result<Vec<ClaimedDelivery>> {
+pub(super) async fn claim_deliveries(
+    pool: &SqlitePool,
+    max: u32,
+    lease: Duration,
+    skip: &[String],
+) -> Result<Vec<ClaimedDelivery>> {
     let at = now();
     let mut tx = pool.begin().await?;
     let ids: Vec<Uuid> = sqlx::query_scalar(CLAIM_DELIVERIES)
         .bind(at)
         .bind(i64::from(max))
         .bind(at.saturating_add(micros(lease)))
+        .bind(json!(skip).to_string())
         .fetch_all(&mut *tx)
         .await?;
     let mut claimed = Vec::with_capacity(ids.len());
@@ -149,6 +161,15 @@ pub(super) async fn claim_deliveries(pool: &SqlitePool, max: u32, lease: Duratio
     }
     tx.commit().await?;
     Ok(claimed)
+}
+
+pub(super) async fn release_deliveries(pool: &SqlitePool, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    for id in ids {
+        sqlx::query(RELEASE_DELIVERY).bind(owner.as_str()).bind(id).bind(now()).execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(())
 }
 
 /// Records a batch of tries in one transaction.
