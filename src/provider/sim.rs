@@ -23,10 +23,12 @@
 //! broken.
 
 mod answers;
+mod bounded;
 mod connection;
 mod responses;
 
 use answers::{answer_for, completion, ended_completion, openai_error, render, strict_schema, usage_json};
+use bounded::{Bounded, MOST_REQUESTS};
 use connection::{Connection, SimListener};
 
 use std::collections::HashMap;
@@ -126,9 +128,10 @@ impl Entry {
 
 struct SimState {
     providers: HashMap<String, ProviderSettings>,
-    log: Mutex<HashMap<String, Entry>>,
-    /// Background responses' ids, to their requests' ids in `log`.
-    responses: Mutex<HashMap<String, String>>,
+    /// The latest [`MOST_REQUESTS`] requests, by id.
+    log: Mutex<Bounded<Entry>>,
+    /// Background responses' ids, to their requests' ids in `log` (as many).
+    responses: Mutex<Bounded<String>>,
     random: Mutex<u64>,
     /// Requests refused so far per provider, for `refuse_first`.
     refused: Mutex<HashMap<String, u32>>,
@@ -167,8 +170,8 @@ pub fn router(providers: &std::collections::BTreeMap<String, ProviderSettings>) 
             .filter(|(_, p)| p.kind == ProviderKind::Sim)
             .map(|(n, p)| (n.clone(), p.clone()))
             .collect(),
-        log: Mutex::new(HashMap::new()),
-        responses: Mutex::new(HashMap::new()),
+        log: Mutex::new(Bounded::new(MOST_REQUESTS)),
+        responses: Mutex::new(Bounded::new(MOST_REQUESTS)),
         random: Mutex::new(u64::from_le_bytes(seed) | 1),
         refused: Mutex::new(HashMap::new()),
     });
@@ -275,7 +278,7 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
         Plan::Answer { at, content, usage, ending }
     };
     let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
-    let entry = log.entry(id.to_owned()).or_insert_with(|| Entry {
+    let entry = log.get_or_insert_with(id, || Entry {
         provider: name.to_owned(),
         received_at: chrono::Utc::now(),
         arrived: now,

@@ -186,15 +186,19 @@ const WINDOWS_PER_CLAIM: usize = 8;
 /// window was full (more owners may follow it).
 async fn claim_window(store: &Store, worker: &str, want: u32, leases: &Leases, claimed: &mut Claimed) -> Result<bool> {
     let limits = &leases.limits;
-    let mut tx = store.begin().await?;
+    // Which owners have pending work is read before any transaction: an
+    // idle claim is that one read, and takes no lock (SQLite's writer
+    // included). What it read is a hint the locked statements check again.
     let after = leases.rotation.get();
-    let mut owners = tx.pending_owners(&after, want).await?;
+    let mut owners = store.driver().select_pending_owners(&after, want).await?;
     if owners.len() < want as usize && !after.is_empty() {
         let left = want - u32::try_from(owners.len()).unwrap_or(want);
-        owners.extend(tx.pending_owners("", left).await?.into_iter().filter(|owner| owner.owner_id <= after));
+        let from_start = store.driver().select_pending_owners("", left).await?;
+        owners.extend(from_start.into_iter().filter(|owner| owner.owner_id <= after));
     }
     let full = owners.len() == want as usize;
     let Some(first) = owners.first() else { return Ok(false) };
+    let mut tx = store.begin().await?;
     // A full window (wrapped around or not) continues after its last owner;
     // a window that held every owner starts one owner later next time, so
     // that the first pick of a round goes to each owner in turn. (One owner
@@ -441,6 +445,10 @@ impl Store {
         max: u32,
         hold: Duration,
     ) -> Result<Vec<UnknownAttempt>> {
+        // A read first: with nothing due, a reconciler writes nothing.
+        if !self.driver().select_any_due_unknown(providers).await? {
+            return Ok(Vec::new());
+        }
         self.driver().claim_due_unknown(providers, max, hold).await
     }
 

@@ -122,10 +122,6 @@ pub trait DriverTx: Send {
     /// (and their tries): how many jobs went.
     async fn delete_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<u64>;
 
-    /// Up to `max` owners with pending attempts, in owner order after
-    /// `after`, each with the largest `max_in_flight` its live keys set.
-    async fn pending_owners(&mut self, after: &str, max: u32) -> Result<Vec<PendingOwner>>;
-
     /// Takes, in name order, the claim lock of each owner and the state row
     /// of each provider (made if missing) until commit: claims counting the
     /// same limit take turns (SQLite: its write lock already does).
@@ -187,6 +183,15 @@ pub trait Driver: Send + Sync + 'static {
     /// its key is taken (the unique constraint decides, I1): when it was
     /// inserted, or `None`.
     async fn insert_job(&self, new: &NewJob) -> Result<Option<DateTime<Utc>>>;
+
+    /// Up to `max` owners with pending attempts, in owner order after
+    /// `after`, each with the largest `max_in_flight` its live keys set:
+    /// read outside any transaction, a claim's hint of where to look.
+    async fn select_pending_owners(&self, after: &str, max: u32) -> Result<Vec<PendingOwner>>;
+
+    /// Whether `rule` may purge any job now: a read, so that a purger with
+    /// nothing to purge takes no lock.
+    async fn select_any_purgeable(&self, rule: &PurgeRule) -> Result<bool>;
 
     /// Running attempts whose lease has expired, the oldest first.
     async fn expired_leases(&self, max: u32) -> Result<Vec<AttemptRef>>;
@@ -257,6 +262,10 @@ pub trait Driver: Send + Sync + 'static {
     /// The jobs that finished (won, or were canceled) while attempts of
     /// theirs run under `worker`'s leases: the calls its sweep aborts.
     async fn select_finished_with_calls(&self, worker: &str) -> Result<Vec<JobId>>;
+
+    /// Whether any unknown attempt of `providers` is due for a status
+    /// lookup: a read, so that an idle reconciler takes no write lock.
+    async fn select_any_due_unknown(&self, providers: &[String]) -> Result<bool>;
 
     /// Claims up to `max` unknown attempts of `providers` that are due for a
     /// status lookup, and holds them for `hold` before they are due again.
@@ -385,6 +394,10 @@ pub trait Driver: Send + Sync + 'static {
     /// The latest `limit` deliveries to an owner's endpoint, each with its
     /// tries; `None` when it has no such endpoint.
     async fn select_deliveries(&self, owner: &OwnerId, endpoint: Uuid, limit: u32) -> Result<Option<Vec<Delivery>>>;
+
+    /// Whether any delivery is due: a read, so that an idle deliverer takes
+    /// no write lock.
+    async fn select_any_due_delivery(&self) -> Result<bool>;
 
     /// Claims up to `max` due deliveries of live endpoints for `lease`,
     /// none of an owner in `skip`.

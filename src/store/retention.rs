@@ -22,6 +22,11 @@ impl Store {
     /// unless another process is purging.
     #[tracing::instrument(level = "debug", skip_all, fields(task = ?rule.task))]
     pub async fn purge_batch(&self, rule: &PurgeRule, max: u32) -> Result<PurgeBatch> {
+        // A read first: with nothing to purge, a purger takes no lock (on
+        // SQLite, not the writer).
+        if !self.driver().select_any_purgeable(rule).await? {
+            return Ok(PurgeBatch::Purged(0));
+        }
         let mut tx = self.begin().await?;
         if !tx.take_purge_lock().await? {
             return Ok(PurgeBatch::Busy);

@@ -36,6 +36,14 @@ macro_rules! impl_driver {
         impl $crate::store::Driver for $store {
             $($own)*
 
+            async fn select_pending_owners(&self, after: &str, max: u32) -> Result<Vec<$crate::store::driver::PendingOwner>> {
+                Ok(sqlx::query_as(claims::PENDING_OWNERS.as_str()).bind(after).bind(i64::from(max)).fetch_all(&self.pool).await?)
+            }
+
+            async fn select_any_purgeable(&self, rule: &$crate::store::purge::PurgeRule) -> Result<bool> {
+                retention::any_purgeable(&self.pool, rule).await
+            }
+
             async fn check_migrated(&self) -> Result<()> {
                 let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
                 let applied: std::result::Result<Option<i64>, sqlx::Error> =
@@ -210,6 +218,10 @@ macro_rules! impl_driver {
 
             async fn claim_due_deliveries(&self, max: u32, lease: std::time::Duration, skip: &[String]) -> Result<Vec<$crate::store::ClaimedDelivery>> {
                 webhooks::claim_deliveries(&self.pool, max, lease, skip).await
+            }
+
+            async fn select_any_due_delivery(&self) -> Result<bool> {
+                webhooks::any_due(&self.pool).await
             }
 
             async fn update_deliveries_released(&self, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {

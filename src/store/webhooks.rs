@@ -382,6 +382,12 @@ impl Store {
         self.driver().select_deliveries(owner, endpoint, limit).await
     }
 
+    /// Whether any delivery is due: a read, for a deliverer that found
+    /// nothing to claim (a claim writes, and on SQLite waits for the writer).
+    pub async fn has_due_webhook_deliveries(&self) -> Result<bool> {
+        self.driver().select_any_due_delivery().await
+    }
+
     /// Claims up to `max` due deliveries of live endpoints for `lease`,
     /// none of the owners in `skip` (those at their limit in flight).
     pub async fn claim_webhook_deliveries(

@@ -72,6 +72,7 @@ impl Deliverer {
         let lease = claim_lease(Duration::from_millis(self.settings.timeout_ms));
         let places = Arc::new(Semaphore::new(self.settings.concurrency));
         let owners = OwnersInFlight::new(self.settings.max_in_flight_per_owner);
+        let mut idle = false;
         let mut sends = JoinSet::new();
         let (records, finished) = mpsc::channel(self.settings.concurrency.max(1));
         let recorder = tokio::spawn(record(self.store.clone(), finished));
@@ -85,6 +86,15 @@ impl Deliverer {
                 }
                 continue;
             }
+            // After a claim that found nothing, a read says whether one
+            // would: an idle deliverer takes no write lock.
+            if idle && !self.store.has_due_webhook_deliveries().await.unwrap_or(true) {
+                tokio::select! {
+                    _ = tokio::time::sleep(poll) => {}
+                    _ = shutdown.changed() => {}
+                }
+                continue;
+            }
             let want = u32::try_from(free).unwrap_or(u32::MAX).min(self.settings.batch_size);
             let claimed = match self.store.claim_webhook_deliveries(want, lease, &owners.full()).await {
                 Ok(claimed) => claimed,
@@ -94,6 +104,7 @@ impl Deliverer {
                 }
             };
             let more = claimed.len() as u32 >= want;
+            idle = claimed.is_empty();
             let mut over: HashMap<OwnerId, Vec<Uuid>> = HashMap::new();
             for delivery in claimed {
                 let Some(owners_place) = owners.take(&delivery.owner) else {

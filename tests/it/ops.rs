@@ -103,7 +103,88 @@ async fn the_rate_limit_is_per_owner_and_a_replay_costs_as_much_as_a_create(back
     assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), StatusCode::OK);
 }
 
+/// The SQL statements this process runs, as sqlx reports them (its
+/// `sqlx::query` events): each one's first words, then its text; and each
+/// time the SQLite store takes its writer (sqlx does not report a BEGIN).
+#[derive(Clone, Default)]
+struct Statements(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Statements {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Sql(String);
+        impl tracing::field::Visit for Sql {
+            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                if ["summary", "db.statement", "message"].contains(&field.name()) {
+                    self.0.push_str(value);
+                    self.0.push(' ');
+                }
+            }
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.record_str(field, &format!("{value:?}"));
+            }
+        }
+        if ["sqlx::query", "onejob::sqlite::writer"].contains(&event.metadata().target()) {
+            let mut sql = Sql(String::new());
+            event.record(&mut sql);
+            self.0.lock().unwrap().push(sql.0.trim().to_lowercase());
+        }
+    }
+}
+
+/// A server with no traffic writes nothing: its worker's claims, its
+/// webhook deliverer, its reconciler and its purger (here every 50 to 100
+/// ms, as often as 10 to 600 times their defaults) each look with a read
+/// and find nothing to do, so that none takes a lock, SQLite's one writer
+/// included.
+async fn a_server_with_no_traffic_runs_no_write_statement(backend: Backend) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let statements = Statements::default();
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(statements.clone()))
+        .expect("this test process has no other subscriber");
+    let app = TestApp::spawn_live(backend, |settings| {
+        for provider in settings.providers.values_mut() {
+            provider.qualify_on_start = false;
+        }
+        settings.retention.purge_interval = "100ms".parse().unwrap();
+    })
+    .await;
+    // Jobs that ran before, and a webhook endpoint: the idle server has
+    // something it could look at.
+    let admin = onejob::keys::create_key_with_role(
+        app.store(),
+        &onejob::domain::OwnerId::parse("alice").unwrap(),
+        onejob::domain::KeyRole::Admin,
+    )
+    .await
+    .unwrap()
+    .1;
+    let hook = json!({"url": "https://8.8.8.8/hooks", "events": ["job.canceled"]});
+    let registered = app.client.post(app.url("/webhooks")).bearer_auth(&admin).json(&hook).send().await.unwrap();
+    assert_eq!(registered.status(), StatusCode::CREATED);
+    let done = create(&app, "done-before", &json!({"task": "summarize", "input": {"text": "one two"}})).await;
+    crate::common::processes::eventually("the job succeeded", Duration::from_secs(10), || async {
+        let job = app.get(&app.alice, &format!("/jobs/{done}?wait=1")).await.json::<Value>().await.unwrap();
+        job["state"] == "succeeded"
+    })
+    .await;
+
+    let before = statements.0.lock().unwrap().len();
+    // The observed minute, in fast time.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let seen: Vec<String> = statements.0.lock().unwrap()[before..].to_vec();
+    let writes: Vec<&String> = seen
+        .iter()
+        .filter(|sql| {
+            ["insert", "update", "delete", "begin"].iter().any(|verb| sql.starts_with(verb))
+                || (sql.starts_with("with") && [" update ", " insert ", " delete "].iter().any(|w| sql.contains(w)))
+        })
+        .collect();
+    assert!(writes.is_empty(), "{} write statements while idle, the first: {:?}", writes.len(), writes.first());
+    assert!(seen.iter().filter(|sql| sql.starts_with("select")).count() > 20, "the loops read: {seen:?}");
+}
+
 on_both_backends!(
+    a_server_with_no_traffic_runs_no_write_statement,
     metrics_cover_every_documented_series,
     the_rate_limit_is_per_owner_and_a_replay_costs_as_much_as_a_create
 );

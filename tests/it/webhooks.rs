@@ -352,8 +352,9 @@ async fn an_owner_registers_at_most_max_endpoints_per_owner_endpoints(backend: B
 }
 
 /// A receiver that holds every request until its gate opens, then answers
-/// 204: how many requests it holds now, the most it held at once, and how
-/// many it took in all.
+/// 204 and closes the connection (said in the answer, so that the sender
+/// does not reuse it): how many requests it holds now, the most it held at
+/// once, and how many it took in all.
 struct HoldingReceiver {
     port: u16,
     holding: std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -385,7 +386,9 @@ async fn holding_receiver() -> HoldingReceiver {
                 taken.fetch_add(1, Ordering::SeqCst);
                 let _ = gate.wait_for(|open| *open).await;
                 holding.fetch_sub(1, Ordering::SeqCst);
-                let _ = stream.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n").await;
+                let _ = stream
+                    .write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\ncontent-length: 0\r\n\r\n")
+                    .await;
                 let _ = stream.shutdown().await;
             });
         }
@@ -420,7 +423,8 @@ async fn an_owner_has_at_most_max_in_flight_per_owner_deliveries_sent_at_once(ba
     .await;
 
     // Another owner's delivery is sent meanwhile.
-    let (others, connections) = raw_receiver("HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n").await;
+    let (others, connections) =
+        raw_receiver("HTTP/1.1 204 No Content\r\nconnection: close\r\ncontent-length: 0\r\n\r\n").await;
     let url = format!("http://127.0.0.1:{others}/operator");
     let registered = register(&app.client, &address, &app.operator, &url, &["job.succeeded"]).await;
     assert_eq!(registered.status(), StatusCode::CREATED);

@@ -95,7 +95,7 @@ pub(super) async fn create(
     };
     let (plan, response_id) = admit(&sim, arrival);
     let response_id = response_id.expect("a response is logged with its id");
-    sim.responses.lock().unwrap_or_else(|p| p.into_inner()).insert(response_id.clone(), id.clone());
+    *sim.responses.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(&response_id, String::new) = id.clone();
     if let Some(fault) = provider.fault {
         return misbehave(fault, connection, &id, &model).await;
     }

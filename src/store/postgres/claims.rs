@@ -12,7 +12,7 @@ use super::PgTransaction;
 
 use crate::domain::AttemptId;
 use crate::store::WaitingFacts;
-use crate::store::driver::{Candidate, PendingOwner, ProviderGate, Running};
+use crate::store::driver::{Candidate, ProviderGate, Running};
 use crate::store::rows::BindAttempt;
 use crate::store::rows::names::*;
 use crate::store::rows::{AttemptRefRow, stored_trace};
@@ -179,10 +179,6 @@ pub(super) static WAITING_FACTS: LazyLock<String> = LazyLock::new(|| {
 
 pub(super) async fn waiting_facts(pool: &sqlx::PgPool, owner: &str, job: uuid::Uuid) -> Result<Option<WaitingFacts>> {
     Ok(sqlx::query_as(WAITING_FACTS.as_str()).bind(owner).bind(job).fetch_optional(pool).await?)
-}
-
-pub(super) async fn pending_owners(tx: &mut PgTransaction, after: &str, max: u32) -> Result<Vec<PendingOwner>> {
-    Ok(sqlx::query_as(PENDING_OWNERS.as_str()).bind(after).bind(i64::from(max)).fetch_all(&mut **tx).await?)
 }
 
 pub(super) async fn lock_claims(tx: &mut PgTransaction, owners: &[String], providers: &[String]) -> Result<()> {

@@ -149,10 +149,6 @@ struct PgTx {
 }
 
 impl_driver_tx!(PgTx, {
-    async fn pending_owners(&mut self, after: &str, max: u32) -> Result<Vec<super::driver::PendingOwner>> {
-        claims::pending_owners(&mut self.tx, after, max).await
-    }
-
     async fn lock_claims(&mut self, owners: &[String], providers: &[String]) -> Result<()> {
         claims::lock_claims(&mut self.tx, owners, providers).await
     }
@@ -396,6 +392,10 @@ impl_driver!(PostgresStore, {
 
     async fn select_waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::WaitingFacts>> {
         claims::waiting_facts(&self.pool, owner.as_str(), job_id.0).await
+    }
+
+    async fn select_any_due_unknown(&self, providers: &[String]) -> Result<bool> {
+        Ok(sqlx::query_scalar(sql::ANY_DUE_UNKNOWN.as_str()).bind(providers).fetch_one(&self.pool).await?)
     }
 
     async fn claim_due_unknown(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>> {

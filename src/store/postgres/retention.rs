@@ -45,6 +45,10 @@ fn purgeable(what: &str, tail: &str) -> String {
 pub(super) static PURGEABLE_JOBS: LazyLock<String> =
     LazyLock::new(|| purgeable("j.owner_id, j.id", "order by j.updated_at limit $4 for update of j skip locked"));
 
+/// Whether a rule may purge any job. Binds: as [`PURGEABLE_JOBS`] without the count.
+pub(super) static ANY_PURGEABLE: LazyLock<String> =
+    LazyLock::new(|| format!("select exists ({})", purgeable("1", "limit 1")));
+
 /// How many jobs a rule may purge. Binds: as [`PURGEABLE_JOBS`] without the count.
 pub(super) static COUNT_PURGEABLE: LazyLock<String> = LazyLock::new(|| purgeable("count(*)", ""));
 
@@ -84,6 +88,11 @@ pub(super) async fn purgeable_jobs(
         .fetch_all(&mut **tx)
         .await?;
     Ok(rows.into_iter().map(|(owner, id)| (OwnerId::from_trusted(owner), JobId(id))).collect())
+}
+
+pub(super) async fn any_purgeable(pool: &sqlx::PgPool, rule: &PurgeRule) -> Result<bool> {
+    let query = sqlx::query_scalar(ANY_PURGEABLE.as_str()).bind(Stamp(rule.before)).bind(rule.task.as_deref());
+    Ok(query.bind(&rule.others).fetch_one(pool).await?)
 }
 
 pub(super) async fn count_purgeable(tx: &mut PgTransaction, rule: &PurgeRule) -> Result<u64> {

@@ -110,6 +110,15 @@ pub(super) static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// Whether any unknown attempt of the providers is due for a status
+/// lookup. Binds: providers.
+pub(super) static ANY_DUE_UNKNOWN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"select exists (select 1 from attempts
+           where state = '{UNKNOWN}' and provider = any($1) and reconcile_after <= now())"#
+    )
+});
+
 /// Claiming unknown attempts due for a status lookup (the
 /// `attempts_unknown` partial index) and holding them. Binds: providers,
 /// how many, hold (s).

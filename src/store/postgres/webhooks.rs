@@ -41,6 +41,10 @@ pub(super) const CLAIM_DELIVERIES: &str = r#"with due as (
            case when e.previous_until > now() then e.previous_secret end as previous_secret
     from claimed c join webhook_endpoints e on e.owner_id = c.owner_id and e.id = c.endpoint_id"#;
 
+/// Whether any delivery is due, of any owner.
+pub(super) const ANY_DUE_DELIVERY: &str =
+    r#"select exists (select 1 from webhook_deliveries where state = 'pending' and next_at <= now())"#;
+
 /// Claimed deliveries of an owner given back untried: due at once, the
 /// claim's try not counted. Binds: owner, ids.
 pub(super) const RELEASE_DELIVERIES: &str = r#"update webhook_deliveries set tries = tries - 1, next_at = now()
@@ -175,6 +179,10 @@ pub(super) async fn claim_deliveries(
     let claim = sqlx::query_as(CLAIM_DELIVERIES).bind(i64::from(max)).bind(lease.as_secs_f64()).bind(skip);
     let rows: Vec<ClaimedRow> = claim.fetch_all(pool).await?;
     Ok(rows.into_iter().map(Into::into).collect())
+}
+
+pub(super) async fn any_due(pool: &PgPool) -> Result<bool> {
+    Ok(sqlx::query_scalar(ANY_DUE_DELIVERY).fetch_one(pool).await?)
 }
 
 pub(super) async fn release_deliveries(pool: &PgPool, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {

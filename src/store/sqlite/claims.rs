@@ -15,7 +15,7 @@ use sqlx::types::Json;
 use super::{SqliteTransaction, micros, time};
 use crate::domain::AttemptId;
 use crate::store::WaitingFacts;
-use crate::store::driver::{Candidate, PendingOwner, ProviderGate, Running};
+use crate::store::driver::{Candidate, ProviderGate, Running};
 use crate::store::rows::BindAttempt;
 use crate::store::rows::names::*;
 use crate::store::rows::{AttemptRefRow, stored_trace};
@@ -134,10 +134,6 @@ pub(super) async fn waiting_facts(
     at: i64,
 ) -> Result<Option<WaitingFacts>> {
     Ok(sqlx::query_as(WAITING_FACTS.as_str()).bind(owner).bind(job).bind(at).fetch_optional(pool).await?)
-}
-
-pub(super) async fn pending_owners(tx: &mut SqliteTransaction, after: &str, max: u32) -> Result<Vec<PendingOwner>> {
-    Ok(sqlx::query_as(PENDING_OWNERS.as_str()).bind(after).bind(i64::from(max)).fetch_all(&mut **tx).await?)
 }
 
 pub(super) async fn running_counts(

@@ -142,6 +142,8 @@ impl SqliteStore {
     /// holding SQLite's write lock; the transaction keeps the turn until it ends.
     async fn write(&self) -> Result<SqliteTx> {
         let turn = self.writer.clone().lock_owned().await;
+        // For whoever counts the writer's use (sqlx does not log a BEGIN).
+        tracing::trace!(target: "onejob::sqlite::writer", "BEGIN IMMEDIATE");
         let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         Ok(SqliteTx { tx, at: now(), _turn: turn })
     }
@@ -280,6 +282,11 @@ impl_driver!(SqliteStore, {
 
     async fn select_waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::WaitingFacts>> {
         claims::waiting_facts(&self.pool, owner.as_str(), job_id.0, now()).await
+    }
+
+    async fn select_any_due_unknown(&self, providers: &[String]) -> Result<bool> {
+        let names = json_list(providers.iter().map(String::as_str));
+        Ok(sqlx::query_scalar(sql::ANY_DUE_UNKNOWN.as_str()).bind(names).bind(now()).fetch_one(&self.pool).await?)
     }
 
     async fn claim_due_unknown(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>> {

@@ -46,6 +46,13 @@ pub(super) async fn purgeable_jobs(
     Ok(rows.into_iter().map(|(owner, id)| (OwnerId::from_trusted(owner), JobId(id))).collect())
 }
 
+pub(super) async fn any_purgeable(pool: &sqlx::SqlitePool, rule: &PurgeRule) -> Result<bool> {
+    let others = serde_json::Value::from(rule.others.clone()).to_string();
+    let statement = format!("select exists ({})", purgeable("1", "limit 1"));
+    let query = sqlx::query_scalar(&statement).bind(Stamp(rule.before)).bind(rule.task.as_deref());
+    Ok(query.bind(others).fetch_one(pool).await?)
+}
+
 pub(super) async fn count_purgeable(tx: &mut SqliteTransaction, rule: &PurgeRule) -> Result<u64> {
     let others = serde_json::Value::from(rule.others.clone()).to_string();
     let count: i64 = sqlx::query_scalar(&purgeable("count(*)", ""))

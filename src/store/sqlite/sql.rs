@@ -48,6 +48,15 @@ pub(super) static EXPIRED_LEASES: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// Whether any unknown attempt of the providers is due for a status
+/// lookup. Binds: providers (a JSON array), now.
+pub(super) static ANY_DUE_UNKNOWN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"select exists (select 1 from attempts
+           where state = '{UNKNOWN}' and provider in (select value from json_each(?1)) and reconcile_after <= ?2)"#
+    )
+});
+
 /// Unknown attempts of the given providers due for a status lookup (the
 /// `attempts_unknown` partial index).
 pub(super) static RECONCILABLE: LazyLock<String> = LazyLock::new(|| {

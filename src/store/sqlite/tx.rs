@@ -28,10 +28,6 @@ pub(super) struct SqliteTx {
 }
 
 impl_driver_tx!(SqliteTx, {
-    async fn pending_owners(&mut self, after: &str, max: u32) -> Result<Vec<super::super::driver::PendingOwner>> {
-        claims::pending_owners(&mut self.tx, after, max).await
-    }
-
     async fn lock_claims(&mut self, _owners: &[String], _providers: &[String]) -> Result<()> {
         Ok(())
     }

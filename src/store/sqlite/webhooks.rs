@@ -37,6 +37,10 @@ const CLAIM_DELIVERIES: &str = r#"update webhook_deliveries set tries = tries + 
         order by d.next_at limit ?2)
     returning id"#;
 
+/// Whether any delivery is due. Binds: now.
+const ANY_DUE_DELIVERY: &str =
+    r#"select exists (select 1 from webhook_deliveries where state = 'pending' and next_at <= ?1)"#;
+
 /// A claimed delivery of an owner given back untried: due at once, the
 /// claim's try not counted. Binds: owner, id, now.
 const RELEASE_DELIVERY: &str = r#"update webhook_deliveries set tries = tries - 1, next_at = ?3
@@ -161,6 +165,10 @@ pub(super) async fn claim_deliveries(
     }
     tx.commit().await?;
     Ok(claimed)
+}
+
+pub(super) async fn any_due(pool: &SqlitePool) -> Result<bool> {
+    Ok(sqlx::query_scalar(ANY_DUE_DELIVERY).bind(now()).fetch_one(pool).await?)
 }
 
 pub(super) async fn release_deliveries(pool: &SqlitePool, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {
