@@ -123,6 +123,21 @@ pub struct Application {
     _simulator: Option<RunningSimulator>,
     // Stopped with the application: it keeps the key cache honest.
     _key_follower: Option<AbortOnDrop>,
+    // Stopped with the application: it forgets owners the rate limiter no
+    // longer needs to remember.
+    _limiter_sweep: Option<AbortOnDrop>,
+}
+
+/// Every minute, forgets the owners whose rate-limit bucket is full again
+/// (what the limiter would start them with): it keeps one entry per owner
+/// seen lately, not per owner ever seen.
+async fn sweep_limiter(limiter: Arc<governor::DefaultKeyedRateLimiter<crate::domain::OwnerId>>) {
+    let mut minutes = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        minutes.tick().await;
+        limiter.retain_recent();
+        limiter.shrink_to_fit();
+    }
 }
 
 /// A task that stops when this is dropped.
@@ -220,6 +235,7 @@ impl Application {
             let burst = std::num::NonZeroU32::new(settings.server.rate_limit_burst).expect("validated at load");
             Arc::new(governor::RateLimiter::keyed(governor::Quota::per_second(rate).allow_burst(burst)))
         });
+        let limiter_sweep = limiter.clone().map(|limiter| AbortOnDrop(tokio::spawn(sweep_limiter(limiter))));
         let worker_heartbeat = worker.as_ref().map(|w| w.heartbeat.clone());
         let worker_heartbeat_limit =
             Duration::from_millis(settings.worker.poll_interval_ms.saturating_mul(10)).max(Duration::from_secs(15));
@@ -277,6 +293,7 @@ impl Application {
             shutdown_grace,
             _simulator: simulator,
             _key_follower: key_follower,
+            _limiter_sweep: limiter_sweep,
         })
     }
 

@@ -17,16 +17,24 @@ use uuid::Uuid;
 use crate::domain::OwnerId;
 use crate::process::metrics;
 
-/// How many long-polls each owner holds open now.
-type Open = Arc<Mutex<HashMap<OwnerId, usize>>>;
+/// How many long-polls each owner, and each key, holds open now: an owner
+/// or a key without one is not in them.
+#[derive(Debug, Default)]
+struct Held {
+    owners: HashMap<OwnerId, usize>,
+    keys: HashMap<Uuid, usize>,
+}
 
-fn lock(open: &Open) -> MutexGuard<'_, HashMap<OwnerId, usize>> {
+type Open = Arc<Mutex<Held>>;
+
+fn lock(open: &Open) -> MutexGuard<'_, Held> {
     // The counts are whole after every statement: a panic elsewhere leaves them usable.
     open.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// What ends open long-polls: the server stopping, and each key's changes
-/// (how many so far).
+/// What ends open long-polls: the server stopping, and the changes of
+/// each key that holds long-polls open (how many since its first one
+/// opened).
 #[derive(Clone, Debug, Default)]
 struct Ends {
     stopping: bool,
@@ -43,13 +51,13 @@ impl Ends {
 pub struct LongPolls {
     per_owner: usize,
     open: Open,
-    ends: watch::Sender<Ends>,
+    ends: Arc<watch::Sender<Ends>>,
 }
 
 impl LongPolls {
     /// Places for `per_owner` long-polls of each owner at once.
     pub fn new(per_owner: usize) -> Self {
-        Self { per_owner, open: Open::default(), ends: watch::Sender::new(Ends::default()) }
+        Self { per_owner, open: Open::default(), ends: Arc::new(watch::Sender::new(Ends::default())) }
     }
 
     /// Ends every long-poll open now or opened from now on: the server is
@@ -61,7 +69,11 @@ impl LongPolls {
     /// Ends the long-polls `key` opened before now: it was revoked or
     /// changed.
     pub fn end_key(&self, key: Uuid) {
-        self.ends.send_modify(|ends| *ends.key_changes.entry(key).or_default() += 1);
+        // A key holding nothing open has nothing to end: it is not recorded.
+        let held = lock(&self.open);
+        if held.keys.contains_key(&key) {
+            self.ends.send_modify(|ends| *ends.key_changes.entry(key).or_default() += 1);
+        }
     }
 
     /// The most long-polls one owner may hold at once.
@@ -74,15 +86,19 @@ impl LongPolls {
     /// holds as many as it may.
     pub fn open(&self, owner: &OwnerId, key: Option<Uuid>, wait: Duration) -> Option<LongPoll> {
         let mut open = lock(&self.open);
-        let held = open.get(owner).copied().unwrap_or(0);
+        let held = open.owners.get(owner).copied().unwrap_or(0);
         if held >= self.per_owner {
             return None;
         }
-        open.insert(owner.clone(), held + 1);
+        open.owners.insert(owner.clone(), held + 1);
+        if let Some(key) = key {
+            *open.keys.entry(key).or_default() += 1;
+        }
         metrics::long_poll_opened();
         let ends = self.ends.subscribe();
         let seen = ends.borrow().changes_of(key);
-        Some(LongPoll { owner: owner.clone(), key, wait, open: self.open.clone(), ends, seen })
+        let (open, sender) = (self.open.clone(), self.ends.clone());
+        Some(LongPoll { owner: owner.clone(), key, wait, open, ends, sender, seen })
     }
 }
 
@@ -93,6 +109,7 @@ pub struct LongPoll {
     wait: Duration,
     open: Open,
     ends: watch::Receiver<Ends>,
+    sender: Arc<watch::Sender<Ends>>,
     /// Its key's changes when it opened.
     seen: u64,
 }
@@ -123,10 +140,24 @@ impl LongPoll {
 impl Drop for LongPoll {
     fn drop(&mut self) {
         let mut open = lock(&self.open);
-        if let Some(held) = open.get_mut(&self.owner) {
+        if let Some(held) = open.owners.get_mut(&self.owner) {
             *held -= 1;
             if *held == 0 {
-                open.remove(&self.owner);
+                open.owners.remove(&self.owner);
+            }
+        }
+        if let Some(key) = self.key
+            && let Some(held) = open.keys.get_mut(&key)
+        {
+            *held -= 1;
+            if *held == 0 {
+                // The key's last long-poll: its changes are forgotten
+                // (silently: no long-poll waits on them).
+                open.keys.remove(&key);
+                self.sender.send_if_modified(|ends| {
+                    ends.key_changes.remove(&key);
+                    false
+                });
             }
         }
         metrics::long_poll_closed();
@@ -149,7 +180,7 @@ mod tests {
         drop(first);
         let third = polls.open(&alice, None, wait).expect("the place given back");
         drop((second, third));
-        assert!(lock(&polls.open).is_empty(), "an owner without long-polls is forgotten");
+        assert!(lock(&polls.open).owners.is_empty(), "an owner without long-polls is forgotten");
     }
 
     #[tokio::test]
@@ -171,5 +202,30 @@ mod tests {
         assert!(by_other.ended().now_or_never().is_some() && after.ended().now_or_never().is_some());
         let late = polls.open(&alice, None, wait).unwrap();
         assert!(late.ended().now_or_never().is_some(), "one opened while stopping ends at once");
+    }
+
+    #[test]
+    fn a_key_is_remembered_only_while_it_holds_long_polls_open() {
+        use futures_util::FutureExt;
+        let polls = LongPolls::new(10);
+        let alice = OwnerId::parse("alice").unwrap();
+        let wait = Duration::from_secs(1);
+        for _ in 0..1_000 {
+            polls.end_key(Uuid::now_v7());
+        }
+        assert!(polls.ends.borrow().key_changes.is_empty(), "a key holding nothing is not recorded");
+        let key = Uuid::now_v7();
+        let (first, second) =
+            (polls.open(&alice, Some(key), wait).unwrap(), polls.open(&alice, Some(key), wait).unwrap());
+        polls.end_key(key);
+        assert_eq!(polls.ends.borrow().changes_of(Some(key)), 1);
+        drop(first);
+        assert_eq!(polls.ends.borrow().changes_of(Some(key)), 1, "kept while a long-poll of the key is open");
+        drop(second);
+        assert!(polls.ends.borrow().key_changes.is_empty() && lock(&polls.open).keys.is_empty());
+        let again = polls.open(&alice, Some(key), wait).unwrap();
+        assert!(again.ended().now_or_never().is_none(), "a long-poll opened after its key's last one lasts");
+        polls.end_key(key);
+        assert!(again.ended().now_or_never().is_some());
     }
 }

@@ -153,6 +153,10 @@ impl Flights {
             let mut flying = self.flying.lock().unwrap_or_else(|p| p.into_inner());
             flying.entry(wanted.clone()).or_default().clone()
         };
+        // Landed, failed or given up (its request dropped), this flight is
+        // over for newcomers: they make a trip of their own (or find the
+        // key in `TakenKeys`).
+        let _aboard = Aboard { flying: &self.flying, wanted, cell: cell.clone() };
         let mut outcome: Option<Flight<E>> = None;
         let result = cell
             .get_or_try_init(|| async {
@@ -171,14 +175,6 @@ impl Flights {
             })
             .await
             .cloned();
-        {
-            let mut flying = self.flying.lock().unwrap_or_else(|p| p.into_inner());
-            // Landed or failed, this flight is over for newcomers: they make
-            // a trip of their own (or find the key in `TakenKeys`).
-            if flying.get(&wanted).is_some_and(|current| Arc::ptr_eq(current, &cell)) {
-                flying.remove(&wanted);
-            }
-        }
         match (outcome, result) {
             (Some(outcome), _) => outcome,
             (None, Ok(job)) => Flight::Taken(job),
@@ -197,6 +193,23 @@ impl Flights {
     }
 }
 
+/// A request's place on a flight: when it lands, fails or is dropped, the
+/// flight leaves the map (unless a newer one has taken its key).
+struct Aboard<'a> {
+    flying: &'a Mutex<HashMap<Key, Arc<OnceCell<Arc<Job>>>>>,
+    wanted: Key,
+    cell: Arc<OnceCell<Arc<Job>>>,
+}
+
+impl Drop for Aboard<'_> {
+    fn drop(&mut self) {
+        let mut flying = self.flying.lock().unwrap_or_else(|p| p.into_inner());
+        if flying.get(&self.wanted).is_some_and(|current| Arc::ptr_eq(current, &self.cell)) {
+            flying.remove(&self.wanted);
+        }
+    }
+}
+
 /// The reads of one job: how many began, and what the last one found.
 #[derive(Default)]
 struct JobReads {
@@ -206,6 +219,25 @@ struct JobReads {
 
 /// The reads of one job, shared by the requests that read it at once.
 type ReadsOfJob = Arc<tokio::sync::Mutex<JobReads>>;
+
+/// A request's place in a job's line of reads: when it leaves (its read
+/// done, or its request dropped) and nobody else is in the line, the line
+/// is forgotten.
+struct InLine<'a> {
+    jobs: &'a Mutex<HashMap<(OwnerId, JobId), ReadsOfJob>>,
+    wanted: (OwnerId, JobId),
+    reads: ReadsOfJob,
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        // The map's and this one: nobody else holds this job's line.
+        if Arc::strong_count(&self.reads) == 2 {
+            jobs.remove(&self.wanted);
+        }
+    }
+}
 
 /// Reads of one job by many requests at once, shared.
 #[derive(Default)]
@@ -228,6 +260,8 @@ impl SharedReads {
             let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
             jobs.entry(wanted.clone()).or_default().clone()
         };
+        let in_line = InLine { jobs: &self.jobs, wanted, reads };
+        let reads = &in_line.reads;
         // Reads are numbered in one sequence for all jobs, so a number taken
         // now is below that of any read that begins later.
         let arrived = self.began.load(std::sync::atomic::Ordering::SeqCst);
@@ -247,11 +281,7 @@ impl SharedReads {
                 }
             }
         };
-        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        // Nobody else holds this job's line: forget it.
-        if Arc::strong_count(&reads) == 2 {
-            jobs.remove(&wanted);
-        }
+        drop(in_line);
         answer
     }
 
@@ -428,5 +458,22 @@ mod tests {
         let total = begun.load(Ordering::SeqCst);
         assert!(total < 100, "{total} reads for 100 readers: none shared");
         assert!(reads.is_empty(), "a job nobody reads is forgotten");
+    }
+
+    /// A request dropped while at the database (its client gone, or its
+    /// deadline passed) leaves neither its flight nor its line of reads
+    /// behind.
+    #[tokio::test]
+    async fn a_request_dropped_midway_leaves_no_flight_and_no_line_of_reads() {
+        let (flights, reads) = (Flights::default(), SharedReads::default());
+        let owner = OwnerId::parse("o").unwrap();
+        let k = key("k");
+        let stuck = flights.join(&owner, &k, std::future::pending::<Trip<()>>);
+        assert!(tokio::time::timeout(std::time::Duration::from_millis(20), stuck).await.is_err());
+        assert!(flights.is_empty(), "the dropped flight is gone");
+        let id = job("o", "k").id;
+        let stuck = reads.read(&owner, id, std::future::pending::<Result<Option<Job>, ()>>);
+        assert!(tokio::time::timeout(std::time::Duration::from_millis(20), stuck).await.is_err());
+        assert!(reads.is_empty(), "the dropped read's line is gone");
     }
 }
