@@ -245,13 +245,13 @@ impl OwnersInFlight {
 
     /// The owners with no free place.
     fn full(&self) -> Vec<OwnerId> {
-        let sending = self.sending.lock().expect("the count of places is never poisoned");
+        let sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
         sending.iter().filter(|(_, n)| **n >= self.most).map(|(owner, _)| owner.clone()).collect()
     }
 
     /// A place for one more delivery of `owner`, if it has one free.
     fn take(&self, owner: &OwnerId) -> Option<OwnersPlace> {
-        let mut sending = self.sending.lock().expect("the count of places is never poisoned");
+        let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
         let taken = sending.entry(owner.clone()).or_default();
         if *taken >= self.most {
             return None;
@@ -263,7 +263,7 @@ impl OwnersInFlight {
 
 impl Drop for OwnersPlace {
     fn drop(&mut self) {
-        let mut sending = self.sending.lock().expect("the count of places is never poisoned");
+        let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(taken) = sending.get_mut(&self.owner) {
             *taken -= 1;
             if *taken == 0 {

@@ -138,6 +138,26 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Statements {
 /// included.
 async fn a_server_with_no_traffic_runs_no_write_statement(backend: Backend) {
     use tracing_subscriber::layer::SubscriberExt as _;
+    // Counting this process's statements needs a process of its own: under
+    // `cargo test`, other tests run beside this one. The test runs itself
+    // again, alone, in a child process.
+    const ALONE: &str = "ONEJOB_TEST_ALONE";
+    if std::env::var_os(ALONE).is_none() {
+        let module = match backend {
+            Backend::Postgres => "postgres",
+            Backend::Sqlite => "sqlite",
+        };
+        let name = format!("ops::{module}::a_server_with_no_traffic_runs_no_write_statement");
+        let out = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .args([name.as_str(), "--exact", "--test-threads=1"])
+            .env(ALONE, "1")
+            .output()
+            .await
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && stdout.contains("1 passed"), "{stdout}\n{stderr}");
+        return;
+    }
     let statements = Statements::default();
     tracing::subscriber::set_global_default(tracing_subscriber::registry().with(statements.clone()))
         .expect("this test process has no other subscriber");
