@@ -124,7 +124,7 @@ impl FromRequestParts<AppState> for Owner {
 pub(crate) struct SessionOwner(pub(crate) Identity);
 
 /// The caller of a route any key may call, with its key: whose reach
-/// depends on the role (an admin resolves any owner's unknown attempt), or
+/// depends on the role (an operator resolves any owner's unknown attempt), or
 /// that holds something open for the key (a long-poll, an event stream).
 pub struct Caller(pub Identity);
 

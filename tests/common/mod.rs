@@ -280,6 +280,12 @@ impl TestApp {
         &self.store
     }
 
+    /// A new admin key of `owner`: its token.
+    pub async fn admin_of(&self, owner: &str) -> String {
+        let owner = onejob::domain::OwnerId::parse(owner).unwrap();
+        onejob::keys::create_key_with_role(&self.store, &owner, onejob::domain::KeyRole::Admin).await.unwrap().1
+    }
+
     /// The simulator's request log of attempts (qualification calls left
     /// out), by attempt id: how often each arrived.
     pub async fn simulator_log(&self) -> std::collections::HashMap<String, Value> {

@@ -54,10 +54,7 @@ async fn seed_alice(app: &TestApp) -> Seeded {
     make_unknown(app, &job, 1).await;
     let other = create("walk-pending-key").await;
     let (key, _) = onejob::keys::create_key(app.store(), &owner("alice")).await.unwrap();
-    let admin = onejob::keys::create_key_with_role(app.store(), &owner("alice"), onejob::domain::KeyRole::Admin)
-        .await
-        .unwrap()
-        .1;
+    let admin = app.admin_of("alice").await;
     let registered =
         app.client.post(app.url("/webhooks")).bearer_auth(&admin).json(&webhook_body()).send().await.unwrap();
     assert_eq!(registered.status(), StatusCode::CREATED);
@@ -197,7 +194,7 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
     );
 
     // Bob's admin: an owner's administrator, who reaches nothing of alice's.
-    let bobs_admin = onejob::keys::create_key_with_role(app.store(), &owner("bob"), KeyRole::Admin).await.unwrap().1;
+    let bobs_admin = app.admin_of("bob").await;
     let mut walked = 0;
     for (n, (method, path, role, security)) in operations.iter().enumerate() {
         let what = format!("{method} {path} as bob");
@@ -322,7 +319,7 @@ async fn an_operator_key_resolves_another_owners_unknown_attempt_and_an_owners_a
     };
     let failed = json!({"outcome": "failed", "reason": "the provider confirmed it never ran"});
     expect_problem(resolve(&app.bob, failed.clone()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
-    let bobs_admin = onejob::keys::create_key_with_role(app.store(), &owner("bob"), KeyRole::Admin).await.unwrap().1;
+    let bobs_admin = app.admin_of("bob").await;
     let made_up = json!({"outcome": "succeeded", "output": {"summary": "bob's", "word_count": 1}, "reason": "mine"});
     let breaking = json!({"outcome": "succeeded", "output": {"summary": 3}, "reason": "checked"});
     for body in [failed.clone(), made_up, breaking] {
@@ -457,13 +454,12 @@ async fn a_key_revoked_through_the_api_is_refused_at_once_and_only_its_owners_ad
     expect_problem(revoke(&app.alice, id.to_string()).await.unwrap(), StatusCode::FORBIDDEN, "forbidden").await;
     expect_problem(revoke(&token, id.to_string()).await.unwrap(), StatusCode::FORBIDDEN, "forbidden").await;
     // Another owner's admin: carol's key is as missing as an unknown one.
-    let bobs_admin = onejob::keys::create_key_with_role(app.store(), &owner("bob"), KeyRole::Admin).await.unwrap().1;
+    let bobs_admin = app.admin_of("bob").await;
     expect_problem(revoke(&bobs_admin, id.to_string()).await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
     assert_eq!(app.get(&token, "/jobs").await.status(), StatusCode::OK, "a refused revocation revokes nothing");
     // Carol's own admin may.
     let (second, carols) = onejob::keys::create_key(app.store(), &owner("carol")).await.unwrap();
-    let carols_admin =
-        onejob::keys::create_key_with_role(app.store(), &owner("carol"), KeyRole::Admin).await.unwrap().1;
+    let carols_admin = app.admin_of("carol").await;
     assert_eq!(revoke(&carols_admin, second.to_string()).await.unwrap().status(), StatusCode::NO_CONTENT);
     expect_problem(app.get(&carols, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
 

@@ -285,9 +285,7 @@ async fn a_revoked_keys_streams_and_long_polls_end_on_every_server_and_give_thei
     expect_problem(refused, StatusCode::TOO_MANY_REQUESTS, "too-many-long-polls").await;
 
     // Another owner's admin cannot revoke it, and its refusal ends nothing.
-    let bob = onejob::domain::OwnerId::parse("bob").unwrap();
-    let bobs_admin =
-        onejob::keys::create_key_with_role(first.store(), &bob, onejob::domain::KeyRole::Admin).await.unwrap().1;
+    let bobs_admin = first.admin_of("bob").await;
     let refused = first.client.post(first.url(&format!("/keys/{key}/revoke"))).bearer_auth(&bobs_admin).send().await;
     expect_problem(refused.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
     let still = tokio::time::timeout(Duration::from_millis(300), streams[0].next()).await;

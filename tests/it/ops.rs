@@ -170,14 +170,7 @@ async fn a_server_with_no_traffic_runs_no_write_statement(backend: Backend) {
     .await;
     // Jobs that ran before, and a webhook endpoint: the idle server has
     // something it could look at.
-    let admin = onejob::keys::create_key_with_role(
-        app.store(),
-        &onejob::domain::OwnerId::parse("alice").unwrap(),
-        onejob::domain::KeyRole::Admin,
-    )
-    .await
-    .unwrap()
-    .1;
+    let admin = app.admin_of("alice").await;
     let hook = json!({"url": "https://8.8.8.8/hooks", "events": ["job.canceled"]});
     let registered = app.client.post(app.url("/webhooks")).bearer_auth(&admin).json(&hook).send().await.unwrap();
     assert_eq!(registered.status(), StatusCode::CREATED);

@@ -225,14 +225,7 @@ async fn a_client_session_sees_only_its_owners_jobs_and_an_operator_session_sees
     let app = TestApp::spawn(backend).await;
     let job = alices_unknown_job(&app, "alice-secret-key").await;
     let alice = sign_in(&app, &app.alice).await;
-    let bobs_admin_key = onejob::keys::create_key_with_role(
-        app.store(),
-        &onejob::domain::OwnerId::parse("bob").unwrap(),
-        onejob::domain::KeyRole::Admin,
-    )
-    .await
-    .unwrap()
-    .1;
+    let bobs_admin_key = app.admin_of("bob").await;
     let bob = sign_in(&app, &app.bob).await;
     // An owner's admin is bob for alice's jobs: the walk below runs for both.
     let bobs_admin = sign_in(&app, &bobs_admin_key).await;
