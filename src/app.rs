@@ -126,6 +126,9 @@ pub struct Application {
     // Stopped with the application: it forgets owners the rate limiter no
     // longer needs to remember.
     _limiter_sweep: Option<AbortOnDrop>,
+    // Stopped with the application: it folds histogram samples into their
+    // buckets whether or not anyone scrapes `/metrics`.
+    _metrics_upkeep: AbortOnDrop,
 }
 
 /// Every minute, forgets the owners whose rate-limit bucket is full again
@@ -254,11 +257,13 @@ impl Application {
             catalog.clone(),
             signals.clone(),
             long_polls_per_owner,
+            settings.server.replay_cache_keys,
             intervals,
             limits,
         ));
         let key_follower = if role == Role::Worker { None } else { follow_key_changes(&store, &auth, &jobs).await };
         let metrics = crate::process::metrics::install();
+        let metrics_upkeep = AbortOnDrop(tokio::spawn(crate::process::metrics::keep_up(metrics.clone())));
         crate::process::metrics::start_at_zero(&settings);
         let state = AppState {
             keys: Arc::new(crate::keys::Keys::new(store.clone())),
@@ -294,6 +299,7 @@ impl Application {
             _simulator: simulator,
             _key_follower: key_follower,
             _limiter_sweep: limiter_sweep,
+            _metrics_upkeep: metrics_upkeep,
         })
     }
 

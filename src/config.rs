@@ -198,6 +198,10 @@ pub struct ServerSettings {
     /// this process in a minute (0: no limit); past it, its requests that
     /// would look a key up are answered 429 at once, before any look-up.
     pub auth_failures_per_minute: u32,
+    /// Taken idempotency keys this process remembers at most (about 200
+    /// bytes each), so that a repeated key is answered without trying an
+    /// insert; the least recently used go first.
+    pub replay_cache_keys: usize,
     /// The load balancers in front of this process: for a connection from
     /// one of these, the client's address is the last of its
     /// `X-Forwarded-For`. Empty: the connection's own address, always.
@@ -218,6 +222,7 @@ impl Default for ServerSettings {
             max_long_polls_per_owner: 256,
             event_stream_interval_ms: 500,
             auth_failures_per_minute: 60,
+            replay_cache_keys: 100_000,
             trusted_proxies: Vec::new(),
         }
     }
@@ -469,6 +474,9 @@ impl Settings {
         }
         if self.server.event_stream_interval_ms == 0 {
             return invalid("server.event_stream_interval_ms must be at least 1".into());
+        }
+        if self.server.replay_cache_keys < 2 {
+            return invalid("server.replay_cache_keys must be at least 2".into());
         }
         if self.server.max_long_polls_per_owner == 0 {
             return invalid("server.max_long_polls_per_owner must be at least 1".into());

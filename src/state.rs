@@ -54,3 +54,20 @@ pub struct AppState {
     /// How stale that heartbeat may be before `/readyz` fails.
     pub worker_heartbeat_limit: Duration,
 }
+
+impl AppState {
+    /// How many entries each in-memory structure that traffic fills holds
+    /// now: caches at most their bound, what requests and attempts in
+    /// flight hold nothing once they end.
+    pub fn held_entries(&self) -> Vec<(&'static str, usize)> {
+        let mut held = self.jobs.held();
+        held.extend([
+            ("watched_jobs", self.signals.jobs_watched()),
+            ("jobs_with_calls", self.signals.jobs_with_calls()),
+            ("cached_keys", self.auth.cached_keys()),
+            ("auth_failure_addresses", self.auth_failures.remembered()),
+            ("rate_limit_owners", self.limiter.as_ref().map_or(0, |limiter| limiter.len())),
+        ]);
+        held
+    }
+}

@@ -216,7 +216,8 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
 #[utoipa::path(get, path = "/metrics", tag = "operations", security(()), responses(
     (status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub(crate) async fn render_metrics(State(state): State<AppState>) -> Response {
-    let mut response = state.metrics.render().into_response();
+    crate::process::metrics::held(&state.held_entries());
+    let mut response = crate::process::metrics::render(&state.metrics).into_response();
     response.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
         axum::http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

@@ -76,6 +76,18 @@ impl LongPolls {
         }
     }
 
+    /// What this holds now: owners and keys with long-polls open, and keys
+    /// whose changes are recorded for them.
+    pub fn held(&self) -> [(&'static str, usize); 3] {
+        let open = lock(&self.open);
+        let changed = self.ends.borrow().key_changes.len();
+        [
+            ("long_poll_owners", open.owners.len()),
+            ("long_poll_keys", open.keys.len()),
+            ("long_poll_key_changes", changed),
+        ]
+    }
+
     /// The most long-polls one owner may hold at once.
     pub fn per_owner(&self) -> usize {
         self.per_owner

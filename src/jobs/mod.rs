@@ -104,7 +104,8 @@ pub struct Intervals {
 
 impl Jobs {
     /// The use cases over `store`, for the tasks and providers of `catalog`;
-    /// each owner may hold `long_polls_per_owner` long-polls at once,
+    /// each owner may hold `long_polls_per_owner` long-polls at once, up to
+    /// `taken_keys` taken idempotency keys are remembered,
     /// waiters reread the database at `intervals` when no notice came, and
     /// a queued job's wait is told under the claims' `limits`.
     pub fn new(
@@ -112,6 +113,7 @@ impl Jobs {
         catalog: Arc<Catalog>,
         signals: Arc<Signals>,
         long_polls_per_owner: usize,
+        taken_keys: usize,
         intervals: Intervals,
         limits: crate::store::claims::ClaimLimits,
     ) -> Self {
@@ -119,13 +121,26 @@ impl Jobs {
             store,
             catalog,
             signals,
-            taken_keys: TakenKeys::new(replay::CAPACITY),
+            taken_keys: TakenKeys::new(taken_keys),
             flights: Flights::default(),
             reads: SharedReads::default(),
             long_polls: LongPolls::new(long_polls_per_owner),
             intervals,
             limits,
         }
+    }
+
+    /// What the use cases hold in memory now, by structure: the taken keys
+    /// (a bounded cache), and what requests in flight hold (keys at the
+    /// database, shared reads, long-polls), empty when none is.
+    pub fn held(&self) -> Vec<(&'static str, usize)> {
+        let mut held = vec![
+            ("taken_keys", self.taken_keys.len()),
+            ("key_flights", self.flights.len()),
+            ("shared_reads", self.reads.len()),
+        ];
+        held.extend(self.long_polls.held());
+        held
     }
 
     /// Creates the job `request` describes under `key`, or answers with the

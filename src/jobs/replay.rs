@@ -32,10 +32,6 @@ use crate::domain::{Fingerprint, IdempotencyKey, Job, JobId, OwnerId};
 
 type Key = (OwnerId, IdempotencyKey);
 
-/// Keys a process remembers as taken, per generation (two generations; an
-/// entry is about 200 bytes, so at most about 20 MiB).
-pub const CAPACITY: usize = 50_000;
-
 /// Who holds a key that is taken.
 #[derive(Clone, Debug)]
 pub struct Holder {
@@ -50,8 +46,8 @@ pub struct Holder {
     pub provider: Arc<str>,
 }
 
-/// Keys known to be taken, bounded: two generations of at most `capacity`
-/// entries each; when the young one is full it becomes the old one and the
+/// Keys known to be taken, bounded: two generations of at most half the
+/// capacity each; when the young one is full it becomes the old one and the
 /// old one is dropped, so recently used keys stay.
 pub struct TakenKeys {
     capacity: usize,
@@ -59,9 +55,9 @@ pub struct TakenKeys {
 }
 
 impl TakenKeys {
-    /// A cache of at most `2 × capacity` keys.
+    /// A cache of at most `capacity` keys.
     pub fn new(capacity: usize) -> Self {
-        Self { capacity: capacity.max(1), generations: Mutex::new((HashMap::new(), HashMap::new())) }
+        Self { capacity: (capacity / 2).max(1), generations: Mutex::new((HashMap::new(), HashMap::new())) }
     }
 
     /// Who holds `key`, if this process has seen it taken.
@@ -96,6 +92,17 @@ impl TakenKeys {
         let mut generations = self.generations.lock().unwrap_or_else(|p| p.into_inner());
         generations.0.remove(&wanted);
         generations.1.remove(&wanted);
+    }
+
+    /// Keys remembered now, in both generations.
+    pub fn len(&self) -> usize {
+        let generations = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        generations.0.len() + generations.1.len()
+    }
+
+    /// Whether no key is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     fn insert_young(
@@ -324,7 +331,8 @@ mod tests {
 
     #[test]
     fn taken_keys_keep_the_recent_generation_and_drop_the_oldest() {
-        let taken = TakenKeys::new(2);
+        // Two generations of two keys.
+        let taken = TakenKeys::new(4);
         let owner = OwnerId::parse("o").unwrap();
         let jobs: Vec<Job> = (0..5).map(|i| job("o", &format!("k{i}"))).collect();
         for (i, job) in jobs[..3].iter().enumerate() {
@@ -335,6 +343,7 @@ mod tests {
         taken.remember(&key("k3"), &jobs[3]);
         taken.remember(&key("k4"), &jobs[4]);
         assert!(taken.get(&owner, &key("k1")).is_none(), "k1 was never used again: dropped");
+        assert_eq!(taken.len(), 4, "k2 and k0 old, k3 and k4 young");
         assert_eq!(taken.get(&owner, &key("k4")).map(|h| h.fingerprint), Some(jobs[4].fingerprint));
         let other = OwnerId::parse("p").unwrap();
         assert!(taken.get(&other, &key("k4")).is_none(), "keys are per owner");

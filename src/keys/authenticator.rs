@@ -93,6 +93,11 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
+    /// How many keys are cached now.
+    pub fn cached_keys(&self) -> usize {
+        self.lock().entries.len()
+    }
+
     /// Looks keys up in `store`, trusting a found key for at most `ttl`, and
     /// only once [`Self::follow`] has heard that key changes are followed.
     pub fn new(store: Store, ttl: Duration) -> Self {

@@ -17,7 +17,8 @@ pub struct AuthFailures {
     counts: Mutex<HashMap<IpAddr, (u32, Instant)>>,
 }
 
-/// How many addresses are remembered before the stale ones are dropped.
+/// How many addresses are remembered at most: past it, the stale ones are
+/// dropped, and while none is stale a new address is not counted.
 const REMEMBERED_ADDRESSES: usize = 10_000;
 
 impl AuthFailures {
@@ -28,6 +29,11 @@ impl AuthFailures {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, (u32, Instant)>> {
         self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// How many addresses are remembered now.
+    pub fn remembered(&self) -> usize {
+        self.lock().len()
     }
 
     /// How long `address` must wait before a look-up, when it is over its limit.
@@ -41,13 +47,39 @@ impl AuthFailures {
     /// Counts a failure of `address`.
     pub fn record(&self, address: IpAddr) {
         let mut counts = self.lock();
-        if counts.len() >= REMEMBERED_ADDRESSES {
+        if counts.len() >= REMEMBERED_ADDRESSES && !counts.contains_key(&address) {
             counts.retain(|_, (_, since)| since.elapsed() < MINUTE);
+            if counts.len() >= REMEMBERED_ADDRESSES {
+                // More addresses failed within a minute than are remembered:
+                // this one goes uncounted rather than grow the map.
+                return;
+            }
         }
         let entry = counts.entry(address).or_insert((0, Instant::now()));
         if entry.1.elapsed() >= MINUTE {
             *entry = (0, Instant::now());
         }
         entry.0 = entry.0.saturating_add(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    #[test]
+    fn past_its_bound_within_a_minute_a_new_address_goes_uncounted() {
+        let failures = AuthFailures::new(1);
+        let address = |n: usize| IpAddr::from(Ipv4Addr::from(u32::try_from(n).unwrap()));
+        for n in 0..REMEMBERED_ADDRESSES + 5 {
+            failures.record(address(n));
+        }
+        assert_eq!(failures.remembered(), REMEMBERED_ADDRESSES);
+        assert!(failures.wait(address(0)).is_some(), "an address remembered is still held to its limit");
+        assert!(failures.wait(address(REMEMBERED_ADDRESSES)).is_none(), "one past the bound is not remembered");
+        failures.record(address(0));
+        assert_eq!(failures.remembered(), REMEMBERED_ADDRESSES, "a remembered address is counted again");
     }
 }

@@ -70,10 +70,16 @@ pub const CLAIMS_DEFERRED: &str = "onejob_claims_deferred_total";
 /// Time from an attempt's admission to its claim, by provider.
 pub const ATTEMPT_WAIT: &str = "onejob_attempt_wait_seconds";
 /// Pending attempts now, by owner (the 100 owners with the most), each
-/// named by [`owner_label`]: `/metrics` names no tenant.
+/// named by [`owner_label`]: `/metrics` names no tenant. Written by
+/// [`render`] from the latest report, not recorded: an owner gone from the
+/// report leaves no series behind.
 pub const PENDING_BY_OWNER: &str = "onejob_pending_attempts_by_owner";
 /// Pending attempts now, by provider.
 pub const PENDING_BY_PROVIDER: &str = "onejob_pending_attempts_by_provider";
+
+/// Entries held in this process's memory now, by `structure`: each cache,
+/// map and registry that traffic fills (`AppState::held_entries`).
+pub const HELD_ENTRIES: &str = "onejob_held_entries";
 
 /// How many owners [`PENDING_BY_OWNER`] reports at most.
 const PENDING_OWNERS_REPORTED: usize = 100;
@@ -106,6 +112,7 @@ pub const ALL: &[&str] = &[
     ATTEMPT_WAIT,
     PENDING_BY_OWNER,
     PENDING_BY_PROVIDER,
+    HELD_ENTRIES,
 ];
 
 /// What became of an attempt its worker (or the reconciler) settled: the
@@ -244,11 +251,44 @@ fn describe() {
     metrics::describe_gauge!(UNKNOWN_PAST_RETENTION, "jobs unknown for longer than the shortest retention (kept)");
     metrics::describe_counter!(CLAIMS_DEFERRED, "owners or providers a claim held back because of a limit, by limit");
     metrics::describe_histogram!(ATTEMPT_WAIT, metrics::Unit::Seconds, "time from an attempt's admission to its claim");
-    metrics::describe_gauge!(
-        PENDING_BY_OWNER,
-        "pending attempts by owner, named by the first 12 hex digits of its id's SHA-256 (the 100 owners with the most)"
-    );
     metrics::describe_gauge!(PENDING_BY_PROVIDER, "pending attempts by provider");
+    metrics::describe_gauge!(HELD_ENTRIES, "entries held in memory now, by structure");
+}
+
+/// Folds the histograms' samples recorded since the last time into their
+/// buckets every few seconds: the recorder keeps each sample until then,
+/// and a process nobody scrapes would keep them all.
+pub async fn keep_up(handle: PrometheusHandle) {
+    let mut every = tokio::time::interval(Duration::from_secs(5));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        handle.run_upkeep();
+    }
+}
+
+/// The `/metrics` page: what the recorder holds, then the latest
+/// [`PENDING_BY_OWNER`] report.
+pub fn render(handle: &PrometheusHandle) -> String {
+    use std::fmt::Write as _;
+    let mut page = handle.render();
+    let report = PENDING_OWNERS.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = write!(
+        page,
+        "# HELP {PENDING_BY_OWNER} pending attempts by owner, named by the first 12 hex digits of its id's SHA-256 \
+         (the {PENDING_OWNERS_REPORTED} owners with the most)\n# TYPE {PENDING_BY_OWNER} gauge\n"
+    );
+    for (owner, count) in report.iter() {
+        let _ = writeln!(page, "{PENDING_BY_OWNER}{{owner=\"{owner}\"}} {count}");
+    }
+    page
+}
+
+/// Sets [`HELD_ENTRIES`].
+pub fn held(entries: &[(&'static str, usize)]) {
+    for (structure, count) in entries {
+        gauge!(HELD_ENTRIES, "structure" => *structure).set(*count as f64);
+    }
 }
 
 /// Exports at zero every counter whose labels the configuration names,
@@ -424,29 +464,43 @@ pub fn owner_label(owner: &str) -> String {
     hex::encode(&sha2::Sha256::digest(owner.as_bytes())[..6])
 }
 
-/// Sets the pending gauges by owner (the most loaded first, up to 100) and
-/// by provider; an owner or provider that had some before and has none
-/// now reads 0.
-pub fn pending(by_owner: &[(String, i64)], by_provider: &[(String, i64)]) {
-    static SEEN: std::sync::Mutex<(Vec<String>, Vec<String>)> = std::sync::Mutex::new((Vec::new(), Vec::new()));
+/// The next [`PENDING_BY_OWNER`] report after `last`: the owners with the
+/// most pending attempts now (at most [`PENDING_OWNERS_REPORTED`]), by
+/// label, and at 0 those `last` had with some that are no longer among them.
+fn owners_report(last: &[(String, i64)], by_owner: &[(String, i64)]) -> Vec<(String, i64)> {
     let mut owners: Vec<(String, i64)> = by_owner.iter().map(|(owner, count)| (owner_label(owner), *count)).collect();
     owners.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     owners.truncate(PENDING_OWNERS_REPORTED);
-    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
-    for gone in seen.0.iter().filter(|name| !owners.iter().any(|(owner, _)| owner == *name)) {
-        gauge!(PENDING_BY_OWNER, "owner" => gone.clone()).set(0.0);
+    let gone: Vec<(String, i64)> = last
+        .iter()
+        .filter(|(owner, count)| *count > 0 && !owners.iter().any(|(now, _)| now == owner))
+        .map(|(owner, _)| (owner.clone(), 0))
+        .collect();
+    owners.extend(gone);
+    owners
+}
+
+/// The latest [`PENDING_BY_OWNER`] report, as [`render`] writes it.
+static PENDING_OWNERS: std::sync::Mutex<Vec<(String, i64)>> = std::sync::Mutex::new(Vec::new());
+
+/// Reports the pending attempts by owner (the most loaded first, up to
+/// 100) and by provider. An owner that had some in the last report and has
+/// none now reads 0 in this one, and is left out of the next; a provider
+/// that had some reads 0 (providers are few: the configuration names them).
+pub fn pending(by_owner: &[(String, i64)], by_provider: &[(String, i64)]) {
+    static PROVIDERS_SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    {
+        let mut report = PENDING_OWNERS.lock().unwrap_or_else(|p| p.into_inner());
+        *report = owners_report(&report, by_owner);
     }
-    for gone in seen.1.iter().filter(|name| !by_provider.iter().any(|(provider, _)| provider == *name)) {
+    let mut seen = PROVIDERS_SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    for gone in seen.iter().filter(|name| !by_provider.iter().any(|(provider, _)| provider == *name)) {
         gauge!(PENDING_BY_PROVIDER, "provider" => gone.clone()).set(0.0);
-    }
-    for (owner, count) in &owners {
-        gauge!(PENDING_BY_OWNER, "owner" => owner.clone()).set(*count as f64);
     }
     for (provider, count) in by_provider {
         gauge!(PENDING_BY_PROVIDER, "provider" => provider.clone()).set(*count as f64);
     }
-    seen.0 = owners.iter().map(|(owner, _)| owner.clone()).collect();
-    seen.1 = by_provider.iter().map(|(provider, _)| provider.clone()).collect();
+    *seen = by_provider.iter().map(|(provider, _)| provider.clone()).collect();
 }
 
 /// Records one HTTP request.
@@ -474,4 +528,24 @@ pub fn long_poll_closed() {
 /// Counts a long-poll refused by its owner's cap.
 pub fn long_poll_refused() {
     counter!(LONG_POLLS_REFUSED).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_gone_from_the_pending_report_reads_0_once_then_leaves_no_series() {
+        let owners =
+            |prefix: &str| -> Vec<(String, i64)> { (0..150).map(|n| (format!("{prefix}{n}"), n + 1)).collect() };
+        let first = owners_report(&[], &owners("a"));
+        assert_eq!(first.len(), 100, "the 100 owners with the most");
+        assert_eq!(first[0], (owner_label("a149"), 150));
+        let second = owners_report(&first, &owners("b"));
+        assert_eq!(second.len(), 200, "the new 100, and the old 100 at 0");
+        assert_eq!(second.iter().filter(|(_, count)| *count == 0).count(), 100);
+        let third = owners_report(&second, &owners("b"));
+        assert_eq!(third.len(), 100, "an owner at 0 is not reported again");
+        assert!(third.iter().all(|(owner, _)| second[..100].iter().any(|(kept, _)| kept == owner)));
+    }
 }

@@ -173,6 +173,11 @@ impl Signals {
         self.calls.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
+    /// How many jobs someone waits on in this process.
+    pub fn jobs_watched(&self) -> usize {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// Watches one job's changes.
     pub fn watch_job(&self, id: JobId) -> JobWatch<'_> {
         let notices = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).entry(id).or_default().clone();

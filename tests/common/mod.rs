@@ -26,6 +26,16 @@ impl Backend {
             Backend::Sqlite => sqlite::fresh_database(),
         }
     }
+
+    /// The full name of test `name` of `module` made by
+    /// [`on_both_backends!`] for this backend.
+    pub fn test_name(self, module: &str, name: &str) -> String {
+        let backend = match self {
+            Backend::Postgres => "postgres",
+            Backend::Sqlite => "sqlite",
+        };
+        format!("{module}::{backend}::{name}")
+    }
 }
 
 /// Runs each named `async fn NAME(backend: Backend)` of the calling module as

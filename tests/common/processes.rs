@@ -98,3 +98,26 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Whether the calling test runs alone in a process of its own. A test that
+/// counts what is process-wide (metrics, SQL statements, the allocator's
+/// statistics) cannot share its process with other tests, as it does under
+/// `cargo test`: run first, this starts the test named `name` (its full
+/// path, as `cargo test` lists it) again, alone, in a child process, checks
+/// that it passed there, and answers `false`; in the child it answers
+/// `true`, and the test goes on.
+pub async fn in_a_process_of_its_own(name: &str) -> bool {
+    const ALONE: &str = "ONEJOB_TEST_ALONE";
+    if std::env::var_os(ALONE).is_some() {
+        return true;
+    }
+    let out = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--test-threads=1"])
+        .env(ALONE, "1")
+        .output()
+        .await
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.contains("1 passed"), "{name} alone:\n{stdout}\n{stderr}");
+    false
+}

@@ -1,0 +1,158 @@
+//! What a server holds in memory returns to its size at rest once traffic
+//! ends: each structure traffic fills is counted on `/metrics`
+//! (`onejob_held_entries`), and histogram samples are folded into their
+//! buckets whether or not anyone scrapes.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::common::processes::{eventually, in_a_process_of_its_own};
+use crate::common::{Backend, TestApp};
+
+on_both_backends!(what_traffic_holds_in_memory_is_let_go_when_it_ends);
+
+/// `onejob_held_entries` by structure, as `/metrics` shows it now.
+async fn held(app: &TestApp) -> HashMap<String, f64> {
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter_map(|line| line.strip_prefix("onejob_held_entries{structure=\""))
+        .filter_map(|rest| rest.split_once("\"} "))
+        .map(|(structure, count)| (structure.to_owned(), count.parse().unwrap()))
+        .collect()
+}
+
+/// What requests, long-polls, event streams and attempts in flight hold:
+/// nothing once they end.
+const IN_FLIGHT: [&str; 8] = [
+    "key_flights",
+    "shared_reads",
+    "long_poll_owners",
+    "long_poll_keys",
+    "long_poll_key_changes",
+    "watched_jobs",
+    "jobs_with_calls",
+    "rate_limit_owners",
+];
+
+async fn what_traffic_holds_in_memory_is_let_go_when_it_ends(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |settings| {
+        settings.server.rate_limit_per_second = 10_000;
+        settings.server.rate_limit_burst = 10_000;
+    })
+    .await;
+
+    // While a slow job runs, its call, its long-poll and its event stream
+    // are held.
+    let body = json!({"task": "summarize", "input": {"text": "slow"}, "provider": "sim-slow"});
+    let slow: Value = app.post_job("slow", &body).await.json().await.unwrap();
+    let slow = slow["id"].as_str().unwrap().to_owned();
+    app.wait_for(&slow, "running", |job| job["state"] == "running").await;
+    let long_poll =
+        tokio::spawn(app.client.get(app.url(&format!("/jobs/{slow}?wait=10"))).bearer_auth(&app.alice).send());
+    let stream = app.client.get(app.url(&format!("/jobs/{slow}/events"))).bearer_auth(&app.alice).send().await;
+    eventually("the long-polls and the call are held", Duration::from_secs(10), || async {
+        let held = held(&app).await;
+        held["long_poll_owners"] == 1.0 && held["long_poll_keys"] == 1.0 && held["jobs_with_calls"] == 1.0
+    })
+    .await;
+    assert!(held(&app).await["watched_jobs"] >= 1.0);
+    assert_eq!(long_poll.await.unwrap().unwrap().status(), StatusCode::OK);
+    drop(stream);
+
+    // Many jobs of two owners, each created twice at once (one trip to the
+    // database), read by several readers at once, long-polled to its end,
+    // and every third one streamed and dropped after its first event; and
+    // some requests with a key nobody issued.
+    let jobs = futures_util::stream::iter(0..150).map(|n| {
+        let app = &app;
+        async move {
+            let token = if n % 2 == 0 { &app.alice } else { &app.bob };
+            let key = format!("job-{n}");
+            let body = json!({"task": "summarize", "input": {"text": key}}).to_string();
+            let (first, second) = tokio::join!(
+                app.post_job_raw(token, &key, body.clone()).send(),
+                app.post_job_raw(token, &key, body).send()
+            );
+            let job: Value = first.unwrap().json().await.unwrap();
+            assert!(second.unwrap().status().is_success());
+            let id = job["id"].as_str().unwrap().to_owned();
+            let path = format!("/jobs/{id}");
+            let (a, b) = tokio::join!(app.get(token, &path), app.get(token, &path));
+            assert_eq!((a.status(), b.status()), (StatusCode::OK, StatusCode::OK));
+            if n % 3 == 0 {
+                let mut stream = app.client.get(app.url(&format!("{path}/events"))).bearer_auth(token).send().await;
+                let first = stream.as_mut().unwrap().chunk().await.unwrap();
+                assert!(first.is_some(), "a stream begins with the job's first event");
+            }
+            let done: Value = app.get(token, &format!("{path}?wait=10")).await.json().await.unwrap();
+            assert_eq!(done["state"], "succeeded", "{done}");
+            if n % 5 == 0 {
+                let unknown = app.get("oj_unknown_key", "/jobs").await;
+                assert_eq!(unknown.status(), StatusCode::UNAUTHORIZED);
+            }
+        }
+    });
+    jobs.buffer_unordered(16).collect::<Vec<()>>().await;
+    app.wait_for(&slow, "the slow job's end", |job| job["state"] == "succeeded").await;
+
+    // The rate limiter forgets owners each minute: until then it holds the
+    // two that sent requests.
+    let at_rest = |held: &HashMap<String, f64>| {
+        IN_FLIGHT.iter().all(|structure| held[*structure] == if *structure == "rate_limit_owners" { 2.0 } else { 0.0 })
+    };
+    let started = std::time::Instant::now();
+    let last = loop {
+        let now = held(&app).await;
+        if at_rest(&now) {
+            break now;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "what traffic held is not let go: {now:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // The bounded caches hold what they were given.
+    assert_eq!(last["taken_keys"], 151.0, "{last:?}");
+    // Keys are cached only where the store tells of key changes.
+    let cached = if backend == Backend::Postgres { 2.0 } else { 0.0 };
+    assert_eq!(last["cached_keys"], cached, "{last:?}");
+    assert_eq!(last["auth_failure_addresses"], 1.0, "{last:?}");
+}
+
+/// Bytes the allocator has handed out and not taken back, in every arena.
+fn allocated() -> usize {
+    // SAFETY: mallinfo2 reads the allocator's statistics; it has no
+    // preconditions.
+    let info = unsafe { libc::mallinfo2() };
+    info.uordblks + info.hblkhd
+}
+
+/// The recorder keeps each histogram sample until it is folded into its
+/// buckets: a server nobody scrapes folds them itself, or its memory grows
+/// with every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn histogram_samples_are_folded_while_nobody_scrapes() {
+    // The allocator's statistics are the process's.
+    if !in_a_process_of_its_own("memory::histogram_samples_are_folded_while_nobody_scrapes").await {
+        return;
+    }
+    let _app = TestApp::spawn(Backend::Sqlite).await;
+    let before = allocated();
+    // A sample waits with its time, 24 bytes: 2,000,000 are tens of MB.
+    for _ in 0..2_000_000 {
+        onejob::process::metrics::claim_batch(1);
+    }
+    let recorded = allocated();
+    assert!(recorded > before + 20_000_000, "the samples wait in memory: {before} → {recorded} bytes");
+    // Their memory is freed once no thread can still be reading it, which
+    // later recordings check: requests keep coming.
+    eventually("the samples are folded into their buckets", Duration::from_secs(15), || async {
+        for _ in 0..1_000 {
+            onejob::process::metrics::claim_batch(1);
+        }
+        allocated() < before + 8_000_000
+    })
+    .await;
+}
