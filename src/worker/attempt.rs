@@ -55,6 +55,7 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
     );
     crate::process::telemetry::adopt(&span, claimed.trace.as_ref());
     async {
+        tracing::debug!(task = %claimed.task, "attempt claimed");
         let cancels = worker.catalog.task(&claimed.task).is_some_and(|task| task.settings.cancel_losers);
         let mut watch = cancels.then(|| worker.signals.watch_call(claimed.attempt.job_id, claimed.id));
         let (outcome, progress) = call(worker, &claimed, lease_end, watch.as_mut()).await;

@@ -46,7 +46,10 @@ async fn purge_all(app: &TestApp, rule: &PurgeRule) -> u64 {
 }
 
 async fn usage_total(app: &TestApp) -> Value {
-    let report: Value = app.get(&app.alice, "/usage?group_by=provider").await.json().await.unwrap();
+    let response = app.get(&app.alice, "/usage?group_by=provider").await;
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    let report: Value = response.json().await.unwrap();
+    assert!(report["total"].is_object(), "a report has its total: {report}");
     report["total"].clone()
 }
 

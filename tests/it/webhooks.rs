@@ -80,6 +80,11 @@ impl Receiver {
         self.stdin.flush().await.unwrap();
     }
 
+    /// Whether it got a request not taken by [`Self::next`] yet.
+    fn has_more(&mut self) -> bool {
+        !self.requests.is_empty()
+    }
+
     /// The next request it got, within 30 s.
     async fn next(&mut self) -> Value {
         tokio::time::timeout(Duration::from_secs(30), self.requests.recv())
@@ -161,7 +166,12 @@ async fn a_receiver_failing_three_times_gets_the_event_four_times_under_one_id_e
 
     // Bob's job is not alice's endpoint's business.
     let bobs = create(&app.client, &address, &app.bob, "not-hooked").await;
-    app.wait_for(&id, "succeeded", |job| job["state"] == "succeeded").await;
+    // A delivery is written with the settlement it tells of: once bob's job
+    // has succeeded, one routed to alice's endpoint would be listed.
+    eventually("bob's job succeeded", Duration::from_secs(10), || async {
+        app.get(&app.bob, &format!("/jobs/{bobs}")).await.json::<Value>().await.unwrap()["state"] == "succeeded"
+    })
+    .await;
     let path = format!("/webhooks/{}/deliveries", endpoint["id"].as_str().unwrap());
     // The receiver prints a request before it answers: the last try is
     // recorded once its answer is back.
@@ -560,6 +570,20 @@ async fn a_settlement_rolled_back_delivers_nothing(backend: Backend) {
     // The win is committed with its one delivery: the rolled-back one left none.
     let deliveries = count(&pool, "select count(*) from webhook_deliveries").await;
     assert_eq!(deliveries, 1, "one delivery for job {id}");
+    // The request the receiver got is that committed delivery, tried once,
+    // and the only one: a send before the commit would have come first,
+    // under an id no row has.
+    let path = format!("http://{address}/webhooks/{}/deliveries", endpoint["id"].as_str().unwrap());
+    let listing =
+        || async { client.get(&path).bearer_auth(&admin).send().await.unwrap().json::<Value>().await.unwrap() };
+    eventually("the try recorded", Duration::from_secs(10), || async {
+        listing().await["deliveries"][0]["state"] == "delivered"
+    })
+    .await;
+    let listed = listing().await;
+    assert_eq!(listed["deliveries"][0]["id"], request["id"], "{listed:#}");
+    assert_eq!(listed["deliveries"][0]["tries"].as_array().map(Vec::len), Some(1), "{listed:#}");
+    assert!(!receiver.has_more(), "the receiver got one request");
 }
 
 /// The tests above on both databases: those with a receiver ignored unless
