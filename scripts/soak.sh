@@ -11,6 +11,8 @@
 #   DURATION=120 INTERVAL=5 scripts/soak.sh
 #   scripts/soak.sh sqlite               # a SQLite file (no connections series)
 #   ONEJOB_BIN=target/debug/onejob ...   # use that binary instead of building a release one
+#   SETTINGS="replay_cache_keys=2000" ...  # change settings of the server's configuration
+#   SIM_APART=1 ...                        # the simulated provider in a process of its own
 #
 # Flat means: the mean of the last third of the samples is within 5 % (and
 # a small absolute slack) of the mean of the middle third. The first third
@@ -30,6 +32,18 @@ case "$BACKEND" in
     *) echo "usage: $0 postgres|sqlite" >&2; exit 2 ;;
 esac
 write_config
+# SETTINGS: `name=value` pairs, each replacing the line `name = ...` of the
+# configuration (names as `onejob config print-default` shows them).
+for setting in ${SETTINGS:-}; do
+    name=${setting%%=*}
+    grep -q "^$name = " "$WORK/bench.toml" || { echo "no setting $name" >&2; exit 2; }
+    sed -i "s|^$name = .*|$name = ${setting#*=}|" "$WORK/bench.toml"
+done
+# SIM_APART=1: the server's memory is onejob's alone, without the simulator's.
+if [ "${SIM_APART:-0}" = 1 ]; then
+    start_sim_apart sim-fast
+    export ONEJOB_BENCH_SIM_KEY=bench
+fi
 new_database onejob_soak
 start_server
 
@@ -93,6 +107,9 @@ while [ "$(date +%s)" -lt "$END" ]; do
     printf '%s,%s,%s,%s,%s\n' $(($(date +%s) - START)) "$RSS" "$FDS" "$PGCONN" "$DEPTH" | tee -a "$WORK/samples.csv" >&2
 done
 wait "$LOAD_PID"
+# Statements the server logged as slow, by what they were.
+log "slow statements in the server's log: $(grep -c "slow statement" "$WORK/server.log" || true)"
+grep "slow statement" "$WORK/server.log" | grep -o 'summary="[^"]*"' | sort | uniq -c | sort -rn | head -n 5 >&2 || true
 
 python3 - "$WORK" "$BACKEND" "$CAPACITY" "$CONNS" "$SCENARIO" <<'PY'
 import csv, glob, json, sys
