@@ -49,6 +49,8 @@ async fn the_dashboard_and_the_demo_work_in_a_real_browser() {
     })
     .await;
     let screenshots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/browser-screenshots");
+    // The screenshots checked below are this run's: an earlier run's are gone.
+    let _ = std::fs::remove_dir_all(&screenshots);
     let run = tokio::process::Command::new("node")
         .arg(browser_dir.join("dashboard.mjs"))
         .current_dir(&browser_dir)
