@@ -347,6 +347,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_owners_places_are_bounded_and_given_back_an_owner_with_none_is_forgotten() {
+        let owners = OwnersInFlight::new(2);
+        let (alice, bob) = (OwnerId::parse("alice").unwrap(), OwnerId::parse("bob").unwrap());
+        let places: Vec<OwnersPlace> = (0..3).filter_map(|_| owners.take(&alice)).collect();
+        assert_eq!(places.len(), 2, "two places an owner");
+        let bobs = owners.take(&bob).expect("another owner has places of its own");
+        assert_eq!(owners.full(), vec![alice.clone()]);
+        drop(places);
+        drop(bobs);
+        assert!(owners.sending.lock().unwrap().is_empty(), "every place given back: no owner left");
+    }
+
+    #[test]
     fn the_backoff_doubles_within_its_bounds_with_jitter_in_the_second_half() {
         let settings = WebhookSettings { retry_base_ms: 1_000, retry_max_ms: 10_000, ..WebhookSettings::default() };
         for _ in 0..100 {
