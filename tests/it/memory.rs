@@ -17,11 +17,10 @@ on_both_backends!(what_traffic_holds_in_memory_is_let_go_when_it_ends);
 
 /// `onejob_held_entries` by structure, as `/metrics` shows it now.
 async fn held(app: &TestApp) -> HashMap<String, f64> {
-    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    text.lines()
-        .filter_map(|line| line.strip_prefix("onejob_held_entries{structure=\""))
-        .filter_map(|rest| rest.split_once("\"} "))
-        .map(|(structure, count)| (structure.to_owned(), count.parse().unwrap()))
+    let page = crate::common::prometheus::scrape(&app.client, &app.addr.to_string()).await;
+    page.into_iter()
+        .filter(|sample| sample.name == "onejob_held_entries")
+        .map(|sample| (sample.labels["structure"].clone(), sample.value))
         .collect()
 }
 
