@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Chaos, for people (not CI): three `onejob serve` nodes on one Postgres and
+# Chaos: three `onejob serve` nodes on one Postgres and
 # one provider simulator of their own (`onejob sim`, so that a killed node
 # never takes the provider with it), under client load, while the faults go
 # round for DURATION seconds (at least one full round of each):
@@ -21,14 +21,21 @@
 #
 #   scripts/chaos.sh                          # 10 minutes on a throwaway Postgres
 #   DURATION=60 PG_DOWN=10 scripts/chaos.sh
+#   DURATION=1 PG_DOWN=5 ...                  # one round of each fault (what CI runs)
 #   ONEJOB_BIN=target/debug/onejob ...        # use that binary instead of building a release one
+#
+# How long a round may take to settle (SETTLE, seconds) is computed from the
+# configuration the script writes: every attempt the task allows reaching
+# its provider's deadline, then the lease margin, the reaper, the
+# reconciler's longest backoff and the provider's absence grace. The graces
+# are set to 2 s here (the default, 60 s, would make a reset-before-request
+# attempt and its retry take two minutes to settle).
 #
 # The postgres round needs the throwaway cluster (no DATABASE_URL): it is
 # skipped, and says so, on a server the script did not start.
 source "$(dirname "$0")/../bench/lib.sh"
 DURATION=${DURATION:-600}
 PG_DOWN=${PG_DOWN:-10}
-SETTLE=${SETTLE:-90}
 BASE_PORT=${BASE_PORT:-18280}
 SIM_PORT=$((BASE_PORT + 9))
 NODE_PIDS=()
@@ -38,36 +45,42 @@ start_postgres
 write_config '
 [providers.chaos-slow]
 kind = "sim"
+absence_grace_ms = 2000
 timeout_ms = 4000
 latency_ms = 1500
 jitter_ms = 500
 
 [providers.chaos-reset-before]
 kind = "sim"
+absence_grace_ms = 2000
 timeout_ms = 2000
 latency_ms = 50
 fault = "reset_before_request"
 
 [providers.chaos-reset-after]
 kind = "sim"
+absence_grace_ms = 2000
 timeout_ms = 2000
 latency_ms = 50
 fault = "reset_after_request"
 
 [providers.chaos-no-headers]
 kind = "sim"
+absence_grace_ms = 2000
 timeout_ms = 1000
 latency_ms = 50
 fault = "no_headers"
 
 [providers.chaos-stalled]
 kind = "sim"
+absence_grace_ms = 2000
 timeout_ms = 1000
 latency_ms = 50
 fault = "stalled_body"
 
 [providers.chaos-flaky]
 kind = "sim"
+absence_grace_ms = 2000
 timeout_ms = 2000
 latency_ms = 20
 error_rate = 0.5
@@ -78,7 +91,18 @@ error_status = 503
 sed -i -e 's/^lease_margin_ms = .*/lease_margin_ms = 1000/' -e 's/^reaper_interval_ms = .*/reaper_interval_ms = 200/' \
     -e 's/^reconcile_interval_ms = .*/reconcile_interval_ms = 200/' -e 's/^reconcile_backoff_ms = .*/reconcile_backoff_ms = 200/' \
     -e 's/^reconcile_backoff_max_ms = .*/reconcile_backoff_max_ms = 2000/' -e 's/^poll_interval_ms = .*/poll_interval_ms = 100/' \
+    -e 's/^\(\[providers\.sim-[a-z0-9-]*\]\)$/\1\nabsence_grace_ms = 2000/' \
     -e "s|^\[simulator\]\$|[simulator]\nurl = \"http://127.0.0.1:$SIM_PORT\"|" "$WORK/bench.toml"
+SETTLE=${SETTLE:-$(python3 - "$WORK/bench.toml" <<'PY'
+import sys, tomllib
+config = tomllib.load(open(sys.argv[1], "rb"))
+worker, task = config["worker"], config["tasks"]["summarize"]
+used = [p for name, p in config["providers"].items() if name.startswith("chaos-") or name in ("sim-fast", "sim-slow")]
+attempt_ms = max(p["timeout_ms"] + p["absence_grace_ms"] for p in used) + worker["lease_margin_ms"] \
+    + worker["reaper_interval_ms"] + worker["reconcile_backoff_max_ms"] + task["retry_backoff_ms"]
+print(task["max_attempts"] * attempt_ms // 1000 + 10)
+PY
+)}
 new_database onejob_chaos
 
 RUST_LOG=warn "$BIN" sim --listen "127.0.0.1:$SIM_PORT" --config "$WORK/bench.toml" > "$WORK/sim.log" 2>&1 &
@@ -96,7 +120,7 @@ start_node() {
 
 for n in 0 1 2; do start_node "$n"; done
 PORTS="$BASE_PORT,$((BASE_PORT + 1)),$((BASE_PORT + 2))"
-log "three nodes on ports $PORTS, the simulator on $SIM_PORT"
+log "three nodes on ports $PORTS, the simulator on $SIM_PORT; a round settles within $SETTLE s"
 
 # client ROUND SECONDS THREADS PROVIDERS: creates jobs with keys ROUND-…
 # for SECONDS, each key retried until acknowledged; writes ROUND.acks (key

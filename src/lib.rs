@@ -10,7 +10,7 @@
 
 pub mod app;
 pub mod config;
-pub mod domain;
+pub use onejob_domain as domain;
 pub mod http;
 pub mod jobs;
 pub mod keys;

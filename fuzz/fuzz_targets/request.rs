@@ -7,7 +7,7 @@
 #![no_main]
 
 #[allow(dead_code)]
-#[path = "../../src/domain/idempotency.rs"]
+#[path = "../../crates/onejob-domain/src/idempotency.rs"]
 mod idempotency;
 #[allow(dead_code)]
 #[path = "../../src/http/json.rs"]

@@ -5,7 +5,11 @@
 //! - `worker-before-record`: a worker between the answer and its record;
 //! - `webhook-before-send`: the deliverer between a claim and its post;
 //! - `settle-before-commit` (`return`): a settlement fails just before its
-//!   commit, and rolls back.
+//!   commit, and rolls back;
+//! - `policy-before-next-attempt` (`return(JOB_ID)`): a failure of that
+//!   job fails between its own record and the insert of the retry policy's
+//!   next attempt, and rolls back (aimed at one job, so that a test can set
+//!   it while others run).
 //!
 //! Without the feature, none exists and each costs nothing.
 
@@ -16,4 +20,11 @@ use std::time::Duration;
 pub fn parked_at(failpoint: &str) -> Option<Duration> {
     fail::fail_point!(failpoint, |ms| ms.and_then(|ms| ms.parse().ok()).map(Duration::from_millis));
     None
+}
+
+/// Whether `failpoint` is set to fail `subject` (`return(SUBJECT)`).
+#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
+pub fn fails_for(failpoint: &str, subject: &str) -> bool {
+    fail::fail_point!(failpoint, |aimed: Option<String>| aimed.as_deref() == Some(subject));
+    false
 }

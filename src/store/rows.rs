@@ -1,6 +1,6 @@
 //! How rows become values, once for both databases: the row types derive
 //! `sqlx::FromRow`, the states, roles, origins and event kinds travel as
-//! their stored names, and [`Stamp`] reads a time as each database keeps it
+//! their stored names (the domain's `sqlx` feature), and [`Stamp`] reads a time as each database keeps it
 //! (Postgres `timestamptz`, SQLite microseconds since the epoch).
 
 use chrono::{DateTime, Utc};
@@ -19,45 +19,6 @@ use crate::domain::{
     Attempt, AttemptId, AttemptOrigin, AttemptState, EventKind, Fingerprint, Job, JobEvent, JobId, JobState,
     JobSummary, KeyRole, OwnerId,
 };
-
-/// Stores a type as its name (a `text` column) and reads it back by
-/// parsing, on any database.
-macro_rules! stored_as_name {
-    ($($name:ty),+) => {$(
-        impl<DB: Database> Type<DB> for $name
-        where
-            str: Type<DB>,
-        {
-            fn type_info() -> DB::TypeInfo {
-                <str as Type<DB>>::type_info()
-            }
-            fn compatible(ty: &DB::TypeInfo) -> bool {
-                <str as Type<DB>>::compatible(ty)
-            }
-        }
-
-        impl<'q, DB: Database> Encode<'q, DB> for $name
-        where
-            &'q str: Encode<'q, DB>,
-        {
-            fn encode_by_ref(&self, buf: &mut <DB as Database>::ArgumentBuffer<'q>) -> Result<sqlx::encode::IsNull, BoxDynError> {
-                let name: &'q str = self.as_str();
-                <&'q str as Encode<'q, DB>>::encode(name, buf)
-            }
-        }
-
-        impl<'r, DB: Database> Decode<'r, DB> for $name
-        where
-            &'r str: Decode<'r, DB>,
-        {
-            fn decode(value: <DB as Database>::ValueRef<'r>) -> Result<Self, BoxDynError> {
-                Ok(<&'r str as Decode<'r, DB>>::decode(value)?.parse()?)
-            }
-        }
-    )+};
-}
-
-stored_as_name!(AttemptState, JobState, KeyRole, AttemptOrigin, EventKind);
 
 /// A point in time as a database stores it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -509,8 +470,9 @@ pub(crate) struct QualificationStateRow {
     pub summary: Option<String>,
 }
 
-impl From<Option<QualificationStateRow>> for super::QualificationState {
-    fn from(row: Option<QualificationStateRow>) -> Self {
+impl QualificationStateRow {
+    /// What the latest row (if any) says of the provider for the task.
+    pub fn state(row: Option<Self>) -> super::QualificationState {
         use super::QualificationState;
         let Some(row) = row else { return QualificationState::Never };
         let at = row.created_at.0;

@@ -82,7 +82,7 @@ macro_rules! impl_driver {
             async fn select_qualification_state(&self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
                 let row: Option<$crate::store::rows::QualificationStateRow> = sqlx::query_as(&*sql::QUALIFICATION_STATE)
                     .bind(provider).bind(task).bind(&hash[..]).fetch_optional(&self.pool).await?;
-                Ok(row.into())
+                Ok($crate::store::rows::QualificationStateRow::state(row))
             }
 
             async fn select_latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>> {
@@ -279,7 +279,7 @@ macro_rules! impl_driver_tx {
             async fn select_qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
                 let row: Option<$crate::store::rows::QualificationStateRow> = sqlx::query_as(&*sql::QUALIFICATION_STATE)
                     .bind(provider).bind(task).bind(&hash[..]).fetch_optional(&mut *self.tx).await?;
-                Ok(row.into())
+                Ok($crate::store::rows::QualificationStateRow::state(row))
             }
 
             async fn purgeable_jobs(&mut self, rule: &$crate::store::purge::PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>> {

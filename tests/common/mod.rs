@@ -38,6 +38,33 @@ impl Backend {
     }
 }
 
+/// Runs each named `async fn NAME()` of the calling module, a test only
+/// Postgres can run, as `postgres_only::NAME`; after `direct:`, a test that
+/// builds a database topology of its own (a cluster, a PgBouncer) as
+/// `postgres_direct::NAME`. The PgBouncer pass of `.ci/run` runs every test
+/// under `postgres` (made by [`on_both_backends!`]) and `postgres_only`;
+/// `lint::every_test_file_passes_the_tests_lint`
+/// refuses one outside the three.
+#[macro_export]
+macro_rules! on_postgres {
+    (@module $module:ident, $($name:ident),+) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name().await;
+                }
+            )+
+        }
+    };
+    (direct: $($name:ident),+ $(,)?) => {
+        $crate::on_postgres!(@module postgres_direct, $($name),+);
+    };
+    ($($name:ident),+ $(,)?) => {
+        $crate::on_postgres!(@module postgres_only, $($name),+);
+    };
+}
+
 /// Runs each named `async fn NAME(backend: Backend)` of the calling module as
 /// two tests, `postgres::NAME` and `sqlite::NAME`. With `setup = SETUP;`
 /// first, each is an `async fn NAME(given: T)` instead, called with what the
@@ -300,7 +327,7 @@ impl TestApp {
     /// out), by attempt id: how often each arrived.
     pub async fn simulator_log(&self) -> std::collections::HashMap<String, Value> {
         let url = format!("{}/v1/requests", self.simulator.as_ref().expect("a live app").url());
-        let log: Value = self.client.get(url).send().await.unwrap().json().await.unwrap();
+        let log = ok_json(self.client.get(url).send().await.unwrap()).await;
         log["requests"]
             .as_array()
             .unwrap()
@@ -384,6 +411,15 @@ pub fn fast_timings(settings: &mut Settings) {
 /// A provider from TOML, for tests that add their own.
 pub fn provider(toml_text: &str) -> onejob::config::ProviderSettings {
     toml::from_str(toml_text).expect("a provider's settings")
+}
+
+/// Reads the JSON of an answer that must have succeeded (2xx): an error's
+/// body read as data would give `null`s that compare equal to other `null`s.
+pub async fn ok_json(response: Response) -> Value {
+    let status = response.status();
+    let body = response.text().await.unwrap();
+    assert!(status.is_success(), "expected a success, got {status}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
 
 /// Reads a problem answer and checks its status, content type and type.

@@ -256,6 +256,37 @@ fn split_database(url: &str) -> (String, String) {
     (prefix.to_owned(), query.to_owned())
 }
 
+/// Forgets the statement counts (pg_stat_statements) of the database `pool`
+/// is on, and of no other: tests in other databases keep counting.
+pub async fn reset_statement_counts(pool: &sqlx::PgPool) {
+    let available: bool = sqlx::query_scalar(
+        "select exists (select 1 from pg_extension where extname = 'pg_stat_statements') \
+         and current_setting('shared_preload_libraries') like '%pg_stat_statements%'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert!(available, "counting statements needs pg_stat_statements preloaded on the test server");
+    sqlx::query(
+        "select pg_stat_statements_reset(0, (select oid from pg_database where datname = current_database()), 0)",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// Each statement run in the database `pool` is on since the last reset,
+/// with how often (the counting itself left out).
+pub async fn statement_counts(pool: &sqlx::PgPool) -> Vec<(String, i64)> {
+    sqlx::query_as(
+        "select query, calls from pg_stat_statements s join pg_database d on d.oid = s.dbid \
+         where d.datname = current_database() and query not ilike '%pg_stat_statements%' order by calls desc",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
 /// A fresh, migrated database of its own; returns its URL. With
 /// `ONEJOB_TEST_PGBOUNCER=session`, the URL reaches it through a shared
 /// PgBouncer in session mode (see [`Bouncer`]), so that any suite can be

@@ -61,14 +61,14 @@ pub async fn simulator_and_config_with(
 
 /// The simulator's log of attempts (qualification calls left out).
 pub async fn simulator_log(client: &reqwest::Client, simulator: &RunningSimulator) -> Vec<Value> {
-    let log: Value = client.get(format!("{}/v1/requests", simulator.url())).send().await.unwrap().json().await.unwrap();
+    let log = super::ok_json(client.get(format!("{}/v1/requests", simulator.url())).send().await.unwrap()).await;
     let requests = log["requests"].as_array().unwrap().iter();
     requests.filter(|r| !r["id"].as_str().unwrap().starts_with("qualification-")).cloned().collect()
 }
 
 /// `GET /jobs/{id}` of the server at `address` as `token`.
 pub async fn job(client: &reqwest::Client, address: &str, token: &str, id: &str) -> Value {
-    client.get(format!("http://{address}/jobs/{id}")).bearer_auth(token).send().await.unwrap().json().await.unwrap()
+    super::ok_json(client.get(format!("http://{address}/jobs/{id}")).bearer_auth(token).send().await.unwrap()).await
 }
 
 /// A fresh, migrated database of `backend` with an API key for alice: its
@@ -97,6 +97,31 @@ where
         assert!(started.elapsed() < limit, "{what} did not happen within {limit:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A memory figure of process `pid` from `/proc/PID/status` (`VmRSS`,
+/// `VmHWM`), in bytes.
+fn memory_of(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find_map(|line| line.strip_prefix(field)).unwrap_or_else(|| panic!("{field}: {status}"));
+    let kib: u64 = line.trim_start_matches(':').trim().trim_end_matches("kB").trim().parse().unwrap();
+    kib * 1024
+}
+
+/// The most memory process `pid` (a server in a process of its own) has
+/// held at once since it started or since [`reset_peak_memory`], in bytes.
+pub fn peak_memory(pid: u32) -> u64 {
+    memory_of(pid, "VmHWM")
+}
+
+/// The memory process `pid` holds now, in bytes.
+pub fn resident_memory(pid: u32) -> u64 {
+    memory_of(pid, "VmRSS")
+}
+
+/// Starts [`peak_memory`] of process `pid` again from what it holds now.
+pub fn reset_peak_memory(pid: u32) {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset the peak of a child's memory");
 }
 
 /// Whether the calling test runs alone in a process of its own. A test that

@@ -81,8 +81,7 @@ async fn readiness(app: &TestApp) -> StatusCode {
     app.client.get(app.url("/readyz")).send().await.unwrap().status()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn postgres_stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_without_a_restart() {
+async fn stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_without_a_restart() {
     const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
     let cluster = PrivateCluster::start().await;
     let url = cluster.create_database("onejob").await;
@@ -173,7 +172,6 @@ async fn postgres_stopped_for_ten_seconds_under_load_answers_503_in_time_and_rec
     assert_eq!(winners, stored.len() as i64, "one winner per job");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pool_held_by_blocked_statements_answers_503_within_the_acquire_timeout() {
     const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(300);
     // Nothing is stopped here: a fresh database on the shared cluster will do.
@@ -260,7 +258,6 @@ async fn a_pool_held_by_blocked_statements_answers_503_within_the_acquire_timeou
     assert_eq!(refused, 0, "a request answered 503 stored nothing");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pooled_connections_cut_while_idle_cost_at_most_one_503_each_and_the_pool_heals() {
     const POOL: usize = 4;
     // Nothing is stopped here: a fresh database on the shared cluster will do.
@@ -308,3 +305,10 @@ async fn pooled_connections_cut_while_idle_cost_at_most_one_503_each_and_the_poo
     eprintln!("{failed} requests answered 503 after {cut} connections were cut");
     assert!(failed <= POOL, "at most one failure per dead pooled connection ({failed})");
 }
+
+on_postgres!(
+    a_pool_held_by_blocked_statements_answers_503_within_the_acquire_timeout,
+    pooled_connections_cut_while_idle_cost_at_most_one_503_each_and_the_pool_heals
+);
+
+on_postgres!(direct: stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_without_a_restart);

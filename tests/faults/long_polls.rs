@@ -128,7 +128,6 @@ fn raise_open_files(wanted: libc::rlim_t) {
     assert!(limit.rlim_cur >= wanted, "{wanted} open files are needed; the hard limit is {}", limit.rlim_max);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_owner_holding_1500_long_polls_leaves_another_owner_creating_and_the_server_ready() {
     const HELD: usize = 1_500;
     // One socket a long-poll in this process, one in the server (which
@@ -277,3 +276,5 @@ async fn the_requests_in_flight_share_one_budget_over_every_route() {
     .await;
     assert_eq!(server.get(&server.bob, "/jobs").await.status(), StatusCode::OK);
 }
+
+on_postgres!(one_owner_holding_1500_long_polls_leaves_another_owner_creating_and_the_server_ready);

@@ -85,7 +85,6 @@ impl Drop for Cluster {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_storm_of_one_key_over_three_nodes_makes_one_job_and_every_caller_gets_its_id() {
     let cluster = Arc::new(Cluster::start(1_500).await);
     const CALLERS: usize = 300;
@@ -128,7 +127,6 @@ async fn a_storm_of_one_key_over_three_nodes_makes_one_job_and_every_caller_gets
     assert_eq!(cluster.count("select count(*) from attempts").await, 1, "with one first attempt");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fallback_attempts_posted_to_three_nodes_at_once_keep_the_admission_rules() {
     // sim-slow runs far longer than the waves below, so that nothing
     // finishes while they are decided.
@@ -221,7 +219,6 @@ async fn fallback_attempts_posted_to_three_nodes_at_once_keep_the_admission_rule
     assert_eq!(cluster.count("select count(*) from attempts").await, 2 * JOBS as i64);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_killed_with_attempts_in_flight_is_reaped_and_reconciled_by_the_survivors() {
     let mut cluster = Cluster::start(2_000).await;
     const JOBS: usize = 60;
@@ -298,3 +295,9 @@ async fn a_node_killed_with_attempts_in_flight_is_reaped_and_reconciled_by_the_s
     assert_eq!(log.len(), JOBS, "one request per attempt");
     assert!(log.iter().all(|r| r["received"] == 1), "no attempt id reached the provider twice: {log:?}");
 }
+
+on_postgres!(
+    a_storm_of_one_key_over_three_nodes_makes_one_job_and_every_caller_gets_its_id,
+    fallback_attempts_posted_to_three_nodes_at_once_keep_the_admission_rules,
+    a_node_killed_with_attempts_in_flight_is_reaped_and_reconciled_by_the_survivors
+);

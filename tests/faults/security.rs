@@ -564,7 +564,6 @@ on_both_backends!(
 /// Two servers on one Postgres: once a revocation through one returns, the
 /// other refuses the key too (it confirmed it forgot it), well inside the
 /// cache's time to live.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_revocation_reaches_every_server_sharing_the_database() {
     let one = TestApp::spawn_with(Backend::Postgres, |s| s.server.auth_cache_ttl_ms = 600_000).await;
     let two =
@@ -586,7 +585,6 @@ async fn a_revocation_reaches_every_server_sharing_the_database() {
 /// The listener that hears revocations is killed and a key revoked while
 /// nobody listens: the server trusts no cached key until it listens again,
 /// and then forgets everything it had cached.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_server_that_lost_its_listen_connection_trusts_no_cached_key() {
     let app = TestApp::spawn_with(Backend::Postgres, |s| s.server.auth_cache_ttl_ms = 600_000).await;
     let (id, token) = onejob::keys::create_key(app.store(), &owner("carol")).await.unwrap();
@@ -635,7 +633,6 @@ fn every_route_the_router_serves_declares_exactly_one_role() {
 
 /// A listener that never confirms (a server cut off without a reset): the
 /// revocation still happens and returns, after its bounded wait.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_revocation_waits_for_a_silent_listener_two_seconds_at_most() {
     let app = TestApp::spawn(Backend::Postgres).await;
     let pool = sqlx::PgPool::connect(&app.database_url).await.unwrap();
@@ -650,3 +647,9 @@ async fn a_revocation_waits_for_a_silent_listener_two_seconds_at_most() {
     assert_eq!(heard.payload(), id.to_string());
     expect_problem(app.get(&token, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
 }
+
+on_postgres!(
+    a_revocation_reaches_every_server_sharing_the_database,
+    a_server_that_lost_its_listen_connection_trusts_no_cached_key,
+    a_revocation_waits_for_a_silent_listener_two_seconds_at_most
+);

@@ -485,31 +485,16 @@ async fn a_revoked_key_stops_working(backend: Backend) {
 /// The create path for a new key is one statement (so one round trip once
 /// the statement is prepared on the connection), and it sends no NOTIFY.
 /// Counted by pg_stat_statements in this test's own database.
-#[tokio::test]
 async fn creating_a_job_with_a_new_key_is_one_statement_without_notify() {
     // Postgres only: round trips are what a networked database costs; the
     // embedded SQLite store has none to count.
     let app = TestApp::spawn(Backend::Postgres).await;
     let pool = &sqlx::PgPool::connect(&app.database_url).await.unwrap();
-    let available: bool = sqlx::query_scalar(
-        "select exists (select 1 from pg_extension where extname = 'pg_stat_statements') \
-         and current_setting('shared_preload_libraries') like '%pg_stat_statements%'",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    assert!(available, "this test counts statements with pg_stat_statements: preload it on the test server");
     // Warm up: authenticate once (cached afterwards) and prepare the statement.
     app.create_job("warm-up", None).await;
-    sqlx::query("select pg_stat_statements_reset()").execute(pool).await.unwrap();
+    crate::common::postgres::reset_statement_counts(pool).await;
     app.create_job("counted", None).await;
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "select query, calls from pg_stat_statements s join pg_database d on d.oid = s.dbid \
-         where d.datname = current_database() and query not ilike '%pg_stat_statements%'",
-    )
-    .fetch_all(pool)
-    .await
-    .unwrap();
+    let rows = crate::common::postgres::statement_counts(pool).await;
     let calls: i64 = rows.iter().map(|(_, calls)| calls).sum();
     assert_eq!(calls, 1, "statements run for one create: {rows:#?}");
     assert!(rows[0].0.contains("insert into jobs"), "{rows:#?}");
@@ -576,3 +561,5 @@ on_both_backends!(
     an_unreachable_database_answers_503_with_retry_after,
     a_revoked_key_stops_working,
 );
+
+on_postgres!(creating_a_job_with_a_new_key_is_one_statement_without_notify);

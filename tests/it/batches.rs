@@ -2,8 +2,8 @@
 //! transaction and one commit for many attempts, each still settled by its
 //! own compare-and-swap with the same outcomes, events and fences as alone;
 //! and a batch never waits for a job another transaction holds locked.
-//! Against the store, on both backends (the lock case on Postgres, whose
-//! locks are per row).
+//! Against the store, on both backends (the commit count and the lock case
+//! on Postgres, which counts statements and locks rows).
 
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ const WORKER: &str = "test-worker";
 /// other's compare-and-swap touches nothing and it is superseded, logged
 /// as a lost race; another job's output wins its own job; an output of a
 /// worker that does not hold its attempt is fenced and changes nothing.
-pub async fn a_batch_settles_each_output_by_its_own_compare_and_swap_in_one_commit(store: Shared) {
+pub async fn a_batch_settles_each_output_by_its_own_compare_and_swap(store: Shared) {
     let s = &store;
     let (alone, raced, fenced) = (
         job_with_running(s, "alone", 1).await,
@@ -59,13 +59,40 @@ pub async fn a_batch_settles_each_output_by_its_own_compare_and_swap_in_one_comm
     );
 }
 
-on_both_backends!(setup = conformance_store; a_batch_settles_each_output_by_its_own_compare_and_swap_in_one_commit);
+on_both_backends!(setup = conformance_store; a_batch_settles_each_output_by_its_own_compare_and_swap);
+
+/// Postgres: four outputs of four jobs settled in one batch are one
+/// transaction, one `COMMIT` as the database counts them
+/// (pg_stat_statements, this test's database only).
+async fn a_batch_of_outputs_is_one_commit() {
+    let url = crate::common::postgres::fresh_database().await;
+    let pool = PgPoolOptions::new().max_connections(8).connect(&url).await.unwrap();
+    let store = onejob::store::Store::new(onejob::store::PostgresStore::from_pool(pool.clone()));
+    let mut jobs = Vec::new();
+    for key in ["a", "b", "c", "d"] {
+        jobs.push(job_with_running(&store, key, 1).await);
+    }
+    let attempts: Vec<_> = jobs.iter().map(|&job| at(job, 1)).collect();
+    let output = json!({"ok": true});
+    let finishes: Vec<Finish> =
+        attempts.iter().map(|attempt| Finish { attempt, output: &output, holder: Some(WORKER), usage: None }).collect();
+
+    crate::common::postgres::reset_statement_counts(&pool).await;
+    let answers: Vec<Transition> = store.finish_attempts(&finishes).await.into_iter().map(Result::unwrap).collect();
+    let counts = crate::common::postgres::statement_counts(&pool).await;
+
+    assert_eq!(answers, vec![Transition::Won { canceled: vec![] }; 4]);
+    let commits: i64 = counts.iter().filter(|(query, _)| query.eq_ignore_ascii_case("commit")).map(|(_, n)| n).sum();
+    assert_eq!(commits, 1, "one commit for the batch: {counts:#?}");
+    for job in jobs {
+        assert_eq!(job_state(&store, job).await, JobState::Succeeded);
+    }
+}
 
 /// Postgres: a job locked by another transaction does not hold up the
 /// batch: the other outputs are committed (and seen) while it is locked,
 /// and it is settled alone once the lock goes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn postgres_a_batch_commits_its_other_outputs_while_one_job_is_locked_elsewhere_then_settles_that_one() {
+async fn a_batch_commits_its_other_outputs_while_one_job_is_locked_elsewhere_then_settles_that_one() {
     let url = crate::common::postgres::fresh_database().await;
     let pool = PgPoolOptions::new().max_connections(8).connect(&url).await.unwrap();
     let store = onejob::store::Store::new(onejob::store::PostgresStore::from_pool(pool.clone()));
@@ -96,3 +123,8 @@ async fn postgres_a_batch_commits_its_other_outputs_while_one_job_is_locked_else
     assert_eq!(answers, vec![Transition::Won { canceled: vec![] }, Transition::Won { canceled: vec![] }]);
     assert_eq!(job_state(&store, locked).await, JobState::Succeeded);
 }
+
+on_postgres!(
+    a_batch_of_outputs_is_one_commit,
+    a_batch_commits_its_other_outputs_while_one_job_is_locked_elsewhere_then_settles_that_one
+);

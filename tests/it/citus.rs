@@ -51,7 +51,6 @@ async fn schema_tables(db: &mut PgConnection) -> BTreeSet<String> {
     .collect()
 }
 
-#[tokio::test]
 async fn every_table_is_planned_as_distributed_by_owner_or_as_a_reference_table() {
     let mut db = connect().await;
     let (distributed, reference) = planned();
@@ -75,7 +74,6 @@ async fn every_table_is_planned_as_distributed_by_owner_or_as_a_reference_table(
     }
 }
 
-#[tokio::test]
 async fn every_key_of_an_owners_table_leads_with_owner_id_and_every_identity_is_bigint() {
     let mut db = connect().await;
     let (distributed, reference) = planned();
@@ -289,7 +287,6 @@ async fn routing_of_every_statement() -> BTreeMap<&'static str, Routing> {
     routes
 }
 
-#[tokio::test]
 async fn every_statement_on_an_owners_tables_is_routed_by_its_owner_id_unless_listed_as_cross_owner() {
     let routes = routing_of_every_statement().await;
     let listed: BTreeMap<&str, &str> = onejob::store::postgres::CROSS_OWNER.iter().copied().collect();
@@ -401,3 +398,9 @@ fn the_condition_reader_splits_conjuncts_and_reads_parameters() {
     let pinned = serde_json::json!({"Index Cond": "((jobs.owner_id = $1) AND (jobs.id = $2))"});
     assert_eq!(pinned_owner(&pinned), Some(1));
 }
+
+on_postgres!(
+    every_table_is_planned_as_distributed_by_owner_or_as_a_reference_table,
+    every_key_of_an_owners_table_leads_with_owner_id_and_every_identity_is_bigint,
+    every_statement_on_an_owners_tables_is_routed_by_its_owner_id_unless_listed_as_cross_owner
+);

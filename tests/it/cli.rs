@@ -48,7 +48,6 @@ async fn a_keys_own_max_in_flight_is_set_at_creation_listed_changed_and_cleared(
     assert!(!ok && stderr.contains("no live API key"), "{stderr}");
 }
 
-#[tokio::test]
 async fn the_binary_serves_the_core_contract_after_migrate_and_keys_create() {
     let database_url = crate::common::postgres::empty_database().await;
     let (ok, _, stderr) = onejob(&database_url, &["migrate"]).await;
@@ -454,7 +453,6 @@ async fn onejob_without_a_command_takes_the_flags_of_serve() {
 
 /// A command that uses the database, run where no server ever ran: it says
 /// what to do, once, and leaves no empty database behind.
-#[tokio::test]
 async fn keys_create_on_a_database_never_migrated_says_to_migrate_once_and_makes_no_file() {
     let dir = std::env::temp_dir().join(format!("onejob-no-db-{}", uuid::Uuid::now_v7().simple()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -483,3 +481,8 @@ async fn keys_create_on_a_database_never_migrated_says_to_migrate_once_and_makes
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+on_postgres!(
+    the_binary_serves_the_core_contract_after_migrate_and_keys_create,
+    keys_create_on_a_database_never_migrated_says_to_migrate_once_and_makes_no_file
+);

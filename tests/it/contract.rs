@@ -29,7 +29,7 @@ async fn qualify(app: &TestApp, provider: &str) -> (StatusCode, Value) {
 }
 
 async fn providers(app: &TestApp) -> Value {
-    let listed: Value = app.get(&app.operator, "/providers").await.json().await.unwrap();
+    let listed = crate::common::ok_json(app.get(&app.operator, "/providers").await).await;
     listed["providers"]
         .as_array()
         .unwrap()

@@ -171,7 +171,7 @@ fn the_container_commands_are_the_ones_the_operations_guide_documents() {
     assert!(dockerfile.contains(r#""onejob", "probe""#) && compose.contains(r#""onejob", "probe""#));
 }
 
-/// Every `.rs` file under `src/` and `tests/`, read once.
+/// Every `.rs` file under `src/`, `crates/` and `tests/`, read once.
 fn rust_sources() -> Vec<(PathBuf, String)> {
     fn walk(dir: &Path, found: &mut Vec<(PathBuf, String)>) {
         let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
@@ -188,7 +188,7 @@ fn rust_sources() -> Vec<(PathBuf, String)> {
         }
     }
     let mut found = Vec::new();
-    for dir in ["src", "tests"] {
+    for dir in ["src", "crates", "tests"] {
         walk(&Path::new(ROOT).join(dir), &mut found);
     }
     assert!(!found.is_empty());
@@ -225,12 +225,12 @@ fn check_test_name(sources: &[(PathBuf, String)], written: &str) -> Result<(), S
         let module = segments.iter().rev().skip(1).find(|&&s| s != "tests" && s != "*");
         match module {
             Some(module) if module_exists(sources, module) => Ok(()),
-            _ => Err(format!("`{written}`: no module of that name under src/ or tests/")),
+            _ => Err(format!("`{written}`: no module of that name under src/, crates/ or tests/")),
         }
     } else if defines_fn(sources, last) {
         Ok(())
     } else {
-        Err(format!("`{written}`: no `fn {last}` under src/ or tests/"))
+        Err(format!("`{written}`: no `fn {last}` under src/, crates/ or tests/"))
     }
 }
 

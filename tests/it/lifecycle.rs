@@ -301,7 +301,14 @@ async fn an_unknown_attempt_without_a_status_lookup_waits_for_an_operators_resol
 }
 
 async fn a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_to_date(backend: Backend) {
-    let app = TestApp::spawn_live(backend, |_| {}).await;
+    // The attempt waits a minute at the provider: nothing changes the job
+    // but the cancel below, so the reads before it see one version.
+    let app = TestApp::spawn_live(backend, |s| {
+        let slow = s.providers.get_mut("sim-slow").unwrap();
+        slow.latency_ms = 60_000;
+        slow.timeout_ms = 120_000;
+    })
+    .await;
     let id = create(&app, "k", &summarize_on("sim-slow", "wait for it")).await;
     let job = app.wait_for(&id, "running", |j| j["state"] == "running").await;
     let first = app.client.get(app.url(&format!("/jobs/{id}"))).bearer_auth(&app.alice).send().await.unwrap();
@@ -316,19 +323,22 @@ async fn a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_
         .unwrap();
     assert_eq!(unchanged.status(), StatusCode::NOT_MODIFIED);
     assert_eq!(job["state"], "running");
-    // Waits (up to 10 s) until the slow attempt (1.5 s) finishes.
-    let changed = app
+    // A long poll (up to 10 s) answers once the job changes: here, when it
+    // is canceled (before or after the poll began, the answer is the same).
+    let poll = app
         .client
         .get(app.url(&format!("/jobs/{id}?wait=10")))
         .bearer_auth(&app.alice)
         .header("if-none-match", &etag)
-        .send()
-        .await
-        .unwrap();
+        .send();
+    let cancel = app.client.post(app.url(&format!("/jobs/{id}/cancel"))).bearer_auth(&app.alice).send();
+    let (changed, canceled) = tokio::join!(poll, cancel);
+    assert_eq!(canceled.unwrap().status(), StatusCode::OK);
+    let changed = changed.unwrap();
     assert_eq!(changed.status(), StatusCode::OK);
     assert_ne!(changed.headers()["etag"].to_str().unwrap(), etag);
     let done: Value = changed.json().await.unwrap();
-    assert_eq!(done["state"], "succeeded");
+    assert_eq!(done["state"], "canceled");
     let final_tag =
         app.client.get(app.url(&format!("/jobs/{id}"))).bearer_auth(&app.alice).send().await.unwrap().headers()["etag"]
             .clone();

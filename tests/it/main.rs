@@ -20,6 +20,7 @@ mod docs;
 mod events;
 mod fairness;
 mod lifecycle;
+mod lint;
 mod memory;
 mod openai;
 mod openapi;

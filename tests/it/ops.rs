@@ -329,15 +329,18 @@ impl Door {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn readiness_and_requests_answer_503_while_the_database_is_stopped() {
     // Postgres only: an embedded SQLite file cannot be stopped apart from
     // the process that opens it.
     let url = crate::common::postgres::fresh_database().await;
     let parsed = reqwest::Url::parse(&url).unwrap();
-    let socket_dir = parsed.query_pairs().find(|(name, _)| name == "host").map(|(_, dir)| dir.into_owned());
-    let behind = match socket_dir {
-        Some(dir) => Behind::Socket(std::path::Path::new(&dir).join(".s.PGSQL.5432")),
+    let query =
+        |wanted: &str| parsed.query_pairs().find(|(name, _)| name == wanted).map(|(_, value)| value.into_owned());
+    let behind = match query("host") {
+        Some(dir) => {
+            let port = query("port").unwrap_or_else(|| "5432".to_owned());
+            Behind::Socket(std::path::Path::new(&dir).join(format!(".s.PGSQL.{port}")))
+        }
         None => Behind::Tcp(format!("{}:{}", parsed.host_str().unwrap(), parsed.port().unwrap_or(5432))),
     };
     let mut door = Door::open(behind).await;
@@ -491,3 +494,5 @@ async fn a_full_run_logs_no_secret() {
     assert!(!all.to_lowercase().contains("bearer "), "an Authorization header reached the logs");
     let _ = std::fs::remove_file(config);
 }
+
+on_postgres!(readiness_and_requests_answer_503_while_the_database_is_stopped);

@@ -30,7 +30,6 @@ async fn migrate_through(url: &str) -> std::process::Output {
         .expect("run onejob migrate")
 }
 
-#[tokio::test]
 async fn onejob_migrates_through_a_stock_pgbouncer_in_session_mode_that_refuses_unknown_startup_parameters() {
     let bouncer = Bouncer::start_private("session").await;
     let url = bouncer.url(&empty_database().await);
@@ -47,7 +46,6 @@ async fn onejob_migrates_through_a_stock_pgbouncer_in_session_mode_that_refuses_
     store.check_ready().await.expect("the migrations are applied and the store answers through PgBouncer");
 }
 
-#[tokio::test]
 async fn the_statement_timeout_holds_through_pgbouncer_as_it_does_directly() {
     let bouncer = Bouncer::start_private("session").await;
     let direct = fresh_database_direct().await;
@@ -63,7 +61,6 @@ async fn the_statement_timeout_holds_through_pgbouncer_as_it_does_directly() {
     }
 }
 
-#[tokio::test]
 async fn a_pgbouncer_in_transaction_or_statement_mode_is_refused_at_start_naming_the_setting() {
     for mode in ["transaction", "statement"] {
         let bouncer = Bouncer::start_private(mode).await;
@@ -82,3 +79,5 @@ async fn a_pgbouncer_in_transaction_or_statement_mode_is_refused_at_start_naming
         assert_eq!(tables, 0, "no migration ran behind a {mode}-mode pooler");
     }
 }
+
+on_postgres!(direct: onejob_migrates_through_a_stock_pgbouncer_in_session_mode_that_refuses_unknown_startup_parameters, the_statement_timeout_holds_through_pgbouncer_as_it_does_directly, a_pgbouncer_in_transaction_or_statement_mode_is_refused_at_start_naming_the_setting);

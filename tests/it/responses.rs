@@ -17,8 +17,12 @@ use onejob::domain::{JobId, OwnerId};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-/// The slow response's latency: the loser of a race is canceled long before it.
+/// The latency of a response that outlives its attempt's deadline.
 const SLOW_MS: u64 = 3_000;
+/// The latency of the response that loses a race or is canceled: a
+/// minute, so that nothing but the race or the cancel ends it while the
+/// test reads it.
+const LOSER_MS: u64 = 60_000;
 
 /// Simulated providers speaking the Responses API (`resp-…`), and chat
 /// completion providers that refuse, cut off or follow a strict schema.
@@ -29,7 +33,7 @@ fn settings(s: &mut Settings) {
     let chat = |extra: &str| provider(&format!("{base}{extra}"));
     let providers = [
         ("resp-fast", responses("latency_ms = 5\ntimeout_ms = 2000")),
-        ("resp-slow", responses(&format!("latency_ms = {SLOW_MS}\ntimeout_ms = {}", 2 * SLOW_MS))),
+        ("resp-slow", responses(&format!("latency_ms = {LOSER_MS}\ntimeout_ms = {}", 2 * LOSER_MS))),
         ("resp-late", responses("late_ms = 900\ntimeout_ms = 300")),
         ("resp-outlived", responses(&format!("latency_ms = {SLOW_MS}\ntimeout_ms = 300"))),
         ("resp-hang", responses("hang_ms = 1200\ntimeout_ms = 300")),
@@ -178,7 +182,7 @@ async fn a_lost_race_cancels_the_losing_background_response_at_the_provider(back
     let record = at_provider(&app, &job).await;
     assert_eq!(record["status"], "canceled", "{record:#}");
     assert!(
-        record["canceled_after_ms"].as_u64().is_some_and(|ms| ms < SLOW_MS),
+        record["canceled_after_ms"].as_u64().is_some_and(|ms| ms < LOSER_MS),
         "canceled long before its answer: {record:#}"
     );
     let loser = &job["attempts"][0];
@@ -198,7 +202,7 @@ async fn canceling_a_job_cancels_its_background_response_at_the_provider(backend
     assert_eq!(job["state"], "canceled");
     let record = at_provider(&app, &job).await;
     assert_eq!(record["status"], "canceled", "{record:#}");
-    assert!(record["canceled_after_ms"].as_u64().is_some_and(|ms| ms < SLOW_MS), "{record:#}");
+    assert!(record["canceled_after_ms"].as_u64().is_some_and(|ms| ms < LOSER_MS), "{record:#}");
     assert_eq!(job["attempts"][0]["error"]["detail"]["cancel_call"], "made", "{job:#}");
 }
 

@@ -167,8 +167,7 @@ fn a_retention_under_a_day_needs_allow_short() {
 /// plain session standing in for a purger on another server) purges
 /// nothing and says so; once the lock is free, it purges. (SQLite's purges
 /// run in write transactions, of which the database allows one at a time.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn postgres_a_purge_while_another_server_purges_finds_it_busy_and_purges_nothing() {
+async fn a_purge_while_another_server_purges_finds_it_busy_and_purges_nothing() {
     let app = TestApp::spawn_live(Backend::Postgres, |_| {}).await;
     let (_, done) = create(&app, "quick", &json!({"task": "summarize", "input": {"text": "quick"}})).await;
     app.wait_for(&done, "succeeded", |j| j["state"] == "succeeded").await;
@@ -355,3 +354,5 @@ async fn concurrent_erasures_keep_every_jobs_usage_in_the_report(backend: Backen
     let after = usage_total(&app).await;
     assert_eq!(after, before, "every erased job's usage is in the rollup");
 }
+
+on_postgres!(a_purge_while_another_server_purges_finds_it_busy_and_purges_nothing);

@@ -9,8 +9,7 @@ use crate::store::{job_with_running, prepare};
 /// holds whatever code runs), and the unique index holds only the attempts
 /// that have a key: the first attempt of a job, made by its creation with
 /// no key, costs it no entry at its insert, claim or settlement.
-#[tokio::test]
-async fn postgres_an_attempts_key_is_unique_within_its_job_and_only_attempts_with_a_key_are_in_its_index() {
+async fn an_attempts_key_is_unique_within_its_job_and_only_attempts_with_a_key_are_in_its_index() {
     // A fresh database is migrated already.
     let url = crate::common::postgres::fresh_database().await;
     let pool = PgPoolOptions::new().max_connections(2).connect(&url).await.unwrap();
@@ -53,3 +52,5 @@ async fn postgres_an_attempts_key_is_unique_within_its_job_and_only_attempts_wit
         "only the attempts with a key are in the index of attempts' keys"
     );
 }
+
+on_postgres!(an_attempts_key_is_unique_within_its_job_and_only_attempts_with_a_key_are_in_its_index);

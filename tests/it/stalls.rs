@@ -137,48 +137,70 @@ async fn a_worker_paused_after_the_answer_past_its_lease_keeps_it_as_a_late_outp
 }
 
 async fn a_status_lookup_that_cannot_find_an_attempt_leaves_it_unknown_unless_absence_is_final(backend: Backend) {
-    // An OpenAI-protocol provider (the simulator speaks it) that accepts and
-    // never answers, with a status URL that is wrong: every lookup is a 404.
+    // Two OpenAI-protocol providers (the simulator speaks it) that accept and
+    // never answer, with a status URL that is wrong: every lookup is a 404.
+    // `gpt` does not take a 404 as final about absence; `gpt-final` does.
     let (simulator, config) = simulator_and_config_with(200, |_| {}).await;
     let mut table: toml::Table = std::fs::read_to_string(&config).unwrap().parse().unwrap();
     let base = simulator.url();
-    let gpt: toml::Table = r#"
-        kind = "openai"
-        api_key_env = "ONEJOB_TEST_PROVIDER_KEY"
-        timeout_ms = 300
-        status_lookup = true
-        absence_grace_ms = 0
-    "#
-    .parse()
-    .unwrap();
-    set(&mut table, &["providers", "gpt"], toml::Value::Table(gpt));
-    set(&mut table, &["providers", "gpt", "base_url"], format!("{base}/providers/sim-hang/v1").into());
-    set(&mut table, &["providers", "gpt", "status_url"], format!("{base}/v1/misconfigured/{{id}}").into());
+    for (name, absence_is_final) in [("gpt", false), ("gpt-final", true)] {
+        let provider: toml::Table = format!(
+            r#"
+            kind = "openai"
+            api_key_env = "ONEJOB_TEST_PROVIDER_KEY"
+            timeout_ms = 300
+            status_lookup = true
+            absence_grace_ms = 0
+            absence_is_final = {absence_is_final}
+            "#
+        )
+        .parse()
+        .unwrap();
+        set(&mut table, &["providers", name], toml::Value::Table(provider));
+        set(&mut table, &["providers", name, "base_url"], format!("{base}/providers/sim-hang/v1").into());
+        set(&mut table, &["providers", name, "status_url"], format!("{base}/v1/misconfigured/{{id}}").into());
+    }
     std::fs::write(&config, toml::to_string(&table).unwrap()).unwrap();
     let (database_url, pool, token) = database(backend).await;
     let client = reqwest::Client::new();
     let env = [("ONEJOB_TEST_PROVIDER_KEY", "sk-test-lookup")];
     let (_server, address, _log) = crate::common::spawn_server_logged(&database_url, Some(&config), &[], &env).await;
-    let id = create(
-        &client,
-        &address,
-        &token,
-        "lost",
-        &json!({"task": "summarize", "input": {"text": "x"}, "provider": "gpt"}),
-    )
-    .await;
+    let create_on = |key: &'static str, provider: &'static str| {
+        let (client, address, token) = (&client, &address, &token);
+        async move {
+            let body = json!({"task": "summarize", "input": {"text": "x"}, "provider": provider});
+            create(client, address, token, key, &body).await
+        }
+    };
+    let (lost, absent) = (create_on("lost", "gpt").await, create_on("absent", "gpt-final").await);
 
-    // Asked again and again, the provider never finds it: still unknown.
+    // A provider final about absence: its 404 settles the attempt as never
+    // received (failed, retryable).
+    eventually("the absent attempt settled", Duration::from_secs(20), || async {
+        let now = job(&client, &address, &token, &absent).await;
+        !matches!(now["attempts"][0]["state"].as_str(), Some("pending" | "running" | "unknown"))
+    })
+    .await;
+    let settled = job(&client, &address, &token, &absent).await;
+    assert_eq!(
+        (&settled["attempts"][0]["state"], &settled["attempts"][0]["error"]["type"]),
+        (&json!("failed"), &json!("not-received")),
+        "a 404 from a provider final about absence settles the attempt: {settled:#}"
+    );
+
+    // Asked again and again, the other provider never finds it: still unknown.
     eventually("five status lookups, or the attempt settled", Duration::from_secs(20), || async {
-        let (count, state): (i64, String) =
-            sqlx::query_as("select cast(reconcile_count as bigint), state from attempts where number = 1")
-                .fetch_one(&pool)
-                .await
-                .unwrap();
+        let (count, state): (i64, String) = sqlx::query_as(
+            "select cast(a.reconcile_count as bigint), a.state from attempts a join jobs j on j.id = a.job_id \
+             where a.number = 1 and j.idempotency_key = 'lost'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
         count >= 5 || !["pending", "running", "unknown"].contains(&state.as_str())
     })
     .await;
-    let now = job(&client, &address, &token, &id).await;
+    let now = job(&client, &address, &token, &lost).await;
     assert_eq!(
         now["attempts"][0]["state"], "unknown",
         "a 404 from a provider not final about absence settles nothing: {now:#}"

@@ -788,6 +788,26 @@ pub async fn a_failure_and_the_policys_next_attempt_commit_together(store: Share
     let retrying = Rules { retry: true, ..rules(5, 2) };
     let mut error = AttemptError::new("provider-error", "503");
     error.detail = json!({"status": 503, "retryable": true});
+    // Failed between the failure's record and the next attempt's insert
+    // (a failpoint aimed at this job; one test at a time sets it), the
+    // transaction keeps neither: the attempt is still running, and alone.
+    static FAILPOINT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let broken = {
+        let _alone = FAILPOINT.lock().await;
+        fail::cfg("policy-before-next-attempt", &format!("return({job})")).unwrap();
+        let broken = store.fail_attempt(&at(job, 1), &error, &retrying, None, None).await;
+        fail::remove("policy-before-next-attempt");
+        broken
+    };
+    assert!(broken.is_err(), "the failpoint failed the transaction: {broken:?}");
+    assert_eq!(attempt_states(&store, job).await, vec![AttemptState::Running], "neither write kept");
+    assert_eq!(job_state(&store, job).await, JobState::Running);
+    assert!(
+        !event_kinds(&store, job).await.contains(&"attempt-failed".to_owned()),
+        "{:?}",
+        event_kinds(&store, job).await
+    );
+    // Without it, both commit.
     let outcome = store.fail_attempt(&at(job, 1), &error, &retrying, None, None).await.unwrap();
     let Transition::Failed { next: Some(next) } = outcome else {
         panic!("the policy scheduled an attempt: {outcome:?}")

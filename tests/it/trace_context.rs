@@ -13,11 +13,17 @@ const TRACE_A: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const TRACE_B: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
 
 fn settings(s: &mut onejob::config::Settings) {
-    // Fails every call, retryably: the retry policy adds the next attempt.
-    s.providers.insert(
-        "sim-down".into(),
-        provider("kind = \"sim\"\nmodel = \"sim-1\"\ntokenizer = \"o200k_base\"\ncontext_tokens = 8192\nmax_output_tokens = 512\nlatency_ms = 5\nerror_rate = 1.0\nerror_status = 503"),
-    );
+    // Two providers that fail every call, retryably: the retry policy adds
+    // the next attempt, on the same provider once (no failover).
+    for name in ["sim-down", "sim-down-2"] {
+        s.providers.insert(
+            name.into(),
+            provider("kind = \"sim\"\nmodel = \"sim-1\"\ntokenizer = \"o200k_base\"\ncontext_tokens = 8192\nmax_output_tokens = 512\nlatency_ms = 5\nerror_rate = 1.0\nerror_status = 503"),
+        );
+    }
+    let summarize = s.tasks.get_mut("summarize").unwrap();
+    summarize.failover.clear();
+    summarize.retries_per_provider = 1;
 }
 
 async fn create(app: &TestApp, key: &str, provider: &str, traceparent: &str, tracestate: Option<&str>) -> String {
@@ -82,16 +88,40 @@ async fn a_fallback_carries_its_own_requests_trace_and_a_retry_its_failed_attemp
     assert_eq!(job["attempts"][1]["trace"]["traceparent"], TRACE_B, "{job:#}");
     child_of(&sent_for(&app, &job, 2).await, TRACE_B);
 
-    // The retry policy's attempt is done for the same request: the same trace.
-    let id = create(&app, "retried", "sim-down", TRACE_B, None).await;
+    // A retry is done for the same request as the attempt that failed: it
+    // takes that attempt's trace, not the job's. The job fails on sim-down
+    // (TRACE_A, retried once there); then the client's attempt on
+    // sim-down-2 (TRACE_B) fails and is retried.
+    let id = create(&app, "retried", "sim-down", TRACE_A, None).await;
+    let job = app.wait_for(&id, "failed", |j| j["state"] == "failed").await;
+    assert_eq!(
+        (&job["attempts"][1]["origin"], &job["attempts"][1]["trace"]["traceparent"]),
+        (&json!("policy"), &json!(TRACE_A)),
+        "{job:#}"
+    );
+    app.qualify("sim-down-2").await;
+    let again = app
+        .client
+        .post(app.url(&format!("/jobs/{id}/attempts")))
+        .bearer_auth(&app.alice)
+        .header("idempotency-key", "again-1")
+        .header("traceparent", TRACE_B)
+        .json(&json!({"provider": "sim-down-2"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED);
     let job = app
         .wait_for(&id, "retried", |j| {
-            j["attempts"].as_array().unwrap().len() >= 2 && j["attempts"][1]["state"] != "pending"
+            j["attempts"].as_array().unwrap().len() >= 4 && j["attempts"][3]["state"] != "pending"
         })
         .await;
-    assert_eq!(job["attempts"][1]["origin"], "policy", "{job:#}");
-    assert_eq!(job["attempts"][1]["trace"]["traceparent"], TRACE_B, "{job:#}");
-    child_of(&sent_for(&app, &job, 2).await, TRACE_B);
+    assert_eq!(
+        (&job["attempts"][3]["origin"], &job["attempts"][3]["provider"], &job["attempts"][3]["trace"]["traceparent"]),
+        (&json!("policy"), &json!("sim-down-2"), &json!(TRACE_B)),
+        "{job:#}"
+    );
+    child_of(&sent_for(&app, &job, 4).await, TRACE_B);
 }
 
 async fn a_malformed_traceparent_is_ignored(backend: Backend) {

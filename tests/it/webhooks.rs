@@ -304,7 +304,7 @@ async fn raw_receiver(answer: &'static str) -> (u16, std::sync::Arc<std::sync::a
 async fn first_try(client: &reqwest::Client, url: &str, admin: &str) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let deliveries: Value = client.get(url).bearer_auth(admin).send().await.unwrap().json().await.unwrap();
+        let deliveries = crate::common::ok_json(client.get(url).bearer_auth(admin).send().await.unwrap()).await;
         let tried = deliveries["deliveries"][0]["tries"][0].clone();
         if !tried.is_null() {
             return tried;

@@ -310,6 +310,25 @@ mod tests {
     }
 
     #[test]
+    fn a_key_shows_as_it_is_stored() {
+        let key = IdempotencyKey::parse(br#""a\"b""#).unwrap();
+        assert_eq!(key.to_string(), r#"a"b"#);
+        assert_eq!(key.to_string(), key.as_str());
+    }
+
+    #[test]
+    fn a_fingerprint_reads_back_from_its_stored_bytes_and_only_from_32() {
+        let fingerprint = Fingerprint::of_job("summarize", &json!({"text": "hi"}), "sim-fast");
+        let stored = fingerprint.as_bytes().to_vec();
+        assert_eq!(stored, Sha256::digest(br#"{"input":{"text":"hi"},"provider":"sim-fast","task":"summarize"}"#)[..]);
+        assert_eq!(Fingerprint::from_slice(&stored), Some(fingerprint));
+        assert_eq!(Fingerprint::from_slice(&stored[..31]), None);
+        assert_eq!(Fingerprint::from_slice(&[stored.clone(), vec![0]].concat()), None);
+        // Debug output (logs, assertion failures) is the same prefixed hex.
+        assert_eq!(format!("{fingerprint:?}"), fingerprint.to_string());
+    }
+
+    #[test]
     fn fingerprint_is_shown_as_prefixed_hex() {
         let shown = Fingerprint::of_job("t", &json!(null), "p").to_string();
         // Pinned: budgets did not change the fingerprint of a job without one.

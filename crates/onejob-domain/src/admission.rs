@@ -143,8 +143,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::domain::policy::{NextAttempt, PastAttempt};
-    use crate::domain::{AttemptId, AttemptLimits, AttemptOrigin};
+    use crate::AttemptLimits;
+    use crate::policy::{NextAttempt, PastAttempt};
 
     /// Task `t` on `own`, with `other` configured; every attempt may cost
     /// up to 1.00; `other` is being qualified when `qualifying`.
@@ -171,27 +171,7 @@ mod tests {
     }
 
     fn attempt(number: i32, state: AttemptState) -> Attempt {
-        Attempt {
-            number,
-            id: AttemptId::new(),
-            provider: "own".into(),
-            state,
-            origin: AttemptOrigin::Client,
-            idempotency_key: None,
-            worker: None,
-            lease_until: None,
-            output: None,
-            error: None,
-            created_at: Utc::now(),
-            not_before: Utc::now(),
-            started_at: None,
-            finished_at: None,
-            usage: None,
-            cost: None,
-            unapplied_output: None,
-            provider_request_id: None,
-            trace: None,
-        }
+        Attempt { number, provider: "own".into(), ..crate::job::tests::attempt(state) }
     }
 
     fn facts<'a>(provider: &'a str, attempts: &'a [Attempt]) -> AdmissionFacts<'a> {
@@ -248,11 +228,8 @@ mod tests {
         let rules = Rules { qualifying: false };
         let input = json!({});
         let mut failed = attempt(1, AttemptState::Failed);
-        failed.cost = Some(crate::domain::Cost {
-            amount: "0.50".parse().unwrap(),
-            currency: "USD".into(),
-            price_version: "v1".into(),
-        });
+        failed.cost =
+            Some(crate::Cost { amount: "0.50".parse().unwrap(), currency: "USD".into(), price_version: "v1".into() });
         let attempts = [failed, attempt(2, AttemptState::Running)];
         let budget = |amount: &str| Some((amount.parse::<Money>().unwrap(), &input));
         let fits = AdmissionFacts { budget: budget("2.50"), ..facts("own", &attempts) };
@@ -263,6 +240,16 @@ mod tests {
         // 0.50 spent, and 1.00 at worst by the attempt still running.
         let reason = refused.reason.unwrap();
         assert!(reason.contains("may spend 1.5 of its budget of 2.49"), "{reason}");
+    }
+
+    #[test]
+    fn a_settled_attempt_without_a_cost_takes_nothing_from_the_budget() {
+        let rules = Rules { qualifying: false };
+        let input = json!({});
+        // Failed before the provider answered, canceled before it was sent: no cost, no worst case.
+        let attempts = [attempt(1, AttemptState::Failed), attempt(2, AttemptState::Canceled)];
+        let budget = Some(("1.00".parse::<Money>().unwrap(), &input));
+        assert_eq!(check_admission(&AdmissionFacts { budget, ..facts("own", &attempts) }, &rules), Ok(()));
     }
 
     #[test]

@@ -115,7 +115,9 @@ mod tests {
     fn event_types_round_trip_through_their_names() {
         for kind in WebhookEventType::ALL {
             assert_eq!(kind.as_str().parse::<WebhookEventType>().unwrap(), *kind);
+            assert_eq!(kind.to_string(), kind.as_str());
         }
+        assert_eq!(WebhookEventType::JobSucceeded.to_string(), "job.succeeded");
         assert!("job.done".parse::<WebhookEventType>().is_err());
     }
 }

@@ -108,6 +108,10 @@ mod tests {
         }
         let later = TraceContext::from_headers(Some(&format!("01{}-what-comes-next", &VALID[2..])), None).unwrap();
         assert_eq!(later.traceparent, VALID, "a later version is read as 00");
+        let later_bare = TraceContext::from_headers(Some(&format!("01{}", &VALID[2..])), None).unwrap();
+        assert_eq!(later_bare.traceparent, VALID, "a later version may add nothing");
+        let glued = format!("01{}extra", &VALID[2..]);
+        assert_eq!(TraceContext::from_headers(Some(&glued), None), None, "what a later version adds follows a dash");
         let long = "a=".to_owned() + &"b".repeat(600);
         assert_eq!(TraceContext::from_headers(Some(VALID), Some(&long)).unwrap().tracestate, None);
         assert_eq!(TraceContext::from_headers(None, Some("a=b")), None, "no tracestate without a traceparent");
@@ -120,5 +124,16 @@ mod tests {
         assert_eq!(child.trace_id(), context.trace_id());
         assert_eq!(&child.traceparent[53..], "01");
         assert_ne!(child.traceparent, context.traceparent);
+    }
+
+    #[test]
+    fn every_byte_of_a_childs_parent_id_is_random() {
+        let context = TraceContext::from_headers(Some(VALID), None).unwrap();
+        let parents: Vec<String> = (0..32).map(|_| context.child()[36..52].to_owned()).collect();
+        // 32 draws all alike in one byte: a chance of 2⁻²⁴⁸ per byte.
+        for byte in 0..8 {
+            let hex = |parent: &String| parent[2 * byte..2 * byte + 2].to_owned();
+            assert!(parents.iter().any(|parent| hex(parent) != hex(&parents[0])), "byte {byte} never changes");
+        }
     }
 }

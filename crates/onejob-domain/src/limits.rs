@@ -57,3 +57,42 @@ impl Deferral {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_counts_a_provider_with_a_concurrency_or_request_rate_limit_only() {
+        let limits = |max_concurrent, requests_per_minute, tokens_per_minute| ProviderLimits {
+            max_concurrent,
+            requests_per_minute,
+            tokens_per_minute,
+        };
+        for (limits, counted) in [
+            (limits(None, None, None), false),
+            (limits(Some(4), None, None), true),
+            (limits(None, Some(60), None), true),
+            (limits(Some(4), Some(60), None), true),
+            // Tokens are counted by the worker, not under the claim's lock.
+            (limits(None, None, Some(10_000)), false),
+        ] {
+            assert_eq!(limits.counted(), counted, "{limits:?}");
+        }
+    }
+
+    #[test]
+    fn deferrals_are_labelled_with_the_documented_reasons() {
+        let names: Vec<&str> = Deferral::ALL.iter().map(|d| d.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "owner-max-in-flight",
+                "provider-max-concurrent",
+                "provider-requests-per-minute",
+                "provider-tokens-per-minute",
+                "provider-paused",
+            ]
+        );
+    }
+}

@@ -79,4 +79,16 @@ mod tests {
         assert!("Admin".parse::<KeyRole>().is_err());
         assert!("".parse::<KeyRole>().is_err());
     }
+
+    #[test]
+    fn each_role_reaches_what_its_documentation_says_and_shows_its_name() {
+        for (role, name, administers, spans_owners) in [
+            (KeyRole::Client, "client", false, false),
+            (KeyRole::Admin, "admin", true, false),
+            (KeyRole::Operator, "operator", true, true),
+        ] {
+            assert_eq!(role.to_string(), name);
+            assert_eq!((role.administers(), role.spans_owners()), (administers, spans_owners), "{role}");
+        }
+    }
 }

@@ -145,4 +145,15 @@ mod tests {
         }
         assert!("job-done".parse::<EventKind>().is_err());
     }
+
+    #[test]
+    fn an_event_kind_shows_and_compares_as_its_stored_name() {
+        for kind in EventKind::ALL {
+            assert_eq!(kind.to_string(), kind.as_str());
+            assert!(*kind == kind.as_str());
+        }
+        assert_eq!(EventKind::RaceLost.to_string(), "race-lost");
+        assert!(EventKind::RaceLost == "race-lost");
+        assert!(EventKind::RaceLost != "attempt-succeeded");
+    }
 }

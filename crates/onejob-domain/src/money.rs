@@ -230,6 +230,43 @@ mod tests {
     }
 
     #[test]
+    fn twenty_whole_digits_are_the_most_an_amount_may_have() {
+        assert_eq!(money("99999999999999999999.5").to_string(), "99999999999999999999.5");
+        assert_eq!(money("-99999999999999999999").to_string(), "-99999999999999999999");
+    }
+
+    #[test]
+    fn a_difference_saturates_and_only_amounts_over_zero_are_positive() {
+        assert_eq!(money("3").saturating_sub(money("1.25")), money("1.75"));
+        assert_eq!(money("1").saturating_sub(money("1.5")), money("-0.5"));
+        assert_eq!(Money::from_units(i128::MIN + 1).saturating_sub(money("2")), Money::from_units(i128::MIN));
+        for (units, positive) in [(-1, false), (0, false), (1, true), (i128::MAX, true)] {
+            assert_eq!(Money::from_units(units).is_positive(), positive, "{units}");
+        }
+    }
+
+    #[test]
+    fn an_amount_deserializes_from_its_decimal_string() {
+        assert_eq!(serde_json::from_str::<Money>(r#""0.000125""#).unwrap(), money("0.000125"));
+        assert_eq!(serde_json::to_string(&money("12.5")).unwrap(), r#""12.5""#);
+        assert!(serde_json::from_str::<Money>(r#""1e3""#).is_err());
+    }
+
+    #[test]
+    fn a_price_is_zero_or_more_per_million_with_at_most_twelve_decimals() {
+        let price = |amount: &str| {
+            let json = format!(r#"{{"input_per_million": "{amount}", "output_per_million": "1", "currency": "USD"}}"#);
+            serde_json::from_str::<Price>(&json).map(|price| price.input_per_million)
+        };
+        assert_eq!(price("0").unwrap(), Money::ZERO);
+        assert_eq!(price("0.150000000001").unwrap(), money("0.150000000001"));
+        assert_eq!(price("2").unwrap(), money("2"));
+        for bad in ["-0.01", "-1", "0.1234567890123"] {
+            assert!(price(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn cost_arithmetic_is_exact_for_prices_with_many_decimals() {
         let price = Price {
             input_per_million: Money::parse_with_scale("0.123456789012", PRICE_SCALE).unwrap(),

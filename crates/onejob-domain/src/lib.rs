@@ -1,6 +1,9 @@
 //! The pure core of onejob: identities, states, the admission rules and the
 //! idempotency primitives. Nothing here does I/O, so every rule is unit-tested
-//! beside its code and shared by every store and every caller.
+//! beside its code and shared by every store and every caller. The service
+//! reaches it as `onejob::domain`.
+
+#![warn(missing_docs)]
 
 pub mod admission;
 pub mod event;
@@ -15,6 +18,8 @@ pub mod retention;
 pub mod role;
 pub mod rules;
 pub mod state;
+#[cfg(feature = "sqlx")]
+mod stored;
 pub mod trace;
 pub mod webhook;
 

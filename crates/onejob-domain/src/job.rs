@@ -263,7 +263,7 @@ pub struct Attempt {
     /// The W3C trace context (`traceparent`, `tracestate`) of the request
     /// that asked for it (a retry's is its failed attempt's): its work and
     /// its provider call are in that trace.
-    pub trace: Option<crate::domain::TraceContext>,
+    pub trace: Option<crate::TraceContext>,
 }
 
 /// The error type of an attempt the provider says it never received: it
@@ -326,7 +326,7 @@ pub struct JobEvent {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -350,5 +350,95 @@ mod tests {
         assert_eq!(attempts_being_canceled(JobState::Canceled, attempts, true), vec![1, 3]);
         assert!(attempts_being_canceled(JobState::Canceled, attempts, false).is_empty());
         assert!(attempts_being_canceled(JobState::Running, attempts, true).is_empty());
+    }
+
+    /// A first attempt on `p` in `state`, with no usage or cost.
+    pub(crate) fn attempt(state: AttemptState) -> Attempt {
+        Attempt {
+            number: 1,
+            id: AttemptId::new(),
+            provider: "p".into(),
+            state,
+            origin: AttemptOrigin::Client,
+            idempotency_key: None,
+            worker: None,
+            lease_until: None,
+            output: None,
+            error: None,
+            created_at: Utc::now(),
+            not_before: Utc::now(),
+            started_at: None,
+            finished_at: None,
+            usage: None,
+            cost: None,
+            unapplied_output: None,
+            provider_request_id: None,
+            trace: None,
+        }
+    }
+
+    fn costed(state: AttemptState, amount: Option<&str>, estimated: bool) -> Attempt {
+        let cost =
+            |amount: &str| Cost { amount: amount.parse().unwrap(), currency: "USD".into(), price_version: "v1".into() };
+        Attempt {
+            usage: Some(Usage { prompt_tokens: 1, completion_tokens: 1, estimated }),
+            cost: amount.map(cost),
+            ..attempt(state)
+        }
+    }
+
+    #[test]
+    fn a_jobs_cost_is_the_winners_plus_the_waste_and_estimated_if_any_part_is() {
+        use AttemptState::*;
+        let money = |text: &str| text.parse::<Money>().unwrap();
+        assert_eq!(JobCost::of(&[costed(Pending, None, false)]), None, "no attempt has a cost yet");
+        let cost = JobCost::of(&[
+            costed(Superseded, Some("0.25"), false),
+            costed(Succeeded, Some("0.5"), false),
+            costed(Failed, Some("0.125"), true),
+            costed(Canceled, None, true),
+        ])
+        .unwrap();
+        let expected = JobCost {
+            currency: "USD".into(),
+            total: money("0.875"),
+            winner: money("0.5"),
+            waste: money("0.375"),
+            estimated: true,
+        };
+        assert_eq!(cost, expected);
+        let exact = JobCost::of(&[costed(Succeeded, Some("0.5"), false)]).unwrap();
+        assert_eq!((exact.winner, exact.waste, exact.estimated), (money("0.5"), Money::ZERO, false));
+    }
+
+    #[test]
+    fn attempt_origins_are_stored_by_the_names_the_schema_allows() {
+        for (origin, name) in [(AttemptOrigin::Client, "client"), (AttemptOrigin::Policy, "policy")] {
+            assert_eq!(origin.as_str(), name);
+            assert_eq!(name.parse::<AttemptOrigin>().unwrap(), origin);
+            assert_eq!(serde_json::to_value(origin).unwrap(), name);
+        }
+        assert!("Client".parse::<AttemptOrigin>().is_err());
+    }
+
+    #[test]
+    fn an_unapplied_output_is_kept_whole_up_to_64_kib_of_json_and_cut_at_a_character_beyond() {
+        let at = Utc::now();
+        // A JSON string whose text is its two quotes, `letters` letters and `tail`.
+        let string = |letters: usize, tail: &str| Value::String("a".repeat(letters) + tail);
+        let whole = string(64 * 1024 - 2, "");
+        assert_eq!(
+            unapplied_output("late", &whole, at),
+            serde_json::json!({"why": "late", "received_at": at, "output": whole})
+        );
+        let kept = |output: &Value| unapplied_output("contract-violation", output, at);
+        let over = kept(&string(64 * 1024 - 1, ""));
+        assert_eq!(over["truncated"], true);
+        assert_eq!(over["text"].as_str().unwrap().len(), 64 * 1024);
+        assert!(over.get("output").is_none());
+        // A two-byte character across the limit is left out whole.
+        let split = kept(&string(64 * 1024 - 2, "é"));
+        let text = split["text"].as_str().unwrap();
+        assert_eq!((text.len(), text.ends_with('a')), (64 * 1024 - 1, true));
     }
 }

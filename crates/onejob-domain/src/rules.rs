@@ -41,3 +41,32 @@ pub trait TaskRules: Send + Sync {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rules that answer only what every implementation must.
+    struct Plain;
+
+    impl TaskRules for Plain {
+        fn limits(&self, _task: &str) -> AttemptLimits {
+            AttemptLimits::default()
+        }
+        fn contract_hash(&self, _task: &str, _provider: &str) -> Option<[u8; 32]> {
+            None
+        }
+        fn retry_candidates(&self, _task: &str, _primary: &str, _attempts: &[PastAttempt<'_>]) -> Vec<NextAttempt> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn unless_told_otherwise_a_task_cancels_losers_and_has_no_budget_or_price_or_qualification_running() {
+        let input = serde_json::json!({});
+        assert!(Plain.cancels_losers("t"), "cancel_losers defaults to true");
+        assert!(!Plain.being_qualified("t", "p"));
+        assert_eq!(Plain.max_cost("t"), None);
+        assert_eq!(Plain.worst_case_cost("t", "p", &input), None, "an unpriced provider is never refused for budget");
+    }
+}

@@ -113,4 +113,63 @@ mod tests {
             assert!(bad.parse::<Span>().is_err(), "{bad:?}");
         }
     }
+
+    #[test]
+    fn a_zero_span_prints_in_milliseconds_and_reads_back() {
+        let zero = Span(Duration::ZERO);
+        assert_eq!(zero.to_string(), "0ms");
+        assert_eq!("0ms".parse::<Span>().unwrap(), zero);
+    }
+
+    #[test]
+    fn a_span_is_the_same_chrono_duration_or_the_longest_one() {
+        assert_eq!("30d".parse::<Span>().unwrap().as_chrono(), chrono::Duration::days(30));
+        assert_eq!("500ms".parse::<Span>().unwrap().as_chrono(), chrono::Duration::milliseconds(500));
+        assert_eq!(Span(Duration::MAX).as_chrono(), chrono::Duration::MAX);
+    }
+
+    fn job(state: JobState, attempts: &[AttemptState], updated_at: DateTime<Utc>) -> Job {
+        Job {
+            id: crate::JobId::new(),
+            owner: crate::OwnerId::from_trusted("demo".into()),
+            idempotency_key: "k".into(),
+            fingerprint: crate::Fingerprint([0; 32]),
+            task: "t".into(),
+            input: serde_json::Value::Null,
+            provider: "p".into(),
+            state,
+            winning_attempt: None,
+            result: None,
+            created_at: updated_at,
+            updated_at,
+            expires_at: None,
+            max_cost: None,
+            cost: None,
+            attempts: attempts.iter().map(|&state| crate::job::tests::attempt(state)).collect(),
+            waiting: None,
+            canceling: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn only_a_finished_job_with_no_open_attempt_expires_a_retention_after_its_last_change() {
+        use AttemptState as A;
+        let changed = Utc::now();
+        let day: Span = "1d".parse().unwrap();
+        let mut succeeded = job(JobState::Succeeded, &[A::Failed, A::Succeeded], changed);
+        succeeded.attempts[1].finished_at = Some(changed + chrono::Duration::hours(1));
+        assert_eq!(expires_at(&succeeded, day), Some(changed + chrono::Duration::hours(25)));
+        for (state, attempts, expires) in [
+            (JobState::Failed, &[A::Failed][..], true),
+            (JobState::Canceled, &[A::Canceled], true),
+            (JobState::Canceled, &[A::Running], false),
+            (JobState::Succeeded, &[A::Succeeded, A::Running], false),
+            (JobState::Queued, &[A::Failed, A::Pending], false),
+            (JobState::Running, &[A::Running], false),
+            (JobState::Unknown, &[A::Unknown], false),
+        ] {
+            let expected = expires.then(|| changed + chrono::Duration::days(1));
+            assert_eq!(expires_at(&job(state, attempts, changed), day), expected, "{state} {attempts:?}");
+        }
+    }
 }

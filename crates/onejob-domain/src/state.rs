@@ -411,6 +411,26 @@ mod tests {
     }
 
     #[test]
+    fn admission_refusals_have_the_documented_problem_types_and_serialize_as_them() {
+        let types: Vec<&str> = AdmissionRefusal::ALL.iter().map(|r| r.problem_type()).collect();
+        assert_eq!(
+            types,
+            [
+                "job-finished",
+                "attempt-pending",
+                "attempt-outcome-unknown",
+                "too-many-attempts-in-flight",
+                "attempt-limit-reached",
+                "provider-not-qualified",
+                "budget-exceeded",
+            ]
+        );
+        for refusal in AdmissionRefusal::ALL {
+            assert_eq!(serde_json::to_value(refusal).unwrap(), refusal.problem_type());
+        }
+    }
+
+    #[test]
     fn job_state_is_the_first_that_applies() {
         let derive = |states: &[AttemptState]| JobState::derive(JobState::Queued, states.iter().copied());
         assert_eq!(derive(&[Running, Pending, Unknown]), JobState::Running);

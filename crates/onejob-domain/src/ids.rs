@@ -100,6 +100,15 @@ mod tests {
     }
 
     #[test]
+    fn an_owner_is_named_and_shown_as_parsed() {
+        for name in ["demo", "team-a.prod_1", &"x".repeat(64)] {
+            let owner = OwnerId::parse(name).unwrap();
+            assert_eq!((owner.as_str(), owner.to_string().as_str()), (name, name));
+            assert_eq!(OwnerId::from_trusted(name.to_owned()), owner);
+        }
+    }
+
+    #[test]
     fn job_ids_are_time_ordered() {
         let first = JobId::new();
         let second = JobId::new();

@@ -57,3 +57,22 @@ impl QualificationState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_qualified_provider_passes_and_each_state_has_its_documented_name() {
+        let at = Utc::now();
+        for (state, name, passed) in [
+            (QualificationState::Qualified { at }, "qualified", true),
+            (QualificationState::Failed { at, summary: "2 of 10 cases failed".into() }, "failed", false),
+            (QualificationState::Stale { at }, "stale", false),
+            (QualificationState::Never, "never", false),
+        ] {
+            assert_eq!((state.name(), state.passed()), (name, passed));
+            assert_eq!(state.refusal("p", "t").is_none(), passed, "{name}");
+        }
+    }
+}
