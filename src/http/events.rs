@@ -25,6 +25,7 @@ use super::extract::JobPath;
 use super::in_flight::Slot;
 use super::respond::job_error;
 use crate::domain::JobId;
+use crate::jobs::{JobError, LongPoll};
 use crate::keys::Identity;
 
 /// How often an idle stream sends a comment.
@@ -93,20 +94,53 @@ pub(crate) async fn stream_events(
     query: Option<&str>,
     slot: Slot,
 ) -> Result<Response, ApiError> {
+    let follow = |place, after| app.jobs.follow_events(place, id, after);
+    followed(app, caller, headers, query, slot, follow, |shown| (shown.id, shown.kind.as_str(), shown.data.to_string()))
+        .await
+}
+
+/// A stream of what `follow` sends from the request's cursor (its
+/// `Last-Event-ID`, else `?after=`), as Server-Sent Events shown by `show`:
+/// it takes one of `caller`'s owner's places for long-polls and gives back
+/// the request's `slot`.
+pub(super) async fn followed<T, F, Following>(
+    app: &AppState,
+    caller: &Identity,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    slot: Slot,
+    follow: F,
+    show: fn(T) -> (i64, &'static str, String),
+) -> Result<Response, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(LongPoll, i64) -> Following,
+    Following: Future<Output = Result<tokio::sync::mpsc::Receiver<T>, JobError>>,
+{
     let after = cursor(headers, query)?;
     let place =
         app.jobs.open_long_poll(&caller.owner, Some(caller.key), Duration::MAX).map_err(|e| job_error(app, e))?;
-    let events = app.jobs.follow_events(place, id, after).await.map_err(|e| job_error(app, e))?;
+    let items = follow(place, after).await.map_err(|e| job_error(app, e))?;
     // Streaming, it holds one of its owner's places, not a slot of the
     // requests in flight.
     slot.release();
-    let events = stream::unfold(events, |mut events| async move {
-        let shown = events.recv().await?;
-        let event = Event::default().id(shown.id.to_string()).event(shown.kind.as_str()).data(shown.data.to_string());
-        Some((Ok::<_, Infallible>(event), events))
+    Ok(sse(items, show))
+}
+
+/// A Server-Sent Events answer of what comes on `items`, each shown as its
+/// id, its event name and its data, with a comment every [`KEEP_ALIVE`];
+/// it ends when `items` closes.
+fn sse<T: Send + 'static>(
+    items: tokio::sync::mpsc::Receiver<T>,
+    show: fn(T) -> (i64, &'static str, String),
+) -> Response {
+    let events = stream::unfold(items, move |mut items| async move {
+        let (id, name, data) = show(items.recv().await?);
+        let event = Event::default().id(id.to_string()).event(name).data(data);
+        Some((Ok::<_, Infallible>(event), items))
     });
     let mut response = Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)).into_response();
     // A proxy (nginx) passes each event on as it comes.
     response.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(response)
+    response
 }

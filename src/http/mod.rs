@@ -15,6 +15,7 @@ pub mod jobs;
 pub mod json;
 pub mod keys;
 pub mod openapi;
+pub mod output;
 pub mod providers;
 pub mod respond;
 pub mod serve;
@@ -48,6 +49,7 @@ pub fn api() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(with_access(Access::Client, jobs::router()))
         .merge(with_access(Access::Client, events::router()))
+        .merge(with_access(Access::Client, output::router()))
         .merge(with_access(Access::Client, attempts::router()))
         .merge(with_access(Access::Client, usage::router()))
         .merge(with_access(Access::Operator, providers::router()))

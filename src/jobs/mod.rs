@@ -19,6 +19,7 @@
 mod error;
 pub mod events;
 pub mod long_polls;
+pub mod output;
 mod reads;
 pub mod replay;
 pub mod resolution;

@@ -26,6 +26,7 @@ mod openai;
 mod openapi;
 mod ops;
 mod otel;
+mod output;
 mod pgbouncer;
 mod process;
 mod responses;

@@ -29,6 +29,7 @@ async fn the_specification_lists_every_route_the_router_serves() {
         ("get", "/jobs/{id}"),
         ("delete", "/jobs/{id}"),
         ("get", "/jobs/{id}/events"),
+        ("get", "/jobs/{id}/output"),
         ("post", "/jobs/{id}/cancel"),
         ("post", "/jobs/{id}/attempts"),
         ("post", "/jobs/{id}/attempts/{number}/resolve"),
