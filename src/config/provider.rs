@@ -231,6 +231,22 @@ pub struct ProviderSettings {
     /// sim: the `Retry-After` (seconds) sent with the simulated error statuses.
     #[serde(default)]
     pub retry_after_secs: Option<u64>,
+    /// sim, streamed answers: when the first token comes (by default
+    /// `latency_ms` after the request).
+    #[serde(default)]
+    pub first_token_ms: Option<u64>,
+    /// sim, streamed answers: how fast the rest comes, a chunk of a few
+    /// characters counted as a token.
+    #[serde(default = "default_tokens_per_second")]
+    pub tokens_per_second: u32,
+    /// sim, streamed answers: the connection breaks after this many
+    /// chunks of content.
+    #[serde(default)]
+    pub stream_break_after: Option<u32>,
+    /// sim, streamed answers: nothing more comes after this many chunks of
+    /// content.
+    #[serde(default)]
+    pub stream_stall_after: Option<u32>,
     /// sim: the first this many requests of attempts (qualification runs
     /// aside) are refused with 429 (and `retry_after_secs`) before any
     /// work, and not recorded.
@@ -257,6 +273,10 @@ impl ProviderSettings {
             tokens_per_minute: self.tokens_per_minute,
         }
     }
+}
+
+fn default_tokens_per_second() -> u32 {
+    1_000
 }
 
 fn default_model() -> String {

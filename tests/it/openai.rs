@@ -503,8 +503,9 @@ async fn recorded_responses_api_answers_are_classified_followed_and_canceled() {
 
 /// The official `openai` Python package, pointed at the simulator, creates
 /// and reads a background response, cancels one, raises its own errors for
-/// a missing response and a 429, and parses a chat completion made under a
-/// strict schema back into its model (`tests/openai/sdk_check.py`, in the
+/// a missing response and a 429, parses a chat completion made under a
+/// strict schema back into its model, and reads a streamed one, whole and
+/// broken (`tests/openai/sdk_check.py`, in the
 /// Python environment `.ci/run` sets up).
 #[tokio::test]
 #[ignore = "needs the openai Python package: installed by .ci/run"]
@@ -520,6 +521,8 @@ async fn the_official_openai_sdk_reads_the_simulators_responses_and_chat_complet
         sim("api = \"responses\"\nerror_rate = 1.0\nerror_status = 429\nretry_after_secs = 1"),
     );
     settings.providers.insert("sdk-chat".into(), sim("latency_ms = 5\noutput = \"extra_top_level_key\""));
+    settings.providers.insert("sdk-stream".into(), sim("latency_ms = 5\ntokens_per_second = 500"));
+    settings.providers.insert("sdk-stream-broken".into(), sim("latency_ms = 5\nstream_break_after = 3"));
     let simulator = onejob::provider::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let python = root.join("target/schemathesis-venv/bin/python");

@@ -5,7 +5,8 @@ the first that did not.
 
 Providers it expects (set up by the test): sdk-responses (Responses API,
 fast), sdk-slow (Responses API, slow, cancelable), sdk-limited (Responses
-API answering 429) and sdk-chat (chat completions, fast).
+API answering 429), sdk-chat (chat completions, fast), sdk-stream (the
+same, streamed) and sdk-stream-broken (a stream broken after 3 pieces).
 """
 
 import json
@@ -100,5 +101,43 @@ choice = parsed.choices[0]
 assert choice.finish_reason == "stop", choice
 assert choice.message.parsed == Summary(summary="the quick brown fox", word_count=4), choice.message
 assert parsed.usage.prompt_tokens > 0, parsed.usage
+
+# A streamed chat completion: the SDK reads its chunks; the content put
+# together is the answer, the last chunk carries the usage.
+chunks = list(
+    client("sdk-stream").chat.completions.create(
+        model="sim-1",
+        messages=[{"role": "user", "content": "Summarize: the quick brown fox"}],
+        max_completion_tokens=256,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body=JOB,
+        extra_headers={"X-Client-Request-Id": "sdk-stream"},
+    )
+)
+assert all(c.object == "chat.completion.chunk" for c in chunks), chunks
+text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+assert json.loads(text) == {"summary": "the quick brown fox", "word_count": 4}, text
+assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 3, "sent in pieces"
+assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop", chunks
+assert not chunks[-1].choices and chunks[-1].usage.completion_tokens > 0, chunks[-1]
+
+# A stream broken after 3 pieces: the SDK raises, having read those.
+seen = []
+try:
+    for c in client("sdk-stream-broken").chat.completions.create(
+        model="sim-1",
+        messages=[{"role": "user", "content": "Summarize: the quick brown fox"}],
+        stream=True,
+        extra_body=JOB,
+        extra_headers={"X-Client-Request-Id": "sdk-stream-broken"},
+    ):
+        seen.append(c)
+    raise AssertionError(f"a broken stream ended cleanly: {seen}")
+except openai.APIConnectionError:
+    pass
+except Exception as error:  # httpx's own error, when the SDK passes it on
+    assert "peer closed" in str(error) or "incomplete" in str(error).lower(), repr(error)
+assert len([c for c in seen if c.choices and c.choices[0].delta.content]) == 3, seen
 
 print("ok")
