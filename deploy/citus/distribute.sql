@@ -25,6 +25,7 @@ select create_reference_table('provider_state');
 select create_distributed_table('jobs', 'owner_id');
 select create_distributed_table('attempts', 'owner_id', colocate_with => 'jobs');
 select create_distributed_table('job_events', 'owner_id', colocate_with => 'jobs');
+select create_distributed_table('job_output', 'owner_id', colocate_with => 'jobs');
 select create_distributed_table('usage_rollup', 'owner_id', colocate_with => 'jobs');
 select create_distributed_table('webhook_endpoints', 'owner_id', colocate_with => 'jobs');
 select create_distributed_table('webhook_subscriptions', 'owner_id', colocate_with => 'jobs');

@@ -39,6 +39,11 @@ pub struct TaskSettings {
     /// kept as superseded.
     #[serde(default = "default_cancel_losers")]
     pub cancel_losers: bool,
+    /// Whether its attempts stream the provider's answer (chat completions
+    /// with `stream: true`), each piece stored as it comes and shown on
+    /// `GET /jobs/{id}/output` before the attempt ends.
+    #[serde(default)]
+    pub stream: bool,
     /// How long this task's finished jobs are kept (instead of
     /// `retention.finished_jobs`).
     #[serde(default)]

@@ -1,17 +1,18 @@
 //! Following a job's output (`GET /jobs/{id}/output`). A job's output is a
 //! log of its own, numbered from 1, whose numbers are the readers' cursors:
 //! a reader that resumes after one gets what follows it, from any replica,
-//! after any restart, since every item is derived from what the database
-//! holds. For a task whose attempts do not stream, the log has one item,
-//! the job's end, written once the job reaches it: `result` (the job
-//! succeeded: the winning attempt's validated output) or `error` (the job
-//! can change no more without a result: canceled, or failed with nothing
-//! left to try). The follower then ends.
+//! after any restart, since every item is stored or derived from what the
+//! database holds. First the stored pieces of a streaming task's attempts
+//! (`delta`, `restart`: see [`crate::store::output`]); then, once the job
+//! has ended, its end: `result` (the job succeeded: the winning attempt's
+//! validated output, after a `restart` when the pieces shown were not the
+//! winner's) or `error` (the job can change no more without a result:
+//! canceled, or failed with nothing left to try). The follower then ends.
 //!
 //! A follower holds one of its owner's places for long-polls while it
-//! lives. It is woken by the job's change notices in this process, and
-//! rereads the job every `server.event_stream_interval_ms` for changes
-//! committed by other processes.
+//! lives. It is woken by the job's change notices in this process (a
+//! worker's write of pieces sends one), and rereads every
+//! `server.event_stream_interval_ms` for what other processes committed.
 
 use std::sync::Arc;
 
@@ -21,13 +22,14 @@ use tokio::sync::mpsc;
 use super::{JobError, Jobs, LongPoll};
 use crate::domain::job::can_change_no_more;
 use crate::domain::{AttemptLimits, AttemptState, Job, JobId, JobState, TaskRules};
+use crate::store::output::OutputPiece;
 
 /// One item of a job's output as a reader is shown it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ShownOutput {
     /// Its place in the job's output (1 for the first): the cursor to resume after.
     pub id: i64,
-    /// `result` or `error`.
+    /// `delta`, `restart`, `result` or `error`.
     pub kind: &'static str,
     /// The item as JSON.
     pub data: Value,
@@ -56,14 +58,18 @@ impl Jobs {
         self: Arc<Self>,
         place: LongPoll,
         id: JobId,
-        after: i64,
+        mut cursor: i64,
         sender: mpsc::Sender<ShownOutput>,
     ) {
         let owner = place.owner().clone();
         let watch = self.signals.watch_job(id);
         loop {
-            // Listening from before the read, so that no change slips in between.
+            // Listening from before the reads, so that no change slips in between.
             let change = watch.next_change();
+            let Some(pieces) = self.pieces(&owner, id, cursor).await else { return };
+            if !send_pieces(&sender, pieces, &mut cursor).await {
+                return;
+            }
             let job = match self.get_job(&owner, id).await {
                 Ok(job) => job,
                 // Erased: there is nothing more to show.
@@ -74,9 +80,19 @@ impl Jobs {
                     return;
                 }
             };
-            if let Some(end) = end_of(&job, self.catalog.limits(&job.task)) {
-                if end.id > after {
-                    let _ = sender.send(end).await;
+            if end_state(&job, self.catalog.limits(&job.task)) {
+                // Every piece was written before the job ended: read after
+                // its end, the output is whole.
+                let Some(all) = self.pieces(&owner, id, 0).await else { return };
+                let last = all.last().cloned();
+                let rest: Vec<OutputPiece> = all.into_iter().filter(|piece| piece.seq > cursor).collect();
+                if !send_pieces(&sender, rest, &mut cursor).await {
+                    return;
+                }
+                for end in end_of(&job, last.as_ref()).into_iter().filter(|end| end.id > cursor) {
+                    if sender.send(end).await.is_err() {
+                        return;
+                    }
                 }
                 return;
             }
@@ -90,25 +106,71 @@ impl Jobs {
             }
         }
     }
+
+    /// The job's pieces after `after`; `None` when they cannot be read.
+    async fn pieces(&self, owner: &crate::domain::OwnerId, id: JobId, after: i64) -> Option<Vec<OutputPiece>> {
+        match self.store.list_output(owner, id, after).await {
+            Ok(pieces) => Some(pieces),
+            Err(error) => {
+                // The client resumes from its cursor.
+                tracing::warn!(job.id = %id, %error, "reading a followed job's output failed; its stream ends");
+                None
+            }
+        }
+    }
 }
 
-/// The last item of `job`'s output, once it has one: `result` when it
-/// succeeded, `error` when it can change no more without a result.
-pub fn end_of(job: &Job, limits: AttemptLimits) -> Option<ShownOutput> {
-    let id = 1;
-    if job.state == JobState::Succeeded {
-        let data = json!({ "attempt": job.winning_attempt, "result": job.result });
-        return Some(ShownOutput { id, kind: "result", data });
+/// Sends `pieces` in order, moving `cursor` past each; `false` once the
+/// reader is gone.
+async fn send_pieces(sender: &mpsc::Sender<ShownOutput>, pieces: Vec<OutputPiece>, cursor: &mut i64) -> bool {
+    for piece in pieces {
+        *cursor = piece.seq;
+        if sender.send(shown(piece)).await.is_err() {
+            return false;
+        }
     }
+    true
+}
+
+/// A stored piece as a reader is shown it.
+fn shown(piece: OutputPiece) -> ShownOutput {
+    let (kind, data) = if piece.kind == "restart" {
+        ("restart", json!({ "attempt": piece.attempt_number }))
+    } else {
+        ("delta", json!({ "attempt": piece.attempt_number, "text": piece.text }))
+    };
+    ShownOutput { id: piece.seq, kind, data }
+}
+
+/// Whether `job`'s output has its end: it succeeded, or it can change no
+/// more without a result.
+fn end_state(job: &Job, limits: AttemptLimits) -> bool {
     let states: Vec<AttemptState> = job.attempts.iter().map(|attempt| attempt.state).collect();
-    if !can_change_no_more(job.state, &states, limits) {
-        return None;
+    job.state == JobState::Succeeded || can_change_no_more(job.state, &states, limits)
+}
+
+/// The last items of an ended `job`'s output, after its stored pieces
+/// (the last of them `last`): its `result`, after a `restart` when the
+/// pieces shown were not the winner's; or its `error`.
+pub fn end_of(job: &Job, last: Option<&OutputPiece>) -> Vec<ShownOutput> {
+    let mut id = last.map_or(0, |piece| piece.seq);
+    let mut next = |kind: &'static str, data: Value| {
+        id += 1;
+        ShownOutput { id, kind, data }
+    };
+    if job.state == JobState::Succeeded {
+        let mut ends = Vec::new();
+        if last.is_some_and(|piece| Some(piece.attempt_number) != job.winning_attempt) {
+            ends.push(next("restart", json!({ "attempt": job.winning_attempt })));
+        }
+        ends.push(next("result", json!({ "attempt": job.winning_attempt, "result": job.result })));
+        return ends;
     }
-    let last = job.attempts.last();
+    let last_attempt = job.attempts.last();
     let data = json!({
         "state": job.state,
-        "attempt": last.map(|attempt| attempt.number),
-        "error": last.and_then(|attempt| attempt.error.as_ref()),
+        "attempt": last_attempt.map(|attempt| attempt.number),
+        "error": last_attempt.and_then(|attempt| attempt.error.as_ref()),
     });
-    Some(ShownOutput { id, kind: "error", data })
+    vec![next("error", data)]
 }

@@ -52,6 +52,9 @@ failure_kinds! {
     ConnectionFailed => "connection-failed",
     /// The connection broke after the request left.
     ConnectionLost => "connection-lost",
+    /// A streamed answer broke after some of it came: the provider did
+    /// the work, the rest of it is lost.
+    StreamBroken => "stream-broken",
     /// No complete answer within the attempt's deadline.
     Timeout => "timeout",
     /// An answer that cannot be read.

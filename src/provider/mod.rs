@@ -15,6 +15,7 @@ mod failure;
 pub mod openai;
 pub mod responses;
 pub mod sim;
+mod stream;
 pub mod tokens;
 
 use std::collections::HashMap;
@@ -48,7 +49,13 @@ pub struct ProviderRequest {
     /// The W3C trace context the call carries (`traceparent`: the attempt's
     /// trace, with this call as its parent).
     pub trace: Option<crate::domain::TraceContext>,
+    /// Where the pieces of a streamed answer go as they come: with it, a
+    /// chat completion is asked for with `stream: true`.
+    pub deltas: Option<Deltas>,
 }
+
+/// The receiving end of a streamed answer's pieces.
+pub type Deltas = tokio::sync::mpsc::UnboundedSender<String>;
 
 /// A provider's answer that carries an output.
 #[derive(Clone, Debug, PartialEq)]

@@ -116,6 +116,10 @@ impl HttpProvider {
                 "json_schema": { "name": schema_name(&request.task), "schema": schema, "strict": true },
             });
         }
+        if request.deltas.is_some() {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({ "include_usage": true });
+        }
         if self.simulated {
             // The simulator computes its answer from the job's input itself.
             body["onejob_input"] = json!({ "task": request.task, "input": request.input });
@@ -244,6 +248,10 @@ impl Provider for HttpProvider {
             );
             let facts = FailureFacts { retry_after_ms: retry_after.map(millis), ..FailureFacts::default() };
             return Err(error.with_facts(facts));
+        }
+        if let (ProviderApi::ChatCompletions, Some(deltas)) = (self.api, &request.deltas) {
+            let whole = super::stream::read(response, deltas, MAX_RESPONSE_BYTES).await?;
+            return parse_completion(&whole).map(Reply::Done);
         }
         let (body, complete) =
             read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;

@@ -8,7 +8,8 @@
 //!
 //! Nothing outside the store calls these: callers use [`super::Store`].
 
-use std::collections::HashMap;
+mod claiming;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -23,9 +24,10 @@ use uuid::Uuid;
 
 use super::*;
 use crate::domain::{
-    Attempt, AttemptError, AttemptId, AttemptState, IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary,
-    OwnerId, TraceContext,
+    Attempt, AttemptError, AttemptState, IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, OwnerId,
 };
+pub(super) use claiming::by_kind;
+pub use claiming::{Candidate, PendingOwner, ProviderGate, Running};
 
 /// A write transaction of one backend. Postgres holds the job's row lock
 /// from [`DriverTx::lock_job`] to commit; SQLite holds its one write lock
@@ -42,6 +44,16 @@ pub trait DriverTx: Send {
 
     /// The state of one attempt.
     async fn attempt_state(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptState>>;
+
+    /// Locks a job for a piece of its output; `None` without the job.
+    async fn lock_output(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::output::OutputLock>>;
+
+    /// Makes attempt `number` the one the job's output shows.
+    async fn set_output_attempt(&mut self, owner: &OwnerId, job_id: JobId, number: i32) -> Result<()>;
+
+    /// Writes a piece of the job's output.
+    async fn insert_output(&mut self, owner: &OwnerId, job_id: JobId, piece: &super::output::OutputPiece)
+    -> Result<()>;
 
     /// [`DriverTx::lock_job`] for the attempt's job, in the same statement
     /// reading the attempt's state, who holds it and whether that holder's
@@ -251,6 +263,14 @@ pub trait Driver: Send + Sync + 'static {
 
     /// A job's audit log, oldest first.
     async fn select_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>>;
+
+    /// The job's output after piece `after`, in order.
+    async fn select_output(
+        &self,
+        owner: &OwnerId,
+        job_id: JobId,
+        after: i64,
+    ) -> Result<Vec<super::output::OutputPiece>>;
 
     /// Takes `tokens` from `provider`'s shared bucket of `per_minute`: `None`
     /// when taken, else how long until it holds them (or is full, for more).
@@ -512,75 +532,6 @@ pub struct Settled {
     pub settled: u64,
     /// The pending siblings canceled by the win.
     pub canceled: Vec<i32>,
-}
-
-/// An owner with pending attempts, and the limit its keys set, if any.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub struct PendingOwner {
-    /// The owner.
-    pub owner_id: String,
-    /// The largest `max_in_flight` its live keys set.
-    pub max_in_flight: Option<i32>,
-}
-
-/// What the workers share about a provider, as a claim reads it.
-#[derive(Clone, Debug, Default, sqlx::FromRow)]
-pub struct ProviderGate {
-    /// The provider.
-    pub provider: String,
-    /// How much longer it is paused, in seconds (0: not paused).
-    pub paused_for: f64,
-    /// Its request bucket's level when last written (`None`: full).
-    pub requests: Option<f64>,
-    /// Seconds since then.
-    pub requests_idle: f64,
-}
-
-/// A pending attempt a claim may take, locked by the claim's transaction.
-#[derive(Clone, Debug)]
-pub struct Candidate {
-    /// Which attempt.
-    pub attempt: AttemptRef,
-    /// Its id.
-    pub id: AttemptId,
-    /// Its provider.
-    pub provider: String,
-    /// The job's task.
-    pub task: String,
-    /// The job's input.
-    pub input: Value,
-    /// The trace context it was asked for under.
-    pub trace: Option<TraceContext>,
-    /// Seconds since it was admitted.
-    pub waited: f64,
-}
-
-/// Running attempts per limited owner and per limited provider.
-#[derive(Clone, Debug, Default)]
-pub struct Running {
-    /// Per owner.
-    pub by_owner: HashMap<String, i64>,
-    /// Per provider.
-    pub by_provider: HashMap<String, i64>,
-}
-
-impl Running {
-    /// From (`owner` or `provider`, name, count) rows.
-    pub(super) fn from_rows(rows: Vec<(String, String, i64)>) -> Running {
-        let (by_owner, by_provider) = by_kind(rows);
-        Running { by_owner: by_owner.into_iter().collect(), by_provider: by_provider.into_iter().collect() }
-    }
-}
-
-/// Counts by name.
-pub(super) type Counts = Vec<(String, i64)>;
-
-/// (`owner` or `provider`, name, count) rows, split: the owners' counts,
-/// then the providers'.
-pub(super) fn by_kind(rows: Vec<(String, String, i64)>) -> (Counts, Counts) {
-    let (owners, providers): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(kind, _, _)| kind == "owner");
-    let counts = |rows: Vec<(String, String, i64)>| rows.into_iter().map(|(_, name, count)| (name, count)).collect();
-    (counts(owners), counts(providers))
 }
 
 /// Stores the job state that its attempts now imply (a terminal one stays).

@@ -25,6 +25,7 @@ mod events;
 mod facade;
 pub mod jobs;
 pub mod keys;
+pub mod output;
 pub mod postgres;
 pub mod purge;
 pub mod qualifications;

@@ -73,6 +73,10 @@ macro_rules! impl_driver {
                 Ok(sqlx::query_scalar($crate::store::shared::ANY_API_KEY).fetch_one(&self.pool).await?)
             }
 
+            async fn select_output(&self, owner: &OwnerId, job_id: JobId, after: i64) -> Result<Vec<$crate::store::output::OutputPiece>> {
+                Ok(sqlx::query_as(sql::LIST_OUTPUT).bind(owner.as_str()).bind(job_id.0).bind(after).fetch_all(&self.pool).await?)
+            }
+
             async fn select_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
                 let rows: Vec<$crate::store::rows::EventRow> =
                     sqlx::query_as(&*sql::LIST_EVENTS).bind(owner.as_str()).bind(job_id.0).fetch_all(&self.pool).await?;
@@ -257,6 +261,22 @@ macro_rules! impl_driver_tx {
             async fn forget_usage(&mut self, attempt: &AttemptRef) -> Result<()> {
                 sqlx::query(sql::FORGET_USAGE)
                     .bind_attempt(attempt)
+                    .execute(&mut *self.tx).await?;
+                Ok(())
+            }
+
+            async fn lock_output(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Option<$crate::store::output::OutputLock>> {
+                Ok(sqlx::query_as(sql::LOCK_OUTPUT).bind(owner.as_str()).bind(job_id.0).fetch_optional(&mut *self.tx).await?)
+            }
+
+            async fn set_output_attempt(&mut self, owner: &OwnerId, job_id: JobId, number: i32) -> Result<()> {
+                sqlx::query(sql::SET_OUTPUT_ATTEMPT).bind(owner.as_str()).bind(job_id.0).bind(number).execute(&mut *self.tx).await?;
+                Ok(())
+            }
+
+            async fn insert_output(&mut self, owner: &OwnerId, job_id: JobId, piece: &$crate::store::output::OutputPiece) -> Result<()> {
+                sqlx::query(sql::INSERT_OUTPUT)
+                    .bind(owner.as_str()).bind(job_id.0).bind(piece.seq).bind(piece.attempt_number).bind(&piece.kind).bind(&piece.text)
                     .execute(&mut *self.tx).await?;
                 Ok(())
             }

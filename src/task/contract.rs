@@ -126,6 +126,7 @@ impl Contract {
             temperature,
             output_schema: Some(self.output_schema.clone()),
             trace: None,
+            deltas: None,
         };
         Ok(Prepared { request, prompt_tokens })
     }

@@ -381,11 +381,24 @@ async fn call_counted(
             }
         };
     };
+    // A streaming task's pieces go to the job's output as they come.
+    let streams = task.settings.stream && settings.api() == crate::config::ProviderApi::ChatCompletions;
+    let writer = streams.then(|| {
+        let (deltas, pieces) = tokio::sync::mpsc::unbounded_channel();
+        prepared.request.deltas = Some(deltas);
+        let (store, signals, attempt) = (worker.store.clone(), worker.signals.clone(), claimed.attempt.clone());
+        tokio::spawn(super::output::write_output(store, signals, attempt, pieces))
+    });
     let calling = tokio::time::timeout(timeout, crate::provider::call(provider.as_ref(), &prepared.request, accepted));
     let result = match calling.instrument(call_span.clone()).await {
         Ok(result) => result,
         Err(_) => Err(ProviderError::deadline(settings.timeout(), timeout)),
     };
+    // Every piece is written before the attempt is settled.
+    prepared.request.deltas = None;
+    if let Some(writer) = writer {
+        let _ = writer.await;
+    }
     match &result {
         Ok(Completion { usage: Some(usage), .. }) => {
             call_span.record("gen_ai.usage.input_tokens", usage.prompt_tokens);

@@ -10,6 +10,7 @@
 
 mod attempt;
 mod finishes;
+pub mod output;
 mod purger;
 mod reaper;
 mod reconciler;

@@ -176,6 +176,7 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
                 temperature: 0.0,
                 output_schema: Some(json!({"type": "object"})),
                 trace: None,
+                deltas: None,
             };
             (
                 request.request_id.clone(),
@@ -245,6 +246,7 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
         temperature: 0.0,
         output_schema: None,
         trace: None,
+        deltas: None,
     };
     let refused = providers["openai"].send(&request).await.unwrap_err();
     assert_eq!(
@@ -415,6 +417,7 @@ async fn recorded_responses_api_answers_are_classified_followed_and_canceled() {
         temperature: 0.0,
         output_schema: Some(json!({"type": "object", "properties": {}, "additionalProperties": false})),
         trace: None,
+        deltas: None,
     };
     let provider_at = |scenario: &str| {
         let settings = provider_settings_of(

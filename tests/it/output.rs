@@ -3,12 +3,16 @@
 //! does not stream: one `result` (or `error`) event once the job ends, the
 //! same whether the reader came before or after the end, through the server
 //! that ran the job or another one; an `id` that a reader resumes after,
-//! getting nothing twice; another owner's job answers 404.
+//! getting nothing twice; another owner's job answers 404. For a task that
+//! streams (the simulator streaming chat completions): the pieces as they
+//! come, which put together are the result; resumed on another server
+//! mid-stream, every piece once; a stream broken after ten pieces, a
+//! `restart` and the next attempt's whole answer.
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::common::{Backend, TestApp, expect_problem, ok_json};
+use crate::common::{Backend, TestApp, expect_problem, ok_json, provider};
 use crate::events::{Received, kinds, read_to_end};
 use onejob::app::Role;
 
@@ -110,7 +114,106 @@ async fn the_output_of_a_job_run_by_another_server_reaches_a_reader_on_this_one(
     is_the_result(&received, &job);
 }
 
+/// Summarize streams; `sim-stream` streams its answer in about 20 pieces
+/// at `per_second`; `sim-breaks` breaks its stream after ten pieces.
+fn streaming(per_second: u32) -> impl FnOnce(&mut onejob::config::Settings) {
+    move |s| {
+        let sim = "kind = \"sim\"\nmodel = \"sim-1\"\ntokenizer = \"o200k_base\"\ncontext_tokens = 8192\nmax_output_tokens = 512\nlatency_ms = 5";
+        s.providers.insert("sim-stream".into(), provider(&format!("{sim}\ntokens_per_second = {per_second}")));
+        s.providers
+            .insert("sim-breaks".into(), provider(&format!("{sim}\ntokens_per_second = 200\nstream_break_after = 10")));
+        let summarize = s.tasks.get_mut("summarize").unwrap();
+        summarize.stream = true;
+        summarize.failover = vec!["sim-stream".into()];
+        summarize.retries_per_provider = 0;
+    }
+}
+
+/// The texts of the `delta` events, put together.
+fn put_together(events: &[Received]) -> String {
+    events.iter().filter(|e| e.kind == "delta").map(|e| e.data["text"].as_str().unwrap()).collect()
+}
+
+/// Every event's id is the one after the one before it, from `first`.
+fn numbered_from(events: &[Received], first: i64) {
+    let ids: Vec<i64> = events.iter().map(|e| e.id.parse().unwrap()).collect();
+    let expected: Vec<i64> = (first..first + ids.len() as i64).collect();
+    assert_eq!(ids, expected, "{:?}", kinds(events));
+}
+
+async fn a_streamed_answer_reaches_a_reader_in_pieces_that_put_together_are_the_result(backend: Backend) {
+    let app = TestApp::spawn_live(backend, streaming(100)).await;
+    app.qualify("sim-stream").await;
+    let id = create(&app, "k", "sim-stream").await;
+    let received = read_to_end(open(&app, &app.alice, &id, "", None).await).await;
+    let job = ok_json(app.get(&app.alice, &format!("/jobs/{id}")).await).await;
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let pieces = received.iter().filter(|e| e.kind == "delta").count();
+    assert!(pieces >= 3, "written in several batches: {:?}", kinds(&received));
+    assert_eq!(kinds(&received[pieces..]), ["result"]);
+    assert!(received[..pieces].iter().all(|e| e.data["attempt"] == 1), "{:?}", kinds(&received));
+    numbered_from(&received, 1);
+    let whole: Value = serde_json::from_str(&put_together(&received)).unwrap();
+    assert_eq!(whole, job["result"], "the pieces put together are the result");
+    assert_eq!(received[pieces].data["result"], job["result"]);
+}
+
+/// The reader leaves after two pieces and comes back on another server
+/// (the job's worker runs on neither), after the last id it read.
+async fn a_reader_that_resumes_mid_stream_on_another_server_gets_every_piece_once(backend: Backend) {
+    use futures_util::StreamExt;
+    let worker = TestApp::spawn_live(backend, streaming(20)).await;
+    worker.qualify("sim-stream").await;
+    let first = TestApp::spawn_on(backend, &worker.database_url, Role::Api, streaming(20)).await;
+    let second = TestApp::spawn_on(backend, &worker.database_url, Role::Api, streaming(20)).await;
+    let id = create(&first, "k", "sim-stream").await;
+    let mut early = Vec::new();
+    let mut stream = crate::events::events(open(&first, &first.alice, &id, "", None).await);
+    while early.len() < 2 {
+        let event = stream.next().await.expect("two pieces before the end");
+        assert_eq!(event.kind, "delta");
+        early.push(event);
+    }
+    drop(stream);
+    let last = early.last().unwrap().id.clone();
+    let rest = read_to_end(open(&second, &second.alice, &id, "", Some(&last)).await).await;
+    let job = ok_json(second.get(&second.alice, &format!("/jobs/{id}")).await).await;
+    assert!(
+        rest.iter().filter(|e| e.kind == "delta").count() > 2,
+        "the answer was still streaming: {:?}",
+        kinds(&rest)
+    );
+    assert_eq!(kinds(&rest).last(), Some(&"result"));
+    let all: Vec<Received> = early.into_iter().chain(rest).collect();
+    numbered_from(&all, 1);
+    let whole: Value = serde_json::from_str(&put_together(&all)).unwrap();
+    assert_eq!(whole, job["result"], "every piece once, in order");
+}
+
+async fn a_stream_broken_after_ten_pieces_restarts_and_the_next_attempt_answers_whole(backend: Backend) {
+    let app = TestApp::spawn_live(backend, streaming(200)).await;
+    app.qualify("sim-stream").await;
+    let id = create(&app, "k", "sim-breaks").await;
+    let received = read_to_end(open(&app, &app.alice, &id, "", None).await).await;
+    let job = ok_json(app.get(&app.alice, &format!("/jobs/{id}")).await).await;
+    assert_eq!((&job["state"], &job["winning_attempt"]), (&json!("succeeded"), &json!(2)), "{job:#}");
+    assert_eq!(job["attempts"][0]["error"]["type"], "stream-broken", "{job:#}");
+    numbered_from(&received, 1);
+    let restart = received.iter().position(|e| e.kind == "restart").expect("a restart");
+    assert_eq!(received[restart].data, json!({"attempt": 2}));
+    let broken = put_together(&received[..restart]);
+    assert_eq!(broken.chars().count(), 40, "ten pieces of four characters came first: {broken}");
+    assert!(received[..restart].iter().all(|e| e.data["attempt"] == 1));
+    let after: Vec<Received> = received.into_iter().skip(restart + 1).collect();
+    assert_eq!(kinds(&after).last(), Some(&"result"));
+    let whole: Value = serde_json::from_str(&put_together(&after)).unwrap();
+    assert_eq!(whole, job["result"], "after the restart, the next attempt's whole answer");
+}
+
 on_both_backends!(
+    a_streamed_answer_reaches_a_reader_in_pieces_that_put_together_are_the_result,
+    a_reader_that_resumes_mid_stream_on_another_server_gets_every_piece_once,
+    a_stream_broken_after_ten_pieces_restarts_and_the_next_attempt_answers_whole,
     a_reader_gets_one_result_event_when_a_job_that_does_not_stream_succeeds,
     a_reader_resumes_after_the_last_event_id_and_gets_nothing_twice,
     a_job_that_can_change_no_more_without_a_result_ends_its_output_with_error,

@@ -1751,7 +1751,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description the job's output (`text/event-stream`), each event with `id:` its place in the job's output (1 for the first), a durable cursor that any replica honours. For a task whose attempts do not stream, one event once the job ends: `result` (data: `attempt`, the winning attempt's number, and `result`, as `GET /jobs/{id}` shows it) when it succeeded, or `error` (data: the job's `state`, its last `attempt`'s number and that attempt's `error`) when it can change no more without a result (canceled, or failed with its attempts used up); the stream then ends. It also ends when the job is erased, when the server stops and when the key is revoked; a comment every 15 s */
+            /** @description the job's output (`text/event-stream`), each event with `id:` its place in the job's output (1 for the first), a durable cursor that any replica honours. For a streaming task, first the pieces as they are stored: `delta` (data: `attempt`, `text`) and `restart` (data: `attempt`: discard the text so far, that attempt's answer follows). Then the end: `result` (data: `attempt`, the winning attempt's number, and `result`, as `GET /jobs/{id}` shows it) when the job succeeded, or `error` (data: the job's `state`, its last `attempt`'s number and that attempt's `error`) when it can change no more without a result (canceled, or failed with its attempts used up); the stream then ends. It also ends when the job is erased, when the server stops and when the key is revoked; a comment every 15 s */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -44,6 +44,10 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
     catalogue![
         sql::CREATE_JOB,
         sql::GET_JOB,
+        sql::LOCK_OUTPUT,
+        sql::SET_OUTPUT_ATTEMPT,
+        sql::INSERT_OUTPUT,
+        sql::LIST_OUTPUT,
         sql::FIND_JOB_BY_KEY,
         sql::SETTLE_WITH_OUTPUT,
         sql::FINISHED_WITH_CALLS,
@@ -132,6 +136,7 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         retention::PURGING_OFF,
         retention::DELETE_DELIVERIES_OF_JOBS,
         retention::DELETE_EVENTS_OF_JOBS,
+        retention::DELETE_OUTPUT_OF_JOBS,
         retention::DELETE_ATTEMPTS_OF_JOBS,
         retention::DELETE_JOBS,
         shared::MIGRATED_VERSION,
@@ -178,6 +183,7 @@ pub const CROSS_OWNER: &[(&str, &str)] = &[
     ("retention::USAGE_OF_JOBS", "the purge reads a batch of many owners' jobs"),
     ("retention::DELETE_DELIVERIES_OF_JOBS", "the purge deletes a batch of many owners' jobs"),
     ("retention::DELETE_EVENTS_OF_JOBS", "the purge deletes a batch of many owners' jobs"),
+    ("retention::DELETE_OUTPUT_OF_JOBS", "the purge deletes a batch of many owners' jobs"),
     ("retention::DELETE_ATTEMPTS_OF_JOBS", "the purge deletes a batch of many owners' jobs"),
     ("retention::DELETE_JOBS", "the purge deletes a batch of many owners' jobs"),
 ];

@@ -70,6 +70,8 @@ pub(super) const DELETE_DELIVERIES_OF_JOBS: &str =
     "delete from webhook_deliveries where (owner_id, job_id) in (select * from unnest($1::text[], $2::uuid[]))";
 pub(super) const DELETE_EVENTS_OF_JOBS: &str =
     "delete from job_events where (owner_id, job_id) in (select * from unnest($1::text[], $2::uuid[]))";
+pub(super) const DELETE_OUTPUT_OF_JOBS: &str =
+    "delete from job_output where (owner_id, job_id) in (select * from unnest($1::text[], $2::uuid[]))";
 pub(super) const DELETE_ATTEMPTS_OF_JOBS: &str =
     "delete from attempts where (owner_id, job_id) in (select * from unnest($1::text[], $2::uuid[]))";
 pub(super) const DELETE_JOBS: &str =
@@ -129,7 +131,8 @@ pub(super) async fn add_to_rollup(tx: &mut PgTransaction, key: &RollupKey, total
 pub(super) async fn delete_jobs(tx: &mut PgTransaction, jobs: &[(OwnerId, JobId)]) -> Result<u64> {
     let (owners, ids) = arrays(jobs);
     sqlx::query(PURGING_ON).execute(&mut **tx).await?;
-    for statement in [DELETE_DELIVERIES_OF_JOBS, DELETE_EVENTS_OF_JOBS, DELETE_ATTEMPTS_OF_JOBS] {
+    for statement in [DELETE_DELIVERIES_OF_JOBS, DELETE_EVENTS_OF_JOBS, DELETE_OUTPUT_OF_JOBS, DELETE_ATTEMPTS_OF_JOBS]
+    {
         sqlx::query(statement).bind(&owners).bind(&ids).execute(&mut **tx).await?;
     }
     let deleted = sqlx::query(DELETE_JOBS).bind(&owners).bind(&ids).execute(&mut **tx).await?;

@@ -200,6 +200,27 @@ pub(super) const LIST_API_KEYS: &str = r#"select owner_id, id, created_at, revok
 pub(super) const LIST_EVENTS: &str =
     r#"select id, at, kind, attempt_number, detail from job_events where owner_id = $1 and job_id = $2 order by id"#;
 
+/// Locks a job for a piece of its output: its state, the attempt whose
+/// output it shows and that attempt's state, and the last piece's number.
+/// Binds: owner, job.
+pub(super) const LOCK_OUTPUT: &str = r#"select j.state, j.output_attempt, a.state as holder_state,
+           (select coalesce(max(o.seq), 0) from job_output o where o.owner_id = $1 and o.job_id = $2) as last_seq
+    from jobs j
+    left join attempts a on a.owner_id = j.owner_id and a.job_id = j.id and a.number = j.output_attempt
+    where j.owner_id = $1 and j.id = $2
+    for no key update of j"#;
+
+/// Makes an attempt the one a job's output shows. Binds: owner, job, number.
+pub(super) const SET_OUTPUT_ATTEMPT: &str = r#"update jobs set output_attempt = $3 where owner_id = $1 and id = $2"#;
+
+/// A piece of a job's output. Binds: owner, job, seq, attempt number, kind, text.
+pub(super) const INSERT_OUTPUT: &str = r#"insert into job_output (owner_id, job_id, seq, attempt_number, kind, text)
+    values ($1, $2, $3, $4, $5, $6)"#;
+
+/// A job's output after a piece, in order. Binds: owner, job, after.
+pub(super) const LIST_OUTPUT: &str = r#"select seq, attempt_number, kind, text from job_output
+    where owner_id = $1 and job_id = $2 and seq > $3 order by seq"#;
+
 /// The latest qualification of a provider for a task. Binds: provider, task.
 pub(super) const LATEST_QUALIFICATION: &str = r#"select id, provider, task, contract_hash, passed, report, created_at
     from qualifications

@@ -103,7 +103,7 @@ pub(super) async fn delete_jobs(tx: &mut SqliteTransaction, jobs: &[(OwnerId, Jo
     sqlx::query("insert into purging (marker) values (1)").execute(&mut **tx).await?;
     let mut deleted = 0;
     for (owner, id) in jobs {
-        for table in ["webhook_deliveries", "job_events", "attempts"] {
+        for table in ["webhook_deliveries", "job_events", "job_output", "attempts"] {
             sqlx::query(&format!("delete from {table} where owner_id = ?1 and job_id = ?2"))
                 .bind(owner.as_str())
                 .bind(id.0)

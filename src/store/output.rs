@@ -1,0 +1,78 @@
+//! A job's streamed output, stored as it comes: pieces numbered per job
+//! from 1 (the cursors of `GET /jobs/{id}/output`), each a `delta` of one
+//! attempt's answer or a `restart`, the word that the pieces before it are
+//! void. The job's `output_attempt` is the attempt whose pieces the output
+//! shows: the first attempt to write a piece takes it by a compare-and-swap
+//! on the job's row (its lock), and keeps it while it runs; once it runs no
+//! more, the next attempt to write takes it, after a `restart`. Nothing is
+//! written to a job that succeeded or was canceled.
+
+use super::{AttemptRef, Result, Store};
+use crate::domain::{AttemptState, JobId, JobState, OwnerId};
+
+/// One stored piece of a job's output.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct OutputPiece {
+    /// Its place in the job's output, from 1.
+    pub seq: i64,
+    /// The attempt it comes from (for a `restart`: the attempt that follows).
+    pub attempt_number: i32,
+    /// `delta` or `restart`.
+    pub kind: String,
+    /// A delta's text (empty for a `restart`).
+    pub text: String,
+}
+
+/// A job as a piece of its output finds it, under the job's lock.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct OutputLock {
+    /// The job's state.
+    pub state: JobState,
+    /// The attempt whose pieces the output shows, if one wrote any.
+    pub output_attempt: Option<i32>,
+    /// That attempt's state.
+    pub holder_state: Option<AttemptState>,
+    /// The last piece's number (0: none yet).
+    pub last_seq: i64,
+}
+
+impl Store {
+    /// Adds `text`, the next piece of attempt `attempt`'s streamed answer,
+    /// to its job's output, in one transaction: when the output is this
+    /// attempt's, or no running attempt holds it (then this one takes it,
+    /// after a `restart` if another's pieces came before). `false` when the
+    /// piece may not be added: another attempt holds the output and runs,
+    /// or the job succeeded or was canceled (or is gone).
+    pub async fn append_output(&self, attempt: &AttemptRef, text: &str) -> Result<bool> {
+        let (owner, job) = (&attempt.owner, attempt.job_id);
+        let mut tx = self.begin().await?;
+        let Some(lock) = tx.lock_output(owner, job).await? else { return Ok(false) };
+        if matches!(lock.state, JobState::Succeeded | JobState::Canceled) {
+            return Ok(false);
+        }
+        let mut seq = lock.last_seq;
+        match lock.output_attempt {
+            Some(holder) if holder == attempt.number => {}
+            Some(_) if lock.holder_state == Some(AttemptState::Running) => return Ok(false),
+            holder => {
+                tx.set_output_attempt(owner, job, attempt.number).await?;
+                if holder.is_some() && seq > 0 {
+                    seq += 1;
+                    let restart =
+                        OutputPiece { seq, attempt_number: attempt.number, kind: "restart".into(), text: "".into() };
+                    tx.insert_output(owner, job, &restart).await?;
+                }
+            }
+        }
+        let delta =
+            OutputPiece { seq: seq + 1, attempt_number: attempt.number, kind: "delta".into(), text: text.into() };
+        tx.insert_output(owner, job, &delta).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Job `job_id`'s output after piece `after` (0: all of it), in order.
+    pub async fn list_output(&self, owner: &OwnerId, job_id: JobId, after: i64) -> Result<Vec<OutputPiece>> {
+        self.driver().select_output(owner, job_id, after).await
+    }
+}
