@@ -160,6 +160,16 @@ impl Signals {
         }
     }
 
+    /// Attempt `attempt`'s call in flight in this process is aborted (its
+    /// streamed answer lost the job's output to another attempt's).
+    pub fn abort_call(&self, job: JobId, attempt: AttemptId) {
+        if let Some(list) = self.calls.lock().unwrap_or_else(|p| p.into_inner()).get(&job) {
+            for (_, abort) in list.iter().filter(|(id, _)| *id == attempt) {
+                abort.send_replace(true);
+            }
+        }
+    }
+
     /// Watches the provider call of attempt `attempt` of job `job` for its
     /// job's end.
     pub fn watch_call(&self, job: JobId, attempt: AttemptId) -> CallWatch<'_> {

@@ -369,6 +369,12 @@ async fn complete(
     {
         let include_usage = body["stream_options"]["include_usage"] == json!(true);
         let (content, usage, ending, arrived) = (content.as_str(), *usage, *ending, Instant::now());
+        // Its work lasts as long as its stream.
+        let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(Entry { plan: Plan::Answer { at, .. }, .. }) = log.get_mut(&id) {
+            *at = (*at).max(stream::ends_at(provider, content, arrived));
+        }
+        drop(log);
         let streamed = stream::Streamed { id: &id, model: &model, content, usage, ending, include_usage, arrived };
         return stream::answer(provider, streamed);
     }

@@ -5,7 +5,8 @@
 //! shows: the first attempt to write a piece takes it by a compare-and-swap
 //! on the job's row (its lock), and keeps it while it runs; once it runs no
 //! more, the next attempt to write takes it, after a `restart`. Nothing is
-//! written to a job that succeeded or was canceled.
+//! written to a job that succeeded or was canceled. An attempt whose piece
+//! is refused has lost the race for the output: its worker aborts it.
 
 use super::{AttemptRef, Result, Store};
 use crate::domain::{AttemptState, JobId, JobState, OwnerId};
@@ -21,6 +22,17 @@ pub struct OutputPiece {
     pub kind: String,
     /// A delta's text (empty for a `restart`).
     pub text: String,
+}
+
+/// What became of a piece offered to a job's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Appended {
+    /// Written: the output is this attempt's.
+    Shown,
+    /// Not written: another attempt holds the output and runs, or the job
+    /// succeeded or was canceled (or is gone). This attempt's answer will
+    /// not be shown.
+    Refused,
 }
 
 /// A job as a piece of its output finds it, under the job's lock.
@@ -40,20 +52,19 @@ impl Store {
     /// Adds `text`, the next piece of attempt `attempt`'s streamed answer,
     /// to its job's output, in one transaction: when the output is this
     /// attempt's, or no running attempt holds it (then this one takes it,
-    /// after a `restart` if another's pieces came before). `false` when the
-    /// piece may not be added: another attempt holds the output and runs,
-    /// or the job succeeded or was canceled (or is gone).
-    pub async fn append_output(&self, attempt: &AttemptRef, text: &str) -> Result<bool> {
+    /// after a `restart` if another's pieces came before); else
+    /// [`Appended::Refused`].
+    pub async fn append_output(&self, attempt: &AttemptRef, text: &str) -> Result<Appended> {
         let (owner, job) = (&attempt.owner, attempt.job_id);
         let mut tx = self.begin().await?;
-        let Some(lock) = tx.lock_output(owner, job).await? else { return Ok(false) };
+        let Some(lock) = tx.lock_output(owner, job).await? else { return Ok(Appended::Refused) };
         if matches!(lock.state, JobState::Succeeded | JobState::Canceled) {
-            return Ok(false);
+            return Ok(Appended::Refused);
         }
         let mut seq = lock.last_seq;
         match lock.output_attempt {
             Some(holder) if holder == attempt.number => {}
-            Some(_) if lock.holder_state == Some(AttemptState::Running) => return Ok(false),
+            Some(_) if lock.holder_state == Some(AttemptState::Running) => return Ok(Appended::Refused),
             holder => {
                 tx.set_output_attempt(owner, job, attempt.number).await?;
                 if holder.is_some() && seq > 0 {
@@ -68,7 +79,7 @@ impl Store {
             OutputPiece { seq: seq + 1, attempt_number: attempt.number, kind: "delta".into(), text: text.into() };
         tx.insert_output(owner, job, &delta).await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(Appended::Shown)
     }
 
     /// Job `job_id`'s output after piece `after` (0: all of it), in order.

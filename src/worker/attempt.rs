@@ -387,7 +387,7 @@ async fn call_counted(
         let (deltas, pieces) = tokio::sync::mpsc::unbounded_channel();
         prepared.request.deltas = Some(deltas);
         let (store, signals, attempt) = (worker.store.clone(), worker.signals.clone(), claimed.attempt.clone());
-        tokio::spawn(super::output::write_output(store, signals, attempt, pieces))
+        tokio::spawn(super::output::write_output(store, signals, attempt, claimed.id, pieces))
     });
     let calling = tokio::time::timeout(timeout, crate::provider::call(provider.as_ref(), &prepared.request, accepted));
     let result = match calling.instrument(call_span.clone()).await {

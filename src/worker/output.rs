@@ -3,8 +3,10 @@
 //! the first token as soon as the worker does; after it, what came in the
 //! meantime in one write at most every [`BATCH`], so that the writes per
 //! stream do not grow with the provider's token rate. A piece the job's
-//! output refuses (another attempt holds it and runs, or the job ended) is
-//! dropped, and so is the rest of this attempt's.
+//! output refuses (another attempt holds it and runs, or the job ended)
+//! means this attempt lost the race for the output: its call is aborted
+//! (and, where the provider can, canceled there) as a loser's is, when the
+//! task cancels losers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +14,9 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
+use crate::domain::AttemptId;
 use crate::process::signals::Signals;
+use crate::store::output::Appended;
 use crate::store::{AttemptRef, Store};
 
 /// The least time between two writes of one attempt's pieces.
@@ -27,6 +31,7 @@ pub(super) async fn write_output(
     store: Store,
     signals: Arc<Signals>,
     attempt: AttemptRef,
+    id: AttemptId,
     mut pieces: UnboundedReceiver<String>,
 ) {
     let mut shown = true;
@@ -40,24 +45,25 @@ pub(super) async fn write_output(
             continue;
         }
         next_write = Instant::now() + BATCH;
-        shown = write(&store, &attempt, &text).await;
-        if shown {
-            signals.job_changed(attempt.job_id);
+        match write(&store, &attempt, &text).await {
+            Some(Appended::Shown) => signals.job_changed(attempt.job_id),
+            Some(Appended::Refused) => {
+                tracing::info!(
+                    "another attempt's answer holds the job's output, or the job ended: this call is aborted"
+                );
+                signals.abort_call(attempt.job_id, id);
+                shown = false;
+            }
+            None => shown = false,
         }
     }
 }
 
-/// One write, tried again on a database error; whether the pieces are in.
-async fn write(store: &Store, attempt: &AttemptRef, text: &str) -> bool {
+/// One write, tried again on a database error; `None` when it failed.
+async fn write(store: &Store, attempt: &AttemptRef, text: &str) -> Option<Appended> {
     for tried in 1..=TRIES {
         match store.append_output(attempt, text).await {
-            Ok(true) => return true,
-            Ok(false) => {
-                tracing::info!(
-                    "the job's output is another attempt's, or the job ended: this answer's pieces are not shown"
-                );
-                return false;
-            }
+            Ok(appended) => return Some(appended),
             Err(error) if tried < TRIES => {
                 tracing::warn!(%error, tried, "writing a piece of the job's output failed; trying again");
                 tokio::time::sleep(BATCH).await;
@@ -67,5 +73,5 @@ async fn write(store: &Store, attempt: &AttemptRef, text: &str) -> bool {
             }
         }
     }
-    false
+    None
 }

@@ -210,7 +210,43 @@ async fn a_stream_broken_after_ten_pieces_restarts_and_the_next_attempt_answers_
     assert_eq!(whole, job["result"], "after the restart, the next attempt's whole answer");
 }
 
+/// Attempt 1 streams slowly; once its first piece is shown, a fallback on
+/// a fast streaming provider races it. The fallback's first piece finds
+/// the output held by a running attempt: it lost, its call is aborted and
+/// canceled at the provider; only attempt 1's pieces ever reach a reader.
+async fn racing_streams_show_one_attempts_pieces_and_the_other_is_canceled_at_the_provider(backend: Backend) {
+    use futures_util::StreamExt;
+    let app = TestApp::spawn_live(backend, |s| {
+        streaming(20)(s);
+        let fast = "kind = \"sim\"\nmodel = \"sim-1\"\ntokenizer = \"o200k_base\"\ncontext_tokens = 8192\nmax_output_tokens = 512\nlatency_ms = 5\ntokens_per_second = 200";
+        s.providers.insert("sim-stream-fast".into(), provider(fast));
+    })
+    .await;
+    app.qualify("sim-stream").await;
+    app.qualify("sim-stream-fast").await;
+    let id = create(&app, "k", "sim-stream").await;
+    let mut stream = crate::events::events(open(&app, &app.alice, &id, "", None).await);
+    let mut received = vec![stream.next().await.expect("a first piece")];
+    assert_eq!((received[0].kind.as_str(), &received[0].data["attempt"]), ("delta", &json!(1)));
+    let fallback = app.post_attempt(&app.alice, &id, "fallback", &json!({"provider": "sim-stream-fast"})).await;
+    assert_eq!(fallback.status(), StatusCode::CREATED);
+    received
+        .extend(tokio::time::timeout(std::time::Duration::from_secs(30), stream.collect::<Vec<_>>()).await.unwrap());
+    let job = app.wait_for(&id, "the fallback canceled", |j| j["attempts"][1]["state"] == "canceled").await;
+    assert_eq!((&job["state"], &job["winning_attempt"]), (&json!("succeeded"), &json!(1)), "{job:#}");
+    assert_eq!(kinds(&received).last(), Some(&"result"));
+    assert!(received.iter().all(|e| e.data["attempt"] == 1), "only attempt 1's pieces: {:?}", kinds(&received));
+    numbered_from(&received, 1);
+    let whole: Value = serde_json::from_str(&put_together(&received)).unwrap();
+    assert_eq!(whole, job["result"]);
+    let loser = &job["attempts"][1];
+    assert_eq!(loser["error"]["detail"]["cancel_call"], "made", "{loser:#}");
+    let at_provider = &app.simulator_log().await[loser["id"].as_str().unwrap()];
+    assert!(at_provider["canceled_after_ms"].is_u64(), "canceled at the provider: {at_provider:#}");
+}
+
 on_both_backends!(
+    racing_streams_show_one_attempts_pieces_and_the_other_is_canceled_at_the_provider,
     a_streamed_answer_reaches_a_reader_in_pieces_that_put_together_are_the_result,
     a_reader_that_resumes_mid_stream_on_another_server_gets_every_piece_once,
     a_stream_broken_after_ten_pieces_restarts_and_the_next_attempt_answers_whole,

@@ -31,6 +31,21 @@ pub(super) fn pieces(content: &str) -> Vec<String> {
     chars.chunks(CHUNK_CHARS).map(|chunk| chunk.iter().collect()).collect()
 }
 
+/// When the last piece of a streamed answer of `content` is sent, for a
+/// request that arrived at `arrived`: the provider's work is done then (a
+/// cancel before it stops the work, as the status lookup reports).
+pub(super) fn ends_at(provider: &ProviderSettings, content: &str, arrived: Instant) -> Instant {
+    let (first, every) = pace(provider, arrived);
+    let pieces = u32::try_from(pieces(content).len()).unwrap_or(u32::MAX);
+    first + every * pieces.saturating_sub(1)
+}
+
+/// When the first token comes, and the time between two.
+fn pace(provider: &ProviderSettings, arrived: Instant) -> (Instant, Duration) {
+    let first = arrived + Duration::from_millis(provider.first_token_ms.unwrap_or(provider.latency_ms));
+    (first, Duration::from_secs(1) / provider.tokens_per_second.max(1))
+}
+
 /// One streamed request's answer.
 pub(super) struct Streamed<'a> {
     pub id: &'a str,
@@ -77,8 +92,7 @@ pub(super) fn answer(provider: &ProviderSettings, streamed: Streamed<'_>) -> Res
         content_chunks.truncate(n);
         tail.clear();
     }
-    let first = arrived + Duration::from_millis(provider.first_token_ms.unwrap_or(provider.latency_ms));
-    let every = Duration::from_secs(1) / provider.tokens_per_second.max(1);
+    let (first, every) = pace(provider, arrived);
     // The role first, with the first token; each further content chunk a
     // token later; the ending with the last one.
     let mut timed: Vec<(Instant, Bytes)> =
