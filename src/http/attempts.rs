@@ -44,7 +44,7 @@ struct AttemptView<'a> {
          headers(("Idempotent-Replayed" = String, description = "true"))),
         (status = 400, description = "idempotency-key-missing or idempotency-key-invalid", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 404, description = "not-found", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "job-finished, attempt-pending, attempt-outcome-unknown (with Retry-After), too-many-attempts-in-flight, attempt-limit-reached, budget-exceeded (its worst-case cost exceeds what is left of the budget), or idempotency-key-reused",
+        (status = 409, description = "job-finished, attempt-pending, attempt-outcome-unknown (with Retry-After), too-many-attempts-in-flight, attempt-limit-reached, budget-exceeded (its worst-case cost exceeds what is left of the budget), output-streaming (a running attempt's answer streams to the job's output; with Retry-After), or idempotency-key-reused",
          body = crate::http::openapi::Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "for attempt-outcome-unknown"))),
         (status = 422, description = "validation-failed, provider-unknown, or provider-not-qualified (the detail says why)", body = crate::http::openapi::Problem, content_type = "application/problem+json"),

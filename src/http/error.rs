@@ -96,6 +96,8 @@ problem_types! {
     ProviderNotQualified = "provider-not-qualified", UNPROCESSABLE_ENTITY, "Provider not qualified";
     /// The attempt could cost more than is left of the budget.
     BudgetExceeded = "budget-exceeded", CONFLICT, "Budget exceeded";
+    /// A running attempt's streamed answer holds the job's output.
+    OutputStreaming = "output-streaming", CONFLICT, "Output streaming";
     /// An operator's output breaks the task's output contract.
     ContractViolation = "contract-violation", UNPROCESSABLE_ENTITY, "Output breaks the contract";
     /// Over the owner's request rate on this server.
@@ -118,6 +120,7 @@ impl From<AdmissionRefusal> for ProblemType {
             AdmissionRefusal::AttemptLimitReached => ProblemType::AttemptLimitReached,
             AdmissionRefusal::ProviderNotQualified => ProblemType::ProviderNotQualified,
             AdmissionRefusal::BudgetExceeded => ProblemType::BudgetExceeded,
+            AdmissionRefusal::OutputStreaming => ProblemType::OutputStreaming,
         }
     }
 }
@@ -231,9 +234,17 @@ impl Problem {
             AttemptLimitReached => "the job has used every attempt its task allows",
             ProviderNotQualified => "the provider is not qualified for this task",
             BudgetExceeded => "the attempt's worst-case cost exceeds what is left of the job's budget",
+            OutputStreaming => {
+                "an attempt's answer is streaming to the job's output; a new attempt could only lose to it"
+            }
         };
         let problem = Self::new(refusal.into()).detail(detail);
-        if refusal == AttemptOutcomeUnknown { problem.retry_after(unknown_retry_after) } else { problem }
+        match refusal {
+            AttemptOutcomeUnknown => problem.retry_after(unknown_retry_after),
+            // The stream may break, and then the next attempt may take it.
+            OutputStreaming => problem.retry_after(1),
+            _ => problem,
+        }
     }
 
     /// 503: try again later.

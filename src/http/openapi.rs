@@ -116,7 +116,7 @@ pub struct AttemptWithJob {
 /// attempt-outcome-unknown, too-many-attempts-in-flight, attempt-limit-reached,
 /// attempt-not-unknown, job-not-finished, too-many-endpoints, payload-too-large,
 /// request-timeout, unsupported-media-type, validation-failed, provider-unknown,
-/// provider-not-qualified, budget-exceeded, contract-violation, rate-limited,
+/// provider-not-qualified, budget-exceeded, output-streaming, contract-violation, rate-limited,
 /// too-many-long-polls, unavailable, internal.
 #[derive(Serialize, ToSchema)]
 pub struct Problem {

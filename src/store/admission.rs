@@ -39,6 +39,8 @@ pub(super) async fn schedule_next_attempt(
         attempts: &attempts,
         qualification: None,
         budget: budget.as_ref().map(|(money, input)| (*money, input)),
+        // The policy adds an attempt only once every other has settled.
+        output_held: false,
     };
     let mut chosen = None;
     for candidate in rules.retry_candidates(task, &job.provider, &past) {

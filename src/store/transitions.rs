@@ -69,6 +69,7 @@ pub(super) async fn admit_attempt(
 
     let qualification = read_qualification(&mut tx, rules, &job.task, &job.provider, provider).await?;
     let budget = job_budget(&mut tx, owner, job_id, &job.task, rules).await?;
+    let output = tx.lock_output(owner, job_id).await?;
     let facts = AdmissionFacts {
         task: &job.task,
         primary: &job.provider,
@@ -77,6 +78,7 @@ pub(super) async fn admit_attempt(
         attempts: &attempts,
         qualification: qualification.as_ref(),
         budget: budget.as_ref().map(|(money, input)| (*money, input)),
+        output_held: output.is_some_and(|output| output.holder_state == Some(AttemptState::Running)),
     };
     if let Err(Refused { refusal, reason }) = check_admission(&facts, rules) {
         let detail = json!({ "problem": refusal.problem_type(), "provider": provider, "reason": reason,

@@ -210,28 +210,42 @@ async fn a_stream_broken_after_ten_pieces_restarts_and_the_next_attempt_answers_
     assert_eq!(whole, job["result"], "after the restart, the next attempt's whole answer");
 }
 
-/// Attempt 1 streams slowly; once its first piece is shown, a fallback on
-/// a fast streaming provider races it. The fallback's first piece finds
-/// the output held by a running attempt: it lost, its call is aborted and
-/// canceled at the provider; only attempt 1's pieces ever reach a reader.
-async fn racing_streams_show_one_attempts_pieces_and_the_other_is_canceled_at_the_provider(backend: Backend) {
+/// A fallback posted while a running attempt's answer streams to the job's
+/// output could only lose to it: refused, 409 `output-streaming`, with
+/// `Retry-After`.
+async fn a_fallback_posted_while_an_answer_streams_is_refused_409_output_streaming(backend: Backend) {
     use futures_util::StreamExt;
-    let app = TestApp::spawn_live(backend, |s| {
-        streaming(20)(s);
-        let fast = "kind = \"sim\"\nmodel = \"sim-1\"\ntokenizer = \"o200k_base\"\ncontext_tokens = 8192\nmax_output_tokens = 512\nlatency_ms = 5\ntokens_per_second = 200";
-        s.providers.insert("sim-stream-fast".into(), provider(fast));
-    })
-    .await;
-    app.qualify("sim-stream").await;
-    app.qualify("sim-stream-fast").await;
+    let app = TestApp::spawn_live(backend, streaming(10)).await;
     let id = create(&app, "k", "sim-stream").await;
     let mut stream = crate::events::events(open(&app, &app.alice, &id, "", None).await);
-    let mut received = vec![stream.next().await.expect("a first piece")];
-    assert_eq!((received[0].kind.as_str(), &received[0].data["attempt"]), ("delta", &json!(1)));
-    let fallback = app.post_attempt(&app.alice, &id, "fallback", &json!({"provider": "sim-stream-fast"})).await;
-    assert_eq!(fallback.status(), StatusCode::CREATED);
-    received
-        .extend(tokio::time::timeout(std::time::Duration::from_secs(30), stream.collect::<Vec<_>>()).await.unwrap());
+    let first = stream.next().await.expect("a first piece");
+    assert_eq!((first.kind.as_str(), &first.data["attempt"]), ("delta", &json!(1)));
+    let fallback = app.post_attempt(&app.alice, &id, "fallback", &json!({"provider": "sim-stream"})).await;
+    assert_eq!(fallback.headers().get("retry-after").map(|v| v.to_str().unwrap()), Some("1"));
+    expect_problem(fallback, StatusCode::CONFLICT, "output-streaming").await;
+    let rest: Vec<Received> = tokio::time::timeout(std::time::Duration::from_secs(30), stream.collect()).await.unwrap();
+    assert_eq!(kinds(&rest).last(), Some(&"result"));
+}
+
+/// Two attempts race before either has a token: attempt 1's first comes
+/// after a second, the fallback's after two. Attempt 1's first piece takes
+/// the output; the fallback's finds it held by a running attempt: it lost,
+/// its call is aborted and canceled at the provider. Only attempt 1's
+/// pieces ever reach a reader.
+async fn racing_streams_show_one_attempts_pieces_and_the_other_is_canceled_at_the_provider(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| {
+        streaming(10)(s);
+        let sim = "kind = \"sim\"\nmodel = \"sim-1\"\ntokenizer = \"o200k_base\"\ncontext_tokens = 8192\nmax_output_tokens = 512\ntimeout_ms = 10000";
+        s.providers.insert("sim-stream-first".into(), provider(&format!("{sim}\nfirst_token_ms = 1000\ntokens_per_second = 10")));
+        s.providers.insert("sim-stream-second".into(), provider(&format!("{sim}\nfirst_token_ms = 2000\ntokens_per_second = 200")));
+    })
+    .await;
+    app.qualify("sim-stream-second").await;
+    let id = create(&app, "k", "sim-stream-first").await;
+    app.wait_for(&id, "running", |j| j["attempts"][0]["state"] == "running").await;
+    let fallback = app.post_attempt(&app.alice, &id, "fallback", &json!({"provider": "sim-stream-second"})).await;
+    assert_eq!(fallback.status(), StatusCode::CREATED, "no token yet: nothing holds the output");
+    let received = read_to_end(open(&app, &app.alice, &id, "", None).await).await;
     let job = app.wait_for(&id, "the fallback canceled", |j| j["attempts"][1]["state"] == "canceled").await;
     assert_eq!((&job["state"], &job["winning_attempt"]), (&json!("succeeded"), &json!(1)), "{job:#}");
     assert_eq!(kinds(&received).last(), Some(&"result"));
@@ -246,6 +260,7 @@ async fn racing_streams_show_one_attempts_pieces_and_the_other_is_canceled_at_th
 }
 
 on_both_backends!(
+    a_fallback_posted_while_an_answer_streams_is_refused_409_output_streaming,
     racing_streams_show_one_attempts_pieces_and_the_other_is_canceled_at_the_provider,
     a_streamed_answer_reaches_a_reader_in_pieces_that_put_together_are_the_result,
     a_reader_that_resumes_mid_stream_on_another_server_gets_every_piece_once,

@@ -633,7 +633,7 @@ export interface components {
          *     attempt-outcome-unknown, too-many-attempts-in-flight, attempt-limit-reached,
          *     attempt-not-unknown, job-not-finished, too-many-endpoints, payload-too-large,
          *     request-timeout, unsupported-media-type, validation-failed, provider-unknown,
-         *     provider-not-qualified, budget-exceeded, contract-violation, rate-limited,
+         *     provider-not-qualified, budget-exceeded, output-streaming, contract-violation, rate-limited,
          *     too-many-long-polls, unavailable, internal.
          */
         Problem: {
@@ -1362,7 +1362,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description job-finished, attempt-pending, attempt-outcome-unknown (with Retry-After), too-many-attempts-in-flight, attempt-limit-reached, budget-exceeded (its worst-case cost exceeds what is left of the budget), or idempotency-key-reused */
+            /** @description job-finished, attempt-pending, attempt-outcome-unknown (with Retry-After), too-many-attempts-in-flight, attempt-limit-reached, budget-exceeded (its worst-case cost exceeds what is left of the budget), output-streaming (a running attempt's answer streams to the job's output; with Retry-After), or idempotency-key-reused */
             409: {
                 headers: {
                     /** @description for attempt-outcome-unknown */

@@ -2,7 +2,8 @@
 //! from every fact it needs, which the store reads with the job's row
 //! locked (so the answer holds until it commits). The rules, in the order
 //! docs/design.md lists them: the job's and its attempts' states and the
-//! task's limits ([`check_states`]), then the provider: its qualification
+//! task's limits ([`check_states`]), no running attempt streaming to the
+//! job's output, then the provider: its qualification
 //! (I5) and the job's budget ([`check_provider`], which the retry policy
 //! also uses to pass over a candidate).
 
@@ -30,6 +31,8 @@ pub struct AdmissionFacts<'a> {
     /// The job's budget (see [`budget_of`]) and its input, to cost attempts
     /// with; `None` without a budget.
     pub budget: Option<(Money, &'a Value)>,
+    /// Whether a running attempt's streamed answer holds the job's output.
+    pub output_held: bool,
 }
 
 /// A refusal, and why where there is more to say than its type.
@@ -51,6 +54,9 @@ impl From<AdmissionRefusal> for Refused {
 pub fn check_admission(facts: &AdmissionFacts<'_>, rules: &dyn TaskRules) -> Result<(), Refused> {
     let states: Vec<AttemptState> = facts.attempts.iter().map(|a| a.state).collect();
     check_states(facts.job, &states, rules.limits(facts.task))?;
+    if facts.output_held {
+        return Err(AdmissionRefusal::OutputStreaming.into());
+    }
     check_provider(facts, rules)
 }
 
@@ -183,7 +189,20 @@ mod tests {
             attempts,
             qualification: None,
             budget: None,
+            output_held: false,
         }
+    }
+
+    #[test]
+    fn a_running_attempt_streaming_to_the_output_refuses_a_new_attempt_after_the_states() {
+        let running = [attempt(1, AttemptState::Running)];
+        let held = AdmissionFacts { output_held: true, ..facts("own", &running) };
+        let rules = Rules { qualifying: false };
+        assert_eq!(refusal(check_admission(&held, &rules)), Some(AdmissionRefusal::OutputStreaming));
+        assert_eq!(refusal(check_admission(&facts("own", &running), &rules)), None, "not held: admitted");
+        // A finished job says so first.
+        let finished = AdmissionFacts { job: JobState::Succeeded, ..held };
+        assert_eq!(refusal(check_admission(&finished, &rules)), Some(AdmissionRefusal::JobFinished));
     }
 
     fn refusal(result: Result<(), Refused>) -> Option<AdmissionRefusal> {

@@ -281,6 +281,9 @@ pub enum AdmissionRefusal {
     /// The attempt's worst-case cost would exceed what is left of the job's
     /// budget (its `max_cost`, or its task's).
     BudgetExceeded,
+    /// A running attempt's streamed answer holds the job's output: a new
+    /// attempt could only lose to it.
+    OutputStreaming,
 }
 
 impl AdmissionRefusal {
@@ -293,6 +296,7 @@ impl AdmissionRefusal {
         AdmissionRefusal::AttemptLimitReached,
         AdmissionRefusal::ProviderNotQualified,
         AdmissionRefusal::BudgetExceeded,
+        AdmissionRefusal::OutputStreaming,
     ];
 
     /// The problem type, also the name stored in refusal events.
@@ -305,6 +309,7 @@ impl AdmissionRefusal {
             AdmissionRefusal::AttemptLimitReached => "attempt-limit-reached",
             AdmissionRefusal::ProviderNotQualified => "provider-not-qualified",
             AdmissionRefusal::BudgetExceeded => "budget-exceeded",
+            AdmissionRefusal::OutputStreaming => "output-streaming",
         }
     }
 }
@@ -396,7 +401,7 @@ mod tests {
     fn every_admission_refusal_is_in_all() {
         // One arm per variant, numbered in declaration order: a new variant
         // fails to compile here until it has an arm and a number, and then
-        // this test fails until ALL lists it (and the 7 below counts it).
+        // this test fails until ALL lists it (and the 8 below counts it).
         let position = |refusal: AdmissionRefusal| match refusal {
             AdmissionRefusal::JobFinished => 0,
             AdmissionRefusal::AttemptPending => 1,
@@ -405,9 +410,10 @@ mod tests {
             AdmissionRefusal::AttemptLimitReached => 4,
             AdmissionRefusal::ProviderNotQualified => 5,
             AdmissionRefusal::BudgetExceeded => 6,
+            AdmissionRefusal::OutputStreaming => 7,
         };
         let positions: Vec<usize> = AdmissionRefusal::ALL.iter().map(|r| position(*r)).collect();
-        assert_eq!(positions, (0..7).collect::<Vec<_>>(), "ALL lists each refusal once, in declaration order");
+        assert_eq!(positions, (0..8).collect::<Vec<_>>(), "ALL lists each refusal once, in declaration order");
     }
 
     #[test]
@@ -423,6 +429,7 @@ mod tests {
                 "attempt-limit-reached",
                 "provider-not-qualified",
                 "budget-exceeded",
+                "output-streaming",
             ]
         );
         for refusal in AdmissionRefusal::ALL {
