@@ -77,7 +77,12 @@ export class OnejobError extends Error {
         this.retryAfter = retryAfter;
     }
 }
-const NOT_NOW = new Set(["attempt-outcome-unknown", "attempt-pending", "too-many-attempts-in-flight"]);
+const NOT_NOW = new Set([
+    "attempt-outcome-unknown",
+    "attempt-pending",
+    "too-many-attempts-in-flight",
+    "output-streaming",
+]);
 const TERMINAL = new Set(["succeeded", "canceled"]);
 /** Seconds of a `Retry-After` header: delay-seconds or an HTTP date. */
 export function retryAfterSeconds(value) {
@@ -257,19 +262,70 @@ export class OnejobClient {
         }
     }
     /**
+     * The job's output as it comes (`GET /jobs/{id}/output`): pieces of text
+     * to append, a `restart` when another attempt's answer replaces the text
+     * so far, then the `result` or the `error`, after which it ends. A
+     * dropped connection is resumed after the last event seen, so nothing
+     * comes twice; a page that kept the last `id` it showed passes it as
+     * `after` to go on from there.
+     */
+    async *stream(jobId, options = {}) {
+        const path = `/jobs/${encodeURIComponent(jobId)}/output`;
+        const events = this.#sse(path, options.signal, options.after);
+        try {
+            for await (const { id, kind, data } of events.items) {
+                const d = data;
+                const attempt = d.attempt;
+                if (kind === "delta")
+                    yield { id, kind: "text", attempt, text: d.text };
+                else if (kind === "restart")
+                    yield { id, kind: "restart", attempt };
+                else if (kind === "result")
+                    yield { id, kind: "result", attempt, result: d.result };
+                else if (kind === "error")
+                    yield { id, kind: "error", state: d.state, attempt: d.attempt, error: d.error };
+            }
+        }
+        catch (error) {
+            if (isAbort(error, options.signal))
+                return;
+            throw error;
+        }
+        if (!events.ended()) {
+            throw events.refused() ?? new OnejobError(0, undefined, undefined, new Error("the output stream could not be resumed"));
+        }
+    }
+    /**
      * The job's events as they come: the stream, reconnected after the last
      * event seen when it drops; ends when the stream ends (after a terminal
      * event) or cannot be had (the caller then long-polls).
      */
-    async *#events(jobId, signal) {
-        let lastId;
+    #events(jobId, signal) {
+        return this.#sse(`/jobs/${encodeURIComponent(jobId)}/events`, signal).items;
+    }
+    /**
+     * Server-Sent Events from `path`, reconnected after the last event seen
+     * (or `after`) when the connection drops, five times at most; `ended`
+     * says whether the server ended the stream itself.
+     */
+    #sse(path, signal, after) {
+        let ended = false;
+        let refused;
+        const items = this.#sseItems(path, signal, after, {
+            ended: () => (ended = true),
+            refused: (error) => (refused = error),
+        });
+        return { items, ended: () => ended, refused: () => refused };
+    }
+    async *#sseItems(path, signal, after, tell) {
+        let lastId = after;
         for (let reconnects = 0; reconnects < 5; reconnects++) {
             let response;
             try {
                 const headers = { accept: "text/event-stream", ...this.#auth() };
                 if (lastId)
                     headers["last-event-id"] = lastId;
-                response = await this.#fetch(`${this.#base}/jobs/${encodeURIComponent(jobId)}/events`, { headers, signal });
+                response = await this.#fetch(`${this.#base}${path}`, { headers, signal });
             }
             catch (error) {
                 if (isAbort(error, signal))
@@ -277,11 +333,15 @@ export class OnejobClient {
                 return;
             }
             const type = response.headers.get("content-type") ?? "";
-            if (!response.ok || !type.startsWith("text/event-stream") || !response.body) {
+            if (!response.ok) {
+                tell.refused(new OnejobError(response.status, await problemOf(response)));
+                return;
+            }
+            if (!type.startsWith("text/event-stream") || !response.body) {
                 await response.body?.cancel();
                 return;
             }
-            let ended = true;
+            let whole = true;
             try {
                 for await (const event of parseEvents(response.body)) {
                     lastId = event.id || lastId;
@@ -291,10 +351,12 @@ export class OnejobClient {
             catch (error) {
                 if (isAbort(error, signal))
                     throw error;
-                ended = false; // dropped: reconnect after the last event seen
+                whole = false; // dropped: reconnect after the last event seen
             }
-            if (ended)
+            if (whole) {
+                tell.ended();
                 return;
+            }
         }
     }
     /** The intent's key, made and kept on its first use. */

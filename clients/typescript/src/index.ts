@@ -141,18 +141,37 @@ export interface Created {
   tries: number;
 }
 
+/** The refusals of a new attempt that mean "not now". */
+export type NotNow = "attempt-outcome-unknown" | "attempt-pending" | "too-many-attempts-in-flight" | "output-streaming";
+
 /** What `fallback` got: an attempt, or why not now. */
 export type FallbackResult =
   | { kind: "added"; attempt: Attempt; status: number; replayed: boolean; key: string }
   | {
-      kind: "attempt-outcome-unknown" | "attempt-pending" | "too-many-attempts-in-flight";
+      kind: NotNow;
       /** Seconds to wait before asking again, when the server said. */
       retryAfter: number | undefined;
       problem: Problem;
     };
 
-const NOT_NOW = new Set(["attempt-outcome-unknown", "attempt-pending", "too-many-attempts-in-flight"]);
+const NOT_NOW = new Set<string>([
+  "attempt-outcome-unknown",
+  "attempt-pending",
+  "too-many-attempts-in-flight",
+  "output-streaming",
+] satisfies NotNow[]);
 const TERMINAL = new Set<JobState>(["succeeded", "canceled"]);
+
+/**
+ * One event of a job's output (`stream`), with `id`, its durable cursor:
+ * `text` to append; `restart`: discard the text so far, another attempt's
+ * answer follows; then `result` (the job's validated result) or `error`.
+ */
+export type OutputEvent =
+  | { id: string; kind: "text"; attempt: number; text: string }
+  | { id: string; kind: "restart"; attempt: number }
+  | { id: string; kind: "result"; attempt: number; result: unknown }
+  | { id: string; kind: "error"; state: string; attempt: number | null; error: unknown };
 
 interface Sent {
   response: Response;
@@ -270,7 +289,7 @@ export class OnejobClient {
         throw new OnejobError(409, problem, retryAfterSeconds(response.headers.get("retry-after")));
       }
       return {
-        kind: problem.type as "attempt-outcome-unknown" | "attempt-pending" | "too-many-attempts-in-flight",
+        kind: problem.type as NotNow,
         retryAfter: retryAfterSeconds(response.headers.get("retry-after")),
         problem,
       };
@@ -353,28 +372,93 @@ export class OnejobClient {
   }
 
   /**
+   * The job's output as it comes (`GET /jobs/{id}/output`): pieces of text
+   * to append, a `restart` when another attempt's answer replaces the text
+   * so far, then the `result` or the `error`, after which it ends. A
+   * dropped connection is resumed after the last event seen, so nothing
+   * comes twice; a page that kept the last `id` it showed passes it as
+   * `after` to go on from there.
+   */
+  async *stream(jobId: string, options: { signal?: AbortSignal; after?: string } = {}): AsyncGenerator<OutputEvent> {
+    const path = `/jobs/${encodeURIComponent(jobId)}/output`;
+    const events = this.#sse(path, options.signal, options.after);
+    try {
+      for await (const { id, kind, data } of events.items) {
+        const d = data as Record<string, unknown>;
+        const attempt = d.attempt as number;
+        if (kind === "delta") yield { id, kind: "text", attempt, text: d.text as string };
+        else if (kind === "restart") yield { id, kind: "restart", attempt };
+        else if (kind === "result") yield { id, kind: "result", attempt, result: d.result };
+        else if (kind === "error") yield { id, kind: "error", state: d.state as string, attempt: d.attempt as number | null, error: d.error };
+      }
+    } catch (error) {
+      if (isAbort(error, options.signal)) return;
+      throw error;
+    }
+    if (!events.ended()) {
+      throw events.refused() ?? new OnejobError(0, undefined, undefined, new Error("the output stream could not be resumed"));
+    }
+  }
+
+  /**
    * The job's events as they come: the stream, reconnected after the last
    * event seen when it drops; ends when the stream ends (after a terminal
    * event) or cannot be had (the caller then long-polls).
    */
-  async *#events(jobId: string, signal?: AbortSignal): AsyncGenerator<{ id: string; kind: string; data: unknown }> {
-    let lastId: string | undefined;
+  #events(jobId: string, signal?: AbortSignal): AsyncGenerator<{ id: string; kind: string; data: unknown }> {
+    return this.#sse(`/jobs/${encodeURIComponent(jobId)}/events`, signal).items;
+  }
+
+  /**
+   * Server-Sent Events from `path`, reconnected after the last event seen
+   * (or `after`) when the connection drops, five times at most; `ended`
+   * says whether the server ended the stream itself.
+   */
+  #sse(
+    path: string,
+    signal?: AbortSignal,
+    after?: string,
+  ): {
+    items: AsyncGenerator<{ id: string; kind: string; data: unknown }>;
+    ended: () => boolean;
+    refused: () => OnejobError | undefined;
+  } {
+    let ended = false;
+    let refused: OnejobError | undefined;
+    const items = this.#sseItems(path, signal, after, {
+      ended: () => (ended = true),
+      refused: (error) => (refused = error),
+    });
+    return { items, ended: () => ended, refused: () => refused };
+  }
+
+  async *#sseItems(
+    path: string,
+    signal: AbortSignal | undefined,
+    after: string | undefined,
+    tell: { ended: () => void; refused: (error: OnejobError) => void },
+  ): AsyncGenerator<{ id: string; kind: string; data: unknown }> {
+    let lastId = after;
     for (let reconnects = 0; reconnects < 5; reconnects++) {
       let response: Response;
       try {
         const headers: Record<string, string> = { accept: "text/event-stream", ...this.#auth() };
         if (lastId) headers["last-event-id"] = lastId;
-        response = await this.#fetch(`${this.#base}/jobs/${encodeURIComponent(jobId)}/events`, { headers, signal });
+        response = await this.#fetch(`${this.#base}${path}`, { headers, signal });
       } catch (error) {
         if (isAbort(error, signal)) throw error;
         return;
       }
       const type = response.headers.get("content-type") ?? "";
-      if (!response.ok || !type.startsWith("text/event-stream") || !response.body) {
+      if (!response.ok) {
+        tell.refused(new OnejobError(response.status, await problemOf(response)));
+        return;
+      }
+      if (!type.startsWith("text/event-stream") || !response.body) {
         await response.body?.cancel();
         return;
       }
-      let ended = true;
+      let whole = true;
       try {
         for await (const event of parseEvents(response.body)) {
           lastId = event.id || lastId;
@@ -382,9 +466,12 @@ export class OnejobClient {
         }
       } catch (error) {
         if (isAbort(error, signal)) throw error;
-        ended = false; // dropped: reconnect after the last event seen
+        whole = false; // dropped: reconnect after the last event seen
       }
-      if (ended) return;
+      if (whole) {
+        tell.ended();
+        return;
+      }
     }
   }
 

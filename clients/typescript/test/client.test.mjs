@@ -221,3 +221,58 @@ test("the package has no runtime dependency and ships only its build", () => {
   assert.ok(files.includes("dist/index.js") && files.includes("dist/index.d.ts"), files.join(" "));
   assert.ok(files.every((f) => f.startsWith("dist/") || f === "package.json" || f === "README.md"), files.join(" "));
 });
+
+test("stream gives a streaming task's text as it comes, resumes a dropped connection where it was, and ends with the result", async () => {
+  const streaming = await startServer((text) =>
+    text
+      .replace(/^(\[tasks\.summarize\]\n)/m, "$1stream = true\n")
+      .replace(/^(\[providers\.sim-fast\]\n)/m, "$1tokens_per_second = 40\n"),
+  );
+  try {
+    // The first connection is cut after its third event: the client
+    // reconnects with Last-Event-ID and nothing comes twice.
+    let connections = 0;
+    const cutting = async (url, init) => {
+      const response = await fetch(url, init);
+      if (!String(url).endsWith("/output") || connections++ > 0) return response;
+      const reader = response.body.getReader();
+      let events = 0;
+      const body = new ReadableStream({
+        async pull(controller) {
+          const { value, done } = await reader.read();
+          if (done) return controller.close();
+          controller.enqueue(value);
+          events += new TextDecoder().decode(value).split("\n\n").length - 1;
+          if (events >= 3) {
+            await reader.cancel();
+            controller.error(new TypeError("terminated: the connection was lost"));
+          }
+        },
+      });
+      return new Response(body, { status: response.status, headers: response.headers });
+    };
+    const onejob = new OnejobClient({ baseUrl: streaming.url, token: streaming.token, fetch: cutting });
+    const { job } = await onejob.createJob(summarize("the quick brown fox jumps over the lazy dog"));
+    const seen = [];
+    for await (const event of onejob.stream(job.id, { signal: AbortSignal.timeout(30_000) })) seen.push(event);
+    assert.ok(connections >= 2, "the cut connection was resumed");
+    const ids = seen.map((e) => Number(e.id));
+    assert.deepEqual(ids, ids.map((_, i) => i + 1), "every event once, in order");
+    assert.ok(seen.filter((e) => e.kind === "text").length > 3, seen.map((e) => e.kind).join(" "));
+    const last = seen.at(-1);
+    assert.equal(last.kind, "result");
+    const text = seen.filter((e) => e.kind === "text").map((e) => e.text).join("");
+    assert.deepEqual(JSON.parse(text), last.result, "the text put together is the result");
+    // A key nobody issued: a typed 401.
+    await assert.rejects(
+      (async () => {
+        for await (const _ of new OnejobClient({ baseUrl: streaming.url, token: "oj_" + "0".repeat(64) }).stream(job.id)) {
+          /* nothing comes */
+        }
+      })(),
+      (error) => error instanceof OnejobError && error.status === 401,
+    );
+  } finally {
+    await streaming.stop();
+  }
+});
