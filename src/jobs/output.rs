@@ -84,12 +84,12 @@ impl Jobs {
                 // Every piece was written before the job ended: read after
                 // its end, the output is whole.
                 let Some(all) = self.pieces(&owner, id, 0).await else { return };
-                let last = all.last().cloned();
+                let ends = end_of(&job, &all);
                 let rest: Vec<OutputPiece> = all.into_iter().filter(|piece| piece.seq > cursor).collect();
                 if !send_pieces(&sender, rest, &mut cursor).await {
                     return;
                 }
-                for end in end_of(&job, last.as_ref()).into_iter().filter(|end| end.id > cursor) {
+                for end in ends.into_iter().filter(|end| end.id > cursor) {
                     if sender.send(end).await.is_err() {
                         return;
                     }
@@ -149,18 +149,24 @@ fn end_state(job: &Job, limits: AttemptLimits) -> bool {
     job.state == JobState::Succeeded || can_change_no_more(job.state, &states, limits)
 }
 
-/// The last items of an ended `job`'s output, after its stored pieces
-/// (the last of them `last`): its `result`, after a `restart` when the
-/// pieces shown were not the winner's; or its `error`.
-pub fn end_of(job: &Job, last: Option<&OutputPiece>) -> Vec<ShownOutput> {
-    let mut id = last.map_or(0, |piece| piece.seq);
+/// The last items of an ended `job`'s output, after its stored `pieces`:
+/// its `result`, after a `restart` when the pieces since the last restart
+/// do not put together the result (another attempt won, or the winner was
+/// settled other than by its own stream: reconciled, resolved); or its
+/// `error`.
+pub fn end_of(job: &Job, pieces: &[OutputPiece]) -> Vec<ShownOutput> {
+    let mut id = pieces.last().map_or(0, |piece| piece.seq);
     let mut next = |kind: &'static str, data: Value| {
         id += 1;
         ShownOutput { id, kind, data }
     };
     if job.state == JobState::Succeeded {
         let mut ends = Vec::new();
-        if last.is_some_and(|piece| Some(piece.attempt_number) != job.winning_attempt) {
+        let since_restart = pieces.iter().rev().take_while(|piece| piece.kind != "restart").collect::<Vec<_>>();
+        let shown: String = since_restart.iter().rev().map(|piece| piece.text.as_str()).collect();
+        let by_winner = since_restart.iter().all(|piece| Some(piece.attempt_number) == job.winning_attempt);
+        let whole = by_winner && serde_json::from_str::<Value>(&shown).ok().as_ref() == job.result.as_ref();
+        if !pieces.is_empty() && !whole {
             ends.push(next("restart", json!({ "attempt": job.winning_attempt })));
         }
         ends.push(next("result", json!({ "attempt": job.winning_attempt, "result": job.result })));

@@ -259,7 +259,35 @@ async fn racing_streams_show_one_attempts_pieces_and_the_other_is_canceled_at_th
     assert!(at_provider["canceled_after_ms"].is_u64(), "canceled at the provider: {at_provider:#}");
 }
 
+/// A stream that stalls after five pieces reaches its deadline: the
+/// attempt is unknown, and the reconciler settles it from the provider's
+/// record. Its pieces do not put the result together: a `restart`, then
+/// the result.
+async fn a_stalled_stream_reconciled_from_the_provider_ends_with_a_restart_and_the_result(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| {
+        streaming(10)(s);
+        let sim = "kind = \"sim\"\nmodel = \"sim-1\"\ntokenizer = \"o200k_base\"\ncontext_tokens = 8192\nmax_output_tokens = 512";
+        s.providers.insert(
+            "sim-stalls".into(),
+            provider(&format!("{sim}\nlatency_ms = 5\ntokens_per_second = 50\nstream_stall_after = 5\ntimeout_ms = 1000\nabsence_grace_ms = 100")),
+        );
+    })
+    .await;
+    let id = create(&app, "k", "sim-stalls").await;
+    let received = read_to_end(open(&app, &app.alice, &id, "", None).await).await;
+    let job = ok_json(app.get(&app.alice, &format!("/jobs/{id}")).await).await;
+    assert_eq!((&job["state"], &job["winning_attempt"]), (&json!("succeeded"), &json!(1)), "{job:#}");
+    let n = received.len();
+    assert!(n >= 3 && kinds(&received[n - 2..]) == ["restart", "result"], "{:?}", kinds(&received));
+    assert!(received[..n - 2].iter().all(|e| e.kind == "delta"), "{:?}", kinds(&received));
+    assert_eq!(put_together(&received[..n - 2]).chars().count(), 20, "five pieces of four characters came");
+    numbered_from(&received, 1);
+    assert_eq!(received[n - 2].data, json!({"attempt": 1}));
+    assert_eq!(received[n - 1].data["result"], job["result"]);
+}
+
 on_both_backends!(
+    a_stalled_stream_reconciled_from_the_provider_ends_with_a_restart_and_the_result,
     a_fallback_posted_while_an_answer_streams_is_refused_409_output_streaming,
     racing_streams_show_one_attempts_pieces_and_the_other_is_canceled_at_the_provider,
     a_streamed_answer_reaches_a_reader_in_pieces_that_put_together_are_the_result,
