@@ -339,6 +339,8 @@ async fn a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_
     assert_ne!(changed.headers()["etag"].to_str().unwrap(), etag);
     let done: Value = changed.json().await.unwrap();
     assert_eq!(done["state"], "canceled");
+    // Its running attempt is canceled after the job: then nothing changes.
+    app.wait_for(&id, "its attempt canceled", |j| j["attempts"][0]["state"] == "canceled").await;
     let final_tag =
         app.client.get(app.url(&format!("/jobs/{id}"))).bearer_auth(&app.alice).send().await.unwrap().headers()["etag"]
             .clone();
