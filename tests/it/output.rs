@@ -286,7 +286,33 @@ async fn a_stalled_stream_reconciled_from_the_provider_ends_with_a_restart_and_t
     assert_eq!(received[n - 1].data["result"], job["result"]);
 }
 
+/// A double-clicked Generate: 50 creates of one intent at once make one
+/// job and one streamed call; every reader of it gets the same pieces.
+async fn fifty_concurrent_creates_of_one_intent_make_one_provider_stream(backend: Backend) {
+    let app = TestApp::spawn_live(backend, streaming(50)).await;
+    let body = json!({"task": "summarize", "input": {"text": "the whole answer"}, "provider": "sim-stream"});
+    let creates = (0..50).map(|_| app.post_job("generate", &body));
+    let answers = futures_util::future::join_all(creates).await;
+    let mut ids = std::collections::BTreeSet::new();
+    for answer in answers {
+        assert!(answer.status().is_success(), "{}", answer.status());
+        ids.insert(answer.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(ids.len(), 1, "one job for the intent");
+    let id = ids.into_iter().next().unwrap();
+    let readers = (0..3).map(|_| async { read_to_end(open(&app, &app.alice, &id, "", None).await).await });
+    let seen = futures_util::future::join_all(readers).await;
+    let job = ok_json(app.get(&app.alice, &format!("/jobs/{id}")).await).await;
+    for received in &seen {
+        let whole: Value = serde_json::from_str(&put_together(received)).unwrap();
+        assert_eq!(whole, job["result"], "every reader gets the whole answer");
+        numbered_from(received, 1);
+    }
+    assert_eq!(app.simulator_log().await.len(), 1, "one call to the provider");
+}
+
 on_both_backends!(
+    fifty_concurrent_creates_of_one_intent_make_one_provider_stream,
     a_stalled_stream_reconciled_from_the_provider_ends_with_a_restart_and_the_result,
     a_fallback_posted_while_an_answer_streams_is_refused_409_output_streaming,
     racing_streams_show_one_attempts_pieces_and_the_other_is_canceled_at_the_provider,
