@@ -13,6 +13,7 @@
 pub mod answer;
 mod failure;
 pub mod openai;
+mod response_stream;
 pub mod responses;
 pub mod sim;
 mod stream;
@@ -138,6 +139,16 @@ pub trait Provider: Send + Sync {
     /// background request to its end.
     async fn send(&self, request: &ProviderRequest) -> Result<Reply, ProviderError>;
 
+    /// Sends a request whose answer streams in the background (the
+    /// Responses API with the request's deltas) and follows the stream to
+    /// its end, resuming it where it broke: `started` is told the
+    /// provider's id of the request as soon as it comes.
+    async fn stream_response(
+        &self,
+        request: &ProviderRequest,
+        started: tokio::sync::oneshot::Sender<String>,
+    ) -> Result<Completion, ProviderError>;
+
     /// Asks for the status of an earlier request; `None` when this provider
     /// cannot be asked (it has no status lookup, or the request has no id
     /// it could be asked by).
@@ -151,7 +162,8 @@ pub trait Provider: Send + Sync {
 
 /// Sends `request` and waits for its answer: for a request accepted to run
 /// in the background, `accepted` is told its id first, then the provider is
-/// asked every `poll_interval_ms` until the request is done. A lookup that
+/// asked every `poll_interval_ms` until the request is done (or, for one
+/// whose answer streams, followed by its stream). A lookup that
 /// fails or does not find the request yet says nothing of the request:
 /// the next one asks again. The caller enforces the deadline.
 pub async fn call(
@@ -159,6 +171,17 @@ pub async fn call(
     request: &ProviderRequest,
     accepted: impl AsyncFnOnce(&str),
 ) -> Result<Completion, ProviderError> {
+    if request.deltas.is_some() && provider.settings().api() == crate::config::ProviderApi::Responses {
+        // The id is kept while the stream goes on.
+        let (started, id) = tokio::sync::oneshot::channel::<String>();
+        let keeping = async {
+            if let Ok(id) = id.await {
+                accepted(&id).await;
+            }
+        };
+        let (answer, ()) = tokio::join!(provider.stream_response(request, started), keeping);
+        return answer;
+    }
     let id = match provider.send(request).await? {
         Reply::Done(completion) => return Ok(completion),
         Reply::Accepted(id) => id,

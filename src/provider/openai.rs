@@ -39,19 +39,19 @@ const MAX_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(24 *
 /// An OpenAI-compatible endpoint.
 pub struct HttpProvider {
     name: String,
-    settings: ProviderSettings,
+    pub(super) settings: ProviderSettings,
     /// The surface it speaks.
     api: ProviderApi,
     chat_url: String,
     /// `POST` creates a response; `/{id}` reads one, `/{id}/cancel` cancels it.
-    responses_url: String,
+    pub(super) responses_url: String,
     /// Chat completions: with `{id}` where the attempt id goes.
     status_url: Option<String>,
     /// Chat completions: the cancel call's URL, with `{id}` where the attempt id goes.
     cancel_url: Option<String>,
     api_key: Option<String>,
-    simulated: bool,
-    client: reqwest::Client,
+    pub(super) simulated: bool,
+    pub(super) client: reqwest::Client,
 }
 
 impl HttpProvider {
@@ -127,7 +127,7 @@ impl HttpProvider {
         body
     }
 
-    fn authorize(&self, builder: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    pub(super) fn authorize(&self, builder: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         match &self.api_key {
             Some(key) => builder.bearer_auth(key),
             None => builder,
@@ -225,30 +225,8 @@ impl Provider for HttpProvider {
             ProviderApi::ChatCompletions => (&self.chat_url, self.body(request)),
             ProviderApi::Responses => (&self.responses_url, responses::body(&self.settings, request, self.simulated)),
         };
-        let id = &request.request_id;
-        let mut builder =
-            self.client.post(url).header("x-client-request-id", id).header("idempotency-key", id).json(&body);
-        if let Some(trace) = &request.trace {
-            builder = builder.header("traceparent", &trace.traceparent);
-            if let Some(state) = &trace.tracestate {
-                builder = builder.header("tracestate", state);
-            }
-        }
-        let response = self.authorize(builder).send().await.map_err(transport_error)?;
+        let response = self.post(url, &body, request).await?;
         let status = response.status().as_u16();
-        let retry_after = retry_after(response.headers());
-        // The request was received; losing the body now leaves the outcome unknown.
-        if !(200..300).contains(&status) {
-            let (body, _) = read_bounded(response, MAX_ERROR_BYTES).await.map_err(transport_error_after_answer)?;
-            let error = ProviderError::new(
-                classify_status(status),
-                FailureKind::ProviderError,
-                Some(status),
-                error_message(&body),
-            );
-            let facts = FailureFacts { retry_after_ms: retry_after.map(millis), ..FailureFacts::default() };
-            return Err(error.with_facts(facts));
-        }
         if let (ProviderApi::ChatCompletions, Some(deltas)) = (self.api, &request.deltas) {
             let whole = super::stream::read(response, deltas, MAX_RESPONSE_BYTES).await?;
             return parse_completion(&whole).map(Reply::Done);
@@ -291,6 +269,14 @@ impl Provider for HttpProvider {
                 Some(self.read_response(self.client.get(url)).await)
             }
         }
+    }
+
+    async fn stream_response(
+        &self,
+        request: &ProviderRequest,
+        started: tokio::sync::oneshot::Sender<String>,
+    ) -> Result<Completion, ProviderError> {
+        self.follow_stream(request, started).await
     }
 
     async fn cancel(&self, request: RequestRef<'_>) -> Option<Result<CancelAnswer, ProviderError>> {
@@ -356,7 +342,7 @@ fn transport_error_after_answer(error: reqwest::Error) -> ProviderError {
 
 /// A response id as a path segment: only the characters OpenAI's ids use,
 /// so that a provider's answer cannot steer the next request elsewhere.
-fn response_id(id: &str) -> Option<&str> {
+pub(super) fn response_id(id: &str) -> Option<&str> {
     let safe =
         !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     safe.then_some(id)
@@ -368,6 +354,37 @@ fn usage_in(error: &ProviderError) -> Option<crate::domain::Usage> {
 }
 
 impl HttpProvider {
+    /// Sends `body` to `url` for `request`: the answer, when its status is a
+    /// success; the failure its status and body mean otherwise.
+    pub(super) async fn post(
+        &self,
+        url: &str,
+        body: &Value,
+        request: &ProviderRequest,
+    ) -> Result<reqwest::Response, ProviderError> {
+        let id = &request.request_id;
+        let mut builder =
+            self.client.post(url).header("x-client-request-id", id).header("idempotency-key", id).json(body);
+        if let Some(trace) = &request.trace {
+            builder = builder.header("traceparent", &trace.traceparent);
+            if let Some(state) = &trace.tracestate {
+                builder = builder.header("tracestate", state);
+            }
+        }
+        let response = self.authorize(builder).send().await.map_err(transport_error)?;
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(response);
+        }
+        let retry_after = retry_after(response.headers());
+        // The request was received; losing the body now leaves the outcome unknown.
+        let (body, _) = read_bounded(response, MAX_ERROR_BYTES).await.map_err(transport_error_after_answer)?;
+        let error =
+            ProviderError::new(classify_status(status), FailureKind::ProviderError, Some(status), error_message(&body));
+        let facts = FailureFacts { retry_after_ms: retry_after.map(millis), ..FailureFacts::default() };
+        Err(error.with_facts(facts))
+    }
+
     /// Reads a response object from `GET /responses/{id}` or its cancel
     /// call; a 404 is [`RequestStatus::NotFound`].
     async fn read_response(&self, builder: reqwest::RequestBuilder) -> Result<RequestStatus, ProviderError> {

@@ -47,6 +47,10 @@ pub fn body(settings: &ProviderSettings, request: &ProviderRequest, simulated: b
         "store": true,
         "metadata": { "onejob_request_id": request.request_id },
     });
+    if request.deltas.is_some() {
+        // Resumable: a broken stream is taken up again after its last event.
+        body["stream"] = json!(true);
+    }
     if !instructions.is_empty() {
         body["instructions"] = json!(instructions.join("\n\n"));
     }
@@ -77,18 +81,25 @@ pub fn parse_usage(response: &Value) -> Option<Usage> {
 /// is read down to its output (or to why it has none usable); the others
 /// carry their reason, and what they used.
 pub fn read(body: &[u8]) -> Result<(String, RequestStatus), ProviderError> {
+    let response: Value = serde_json::from_slice(body).map_err(|e| {
+        let message = format!("the answer is not a response object: {e}");
+        ProviderError::new(FailureClass::Ambiguous, FailureKind::BadResponse, None, message)
+    })?;
+    read_object(&response)
+}
+
+/// What a response object, already parsed, says (see [`read`]).
+pub fn read_object(response: &Value) -> Result<(String, RequestStatus), ProviderError> {
     let bad = |message: String| ProviderError::new(FailureClass::Ambiguous, FailureKind::BadResponse, None, message);
-    let response: Value =
-        serde_json::from_slice(body).map_err(|e| bad(format!("the answer is not a response object: {e}")))?;
     let id = response
         .get("id")
         .and_then(Value::as_str)
         .ok_or_else(|| bad("the response object has no id".into()))?
         .to_owned();
-    let usage = parse_usage(&response);
+    let usage = parse_usage(response);
     let status = match response.get("status").and_then(Value::as_str) {
         Some("queued" | "in_progress") => RequestStatus::Running,
-        Some("completed") => match output_of(&response) {
+        Some("completed") => match output_of(response) {
             Ok(completion) => RequestStatus::Succeeded(Completion { usage, ..completion }),
             Err(error) => RequestStatus::Failed(with_usage(error, usage)),
         },

@@ -26,6 +26,8 @@ mod answers;
 mod bounded;
 mod connection;
 mod faults;
+mod response_object;
+mod response_stream;
 mod responses;
 mod stream;
 
@@ -100,6 +102,8 @@ struct Entry {
     response_id: Option<String>,
     /// The `traceparent` it came with.
     traceparent: Option<String>,
+    /// How many times its stream was asked for again (the Responses API).
+    resumed: u32,
 }
 
 impl Entry {
@@ -290,6 +294,7 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
         strict_schema: strict,
         response_id,
         traceparent,
+        resumed: 0,
     });
     entry.times += 1;
     (entry.plan.clone(), entry.response_id.clone())
@@ -474,7 +479,8 @@ fn report(id: &str, entry: &Entry) -> Value {
     json!({"id": id, "provider": entry.provider, "status": status, "content": content, "error": error, "usage": usage,
            "received": entry.times, "received_at": entry.received_at, "finished_at": finished_at,
            "connection_closed_after_ms": closed, "canceled_after_ms": canceled,
-           "strict_schema": entry.strict_schema, "response_id": entry.response_id, "traceparent": entry.traceparent})
+           "strict_schema": entry.strict_schema, "response_id": entry.response_id, "traceparent": entry.traceparent,
+           "stream_resumed": entry.resumed})
 }
 
 /// Stops request `id` if it has not finished: it is `canceled` from now
@@ -531,6 +537,7 @@ mod tests {
             strict_schema: false,
             response_id: None,
             traceparent: None,
+            resumed: 0,
         };
         assert!(
             entry.working_at(arrived + Duration::from_secs(1)) && !entry.working_at(arrived + Duration::from_secs(4))

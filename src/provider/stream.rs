@@ -18,36 +18,83 @@ use super::{Deltas, FailureClass, FailureKind, ProviderError};
 /// Reads `response`, a streamed chat completion of at most `limit` bytes,
 /// sending each piece of content to `deltas`: the whole completion it
 /// makes, as a chat completion's JSON body.
-pub(super) async fn read(
-    mut response: reqwest::Response,
-    deltas: &Deltas,
-    limit: usize,
-) -> Result<Vec<u8>, ProviderError> {
-    let mut pending: Vec<u8> = Vec::new();
-    let mut read = 0usize;
+pub(super) async fn read(response: reqwest::Response, deltas: &Deltas, limit: usize) -> Result<Vec<u8>, ProviderError> {
+    let mut events = Events::new(response, limit);
     let mut answer = Streamed::default();
     loop {
-        let chunk = match response.chunk().await {
-            Ok(Some(chunk)) => chunk,
+        match events.next().await {
+            Ok(Some(data)) => answer.take(&data, deltas)?,
             Ok(None) => break,
-            Err(error) => return Err(answer.broken(&error.to_string())),
-        };
-        read += chunk.len();
-        if read > limit {
-            return Err(ProviderError::new(
-                FailureClass::Definitive { retryable: false },
-                FailureKind::ResponseTooLarge,
-                Some(200),
-                format!("the streamed answer is larger than {limit} bytes; the rest was not read"),
-            ));
-        }
-        pending.extend(chunk.iter().copied().filter(|&byte| byte != b'\r'));
-        while let Some(end) = pending.windows(2).position(|pair| pair == b"\n\n") {
-            let event: Vec<u8> = pending.drain(..end + 2).collect();
-            answer.take(&event, deltas)?;
+            Err(Interrupted::Broken(why)) => return Err(answer.broken(&why)),
+            Err(Interrupted::Failed(error)) => return Err(error),
         }
     }
     answer.finish()
+}
+
+/// The events of a Server-Sent Events body, one at a time as they come,
+/// at most `limit` bytes in all.
+pub(super) struct Events {
+    response: reqwest::Response,
+    pending: Vec<u8>,
+    read: usize,
+    limit: usize,
+}
+
+/// Why a stream of events stopped before its end.
+pub(super) enum Interrupted {
+    /// The connection broke: what the transport said.
+    Broken(String),
+    /// What came cannot be read: the attempt fails with this.
+    Failed(ProviderError),
+}
+
+impl Events {
+    pub(super) fn new(response: reqwest::Response, limit: usize) -> Self {
+        Self { response, pending: Vec::new(), read: 0, limit }
+    }
+
+    /// The `data:` of the next event that has any (its lines joined by
+    /// newlines, as the format says), or `None` at the end of the body.
+    pub(super) async fn next(&mut self) -> Result<Option<String>, Interrupted> {
+        loop {
+            while let Some(end) = self.pending.windows(2).position(|pair| pair == b"\n\n") {
+                let event: Vec<u8> = self.pending.drain(..end + 2).collect();
+                let text = std::str::from_utf8(&event).map_err(|_| {
+                    let class = FailureClass::Definitive { retryable: false };
+                    Interrupted::Failed(ProviderError::new(
+                        class,
+                        FailureKind::BadResponse,
+                        None,
+                        "a streamed event is not UTF-8",
+                    ))
+                })?;
+                let data: Vec<&str> = text
+                    .lines()
+                    .filter_map(|line| line.strip_prefix("data:"))
+                    .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                    .collect();
+                if !data.is_empty() {
+                    return Ok(Some(data.join("\n")));
+                }
+            }
+            let chunk = match self.response.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => return Ok(None),
+                Err(error) => return Err(Interrupted::Broken(error.to_string())),
+            };
+            self.read += chunk.len();
+            if self.read > self.limit {
+                return Err(Interrupted::Failed(ProviderError::new(
+                    FailureClass::Definitive { retryable: false },
+                    FailureKind::ResponseTooLarge,
+                    Some(200),
+                    format!("the streamed answer is larger than {} bytes; the rest was not read", self.limit),
+                )));
+            }
+            self.pending.extend(chunk.iter().copied().filter(|&byte| byte != b'\r'));
+        }
+    }
 }
 
 /// What a stream said so far.
@@ -62,40 +109,37 @@ struct Streamed {
 }
 
 impl Streamed {
-    fn take(&mut self, event: &[u8], deltas: &Deltas) -> Result<(), ProviderError> {
+    /// Takes one event's data: a chunk, or `[DONE]`.
+    fn take(&mut self, data: &str, deltas: &Deltas) -> Result<(), ProviderError> {
         let bad = |message: String| {
             ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::BadResponse, None, message)
         };
-        let text = std::str::from_utf8(event).map_err(|_| bad("a streamed chunk is not UTF-8".into()))?;
-        for line in text.lines() {
-            let Some(data) = line.strip_prefix("data:").map(str::trim) else { continue };
-            if data == "[DONE]" {
-                self.done = true;
-                continue;
-            }
-            let chunk: Value =
-                serde_json::from_str(data).map_err(|e| bad(format!("a streamed chunk is not JSON: {e}")))?;
-            if let Some(error) = chunk.get("error").filter(|error| !error.is_null()) {
-                let message = error.get("message").and_then(Value::as_str).unwrap_or("an error object in the stream");
-                let class = FailureClass::Definitive { retryable: false };
-                return Err(ProviderError::new(class, FailureKind::ProviderError, Some(200), message));
-            }
-            if let Some(usage) = chunk.get("usage").filter(|usage| !usage.is_null()) {
-                self.usage = Some(usage.clone());
-            }
-            let Some(choice) = chunk.pointer("/choices/0") else { continue };
-            if let Some(piece) = choice.pointer("/delta/content").and_then(Value::as_str).filter(|p| !p.is_empty()) {
-                self.content.push_str(piece);
-                self.pieces += 1;
-                // The attempt may have stopped listening: the answer still counts.
-                let _ = deltas.send(piece.to_owned());
-            }
-            if let Some(refusal) = choice.pointer("/delta/refusal").and_then(Value::as_str) {
-                self.refusal.get_or_insert_with(String::new).push_str(refusal);
-            }
-            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-                self.finish_reason = Some(reason.to_owned());
-            }
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|e| bad(format!("a streamed chunk is not JSON: {e}")))?;
+        if let Some(error) = chunk.get("error").filter(|error| !error.is_null()) {
+            let message = error.get("message").and_then(Value::as_str).unwrap_or("an error object in the stream");
+            let class = FailureClass::Definitive { retryable: false };
+            return Err(ProviderError::new(class, FailureKind::ProviderError, Some(200), message));
+        }
+        if let Some(usage) = chunk.get("usage").filter(|usage| !usage.is_null()) {
+            self.usage = Some(usage.clone());
+        }
+        let Some(choice) = chunk.pointer("/choices/0") else { return Ok(()) };
+        if let Some(piece) = choice.pointer("/delta/content").and_then(Value::as_str).filter(|p| !p.is_empty()) {
+            self.content.push_str(piece);
+            self.pieces += 1;
+            // The attempt may have stopped listening: the answer still counts.
+            let _ = deltas.send(piece.to_owned());
+        }
+        if let Some(refusal) = choice.pointer("/delta/refusal").and_then(Value::as_str) {
+            self.refusal.get_or_insert_with(String::new).push_str(refusal);
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_owned());
         }
         Ok(())
     }
@@ -138,7 +182,7 @@ mod tests {
         let mut answer = Streamed::default();
         let mut result = Ok(());
         for event in events {
-            result = result.and_then(|()| answer.take(format!("data: {event}\n\n").as_bytes(), &sender));
+            result = result.and_then(|()| answer.take(event, &sender));
         }
         let result = result.and_then(|()| answer.finish()).and_then(|whole| parse_completion(&whole));
         let mut pieces = Vec::new();

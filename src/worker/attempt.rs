@@ -382,8 +382,7 @@ async fn call_counted(
         };
     };
     // A streaming task's pieces go to the job's output as they come.
-    let streams = task.settings.stream && settings.api() == crate::config::ProviderApi::ChatCompletions;
-    let writer = streams.then(|| {
+    let writer = task.settings.stream.then(|| {
         let (deltas, pieces) = tokio::sync::mpsc::unbounded_channel();
         prepared.request.deltas = Some(deltas);
         let (store, signals, attempt) = (worker.store.clone(), worker.signals.clone(), claimed.attempt.clone());

@@ -507,8 +507,9 @@ async fn recorded_responses_api_answers_are_classified_followed_and_canceled() {
 /// The official `openai` Python package, pointed at the simulator, creates
 /// and reads a background response, cancels one, raises its own errors for
 /// a missing response and a 429, parses a chat completion made under a
-/// strict schema back into its model, and reads a streamed one, whole and
-/// broken (`tests/openai/sdk_check.py`, in the
+/// strict schema back into its model, reads a streamed one, whole and
+/// broken, and a streamed background response, broken and resumed
+/// (`tests/openai/sdk_check.py`, in the
 /// Python environment `.ci/run` sets up).
 #[tokio::test]
 #[ignore = "needs the openai Python package: installed by .ci/run"]
@@ -526,6 +527,9 @@ async fn the_official_openai_sdk_reads_the_simulators_responses_and_chat_complet
     settings.providers.insert("sdk-chat".into(), sim("latency_ms = 5\noutput = \"extra_top_level_key\""));
     settings.providers.insert("sdk-stream".into(), sim("latency_ms = 5\ntokens_per_second = 500"));
     settings.providers.insert("sdk-stream-broken".into(), sim("latency_ms = 5\nstream_break_after = 3"));
+    settings
+        .providers
+        .insert("sdk-responses-broken".into(), sim("api = \"responses\"\nlatency_ms = 5\nstream_break_after = 3"));
     let simulator = onejob::provider::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let python = root.join("target/schemathesis-venv/bin/python");
@@ -555,4 +559,5 @@ async fn the_official_openai_sdk_reads_the_simulators_responses_and_chat_complet
     );
     assert!(by_id["sdk-canceled"]["canceled_after_ms"].is_u64(), "{:#}", by_id["sdk-canceled"]);
     assert_eq!(by_id["sdk-chat"]["strict_schema"], true, "the SDK's schema met strict mode's rules");
+    assert_eq!(by_id["sdk-responses-stream"]["stream_resumed"], 1, "{:#}", by_id["sdk-responses-stream"]);
 }

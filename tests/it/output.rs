@@ -115,13 +115,16 @@ async fn the_output_of_a_job_run_by_another_server_reaches_a_reader_on_this_one(
 }
 
 /// Summarize streams; `sim-stream` streams its answer in about 20 pieces
-/// at `per_second`; `sim-breaks` breaks its stream after ten pieces.
+/// at `per_second`; `sim-breaks` breaks its stream after ten pieces, and
+/// so does `sim-responses-breaks`, a background response's stream.
 fn streaming(per_second: u32) -> impl FnOnce(&mut onejob::config::Settings) {
     move |s| {
         let sim = "kind = \"sim\"\nmodel = \"sim-1\"\ntokenizer = \"o200k_base\"\ncontext_tokens = 8192\nmax_output_tokens = 512\nlatency_ms = 5";
         s.providers.insert("sim-stream".into(), provider(&format!("{sim}\ntokens_per_second = {per_second}")));
         s.providers
             .insert("sim-breaks".into(), provider(&format!("{sim}\ntokens_per_second = 200\nstream_break_after = 10")));
+        let responses = format!("{sim}\napi = \"responses\"\ntokens_per_second = 200\nstream_break_after = 10");
+        s.providers.insert("sim-responses-breaks".into(), provider(&responses));
         let summarize = s.tasks.get_mut("summarize").unwrap();
         summarize.stream = true;
         summarize.failover = vec!["sim-stream".into()];
@@ -208,6 +211,26 @@ async fn a_stream_broken_after_ten_pieces_restarts_and_the_next_attempt_answers_
     assert_eq!(kinds(&after).last(), Some(&"result"));
     let whole: Value = serde_json::from_str(&put_together(&after)).unwrap();
     assert_eq!(whole, job["result"], "after the restart, the next attempt's whole answer");
+}
+
+/// A background response's stream broken after ten pieces is resumed from
+/// the provider after the last event read: one attempt, no `restart`, and
+/// the pieces put together, none twice, are the result.
+async fn a_responses_stream_broken_after_ten_pieces_resumes_with_no_restart_and_no_piece_twice(backend: Backend) {
+    let app = TestApp::spawn_live(backend, streaming(200)).await;
+    let id = create(&app, "k", "sim-responses-breaks").await;
+    let received = read_to_end(open(&app, &app.alice, &id, "", None).await).await;
+    let job = ok_json(app.get(&app.alice, &format!("/jobs/{id}")).await).await;
+    assert_eq!((&job["state"], &job["winning_attempt"]), (&json!("succeeded"), &json!(1)), "{job:#}");
+    assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "{job:#}");
+    let n = received.len();
+    assert!(n > 2 && received[..n - 1].iter().all(|e| e.kind == "delta"), "{:?}", kinds(&received));
+    assert_eq!(received[n - 1].kind, "result");
+    numbered_from(&received, 1);
+    let whole: Value = serde_json::from_str(&put_together(&received)).unwrap();
+    assert_eq!(whole, job["result"], "the pieces before and after the break, none twice");
+    let at_provider = &app.simulator_log().await[job["attempts"][0]["id"].as_str().unwrap()];
+    assert_eq!(at_provider["stream_resumed"], 1, "the stream broke and was resumed: {at_provider:#}");
 }
 
 /// A fallback posted while a running attempt's answer streams to the job's
@@ -312,6 +335,7 @@ async fn fifty_concurrent_creates_of_one_intent_make_one_provider_stream(backend
 }
 
 on_both_backends!(
+    a_responses_stream_broken_after_ten_pieces_resumes_with_no_restart_and_no_piece_twice,
     fifty_concurrent_creates_of_one_intent_make_one_provider_stream,
     a_stalled_stream_reconciled_from_the_provider_ends_with_a_restart_and_the_result,
     a_fallback_posted_while_an_answer_streams_is_refused_409_output_streaming,

@@ -6,7 +6,9 @@ the first that did not.
 Providers it expects (set up by the test): sdk-responses (Responses API,
 fast), sdk-slow (Responses API, slow, cancelable), sdk-limited (Responses
 API answering 429), sdk-chat (chat completions, fast), sdk-stream (the
-same, streamed) and sdk-stream-broken (a stream broken after 3 pieces).
+same, streamed), sdk-stream-broken (a stream broken after 3 pieces) and
+sdk-responses-broken (Responses API, its first stream broken after 3
+pieces).
 """
 
 import json
@@ -122,22 +124,58 @@ assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 3,
 assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop", chunks
 assert not chunks[-1].choices and chunks[-1].usage.completion_tokens > 0, chunks[-1]
 
+def until_broken(stream):
+    """The items of a stream that must break: those read before it did."""
+    seen = []
+    try:
+        for item in stream:
+            seen.append(item)
+        raise AssertionError(f"a broken stream ended cleanly: {seen}")
+    except openai.APIConnectionError:
+        pass
+    except Exception as error:  # httpx's own error, when the SDK passes it on
+        assert "peer closed" in str(error) or "incomplete" in str(error).lower(), repr(error)
+    return seen
+
+
 # A stream broken after 3 pieces: the SDK raises, having read those.
-seen = []
-try:
-    for c in client("sdk-stream-broken").chat.completions.create(
+seen = until_broken(
+    client("sdk-stream-broken").chat.completions.create(
         model="sim-1",
         messages=[{"role": "user", "content": "Summarize: the quick brown fox"}],
         stream=True,
         extra_body=JOB,
         extra_headers={"X-Client-Request-Id": "sdk-stream-broken"},
-    ):
-        seen.append(c)
-    raise AssertionError(f"a broken stream ended cleanly: {seen}")
-except openai.APIConnectionError:
-    pass
-except Exception as error:  # httpx's own error, when the SDK passes it on
-    assert "peer closed" in str(error) or "incomplete" in str(error).lower(), repr(error)
+    )
+)
 assert len([c for c in seen if c.choices and c.choices[0].delta.content]) == 3, seen
+
+# A streamed background response broken after 3 pieces of text: the SDK
+# reads its events up to the break, then resumes the stream after the last
+# sequence number it read and gets the rest, none twice.
+first = until_broken(
+    client("sdk-responses-broken").responses.create(
+        model="sim-1",
+        input=[{"role": "user", "content": "Summarize: the quick brown fox"}],
+        background=True,
+        store=True,
+        stream=True,
+        extra_body=JOB,
+        extra_headers={"X-Client-Request-Id": "sdk-responses-stream"},
+    )
+)
+assert first[0].type == "response.created" and first[0].response.id.startswith("resp_"), first[0]
+assert [e.type for e in first].count("response.output_text.delta") == 3, [e.type for e in first]
+rest = list(
+    client("sdk-responses-broken").responses.retrieve(
+        first[0].response.id, stream=True, starting_after=first[-1].sequence_number
+    )
+)
+numbers = [e.sequence_number for e in first + rest]
+assert numbers == list(range(len(numbers))), numbers
+text = "".join(e.delta for e in first + rest if e.type == "response.output_text.delta")
+assert json.loads(text) == {"summary": "the quick brown fox", "word_count": 4}, text
+assert rest[-1].type == "response.completed", rest[-1]
+assert rest[-1].response.output_text == text and rest[-1].response.usage.output_tokens > 0, rest[-1]
 
 print("ok")

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::connect_info::ConnectInfo;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -18,10 +18,8 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::connection::Connection;
-use super::{
-    Arrival, Ending, Entry, Plan, REFUSAL, SimState, Unanswered, admit, misbehave, openai_error, receive, request_id,
-    strict_schema,
-};
+use super::response_object::shape;
+use super::{Arrival, Plan, SimState, Unanswered, admit, misbehave, openai_error, receive, request_id, strict_schema};
 
 /// The chat messages a response's `instructions` and `input` amount to.
 fn messages_of(body: &Value) -> Option<Vec<Value>> {
@@ -112,6 +110,18 @@ pub(super) async fn create(
             }
             response
         }
+        Plan::Answer { .. } | Plan::Hang { .. } if body["stream"] == true => {
+            let streamed = {
+                let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(entry) = log.get_mut(&id) else { return not_found(&response_id) };
+                if let Plan::Answer { at, content, .. } = &mut entry.plan {
+                    // Its work lasts as long as its stream.
+                    *at = (*at).max(super::stream::ends_at(provider, content, entry.arrived));
+                }
+                super::response_stream::events(&response_id, entry, provider, &model)
+            };
+            super::response_stream::send(provider, streamed, None, true)
+        }
         _ if background => object(&sim, &response_id, &model, true),
         plan => {
             // Answered when done; a client that gives up first is logged.
@@ -126,10 +136,36 @@ pub(super) async fn create(
     }
 }
 
-/// `GET /providers/{name}/v1/responses/{id}`.
-pub(super) async fn retrieve(State(sim): State<Arc<SimState>>, Path((name, id)): Path<(String, String)>) -> Response {
-    let model = sim.providers.get(&name).map(|p| p.model.clone()).unwrap_or_default();
-    object(&sim, &id, &model, false)
+/// What `GET …/responses/{id}` is asked for.
+#[derive(serde::Deserialize)]
+pub(super) struct Retrieve {
+    /// Its events, from the start or after `starting_after`.
+    #[serde(default)]
+    stream: bool,
+    starting_after: Option<u64>,
+}
+
+/// `GET /providers/{name}/v1/responses/{id}`: the response object, or
+/// (`?stream=true`) its events again, after `starting_after`.
+pub(super) async fn retrieve(
+    State(sim): State<Arc<SimState>>,
+    Path((name, id)): Path<(String, String)>,
+    Query(asked): Query<Retrieve>,
+) -> Response {
+    let Some(provider) = sim.providers.get(&name) else { return not_found(&id) };
+    if !asked.stream {
+        return object(&sim, &id, &provider.model, false);
+    }
+    let Some(request) = sim.responses.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned() else {
+        return not_found(&id);
+    };
+    let events = {
+        let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(entry) = log.get_mut(&request) else { return not_found(&id) };
+        entry.resumed += 1;
+        super::response_stream::events(&id, entry, provider, &provider.model)
+    };
+    super::response_stream::send(provider, events, asked.starting_after, false)
 }
 
 /// `POST /providers/{name}/v1/responses/{id}/cancel`: stops a response that
@@ -158,91 +194,7 @@ fn object(sim: &SimState, id: &str, model: &str, just_created: bool) -> Response
     };
     let log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
     match log.get(&request) {
-        Some(entry) => Json(shape(id, entry, model, just_created)).into_response(),
+        Some(entry) => Json(shape(id, entry, model, Instant::now(), just_created)).into_response(),
         None => not_found(id),
     }
-}
-
-fn usage_json((input, output): (usize, usize)) -> Value {
-    json!({"input_tokens": input, "input_tokens_details": {"cached_tokens": 0},
-           "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
-           "total_tokens": input + output})
-}
-
-fn message(id: &str, status: &str, part: Value) -> Value {
-    json!({"type": "message", "id": format!("msg_{}", id.trim_start_matches("resp_")), "status": status,
-           "role": "assistant", "content": [part]})
-}
-
-fn text_part(text: &str) -> Value {
-    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
-}
-
-/// The response object of `entry` at this moment.
-fn shape(id: &str, entry: &Entry, model: &str, just_created: bool) -> Value {
-    let now = Instant::now();
-    let none = Value::Null;
-    let (status, output, usage, error, incomplete) = match &entry.plan {
-        _ if let Some(after) = entry.canceled_after => (
-            "cancelled",
-            json!([]),
-            entry.usage_by(entry.arrived + after).map_or(none.clone(), usage_json),
-            none.clone(),
-            none.clone(),
-        ),
-        Plan::Answer { at, content, usage, ending } if now >= *at => match ending {
-            Ending::Complete => (
-                "completed",
-                json!([message(id, "completed", text_part(content))]),
-                usage_json(*usage),
-                none.clone(),
-                none.clone(),
-            ),
-            Ending::Refusal => {
-                let part = json!({"type": "refusal", "refusal": REFUSAL});
-                ("completed", json!([message(id, "completed", part)]), usage_json(*usage), none.clone(), none.clone())
-            }
-            Ending::Truncated => (
-                "incomplete",
-                json!([message(id, "incomplete", text_part(content))]),
-                usage_json(*usage),
-                none.clone(),
-                json!({"reason": "max_output_tokens"}),
-            ),
-        },
-        Plan::Error { at, status } if now >= *at => {
-            let error = json!({"code": "server_error", "message": format!("simulated {status}")});
-            ("failed", json!([]), none.clone(), error, none.clone())
-        }
-        Plan::Hang { gives_up_at } if now >= *gives_up_at => {
-            let error = json!({"code": "server_error", "message": "The model stopped working on this response."});
-            ("failed", json!([]), none.clone(), error, none.clone())
-        }
-        _ if just_created => ("queued", json!([]), none.clone(), none.clone(), none.clone()),
-        _ => ("in_progress", json!([]), none.clone(), none.clone(), none.clone()),
-    };
-    json!({
-        "id": id,
-        "object": "response",
-        "created_at": entry.received_at.timestamp(),
-        "status": status,
-        "background": true,
-        "error": error,
-        "incomplete_details": incomplete,
-        "instructions": null,
-        "max_output_tokens": null,
-        "model": model,
-        "output": output,
-        "parallel_tool_calls": true,
-        "previous_response_id": null,
-        "store": true,
-        "temperature": 1.0,
-        "text": {"format": {"type": "text"}},
-        "tool_choice": "auto",
-        "tools": [],
-        "top_p": 1.0,
-        "truncation": "disabled",
-        "usage": usage,
-        "metadata": {},
-    })
 }

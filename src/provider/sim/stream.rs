@@ -41,7 +41,7 @@ pub(super) fn ends_at(provider: &ProviderSettings, content: &str, arrived: Insta
 }
 
 /// When the first token comes, and the time between two.
-fn pace(provider: &ProviderSettings, arrived: Instant) -> (Instant, Duration) {
+pub(super) fn pace(provider: &ProviderSettings, arrived: Instant) -> (Instant, Duration) {
     let first = arrived + Duration::from_millis(provider.first_token_ms.unwrap_or(provider.latency_ms));
     (first, Duration::from_secs(1) / provider.tokens_per_second.max(1))
 }
@@ -109,19 +109,40 @@ pub(super) fn answer(provider: &ProviderSettings, streamed: Streamed<'_>) -> Res
     if !cut_short {
         timed.push((end, Bytes::from_static(b"data: [DONE]\n\n")));
     }
+    let cut = match (broken.is_some() && cut_short, stalled.is_some() && cut_short) {
+        (true, _) => Some(Cut::Break),
+        (_, true) => Some(Cut::Stall),
+        _ => None,
+    };
+    event_stream(timed, cut)
+}
+
+/// How a stream cut short ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Cut {
+    /// The connection breaks.
+    Break,
+    /// Nothing more comes.
+    Stall,
+}
+
+/// A `text/event-stream` answer that sends each of `timed` when it is due,
+/// then ends, or (cut short) breaks or stalls.
+pub(super) fn event_stream(timed: Vec<(Instant, Bytes)>, cut: Option<Cut>) -> Response {
+    let last = timed.last().map_or_else(Instant::now, |(at, _)| *at);
     let sent = futures_util::stream::iter(timed).then(|(at, bytes)| async move {
         tokio::time::sleep_until(at).await;
         Ok::<_, io::Error>(bytes)
     });
-    let body = match (broken.is_some() && cut_short, stalled.is_some() && cut_short) {
+    let body = match cut {
         // An error ends the body mid-stream: the connection is dropped.
-        // (A moment after the last chunk, so that it leaves first.)
-        (true, _) => Body::from_stream(sent.chain(futures_util::stream::once(async move {
-            tokio::time::sleep_until(end + Duration::from_millis(50)).await;
+        // (A moment after the last event, so that it leaves first.)
+        Some(Cut::Break) => Body::from_stream(sent.chain(futures_util::stream::once(async move {
+            tokio::time::sleep_until(last + Duration::from_millis(50)).await;
             Err(io::Error::other("simulated broken stream"))
         }))),
-        (_, true) => Body::from_stream(sent.chain(futures_util::stream::pending())),
-        _ => Body::from_stream(sent),
+        Some(Cut::Stall) => Body::from_stream(sent.chain(futures_util::stream::pending())),
+        None => Body::from_stream(sent),
     };
     Response::builder()
         .status(StatusCode::OK)
