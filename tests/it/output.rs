@@ -193,6 +193,44 @@ async fn a_reader_that_resumes_mid_stream_on_another_server_gets_every_piece_onc
     assert_eq!(whole, job["result"], "every piece once, in order");
 }
 
+/// The server a reader reads from (not the one whose worker streams) is
+/// killed mid-stream and started again: the reader resumes there after the
+/// last id it read and gets every piece once.
+async fn a_reader_whose_server_is_killed_and_restarted_mid_stream_resumes_there_and_gets_every_piece_once() {
+    use crate::common::processes::{set, simulator_and_config_with};
+    use futures_util::StreamExt;
+    let worker = TestApp::spawn_live(Backend::Postgres, streaming(5)).await;
+    let (_simulator, config) = simulator_and_config_with(1_500, |table| {
+        set(table, &["tasks", "summarize", "stream"], true.into());
+    })
+    .await;
+    let serve = || crate::common::spawn_server_with(&worker.database_url, Some(&config), &["--no-worker"]);
+    let (mut reading, address) = serve().await;
+    let id = create(&worker, "k", "sim-stream").await;
+    let output =
+        |address: &str| worker.client.get(format!("http://{address}/jobs/{id}/output")).bearer_auth(&worker.alice);
+    let mut stream = crate::events::events(output(&address).send().await.unwrap());
+    let mut early = Vec::new();
+    while early.len() < 2 {
+        let event = stream.next().await.expect("two pieces before the kill");
+        assert_eq!(event.kind, "delta");
+        early.push(event);
+    }
+    reading.kill().await.unwrap(); // SIGKILL: the reader's connection drops with it
+    reading.wait().await.unwrap();
+    drop(stream);
+    let (_restarted, address) = serve().await;
+    let last = early.last().unwrap().id.clone();
+    let rest = read_to_end(output(&address).header("last-event-id", &last).send().await.unwrap()).await;
+    let job = ok_json(worker.get(&worker.alice, &format!("/jobs/{id}")).await).await;
+    assert!(rest.iter().filter(|e| e.kind == "delta").count() > 2, "still streaming: {:?}", kinds(&rest));
+    assert_eq!(kinds(&rest).last(), Some(&"result"));
+    let all: Vec<Received> = early.into_iter().chain(rest).collect();
+    numbered_from(&all, 1);
+    let whole: Value = serde_json::from_str(&put_together(&all)).unwrap();
+    assert_eq!(whole, job["result"], "every piece once, in order, across the restart");
+}
+
 async fn a_stream_broken_after_ten_pieces_restarts_and_the_next_attempt_answers_whole(backend: Backend) {
     let app = TestApp::spawn_live(backend, streaming(200)).await;
     app.qualify("sim-stream").await;
@@ -349,3 +387,5 @@ on_both_backends!(
     another_owners_job_has_no_output_to_read,
     the_output_of_a_job_run_by_another_server_reaches_a_reader_on_this_one,
 );
+
+on_postgres!(a_reader_whose_server_is_killed_and_restarted_mid_stream_resumes_there_and_gets_every_piece_once);
