@@ -382,21 +382,23 @@ async fn call_counted(
         };
     };
     // A streaming task's pieces go to the job's output as they come.
+    let bound = super::output::Bound { max_tokens: settings.max_output_tokens, tokenizer: settings.tokenizer() };
     let writer = task.settings.stream.then(|| {
         let (deltas, pieces) = tokio::sync::mpsc::unbounded_channel();
         prepared.request.deltas = Some(deltas);
         let (store, signals, attempt) = (worker.store.clone(), worker.signals.clone(), claimed.attempt.clone());
-        tokio::spawn(super::output::write_output(store, signals, attempt, claimed.id, pieces))
+        tokio::spawn(super::output::write_output(store, signals, attempt, claimed.id, bound, pieces))
     });
     let calling = tokio::time::timeout(timeout, crate::provider::call(provider.as_ref(), &prepared.request, accepted));
-    let result = match calling.instrument(call_span.clone()).await {
+    let mut result = match calling.instrument(call_span.clone()).await {
         Ok(result) => result,
         Err(_) => Err(ProviderError::deadline(settings.timeout(), timeout)),
     };
     // Every piece is written before the attempt is settled.
     prepared.request.deltas = None;
     if let Some(writer) = writer {
-        let _ = writer.await;
+        let written = writer.await.unwrap_or_default();
+        result = super::output::streamed_outcome(result, written, prepared.prompt_tokens, bound);
     }
     match &result {
         Ok(Completion { usage: Some(usage), .. }) => {

@@ -7,6 +7,11 @@
 //! means this attempt lost the race for the output: its call is aborted
 //! (and, where the provider can, canceled there) as a loser's is, when the
 //! task cancels losers.
+//!
+//! An answer is bounded: past the provider's `max_output_tokens` (counted
+//! by its tokenizer, with a margin for the recount) or [`MAX_BYTES`], no
+//! more of it is stored and its call is aborted; the attempt then fails as
+//! `response-too-large`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,8 +19,10 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
-use crate::domain::AttemptId;
+use crate::config::Tokenizer;
+use crate::domain::{AttemptId, Usage};
 use crate::process::signals::Signals;
+use crate::provider::{Completion, FailureClass, FailureFacts, FailureKind, ProviderError};
 use crate::store::output::Appended;
 use crate::store::{AttemptRef, Store};
 
@@ -25,21 +32,75 @@ pub const BATCH: Duration = Duration::from_millis(50);
 /// Tries of one write before its pieces are given up.
 const TRIES: u32 = 3;
 
+/// The most bytes of one attempt's answer stored.
+pub const MAX_BYTES: usize = crate::provider::openai::MAX_RESPONSE_BYTES;
+
+/// How long one attempt's answer may grow.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Bound {
+    /// The provider's `max_output_tokens`.
+    pub max_tokens: u32,
+    /// How the provider counts them.
+    pub tokenizer: Tokenizer,
+}
+
+impl Bound {
+    /// The most tokens allowed: `max_tokens`, and a margin, since a text
+    /// counted again may split into a few more tokens than were generated.
+    fn most_tokens(self) -> usize {
+        let most = self.max_tokens as usize;
+        most + most / 16 + 8
+    }
+}
+
+/// What an attempt's writer saw of its answer.
+#[derive(Debug, Default)]
+pub(super) struct Written {
+    /// The answer's text as it came, whether it was shown or not.
+    pub text: String,
+    /// Whether it passed its [`Bound`] (its call was then aborted).
+    pub over: bool,
+}
+
 /// Writes the pieces that come on `pieces` until the call ends (the sender
-/// is dropped), waking this process's readers of the job after each write.
+/// is dropped), waking this process's readers of the job after each write:
+/// the whole text, and whether it passed `bound`.
 pub(super) async fn write_output(
     store: Store,
     signals: Arc<Signals>,
     attempt: AttemptRef,
     id: AttemptId,
+    bound: Bound,
     mut pieces: UnboundedReceiver<String>,
-) {
+) -> Written {
+    let mut written = Written::default();
     let mut shown = true;
     let mut next_write = Instant::now();
+    // Each token is at least one byte: until the text is this long, it
+    // cannot have more tokens than allowed, and is not counted.
+    let mut count_at = bound.most_tokens();
     while let Some(mut text) = pieces.recv().await {
         tokio::time::sleep_until(next_write).await;
         while let Ok(more) = pieces.try_recv() {
             text.push_str(&more);
+        }
+        if written.over {
+            continue;
+        }
+        written.text.push_str(&text);
+        if written.text.len() > count_at.min(MAX_BYTES) {
+            let tokens = crate::provider::tokens::count(bound.tokenizer, &written.text);
+            written.over = tokens > bound.most_tokens() || written.text.len() > MAX_BYTES;
+            count_at = written.text.len() + bound.most_tokens().saturating_sub(tokens).max(1);
+            if written.over {
+                tracing::warn!(
+                    tokens,
+                    bytes = written.text.len(),
+                    "the streamed answer passed its bound: its call is aborted"
+                );
+                signals.abort_call(attempt.job_id, id);
+                continue;
+            }
         }
         if !shown {
             continue;
@@ -56,6 +117,52 @@ pub(super) async fn write_output(
             }
             None => shown = false,
         }
+    }
+    written
+}
+
+/// The outcome of a streamed call, with what its writer saw: an answer
+/// past its bound fails as `response-too-large`; usage the provider did
+/// not send is counted from the streamed text by the provider's tokenizer
+/// (`estimated`), with the prompt's `prompt_tokens`; a stream broken
+/// midway keeps its partial text (as the attempt's unapplied output).
+pub(super) fn streamed_outcome(
+    outcome: Result<Completion, ProviderError>,
+    written: Written,
+    prompt_tokens: usize,
+    bound: Bound,
+) -> Result<Completion, ProviderError> {
+    let counted = || Usage {
+        prompt_tokens: i64::try_from(prompt_tokens).unwrap_or(i64::MAX),
+        completion_tokens: i64::try_from(crate::provider::tokens::count(bound.tokenizer, &written.text))
+            .unwrap_or(i64::MAX),
+        estimated: true,
+    };
+    if written.over {
+        let message = format!(
+            "the streamed answer passed the provider's max_output_tokens ({}) or {MAX_BYTES} bytes: it was stopped",
+            bound.max_tokens
+        );
+        let error = ProviderError::new(
+            FailureClass::Definitive { retryable: false },
+            FailureKind::ResponseTooLarge,
+            None,
+            message,
+        );
+        let usage = outcome.as_ref().map_or_else(|error| error.facts.usage, |completion| completion.usage);
+        let facts = FailureFacts { usage: usage.or_else(|| Some(counted())), ..FailureFacts::default() };
+        return Err(error.with_facts(facts));
+    }
+    match outcome {
+        Ok(Completion { output, usage: None }) if !written.text.is_empty() => {
+            Ok(Completion { output, usage: Some(counted()) })
+        }
+        Err(mut error) if error.kind == FailureKind::StreamBroken => {
+            error.facts.usage = error.facts.usage.or_else(|| Some(counted()));
+            error.facts.received_text = Some(written.text);
+            Err(error)
+        }
+        outcome => outcome,
     }
 }
 

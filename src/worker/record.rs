@@ -97,8 +97,7 @@ pub(super) async fn record_metered_outcome(
     if let Err(error) = &mut outcome
         && let Some(text) = error.facts.received_text.take()
     {
-        rejected =
-            Some(unapplied_output(FailureKind::ContractViolation.as_str(), &Value::String(text), chrono::Utc::now()));
+        rejected = Some(unapplied_output(error.kind.as_str(), &Value::String(text), chrono::Utc::now()));
     }
     let outcome = outcome.and_then(|completion| {
         let checked = match worker.catalog.task(task) {

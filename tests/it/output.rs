@@ -244,6 +244,12 @@ async fn a_stream_broken_after_ten_pieces_restarts_and_the_next_attempt_answers_
     assert_eq!(received[restart].data, json!({"attempt": 2}));
     let broken = put_together(&received[..restart]);
     assert_eq!(broken.chars().count(), 40, "ten pieces of four characters came first: {broken}");
+    // The broken attempt keeps what it received, and what that used, counted.
+    let first = &job["attempts"][0];
+    assert_eq!(first["unapplied_output"]["why"], "stream-broken", "{first:#}");
+    assert_eq!(first["unapplied_output"]["output"], json!(broken), "{first:#}");
+    let counted = onejob::provider::tokens::count(onejob::config::Tokenizer::O200kBase, &broken);
+    assert_eq!((&first["usage"]["estimated"], &first["usage"]["completion_tokens"]), (&json!(true), &json!(counted)));
     assert!(received[..restart].iter().all(|e| e.data["attempt"] == 1));
     let after: Vec<Received> = received.into_iter().skip(restart + 1).collect();
     assert_eq!(kinds(&after).last(), Some(&"result"));
@@ -269,6 +275,30 @@ async fn a_responses_stream_broken_after_ten_pieces_resumes_with_no_restart_and_
     assert_eq!(whole, job["result"], "the pieces before and after the break, none twice");
     let at_provider = &app.simulator_log().await[job["attempts"][0]["id"].as_str().unwrap()];
     assert_eq!(at_provider["stream_resumed"], 1, "the stream broke and was resumed: {at_provider:#}");
+}
+
+/// A provider that streams more than its `max_output_tokens` (2 here, and
+/// the margin: 10; the answer has 12) is stopped there: no more of its answer is stored, its
+/// call is aborted, and the attempt fails as `response-too-large`.
+async fn a_streamed_answer_past_max_output_tokens_is_stopped_and_fails_response_too_large(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| {
+        streaming(50)(s);
+        let sim = "kind = \"sim\"\nmodel = \"sim-1\"\ntokenizer = \"o200k_base\"\ncontext_tokens = 8192";
+        s.providers.insert("sim-long".into(), provider(&format!("{sim}\nmax_output_tokens = 2\nlatency_ms = 5")));
+        // One attempt only: its failure ends the job's output.
+        s.tasks.get_mut("summarize").unwrap().max_attempts = 1;
+    })
+    .await;
+    let id = create(&app, "k", "sim-long").await;
+    let received = read_to_end(open(&app, &app.alice, &id, "", None).await).await;
+    let job = ok_json(app.get(&app.alice, &format!("/jobs/{id}")).await).await;
+    assert_eq!(job["state"], "failed", "{job:#}");
+    assert_eq!(job["attempts"][0]["error"]["type"], "response-too-large", "{job:#}");
+    assert_eq!(kinds(&received).last(), Some(&"error"));
+    let shown = put_together(&received);
+    let tokens = onejob::provider::tokens::count(onejob::config::Tokenizer::O200kBase, &shown);
+    assert!(tokens <= 10, "stored up to the bound only: {tokens} tokens in {shown:?}");
+    assert!(serde_json::from_str::<Value>(&shown).is_err(), "not the whole answer: {shown}");
 }
 
 /// A fallback posted while a running attempt's answer streams to the job's
@@ -373,6 +403,7 @@ async fn fifty_concurrent_creates_of_one_intent_make_one_provider_stream(backend
 }
 
 on_both_backends!(
+    a_streamed_answer_past_max_output_tokens_is_stopped_and_fails_response_too_large,
     a_responses_stream_broken_after_ten_pieces_resumes_with_no_restart_and_no_piece_twice,
     fifty_concurrent_creates_of_one_intent_make_one_provider_stream,
     a_stalled_stream_reconciled_from_the_provider_ends_with_a_restart_and_the_result,
