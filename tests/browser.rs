@@ -43,6 +43,10 @@ async fn the_dashboard_and_the_demo_work_in_a_real_browser() {
         let slow = settings.providers.get_mut("sim-slow").unwrap();
         slow.latency_ms = 4_000;
         slow.timeout_ms = 10_000;
+        // Its answer streams for about three seconds after the stall: long
+        // enough to reload the demo mid-answer.
+        slow.tokens_per_second = 8;
+        settings.tasks.get_mut("summarize").unwrap().stream = true;
         // sim-hang's status lookup says "running" for this long: the
         // attempt stays unknown until the page resolves it.
         settings.providers.get_mut("sim-hang").unwrap().hang_ms = Some(600_000);
@@ -74,7 +78,7 @@ async fn the_dashboard_and_the_demo_work_in_a_real_browser() {
         screenshots.display()
     );
     assert!(stdout.contains("browser: all passed"), "{stdout}");
-    for shot in ["demo.png", "timeline.png", "job.png", "jobs.png", "unknown.png", "providers.png"] {
+    for shot in ["demo.png", "demo-stream.png", "timeline.png", "job.png", "jobs.png", "unknown.png", "providers.png"] {
         assert!(screenshots.join(shot).exists(), "screenshot {shot}");
     }
 }

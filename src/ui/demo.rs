@@ -2,7 +2,12 @@
 //! job on the slow provider with one idempotency key per intent (made in
 //! the browser, reused by every click and retry of that intent); while it
 //! stalls, "Use fallback" adds an attempt on the fast provider with a key of
-//! its own; the live timeline shows the race and its one winner.
+//! its own; the live timeline shows the race and its one winner. The
+//! answer is read from the job's output (`/ui/api/jobs/{id}/output`, the
+//! handler of `GET /jobs/{id}/output`): token by token when the task
+//! streams. The intent (its key and text) is kept by the tab, so that a
+//! reload mid-answer sends the same request again, finds the same job and
+//! reads its output from the start.
 //!
 //! The page's script calls `/ui/api/jobs` and `/ui/api/jobs/{id}/attempts`
 //! with the session's cookie and CSRF token: they are the handlers of
@@ -33,6 +38,7 @@ pub(crate) async fn show(
         fast => FAST,
         ready => configured(SLOW) && configured(FAST) && app.catalog.task("summarize").is_some(),
         cancel_losers => app.catalog.task("summarize").is_some_and(|task| task.settings.cancel_losers),
+        streams => app.catalog.task("summarize").is_some_and(|task| task.settings.stream),
         csrf => &session.csrf,
         event_kinds => super::pages::event_kinds(),
     };

@@ -50,6 +50,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/ui/api/jobs"),
     ("post", "/ui/api/jobs/{id}/attempts"),
     ("get", "/ui/api/jobs/{id}/events"),
+    ("get", "/ui/api/jobs/{id}/output"),
     ("get", "/demo"),
 ];
 
@@ -60,12 +61,13 @@ fn listed(path: &'static str) -> &'static str {
 }
 
 /// The dashboard's and the demo's routes (their sessions are in the store).
-/// The demo's changes are the API's own handlers, acting for the session's
-/// owner ([`as_session_owner`]).
+/// The demo's changes, and its reading of a job's output, are the API's
+/// own handlers, acting for the session's owner ([`as_session_owner`]).
 pub fn router(state: AppState) -> Router<AppState> {
-    let script_changes = Router::new()
+    let as_the_api = Router::new()
         .route(listed("/ui/api/jobs"), post(crate::http::jobs::create_job))
         .route(listed("/ui/api/jobs/{id}/attempts"), post(crate::http::attempts::create_attempt))
+        .route(listed("/ui/api/jobs/{id}/output"), get(crate::http::output::job_output))
         .route_layer(axum::middleware::from_fn_with_state(state, as_session_owner));
     Router::new()
         .route(listed("/ui"), get(pages::jobs))
@@ -79,7 +81,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route(listed("/ui/static/{file}"), get(static_file))
         .route(listed("/ui/api/jobs/{id}/events"), get(events::job_events))
         .route(listed("/demo"), get(demo::show))
-        .merge(script_changes)
+        .merge(as_the_api)
 }
 
 /// Lets a script route run the API's handler for the session's owner: the

@@ -170,6 +170,33 @@ try {
   assert.deepEqual(job.body.attempts.map((a) => [a.number, a.provider, a.state]), [[1, 'sim-slow', 'canceled'], [2, 'sim-fast', 'succeeded']]);
   assert.equal(job.body.winning_attempt, 2);
 
+  // The answer came from the job's output; the fallback's, whole.
+  await page.locator('#answer[data-state="result"]').waitFor();
+  assert.equal(await page.locator('#answer').textContent(), JSON.stringify(job.body.result), 'the answer is the result');
+
+  // A new intent on sim-slow, whose answer streams: reloaded at its first
+  // tokens, the page sends the tab's intent again with its key, finds the
+  // same job, and reads its output from the start: the text so far, then
+  // the rest, the whole answer once.
+  step('reload mid-stream');
+  await page.click('#again');
+  await page.waitForFunction((before) => document.querySelector('#intent-key').textContent !== before, intentKey);
+  await page.click('#generate');
+  await page.locator('#answer[data-state="streaming"]').waitFor({ timeout: WAIT });
+  const before = await page.locator('#answer').textContent();
+  const streamedJob = (await page.locator('#requests li').first().textContent()).match(/[0-9a-f-]{36}$/)[0];
+  await page.reload();
+  await page.locator('#answer[data-state="result"]').waitFor({ timeout: WAIT });
+  const again = await page.locator('#requests li').allTextContents();
+  assert.ok(again.length === 1 && again[0].includes('replayed: the same job ' + streamedJob), `the reload found the same job: ${again}`);
+  const streamed = await api(clientKey, `/jobs/${streamedJob}`);
+  const whole = await page.locator('#answer').textContent();
+  assert.ok(before.length > 0 && before.length < whole.length && whole.startsWith(before), `reloaded mid-stream: ${before} / ${whole}`);
+  assert.equal(whole, JSON.stringify(streamed.body.result), 'the whole answer, once');
+  assert.equal(await page.locator('#answer').getAttribute('data-restarts'), null, 'one attempt streamed: no restart');
+  assert.equal(streamed.body.attempts.length, 1, 'one inference');
+  await page.screenshot({ path: join(shots, 'demo-stream.png'), fullPage: true });
+
   // The job page: request, fingerprint, result, the timeline with both bars.
   step('job page');
   await page.goto(`${base}/ui/jobs/${jobId}`);

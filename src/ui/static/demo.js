@@ -4,7 +4,13 @@
 // disabled to stop a double click: the key makes the second click the same
 // request. The client calls the demo's routes with the session's cookie and
 // CSRF token instead of an API key.
-import { OnejobClient, OnejobError } from '/ui/static/onejob-client.js';
+//
+// The answer is read from the job's output: token by token when the task
+// streams. The intent (its key, in the client's sessionStorage key store,
+// and its text) is kept by the tab: a reload mid-answer sends the same
+// request again, which finds the same job, and reads its output from the
+// start, so the text so far comes back, then the rest.
+import { OnejobClient, OnejobError, SessionStorageKeyStore } from '/ui/static/onejob-client.js';
 
 const $ = (id) => document.getElementById(id);
 const demo = $('demo');
@@ -15,6 +21,7 @@ function run(demo) {
   const fast = demo.dataset.fast;
   const client = new OnejobClient({
     baseUrl: '/ui/api',
+    keyStore: new SessionStorageKeyStore(),
     fetch: (url, init) => fetch(url, {
       ...init,
       credentials: 'same-origin',
@@ -30,6 +37,8 @@ function run(demo) {
   let follower = null;
   let stallTimer = null;
   let stallSince = null; // when this page first saw attempt #1 running
+  let reading = null;    // the AbortController of the answer being read
+  const kept = 'onejob:demo:intent'; // the tab's intent: {intent, text, sent}
 
   function status(text, kind) {
     const line = $('status');
@@ -55,11 +64,53 @@ function run(demo) {
     $('fallback-key').textContent = fallbackKey || '—';
   }
 
-  async function startIntent() {
-    intent = crypto.randomUUID();
+  // The answer, from the job's output: pieces appended as they come, the
+  // text cleared at a restart (another attempt's answer follows), then the
+  // result (shown whole when nothing was streamed) or the error.
+  async function readAnswer(id) {
+    if (reading) reading.abort();
+    const controller = new AbortController();
+    reading = controller;
+    const answer = $('answer');
+    answer.textContent = '';
+    answer.dataset.job = id;
+    answer.dataset.state = 'reading';
+    try {
+      for await (const event of client.stream(id, { signal: controller.signal })) {
+        if (event.kind === 'text') {
+          answer.textContent += event.text;
+          answer.dataset.state = 'streaming';
+        } else if (event.kind === 'restart') {
+          answer.textContent = '';
+          answer.dataset.restarts = String(Number(answer.dataset.restarts || 0) + 1);
+        } else if (event.kind === 'result') {
+          if (!answer.textContent) answer.textContent = JSON.stringify(event.result);
+          answer.dataset.state = 'result';
+        } else {
+          answer.textContent = 'No answer: the job is ' + event.state + '.';
+          answer.dataset.state = 'error';
+        }
+      }
+    } catch (error) {
+      if (reading === controller) answer.dataset.state = 'unread';
+    }
+  }
+
+  function keep(sent) {
+    sessionStorage.setItem(kept, JSON.stringify({ intent, text: $('text').value, sent }));
+  }
+
+  async function startIntent(restored) {
+    intent = restored ? restored.intent : crypto.randomUUID();
     intentKey = await client.keyFor('create:' + intent);
+    if (restored) $('text').value = restored.text;
+    else keep(false);
     fallbackKey = null;
     job = null;
+    if (reading) reading.abort();
+    reading = null;
+    $('answer').textContent = '';
+    delete $('answer').dataset.state;
     if (follower) follower.stop();
     clearInterval(stallTimer);
     stallSince = null;
@@ -127,9 +178,10 @@ function run(demo) {
     follower = window.OneJob.followTimeline(box, onProgress);
   }
 
-  $('generate').addEventListener('click', async () => {
+  async function generate() {
     const key = intentKey;
     const mine = intent;
+    keep(true);
     try {
       // Sent as often as it takes, always with the intent's key.
       const created = await client.createJob({ task: 'summarize', input: { text: $('text').value }, provider: slow }, { intent: mine });
@@ -139,11 +191,14 @@ function run(demo) {
       showKeys();
       log('POST /jobs, key ' + key + ' → ' + created.status + tries(created.tries) + (created.replayed ? ' replayed: the same job ' : ' created job ') + job.id);
       follow(job.id);
+      if ($('answer').dataset.job !== job.id) readAnswer(job.id);
     } catch (error) {
       log('POST /jobs, key ' + key + ' → ' + (error.status || 'no answer') + ' ' + problem(error));
       status(problem(error) + '. Click Generate again: it sends the same key, so it cannot make a second job.', 'error');
     }
-  });
+  }
+
+  $('generate').addEventListener('click', generate);
 
   $('fallback').addEventListener('click', async () => {
     if (!job || !fallbackKey) return;
@@ -164,6 +219,14 @@ function run(demo) {
     }
   });
 
-  $('again').addEventListener('click', startIntent);
-  startIntent();
+  $('again').addEventListener('click', () => startIntent(null));
+  // A reload carries on with the tab's intent: sent already, it is sent
+  // again with its key, and finds its job.
+  let restored = null;
+  try {
+    restored = JSON.parse(sessionStorage.getItem(kept));
+  } catch (e) { /* nothing kept */ }
+  startIntent(restored && restored.intent ? restored : null).then(() => {
+    if (restored && restored.sent) generate();
+  });
 }

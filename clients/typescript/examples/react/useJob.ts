@@ -7,8 +7,17 @@
 //
 // Clicking Generate twice, or again after a lost answer, or after a page
 // reload (with a SessionStorageKeyStore), is the same intent: one job.
+//
+//   const { text, result } = useAnswer(client, job?.id);
+//   <p>{text}</p>
+//
+// renders the answer token by token as the job's output brings it (for a
+// task with `stream = true`; otherwise whole, at the end). After a reload,
+// the same intent finds the same job, and the text so far comes back from
+// its first piece, then the rest: one inference, however often the page
+// reloads.
 import { useCallback, useEffect, useRef, useState } from "react";
-import type { FallbackResult, Job, OnejobClient } from "onejob-client";
+import type { FallbackResult, Job, OnejobClient, OutputEvent } from "onejob-client";
 
 export function useJob(client: OnejobClient, intent: string) {
   const [job, setJob] = useState<Job>();
@@ -57,4 +66,36 @@ export function useJob(client: OnejobClient, intent: string) {
   );
 
   return { job, error, start, fallback };
+}
+
+export function useAnswer(client: OnejobClient, jobId: string | undefined) {
+  const [text, setText] = useState("");
+  const [result, setResult] = useState<unknown>();
+  // The `error` event of a job that ended without a result, or what was thrown.
+  const [failure, setFailure] = useState<OutputEvent | unknown>();
+
+  useEffect(() => {
+    if (!jobId) return;
+    const controller = new AbortController();
+    setText("");
+    setResult(undefined);
+    setFailure(undefined);
+    (async () => {
+      try {
+        // A dropped connection is resumed by the client after its last event.
+        for await (const event of client.stream(jobId, { signal: controller.signal })) {
+          if (event.kind === "text") setText((soFar) => soFar + event.text);
+          // Another attempt's answer replaces the text so far.
+          else if (event.kind === "restart") setText("");
+          else if (event.kind === "result") setResult(event.result);
+          else setFailure(event);
+        }
+      } catch (e) {
+        if (!controller.signal.aborted) setFailure(e);
+      }
+    })();
+    return () => controller.abort();
+  }, [client, jobId]);
+
+  return { text, result, failure };
 }
