@@ -19,11 +19,7 @@ E2E_DURATION=${E2E_DURATION:-10}
 RUNS=${RUNS:-2}
 
 build
-case "$BACKEND" in
-    postgres) start_postgres ;;
-    sqlite) ;;
-    *) echo "usage: $0 postgres|sqlite" >&2; exit 2 ;;
-esac
+start_backend
 write_config
 sed -i "s/^concurrency = .*/concurrency = 2048/" "$WORK/bench.toml"
 

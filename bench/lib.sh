@@ -83,6 +83,16 @@ start_postgres() {
     SERVER_URL="postgres://postgres@localhost/postgres?host=$WORK&port=5432"
 }
 
+# start_backend: for BACKEND=postgres, start_postgres; for sqlite, nothing
+# (each database is a file); anything else stops the script.
+start_backend() {
+    case "$BACKEND" in
+        postgres) start_postgres ;;
+        sqlite) ;;
+        *) echo "usage: $0 postgres|sqlite" >&2; exit 2 ;;
+    esac
+}
+
 # new_database NAME: DATABASE_URL names a new, empty database NAME (a file in
 # the temporary directory for SQLite), migrated, with a key for owner
 # `bench` in TOKEN. Each phase starts empty: jobs left queued by one phase
@@ -105,6 +115,12 @@ p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2
     fi
     TOKEN=$("$BIN" keys create --owner bench --config "$WORK/bench.toml" 2>/dev/null | tail -n 1)
     export TOKEN
+}
+
+# sim_provider NAME SETTINGS: the TOML of a simulated provider NAME with
+# the scripts' model and limits, and SETTINGS (lines) of its own.
+sim_provider() {
+    printf '\n[providers.%s]\nkind = "sim"\nmodel = "sim-1"\ntokenizer = "o200k_base"\ncontext_tokens = 8192\nmax_output_tokens = 512\n%s\n' "$1" "$2"
 }
 
 # The default configuration without the per-owner rate limit, plus a

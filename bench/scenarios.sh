@@ -23,20 +23,9 @@ STREAMS_LATENCY_MS=${STREAMS_LATENCY_MS:-5000}
 WORKER_CONCURRENCY=${WORKER_CONCURRENCY:-2048}
 
 build
-case "$BACKEND" in
-    postgres) start_postgres ;;
-    sqlite) ;;
-    *) echo "usage: $0 postgres|sqlite" >&2; exit 2 ;;
-esac
-write_config "
-[providers.sim-streams]
-kind = \"sim\"
-model = \"sim-1\"
-tokenizer = \"o200k_base\"
-context_tokens = 8192
-max_output_tokens = 512
-timeout_ms = $(( STREAMS_LATENCY_MS + 10000 ))
-latency_ms = $STREAMS_LATENCY_MS"
+start_backend
+write_config "$(sim_provider sim-streams "timeout_ms = $(( STREAMS_LATENCY_MS + 10000 ))
+latency_ms = $STREAMS_LATENCY_MS")"
 # inflight: attempts in flight at once in the worker. Each holds a connection
 # to the built-in simulator, whose end is in the same process: two file
 # descriptors per attempt, under the usual limit of 20,000.

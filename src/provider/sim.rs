@@ -104,6 +104,9 @@ struct Entry {
     traceparent: Option<String>,
     /// How many times its stream was asked for again (the Responses API).
     resumed: u32,
+    /// A streamed chat completion: when its first piece of content was due
+    /// (by the wall clock), and the time between two.
+    paced: Option<(chrono::DateTime<chrono::Utc>, Duration)>,
 }
 
 impl Entry {
@@ -295,6 +298,7 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
         response_id,
         traceparent,
         resumed: 0,
+        paced: None,
     });
     entry.times += 1;
     (entry.plan.clone(), entry.response_id.clone())
@@ -376,8 +380,13 @@ async fn complete(
         let (content, usage, ending, arrived) = (content.as_str(), *usage, *ending, Instant::now());
         // Its work lasts as long as its stream.
         let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(Entry { plan: Plan::Answer { at, .. }, .. }) = log.get_mut(&id) {
+        if let Some(entry) = log.get_mut(&id)
+            && let Plan::Answer { at, .. } = &mut entry.plan
+        {
             *at = (*at).max(stream::ends_at(provider, content, arrived));
+            let (first, every) = stream::pace(provider, arrived);
+            let due = chrono::Utc::now() + first.saturating_duration_since(Instant::now());
+            entry.paced = Some((due, every));
         }
         drop(log);
         let streamed = stream::Streamed { id: &id, model: &model, content, usage, ending, include_usage, arrived };
@@ -480,7 +489,9 @@ fn report(id: &str, entry: &Entry) -> Value {
            "received": entry.times, "received_at": entry.received_at, "finished_at": finished_at,
            "connection_closed_after_ms": closed, "canceled_after_ms": canceled,
            "strict_schema": entry.strict_schema, "response_id": entry.response_id, "traceparent": entry.traceparent,
-           "stream_resumed": entry.resumed})
+           "stream_resumed": entry.resumed,
+           "stream_first_piece_at": entry.paced.map(|(first, _)| first),
+           "stream_piece_interval_us": entry.paced.map(|(_, every)| u64::try_from(every.as_micros()).unwrap_or(u64::MAX))})
 }
 
 /// Stops request `id` if it has not finished: it is `canceled` from now
@@ -538,6 +549,7 @@ mod tests {
             response_id: None,
             traceparent: None,
             resumed: 0,
+            paced: None,
         };
         assert!(
             entry.working_at(arrived + Duration::from_secs(1)) && !entry.working_at(arrived + Duration::from_secs(4))

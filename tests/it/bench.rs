@@ -26,14 +26,15 @@ fn options(app: &TestApp, scenario: Scenario, provider: &str) -> Options {
         provider: provider.into(),
         timeout: STREAMS_TIMEOUT,
         server_pid: None,
+        sim_url: app.simulator.as_ref().map(|sim| sim.url()),
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_bench_scenario_runs_cleanly() {
     let app = TestApp::spawn_live(Backend::Sqlite, |s| s.server.rate_limit_per_second = 0).await;
-    // `streams` has its own test below.
-    for &scenario in Scenario::value_variants().iter().filter(|&&s| s != Scenario::Streams) {
+    // `streams` and `tokens` have their own tests below.
+    for &scenario in Scenario::value_variants().iter().filter(|&&s| s != Scenario::Streams && s != Scenario::Tokens) {
         let report = run(options(&app, scenario, "sim-fast")).await.unwrap();
         assert_eq!(report.errors, 0, "{scenario:?}: {report:?}");
         assert!(report.ok > 0 && report.throughput > 0.0, "{scenario:?}: {report:?}");
@@ -77,4 +78,29 @@ async fn every_stream_receives_its_jobs_events_to_the_terminal_one() {
         "{report:?}"
     );
     assert!(report.max_ms < STREAMS_TIMEOUT.as_millis() as f64, "{report:?}");
+}
+
+/// The tokens scenario on a streaming task: first tokens timed straight
+/// from the simulator and through onejob, and every delta event's delay
+/// from the simulator's sending of its first piece.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_tokens_scenario_times_first_tokens_both_ways_and_every_piece() {
+    let app = TestApp::spawn_live(Backend::Sqlite, |s| {
+        s.server.rate_limit_per_second = 0;
+        s.tasks.get_mut("summarize").unwrap().stream = true;
+        s.providers.get_mut("sim-fast").unwrap().tokens_per_second = 200;
+    })
+    .await;
+    let mut options = options(&app, Scenario::Tokens, "sim-fast");
+    options.duration = Duration::from_secs(2);
+    let report = run(options).await.unwrap();
+    let extra = &report.extra;
+    assert_eq!((report.errors, &extra["direct_errors"]), (0, &serde_json::json!(0)), "{report:?}");
+    assert!(report.ok > 0 && extra["direct_first_token"]["count"].as_u64() > Some(0), "{report:?}");
+    assert_eq!(extra["streams"], report.ok, "{report:?}");
+    let pieces = extra["piece_to_caller"]["count"].as_u64().unwrap();
+    assert!(pieces >= 2 * report.ok, "every stream's pieces came in several events, each timed: {report:?}");
+    let direct_p50 = extra["direct_first_token"]["p50_ms"].as_f64().unwrap();
+    assert!(direct_p50 >= 5.0, "the simulator's first token comes after its latency: {report:?}");
+    assert!(report.p50_ms > direct_p50, "through onejob is the longer way: {report:?}");
 }

@@ -5,6 +5,7 @@
 //! library does not carry it.
 
 mod streams;
+mod tokens;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +39,9 @@ pub enum Scenario {
     /// events until it is terminal: the delay from each event's commit to
     /// its arrival.
     Streams,
+    /// Streamed answers: the time to first token through onejob against
+    /// the simulator's own, and each piece's delay to the caller.
+    Tokens,
 }
 
 /// How to run a scenario.
@@ -62,6 +66,8 @@ pub struct Options {
     pub timeout: Duration,
     /// The server's process id, to report its peak memory.
     pub server_pid: Option<u32>,
+    /// The simulator's address, for the `tokens` scenario's reference.
+    pub sim_url: Option<String>,
 }
 
 /// What a run measured.
@@ -303,6 +309,7 @@ pub async fn run(options: Options) -> Result<Report, String> {
         Scenario::Storm => storm(&target, &run).await?,
         Scenario::Inflight => inflight(&target, &options, &run).await?,
         Scenario::Streams => streams::streams(&target, &options, &run).await?,
+        Scenario::Tokens => tokens::tokens(&options, &run).await?,
         _ => (timed(&target, &options, &run).await?, Value::Null),
     };
     let seconds = started.elapsed().as_secs_f64();
@@ -369,7 +376,9 @@ async fn timed(target: &Arc<Target>, options: &Arc<Options>, run: &str) -> Resul
                         connection.get(&format!("/jobs/{id}")).await.map(drop)
                     }
                     Scenario::E2e => e2e_one(&mut connection, &format!("bench-{run}-{worker}-{i}")).await,
-                    Scenario::Storm | Scenario::Inflight | Scenario::Streams => unreachable!("not timed"),
+                    Scenario::Storm | Scenario::Inflight | Scenario::Streams | Scenario::Tokens => {
+                        unreachable!("not timed")
+                    }
                 };
                 match result {
                     Ok(()) => sample.micros.push(began.elapsed().as_micros() as u64),
@@ -441,7 +450,7 @@ async fn storm(target: &Arc<Target>, run: &str) -> Result<(Vec<Sample>, Value), 
     Ok((vec![sample], json!({ "distinct_job_ids": ids.len() })))
 }
 
-fn peak_rss_mib(pid: u32) -> Option<f64> {
+pub(crate) fn peak_rss_mib(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -193,16 +193,19 @@ pub(crate) struct BenchArgs {
     /// `inflight`, `streams`: how many jobs (`streams`: one stream each).
     #[arg(long, default_value_t = 1000)]
     pub(crate) jobs: usize,
-    /// `inflight`, `streams`: on which provider.
+    /// `inflight`, `streams`, `tokens`: on which provider.
     #[arg(long, default_value = "sim-slow")]
     pub(crate) provider: String,
     /// `streams`: seconds to wait for every stream to end; one still
     /// open then is an error.
     #[arg(long, default_value_t = 120)]
     pub(crate) timeout: u64,
-    /// `inflight`: the server's process id, to report its peak memory.
+    /// `inflight`, `tokens`: the server's process id, to report its peak memory.
     #[arg(long)]
     pub(crate) server_pid: Option<u32>,
+    /// `tokens`: the simulator's address, such as `http://127.0.0.1:19090`.
+    #[arg(long)]
+    pub(crate) sim_url: Option<String>,
     /// Print the report as JSON.
     #[arg(long)]
     pub(crate) json: bool,

@@ -201,7 +201,8 @@ async fn manage_providers(command: ProvidersCommand, config: Option<&Path>) -> R
 
 /// Drives a running onejob with load and prints the report.
 async fn bench(args: BenchArgs) -> Result<(), AnyError> {
-    let BenchArgs { url, token, scenario, connections, duration, jobs, provider, timeout, server_pid, json } = args;
+    let BenchArgs { url, token, scenario, connections, duration, jobs, provider, timeout, server_pid, sim_url, json } =
+        args;
     let options = onejob_bench::Options {
         url: url.trim_end_matches('/').to_owned(),
         token,
@@ -212,6 +213,7 @@ async fn bench(args: BenchArgs) -> Result<(), AnyError> {
         provider,
         timeout: std::time::Duration::from_secs(timeout),
         server_pid,
+        sim_url,
     };
     let report = onejob_bench::run(options).await?;
     if json {

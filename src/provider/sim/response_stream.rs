@@ -154,6 +154,7 @@ mod tests {
             response_id: Some("resp_1".into()),
             traceparent: None,
             resumed: 0,
+            paced: None,
         };
         let events = events("resp_1", &entry, &provider, "sim-1");
         let numbers: Vec<u64> = events.iter().map(|(_, e)| e["sequence_number"].as_u64().unwrap()).collect();
