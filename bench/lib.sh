@@ -162,7 +162,14 @@ lines[1:1] = ['kind = "openai"', f'base_url = "http://127.0.0.1:{port}/providers
               'api_key_env = "ONEJOB_BENCH_SIM_KEY"', "response_format = true"]
 open(path, "w").write(text[:start] + "\n".join(lines) + text[end:])
 PY
-    "$BIN" sim --listen "127.0.0.1:$SIM_PORT" --config "$WORK/sim.toml" > "$WORK/sim.log" 2>&1 &
+    start_sim "$WORK/sim.toml"
+}
+
+# start_sim CONFIG: `onejob sim` with CONFIG's providers on SIM_PORT (19090)
+# in a process of its own (SIM_PID), once it listens.
+start_sim() {
+    SIM_PORT=${SIM_PORT:-19090}
+    "$BIN" sim --listen "127.0.0.1:$SIM_PORT" --config "$1" > "$WORK/sim.log" 2>&1 &
     SIM_PID=$!
     for _ in $(seq 300); do
         grep -q "simulator listening" "$WORK/sim.log" && return

@@ -32,7 +32,7 @@ tokens_per_second = 20')"
 # Every open output holds one of its owner's long-poll places; the worker
 # runs every stream's attempt at once.
 sed -i -e "s/^max_long_polls_per_owner = .*/max_long_polls_per_owner = $(( STREAMS + 256 ))/" \
-    -e "s/^concurrency = 256$/concurrency = $(( STREAMS + 256 ))/" "$WORK/bench.toml"
+    -e "/^\[worker\]/,/^\[/ s/^concurrency = .*/concurrency = $(( STREAMS + 256 ))/" "$WORK/bench.toml"
 # streaming ON|OFF: whether the task summarize streams.
 streaming() {
     sed -i '/^stream = /d' "$WORK/bench.toml"
@@ -40,14 +40,9 @@ streaming() {
     return 0
 }
 streaming on
-"$BIN" sim --listen "127.0.0.1:$SIM_PORT" --config "$WORK/bench.toml" > "$WORK/sim.log" 2>&1 &
-SIM_PID=$!
+start_sim "$WORK/bench.toml"
 SIM_URL=http://127.0.0.1:$SIM_PORT
 export ONEJOB_SIM_URL=$SIM_URL
-for _ in $(seq 300); do
-    grep -q "simulator listening" "$WORK/sim.log" && break
-    sleep 0.1
-done
 
 wal() { psql -qAt -d "$DATABASE_URL" -c "select pg_current_wal_insert_lsn() - '0/0'::pg_lsn"; }
 sql() { psql -qAt -d "$DATABASE_URL" -c "$1"; }
@@ -98,6 +93,7 @@ for name in ("one", "many", "streams"):
 if os.path.exists(f"{work}/many.wal"):
     wal, rows, tokens, jobs = map(int, open(f"{work}/many.wal").read().split())
     wwal, _, wtokens, wjobs = map(int, open(f"{work}/whole.wal").read().split())
+    tokens, jobs, wjobs = max(tokens, 1), max(jobs, 1), max(wjobs, 1)
     per_job, whole_per_job = wal / jobs, wwal / wjobs
     print(f"\nstreamed: {jobs} jobs, {tokens} tokens, {rows} job_output rows, WAL {wal} B: "
           f"{1000 * rows / tokens:.0f} rows and {1000 * wal / tokens:,.0f} B of WAL per 1,000 tokens, {per_job:,.0f} B a job")

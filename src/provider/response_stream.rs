@@ -36,6 +36,8 @@ struct Followed {
     last: Option<u64>,
     /// The characters of text received.
     characters: usize,
+    /// Whether an event came without its sequence number.
+    unnumbered: bool,
 }
 
 impl HttpProvider {
@@ -62,12 +64,22 @@ impl HttpProvider {
             let why = match next {
                 Ok(connection) => match followed.read(connection, deltas, &mut started).await {
                     Ok(end) => return end,
+                    // What came cannot be read; once the response has an id,
+                    // the provider may still be working on it: unknown, and
+                    // the reconciler asks by the id.
+                    Err(Interrupted::Failed(error)) if followed.id.is_some() => {
+                        return Err(ProviderError { class: FailureClass::Ambiguous, ..error });
+                    }
                     Err(Interrupted::Failed(error)) => return Err(error),
                     Err(Interrupted::Broken(why)) => why,
                 },
                 Err(why) => why,
             };
             let Some(id) = followed.id.clone() else { return Err(lost(why)) };
+            if followed.unnumbered {
+                // Without sequence numbers, a resumed stream would repeat it all.
+                return Err(lost(format!("the stream of {id} broke, and its events have no sequence numbers: {why}")));
+            }
             idle = if followed.last == before { idle + 1 } else { 1 };
             if idle > MOST_RESUMES {
                 return Err(lost(format!(
@@ -105,7 +117,8 @@ impl Followed {
         deltas: &Deltas,
         started: &mut Option<oneshot::Sender<String>>,
     ) -> Result<Result<Completion, ProviderError>, Interrupted> {
-        let mut events = Events::new(connection, 2 * MAX_RESPONSE_BYTES);
+        // The final events repeat the whole text: one may be that large.
+        let mut events = Events::new(connection, MAX_RESPONSE_BYTES + 64 * 1024);
         while let Some(data) = events.next().await? {
             let bad = |message: String| {
                 Interrupted::Failed(ProviderError::new(
@@ -124,12 +137,20 @@ impl Followed {
                 // Already read before the stream was resumed.
                 continue;
             }
+            self.unnumbered |= sequence.is_none();
             self.last = sequence.or(self.last);
             match event.get("type").and_then(Value::as_str).unwrap_or_default() {
                 "response.created" | "response.in_progress" | "response.queued" => {
                     if self.id.is_none()
                         && let Some(id) = event.pointer("/response/id").and_then(Value::as_str)
                     {
+                        // An id that cannot be asked by could not be reconciled.
+                        let Some(id) = super::openai::response_id(id) else {
+                            let message = "the response's id is not one that can be asked by".to_owned();
+                            let error =
+                                ProviderError::new(FailureClass::Ambiguous, FailureKind::BadResponse, None, message);
+                            return Err(Interrupted::Failed(error));
+                        };
                         self.id = Some(id.to_owned());
                         if let Some(started) = started.take() {
                             let _ = started.send(id.to_owned());
@@ -167,9 +188,17 @@ impl Followed {
                 "error" => {
                     let code = event.get("code").and_then(Value::as_str).unwrap_or("unknown");
                     let message = event.get("message").and_then(Value::as_str).unwrap_or("an error in the stream");
-                    let retryable = matches!(code, "server_error" | "rate_limit_exceeded");
+                    // Before the response had an id, nothing was started;
+                    // after, the response's own status says how it ended
+                    // (the reconciler asks by the id).
+                    let class = match self.id {
+                        None => FailureClass::Definitive {
+                            retryable: matches!(code, "server_error" | "rate_limit_exceeded"),
+                        },
+                        Some(_) => FailureClass::Ambiguous,
+                    };
                     let error = ProviderError::new(
-                        FailureClass::Definitive { retryable },
+                        class,
                         FailureKind::ProviderError,
                         Some(200),
                         super::answer::truncate(format!("the stream ended with an error ({code}): {message}")),

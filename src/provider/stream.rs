@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 
 use super::{Deltas, FailureClass, FailureKind, ProviderError};
 
-/// Reads `response`, a streamed chat completion of at most `limit` bytes,
+/// Reads `response`, a streamed chat completion of at most `limit` bytes
+/// of content (and of any one event),
 /// sending each piece of content to `deltas`: the whole completion it
 /// makes, as a chat completion's JSON body.
 pub(super) async fn read(response: reqwest::Response, deltas: &Deltas, limit: usize) -> Result<Vec<u8>, ProviderError> {
@@ -23,7 +24,17 @@ pub(super) async fn read(response: reqwest::Response, deltas: &Deltas, limit: us
     let mut answer = Streamed::default();
     loop {
         match events.next().await {
-            Ok(Some(data)) => answer.take(&data, deltas)?,
+            Ok(Some(data)) => {
+                answer.take(&data, deltas)?;
+                if answer.content.len() > limit {
+                    return Err(ProviderError::new(
+                        FailureClass::Definitive { retryable: false },
+                        FailureKind::ResponseTooLarge,
+                        Some(200),
+                        format!("the streamed answer is larger than {limit} bytes; the rest was not read"),
+                    ));
+                }
+            }
             Ok(None) => break,
             Err(Interrupted::Broken(why)) => return Err(answer.broken(&why)),
             Err(Interrupted::Failed(error)) => return Err(error),
@@ -33,11 +44,12 @@ pub(super) async fn read(response: reqwest::Response, deltas: &Deltas, limit: us
 }
 
 /// The events of a Server-Sent Events body, one at a time as they come,
-/// at most `limit` bytes in all.
+/// each at most `limit` bytes.
 pub(super) struct Events {
     response: reqwest::Response,
     pending: Vec<u8>,
-    read: usize,
+    /// How much of `pending` holds no event's end.
+    scanned: usize,
     limit: usize,
 }
 
@@ -51,15 +63,16 @@ pub(super) enum Interrupted {
 
 impl Events {
     pub(super) fn new(response: reqwest::Response, limit: usize) -> Self {
-        Self { response, pending: Vec::new(), read: 0, limit }
+        Self { response, pending: Vec::new(), scanned: 0, limit }
     }
 
     /// The `data:` of the next event that has any (its lines joined by
     /// newlines, as the format says), or `None` at the end of the body.
     pub(super) async fn next(&mut self) -> Result<Option<String>, Interrupted> {
         loop {
-            while let Some(end) = self.pending.windows(2).position(|pair| pair == b"\n\n") {
-                let event: Vec<u8> = self.pending.drain(..end + 2).collect();
+            while let Some(end) = self.pending[self.scanned..].windows(2).position(|pair| pair == b"\n\n") {
+                let event: Vec<u8> = self.pending.drain(..self.scanned + end + 2).collect();
+                self.scanned = 0;
                 let text = std::str::from_utf8(&event).map_err(|_| {
                     let class = FailureClass::Definitive { retryable: false };
                     Interrupted::Failed(ProviderError::new(
@@ -83,13 +96,14 @@ impl Events {
                 Ok(None) => return Ok(None),
                 Err(error) => return Err(Interrupted::Broken(error.to_string())),
             };
-            self.read += chunk.len();
-            if self.read > self.limit {
+            // What was looked through holds no end (the last byte may start one).
+            self.scanned = self.pending.len().saturating_sub(1);
+            if self.pending.len() + chunk.len() > self.limit {
                 return Err(Interrupted::Failed(ProviderError::new(
                     FailureClass::Definitive { retryable: false },
                     FailureKind::ResponseTooLarge,
                     Some(200),
-                    format!("the streamed answer is larger than {} bytes; the rest was not read", self.limit),
+                    format!("a streamed event is larger than {} bytes; the rest was not read", self.limit),
                 )));
             }
             self.pending.extend(chunk.iter().copied().filter(|&byte| byte != b'\r'));

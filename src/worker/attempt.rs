@@ -160,6 +160,8 @@ struct Progress {
     sent: bool,
     provider_request_id: Option<String>,
     kept: bool,
+    /// Its answer passed its bound: the call was stopped.
+    stopped: bool,
 }
 
 /// Keeps the provider's id of the attempt's request on the attempt; says
@@ -210,6 +212,14 @@ async fn call(
         Some(outcome) => outcome,
         None => Err(cancel_at_provider(worker, claimed, lease_end, &progress).await),
     };
+    if let Err(error) = &mut outcome
+        && progress.stopped
+    {
+        // Stopped here: the provider is told to stop too, where it can be.
+        let told = stop_at_provider(worker, claimed, lease_end, &progress).await;
+        let usage = told.usage.or(error.facts.usage);
+        *error.facts = FailureFacts { usage, usage_said: false, ..told };
+    }
     if let (Err(error), Some(id)) = (&mut outcome, &progress.provider_request_id)
         && error.class == FailureClass::Ambiguous
     {
@@ -219,9 +229,9 @@ async fn call(
 }
 
 /// After a call was aborted because its job had finished: tells the
-/// provider to stop, where it has a cancel call and the request may have
-/// left, within the lease; the failure to record says what is known (in
-/// its detail: `sent`, `cancel_call`, and what the provider said).
+/// provider to stop ([`stop_at_provider`]); the failure to record says
+/// what is known (in its detail: `sent`, `cancel_call`, and what the
+/// provider said).
 async fn cancel_at_provider(
     worker: &Worker,
     claimed: &ClaimedAttempt,
@@ -231,46 +241,53 @@ async fn cancel_at_provider(
     let canceled = |message: &str, facts: FailureFacts| {
         ProviderError::new(FailureClass::Canceled, FailureKind::Canceled, None, message).with_facts(facts)
     };
+    if !progress.sent {
+        let facts = FailureFacts { sent: Some(false), ..FailureFacts::default() };
+        return canceled("its job finished before the request was sent; nothing was sent", facts);
+    }
+    let facts = stop_at_provider(worker, claimed, lease_end, progress).await;
+    let said = if facts.cancel_call == Some(CancelCall::Made) { " and canceled at the provider" } else { "" };
+    let cancel_call = facts.cancel_call.map_or("", CancelCall::as_str);
+    tracing::info!(cancel_call, "the attempt's call was aborted: its job finished");
+    canceled(&format!("its job finished while the call was in flight; the call was aborted{said}"), facts)
+}
+
+/// Tells the provider to stop working on a sent request whose call was
+/// aborted, where it has a cancel call, within the lease: what is known
+/// (`sent`, `cancel_call`, and what the provider said, with the usage it
+/// reported).
+async fn stop_at_provider(
+    worker: &Worker,
+    claimed: &ClaimedAttempt,
+    lease_end: Instant,
+    progress: &Progress,
+) -> FailureFacts {
     let sent = |cancel_call: CancelCall| FailureFacts {
         sent: Some(true),
         cancel_call: Some(cancel_call),
         ..FailureFacts::default()
     };
-    if !progress.sent {
-        let facts = FailureFacts { sent: Some(false), ..FailureFacts::default() };
-        return canceled("its job finished before the request was sent; nothing was sent", facts);
-    }
-    let message = "its job finished while the call was in flight; the call was aborted";
     let Some(provider) = worker.providers.get(&claimed.provider) else {
-        return canceled(message, sent(CancelCall::None));
+        return sent(CancelCall::None);
     };
     let margin = Duration::from_millis(worker.settings.lease_margin_ms);
     let left = lease_end.saturating_duration_since(Instant::now()).saturating_sub(margin).min(CANCEL_CALL_TIMEOUT);
     let client_id = claimed.id.to_string();
     let request = RequestRef { client_id: &client_id, provider_id: progress.provider_request_id.as_deref() };
-    let asked = tokio::time::timeout(left, provider.cancel(request)).await;
-    let (said, facts) = match asked {
-        Ok(None) => ("", sent(CancelCall::None)),
-        Ok(Some(Ok(answer))) => (
-            " and canceled at the provider",
-            FailureFacts {
-                provider_status: Some(answer.status),
-                usage: answer.usage,
-                usage_said: true,
-                ..sent(CancelCall::Made)
-            },
-        ),
-        Ok(Some(Err(error))) => {
-            ("", FailureFacts { cancel_error: Some(error.to_string()), ..sent(CancelCall::Failed) })
-        }
+    match tokio::time::timeout(left, provider.cancel(request)).await {
+        Ok(None) => sent(CancelCall::None),
+        Ok(Some(Ok(answer))) => FailureFacts {
+            provider_status: Some(answer.status),
+            usage: answer.usage,
+            usage_said: true,
+            ..sent(CancelCall::Made)
+        },
+        Ok(Some(Err(error))) => FailureFacts { cancel_error: Some(error.to_string()), ..sent(CancelCall::Failed) },
         Err(_) => {
             let why = format!("no answer within {} ms", left.as_millis());
-            ("", FailureFacts { cancel_error: Some(why), ..sent(CancelCall::Failed) })
+            FailureFacts { cancel_error: Some(why), ..sent(CancelCall::Failed) }
         }
-    };
-    let cancel_call = facts.cancel_call.map_or("", CancelCall::as_str);
-    tracing::info!(cancel_call, "the attempt's call was aborted: its job finished");
-    canceled(&format!("{message}{said}"), facts)
+    }
 }
 
 async fn call_counted(
@@ -382,18 +399,36 @@ async fn call_counted(
         };
     };
     // A streaming task's pieces go to the job's output as they come.
+    // Its writer stops the call when the answer passes its bound.
     let bound = super::output::Bound { max_tokens: settings.max_output_tokens, tokenizer: settings.tokenizer() };
+    let (stop, stopped) = tokio::sync::oneshot::channel();
     let writer = task.settings.stream.then(|| {
         let (deltas, pieces) = tokio::sync::mpsc::unbounded_channel();
         prepared.request.deltas = Some(deltas);
         let (store, signals, attempt) = (worker.store.clone(), worker.signals.clone(), claimed.attempt.clone());
-        tokio::spawn(super::output::write_output(store, signals, attempt, claimed.id, bound, pieces))
+        tokio::spawn(super::output::write_output(store, signals, attempt, claimed.id, (bound, stop), pieces))
     });
-    let calling = tokio::time::timeout(timeout, crate::provider::call(provider.as_ref(), &prepared.request, accepted));
-    let mut result = match calling.instrument(call_span.clone()).await {
-        Ok(result) => result,
-        Err(_) => Err(ProviderError::deadline(settings.timeout(), timeout)),
+    let stopped = async {
+        if stopped.await.is_err() {
+            // No writer, or one that never stopped the call.
+            std::future::pending::<()>().await;
+        }
     };
+    let calling = tokio::time::timeout(timeout, crate::provider::call(provider.as_ref(), &prepared.request, accepted));
+    let mut stopped_here = false;
+    let mut result = tokio::select! {
+        biased;
+        called = calling.instrument(call_span.clone()) => match called {
+            Ok(result) => result,
+            Err(_) => Err(ProviderError::deadline(settings.timeout(), timeout)),
+        },
+        () = stopped => {
+            stopped_here = true;
+            // Replaced by what the writer saw, below.
+            Err(ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::ResponseTooLarge, None, ""))
+        }
+    };
+    progress.stopped = stopped_here;
     // Every piece is written before the attempt is settled.
     prepared.request.deltas = None;
     if let Some(writer) = writer {

@@ -10,13 +10,15 @@
 //!
 //! An answer is bounded: past the provider's `max_output_tokens` (counted
 //! by its tokenizer, with a margin for the recount) or [`MAX_BYTES`], no
-//! more of it is stored and its call is aborted; the attempt then fails as
+//! more of it is stored and its call is stopped (and canceled at the
+//! provider, where it can be); the attempt then fails as
 //! `response-too-large`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::config::Tokenizer;
@@ -58,22 +60,26 @@ impl Bound {
 pub(super) struct Written {
     /// The answer's text as it came, whether it was shown or not.
     pub text: String,
-    /// Whether it passed its [`Bound`] (its call was then aborted).
+    /// Whether it passed its [`Bound`] (its call was then stopped).
     pub over: bool,
 }
 
 /// Writes the pieces that come on `pieces` until the call ends (the sender
 /// is dropped), waking this process's readers of the job after each write:
-/// the whole text, and whether it passed `bound`.
+/// the whole text, and whether it passed `bound` (then `stop` is told, and
+/// nothing more is written). Once the output refused this attempt's
+/// pieces, only [`MAX_BYTES`] bounds what is kept of them: its answer may
+/// still come whole and be recorded as a loser's.
 pub(super) async fn write_output(
     store: Store,
     signals: Arc<Signals>,
     attempt: AttemptRef,
     id: AttemptId,
-    bound: Bound,
+    (bound, stop): (Bound, oneshot::Sender<()>),
     mut pieces: UnboundedReceiver<String>,
 ) -> Written {
     let mut written = Written::default();
+    let mut stop = Some(stop);
     let mut shown = true;
     let mut next_write = Instant::now();
     // Each token is at least one byte: until the text is this long, it
@@ -88,19 +94,18 @@ pub(super) async fn write_output(
             continue;
         }
         written.text.push_str(&text);
-        if written.text.len() > count_at.min(MAX_BYTES) {
+        if shown && written.text.len() > count_at.min(MAX_BYTES) {
             let tokens = crate::provider::tokens::count(bound.tokenizer, &written.text);
-            written.over = tokens > bound.most_tokens() || written.text.len() > MAX_BYTES;
+            written.over = tokens > bound.most_tokens();
             count_at = written.text.len() + bound.most_tokens().saturating_sub(tokens).max(1);
-            if written.over {
-                tracing::warn!(
-                    tokens,
-                    bytes = written.text.len(),
-                    "the streamed answer passed its bound: its call is aborted"
-                );
-                signals.abort_call(attempt.job_id, id);
-                continue;
+        }
+        written.over |= written.text.len() > MAX_BYTES;
+        if written.over {
+            tracing::warn!(bytes = written.text.len(), "the streamed answer passed its bound: its call is stopped");
+            if let Some(stop) = stop.take() {
+                let _ = stop.send(());
             }
+            continue;
         }
         if !shown {
             continue;
@@ -124,8 +129,9 @@ pub(super) async fn write_output(
 /// The outcome of a streamed call, with what its writer saw: an answer
 /// past its bound fails as `response-too-large`; usage the provider did
 /// not send is counted from the streamed text by the provider's tokenizer
-/// (`estimated`), with the prompt's `prompt_tokens`; a stream broken
-/// midway keeps its partial text (as the attempt's unapplied output).
+/// (`estimated`), with the prompt's `prompt_tokens`, for an answer and for
+/// a definitive failure after some text came; a stream broken midway keeps
+/// its partial text (as the attempt's unapplied output).
 pub(super) fn streamed_outcome(
     outcome: Result<Completion, ProviderError>,
     written: Written,
@@ -157,9 +163,12 @@ pub(super) fn streamed_outcome(
         Ok(Completion { output, usage: None }) if !written.text.is_empty() => {
             Ok(Completion { output, usage: Some(counted()) })
         }
-        Err(mut error) if error.kind == FailureKind::StreamBroken => {
+        // The provider answered, and did not say what that used.
+        Err(mut error) if matches!(error.class, FailureClass::Definitive { .. }) && !written.text.is_empty() => {
             error.facts.usage = error.facts.usage.or_else(|| Some(counted()));
-            error.facts.received_text = Some(written.text);
+            if error.kind == FailureKind::StreamBroken {
+                error.facts.received_text = Some(written.text);
+            }
             Err(error)
         }
         outcome => outcome,

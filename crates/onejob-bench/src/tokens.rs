@@ -14,6 +14,8 @@
 //! (its schedule, from the simulator's request log: a piece is four
 //! characters, sent at `stream_first_piece_at` plus its place times
 //! `stream_piece_interval_us`, on loopback) to its arrival at the caller.
+//! The provider is a simulated chat completions one (the simulator logs
+//! that schedule for those).
 
 use std::sync::Arc;
 

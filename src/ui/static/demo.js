@@ -109,8 +109,11 @@ function run(demo) {
     job = null;
     if (reading) reading.abort();
     reading = null;
-    $('answer').textContent = '';
-    delete $('answer').dataset.state;
+    const answer = $('answer');
+    answer.textContent = '';
+    delete answer.dataset.state;
+    delete answer.dataset.job;
+    delete answer.dataset.restarts;
     if (follower) follower.stop();
     clearInterval(stallTimer);
     stallSince = null;
@@ -191,7 +194,8 @@ function run(demo) {
       showKeys();
       log('POST /jobs, key ' + key + ' → ' + created.status + tries(created.tries) + (created.replayed ? ' replayed: the same job ' : ' created job ') + job.id);
       follow(job.id);
-      if ($('answer').dataset.job !== job.id) readAnswer(job.id);
+      const answer = $('answer');
+      if (answer.dataset.job !== job.id || answer.dataset.state === 'unread') readAnswer(job.id);
     } catch (error) {
       log('POST /jobs, key ' + key + ' → ' + (error.status || 'no answer') + ' ' + problem(error));
       status(problem(error) + '. Click Generate again: it sends the same key, so it cannot make a second job.', 'error');
