@@ -210,6 +210,14 @@ pub struct ProviderSettings {
     /// sim: random extra latency, up to this.
     #[serde(default)]
     pub jitter_ms: u64,
+    /// sim: share of requests, 0 to 1, that take `tail_latency_ms`
+    /// instead of `latency_ms`: the first of every `1 / tail_rate` in
+    /// arrival order, so that a run's count of them is exact.
+    #[serde(default)]
+    pub tail_rate: f64,
+    /// sim: the latency of the requests in the tail.
+    #[serde(default)]
+    pub tail_latency_ms: u64,
     /// sim: share of requests answered with `error_status`, 0 to 1.
     #[serde(default)]
     pub error_rate: f64,
@@ -373,6 +381,9 @@ impl ProviderSettings {
 
     /// Why these settings of provider `name` cannot be used, if they cannot.
     pub fn check(&self, name: &str) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.tail_rate) {
+            return Err(format!("providers.{name}.tail_rate must be between 0 and 1"));
+        }
         if !(0.0..=1.0).contains(&self.error_rate) {
             return Err(format!("providers.{name}.error_rate must be between 0 and 1"));
         }

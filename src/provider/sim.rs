@@ -107,6 +107,10 @@ struct Entry {
     /// A streamed chat completion: when its first piece of content was due
     /// (by the wall clock), and the time between two.
     paced: Option<(chrono::DateTime<chrono::Utc>, Duration)>,
+    /// A streamed answer's first piece comes this long after its arrival:
+    /// `first_token_ms` (by default `latency_ms`), or in the tail
+    /// `tail_latency_ms`.
+    first_token_after: Duration,
 }
 
 impl Entry {
@@ -143,6 +147,9 @@ struct SimState {
     random: Mutex<u64>,
     /// Requests refused so far per provider, for `refuse_first`.
     refused: Mutex<HashMap<String, u32>>,
+    /// Requests planned so far per provider (qualification calls aside),
+    /// for `tail_rate`.
+    arrivals: Mutex<HashMap<String, u64>>,
 }
 
 impl SimState {
@@ -156,6 +163,22 @@ impl SimState {
             *count += 1;
         }
         refuses
+    }
+
+    /// Whether the next request planned for provider `name` is in its
+    /// tail: the n-th (from 0) is when ⌊(n + 1) × tail_rate⌋ passes
+    /// ⌊n × tail_rate⌋, so exactly ⌊N × tail_rate⌋ of the first N are,
+    /// spread evenly.
+    fn in_tail(&self, name: &str, provider: &ProviderSettings) -> bool {
+        if provider.tail_rate <= 0.0 {
+            return false;
+        }
+        let mut arrivals = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+        let n = arrivals.entry(name.to_owned()).or_default();
+        let tails = |count: u64| (count as f64 * provider.tail_rate).floor();
+        let in_tail = tails(*n + 1) > tails(*n);
+        *n += 1;
+        in_tail
     }
 
     /// A number in [0, 1) from a xorshift generator.
@@ -182,6 +205,7 @@ pub fn router(providers: &std::collections::BTreeMap<String, ProviderSettings>) 
         responses: Mutex::new(Bounded::new(MOST_REQUESTS)),
         random: Mutex::new(u64::from_le_bytes(seed) | 1),
         refused: Mutex::new(HashMap::new()),
+        arrivals: Mutex::new(HashMap::new()),
     });
     Router::new()
         .route("/providers/{name}/v1/chat/completions", post(complete))
@@ -275,30 +299,40 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
     let answered = if ending == Ending::Refusal { REFUSAL } else { content.as_str() };
     let usage = (tokens::count_messages(provider.tokenizer(), messages), tokens::count(provider.tokenizer(), answered));
     let now = Instant::now();
-    let jitter = if provider.jitter_ms > 0 { (sim.roll() * provider.jitter_ms as f64) as u64 } else { 0 };
-    let ready = now + Duration::from_millis(provider.latency_ms + jitter);
-    let fresh_plan = if let Some(hang_ms) = provider.hang_ms {
-        Plan::Hang { gives_up_at: now + Duration::from_millis(hang_ms) }
-    } else if provider.error_rate > 0.0 && sim.roll() < provider.error_rate {
-        Plan::Error { at: ready, status: provider.error_status }
-    } else {
-        let at = provider.late_ms.map_or(ready, |late| now + Duration::from_millis(late));
-        Plan::Answer { at, content, usage, ending }
+    let fresh_plan = |in_tail: bool| {
+        let jitter = if provider.jitter_ms > 0 { (sim.roll() * provider.jitter_ms as f64) as u64 } else { 0 };
+        let latency = if in_tail { provider.tail_latency_ms } else { provider.latency_ms };
+        let ready = now + Duration::from_millis(latency + jitter);
+        if let Some(hang_ms) = provider.hang_ms {
+            Plan::Hang { gives_up_at: now + Duration::from_millis(hang_ms) }
+        } else if provider.error_rate > 0.0 && sim.roll() < provider.error_rate {
+            Plan::Error { at: ready, status: provider.error_status }
+        } else {
+            let at = provider.late_ms.map_or(ready, |late| now + Duration::from_millis(late));
+            Plan::Answer { at, content, usage, ending }
+        }
     };
     let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
-    let entry = log.get_or_insert_with(id, || Entry {
-        provider: name.to_owned(),
-        received_at: chrono::Utc::now(),
-        arrived: now,
-        times: 0,
-        plan: fresh_plan,
-        closed_after: None,
-        canceled_after: None,
-        strict_schema: strict,
-        response_id,
-        traceparent,
-        resumed: 0,
-        paced: None,
+    // Planned only for a request not seen before: a repeated id keeps its plan.
+    let entry = log.get_or_insert_with(id, || {
+        let in_tail = !id.starts_with("qualification-") && sim.in_tail(name, provider);
+        let first_token_ms =
+            if in_tail { provider.tail_latency_ms } else { provider.first_token_ms.unwrap_or(provider.latency_ms) };
+        Entry {
+            provider: name.to_owned(),
+            received_at: chrono::Utc::now(),
+            arrived: now,
+            times: 0,
+            plan: fresh_plan(in_tail),
+            first_token_after: Duration::from_millis(first_token_ms),
+            closed_after: None,
+            canceled_after: None,
+            strict_schema: strict,
+            response_id,
+            traceparent,
+            resumed: 0,
+            paced: None,
+        }
     });
     entry.times += 1;
     (entry.plan.clone(), entry.response_id.clone())
@@ -380,16 +414,19 @@ async fn complete(
         let (content, usage, ending, arrived) = (content.as_str(), *usage, *ending, Instant::now());
         // Its work lasts as long as its stream.
         let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+        let mut first_after = Duration::from_millis(provider.first_token_ms.unwrap_or(provider.latency_ms));
         if let Some(entry) = log.get_mut(&id)
             && let Plan::Answer { at, .. } = &mut entry.plan
         {
-            *at = (*at).max(stream::ends_at(provider, content, arrived));
-            let (first, every) = stream::pace(provider, arrived);
+            first_after = entry.first_token_after;
+            *at = (*at).max(stream::ends_at(provider, first_after, content, arrived));
+            let (first, every) = stream::pace(provider, first_after, arrived);
             let due = chrono::Utc::now() + first.saturating_duration_since(Instant::now());
             entry.paced = Some((due, every));
         }
         drop(log);
-        let streamed = stream::Streamed { id: &id, model: &model, content, usage, ending, include_usage, arrived };
+        let streamed =
+            stream::Streamed { id: &id, model: &model, content, usage, ending, include_usage, arrived, first_after };
         return stream::answer(provider, streamed);
     }
     if let Some(fault) = provider.fault {
@@ -529,6 +566,48 @@ mod tests {
     use super::*;
 
     #[test]
+    fn exactly_one_request_in_twenty_takes_the_tail_at_a_tail_rate_of_five_percent() {
+        let provider: ProviderSettings = toml::from_str(
+            "kind = \"sim\"\nmodel = \"sim-1\"\nlatency_ms = 5\ntail_rate = 0.05\ntail_latency_ms = 4000",
+        )
+        .unwrap();
+        let sim = SimState {
+            providers: HashMap::from([("sim-tail".to_owned(), provider.clone())]),
+            log: Mutex::new(Bounded::new(MOST_REQUESTS)),
+            responses: Mutex::new(Bounded::new(MOST_REQUESTS)),
+            random: Mutex::new(1),
+            refused: Mutex::new(HashMap::new()),
+            arrivals: Mutex::new(HashMap::new()),
+        };
+        let job = json!({"task": "summarize", "input": {"text": "a b"}});
+        let messages = [json!({"role": "user", "content": "a b"})];
+        let mut tails = Vec::new();
+        for n in 0..100 {
+            let id = if n == 50 { "qualification-1".to_owned() } else { format!("attempt-{n}") };
+            let arrival = Arrival {
+                name: "sim-tail",
+                provider: &provider,
+                id: &id,
+                job: &job,
+                messages: &messages,
+                strict: false,
+                response_id: None,
+                traceparent: None,
+            };
+            let before = Instant::now();
+            let (Plan::Answer { at, .. }, _) = admit(&sim, arrival) else { panic!("an answer is planned") };
+            if at >= before + Duration::from_millis(4000) {
+                tails.push(n);
+            }
+        }
+        // The 20th, 40th, … of the requests that are not qualification calls.
+        assert_eq!(tails, [19, 39, 60, 80], "{tails:?}");
+        let entry_of = |id: &str| sim.log.lock().unwrap().get(id).map(|entry| entry.first_token_after);
+        assert_eq!(entry_of("attempt-19"), Some(Duration::from_millis(4000)), "a streamed answer's first token too");
+        assert_eq!(entry_of("attempt-18"), Some(Duration::from_millis(5)));
+    }
+
+    #[test]
     fn a_canceled_request_is_charged_its_prompt_and_the_share_of_its_answer_due_by_then() {
         let arrived = Instant::now();
         let plan = Plan::Answer {
@@ -550,6 +629,7 @@ mod tests {
             traceparent: None,
             resumed: 0,
             paced: None,
+            first_token_after: Duration::ZERO,
         };
         assert!(
             entry.working_at(arrived + Duration::from_secs(1)) && !entry.working_at(arrived + Duration::from_secs(4))

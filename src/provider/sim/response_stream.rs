@@ -43,7 +43,7 @@ pub(super) fn events(id: &str, entry: &Entry, provider: &ProviderSettings, model
     }
     match &entry.plan {
         Plan::Answer { at, content, ending, .. } => {
-            let (first, every) = stream::pace(provider, arrived);
+            let (first, every) = stream::pace(provider, entry.first_token_after, arrived);
             let item = message(id, "in_progress", json!(null));
             let item_id = item["id"].clone();
             let place = json!({"item_id": item_id, "output_index": 0, "content_index": 0});
@@ -155,6 +155,7 @@ mod tests {
             traceparent: None,
             resumed: 0,
             paced: None,
+            first_token_after: std::time::Duration::from_millis(5),
         };
         let events = events("resp_1", &entry, &provider, "sim-1");
         let numbers: Vec<u64> = events.iter().map(|(_, e)| e["sequence_number"].as_u64().unwrap()).collect();

@@ -116,7 +116,7 @@ pub(super) async fn create(
                 let Some(entry) = log.get_mut(&id) else { return not_found(&response_id) };
                 if let Plan::Answer { at, content, .. } = &mut entry.plan {
                     // Its work lasts as long as its stream.
-                    *at = (*at).max(super::stream::ends_at(provider, content, entry.arrived));
+                    *at = (*at).max(super::stream::ends_at(provider, entry.first_token_after, content, entry.arrived));
                 }
                 super::response_stream::events(&response_id, entry, provider, &model)
             };

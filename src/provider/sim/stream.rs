@@ -5,7 +5,8 @@
 //! usage in a chunk without choices, then `data: [DONE]`.
 //!
 //! The first content comes `first_token_ms` after the request (by default
-//! its `latency_ms`), the rest at `tokens_per_second`, a chunk counted as a
+//! its `latency_ms`; for a request in the provider's tail, its
+//! `tail_latency_ms`), the rest at `tokens_per_second`, a chunk counted as a
 //! token. Faults: `stream_break_after = N` breaks the connection after N
 //! content chunks; `stream_stall_after = N` sends nothing more after N.
 
@@ -34,16 +35,15 @@ pub(super) fn pieces(content: &str) -> Vec<String> {
 /// When the last piece of a streamed answer of `content` is sent, for a
 /// request that arrived at `arrived`: the provider's work is done then (a
 /// cancel before it stops the work, as the status lookup reports).
-pub(super) fn ends_at(provider: &ProviderSettings, content: &str, arrived: Instant) -> Instant {
-    let (first, every) = pace(provider, arrived);
+pub(super) fn ends_at(provider: &ProviderSettings, first_after: Duration, content: &str, arrived: Instant) -> Instant {
+    let (first, every) = pace(provider, first_after, arrived);
     let pieces = u32::try_from(pieces(content).len()).unwrap_or(u32::MAX);
     first + every * pieces.saturating_sub(1)
 }
 
 /// When the first token comes, and the time between two.
-pub(super) fn pace(provider: &ProviderSettings, arrived: Instant) -> (Instant, Duration) {
-    let first = arrived + Duration::from_millis(provider.first_token_ms.unwrap_or(provider.latency_ms));
-    (first, Duration::from_secs(1) / provider.tokens_per_second.max(1))
+pub(super) fn pace(provider: &ProviderSettings, first_after: Duration, arrived: Instant) -> (Instant, Duration) {
+    (arrived + first_after, Duration::from_secs(1) / provider.tokens_per_second.max(1))
 }
 
 /// One streamed request's answer.
@@ -56,11 +56,13 @@ pub(super) struct Streamed<'a> {
     pub include_usage: bool,
     /// When the request arrived.
     pub arrived: Instant,
+    /// How long after it the first piece comes.
+    pub first_after: Duration,
 }
 
 /// The streamed answer of `provider` (its pacing and faults).
 pub(super) fn answer(provider: &ProviderSettings, streamed: Streamed<'_>) -> Response {
-    let Streamed { id, model, content, usage, ending, include_usage, arrived } = streamed;
+    let Streamed { id, model, content, usage, ending, include_usage, arrived, first_after } = streamed;
     let chunk = |delta: Value, finish: Option<&str>| {
         json!({
             "id": format!("chatcmpl-{id}"),
@@ -92,7 +94,7 @@ pub(super) fn answer(provider: &ProviderSettings, streamed: Streamed<'_>) -> Res
         content_chunks.truncate(n);
         tail.clear();
     }
-    let (first, every) = pace(provider, arrived);
+    let (first, every) = pace(provider, first_after, arrived);
     // The role first, with the first token; each further content chunk a
     // token later; the ending with the last one.
     let mut timed: Vec<(Instant, Bytes)> =
