@@ -278,7 +278,7 @@ async fn a_responses_stream_broken_after_ten_pieces_resumes_with_no_restart_and_
 }
 
 /// A provider that streams more than its `max_output_tokens` (8 here, and
-/// the margin: 16; the answer has about 40, at 20 pieces a second) is
+/// the margin: 16; the answer has about 80, at 20 pieces a second) is
 /// stopped there: no more of its answer is stored, its call is stopped and
 /// canceled at the provider, and the attempt fails as `response-too-large`,
 /// charged what it streamed (counted) or what the provider says.
@@ -292,7 +292,9 @@ async fn a_streamed_answer_past_max_output_tokens_is_stopped_and_fails_response_
         s.tasks.get_mut("summarize").unwrap().max_attempts = 1;
     })
     .await;
-    let text = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen";
+    // A summary of about 90 pieces, four seconds at 20 a second: stopped
+    // long before its end, however slow the machine.
+    let text = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen ".repeat(4);
     let response =
         app.post_job("k", &json!({"task": "summarize", "input": {"text": text}, "provider": "sim-long"})).await;
     let id = response.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
