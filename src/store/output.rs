@@ -55,31 +55,69 @@ impl Store {
     /// after a `restart` if another's pieces came before); else
     /// [`Appended::Refused`].
     pub async fn append_output(&self, attempt: &AttemptRef, text: &str) -> Result<Appended> {
-        let (owner, job) = (&attempt.owner, attempt.job_id);
-        let mut tx = self.begin().await?;
-        let Some(lock) = tx.lock_output(owner, job).await? else { return Ok(Appended::Refused) };
-        if matches!(lock.state, JobState::Succeeded | JobState::Canceled) {
-            return Ok(Appended::Refused);
-        }
-        let mut seq = lock.last_seq;
-        match lock.output_attempt {
-            Some(holder) if holder == attempt.number => {}
-            Some(_) if lock.holder_state == Some(AttemptState::Running) => return Ok(Appended::Refused),
-            holder => {
-                tx.set_output_attempt(owner, job, attempt.number).await?;
-                if holder.is_some() && seq > 0 {
-                    seq += 1;
-                    let restart =
-                        OutputPiece { seq, attempt_number: attempt.number, kind: "restart".into(), text: "".into() };
-                    tx.insert_output(owner, job, &restart).await?;
+        self.append_outputs(&[(attempt, text)]).await.pop().expect("one answer for one piece")
+    }
+
+    /// [`Store::append_output`] for several pieces of several attempts, in
+    /// one transaction (one commit), the jobs locked in the order of their
+    /// ids; the answers are in the order of `appends`. Should a batch of
+    /// several fail, each piece is appended alone.
+    pub async fn append_outputs(&self, appends: &[(&AttemptRef, &str)]) -> Vec<Result<Appended>> {
+        let mut order: Vec<usize> = (0..appends.len()).collect();
+        // A stable sort: two pieces for one job keep their order.
+        order.sort_by_key(|&i| (appends[i].0.owner.as_str(), appends[i].0.job_id.0));
+        let together = async {
+            let mut tx = self.begin().await?;
+            let mut appended = vec![Appended::Refused; appends.len()];
+            for &i in &order {
+                let (attempt, text) = appends[i];
+                let (owner, job) = (&attempt.owner, attempt.job_id);
+                let Some(lock) = tx.lock_output(owner, job).await? else { continue };
+                if matches!(lock.state, JobState::Succeeded | JobState::Canceled) {
+                    continue;
                 }
+                let mut seq = lock.last_seq;
+                match lock.output_attempt {
+                    Some(holder) if holder == attempt.number => {}
+                    Some(_) if lock.holder_state == Some(AttemptState::Running) => continue,
+                    holder => {
+                        tx.set_output_attempt(owner, job, attempt.number).await?;
+                        if holder.is_some() && seq > 0 {
+                            seq += 1;
+                            let restart = OutputPiece {
+                                seq,
+                                attempt_number: attempt.number,
+                                kind: "restart".into(),
+                                text: "".into(),
+                            };
+                            tx.insert_output(owner, job, &restart).await?;
+                        }
+                    }
+                }
+                let delta = OutputPiece {
+                    seq: seq + 1,
+                    attempt_number: attempt.number,
+                    kind: "delta".into(),
+                    text: text.into(),
+                };
+                tx.insert_output(owner, job, &delta).await?;
+                appended[i] = Appended::Shown;
+            }
+            tx.commit().await?;
+            Ok::<_, super::StoreError>(appended)
+        };
+        match together.await {
+            Ok(appended) => appended.into_iter().map(Ok).collect(),
+            Err(error) if appends.len() == 1 => vec![Err(error)],
+            Err(error) => {
+                tracing::debug!(%error, size = appends.len(), "a batch of output pieces failed; appending each alone");
+                let mut answers = Vec::with_capacity(appends.len());
+                for (attempt, text) in appends {
+                    answers.push(Box::pin(self.append_output(attempt, text)).await);
+                }
+                answers
             }
         }
-        let delta =
-            OutputPiece { seq: seq + 1, attempt_number: attempt.number, kind: "delta".into(), text: text.into() };
-        tx.insert_output(owner, job, &delta).await?;
-        tx.commit().await?;
-        Ok(Appended::Shown)
     }
 
     /// Job `job_id`'s output after piece `after` (0: all of it), in order.

@@ -405,8 +405,9 @@ async fn call_counted(
     let writer = task.settings.stream.then(|| {
         let (deltas, pieces) = tokio::sync::mpsc::unbounded_channel();
         prepared.request.deltas = Some(deltas);
-        let (store, signals, attempt) = (worker.store.clone(), worker.signals.clone(), claimed.attempt.clone());
-        tokio::spawn(super::output::write_output(store, signals, attempt, claimed.id, (bound, stop), pieces))
+        let writing = (worker.store.clone(), worker.appends.clone());
+        let (signals, attempt) = (worker.signals.clone(), claimed.attempt.clone());
+        tokio::spawn(super::output::write_output(writing, signals, attempt, claimed.id, (bound, stop), pieces))
     });
     let stopped = async {
         if stopped.await.is_err() {

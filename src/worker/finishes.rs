@@ -1,16 +1,12 @@
-//! Group commit of the worker's outputs: an attempt's output waits in a
-//! queue; whoever gets one of the [`WRITERS`] turns takes every output
-//! queued (its own among them) and settles them in one transaction
-//! ([`Store::finish_attempts`]: one compare-and-swap per attempt, one
-//! commit), while the outputs that arrive meanwhile queue for the next.
-//! An output that arrives with a turn free is settled at once, alone;
-//! under load, batches grow with the time a commit takes.
-
-use std::sync::{Arc, Mutex};
+//! Group commit of the worker's outputs ([`super::group_commit`]): the
+//! outputs queued when one of the [`WRITERS`] turns comes are settled in
+//! one transaction ([`Store::finish_attempts`]: one compare-and-swap per
+//! attempt, one commit).
 
 use serde_json::Value;
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::oneshot;
 
+use super::group_commit::GroupCommit;
 use crate::store::{AttemptRef, AttemptUsage, Finish, Result, Store, StoreError, Transition};
 
 /// The most outputs one transaction settles.
@@ -30,15 +26,12 @@ struct Queued {
     answer: oneshot::Sender<Result<Transition>>,
 }
 
-/// The queue of outputs waiting to be settled, and the turns to write a batch.
-pub(crate) struct Finishes {
-    queue: Mutex<Vec<Queued>>,
-    writing: Arc<Semaphore>,
-}
+/// The queue of outputs waiting to be settled.
+pub(crate) struct Finishes(GroupCommit<Queued>);
 
 impl Default for Finishes {
     fn default() -> Self {
-        Self { queue: Mutex::default(), writing: Arc::new(Semaphore::new(WRITERS)) }
+        Self(GroupCommit::new(WRITERS, MAX_BATCH, |store, batch| Box::pin(async move { settle(&store, batch).await })))
     }
 }
 
@@ -50,9 +43,7 @@ fn interrupted() -> StoreError {
 
 impl Finishes {
     /// Settles `output` as `holder`'s for `attempt`, with `usage`, in the
-    /// next batch: what [`Store::finish_attempt`] answers. The batch is
-    /// written by a task of its own, so that an attempt whose task ends
-    /// while it waits cannot abandon the others.
+    /// next batch: what [`Store::finish_attempt`] answers.
     pub(crate) async fn finish(
         &self,
         store: &Store,
@@ -61,7 +52,7 @@ impl Finishes {
         holder: &str,
         usage: Option<&AttemptUsage>,
     ) -> Result<Transition> {
-        let (answer, mut answered) = oneshot::channel();
+        let (answer, answered) = oneshot::channel();
         let queued = Queued {
             attempt: attempt.clone(),
             output: output.clone(),
@@ -69,30 +60,7 @@ impl Finishes {
             usage: usage.cloned(),
             answer,
         };
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).push(queued);
-        loop {
-            let turn = tokio::select! {
-                biased;
-                answer = &mut answered => return answer.map_err(|_| interrupted())?,
-                turn = self.writing.clone().acquire_owned() => turn.map_err(|_| interrupted())?,
-            };
-            let batch: Vec<Queued> = {
-                let mut queued = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-                let take = queued.len().min(MAX_BATCH);
-                queued.drain(..take).collect()
-            };
-            if batch.is_empty() {
-                // Ours was taken by a batch being written: its answer comes.
-                drop(turn);
-                return answered.await.map_err(|_| interrupted())?;
-            }
-            let store = store.clone();
-            tokio::spawn(async move {
-                let _turn = turn;
-                settle(&store, batch).await;
-            });
-            // Ours was in that batch, or (past MAX_BATCH) is in a later one.
-        }
+        self.0.submit(store, queued, answered).await.ok_or_else(interrupted)?
     }
 }
 

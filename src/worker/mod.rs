@@ -10,6 +10,7 @@
 
 mod attempt;
 mod finishes;
+mod group_commit;
 pub mod output;
 mod purger;
 mod reaper;
@@ -55,6 +56,8 @@ pub struct Worker {
     rotation: crate::store::claims::Rotation,
     /// This worker's outputs waiting to be settled in a batch.
     finishes: finishes::Finishes,
+    /// The group commit of this process's streamed pieces.
+    appends: std::sync::Arc<output::Appends>,
 }
 
 impl Worker {
@@ -72,8 +75,21 @@ impl Worker {
         let id = format!("{}-{}-{}", host.trim(), std::process::id(), &uuid::Uuid::now_v7().simple().to_string()[24..]);
         let heartbeat = Arc::new(std::sync::atomic::AtomicI64::new(chrono::Utc::now().timestamp()));
         let rotation = crate::store::claims::Rotation::default();
-        let finishes = finishes::Finishes::default();
-        Self { store, catalog, providers, signals, settings, webhooks, retention, id, heartbeat, rotation, finishes }
+        let (finishes, appends) = (finishes::Finishes::default(), std::sync::Arc::default());
+        Self {
+            store,
+            catalog,
+            providers,
+            signals,
+            settings,
+            webhooks,
+            retention,
+            id,
+            heartbeat,
+            rotation,
+            finishes,
+            appends,
+        }
     }
 
     fn leases(&self) -> Leases {

@@ -2,7 +2,9 @@
 //! (`Store::append_output`): the first piece at once, so that a reader sees
 //! the first token as soon as the worker does; after it, what came in the
 //! meantime in one write at most every [`BATCH`], so that the writes per
-//! stream do not grow with the provider's token rate. A piece the job's
+//! stream do not grow with the provider's token rate. The writes of all
+//! the process's streams are grouped ([`Appends`]): one transaction writes
+//! every piece waiting when its turn comes. A piece the job's
 //! output refuses (another attempt holds it and runs, or the job ended)
 //! means this attempt lost the race for the output: its call is aborted
 //! (and, where the provider can, canceled there) as a loser's is, when the
@@ -21,6 +23,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::group_commit::GroupCommit;
 use crate::config::Tokenizer;
 use crate::domain::{AttemptId, Usage};
 use crate::process::signals::Signals;
@@ -71,7 +74,7 @@ pub(super) struct Written {
 /// pieces, only [`MAX_BYTES`] bounds what is kept of them: its answer may
 /// still come whole and be recorded as a loser's.
 pub(super) async fn write_output(
-    store: Store,
+    (store, appends): (Store, Arc<Appends>),
     signals: Arc<Signals>,
     attempt: AttemptRef,
     id: AttemptId,
@@ -111,7 +114,7 @@ pub(super) async fn write_output(
             continue;
         }
         next_write = Instant::now() + BATCH;
-        match write(&store, &attempt, &text).await {
+        match write(&appends, &store, &attempt, &text).await {
             Some(Appended::Shown) => signals.job_changed(attempt.job_id),
             Some(Appended::Refused) => {
                 tracing::info!(
@@ -175,10 +178,55 @@ pub(super) fn streamed_outcome(
     }
 }
 
+/// A piece waiting for its batch, and where its answer goes.
+struct Queued {
+    attempt: AttemptRef,
+    text: String,
+    answer: oneshot::Sender<crate::store::Result<Appended>>,
+}
+
+/// The pieces of this process's streams waiting to be written: those
+/// queued when one of two writers' turns comes are written in one
+/// transaction ([`super::group_commit`], [`Store::append_outputs`]), so
+/// that many streams cost a commit, not one each.
+pub(crate) struct Appends(GroupCommit<Queued>);
+
+/// The most pieces one transaction writes.
+const MAX_BATCH: usize = 256;
+
+impl Default for Appends {
+    fn default() -> Self {
+        Self(GroupCommit::new(2, MAX_BATCH, |store, batch| Box::pin(async move { append(&store, batch).await })))
+    }
+}
+
+impl Appends {
+    /// Appends `text` to `attempt`'s job's output in the next batch: what
+    /// [`Store::append_output`] answers.
+    async fn append(&self, store: &Store, attempt: &AttemptRef, text: &str) -> crate::store::Result<Appended> {
+        let (answer, answered) = oneshot::channel();
+        let queued = Queued { attempt: attempt.clone(), text: text.to_owned(), answer };
+        self.0
+            .submit(store, queued, answered)
+            .await
+            .ok_or(crate::store::StoreError::Interrupted("the write of this piece was interrupted"))?
+    }
+}
+
+/// Writes a batch of pieces in one transaction and answers each.
+async fn append(store: &Store, batch: Vec<Queued>) {
+    let pieces: Vec<(&AttemptRef, &str)> = batch.iter().map(|q| (&q.attempt, q.text.as_str())).collect();
+    let answers = store.append_outputs(&pieces).await;
+    drop(pieces);
+    for (queued, answer) in batch.into_iter().zip(answers) {
+        let _ = queued.answer.send(answer);
+    }
+}
+
 /// One write, tried again on a database error; `None` when it failed.
-async fn write(store: &Store, attempt: &AttemptRef, text: &str) -> Option<Appended> {
+async fn write(appends: &Appends, store: &Store, attempt: &AttemptRef, text: &str) -> Option<Appended> {
     for tried in 1..=TRIES {
-        match store.append_output(attempt, text).await {
+        match appends.append(store, attempt, text).await {
             Ok(appended) => return Some(appended),
             Err(error) if tried < TRIES => {
                 tracing::warn!(%error, tried, "writing a piece of the job's output failed; trying again");

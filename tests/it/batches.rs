@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use onejob::domain::{AttemptState, JobState};
+use onejob::store::output::{Appended, OutputPiece};
 use onejob::store::{Finish, Transition};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
@@ -59,7 +60,33 @@ pub async fn a_batch_settles_each_output_by_its_own_compare_and_swap(store: Shar
     );
 }
 
-on_both_backends!(setup = conformance_store; a_batch_settles_each_output_by_its_own_compare_and_swap);
+/// Pieces of several streams in one batch: each job's output is decided by
+/// its own compare-and-swap. Two running attempts of one job in one batch:
+/// the first to arrive takes the output and the other is refused; another
+/// job's piece is shown; a job's pieces are numbered in order.
+pub async fn a_batch_of_output_pieces_decides_each_jobs_output_by_itself(store: Shared) {
+    let s = &store;
+    let (alone, raced) = (job_with_running(s, "alone", 1).await, job_with_running(s, "raced", 2).await);
+    let (a1, r2, r1) = (at(alone, 1), at(raced, 2), at(raced, 1));
+    let appended = |batch: Vec<Result<Appended, _>>| batch.into_iter().map(Result::unwrap).collect::<Vec<_>>();
+    let first = appended(s.append_outputs(&[(&a1, "a"), (&r2, "second"), (&r1, "first")]).await);
+    assert_eq!(first, [Appended::Shown, Appended::Shown, Appended::Refused]);
+    let then = appended(s.append_outputs(&[(&r2, " more"), (&a1, "b"), (&r1, "again")]).await);
+    assert_eq!(then, [Appended::Shown, Appended::Shown, Appended::Refused]);
+    let texts = |pieces: Vec<OutputPiece>| {
+        pieces.into_iter().map(|p| (p.seq, p.attempt_number, p.text)).collect::<Vec<(i64, i32, String)>>()
+    };
+    let raced_output = texts(s.list_output(&owner("alice"), raced, 0).await.unwrap());
+    assert_eq!(raced_output, [(1, 2, "second".to_owned()), (2, 2, " more".to_owned())]);
+    let alone_output = texts(s.list_output(&owner("alice"), alone, 0).await.unwrap());
+    assert_eq!(alone_output, [(1, 1, "a".to_owned()), (2, 1, "b".to_owned())]);
+}
+
+on_both_backends!(
+    setup = conformance_store;
+    a_batch_settles_each_output_by_its_own_compare_and_swap,
+    a_batch_of_output_pieces_decides_each_jobs_output_by_itself
+);
 
 /// Postgres: four outputs of four jobs settled in one batch are one
 /// transaction, one `COMMIT` as the database counts them
@@ -124,7 +151,26 @@ async fn a_batch_commits_its_other_outputs_while_one_job_is_locked_elsewhere_the
     assert_eq!(job_state(&store, locked).await, JobState::Succeeded);
 }
 
+/// Postgres: the pieces of four streams in one batch are one commit.
+async fn a_batch_of_output_pieces_is_one_commit() {
+    let url = crate::common::postgres::fresh_database().await;
+    let pool = PgPoolOptions::new().max_connections(8).connect(&url).await.unwrap();
+    let store = onejob::store::Store::new(onejob::store::PostgresStore::from_pool(pool.clone()));
+    let mut attempts = Vec::new();
+    for key in ["a", "b", "c", "d"] {
+        attempts.push(at(job_with_running(&store, key, 1).await, 1));
+    }
+    let pieces: Vec<(&onejob::store::AttemptRef, &str)> = attempts.iter().map(|attempt| (attempt, "piece")).collect();
+    crate::common::postgres::reset_statement_counts(&pool).await;
+    let answers: Vec<Appended> = store.append_outputs(&pieces).await.into_iter().map(Result::unwrap).collect();
+    let counts = crate::common::postgres::statement_counts(&pool).await;
+    assert_eq!(answers, vec![Appended::Shown; 4]);
+    let commits: i64 = counts.iter().filter(|(query, _)| query.eq_ignore_ascii_case("commit")).map(|(_, n)| n).sum();
+    assert_eq!(commits, 1, "one commit for the batch: {counts:#?}");
+}
+
 on_postgres!(
+    a_batch_of_output_pieces_is_one_commit,
     a_batch_of_outputs_is_one_commit,
     a_batch_commits_its_other_outputs_while_one_job_is_locked_elsewhere_then_settles_that_one
 );

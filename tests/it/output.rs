@@ -294,7 +294,8 @@ async fn a_streamed_answer_past_max_output_tokens_is_stopped_and_fails_response_
     .await;
     // A summary of about 90 pieces, four seconds at 20 a second: stopped
     // long before its end, however slow the machine.
-    let text = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen ".repeat(4);
+    let text =
+        "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen ".repeat(4);
     let response =
         app.post_job("k", &json!({"task": "summarize", "input": {"text": text}, "provider": "sim-long"})).await;
     let id = response.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
