@@ -216,10 +216,10 @@ impl Stream {
 
 /// One event of a stream: its `id:`, `event:` and `data:` lines.
 #[derive(Debug, Default, PartialEq)]
-struct StreamEvent {
-    id: String,
-    kind: String,
-    data: String,
+pub(super) struct StreamEvent {
+    pub(super) id: String,
+    pub(super) kind: String,
+    pub(super) data: String,
 }
 
 /// Reads Server-Sent Events out of a stream's bytes as they come: lines
@@ -227,7 +227,7 @@ struct StreamEvent {
 /// lines starting with `:` are comments, and several `data:` lines are
 /// joined with LF.
 #[derive(Default)]
-struct EventLines {
+pub(super) struct EventLines {
     line: Vec<u8>,
     event: StreamEvent,
     has_data: bool,
@@ -235,7 +235,7 @@ struct EventLines {
 
 impl EventLines {
     /// The events `bytes` complete.
-    fn feed(&mut self, bytes: &[u8]) -> Vec<StreamEvent> {
+    pub(super) fn feed(&mut self, bytes: &[u8]) -> Vec<StreamEvent> {
         let mut complete = Vec::new();
         for &byte in bytes {
             if byte != b'\n' {

@@ -23,6 +23,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::streams::{EventLines, StreamEvent};
 use super::{Options, Sample, percentile};
 
 /// Characters of text the simulator sends a piece.
@@ -150,9 +151,9 @@ async fn direct(client: &reqwest::Client, sim: &str, provider: &str, id: &str) -
         return Err(format!("the simulator answered {}", response.status()));
     }
     let mut first = None;
-    let mut lines = Lines::default();
+    let mut lines = EventLines::default();
     while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
-        for data in lines.feed(&chunk) {
+        for StreamEvent { data, .. } in lines.feed(&chunk) {
             if first.is_none() && data.contains("\"content\":\"") && !data.contains("\"content\":\"\"") {
                 first = Some(began.elapsed().as_micros() as u64);
             }
@@ -190,10 +191,10 @@ async fn through_onejob(client: &reqwest::Client, options: &Options, key: &str) 
     }
     let mut one = Streamed { job: id, first_token_micros: 0, deltas: Vec::new() };
     let (mut characters, mut ended) = (0usize, false);
-    let mut lines = Lines::default();
+    let mut lines = EventLines::default();
     while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
         let arrived = Utc::now();
-        for data in lines.feed(&chunk) {
+        for StreamEvent { data, .. } in lines.feed(&chunk) {
             let event: Value = serde_json::from_str(&data).map_err(|e| format!("an event is not JSON: {e}"))?;
             if let Some(text) = event["text"].as_str() {
                 if one.deltas.is_empty() {
@@ -254,26 +255,4 @@ async fn piece_delays(
 /// The JSON answer to `request`.
 async fn json_of(request: reqwest::RequestBuilder) -> Result<Value, String> {
     request.send().await.map_err(|e| e.to_string())?.json().await.map_err(|e| e.to_string())
-}
-
-/// The `data:` of Server-Sent Events, as their bytes come.
-#[derive(Default)]
-struct Lines {
-    pending: Vec<u8>,
-}
-
-impl Lines {
-    fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
-        self.pending.extend(bytes.iter().copied().filter(|&b| b != b'\r'));
-        let mut data = Vec::new();
-        while let Some(end) = self.pending.windows(2).position(|pair| pair == b"\n\n") {
-            let event: Vec<u8> = self.pending.drain(..end + 2).collect();
-            let text = String::from_utf8_lossy(&event);
-            let lines: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
-            if !lines.is_empty() {
-                data.push(lines.join("\n"));
-            }
-        }
-        data
-    }
 }
