@@ -126,6 +126,9 @@ pub struct Application {
     // Stopped with the application: it forgets owners the rate limiter no
     // longer needs to remember.
     _limiter_sweep: Option<AbortOnDrop>,
+    // Stopped with the application: it keeps this process's view of the
+    // providers' breakers current, when any provider has one.
+    _breaker_refresh: Option<AbortOnDrop>,
     // Stopped with the application: it folds histogram samples into their
     // buckets whether or not anyone scrapes `/metrics`.
     _metrics_upkeep: AbortOnDrop,
@@ -262,6 +265,18 @@ impl Application {
             limits,
         ));
         let key_follower = if role == Role::Worker { None } else { follow_key_changes(&store, &auth, &jobs).await };
+        let breakers = catalog.breakers().clone();
+        let breaker_refresh = if breakers.any() {
+            // Known before the first request: a restarted process routes
+            // around a breaker opened before it started.
+            if let Err(error) = crate::task::breakers::refresh(&store, &breakers).await {
+                tracing::warn!(%error, "reading the providers' breakers failed; they count as closed until read");
+            }
+            let refresh = crate::task::breakers::refresh_every_second(store.clone(), breakers);
+            Some(AbortOnDrop(tokio::spawn(refresh)))
+        } else {
+            None
+        };
         let metrics = crate::process::metrics::install();
         let metrics_upkeep = AbortOnDrop(tokio::spawn(crate::process::metrics::keep_up(metrics.clone())));
         crate::process::metrics::start_at_zero(&settings);
@@ -299,6 +314,7 @@ impl Application {
             _simulator: simulator,
             _key_follower: key_follower,
             _limiter_sweep: limiter_sweep,
+            _breaker_refresh: breaker_refresh,
             _metrics_upkeep: metrics_upkeep,
         })
     }

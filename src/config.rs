@@ -11,9 +11,10 @@ use serde::Deserialize;
 
 pub use crate::domain::retention::Span;
 pub use provider::{
-    MaxTokensField, ProviderApi, ProviderKind, ProviderLimits, ProviderSettings, SimFault, SimOutput, Tokenizer,
+    BreakerSettings, MaxTokensField, ProviderApi, ProviderKind, ProviderLimits, ProviderSettings, SimFault, SimOutput,
+    Tokenizer,
 };
-pub use task::{ExampleSettings, PromptSettings, TaskSettings};
+pub use task::{ExampleSettings, HedgeSettings, PromptSettings, TaskSettings};
 
 mod provider;
 mod task;
@@ -491,7 +492,8 @@ impl Settings {
             return invalid("worker.concurrency and worker.batch_size must be at least 1".into());
         }
         for (name, task) in &self.tasks {
-            for provider in std::iter::once(&task.default_provider).chain(&task.failover) {
+            let hedges = task.hedge.as_ref().map(|hedge| hedge.providers_of(task)).unwrap_or_default();
+            for provider in std::iter::once(&task.default_provider).chain(&task.failover).chain(hedges) {
                 if !self.providers.contains_key(provider) {
                     return invalid(format!("tasks.{name} names provider '{provider}', which is not configured"));
                 }
@@ -501,6 +503,9 @@ impl Settings {
             }
             if task.max_attempts == 0 || task.max_in_flight == 0 {
                 return invalid(format!("tasks.{name}: max_attempts and max_in_flight must be at least 1"));
+            }
+            if let Some(hedge) = &task.hedge {
+                hedge.check(name, task).map_err(ConfigError::Invalid)?;
             }
         }
         for (name, provider) in &self.providers {

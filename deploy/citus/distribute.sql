@@ -18,6 +18,7 @@ select create_reference_table('bootstrap');
 -- buckets): written by the claims of limited providers, so each write goes
 -- to every node; with few providers and batched claims that stays small.
 select create_reference_table('provider_state');
+select create_reference_table('provider_breakers');
 
 -- Everything an owner has, hash-distributed by owner_id and colocated with
 -- jobs: one owner's rows of every table live on one shard, so each of the

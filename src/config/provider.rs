@@ -224,6 +224,10 @@ pub struct ProviderSettings {
     /// sim: the status of those errors.
     #[serde(default = "default_error_status")]
     pub error_status: u16,
+    /// sim: every call (qualification calls aside) that arrives within this
+    /// long of the simulator's start is answered with `error_status`.
+    #[serde(default)]
+    pub outage_ms: Option<u64>,
     /// sim: accept and never answer; status lookup says running this long.
     #[serde(default)]
     pub hang_ms: Option<u64>,
@@ -270,6 +274,56 @@ pub struct ProviderSettings {
     /// plus its `max_output_tokens`.
     #[serde(default)]
     pub tokens_per_minute: Option<u32>,
+    /// Its breaker: taken out of service while its calls mostly fail.
+    #[serde(default)]
+    pub breaker: Option<BreakerSettings>,
+}
+
+/// `[providers.NAME.breaker]`: when the provider is taken out of service,
+/// and for how long before a probe.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerSettings {
+    /// The share of failed calls (definitive failures and timeouts) that
+    /// opens it.
+    #[serde(default = "default_failure_rate")]
+    pub failure_rate: f64,
+    /// The fewest calls in the window it decides on.
+    #[serde(default = "default_min_calls")]
+    pub min_calls: u32,
+    /// How far back calls count, in each process.
+    #[serde(default = "default_breaker_window_ms")]
+    pub window_ms: u64,
+    /// How long it stays open before a probe.
+    #[serde(default = "default_cool_down_ms")]
+    pub cool_down_ms: u64,
+}
+
+impl BreakerSettings {
+    /// When it opens.
+    pub fn thresholds(&self) -> crate::domain::breaker::Thresholds {
+        crate::domain::breaker::Thresholds {
+            failure_rate: self.failure_rate,
+            min_calls: self.min_calls,
+            window: Duration::from_millis(self.window_ms),
+        }
+    }
+}
+
+fn default_failure_rate() -> f64 {
+    0.5
+}
+
+fn default_min_calls() -> u32 {
+    10
+}
+
+fn default_breaker_window_ms() -> u64 {
+    30_000
+}
+
+fn default_cool_down_ms() -> u64 {
+    30_000
 }
 
 impl ProviderSettings {
@@ -381,6 +435,16 @@ impl ProviderSettings {
 
     /// Why these settings of provider `name` cannot be used, if they cannot.
     pub fn check(&self, name: &str) -> Result<(), String> {
+        if let Some(breaker) = &self.breaker {
+            if !(breaker.failure_rate > 0.0 && breaker.failure_rate <= 1.0) {
+                return Err(format!("providers.{name}.breaker.failure_rate must be above 0 and at most 1"));
+            }
+            if breaker.min_calls == 0 || breaker.window_ms < 1_000 || breaker.cool_down_ms == 0 {
+                return Err(format!(
+                    "providers.{name}.breaker: min_calls and cool_down_ms must be at least 1, window_ms at least 1000"
+                ));
+            }
+        }
         if !(0.0..=1.0).contains(&self.tail_rate) {
             return Err(format!("providers.{name}.tail_rate must be between 0 and 1"));
         }

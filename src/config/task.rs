@@ -44,6 +44,10 @@ pub struct TaskSettings {
     /// `GET /jobs/{id}/output` before the attempt ends.
     #[serde(default)]
     pub stream: bool,
+    /// Hedged attempts: a second try raced against a running attempt that
+    /// has not answered in time.
+    #[serde(default)]
+    pub hedge: Option<HedgeSettings>,
     /// How long this task's finished jobs are kept (instead of
     /// `retention.finished_jobs`).
     #[serde(default)]
@@ -61,6 +65,77 @@ pub struct TaskSettings {
     /// sends to a provider to prove it meets this contract.
     #[serde(default)]
     pub examples: Vec<ExampleSettings>,
+}
+
+/// `[tasks.NAME.hedge]`: when a running attempt is raced by a hedge, where
+/// hedges go, and how many.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HedgeSettings {
+    /// Hedge an attempt sent this long ago without an answer (a streaming
+    /// one: without its first piece stored).
+    #[serde(default)]
+    pub after_ms: Option<u64>,
+    /// Or: after the provider's recent latency at this percentile (as this
+    /// process measured its last answers).
+    #[serde(default)]
+    pub after_percentile: Option<f64>,
+    /// Hedges per job.
+    #[serde(default = "default_max_hedges")]
+    pub max_hedges: u32,
+    /// Where hedges go, in order; the task's failover list when absent.
+    #[serde(default)]
+    pub providers: Option<Vec<String>>,
+    /// The largest share of the task's jobs, over a sliding minute, that
+    /// may be hedged.
+    #[serde(default = "default_max_share")]
+    pub max_share: f64,
+}
+
+impl HedgeSettings {
+    /// When a running attempt is hedged.
+    pub fn delay(&self) -> crate::domain::hedge::HedgeDelay {
+        use crate::domain::hedge::HedgeDelay;
+        match (self.after_ms, self.after_percentile) {
+            (Some(ms), _) => HedgeDelay::Fixed(std::time::Duration::from_millis(ms)),
+            (None, Some(p)) => HedgeDelay::Percentile(p),
+            (None, None) => unreachable!("checked: one of after_ms and after_percentile is set"),
+        }
+    }
+
+    /// What serde cannot check; `task` names the task in the message.
+    pub fn check(&self, task: &str, settings: &TaskSettings) -> Result<(), String> {
+        let at = format!("tasks.{task}.hedge");
+        match (self.after_ms, self.after_percentile) {
+            (Some(0), None) => return Err(format!("{at}.after_ms must be at least 1")),
+            (Some(_), None) => {}
+            (None, Some(p)) if p > 0.0 && p < 100.0 => {}
+            (None, Some(_)) => return Err(format!("{at}.after_percentile must be above 0 and below 100")),
+            _ => return Err(format!("{at} needs exactly one of after_ms and after_percentile")),
+        }
+        if self.max_hedges == 0 {
+            return Err(format!("{at}.max_hedges must be at least 1"));
+        }
+        if !(self.max_share > 0.0 && self.max_share <= 1.0) {
+            return Err(format!("{at}.max_share must be above 0 and at most 1"));
+        }
+        if settings.max_in_flight < 2 {
+            return Err(format!(
+                "{at}: a hedge runs beside its attempt, so tasks.{task}.max_in_flight must be at least 2"
+            ));
+        }
+        if self.providers_of(settings).is_empty() {
+            return Err(format!(
+                "{at}: hedges go to hedge.providers, or else to the task's failover list: it is empty"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where hedges of a task with these `settings` go, in order.
+    pub fn providers_of<'a>(&'a self, settings: &'a TaskSettings) -> &'a [String] {
+        self.providers.as_deref().unwrap_or(&settings.failover)
+    }
 }
 
 /// `[tasks.NAME.prompt]`: minijinja templates rendered with the input's
@@ -84,6 +159,14 @@ pub struct ExampleSettings {
     /// Members the output must have, with these values.
     #[serde(default)]
     pub expect: serde_json::Map<String, Value>,
+}
+
+fn default_max_hedges() -> u32 {
+    1
+}
+
+fn default_max_share() -> f64 {
+    0.1
 }
 
 fn default_max_attempts() -> u32 {
@@ -114,5 +197,44 @@ fn json_or_table<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Value, D:
     match Value::deserialize(deserializer)? {
         Value::String(text) => serde_json::from_str(&text).map_err(serde::de::Error::custom),
         table => Ok(table),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Settings;
+
+    /// The built-in configuration with `[tasks.summarize.hedge]` holding
+    /// `hedge`, and summarize's `max_in_flight` line replaced by `in_flight`
+    /// when given; what its check says.
+    fn checked(hedge: &str, in_flight: &str) -> Result<(), String> {
+        let mut text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml")).unwrap();
+        if !in_flight.is_empty() {
+            text = text.replacen("max_in_flight = 2", in_flight, 1);
+        }
+        text.push_str(&format!("\n[tasks.summarize.hedge]\n{hedge}\n"));
+        Settings::parse(&text).map_err(|e| e.to_string())?.validate().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_hedge_needs_one_delay_a_share_within_one_room_to_run_and_known_providers() {
+        assert_eq!(checked("after_ms = 200", ""), Ok(()));
+        assert_eq!(checked("after_percentile = 95\nmax_hedges = 2\nmax_share = 1", ""), Ok(()));
+        let refused = [
+            ("", "", "exactly one of after_ms and after_percentile"),
+            ("after_ms = 200\nafter_percentile = 95", "", "exactly one"),
+            ("after_ms = 0", "", "after_ms must be at least 1"),
+            ("after_percentile = 100", "", "above 0 and below 100"),
+            ("after_ms = 200\nmax_share = 0", "", "max_share"),
+            ("after_ms = 200\nmax_share = 1.5", "", "max_share"),
+            ("after_ms = 200\nmax_hedges = 0", "", "max_hedges"),
+            ("after_ms = 200", "max_in_flight = 1", "max_in_flight must be at least 2"),
+            ("after_ms = 200\nproviders = []", "", "it is empty"),
+            ("after_ms = 200\nproviders = [\"nowhere\"]", "", "'nowhere', which is not configured"),
+        ];
+        for (hedge, extra, says) in refused {
+            let error = checked(hedge, extra).unwrap_err();
+            assert!(error.contains(says), "{hedge:?} {extra:?}: {error}");
+        }
     }
 }

@@ -97,6 +97,27 @@ pub struct QualifyBody {
     pub task: String,
 }
 
+/// `POST /providers/{name}/breaker` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerBody {
+    /// `open` (until closed by hand) or `closed`.
+    pub state: BreakerBodyState,
+    /// Why, for the providers' listing and the log.
+    #[schema(min_length = 1, max_length = 500)]
+    pub reason: String,
+}
+
+/// The states an operator may set a breaker to.
+#[derive(Clone, Copy, Debug, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BreakerBodyState {
+    /// Taken out of service until closed by hand.
+    Open,
+    /// In service.
+    Closed,
+}
+
 /// A member that is present, whatever its value (`null` included).
 fn present<'de, D: serde::Deserializer<'de>>(value: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(value).map(Some)
@@ -133,6 +154,13 @@ impl JsonBody for CreateWebhookBody {
 }
 
 impl JsonBody for ResolveBody {
+    fn validator() -> &'static jsonschema::Validator {
+        static SCHEMA: OnceLock<jsonschema::Validator> = OnceLock::new();
+        compiled::<Self>(&SCHEMA)
+    }
+}
+
+impl JsonBody for BreakerBody {
     fn validator() -> &'static jsonschema::Validator {
         static SCHEMA: OnceLock<jsonschema::Validator> = OnceLock::new();
         compiled::<Self>(&SCHEMA)

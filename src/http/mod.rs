@@ -219,6 +219,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     (status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub(crate) async fn render_metrics(State(state): State<AppState>) -> Response {
     crate::process::metrics::held(&state.held_entries());
+    crate::process::metrics::breakers(&state.catalog.breakers().states());
     let mut response = crate::process::metrics::render(&state.metrics).into_response();
     response.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,

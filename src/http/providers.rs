@@ -12,7 +12,7 @@ use utoipa_axum::routes;
 
 use super::AppState;
 use super::auth::Operator;
-use super::bodies::QualifyBody;
+use super::bodies::{BreakerBody, BreakerBodyState, QualifyBody};
 use super::error::{ApiError, Problem};
 use super::extract::StrictJson;
 use super::respond::json_response;
@@ -37,7 +37,7 @@ impl FromRequestParts<AppState> for ProviderPath {
 
 /// The routes of this resource.
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(list_providers)).routes(routes!(run_qualification))
+    OpenApiRouter::new().routes(routes!(list_providers)).routes(routes!(run_qualification)).routes(routes!(set_breaker))
 }
 
 #[utoipa::path(get, path = "/providers", tag = "providers",
@@ -93,10 +93,56 @@ pub(crate) async fn providers_report(app: &AppState) -> Result<Value, ApiError> 
             "context_tokens": settings.context_tokens,
             "max_output_tokens": settings.max_output_tokens,
             "status_lookup": settings.has_status_lookup(),
+            "breaker": breaker_of(app, name),
             "tasks": tasks,
         }));
     }
     Ok(json!({ "providers": providers }))
+}
+
+/// A provider's breaker as this process sees it (refreshed every second),
+/// or `null` for a provider without one that no operator opened.
+fn breaker_of(app: &AppState, provider: &str) -> Value {
+    let breakers = app.catalog.breakers();
+    let view = breakers.view(provider);
+    if app.providers[provider].settings().breaker.is_none() && view.since.is_none() {
+        return Value::Null;
+    }
+    let cool_down_ms =
+        view.cools_at.map(|at| at.saturating_duration_since(tokio::time::Instant::now()).as_millis() as u64);
+    json!({
+        "state": view.state.as_str(),
+        "since": view.since,
+        "cool_down_left_ms": cool_down_ms,
+        "by": if view.by_operator { "operator" } else { "worker" },
+        "reason": view.reason,
+    })
+}
+
+#[utoipa::path(post, path = "/providers/{name}/breaker", tag = "providers",
+    params(("name" = String, Path, description = "the provider")),
+    request_body = crate::http::bodies::BreakerBody,
+    responses(
+        (status = 200, description = "the breaker after the change: `open` (until an operator closes it) or `closed`", body = Object),
+        (status = 403, description = "forbidden: an operator route called with a client or admin key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found: no such provider", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "validation-failed: the provider has no breaker, or the body is wrong", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        crate::http::openapi::CommonErrors, crate::http::openapi::BodyErrors
+    ))]
+pub(crate) async fn set_breaker(
+    State(app): State<AppState>,
+    Operator(_): Operator,
+    ProviderPath(name): ProviderPath,
+    StrictJson(body): StrictJson<BreakerBody>,
+) -> Result<Response, ApiError> {
+    if app.providers[&name].settings().breaker.is_none() {
+        let detail = format!("provider '{name}' has no breaker: give it [providers.{name}.breaker] settings");
+        return Err(Problem::invalid_field("/state", detail).into());
+    }
+    let open = body.state == BreakerBodyState::Open;
+    app.qualifications.set_breaker(&name, open, body.reason.trim()).await?;
+    tracing::warn!(provider = %name, open, reason = %body.reason, "an operator changed the provider's breaker");
+    Ok(json_response(StatusCode::OK, &breaker_of(&app, &name), &[]))
 }
 
 #[utoipa::path(post, path = "/providers/{name}/qualifications", tag = "providers",

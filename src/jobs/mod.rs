@@ -186,6 +186,10 @@ impl Jobs {
             }
         };
         let JobRequest { task, input, provider: named, max_cost: budget, trace } = request;
+        let first_provider = match named {
+            Some(_) => None,
+            None => self.route_around_open(&task, &provider, &input, budget).await?,
+        };
         let new = NewJob {
             owner,
             id: JobId::new(),
@@ -195,6 +199,7 @@ impl Jobs {
             input,
             provider,
             first_attempt_id: AttemptId::new(),
+            first_provider,
             max_cost: budget,
             trace,
         };
@@ -255,6 +260,38 @@ impl Jobs {
         }
         self.refuse_over_budget(&task.name, &provider, &request.input, request.max_cost)?;
         Ok((provider, intent.fingerprint(default)))
+    }
+
+    /// Where the first attempt of a new `task` job that named no provider
+    /// goes while the breaker of `default`, its task's provider, is open:
+    /// the first provider of the task's failover list whose breaker lets
+    /// work through, qualified for the task's current contract (I5) and
+    /// within the job's budget. `None`: to `default` (a breaker closed, or
+    /// no way around it: the attempt will fail fast, as retryable).
+    async fn route_around_open(
+        &self,
+        task: &str,
+        default: &str,
+        input: &Value,
+        max_cost: Option<Money>,
+    ) -> Result<Option<String>, JobError> {
+        let breakers = self.catalog.breakers();
+        if breakers.routable(default) {
+            return Ok(None);
+        }
+        let Some(settings) = self.catalog.task(task).map(|t| &t.settings) else { return Ok(None) };
+        for candidate in settings.failover.iter().filter(|p| *p != default && breakers.routable(p)) {
+            let Some(hash) = self.catalog.contract_hash(task, candidate) else { continue };
+            if !self.store.qualification_state(candidate, task, &hash).await?.passed()
+                || self.refuse_over_budget(task, candidate, input, max_cost).is_err()
+            {
+                continue;
+            }
+            tracing::info!(task, provider = %default, to = %candidate,
+                           "the provider's breaker is open: the new job's first attempt goes to the next of its chain");
+            return Ok(Some(candidate.clone()));
+        }
+        Ok(None)
     }
 
     /// 409 `budget-exceeded` when a new job's first attempt could cost more

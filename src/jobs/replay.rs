@@ -323,6 +323,7 @@ mod tests {
             input: serde_json::json!({"text": key}),
             provider: "sim-fast".into(),
             first_attempt_id: crate::domain::AttemptId::new(),
+            first_provider: None,
             max_cost: None,
             trace: None,
         };

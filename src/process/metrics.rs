@@ -28,6 +28,15 @@ pub const JOBS_CONFLICTED: &str = "onejob_jobs_conflicted_total";
 pub const ATTEMPTS: &str = "onejob_attempts_total";
 /// Races lost: outputs that arrived after another attempt had won, by provider.
 pub const RACES_LOST: &str = "onejob_races_lost_total";
+/// Hedges started, by the hedge's provider.
+pub const HEDGES_STARTED: &str = "onejob_hedges_started_total";
+/// Hedges whose output won their job, by the hedge's provider.
+pub const HEDGES_WON: &str = "onejob_hedges_won_total";
+/// Hedges due but not started, by why (`domain::hedge::HedgeSkip`).
+pub const HEDGES_SKIPPED: &str = "onejob_hedges_skipped_total";
+/// Each provider's breaker as this process sees it: 1 for its state, 0 for
+/// the others (`domain::breaker::BreakerState`).
+pub const BREAKER_STATE: &str = "onejob_provider_breaker_state";
 /// Attempts whose outcome is unknown now.
 pub const UNKNOWN_OPEN: &str = "onejob_unknown_attempts_open";
 /// How long the oldest unknown attempt has been unknown.
@@ -93,6 +102,10 @@ pub const ALL: &[&str] = &[
     JOBS_CONFLICTED,
     ATTEMPTS,
     RACES_LOST,
+    HEDGES_STARTED,
+    HEDGES_WON,
+    HEDGES_SKIPPED,
+    BREAKER_STATE,
     UNKNOWN_OPEN,
     UNKNOWN_OLDEST_AGE,
     RECONCILIATIONS,
@@ -228,6 +241,10 @@ fn describe() {
     metrics::describe_counter!(JOBS_CONFLICTED, "job creations refused: key reused for another intent");
     metrics::describe_counter!(ATTEMPTS, "attempts by provider and outcome");
     metrics::describe_counter!(RACES_LOST, "outputs that lost the compare-and-swap");
+    metrics::describe_counter!(HEDGES_STARTED, "hedged attempts started, by the hedge's provider");
+    metrics::describe_counter!(HEDGES_WON, "hedged attempts whose output won the job, by the hedge's provider");
+    metrics::describe_counter!(HEDGES_SKIPPED, "hedges due but not started, by why");
+    metrics::describe_gauge!(BREAKER_STATE, "each provider breaker's state: 1 for the one it is in");
     metrics::describe_gauge!(UNKNOWN_OPEN, "attempts whose outcome is unknown");
     metrics::describe_gauge!(UNKNOWN_OLDEST_AGE, metrics::Unit::Seconds, "age of the oldest unknown attempt");
     metrics::describe_counter!(RECONCILIATIONS, "status lookups of unknown attempts by result");
@@ -284,6 +301,16 @@ pub fn render(handle: &PrometheusHandle) -> String {
     page
 }
 
+/// Sets [`BREAKER_STATE`] for each provider with a breaker.
+pub fn breakers(states: &[(String, crate::domain::breaker::BreakerState)]) {
+    for (provider, now) in states {
+        for state in crate::domain::breaker::BreakerState::ALL {
+            let value = if state == *now { 1.0 } else { 0.0 };
+            gauge!(BREAKER_STATE, "provider" => provider.clone(), "state" => state.as_str()).set(value);
+        }
+    }
+}
+
 /// Sets [`HELD_ENTRIES`].
 pub fn held(entries: &[(&'static str, usize)]) {
     for (structure, count) in entries {
@@ -305,6 +332,8 @@ pub fn start_at_zero(settings: &crate::config::Settings) {
     }
     for (provider, provider_settings) in &settings.providers {
         races_lost(provider).increment(0);
+        counter!(HEDGES_STARTED, "provider" => provider.clone()).increment(0);
+        counter!(HEDGES_WON, "provider" => provider.clone()).increment(0);
         gauge!(PENDING_BY_PROVIDER, "provider" => provider.clone()).set(0.0);
         for outcome in Settled::ALL {
             attempts(provider, outcome.as_str()).increment(0);
@@ -335,6 +364,24 @@ pub fn start_at_zero(settings: &crate::config::Settings) {
     }
     counter!(LONG_POLLS_REFUSED).increment(0);
     gauge!(LONG_POLLS_OPEN).increment(0.0);
+    for skip in crate::domain::hedge::HedgeSkip::ALL {
+        counter!(HEDGES_SKIPPED, "why" => skip.as_str()).increment(0);
+    }
+}
+
+/// Counts a hedge started on `provider`.
+pub fn hedge_started(provider: &str) {
+    counter!(HEDGES_STARTED, "provider" => provider.to_owned()).increment(1);
+}
+
+/// Counts a hedge on `provider` that won its job.
+pub fn hedge_won(provider: &str) {
+    counter!(HEDGES_WON, "provider" => provider.to_owned()).increment(1);
+}
+
+/// Counts a hedge due but not started.
+pub fn hedge_skipped(why: crate::domain::hedge::HedgeSkip) {
+    counter!(HEDGES_SKIPPED, "why" => why.as_str()).increment(1);
 }
 
 fn attempts(provider: &str, outcome: &'static str) -> metrics::Counter {

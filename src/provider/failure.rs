@@ -85,6 +85,8 @@ failure_kinds! {
     LeaseLost => "lease-lost",
     /// Not sent: the provider's tokens per minute were spent.
     TokensSpent => "provider-tokens-per-minute",
+    /// Not sent: the provider's breaker is open (or another attempt is its probe).
+    ProviderOpen => "provider-open",
     /// The provider has no record of the request: it never arrived.
     NotReceived => NOT_RECEIVED,
 }

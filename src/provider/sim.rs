@@ -150,6 +150,8 @@ struct SimState {
     /// Requests planned so far per provider (qualification calls aside),
     /// for `tail_rate`.
     arrivals: Mutex<HashMap<String, u64>>,
+    /// When it started, for `outage_ms`.
+    started: Instant,
 }
 
 impl SimState {
@@ -206,6 +208,7 @@ pub fn router(providers: &std::collections::BTreeMap<String, ProviderSettings>) 
         random: Mutex::new(u64::from_le_bytes(seed) | 1),
         refused: Mutex::new(HashMap::new()),
         arrivals: Mutex::new(HashMap::new()),
+        started: Instant::now(),
     });
     Router::new()
         .route("/providers/{name}/v1/chat/completions", post(complete))
@@ -299,13 +302,13 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
     let answered = if ending == Ending::Refusal { REFUSAL } else { content.as_str() };
     let usage = (tokens::count_messages(provider.tokenizer(), messages), tokens::count(provider.tokenizer(), answered));
     let now = Instant::now();
-    let fresh_plan = |in_tail: bool| {
+    let fresh_plan = |in_tail: bool, in_outage: bool| {
         let jitter = if provider.jitter_ms > 0 { (sim.roll() * provider.jitter_ms as f64) as u64 } else { 0 };
         let latency = if in_tail { provider.tail_latency_ms } else { provider.latency_ms };
         let ready = now + Duration::from_millis(latency + jitter);
         if let Some(hang_ms) = provider.hang_ms {
             Plan::Hang { gives_up_at: now + Duration::from_millis(hang_ms) }
-        } else if provider.error_rate > 0.0 && sim.roll() < provider.error_rate {
+        } else if in_outage || (provider.error_rate > 0.0 && sim.roll() < provider.error_rate) {
             Plan::Error { at: ready, status: provider.error_status }
         } else {
             let at = provider.late_ms.map_or(ready, |late| now + Duration::from_millis(late));
@@ -315,7 +318,10 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
     let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
     // Planned only for a request not seen before: a repeated id keeps its plan.
     let entry = log.get_or_insert_with(id, || {
-        let in_tail = !id.starts_with("qualification-") && sim.in_tail(name, provider);
+        let qualification = id.starts_with("qualification-");
+        let in_tail = !qualification && sim.in_tail(name, provider);
+        let in_outage = !qualification
+            && provider.outage_ms.is_some_and(|outage| sim.started.elapsed() < Duration::from_millis(outage));
         let first_token_ms =
             if in_tail { provider.tail_latency_ms } else { provider.first_token_ms.unwrap_or(provider.latency_ms) };
         Entry {
@@ -323,7 +329,7 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
             received_at: chrono::Utc::now(),
             arrived: now,
             times: 0,
-            plan: fresh_plan(in_tail),
+            plan: fresh_plan(in_tail, in_outage),
             first_token_after: Duration::from_millis(first_token_ms),
             closed_after: None,
             canceled_after: None,

@@ -8,6 +8,7 @@ use super::events::NewEvent;
 use super::usage::stored_budget;
 use super::{Admission, AttemptRef, NewAttempt, Result, Scheduled, TaskRules, corrupt};
 use crate::domain::admission::{check_provider, contract_to_check};
+use crate::domain::hedge::{HedgeSkip, check_hedge};
 use crate::domain::policy::PastAttempt;
 use crate::domain::{
     AdmissionFacts, Attempt, AttemptId, AttemptOrigin, EventKind, IdempotencyKey, JobId, JobState, Money, OwnerId,
@@ -88,6 +89,88 @@ pub(super) async fn schedule_next_attempt(
                          "job_state": job_state.as_str() });
     tx.append_event(NewEvent::of_attempt(&key, EventKind::AttemptAdmitted, detail)).await?;
     Ok(Some(Scheduled { number, provider: next.provider, delay: next.delay }))
+}
+
+/// The answer to [`super::Store::admit_hedge`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hedged {
+    /// A hedge was added, pending: its number and provider.
+    Started {
+        /// Its number.
+        number: i32,
+        /// Its provider.
+        provider: String,
+    },
+    /// None was; why.
+    Skipped(HedgeSkip),
+}
+
+/// Adds a hedge of the running attempt `hedged` on the first of
+/// `providers` that the job may take it on ([`check_hedge`]): one
+/// transaction, with the job locked. `waited` is how long `hedged` went
+/// without an answer, for the event.
+pub(super) async fn admit_hedge(
+    store: &super::Store,
+    hedged: &AttemptRef,
+    providers: &[String],
+    (max_hedges, waited): (u32, Duration),
+    rules: &dyn TaskRules,
+) -> Result<Hedged> {
+    let (owner, job_id) = (&hedged.owner, hedged.job_id);
+    let mut tx = store.begin().await?;
+    let Some(job) = tx.lock_job(owner, job_id).await? else { return Ok(Hedged::Skipped(HedgeSkip::Answered)) };
+    let attempts = tx.read_attempts(owner, job_id).await?;
+    let budget = job_budget(&mut tx, owner, job_id, &job.task, rules).await?;
+    let output = tx.lock_output(owner, job_id).await?;
+    let base = AdmissionFacts {
+        task: &job.task,
+        primary: &job.provider,
+        provider: &job.provider,
+        job: job.state,
+        attempts: &attempts,
+        qualification: None,
+        budget: budget.as_ref().map(|(money, input)| (*money, input)),
+        output_held: output.is_some_and(|output| output.holder_state == Some(crate::domain::AttemptState::Running)),
+    };
+    let mut skipped = HedgeSkip::NoProvider;
+    for provider in providers {
+        let qualification = read_qualification(&mut tx, rules, &job.task, &job.provider, provider).await?;
+        let facts = AdmissionFacts { provider, qualification: qualification.as_ref(), ..base };
+        match check_hedge(&facts, hedged.number, max_hedges, rules) {
+            Ok(()) => {}
+            Err((HedgeSkip::NoProvider, refused)) => {
+                let reason = refused.and_then(|refused| refused.reason).unwrap_or_default();
+                tracing::debug!(owner = %owner, job.id = %job_id, %provider, %reason, "a hedge passed over a provider");
+                continue;
+            }
+            Err((skip, _)) => {
+                skipped = skip;
+                break;
+            }
+        }
+        let number = next_number(&attempts)?;
+        let new = NewAttempt {
+            id: AttemptId::new(),
+            provider: Some(provider.clone()),
+            idempotency_key: None,
+            origin: AttemptOrigin::Hedge,
+            delay: Duration::ZERO,
+            // Raced for the same request: it stays in its trace.
+            trace: attempts.iter().find(|a| a.number == hedged.number).and_then(|a| a.trace.clone()),
+        };
+        let key = AttemptRef { owner: owner.clone(), job_id, number };
+        tx.insert_attempt(&key, &new, provider).await?;
+        let job_state = update_job_state(&mut tx, owner, job_id, job.state).await?;
+        let detail = json!({ "attempt_id": new.id, "provider": provider, "origin": AttemptOrigin::Hedge.as_str(),
+                             "hedge_of": hedged.number, "after_ms": u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                             "job_state": job_state.as_str() });
+        tx.append_event(NewEvent::of_attempt(&key, EventKind::AttemptAdmitted, detail)).await?;
+        tx.commit().await?;
+        return Ok(Hedged::Started { number, provider: provider.clone() });
+    }
+    // Nothing was written: the transaction ends unused.
+    drop(tx);
+    Ok(Hedged::Skipped(skipped))
 }
 
 /// Where `provider` stands for the contract an attempt of a `task` job

@@ -86,6 +86,8 @@ pub struct ClaimedAttempt {
     pub id: AttemptId,
     /// The provider to call.
     pub provider: String,
+    /// Who started it.
+    pub origin: AttemptOrigin,
     /// The job's task.
     pub task: String,
     /// The job's input.
@@ -242,6 +244,21 @@ impl Store {
         rules: &dyn TaskRules,
     ) -> Result<Admission> {
         transitions::admit_attempt(self, owner, job_id, new, rules).await
+    }
+
+    /// Adds a hedge of the running attempt `hedged`, pending, on the first
+    /// of `providers` its job may take it on (see
+    /// [`crate::domain::hedge::check_hedge`]), with the job locked; `limits`
+    /// are the task's `max_hedges` and how long `hedged` has gone without
+    /// an answer (for the event).
+    pub async fn admit_hedge(
+        &self,
+        hedged: &AttemptRef,
+        providers: &[String],
+        limits: (u32, Duration),
+        rules: &dyn TaskRules,
+    ) -> Result<super::Hedged> {
+        super::admission::admit_hedge(self, hedged, providers, limits, rules).await
     }
 
     /// How many jobs are `unknown` and unchanged since `before`: kept

@@ -276,6 +276,12 @@ pub trait Driver: Send + Sync + 'static {
     /// when taken, else how long until it holds them (or is full, for more).
     async fn take_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>>;
 
+    /// Every provider's stored breaker.
+    async fn select_breakers(&self) -> Result<Vec<super::breakers::StoredBreaker>>;
+
+    /// Changes a provider's breaker; whether it applied.
+    async fn change_breaker(&self, provider: &str, change: super::breakers::BreakerChange<'_>) -> Result<bool>;
+
     /// What a queued job of the owner waits for, or `None` without a pending attempt.
     async fn select_waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<WaitingFacts>>;
 

@@ -32,6 +32,9 @@ pub struct NewJob {
     pub provider: String,
     /// The id of the first attempt.
     pub first_attempt_id: AttemptId,
+    /// Where the first attempt goes when not to `provider`: a provider of
+    /// the task's chain taken while `provider`'s breaker is open.
+    pub first_provider: Option<String>,
     /// The job's budget, from the create request.
     pub max_cost: Option<crate::domain::Money>,
     /// The create request's trace context, kept with the first attempt.
@@ -39,6 +42,11 @@ pub struct NewJob {
 }
 
 impl NewJob {
+    /// The provider of the first attempt.
+    pub fn first_attempt_provider(&self) -> &str {
+        self.first_provider.as_deref().unwrap_or(&self.provider)
+    }
+
     /// The job as just inserted at `created_at`: queued, its first attempt pending.
     pub(crate) fn created(&self, created_at: DateTime<Utc>) -> Job {
         Job {
@@ -62,7 +70,7 @@ impl NewJob {
             attempts: vec![Attempt {
                 number: 1,
                 id: self.first_attempt_id,
-                provider: self.provider.clone(),
+                provider: self.first_attempt_provider().to_owned(),
                 state: AttemptState::Pending,
                 origin: AttemptOrigin::Client,
                 idempotency_key: None,

@@ -18,6 +18,7 @@
 
 mod admission;
 pub mod attempts;
+pub mod breakers;
 pub mod claims;
 pub mod driver;
 mod error;
@@ -39,6 +40,7 @@ pub mod usage;
 pub mod webhooks;
 
 pub use crate::domain::rules::TaskRules;
+pub use admission::Hedged;
 pub use attempts::{
     Admission, AttemptRef, ClaimedAttempt, NewAttempt, OpenUnknown, Resolution, Resolved, Scheduled, Settlement,
     Transition, UnknownAttempt, WaitingFacts,

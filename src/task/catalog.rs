@@ -56,6 +56,7 @@ pub struct Catalog {
     tasks: HashMap<String, Task>,
     providers: HashMap<String, ProviderSettings>,
     qualifications: Arc<Running>,
+    breakers: Arc<super::breakers::Breakers>,
     retention: crate::config::Span,
 }
 
@@ -74,12 +75,24 @@ impl Catalog {
             tasks.insert(name.clone(), Task { name: name.clone(), settings: task.clone(), contract, input_validator });
         }
         let providers = settings.providers.clone().into_iter().collect();
-        Ok(Self { tasks, providers, qualifications: Arc::default(), retention: settings.retention.finished_jobs })
+        let breakers = Arc::new(super::breakers::Breakers::new(&settings.providers));
+        Ok(Self {
+            tasks,
+            providers,
+            qualifications: Arc::default(),
+            breakers,
+            retention: settings.retention.finished_jobs,
+        })
     }
 
     /// The qualifications running in this process.
     pub fn qualifications(&self) -> &Arc<Running> {
         &self.qualifications
+    }
+
+    /// The providers' breakers, as this process sees them.
+    pub fn breakers(&self) -> &Arc<super::breakers::Breakers> {
+        &self.breakers
     }
 
     /// The contract hash of `task` for `provider`, if both exist.
@@ -154,6 +167,11 @@ impl TaskRules for Catalog {
             backoff: std::time::Duration::from_millis(settings.retry_backoff_ms),
         }
         .candidates(attempts)
+        .into_iter()
+        // A provider whose breaker is open is passed over: an attempt
+        // there would only fail fast.
+        .filter(|next| self.breakers.routable(&next.provider))
+        .collect()
     }
 }
 

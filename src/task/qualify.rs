@@ -176,6 +176,12 @@ impl Qualifications {
         Self { store, providers, catalog }
     }
 
+    /// An operator opens (until closed by hand) or closes `provider`'s
+    /// breaker (see [`super::breakers`]).
+    pub async fn set_breaker(&self, provider: &str, open: bool, reason: &str) -> store::Result<()> {
+        super::breakers::set_by_operator(&self.store, self.catalog.breakers(), provider, open, reason).await.map(drop)
+    }
+
     /// Where `provider` stands for the contract of `task` whose hash is `hash`.
     pub async fn state(&self, provider: &str, task: &str, hash: &[u8; 32]) -> store::Result<QualificationState> {
         self.store.qualification_state(provider, task, hash).await

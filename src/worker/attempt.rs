@@ -25,7 +25,8 @@ use tracing::Instrument;
 
 use super::Worker;
 use super::record::{Claim, record_metered_outcome};
-use crate::domain::Usage;
+use crate::domain::breaker::Passage;
+use crate::domain::{AttemptOrigin, Usage};
 use crate::process::metrics::{self};
 use crate::process::signals::CallWatch;
 use crate::provider::{
@@ -78,7 +79,7 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
             tokio::time::sleep(park).await;
         }
         let claim = Claim { worker: &worker.id, lease_end };
-        record_metered_outcome(
+        let settled = record_metered_outcome(
             worker,
             &claimed.attempt,
             &claimed.task,
@@ -97,6 +98,9 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
             trace_id = claimed.trace.as_ref().map(|t| t.trace_id()),
         ))
         .await;
+        if claimed.origin == AttemptOrigin::Hedge && settled == Some(metrics::Settled::Succeeded) {
+            metrics::hedge_won(&claimed.provider);
+        }
     }
     .instrument(span)
     .await;
@@ -162,6 +166,8 @@ struct Progress {
     kept: bool,
     /// Its answer passed its bound: the call was stopped.
     stopped: bool,
+    /// It is its provider's breaker's probe.
+    probe: bool,
 }
 
 /// Keeps the provider's id of the attempt's request on the attempt; says
@@ -337,6 +343,21 @@ async fn call_counted(
         completion_tokens: i64::from(settings.max_output_tokens),
         estimated: true,
     });
+    // A provider whose breaker is open is not called: the attempt fails
+    // fast, as retryable, and the policy's chain goes on past it.
+    let breakers = worker.catalog.breakers();
+    progress.probe = match breakers.passage(&claimed.provider) {
+        Passage::Go => false,
+        Passage::Probe => {
+            let probe_for = settings.timeout() + Duration::from_millis(worker.settings.lease_margin_ms);
+            if !crate::task::breakers::take_probe(&worker.store, breakers, &claimed.provider, probe_for).await {
+                return Err(provider_open("another attempt is its probe"));
+            }
+            tracing::info!("the provider's breaker cooled down: this attempt is its probe");
+            true
+        }
+        Passage::Refused(_) => return Err(provider_open("its breaker is open")),
+    };
     if let Some(per_minute) = settings.tokens_per_minute {
         let tokens = u64::try_from(prepared.prompt_tokens)
             .unwrap_or(u64::MAX)
@@ -416,6 +437,7 @@ async fn call_counted(
         }
     };
     let calling = tokio::time::timeout(timeout, crate::provider::call(provider.as_ref(), &prepared.request, accepted));
+    let sent = Instant::now();
     let mut stopped_here = false;
     let mut result = tokio::select! {
         biased;
@@ -423,6 +445,7 @@ async fn call_counted(
             Ok(result) => result,
             Err(_) => Err(ProviderError::deadline(settings.timeout(), timeout)),
         },
+        () = super::hedge::hedge_while_running(worker, claimed, sent) => unreachable!("hedging ends with the call"),
         () = stopped => {
             stopped_here = true;
             // Replaced by what the writer saw, below.
@@ -432,9 +455,14 @@ async fn call_counted(
     progress.stopped = stopped_here;
     // Every piece is written before the attempt is settled.
     prepared.request.deltas = None;
+    let mut answered_at = Instant::now();
     if let Some(writer) = writer {
         let written = writer.await.unwrap_or_default();
+        answered_at = written.first_at.unwrap_or(answered_at);
         result = super::output::streamed_outcome(result, written, prepared.prompt_tokens, bound);
+    }
+    if result.is_ok() {
+        worker.hedging.answered(&claimed.provider, task.settings.stream, answered_at.saturating_duration_since(sent));
     }
     match &result {
         Ok(Completion { usage: Some(usage), .. }) => {
@@ -452,5 +480,40 @@ async fn call_counted(
         Err(_) => "failed",
     };
     crate::process::metrics::provider_call(&claimed.provider, outcome, started.elapsed());
+    if let Some(failed) = breaker_outcome(&result) {
+        crate::task::breakers::record(&worker.store, breakers, &claimed.provider, failed, progress.probe).await;
+    }
     result
+}
+
+/// The failure of an attempt not sent because its provider's breaker is
+/// open: retryable, so that the retry policy goes on to the next provider.
+fn provider_open(why: &str) -> ProviderError {
+    let error = ProviderError::new(
+        FailureClass::Definitive { retryable: true },
+        FailureKind::ProviderOpen,
+        None,
+        format!("the provider was not called: {why}"),
+    );
+    error.with_facts(FailureFacts { sent: Some(false), ..FailureFacts::default() })
+}
+
+/// What a call's outcome says to its provider's breaker: `Some(true)` for
+/// a failure of the provider's (an error status of its own, a broken or
+/// unreadable answer, a timeout, an output that breaks the contract),
+/// `Some(false)` for an answer, `None` for what says nothing of it (the
+/// request's own fault, a limit of this side, a refusal).
+fn breaker_outcome(result: &Result<Completion, ProviderError>) -> Option<bool> {
+    let Err(error) = result else { return Some(false) };
+    match error.kind {
+        FailureKind::ProviderError => Some(error.status.is_none_or(|status| status >= 500 || status == 429)),
+        FailureKind::ConnectionFailed
+        | FailureKind::ConnectionLost
+        | FailureKind::StreamBroken
+        | FailureKind::Timeout
+        | FailureKind::BadResponse
+        | FailureKind::Incomplete
+        | FailureKind::ContractViolation => Some(true),
+        _ => None,
+    }
 }

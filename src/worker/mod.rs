@@ -11,6 +11,7 @@
 mod attempt;
 mod finishes;
 mod group_commit;
+mod hedge;
 pub mod output;
 mod purger;
 mod reaper;
@@ -58,6 +59,8 @@ pub struct Worker {
     finishes: finishes::Finishes,
     /// The group commit of this process's streamed pieces.
     appends: std::sync::Arc<output::Appends>,
+    /// This process's provider latencies and hedge budgets.
+    hedging: hedge::Hedging,
 }
 
 impl Worker {
@@ -89,6 +92,7 @@ impl Worker {
             rotation,
             finishes,
             appends,
+            hedging: hedge::Hedging::default(),
         }
     }
 

@@ -65,6 +65,8 @@ pub(super) struct Written {
     pub text: String,
     /// Whether it passed its [`Bound`] (its call was then stopped).
     pub over: bool,
+    /// When its first piece came.
+    pub first_at: Option<Instant>,
 }
 
 /// Writes the pieces that come on `pieces` until the call ends (the sender
@@ -89,6 +91,7 @@ pub(super) async fn write_output(
     // cannot have more tokens than allowed, and is not counted.
     let mut count_at = bound.most_tokens();
     while let Some(mut text) = pieces.recv().await {
+        written.first_at.get_or_insert_with(Instant::now);
         tokio::time::sleep_until(next_write).await;
         while let Ok(more) = pieces.try_recv() {
             text.push_str(&more);

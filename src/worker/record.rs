@@ -87,7 +87,7 @@ pub(super) async fn record_metered_outcome(
     mut outcome: Result<Completion, ProviderError>,
     estimate: Option<Usage>,
     claim: Option<Claim<'_>>,
-) {
+) -> Option<Settled> {
     let holder = claim.map(|claim| claim.worker);
     let usage = usage_of(&outcome, estimate).map(|usage| AttemptUsage {
         usage,
@@ -150,7 +150,7 @@ pub(super) async fn record_metered_outcome(
                     // The job is won: its other calls in flight here stop.
                     worker.signals.job_finished(attempt.job_id);
                 }
-                return;
+                return settled;
             }
             Err(error) if started.elapsed() < RECORD_PATIENCE => {
                 tracing::warn!(%error, "recording the attempt's outcome failed; retrying");
@@ -159,7 +159,7 @@ pub(super) async fn record_metered_outcome(
             }
             Err(error) => {
                 tracing::error!(%error, "the attempt's outcome could not be recorded; it will be reconciled as unknown");
-                return;
+                return None;
             }
         }
     }

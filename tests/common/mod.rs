@@ -145,6 +145,7 @@ pub fn new_job(owner: &str, key: &str, input: Value) -> onejob::store::NewJob {
         input,
         provider: "sim-fast".into(),
         first_attempt_id: AttemptId::new(),
+        first_provider: None,
         max_cost: None,
         trace: None,
     }

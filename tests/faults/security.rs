@@ -103,6 +103,7 @@ fn valid_body(method: &str, path: &str) -> Option<Value> {
         ("post", "/jobs/{id}/attempts") => Some(json!({"provider": "sim-fast"})),
         ("post", "/jobs/{id}/attempts/{number}/resolve") => Some(json!({"outcome": "failed", "reason": "the walk"})),
         ("post", "/providers/{name}/qualifications") => Some(json!({"task": "summarize"})),
+        ("post", "/providers/{name}/breaker") => Some(json!({"state": "closed", "reason": "the walk"})),
         ("post", "/webhooks") => Some(webhook_body()),
         _ => None,
     }
@@ -170,7 +171,14 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
     let pairs = |list: &[(&str, &str)]| -> BTreeSet<(String, String)> {
         list.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect()
     };
-    assert_eq!(with_role("operator"), pairs(&[("get", "/providers"), ("post", "/providers/{name}/qualifications")]));
+    assert_eq!(
+        with_role("operator"),
+        pairs(&[
+            ("get", "/providers"),
+            ("post", "/providers/{name}/qualifications"),
+            ("post", "/providers/{name}/breaker"),
+        ])
+    );
     assert_eq!(
         with_role("admin"),
         pairs(&[

@@ -130,6 +130,7 @@ async fn a_job_stored_with_the_first_fingerprint_form_still_replays(backend: Bac
         input: input.clone(),
         provider: "sim-fast".into(),
         first_attempt_id: AttemptId::new(),
+        first_provider: None,
         max_cost: Some("0.05".parse().unwrap()),
         trace: None,
     };

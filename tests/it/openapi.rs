@@ -35,6 +35,7 @@ async fn the_specification_lists_every_route_the_router_serves() {
         ("post", "/jobs/{id}/attempts/{number}/resolve"),
         ("get", "/providers"),
         ("post", "/providers/{name}/qualifications"),
+        ("post", "/providers/{name}/breaker"),
         ("post", "/keys/{id}/revoke"),
         ("post", "/webhooks"),
         ("get", "/webhooks"),

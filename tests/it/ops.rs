@@ -28,7 +28,16 @@ async fn metrics_cover_every_documented_series(backend: Backend) {
     if !in_a_process_of_its_own(&backend.test_name("ops", "metrics_cover_every_documented_series")).await {
         return;
     }
-    let app = TestApp::spawn_live(backend, |_| {}).await;
+    // sim-slow has a breaker, so that its state is on the page.
+    let app = TestApp::spawn_live(backend, |s| {
+        s.providers.get_mut("sim-slow").unwrap().breaker = Some(onejob::config::BreakerSettings {
+            failure_rate: 1.0,
+            min_calls: 1_000,
+            window_ms: 10_000,
+            cool_down_ms: 1_000,
+        });
+    })
+    .await;
     // A success, a replay, a conflict.
     let body = json!({"task": "summarize", "input": {"text": "count me"}});
     let id = create(&app, "k1", &body).await;

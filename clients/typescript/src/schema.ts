@@ -225,6 +225,22 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/providers/{name}/breaker": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["set_breaker"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/providers/{name}/qualifications": {
         parameters: {
             query?: never;
@@ -414,7 +430,7 @@ export interface components {
          * @description Who started an attempt.
          * @enum {string}
          */
-        AttemptOrigin: "client" | "policy";
+        AttemptOrigin: "client" | "policy" | "hedge";
         /**
          * @description The state of one try.
          * @enum {string}
@@ -428,6 +444,18 @@ export interface components {
              */
             job_id: string;
         };
+        /** @description `POST /providers/{name}/breaker` body. */
+        BreakerBody: {
+            /** @description Why, for the providers' listing and the log. */
+            reason: string;
+            /** @description `open` (until closed by hand) or `closed`. */
+            state: components["schemas"]["BreakerBodyState"];
+        };
+        /**
+         * @description The states an operator may set a breaker to.
+         * @enum {string}
+         */
+        BreakerBodyState: "open" | "closed";
         /** @description What an attempt cost, and by which price. */
         Cost: {
             /**
@@ -2002,6 +2030,127 @@ export interface operations {
             };
             /** @description request-timeout: the request's body did not arrive within the request timeout */
             408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description rate-limited: over the owner's request rate on this server (each replica has its own) */
+            429: {
+                headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            503: {
+                headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    set_breaker: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the provider */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BreakerBody"];
+            };
+        };
+        responses: {
+            /** @description the breaker after the change: `open` (until an operator closes it) or `closed` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unauthorized: no bearer token, or not a live API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description forbidden: an operator route called with a client or admin key */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description not-found: no such provider */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description request-timeout: the request's body did not arrive within the request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description payload-too-large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unsupported-media-type: the body is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description validation-failed: the provider has no breaker, or the body is wrong */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

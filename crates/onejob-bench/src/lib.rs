@@ -93,6 +93,8 @@ pub struct Report {
     pub p90_ms: f64,
     /// 99th percentile.
     pub p99_ms: f64,
+    /// 99.9th percentile.
+    pub p999_ms: f64,
     /// Slowest.
     pub max_ms: f64,
     /// Scenario-specific facts (distinct job ids of a storm, peak memory).
@@ -327,6 +329,7 @@ pub async fn run(options: Options) -> Result<Report, String> {
         p50_ms: percentile(&micros, 0.50),
         p90_ms: percentile(&micros, 0.90),
         p99_ms: percentile(&micros, 0.99),
+        p999_ms: percentile(&micros, 0.999),
         max_ms: micros.last().map_or(0.0, |m| *m as f64 / 1000.0),
         extra,
     })

@@ -187,6 +187,9 @@ pub enum AttemptOrigin {
     Client,
     /// The task's retry and failover policy.
     Policy,
+    /// The task's hedge policy: a second try raced against a running
+    /// attempt that has not answered in time.
+    Hedge,
 }
 
 impl AttemptOrigin {
@@ -195,6 +198,7 @@ impl AttemptOrigin {
         match self {
             AttemptOrigin::Client => "client",
             AttemptOrigin::Policy => "policy",
+            AttemptOrigin::Hedge => "hedge",
         }
     }
 }
@@ -206,6 +210,7 @@ impl std::str::FromStr for AttemptOrigin {
         match text {
             "client" => Ok(AttemptOrigin::Client),
             "policy" => Ok(AttemptOrigin::Policy),
+            "hedge" => Ok(AttemptOrigin::Hedge),
             _ => Err(super::state::UnknownState(text.to_owned())),
         }
     }
@@ -413,7 +418,9 @@ pub(crate) mod tests {
 
     #[test]
     fn attempt_origins_are_stored_by_the_names_the_schema_allows() {
-        for (origin, name) in [(AttemptOrigin::Client, "client"), (AttemptOrigin::Policy, "policy")] {
+        for (origin, name) in
+            [(AttemptOrigin::Client, "client"), (AttemptOrigin::Policy, "policy"), (AttemptOrigin::Hedge, "hedge")]
+        {
             assert_eq!(origin.as_str(), name);
             assert_eq!(name.parse::<AttemptOrigin>().unwrap(), origin);
             assert_eq!(serde_json::to_value(origin).unwrap(), name);

@@ -6,7 +6,9 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod breaker;
 pub mod event;
+pub mod hedge;
 pub mod idempotency;
 pub mod ids;
 pub mod job;

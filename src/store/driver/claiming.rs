@@ -40,6 +40,8 @@ pub struct Candidate {
     pub id: AttemptId,
     /// Its provider.
     pub provider: String,
+    /// Who started it.
+    pub origin: crate::domain::AttemptOrigin,
     /// The job's task.
     pub task: String,
     /// The job's input.

@@ -2,7 +2,7 @@
 //! are cross-owner by design: what the routing test (`tests/it/citus.rs`)
 //! checks against a sharding by owner (docs/scaling.md).
 
-use super::{claims, keys, retention, sessions, sql, webhooks};
+use super::{breakers, claims, keys, retention, sessions, sql, webhooks};
 use crate::store::shared;
 
 /// Names each statement of the list with its path and gives its text.
@@ -65,6 +65,12 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         claims::RESERVE_TOKENS,
         claims::TOKENS_LEFT,
         claims::WAITING_FACTS,
+        breakers::READ_BREAKERS,
+        breakers::TRIP_BREAKER,
+        breakers::REOPEN_BREAKER,
+        breakers::PROBE_BREAKER,
+        breakers::CLOSE_BREAKER,
+        breakers::SET_BREAKER,
         sql::ANY_DUE_UNKNOWN,
         sql::CLAIM_RECONCILIATIONS,
         sql::SAMPLE_GAUGES,

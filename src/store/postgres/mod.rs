@@ -39,6 +39,7 @@ use crate::domain::{
 use crate::store::rows::BindAttempt;
 use hot::HotConnections;
 
+mod breakers;
 mod catalogue;
 mod claims;
 mod hot;
@@ -325,6 +326,7 @@ impl_driver!(PostgresStore, {
             .bind(new.max_cost.map(|m| m.to_string()))
             .bind(new.trace.as_ref().map(|t| t.traceparent.as_str()))
             .bind(new.trace.as_ref().and_then(|t| t.tracestate.as_deref()))
+            .bind(new.first_attempt_provider())
             .fetch_optional(lease.connection())
             .await;
         lease.keep_after(&created_at);
@@ -388,6 +390,14 @@ impl_driver!(PostgresStore, {
 
     async fn take_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>> {
         claims::reserve_tokens(&self.pool, provider, tokens, per_minute).await
+    }
+
+    async fn select_breakers(&self) -> Result<Vec<crate::store::breakers::StoredBreaker>> {
+        breakers::read(&self.pool).await
+    }
+
+    async fn change_breaker(&self, provider: &str, change: crate::store::breakers::BreakerChange<'_>) -> Result<bool> {
+        breakers::change(&self.pool, provider, change).await
     }
 
     async fn select_waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::WaitingFacts>> {

@@ -17,7 +17,7 @@ use crate::store::usage::usage_assignments;
 /// `$1` itself, so that a sharded database routes the whole statement by
 /// its value (docs/scaling.md). Binds: owner, job id, key,
 /// fingerprint, task, input, provider, first attempt id, budget (text or
-/// null), traceparent, tracestate.
+/// null), traceparent, tracestate, the first attempt's provider.
 pub(super) static CREATE_JOB: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"with new_job as (
@@ -29,11 +29,11 @@ pub(super) static CREATE_JOB: LazyLock<String> = LazyLock::new(|| {
     ), first_attempt as (
         insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before,
                               traceparent, tracestate)
-        select $1, id, 1, $8, $7, '{PENDING}', '{ORIGIN_CLIENT}', created_at, created_at, $10, $11 from new_job
+        select $1, id, 1, $8, $12, '{PENDING}', '{ORIGIN_CLIENT}', created_at, created_at, $10, $11 from new_job
     ), created_event as (
         insert into job_events (owner_id, job_id, at, kind, attempt_number, detail)
         select $1, id, created_at, '{EVENT_JOB_CREATED}', 1,
-               jsonb_build_object('attempt_id', $8::uuid, 'provider', $7::text)
+               jsonb_build_object('attempt_id', $8::uuid, 'provider', $12::text)
         from new_job
     )
     select created_at from new_job"#

@@ -69,7 +69,7 @@ pub(super) const PROVIDER_GATES: &str = r#"select provider,
 /// array), how many.
 pub(super) static CLAIM_CANDIDATES: LazyLock<String> = LazyLock::new(|| {
     format!(
-        r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, a.traceparent, a.tracestate, j.task, j.input,
+        r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, a.origin, a.traceparent, a.tracestate, j.task, j.input,
                   (?2 - a.created_at) / 1e6 as waited
            from attempts a
            join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
@@ -179,6 +179,7 @@ fn candidate(row: &SqliteRow) -> Result<Candidate> {
         attempt: AttemptRef::from(<AttemptRefRow as sqlx::FromRow<SqliteRow>>::from_row(row)?),
         id: AttemptId(row.try_get("id")?),
         provider: row.try_get("provider")?,
+        origin: row.try_get("origin")?,
         task: row.try_get("task")?,
         input: row.try_get::<Option<Json<Value>>, _>("input")?.map_or(Value::Null, |i| i.0),
         trace: stored_trace(row.try_get("traceparent")?, row.try_get("tracestate")?),

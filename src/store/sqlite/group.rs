@@ -128,7 +128,7 @@ async fn insert_new_job(tx: &mut super::SqliteTransaction, new: &NewJob) -> Resu
     .bind(new.owner.as_str())
     .bind(new.id.0)
     .bind(new.first_attempt_id.0)
-    .bind(&new.provider)
+    .bind(new.first_attempt_provider())
     .bind(AttemptState::Pending)
     .bind(AttemptOrigin::Client)
     .bind(created)
@@ -136,7 +136,7 @@ async fn insert_new_job(tx: &mut super::SqliteTransaction, new: &NewJob) -> Resu
     .bind(new.trace.as_ref().and_then(|t| t.tracestate.as_deref()))
     .execute(&mut **tx)
     .await?;
-    let detail = json!({ "attempt_id": new.first_attempt_id, "provider": new.provider });
+    let detail = json!({ "attempt_id": new.first_attempt_id, "provider": new.first_attempt_provider() });
     let event =
         NewEvent { attempt_number: Some(1), ..NewEvent::of_job(&new.owner, new.id, EventKind::JobCreated, detail) };
     insert_event(tx, created, event).await?;

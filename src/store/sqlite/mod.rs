@@ -50,6 +50,7 @@ use crate::domain::{AttemptId, IdempotencyKey, Job, JobEvent, JobId, JobSummary,
 use crate::store::rows::BindAttempt;
 use tx::SqliteTx;
 
+mod breakers;
 mod claims;
 mod group;
 mod keys;
@@ -278,6 +279,17 @@ impl_driver!(SqliteStore, {
         let reserved = claims::reserve_tokens(&mut write.tx, write.at, provider, tokens, per_minute).await?;
         write.tx.commit().await?;
         Ok(reserved)
+    }
+
+    async fn select_breakers(&self) -> Result<Vec<crate::store::breakers::StoredBreaker>> {
+        breakers::read(&self.pool, now()).await
+    }
+
+    async fn change_breaker(&self, provider: &str, change: crate::store::breakers::BreakerChange<'_>) -> Result<bool> {
+        let mut write = self.write().await?;
+        let changed = breakers::change(&mut write, provider, change).await?;
+        write.tx.commit().await?;
+        Ok(changed)
     }
 
     async fn select_waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::WaitingFacts>> {

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Hedging the latency tail, on one backend: `onejob bench e2e` (create a
+# `summarize` job on sim-fast, long-poll it until it succeeded) for
+# DURATION (60) s on CONNECTIONS (64) loops, twice on new databases, with
+# sim-fast answering in 20-40 ms but TAIL_RATE (0.05) of its calls in
+# TAIL_MS (4,000) ms:
+#   unhedged: the task as it is;
+#   hedged:   [tasks.summarize.hedge] after_ms = AFTER_MS (200) to
+#             sim-second (the same simulator, qualified at start).
+# Reported for each: jobs, p50, p99 and p99.9 of create -> succeeded, the
+# share of jobs hedged, the provider cost a job (GET /usage), and the
+# hedged run's extra cost against the unhedged one.
+# Then a provider down: sim-fast (20-40 ms, no tail) answers every call
+# with a 500 for its first OUTAGE_S (30) s, the jobs' failover going to
+# sim-second; `bench e2e` for OUTAGE_S s without a breaker and with
+# [providers.sim-fast.breaker] (half of 10 calls in 10 s, 5 s cool-down).
+#
+#   bench/hedge.sh postgres|sqlite
+#   DURATION=60 CONNECTIONS=64 TAIL_RATE=0.05 TAIL_MS=4000 AFTER_MS=200 OUTAGE_S=30 bench/hedge.sh postgres
+source "$(dirname "$0")/lib.sh"
+BACKEND=${1:-postgres}
+export BACKEND
+DURATION=${DURATION:-60}
+TAIL_RATE=${TAIL_RATE:-0.05}
+TAIL_MS=${TAIL_MS:-4000}
+AFTER_MS=${AFTER_MS:-200}
+OUTAGE_S=${OUTAGE_S:-30}
+
+build
+start_backend
+write_config "$(sim_provider sim-second 'latency_ms = 20
+jitter_ms = 20
+qualify_on_start = true
+price = { input_per_million = "0.15", output_per_million = "0.60", currency = "USD" }')"
+# sim-fast: 20-40 ms, but its tail. The simulator's tail is exact: one
+# call in 1/TAIL_RATE, spread evenly.
+python3 - "$WORK/bench.toml" "$TAIL_RATE" "$TAIL_MS" <<'PY'
+import re, sys
+path, rate, tail = sys.argv[1:]
+text = open(path).read()
+start = text.index("[providers.sim-fast]")
+end = text.find("\n[", start)
+block = re.sub(r"(?m)^(latency_ms|jitter_ms|tail_rate|tail_latency_ms|timeout_ms) = .*\n?", "", text[start:end]).rstrip("\n")
+block += f"\nlatency_ms = 20\njitter_ms = 20\ntail_rate = {rate}\ntail_latency_ms = {tail}\ntimeout_ms = {int(tail) * 3}"
+open(path, "w").write(text[:start] + block + text[end:])
+PY
+sed -i 's/^failover = \["sim-slow"\]$/failover = ["sim-second"]/' "$WORK/bench.toml"
+cp "$WORK/bench.toml" "$WORK/unhedged.toml"
+printf '\n[tasks.summarize.hedge]\nafter_ms = %s\nproviders = ["sim-second"]\nmax_share = 0.2\n' "$AFTER_MS" >> "$WORK/bench.toml"
+cp "$WORK/bench.toml" "$WORK/hedged.toml"
+# The outage: no tail, every call failing for OUTAGE_S s from the start.
+sed -e "s/^tail_rate = .*/tail_rate = 0/" -e "s/^tail_latency_ms = .*/outage_ms = $(( OUTAGE_S * 1000 ))/" \
+    "$WORK/unhedged.toml" > "$WORK/unbroken.toml"
+sed 's/^\[providers.sim-fast\]$/[providers.sim-fast]\nbreaker = { failure_rate = 0.5, min_calls = 10, window_ms = 10000, cool_down_ms = 5000 }/' \
+    "$WORK/unbroken.toml" > "$WORK/breaker.toml"
+
+sql() {
+    if [ "$BACKEND" = postgres ]; then
+        psql -qAt -d "$DATABASE_URL" -c "$1"
+    else
+        python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchone()[0])' \
+            "${DATABASE_URL#sqlite://}" "$1"
+    fi
+}
+
+# run NAME: one e2e run with NAME.toml on a new database; NAME.json the
+# bench's report, NAME.facts the jobs, hedged jobs and cost.
+run() {
+    local name=$1
+    cp "$WORK/$name.toml" "$WORK/bench.toml"
+    new_database "onejob_bench_$name"
+    start_server
+    log "$BACKEND, $name: onejob bench e2e, $CONNECTIONS loops, $DURATION s"
+    bench e2e --connections "$CONNECTIONS" --duration "${2:-$DURATION}" > "$WORK/$name.json"
+    # The losers still running are canceled within a moment of their job's end.
+    sleep 1
+    local usage
+    usage=$(python3 -c 'import sys, urllib.request as r
+print(r.urlopen(r.Request(sys.argv[1], headers={"authorization": "Bearer " + sys.argv[2]})).read().decode())' \
+        "http://127.0.0.1:$PORT/usage" "$TOKEN")
+    echo "$(sql "select count(*) from jobs") $(sql "select count(distinct job_id) from attempts where origin = 'hedge'") \
+$(sql "select count(*) from attempts where origin = 'hedge' and state = 'succeeded'")" > "$WORK/$name.facts"
+    printf '%s' "$usage" > "$WORK/$name.usage"
+    stop_server
+}
+
+run unhedged
+run hedged
+run unbroken "$OUTAGE_S"
+run breaker "$OUTAGE_S"
+
+python3 - "$WORK" "$BACKEND" "$TAIL_RATE" "$TAIL_MS" "$AFTER_MS" <<'PY'
+import json, sys
+from decimal import Decimal
+work, backend, rate, tail, after = sys.argv[1:]
+rows = {}
+for name in ("unhedged", "hedged"):
+    report = json.load(open(f"{work}/{name}.json"))
+    jobs, hedged, won = (int(x) for x in open(f"{work}/{name}.facts").read().split())
+    usage = json.loads(open(f"{work}/{name}.usage").read() or "{}")
+    cost = Decimal(usage.get("total", {}).get("cost", {}).get("USD", "0"))
+    rows[name] = (report, jobs, hedged, won, cost / max(jobs, 1))
+print(f"{backend}: sim-fast 20-40 ms, {float(rate):.0%} of calls {tail} ms; hedged after {after} ms to sim-second")
+print(f"{'run':>9} {'jobs':>7} {'errors':>6} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} {'hedged':>7} {'won':>5} {'cost/job USD':>14}")
+for name, (r, jobs, hedged, won, per_job) in rows.items():
+    print(f"{name:>9} {jobs:>7} {r['errors']:>6} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['p999_ms']:>9.1f} "
+          f"{hedged / max(jobs, 1):>7.2%} {won:>5} {per_job:>14.9f}")
+(u, _, _, _, u_cost), (h, _, _, _, h_cost) = rows["unhedged"], rows["hedged"]
+ratio = h["p99_ms"] / u["p99_ms"] if u["p99_ms"] else float("nan")
+extra = (h_cost / u_cost - 1) if u_cost else Decimal("NaN")
+print(f"p99 hedged / unhedged: {ratio:.3f} (target <= 0.1); extra cost a job: {float(extra):+.2%} (target <= 10 %)")
+print()
+print(f"sim-fast failing every call for the run, the jobs failing over to sim-second:")
+print(f"{'run':>9} {'jobs':>7} {'errors':>6} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9}")
+for name in ("unbroken", "breaker"):
+    r = json.load(open(f"{work}/{name}.json"))
+    label = "no breaker" if name == "unbroken" else "breaker"
+    print(f"{label:>10} {r['ok']:>6} {r['errors']:>6} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['p999_ms']:>9.1f}")
+PY
