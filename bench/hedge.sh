@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hedging the latency tail, on one backend: `onejob bench e2e` (create a
 # `summarize` job on sim-fast, long-poll it until it succeeded) for
-# DURATION (60) s on CONNECTIONS (64) loops, twice on new databases, with
+# E2E_DURATION (60) s on CONNECTIONS (64) loops, twice on new databases, with
 # sim-fast answering in 20-40 ms but TAIL_RATE (0.05) of its calls in
 # TAIL_MS (4,000) ms:
 #   unhedged: the task as it is;
@@ -16,11 +16,11 @@
 # [providers.sim-fast.breaker] (half of 10 calls in 10 s, 5 s cool-down).
 #
 #   bench/hedge.sh postgres|sqlite
-#   DURATION=60 CONNECTIONS=64 TAIL_RATE=0.05 TAIL_MS=4000 AFTER_MS=200 OUTAGE_S=30 bench/hedge.sh postgres
+#   E2E_DURATION=60 CONNECTIONS=64 TAIL_RATE=0.05 TAIL_MS=4000 AFTER_MS=200 OUTAGE_S=30 bench/hedge.sh postgres
 source "$(dirname "$0")/lib.sh"
 BACKEND=${1:-postgres}
 export BACKEND
-DURATION=${DURATION:-60}
+E2E_DURATION=${E2E_DURATION:-60}
 TAIL_RATE=${TAIL_RATE:-0.05}
 TAIL_MS=${TAIL_MS:-4000}
 AFTER_MS=${AFTER_MS:-200}
@@ -70,8 +70,8 @@ run() {
     cp "$WORK/$name.toml" "$WORK/bench.toml"
     new_database "onejob_bench_$name"
     start_server
-    log "$BACKEND, $name: onejob bench e2e, $CONNECTIONS loops, $DURATION s"
-    bench e2e --connections "$CONNECTIONS" --duration "${2:-$DURATION}" > "$WORK/$name.json"
+    log "$BACKEND, $name: onejob bench e2e, $CONNECTIONS loops, ${2:-$E2E_DURATION} s"
+    bench e2e --connections "$CONNECTIONS" --duration "${2:-$E2E_DURATION}" > "$WORK/$name.json"
     # The losers still running are canceled within a moment of their job's end.
     sleep 1
     local usage

@@ -101,12 +101,14 @@ impl Breakers {
 
     /// What `provider`'s breaker lets an attempt on it do now.
     pub fn passage(&self, provider: &str) -> Passage {
-        if !self.settings.contains_key(provider)
-            && !self.views.read().expect("breaker views lock").contains_key(provider)
-        {
-            return Passage::Go;
-        }
-        self.view(provider).passage(Instant::now())
+        let views = self.views.read().expect("breaker views lock");
+        views.get(provider).map_or(Passage::Go, |view| view.passage(Instant::now()))
+    }
+
+    /// Where `provider`'s breaker stands, as this process sees it.
+    fn state(&self, provider: &str) -> BreakerState {
+        let views = self.views.read().expect("breaker views lock");
+        views.get(provider).map_or(BreakerState::Closed, |view| view.state)
     }
 
     /// Whether new work may be routed to `provider`: its breaker is
@@ -132,13 +134,16 @@ impl Breakers {
         let settings = *self.settings.get(provider)?;
         let second = self.epoch.elapsed().as_secs();
         let mut windows = self.windows.lock().expect("breaker windows lock");
-        let trips = windows.entry(provider.to_owned()).or_default().record(second, failed, settings.thresholds());
-        trips.then_some(settings)
+        if !windows.contains_key(provider) {
+            windows.insert(provider.to_owned(), OutcomeWindow::default());
+        }
+        let window = windows.get_mut(provider).expect("inserted above");
+        window.record(second, failed, settings.thresholds()).then_some(settings)
     }
 
     /// How many of the providers' breakers are in each state, for the metrics.
     pub fn states(&self) -> Vec<(String, BreakerState)> {
-        self.settings.keys().map(|name| (name.clone(), self.view(name).state)).collect()
+        self.settings.keys().map(|name| (name.clone(), self.state(name))).collect()
     }
 }
 
@@ -194,14 +199,14 @@ pub async fn record(store: &Store, breakers: &Breakers, provider: &str, failed: 
     let change = if probe {
         if failed { BreakerChange::Reopen { cool_down, reason: "its probe failed" } } else { BreakerChange::Close }
     } else {
-        if breakers.view(provider).state != BreakerState::Closed || breakers.count(provider, failed).is_none() {
+        if breakers.state(provider) != BreakerState::Closed || breakers.count(provider, failed).is_none() {
             return;
         }
         BreakerChange::Trip { cool_down, reason: "most of its recent calls failed" }
     };
     match apply(store, breakers, provider, change).await {
         Ok(true) => {
-            let state = breakers.view(provider).state;
+            let state = breakers.state(provider);
             tracing::warn!(provider, state = state.as_str(), "the provider's breaker changed");
         }
         Ok(false) => {}

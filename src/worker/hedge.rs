@@ -25,9 +25,9 @@ use crate::store::{ClaimedAttempt, Hedged};
 
 /// This process's latencies and hedge budgets.
 pub(super) struct Hedging {
-    /// The latest answers' latencies, by provider and whether they were
-    /// streamed (then: to the first piece).
-    latencies: Mutex<HashMap<(String, bool), LatencyWindow>>,
+    /// The latest answers' latencies by provider: whole answers, then
+    /// streamed ones (to their first piece).
+    latencies: Mutex<HashMap<String, [LatencyWindow; 2]>>,
     /// Each task's jobs and hedges over the last minute.
     shares: Mutex<HashMap<String, HedgeShare>>,
     /// Where this process's seconds count from.
@@ -45,7 +45,13 @@ impl Hedging {
     /// first piece).
     pub(super) fn answered(&self, provider: &str, streamed: bool, latency: Duration) {
         let mut latencies = self.latencies.lock().expect("hedge latencies lock");
-        latencies.entry((provider.to_owned(), streamed)).or_default().record(latency);
+        if let Some(windows) = latencies.get_mut(provider) {
+            windows[usize::from(streamed)].record(latency);
+            return;
+        }
+        let mut windows: [LatencyWindow; 2] = Default::default();
+        windows[usize::from(streamed)].record(latency);
+        latencies.insert(provider.to_owned(), windows);
     }
 
     fn second(&self) -> u64 {
@@ -54,13 +60,18 @@ impl Hedging {
 
     fn wait(&self, delay: crate::domain::hedge::HedgeDelay, provider: &str, streamed: bool) -> Option<Duration> {
         let latencies = self.latencies.lock().expect("hedge latencies lock");
-        let window = latencies.get(&(provider.to_owned(), streamed)).cloned().unwrap_or_default();
-        delay.wait(&window)
+        match latencies.get(provider) {
+            Some(windows) => delay.wait(&windows[usize::from(streamed)]),
+            None => delay.wait(&LatencyWindow::default()),
+        }
     }
 
     fn share<T>(&self, task: &str, change: impl FnOnce(&mut HedgeShare) -> T) -> T {
         let mut shares = self.shares.lock().expect("hedge shares lock");
-        change(shares.entry(task.to_owned()).or_default())
+        if !shares.contains_key(task) {
+            shares.insert(task.to_owned(), HedgeShare::default());
+        }
+        change(shares.get_mut(task).expect("inserted above"))
     }
 }
 
