@@ -117,16 +117,18 @@ impl Breakers {
         !matches!(self.passage(provider), Passage::Refused(_))
     }
 
-    /// Takes what the database holds, for every provider.
+    /// Takes what the database holds, for every provider. A breaker that
+    /// changed since the last view starts counting afresh: the calls before
+    /// its change say nothing of the provider after it.
     pub fn refreshed(&self, stored: &[StoredBreaker]) {
         let now = Instant::now();
-        let views = stored.iter().map(|b| (b.provider.clone(), View::of(b, now))).collect();
-        *self.views.write().expect("breaker views lock") = views;
-    }
-
-    fn set(&self, provider: &str, view: View) {
-        self.views.write().expect("breaker views lock").insert(provider.to_owned(), view);
-        self.windows.lock().expect("breaker windows lock").remove(provider);
+        let views: HashMap<String, View> = stored.iter().map(|b| (b.provider.clone(), View::of(b, now))).collect();
+        let mut current = self.views.write().expect("breaker views lock");
+        let mut windows = self.windows.lock().expect("breaker windows lock");
+        windows.retain(|provider, _| {
+            current.get(provider).map(|view| view.since) == views.get(provider).map(|view| view.since)
+        });
+        *current = views;
     }
 
     /// Counts a call's outcome; whether `provider`'s window now trips it.
@@ -168,12 +170,7 @@ pub async fn refresh_every_second(store: Store, breakers: std::sync::Arc<Breaker
 async fn apply(store: &Store, breakers: &Breakers, provider: &str, change: BreakerChange<'_>) -> store::Result<bool> {
     let applied = store.change_breaker(provider, change).await?;
     if applied {
-        let stored = store.breakers().await?;
-        match stored.iter().find(|b| b.provider == provider) {
-            Some(b) => breakers.set(provider, View::of(b, Instant::now())),
-            None => breakers.set(provider, View::closed()),
-        }
-        breakers.refreshed(&stored);
+        breakers.refreshed(&store.breakers().await?);
     }
     Ok(applied)
 }

@@ -126,6 +126,10 @@ async fn an_operator_opens_a_breaker_until_closing_it_by_hand(backend: Backend) 
     let opened = ok_json(set(&app.operator, "sim-down", open).await.unwrap()).await;
     assert_eq!((opened["state"].as_str(), opened["by"].as_str()), (Some("open"), Some("operator")), "{opened:#}");
     assert_eq!(opened["reason"], "maintenance window");
+    // The dashboard's providers page shows it.
+    let (status, page) = crate::ui::sign_in(&app, &app.operator).await.page("/ui/providers").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"data-breaker="open""#) && page.contains("maintenance window"), "{page}");
     // Past a worker's cool-down, no probe is let through.
     tokio::time::sleep(Duration::from_millis(COOL_DOWN_MS + 500)).await;
     let around = succeeded(&app, &create(&app, "around", None).await).await;

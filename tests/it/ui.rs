@@ -75,7 +75,7 @@ async fn the_unknown_page_marks_an_attempt_unknown_for_longer_than_its_retention
 }
 
 /// A browser's view of the dashboard: its session cookie and CSRF token.
-struct Browser {
+pub(crate) struct Browser {
     client: Client,
     base: String,
     cookie: String,
@@ -86,7 +86,7 @@ fn no_redirects() -> Client {
     Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
 }
 
-async fn sign_in(app: &TestApp, token: &str) -> Browser {
+pub(crate) async fn sign_in(app: &TestApp, token: &str) -> Browser {
     sign_in_at(&app.url(""), token).await
 }
 
@@ -138,7 +138,7 @@ impl Browser {
         self.client.get(self.url(path)).header(header::COOKIE, &self.cookie).send().await.unwrap()
     }
 
-    async fn page(&self, path: &str) -> (StatusCode, String) {
+    pub(crate) async fn page(&self, path: &str) -> (StatusCode, String) {
         let response = self.get(path).await;
         (response.status(), response.text().await.unwrap())
     }
