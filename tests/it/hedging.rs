@@ -5,11 +5,12 @@
 //! loser is canceled at its provider. Never while the attempt is pending,
 //! never to an unqualified provider, never past the job's budget or the
 //! task's `max_share`; a streamed answer's first piece ends the chance of
-//! one; a hedge may win while its primary is unknown.
+//! one; a hedge may win while its primary is unknown; a percentile delay
+//! waits for twenty answers, then hedges after the provider's own latency.
 //!
 //! `sim-tail` answers every call from its tail (`tail_rate = 1`), late;
 //! `sim-fast` answers in milliseconds. Full-size runs (1,000 hedged jobs,
-//! 500 jobs under `max_share`) are `bench/hedge.sh`'s; `HEDGED_JOBS` sets
+//! 500 jobs under `max_share`) are `scripts/hedging-full.sh`'s; `HEDGED_JOBS` sets
 //! the size here.
 
 use chrono::{DateTime, Utc};
@@ -248,6 +249,50 @@ async fn a_hedge_wins_while_its_primary_is_unknown_and_the_primary_settles_as_a_
     assert_ne!(attempts[0]["state"], "succeeded", "{job:#}");
 }
 
+async fn a_percentile_delay_waits_for_twenty_answers_then_hedges_the_tail_after_the_providers_own_latency(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_live(backend, |s| {
+        settings(s, TAIL_MS);
+        // One call in ten in the tail (the 10th, the 20th, the 30th, ...).
+        s.providers.get_mut("sim-tail").unwrap().tail_rate = 0.1;
+        s.tasks.get_mut("summarize").unwrap().hedge = Some(HedgeSettings {
+            after_ms: None,
+            // Of twenty answers, two in the tail: the 90th percentile is
+            // the slowest of the others.
+            after_percentile: Some(90.0),
+            ..hedge(&["sim-fast"], 1.0)
+        });
+    })
+    .await;
+    let took = |job: &Value| millis_between(at(job, "created_at"), at(job, "updated_at"));
+    // The first twenty calls: fewer than twenty answers were known when
+    // each was sent, so none is hedged, and the two in the tail take it.
+    let first = create_many(&app, "learning", 20).await;
+    let mut slow = 0;
+    for id in &first {
+        let job = settled(&app, id).await;
+        assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "no hedge before twenty answers: {job:#}");
+        slow += usize::from(took(&job) >= TAIL_MS as i64 - 100);
+    }
+    assert_eq!(slow, 2, "the 10th and 20th calls took the tail unhedged");
+    // The next ten: the 30th call is in the tail, and is hedged after the
+    // provider's own 90th percentile, far below the tail.
+    let next = create_many(&app, "learned", 10).await;
+    let mut hedged_tail = 0;
+    for id in &next {
+        let job = settled(&app, id).await;
+        assert!(took(&job) < TAIL_MS as i64 / 2, "no job waited out the tail: {job:#}");
+        let attempts = job["attempts"].as_array().unwrap();
+        if attempts.len() == 2 && attempts[0]["state"] == "canceled" {
+            let hedge = &attempts[1];
+            assert_eq!((hedge["origin"].as_str(), hedge["state"].as_str()), (Some("hedge"), Some("succeeded")));
+            hedged_tail += 1;
+        }
+    }
+    assert!(hedged_tail >= 1, "the call in the tail was hedged and its hedge won");
+}
+
 async fn replicas_hedge_each_others_jobs_with_one_winner_each() {
     let backend = Backend::Postgres;
     let url = backend.fresh_database().await;
@@ -277,6 +322,7 @@ on_both_backends!(
     every_hedged_job_has_exactly_one_winner_and_every_loser_is_canceled,
     a_streaming_job_is_hedged_until_its_first_piece_and_never_after,
     a_hedge_wins_while_its_primary_is_unknown_and_the_primary_settles_as_a_loser,
+    a_percentile_delay_waits_for_twenty_answers_then_hedges_the_tail_after_the_providers_own_latency,
 );
 
 on_postgres!(replicas_hedge_each_others_jobs_with_one_winner_each);
