@@ -281,11 +281,11 @@ pgbench_run() {
 # write_create_script FILE: a pgbench script of the statement the Postgres
 # store sends for a new job (`onejob bench-sql create`, not retyped).
 # The store binds owner, job id, key, fingerprint, task, input,
-# provider, attempt id, budget, traceparent and tracestate (none of the
-# last three here); here the ids are made by Postgres (time-ordered like
-# the store's UUIDv7), and the key is unique per client and transaction
-# (and per RUN, given to pgbench as `-D run=`).
-# $10 and $11 go first, before $1 could take their first digit.
+# provider, attempt id, budget, traceparent and tracestate (none of these
+# three here) and the first attempt's provider; here the ids are made by
+# Postgres (time-ordered like the store's UUIDv7), and the key is unique
+# per client and transaction (and per RUN, given to pgbench as `-D run=`).
+# $10, $11 and $12 go first, before $1 could take their first digit.
 write_create_script() {
     local V7="(lpad(to_hex((extract(epoch from clock_timestamp()) * 1000)::bigint), 12, '0') || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid"
     {
@@ -293,6 +293,7 @@ write_create_script() {
         "$BIN" bench-sql create | sed \
             -e "s/\$10/null::text/g" \
             -e "s/\$11/null::text/g" \
+            -e "s/\$12/'sim-fast'/g" \
             -e "s/\$1/'bench'/g" \
             -e "s/\$2/$V7/g" \
             -e "s/\$3/('pgbench-' || :run || '-' || :client_id || '-' || :i)/g" \
