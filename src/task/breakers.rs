@@ -132,15 +132,15 @@ impl Breakers {
     }
 
     /// Counts a call's outcome; whether `provider`'s window now trips it.
-    fn count(&self, provider: &str, failed: bool) -> Option<BreakerSettings> {
-        let settings = *self.settings.get(provider)?;
+    fn count(&self, provider: &str, failed: bool) -> bool {
+        let Some(settings) = self.settings.get(provider) else { return false };
         let second = self.epoch.elapsed().as_secs();
         let mut windows = self.windows.lock().expect("breaker windows lock");
         if !windows.contains_key(provider) {
             windows.insert(provider.to_owned(), OutcomeWindow::default());
         }
         let window = windows.get_mut(provider).expect("inserted above");
-        window.record(second, failed, settings.thresholds()).then_some(settings)
+        window.record(second, failed, settings.thresholds())
     }
 
     /// How many of the providers' breakers are in each state, for the metrics.
@@ -196,7 +196,7 @@ pub async fn record(store: &Store, breakers: &Breakers, provider: &str, failed: 
     let change = if probe {
         if failed { BreakerChange::Reopen { cool_down, reason: "its probe failed" } } else { BreakerChange::Close }
     } else {
-        if breakers.state(provider) != BreakerState::Closed || breakers.count(provider, failed).is_none() {
+        if breakers.state(provider) != BreakerState::Closed || !breakers.count(provider, failed) {
             return;
         }
         BreakerChange::Trip { cool_down, reason: "most of its recent calls failed" }

@@ -32,18 +32,24 @@ pub(super) struct Hedging {
     shares: Mutex<HashMap<String, HedgeShare>>,
     /// Where this process's seconds count from.
     epoch: Instant,
-}
-
-impl Default for Hedging {
-    fn default() -> Self {
-        Self { latencies: Mutex::default(), shares: Mutex::default(), epoch: Instant::now() }
-    }
+    /// Whether any task hedges after a percentile: only then are answers'
+    /// latencies kept.
+    learns: bool,
 }
 
 impl Hedging {
+    /// The latencies and budgets of a process whose tasks are `catalog`'s.
+    pub(super) fn new(catalog: &crate::task::catalog::Catalog) -> Self {
+        let learns = catalog.tasks().any(|t| t.settings.hedge.as_ref().is_some_and(|h| h.after_percentile.is_some()));
+        Self { latencies: Mutex::default(), shares: Mutex::default(), epoch: Instant::now(), learns }
+    }
+
     /// Keeps how long an answer of `provider` took (a streamed one: to its
-    /// first piece).
+    /// first piece), when a task hedges after a percentile.
     pub(super) fn answered(&self, provider: &str, streamed: bool, latency: Duration) {
+        if !self.learns {
+            return;
+        }
         let mut latencies = self.latencies.lock().expect("hedge latencies lock");
         if let Some(windows) = latencies.get_mut(provider) {
             windows[usize::from(streamed)].record(latency);

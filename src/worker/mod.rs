@@ -79,6 +79,7 @@ impl Worker {
         let heartbeat = Arc::new(std::sync::atomic::AtomicI64::new(chrono::Utc::now().timestamp()));
         let rotation = crate::store::claims::Rotation::default();
         let (finishes, appends) = (finishes::Finishes::default(), std::sync::Arc::default());
+        let hedging = hedge::Hedging::new(&catalog);
         Self {
             store,
             catalog,
@@ -92,7 +93,7 @@ impl Worker {
             rotation,
             finishes,
             appends,
-            hedging: hedge::Hedging::default(),
+            hedging,
         }
     }
 
