@@ -17,6 +17,7 @@ pub use provider::{
 pub use task::{ExampleSettings, HedgeSettings, PromptSettings, TaskSettings};
 
 mod provider;
+mod sim;
 mod task;
 
 /// The built-in configuration, printed by `onejob config print-default`.

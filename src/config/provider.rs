@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use super::sim::{SimFault, SimOutput};
 pub use crate::domain::limits::ProviderLimits;
 
 /// How a provider counts tokens.
@@ -18,12 +19,17 @@ pub enum Tokenizer {
     /// Characters divided by four, rounded up.
     #[default]
     Approx,
+    /// Characters divided by three, rounded up: for models whose tokenizer
+    /// is not published (Anthropic's), a margin over their average of about
+    /// 3.5 characters per token of English text.
+    ApproxWithMargin,
 }
 
 impl Tokenizer {
     /// The encoding of an OpenAI model family by its name: `o200k_base`
     /// for GPT-4o, GPT-4.1, GPT-5 and the o-series; `cl100k_base` for
-    /// GPT-4 and GPT-3.5; characters ÷ 4 for any other model.
+    /// GPT-4 and GPT-3.5; characters ÷ 3 for Claude; characters ÷ 4 for
+    /// any other model.
     pub fn for_model(model: &str) -> Tokenizer {
         let model = model.to_ascii_lowercase();
         let model = model.rsplit('/').next().unwrap_or_default();
@@ -32,13 +38,15 @@ impl Tokenizer {
             Tokenizer::O200kBase
         } else if model.starts_with("gpt-4") || model.starts_with("gpt-3.5") {
             Tokenizer::Cl100kBase
+        } else if model.starts_with("claude") {
+            Tokenizer::ApproxWithMargin
         } else {
             Tokenizer::Approx
         }
     }
 }
 
-/// Which OpenAI surface a provider speaks.
+/// Which API a provider speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProviderApi {
@@ -47,6 +55,8 @@ pub enum ProviderApi {
     /// `POST /responses` in background mode: answered at once with a
     /// response id, which is then asked for until the response is done.
     Responses,
+    /// Anthropic's `POST /v1/messages`, answered when the answer is ready.
+    Messages,
 }
 
 /// The name chat completions give the answer's token limit.
@@ -70,55 +80,15 @@ pub enum ProviderKind {
     /// OpenAI's Responses API, in background mode.
     #[serde(rename = "openai-responses")]
     OpenaiResponses,
-}
-
-/// What a simulated provider answers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SimOutput {
-    /// Output that meets the task's contract.
-    #[default]
-    Valid,
-    /// Valid JSON with a top-level key the contract does not allow.
-    ExtraTopLevelKey,
-    /// Text that is not JSON.
-    NotJson,
-    /// A refusal instead of an answer (`message.refusal`, or a `refusal`
-    /// content part of a response).
-    Refusal,
-    /// An answer cut off at the token limit (`finish_reason = "length"`,
-    /// or an `incomplete` response for `max_output_tokens`).
-    Truncated,
-}
-
-/// How a simulated provider misbehaves on the wire. Each one lands the
-/// attempt in the state docs/design.md's failure classification gives it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SimFault {
-    /// Resets the connection without taking the request: the provider has
-    /// no record of it, so its status lookup says it was never received.
-    ResetBeforeRequest,
-    /// Reads the request, does the work, then resets the connection.
-    ResetAfterRequest,
-    /// Reads the request and never sends the response's headers.
-    NoHeaders,
-    /// Sends the headers and half of the body, then stalls.
-    StalledBody,
-    /// Answers 200 with a 10 MiB body.
-    HugeBody,
-    /// Answers 200 with a body that is not UTF-8.
-    InvalidUtf8,
-    /// Answers 200 with an OpenAI error object as its body.
-    #[serde(rename = "error_in_200")]
-    ErrorIn200,
+    /// Anthropic's Messages API.
+    Anthropic,
 }
 
 /// `[providers.NAME]`
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderSettings {
-    /// `sim`, `openai` or `openai-responses`.
+    /// `sim`, `openai`, `openai-responses` or `anthropic`.
     pub kind: ProviderKind,
     /// sim: which surface the simulated provider speaks (the kind says it
     /// for the others).
@@ -133,7 +103,8 @@ pub struct ProviderSettings {
     /// Sampling temperature.
     #[serde(default)]
     pub temperature: f64,
-    /// openai: the base URL, such as `https://api.openai.com/v1`.
+    /// The base URL, such as `https://api.openai.com/v1`, or
+    /// `https://api.anthropic.com` (to which `/v1/messages` is added).
     #[serde(default)]
     pub base_url: Option<String>,
     /// openai: the environment variable holding the API key.
@@ -162,6 +133,11 @@ pub struct ProviderSettings {
     /// to chat completions and as `text.format` to the Responses API.
     #[serde(default)]
     pub response_format: bool,
+    /// The Messages API: whether the prompt's tokens are asked of the
+    /// provider's token-counting endpoint before each call, instead of
+    /// estimated (`approx_with_margin`).
+    #[serde(default)]
+    pub count_tokens: bool,
     /// The Responses API: how often a background response is asked for
     /// while its attempt waits for it.
     #[serde(default = "default_poll_interval_ms")]
@@ -237,6 +213,14 @@ pub struct ProviderSettings {
     /// sim: what the answer looks like.
     #[serde(default)]
     pub output: SimOutput,
+    /// sim: of each answer's prompt tokens, this many are reported as read
+    /// from the provider's prompt cache.
+    #[serde(default)]
+    pub cache_read_tokens: u32,
+    /// sim, the Messages API: of each answer's prompt tokens, this many are
+    /// reported as written to the provider's prompt cache.
+    #[serde(default)]
+    pub cache_write_tokens: u32,
     /// sim: a transport fault instead of a well-formed answer.
     #[serde(default)]
     pub fault: Option<SimFault>,
@@ -381,12 +365,18 @@ impl ProviderSettings {
             ProviderKind::Sim => self.api.unwrap_or(ProviderApi::ChatCompletions),
             ProviderKind::Openai => ProviderApi::ChatCompletions,
             ProviderKind::OpenaiResponses => ProviderApi::Responses,
+            ProviderKind::Anthropic => ProviderApi::Messages,
         }
     }
 
-    /// How it counts tokens: `tokenizer`, or its model family's encoding.
+    /// How it counts tokens: `tokenizer`, or its model family's encoding
+    /// (for the Messages API, whose tokenizer is not published, characters
+    /// ÷ 3).
     pub fn tokenizer(&self) -> Tokenizer {
-        self.tokenizer.unwrap_or_else(|| Tokenizer::for_model(&self.model))
+        self.tokenizer.unwrap_or_else(|| match self.api() {
+            ProviderApi::Messages => Tokenizer::ApproxWithMargin,
+            _ => Tokenizer::for_model(&self.model),
+        })
     }
 
     /// The name chat completions give the answer's token limit.
@@ -410,22 +400,23 @@ impl ProviderSettings {
 
     /// Whether unknown attempts on this provider can be reconciled by
     /// asking it (default: yes, but for chat completions outside the
-    /// simulator, which have no status lookup).
+    /// simulator, which have no status lookup, and for the Messages API,
+    /// which has none).
     pub fn has_status_lookup(&self) -> bool {
-        self.status_lookup.unwrap_or(self.kind != ProviderKind::Openai)
+        self.status_lookup.unwrap_or(self.kind != ProviderKind::Openai && self.api() != ProviderApi::Messages)
     }
 
     /// Whether an aborted call is followed by the provider's cancel call
     /// (the same default).
     pub fn has_cancel_call(&self) -> bool {
-        self.cancel_call.unwrap_or(self.kind != ProviderKind::Openai)
+        self.cancel_call.unwrap_or(self.kind != ProviderKind::Openai && self.api() != ProviderApi::Messages)
     }
 
     /// Whether a "no such request" from the status lookup may settle an
     /// attempt as never received (see `absence_is_final`). Never for the
     /// Responses API: a response asked for by its id was received.
     pub fn absence_is_final(&self) -> bool {
-        self.api() == ProviderApi::ChatCompletions && self.absence_is_final.unwrap_or(!self.is_real())
+        self.api() != ProviderApi::Responses && self.absence_is_final.unwrap_or(!self.is_real())
     }
 
     /// `absence_grace_ms`.
@@ -476,6 +467,31 @@ impl ProviderSettings {
                  status_url and cancel_url are for openai providers"
             ));
         }
+        if self.kind == ProviderKind::Anthropic
+            && (self.status_url.is_some()
+                || self.cancel_url.is_some()
+                || self.status_lookup == Some(true)
+                || self.cancel_call == Some(true))
+        {
+            return Err(format!("providers.{name}: Anthropic's Messages API has no status lookup and no cancel call"));
+        }
+        let messages = self.api() == ProviderApi::Messages;
+        if messages && self.response_format {
+            return Err(format!(
+                "providers.{name}.response_format is for OpenAI's APIs; the Messages API always gets the \
+                 output schema as a forced tool"
+            ));
+        }
+        if self.count_tokens && !messages {
+            return Err(format!("providers.{name}.count_tokens is for the Messages API (kind = \"anthropic\")"));
+        }
+        let messages_only = matches!(self.output, SimOutput::PauseTurn | SimOutput::ContextWindowExceeded);
+        if (messages_only || self.cache_write_tokens > 0) && !messages {
+            return Err(format!(
+                "providers.{name}: output = \"pause_turn\" or \"context_window_exceeded\" and \
+                 cache_write_tokens are for simulated Messages API providers (api = \"messages\")"
+            ));
+        }
         if self.kind == ProviderKind::Openai && self.status_lookup == Some(true) && self.status_url.is_none() {
             return Err(format!("providers.{name}: status_lookup needs a status_url"));
         }
@@ -493,6 +509,7 @@ impl ProviderKind {
             ProviderKind::Sim => "sim",
             ProviderKind::Openai => "openai",
             ProviderKind::OpenaiResponses => "openai-responses",
+            ProviderKind::Anthropic => "anthropic",
         }
     }
 }

@@ -56,6 +56,10 @@ pub struct UsageTotals {
     pub prompt_tokens: i64,
     /// Their completion tokens.
     pub completion_tokens: i64,
+    /// Of their prompt tokens, those written to the provider's prompt cache.
+    pub cache_write_tokens: i64,
+    /// Of their prompt tokens, those read from the provider's prompt cache.
+    pub cache_read_tokens: i64,
     /// Attempts whose usage is an estimate (never reported by the provider).
     pub estimated_attempts: u64,
     /// Every counted attempt's cost, by currency.
@@ -79,6 +83,8 @@ impl UsageTotals {
         self.attempts += u64::try_from(row.attempts).unwrap_or(0);
         self.prompt_tokens += row.usage.prompt_tokens;
         self.completion_tokens += row.usage.completion_tokens;
+        self.cache_write_tokens += row.usage.cache_write_tokens;
+        self.cache_read_tokens += row.usage.cache_read_tokens;
         self.estimated_attempts += u64::try_from(row.estimated_attempts).unwrap_or(0);
         if !winner {
             self.waste_tokens += tokens;
@@ -211,7 +217,12 @@ mod tests {
             provider: provider.into(),
             state,
             created_at: NaiveDate::from_ymd_opt(2026, 11, day).unwrap().and_hms_opt(12, 0, 0).unwrap().and_utc(),
-            usage: Usage { prompt_tokens: 10, completion_tokens: 5, estimated: state == AttemptState::Unknown },
+            usage: Usage {
+                prompt_tokens: 10,
+                completion_tokens: 5,
+                estimated: state == AttemptState::Unknown,
+                ..Usage::default()
+            },
             cost: Some(Cost { amount: cost.parse().unwrap(), currency: "USD".into(), price_version: "v".into() }),
             attempts: 1,
             estimated_attempts: i64::from(state == AttemptState::Unknown),

@@ -54,7 +54,7 @@ pub fn truncate(mut text: String) -> String {
 /// Parses the assistant message's content as the output.
 pub fn parse_content(content: &str) -> Result<Completion, ProviderError> {
     match serde_json::from_str::<Value>(content) {
-        Ok(output) => Ok(Completion { output, usage: None }),
+        Ok(output) => Ok(Completion { output, usage: None, provider_request_id: None }),
         Err(error) => {
             // What the provider said is kept for the attempt's audit (as its
             // unapplied output; see `worker::record`).

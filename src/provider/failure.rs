@@ -61,7 +61,8 @@ failure_kinds! {
     BadResponse => "bad-response",
     /// An answer larger than the client reads.
     ResponseTooLarge => "response-too-large",
-    /// A background response that ended incomplete for another reason.
+    /// A background response that ended incomplete for another reason, or
+    /// a turn the Messages API paused (`pause_turn`).
     Incomplete => "incomplete",
     /// The output breaks the task's contract.
     ContractViolation => "contract-violation",
@@ -165,7 +166,8 @@ pub struct FailureFacts {
     /// Why the cancel call failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cancel_error: Option<String>,
-    /// The provider's id of a request whose outcome is unknown.
+    /// The provider's id of the request: a background response's, for an
+    /// unknown outcome; the Messages API's `request-id`, for any answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider_request_id: Option<String>,
     /// The answer's text when it was not JSON: kept on the attempt as its
@@ -258,7 +260,7 @@ mod tests {
     #[test]
     fn every_fact_a_failure_carries_is_stored_under_its_own_name_and_the_answers_text_is_not() {
         let facts = FailureFacts {
-            usage: Some(Usage { prompt_tokens: 3, completion_tokens: 4, estimated: false }),
+            usage: Some(Usage { prompt_tokens: 3, completion_tokens: 4, ..Usage::default() }),
             retry_after_ms: Some(2_000),
             cancel_call: Some(CancelCall::Made),
             received_text: Some("Sure!".into()),

@@ -1,6 +1,7 @@
 //! Providers: where attempts are sent. One HTTP client speaks OpenAI's
-//! chat completions and its Responses API (in background mode) to real
-//! endpoints and to the built-in simulator ([`sim`]) alike. Every failure says what
+//! chat completions and its Responses API (in background mode), another
+//! Anthropic's Messages API ([`anthropic`]), to real endpoints and to the
+//! built-in simulator ([`sim`]) alike. Every failure says what
 //! it means for the attempt: definitive (nothing was done; retryable or
 //! not) or ambiguous (the provider may still be working: the attempt
 //! becomes `unknown`). That distinction is the product (I4).
@@ -11,6 +12,7 @@
 //! else) and then asks the provider about until the response is done.
 
 pub mod answer;
+pub mod anthropic;
 mod failure;
 pub mod openai;
 mod response_stream;
@@ -27,6 +29,7 @@ use serde_json::Value;
 
 use crate::config::{ProviderKind, ProviderSettings, Settings};
 
+pub use anthropic::MessagesProvider;
 pub use failure::{CancelCall, FailureClass, FailureFacts, FailureKind, ProviderError, millis};
 pub use openai::HttpProvider;
 
@@ -65,6 +68,9 @@ pub struct Completion {
     pub output: Value,
     /// The tokens the provider says it used (its `usage` object), if it said.
     pub usage: Option<crate::domain::Usage>,
+    /// The provider's id of the request, when its answer gave one (the
+    /// Messages API's `request-id`), to keep on the attempt.
+    pub provider_request_id: Option<String>,
 }
 
 /// What an HTTP status from a provider means, as docs/design.md classifies it.
@@ -158,6 +164,12 @@ pub trait Provider: Send + Sync {
     /// was aborted; `None` when this provider has no cancel call (or the
     /// request no id to cancel it by).
     async fn cancel(&self, request: RequestRef<'_>) -> Option<Result<CancelAnswer, ProviderError>>;
+
+    /// The input tokens of `request` as the provider counts them; `None`
+    /// when it has no token-counting endpoint.
+    async fn count_tokens(&self, _request: &ProviderRequest) -> Option<Result<usize, ProviderError>> {
+        None
+    }
 }
 
 /// Sends `request` and waits for its answer: for a request accepted to run
@@ -222,13 +234,18 @@ pub fn build(settings: &Settings, simulator: Option<&str>) -> Result<Providers, 
         let built = match provider.kind {
             ProviderKind::Sim => {
                 let base = simulator.ok_or_else(|| format!("provider {name} is simulated, but no simulator runs"))?;
-                HttpProvider::simulated(name, provider.clone(), base, client.clone())
+                if provider.api() == crate::config::ProviderApi::Messages {
+                    Arc::new(MessagesProvider::simulated(name, provider.clone(), base, client.clone()))
+                } else {
+                    Arc::new(HttpProvider::simulated(name, provider.clone(), base, client.clone())) as Arc<dyn Provider>
+                }
             }
             ProviderKind::Openai | ProviderKind::OpenaiResponses => {
-                HttpProvider::openai(name, provider.clone(), client.clone())?
+                Arc::new(HttpProvider::openai(name, provider.clone(), client.clone())?)
             }
+            ProviderKind::Anthropic => Arc::new(MessagesProvider::anthropic(name, provider.clone(), client.clone())?),
         };
-        providers.insert(name.clone(), Arc::new(built));
+        providers.insert(name.clone(), built);
     }
     Ok(providers)
 }

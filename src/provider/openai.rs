@@ -31,7 +31,7 @@ use crate::config::{MaxTokensField, ProviderApi, ProviderSettings};
 pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 
 /// How much of an error answer is read (only its message is kept).
-const MAX_ERROR_BYTES: usize = 64 * 1024;
+pub(super) const MAX_ERROR_BYTES: usize = 64 * 1024;
 
 /// The longest `Retry-After` honoured: a day.
 const MAX_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
@@ -148,7 +148,7 @@ fn error_message(body: &[u8]) -> String {
 }
 
 /// A transport error: before the request left (safe to retry) or after (unknown).
-fn transport_error(error: reqwest::Error) -> ProviderError {
+pub(super) fn transport_error(error: reqwest::Error) -> ProviderError {
     if error.is_connect() {
         ProviderError::new(
             FailureClass::Definitive { retryable: true },
@@ -162,14 +162,18 @@ fn transport_error(error: reqwest::Error) -> ProviderError {
 }
 
 /// The `usage` object of a chat completion: prompt and completion tokens,
-/// both present and non-negative, or nothing.
+/// both present and non-negative, or nothing; with the prompt tokens
+/// served from OpenAI's prompt cache (`prompt_tokens_details.cached_tokens`).
 pub fn parse_usage(body: &Value) -> Option<crate::domain::Usage> {
     let usage = body.get("usage")?;
     let tokens = |name: &str| usage.get(name)?.as_i64().filter(|n| *n >= 0);
+    let prompt_tokens = tokens("prompt_tokens")?;
+    let cached = usage.pointer("/prompt_tokens_details/cached_tokens").and_then(Value::as_i64).unwrap_or(0);
     Some(crate::domain::Usage {
-        prompt_tokens: tokens("prompt_tokens")?,
+        prompt_tokens,
         completion_tokens: tokens("completion_tokens")?,
-        estimated: false,
+        cache_read_tokens: cached.clamp(0, prompt_tokens),
+        ..Default::default()
     })
 }
 
@@ -222,7 +226,8 @@ impl Provider for HttpProvider {
 
     async fn send(&self, request: &ProviderRequest) -> Result<Reply, ProviderError> {
         let (url, body) = match self.api {
-            ProviderApi::ChatCompletions => (&self.chat_url, self.body(request)),
+            // (A Messages API provider is a `MessagesProvider`.)
+            ProviderApi::ChatCompletions | ProviderApi::Messages => (&self.chat_url, self.body(request)),
             ProviderApi::Responses => (&self.responses_url, responses::body(&self.settings, request, self.simulated)),
         };
         let response = self.post(url, &body, request).await?;
@@ -246,7 +251,7 @@ impl Provider for HttpProvider {
             ));
         }
         match self.api {
-            ProviderApi::ChatCompletions => parse_completion(&body).map(Reply::Done),
+            ProviderApi::ChatCompletions | ProviderApi::Messages => parse_completion(&body).map(Reply::Done),
             ProviderApi::Responses => match responses::read(&body)? {
                 (id, RequestStatus::Running) => Ok(Reply::Accepted(id)),
                 (_, RequestStatus::Succeeded(completion)) => Ok(Reply::Done(completion)),
@@ -259,7 +264,7 @@ impl Provider for HttpProvider {
 
     async fn status(&self, request: RequestRef<'_>) -> Option<Result<RequestStatus, ProviderError>> {
         match self.api {
-            ProviderApi::ChatCompletions => {
+            ProviderApi::ChatCompletions | ProviderApi::Messages => {
                 let url = self.status_url.as_ref()?.replace("{id}", request.client_id);
                 Some(self.lookup(&url).await)
             }
@@ -281,7 +286,7 @@ impl Provider for HttpProvider {
 
     async fn cancel(&self, request: RequestRef<'_>) -> Option<Result<CancelAnswer, ProviderError>> {
         match self.api {
-            ProviderApi::ChatCompletions => {
+            ProviderApi::ChatCompletions | ProviderApi::Messages => {
                 let url = self.cancel_url.as_ref()?.replace("{id}", request.client_id);
                 Some(self.cancel_at(&url).await)
             }
@@ -307,7 +312,10 @@ impl Provider for HttpProvider {
 /// Reads at most `limit` bytes of the body: the bytes, and whether that was
 /// all of it. Neither a declared length nor a stream of chunks makes it
 /// buffer more.
-async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<(Vec<u8>, bool), reqwest::Error> {
+pub(super) async fn read_bounded(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
     if response.content_length().is_some_and(|length| length > limit as u64) {
         return Ok((Vec::new(), false));
     }
@@ -324,7 +332,7 @@ async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<(
 }
 
 /// A `Retry-After` header: delay-seconds, or an HTTP date (RFC 9110).
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<std::time::Duration> {
+pub(super) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<std::time::Duration> {
     let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
     let wait = match value.parse::<u64>() {
         Ok(seconds) => std::time::Duration::from_secs(seconds),
@@ -336,7 +344,7 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<std::time::Durati
     Some(wait.min(MAX_RETRY_AFTER))
 }
 
-fn transport_error_after_answer(error: reqwest::Error) -> ProviderError {
+pub(super) fn transport_error_after_answer(error: reqwest::Error) -> ProviderError {
     ProviderError::new(FailureClass::Ambiguous, FailureKind::ConnectionLost, None, truncate(error.to_string()))
 }
 
@@ -508,11 +516,13 @@ mod tests {
     #[test]
     fn the_usage_object_is_read_and_travels_with_a_charged_contract_violation() {
         let body = br#"{"choices": [{"message": {"content": "{}"}}], "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}}"#;
-        let usage = crate::domain::Usage { prompt_tokens: 12, completion_tokens: 3, estimated: false };
+        let usage = crate::domain::Usage { prompt_tokens: 12, completion_tokens: 3, ..Default::default() };
         assert_eq!(parse_completion(body).unwrap().usage, Some(usage));
         let not_json = br#"{"choices": [{"message": {"content": "Sure!"}}], "usage": {"prompt_tokens": 12, "completion_tokens": 3}}"#;
         let error = parse_completion(not_json).unwrap_err();
         assert_eq!((error.facts.usage, error.facts.received_text.as_deref()), (Some(usage), Some("Sure!")));
+        let cached = br#"{"choices": [{"message": {"content": "{}"}}], "usage": {"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 8}}}"#;
+        assert_eq!(parse_completion(cached).unwrap().usage.map(|u| u.cache_read_tokens), Some(8));
         for partial in [r#"{"prompt_tokens": 12}"#, r#"{"prompt_tokens": -1, "completion_tokens": 3}"#, "null"] {
             let body = format!(r#"{{"choices": [{{"message": {{"content": "{{}}"}}}}], "usage": {partial}}}"#);
             assert_eq!(parse_completion(body.as_bytes()).unwrap().usage, None, "{partial}");

@@ -66,14 +66,18 @@ pub fn body(settings: &ProviderSettings, request: &ProviderRequest, simulated: b
 }
 
 /// The `usage` of a response object: input and output tokens, both
-/// present and non-negative, or nothing.
+/// present and non-negative, or nothing; with the input tokens served
+/// from OpenAI's prompt cache (`input_tokens_details.cached_tokens`).
 pub fn parse_usage(response: &Value) -> Option<Usage> {
     let usage = response.get("usage")?;
     let tokens = |name: &str| usage.get(name)?.as_i64().filter(|n| *n >= 0);
+    let prompt_tokens = tokens("input_tokens")?;
+    let cached = usage.pointer("/input_tokens_details/cached_tokens").and_then(Value::as_i64).unwrap_or(0);
     Some(Usage {
-        prompt_tokens: tokens("input_tokens")?,
+        prompt_tokens,
         completion_tokens: tokens("output_tokens")?,
-        estimated: false,
+        cache_read_tokens: cached.clamp(0, prompt_tokens),
+        ..Usage::default()
     })
 }
 
@@ -189,7 +193,7 @@ mod tests {
                                       "content": [{"type": "output_text", "text": "{\"summary\": \"a\", \"word_count\": 1}"}]}]});
         let RequestStatus::Succeeded(done) = read(&response("completed", text)).unwrap().1 else { panic!() };
         assert_eq!(done.output, json!({"summary": "a", "word_count": 1}));
-        assert_eq!(done.usage, Some(Usage { prompt_tokens: 30, completion_tokens: 7, estimated: false }));
+        assert_eq!(done.usage, Some(Usage { prompt_tokens: 30, completion_tokens: 7, ..Usage::default() }));
         let failed = json!({"error": {"code": "server_error", "message": "boom"}});
         let RequestStatus::Failed(error) = read(&response("failed", failed)).unwrap().1 else { panic!() };
         assert_eq!(

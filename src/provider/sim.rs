@@ -16,7 +16,8 @@
 //! its answer produced by then.
 //!
 //! A provider with `api = "responses"` speaks OpenAI's Responses API in
-//! background mode instead ([`responses`]), with the same plans and faults.
+//! background mode instead ([`responses`]), and one with `api = "messages"`
+//! Anthropic's Messages API ([`messages`]), with the same plans and faults.
 //! Either surface honours a strict JSON schema as OpenAI's structured
 //! outputs do: the schema must meet strict mode's rules (400 otherwise), and
 //! the answer then follows it, whatever the provider's `output` would have
@@ -26,6 +27,7 @@ mod answers;
 mod bounded;
 mod connection;
 mod faults;
+mod messages;
 mod response_object;
 mod response_stream;
 mod responses;
@@ -212,6 +214,8 @@ pub fn router(providers: &std::collections::BTreeMap<String, ProviderSettings>) 
     });
     Router::new()
         .route("/providers/{name}/v1/chat/completions", post(complete))
+        .route("/providers/{name}/v1/messages", post(messages::create))
+        .route("/providers/{name}/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/providers/{name}/v1/responses", post(responses::create))
         .route("/providers/{name}/v1/responses/{id}", get(responses::retrieve))
         .route("/providers/{name}/v1/responses/{id}/cancel", post(responses::cancel))
@@ -293,7 +297,7 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
     };
     let ending = match mode {
         SimOutput::Refusal => Ending::Refusal,
-        SimOutput::Truncated => Ending::Truncated,
+        SimOutput::Truncated | SimOutput::ContextWindowExceeded => Ending::Truncated,
         _ => Ending::Complete,
     };
     let content = render(answer_for(job, &Value::Array(messages.to_vec())), mode);
@@ -347,26 +351,46 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
 /// Reads a request to provider `name`: its settings and its JSON body, or
 /// the answer instead (404, 400, or the reset of a provider that resets
 /// before taking the request, which is then never logged: the status
-/// lookup says the provider never received it).
+/// lookup says the provider never received it). Errors are shaped by
+/// `error`, the surface's own.
 async fn receive<'s>(
     sim: &'s SimState,
     name: &str,
     connection: Option<Extension<ConnectInfo<Connection>>>,
     body: Body,
+    error: fn(u16, &str) -> Response,
 ) -> Result<(&'s ProviderSettings, Value), Response> {
     let Some(provider) = sim.providers.get(name) else {
-        return Err(openai_error(404, &format!("no simulated provider named '{name}'")));
+        return Err(error(404, &format!("no simulated provider named '{name}'")));
     };
     if provider.fault == Some(SimFault::ResetBeforeRequest) {
         return Err(reset(connection));
     }
     let Ok(body) = axum::body::to_bytes(body, 2 * 1024 * 1024).await else {
-        return Err(openai_error(400, "the body could not be read"));
+        return Err(error(400, "the body could not be read"));
     };
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
-        return Err(openai_error(400, "the body is not JSON"));
+        return Err(error(400, "the body is not JSON"));
     };
     Ok((provider, body))
+}
+
+/// A streamed answer's work lasts as long as its stream: request `id`'s
+/// plan ends with its last piece, and its pacing is logged. How long after
+/// its arrival the first piece comes.
+fn pace_stream(sim: &SimState, id: &str, provider: &ProviderSettings, content: &str, arrived: Instant) -> Duration {
+    let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+    let mut first_after = Duration::from_millis(provider.first_token_ms.unwrap_or(provider.latency_ms));
+    if let Some(entry) = log.get_mut(id)
+        && let Plan::Answer { at, .. } = &mut entry.plan
+    {
+        first_after = entry.first_token_after;
+        *at = (*at).max(stream::ends_at(provider, first_after, content, arrived));
+        let (first, every) = stream::pace(provider, first_after, arrived);
+        let due = chrono::Utc::now() + first.saturating_duration_since(Instant::now());
+        entry.paced = Some((due, every));
+    }
+    first_after
 }
 
 async fn complete(
@@ -376,7 +400,7 @@ async fn complete(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (provider, body) = match receive(&sim, &name, connection.clone(), body).await {
+    let (provider, body) = match receive(&sim, &name, connection.clone(), body, openai_error).await {
         Ok(received) => received,
         Err(refused) => return refused,
     };
@@ -418,19 +442,7 @@ async fn complete(
     {
         let include_usage = body["stream_options"]["include_usage"] == json!(true);
         let (content, usage, ending, arrived) = (content.as_str(), *usage, *ending, Instant::now());
-        // Its work lasts as long as its stream.
-        let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
-        let mut first_after = Duration::from_millis(provider.first_token_ms.unwrap_or(provider.latency_ms));
-        if let Some(entry) = log.get_mut(&id)
-            && let Plan::Answer { at, .. } = &mut entry.plan
-        {
-            first_after = entry.first_token_after;
-            *at = (*at).max(stream::ends_at(provider, first_after, content, arrived));
-            let (first, every) = stream::pace(provider, first_after, arrived);
-            let due = chrono::Utc::now() + first.saturating_duration_since(Instant::now());
-            entry.paced = Some((due, every));
-        }
-        drop(log);
+        let first_after = pace_stream(&sim, &id, provider, content, arrived);
         let streamed =
             stream::Streamed { id: &id, model: &model, content, usage, ending, include_usage, arrived, first_after };
         return stream::answer(provider, streamed);
@@ -443,9 +455,24 @@ async fn complete(
     }
     // Dropped before the answer is made: the client closed the connection.
     let mut unanswered = Unanswered { sim: sim.clone(), id: id.clone(), armed: true };
-    let response = answer(&sim, &id, &name, &model, plan, provider.retry_after_secs).await;
+    let mut response = answer(&sim, &id, &name, &model, plan, provider.retry_after_secs).await;
     unanswered.armed = false;
+    if provider.cache_read_tokens > 0 && response.status().is_success() {
+        response = with_cached_tokens(response, provider.cache_read_tokens).await;
+    }
     response
+}
+
+/// A chat completion's answer saying that `cached` of its prompt tokens
+/// (at most all of them) were read from the prompt cache.
+async fn with_cached_tokens(response: Response, cached: u32) -> Response {
+    let Ok(body) = axum::body::to_bytes(response.into_body(), usize::MAX).await else {
+        return openai_error(500, "the answer could not be read back");
+    };
+    let mut completion: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let prompt = completion["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+    completion["usage"]["prompt_tokens_details"] = json!({"cached_tokens": u64::from(cached).min(prompt)});
+    Json(completion).into_response()
 }
 
 /// Logs, when dropped, that the client of request `id` closed its

@@ -2,11 +2,18 @@
 //! a prompt that cannot fit the provider's context fails its attempt with
 //! `prompt-too-long`, with no call and no cost. The OpenAI encodings ship
 //! inside the tiktoken-rs crate (no download); each is loaded once, on
-//! first use.
+//! first use. Anthropic's tokenizer is not published: its prompts are
+//! estimated with a margin (characters ÷ 3), or counted by the provider's
+//! token-counting endpoint where `count_tokens` is set.
 
 use serde_json::Value;
 
-use crate::config::Tokenizer;
+use crate::config::{ProviderApi, ProviderSettings, Tokenizer};
+
+/// The tokens the Messages API adds to a prompt for a forced tool (its
+/// tool-use system prompt): at most 346 on Claude's models, by Anthropic's
+/// documentation of tool use's pricing, rounded up.
+pub const FORCED_TOOL_TOKENS: usize = 350;
 
 /// Tokens in `text`.
 pub fn count(tokenizer: Tokenizer, text: &str) -> usize {
@@ -14,7 +21,20 @@ pub fn count(tokenizer: Tokenizer, text: &str) -> usize {
         Tokenizer::O200kBase => tiktoken_rs::o200k_base_singleton().encode_ordinary(text).len(),
         Tokenizer::Cl100kBase => tiktoken_rs::cl100k_base_singleton().encode_ordinary(text).len(),
         Tokenizer::Approx => text.chars().count().div_ceil(4),
+        Tokenizer::ApproxWithMargin => text.chars().count().div_ceil(3),
     }
+}
+
+/// Tokens of a request to `provider`: its messages, and, for the Messages
+/// API, the output schema it carries as a forced tool with the tool-use
+/// prompt that comes with it.
+pub fn count_prompt(provider: &ProviderSettings, messages: &[Value], output_schema: &Value) -> usize {
+    let tokenizer = provider.tokenizer();
+    let mut tokens = count_messages(tokenizer, messages);
+    if provider.api() == ProviderApi::Messages && super::anthropic::is_forced_tool(output_schema) {
+        tokens += count(tokenizer, &output_schema.to_string()) + FORCED_TOOL_TOKENS;
+    }
+    tokens
 }
 
 /// Tokens of chat messages: their contents, plus OpenAI's framing of 3 per
@@ -36,6 +56,7 @@ mod tests {
         assert_eq!(count(Tokenizer::Cl100kBase, "hello world"), 2);
         assert_eq!(count(Tokenizer::Approx, "hello world"), 3);
         assert_eq!(count(Tokenizer::Approx, ""), 0);
+        assert_eq!(count(Tokenizer::ApproxWithMargin, "hello world"), 4);
     }
 
     #[test]

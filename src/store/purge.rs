@@ -73,6 +73,10 @@ pub struct RollupTotals {
     pub prompt_tokens: i64,
     /// Completion tokens.
     pub completion_tokens: i64,
+    /// Of the prompt tokens, written to the provider's cache.
+    pub cache_write_tokens: i64,
+    /// Of the prompt tokens, read from the provider's cache.
+    pub cache_read_tokens: i64,
     /// Cost, in `currency` (zero when not priced).
     pub cost: Money,
 }
@@ -83,28 +87,42 @@ impl RollupTotals {
         self.estimated_attempts += other.estimated_attempts;
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
         self.cost = self.cost.checked_add(other.cost).ok_or_else(|| corrupt("a rollup's cost overflows"))?;
         Ok(())
     }
 }
 
-/// A rollup row's sums as stored: attempts, estimated ones, prompt and
-/// completion tokens, and the cost as decimal text.
+/// A rollup row's sums as stored: attempts, estimated ones, prompt,
+/// completion, cache-write and cache-read tokens, and the cost as decimal
+/// text.
 pub(crate) fn totals_from(
-    (attempts, estimated_attempts, prompt_tokens, completion_tokens, cost): (i64, i64, i64, i64, String),
+    (attempts, estimated_attempts, prompt_tokens, completion_tokens, cache_write_tokens, cache_read_tokens, cost): (
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        String,
+    ),
 ) -> Result<RollupTotals> {
     Ok(RollupTotals {
         attempts,
         estimated_attempts,
         prompt_tokens,
         completion_tokens,
+        cache_write_tokens,
+        cache_read_tokens,
         cost: cost.parse().map_err(corrupt)?,
     })
 }
 
 /// Binds a rollup row's key (owner, day, task, provider, state, currency)
 /// to a statement, and its sums after it when given (attempts, estimated
-/// attempts, prompt and completion tokens, cost as decimal text).
+/// attempts, prompt and completion tokens, cost as decimal text, cache-write
+/// and cache-read tokens).
 macro_rules! bind_rollup {
     ($query:expr, $key:expr) => {
         $query
@@ -122,6 +140,8 @@ macro_rules! bind_rollup {
             .bind($totals.prompt_tokens)
             .bind($totals.completion_tokens)
             .bind($totals.cost.to_string())
+            .bind($totals.cache_write_tokens)
+            .bind($totals.cache_read_tokens)
     };
 }
 pub(crate) use bind_rollup;

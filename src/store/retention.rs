@@ -100,6 +100,8 @@ fn rollup_of(owner: OwnerId, row: &UsageRow) -> Result<(RollupKey, RollupTotals)
         estimated_attempts: row.estimated_attempts,
         prompt_tokens: row.usage.prompt_tokens,
         completion_tokens: row.usage.completion_tokens,
+        cache_write_tokens: row.usage.cache_write_tokens,
+        cache_read_tokens: row.usage.cache_read_tokens,
         cost: row.cost.as_ref().map_or(Money::ZERO, |c| c.amount),
     };
     Ok((key, totals))

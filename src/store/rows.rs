@@ -10,7 +10,7 @@ use sqlx::types::Json;
 use sqlx::{Database, Decode, Encode, FromRow, Postgres, Row, Sqlite, Type};
 use uuid::Uuid;
 
-use super::usage::{read_cost, read_usage};
+use super::usage::{StoredUsage, read_cost, read_usage};
 use super::{
     ApiKey, AttemptRef, LiveKey, OpenUnknown, OwnedJobSummary, QualificationRecord, Result, UsageRow, corrupt,
 };
@@ -179,6 +179,7 @@ pub(crate) const ATTEMPT_COLUMNS: &str = r#"a.number as a_number, a.id as a_id, 
     a.created_at as a_created_at, a.not_before as a_not_before, a.started_at as a_started_at,
     a.finished_at as a_finished_at, a.prompt_tokens as a_prompt_tokens,
     a.completion_tokens as a_completion_tokens, a.usage_estimated as a_usage_estimated,
+    a.cache_write_tokens as a_cache_write_tokens, a.cache_read_tokens as a_cache_read_tokens,
     cast(a.cost as text) as a_cost, a.currency as a_currency, a.price_version as a_price_version,
     a.unapplied_output as a_unapplied_output, a.provider_request_id as a_provider_request_id,
     a.traceparent as a_traceparent, a.tracestate as a_tracestate"#;
@@ -259,6 +260,8 @@ pub(crate) struct AttemptRow {
     a_prompt_tokens: Option<i64>,
     a_completion_tokens: Option<i64>,
     a_usage_estimated: Option<bool>,
+    a_cache_write_tokens: Option<i64>,
+    a_cache_read_tokens: Option<i64>,
     a_cost: Option<String>,
     a_currency: Option<String>,
     a_price_version: Option<String>,
@@ -285,7 +288,13 @@ impl AttemptRow {
             not_before: self.a_not_before.0,
             started_at: time(self.a_started_at),
             finished_at: time(self.a_finished_at),
-            usage: read_usage(self.a_prompt_tokens, self.a_completion_tokens, self.a_usage_estimated),
+            usage: read_usage(StoredUsage {
+                prompt: self.a_prompt_tokens,
+                completion: self.a_completion_tokens,
+                cache_write: self.a_cache_write_tokens,
+                cache_read: self.a_cache_read_tokens,
+                estimated: self.a_usage_estimated,
+            }),
             cost: read_cost(self.a_cost, self.a_currency, self.a_price_version)?,
             unapplied_output: self.a_unapplied_output.map(|o| o.0),
             provider_request_id: self.a_provider_request_id,
@@ -494,6 +503,8 @@ pub(crate) struct UsageReportRow {
     prompt_tokens: Option<i64>,
     completion_tokens: Option<i64>,
     usage_estimated: Option<bool>,
+    cache_write_tokens: Option<i64>,
+    cache_read_tokens: Option<i64>,
     cost: Option<String>,
     currency: Option<String>,
     price_version: Option<String>,
@@ -509,8 +520,14 @@ impl TryFrom<UsageReportRow> for UsageRow {
             provider: row.provider,
             state: row.state,
             created_at: row.created_at.0,
-            usage: read_usage(row.prompt_tokens, row.completion_tokens, row.usage_estimated)
-                .ok_or_else(|| corrupt("a counted attempt without usage"))?,
+            usage: read_usage(StoredUsage {
+                prompt: row.prompt_tokens,
+                completion: row.completion_tokens,
+                cache_write: row.cache_write_tokens,
+                cache_read: row.cache_read_tokens,
+                estimated: row.usage_estimated,
+            })
+            .ok_or_else(|| corrupt("a counted attempt without usage"))?,
             cost: read_cost(row.cost, row.currency, row.price_version)?,
             attempts: row.attempts,
             estimated_attempts: row.estimated_attempts,

@@ -55,9 +55,25 @@ pub struct UsageRow {
     pub estimated_attempts: i64,
 }
 
+/// An attempt's stored usage columns: tokens in, out, written to and read
+/// from the provider's cache (none: 0), and whether they are estimated.
+pub(crate) struct StoredUsage {
+    pub prompt: Option<i64>,
+    pub completion: Option<i64>,
+    pub cache_write: Option<i64>,
+    pub cache_read: Option<i64>,
+    pub estimated: Option<bool>,
+}
+
 /// Reads an attempt's stored usage columns.
-pub(crate) fn read_usage(prompt: Option<i64>, completion: Option<i64>, estimated: Option<bool>) -> Option<Usage> {
-    Some(Usage { prompt_tokens: prompt?, completion_tokens: completion?, estimated: estimated? })
+pub(crate) fn read_usage(stored: StoredUsage) -> Option<Usage> {
+    Some(Usage {
+        prompt_tokens: stored.prompt?,
+        completion_tokens: stored.completion?,
+        cache_write_tokens: stored.cache_write.unwrap_or(0),
+        cache_read_tokens: stored.cache_read.unwrap_or(0),
+        estimated: stored.estimated?,
+    })
 }
 
 /// Reads an attempt's stored cost columns.
@@ -74,11 +90,11 @@ pub(crate) fn read_cost(
 }
 
 /// The assignments of a settling `update` that record an attempt's usage:
-/// when the flag bound at `{sigil}{flag}` is true, the six values bound
+/// when the flag bound at `{sigil}{flag}` is true, the eight values bound
 /// after it (see [`bind_usage`]); the columns as they were otherwise.
 /// `cost_cast` types the cost (`::numeric` on Postgres).
 pub(crate) fn usage_assignments(sigil: char, flag: usize, cost_cast: &str) -> String {
-    ["prompt_tokens", "completion_tokens", "usage_estimated", "cost", "currency", "price_version"]
+    USAGE_COLUMNS
         .iter()
         .enumerate()
         .map(|(i, column)| {
@@ -89,9 +105,21 @@ pub(crate) fn usage_assignments(sigil: char, flag: usize, cost_cast: &str) -> St
         .join(", ")
 }
 
+/// The columns [`bind_counts`] binds, in its order.
+pub(crate) const USAGE_COLUMNS: [&str; 8] = [
+    "prompt_tokens",
+    "completion_tokens",
+    "usage_estimated",
+    "cost",
+    "currency",
+    "price_version",
+    "cache_write_tokens",
+    "cache_read_tokens",
+];
+
 /// Binds what [`usage_assignments`] reads: whether there is a usage to
-/// record, then its tokens in and out, whether they are estimated, and its
-/// cost, currency and price version.
+/// record, then its tokens in and out, whether they are estimated, its
+/// cost, currency and price version, and its cached tokens.
 pub(crate) fn bind_usage<'q, DB: Database>(
     query: Query<'q, DB, <DB as Database>::Arguments<'q>>,
     usage: Option<&AttemptUsage>,
@@ -105,8 +133,10 @@ where
     bind_counts(query.bind(usage.is_some()), usage)
 }
 
-/// Binds `usage`'s tokens in and out, whether they are estimated, and its
-/// cost, currency and price version (each null without it).
+/// Binds `usage`'s [`USAGE_COLUMNS`]: tokens in and out, whether they are
+/// estimated, its cost, currency and price version, and the prompt's
+/// tokens written to and read from the provider's cache (each null
+/// without it).
 pub(crate) fn bind_counts<'q, DB: Database>(
     query: Query<'q, DB, <DB as Database>::Arguments<'q>>,
     usage: Option<&AttemptUsage>,
@@ -124,6 +154,8 @@ where
         .bind(cost.map(|c| c.amount.to_string()))
         .bind(cost.map(|c| c.currency.clone()))
         .bind(cost.map(|c| c.price_version.clone()))
+        .bind(usage.map(|u| u.usage.cache_write_tokens))
+        .bind(usage.map(|u| u.usage.cache_read_tokens))
 }
 
 /// A job's budget and input from its stored `max_cost` (decimal text) and

@@ -152,6 +152,7 @@ impl TaskRules for Catalog {
             prompt_tokens: i64::try_from(prompt_tokens).ok()?,
             completion_tokens: i64::from(settings.max_output_tokens),
             estimated: true,
+            ..Usage::default()
         };
         Some(price.cost(&usage).amount)
     }

@@ -18,6 +18,28 @@ pub struct Prepared {
     pub prompt_tokens: usize,
 }
 
+/// Whether a prompt of `prompt_tokens` fits `provider`'s context with its
+/// `max_output_tokens`: otherwise a definitive `prompt-too-long`, before
+/// any call and any cost.
+pub fn fits(provider: &ProviderSettings, prompt_tokens: usize) -> Result<(), ProviderError> {
+    let needed = prompt_tokens + provider.max_output_tokens as usize;
+    if needed <= provider.context_tokens as usize {
+        return Ok(());
+    }
+    let message = format!(
+        "the prompt is {prompt_tokens} tokens; with {} for the answer it exceeds the provider's context of {}",
+        provider.max_output_tokens, provider.context_tokens
+    );
+    let error =
+        ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::PromptTooLong, None, message);
+    Err(error.with_facts(FailureFacts {
+        prompt_tokens: Some(prompt_tokens),
+        max_output_tokens: Some(provider.max_output_tokens),
+        context_tokens: Some(provider.context_tokens),
+        ..FailureFacts::default()
+    }))
+}
+
 /// A compiled contract.
 pub struct Contract {
     templates: Environment<'static>,
@@ -63,7 +85,7 @@ impl Contract {
     /// The tokens of the prompt rendered from `input`, as `provider` counts
     /// them; `None` when it cannot be rendered.
     pub fn prompt_tokens(&self, provider: &ProviderSettings, input: &Value) -> Option<usize> {
-        Some(tokens::count_messages(provider.tokenizer(), &self.render(input).ok()?))
+        Some(tokens::count_prompt(provider, &self.render(input).ok()?, &self.output_schema))
     }
 
     /// Renders the chat messages from `input`.
@@ -101,22 +123,10 @@ impl Contract {
             ProviderError::new(FailureClass::Definitive { retryable: false }, kind, None, message)
         };
         let messages = self.render(input).map_err(|message| definitive(FailureKind::PromptRenderFailed, message))?;
-        let prompt_tokens = tokens::count_messages(provider.tokenizer(), &messages);
-        let needed = prompt_tokens + provider.max_output_tokens as usize;
-        if needed > provider.context_tokens as usize {
-            let error = definitive(
-                FailureKind::PromptTooLong,
-                format!(
-                    "the prompt is {prompt_tokens} tokens; with {} for the answer it exceeds the provider's context of {}",
-                    provider.max_output_tokens, provider.context_tokens
-                ),
-            );
-            return Err(error.with_facts(FailureFacts {
-                prompt_tokens: Some(prompt_tokens),
-                max_output_tokens: Some(provider.max_output_tokens),
-                context_tokens: Some(provider.context_tokens),
-                ..FailureFacts::default()
-            }));
+        let prompt_tokens = tokens::count_prompt(provider, &messages, &self.output_schema);
+        // Counted by the provider instead, before the call (see `fits`).
+        if !provider.count_tokens {
+            fits(provider, prompt_tokens)?;
         }
         let request = ProviderRequest {
             request_id,

@@ -291,7 +291,11 @@ fn timeline_context(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> minij
             winner: job.winning_attempt == Some(a.number),
             tokens: a.usage.as_ref().map(|u| {
                 let estimate = if u.estimated { " (estimate)" } else { "" };
-                format!("{} + {}{estimate}", u.prompt_tokens, u.completion_tokens)
+                let cached = match (u.cache_write_tokens, u.cache_read_tokens) {
+                    (0, 0) => String::new(),
+                    (written, read) => format!(" (cache: {written} written, {read} read)"),
+                };
+                format!("{} + {}{cached}{estimate}", u.prompt_tokens, u.completion_tokens)
             }),
             cost: a.cost.as_ref().map(|c| format!("{} {}", c.amount, c.currency)),
         })

@@ -231,7 +231,43 @@ async fn call(
     {
         error.facts.provider_request_id = Some(id.clone());
     }
+    // An answer's id of the request (the Messages API's `request-id`) is
+    // kept on the attempt too, after the call.
+    let answered_id = match &outcome {
+        Ok(completion) => completion.provider_request_id.as_ref(),
+        Err(error) => error.facts.provider_request_id.as_ref(),
+    };
+    if progress.provider_request_id.is_none()
+        && let Some(id) = answered_id
+    {
+        progress.provider_request_id = Some(id.clone());
+    }
     (outcome, progress)
+}
+
+/// The prompt's tokens as the provider counts them (its token-counting
+/// endpoint, within its timeout), checked against its context. Should the
+/// count fail, the estimate decides, and the log says so.
+async fn counted_prompt(
+    provider: &dyn crate::provider::Provider,
+    prepared: &crate::task::contract::Prepared,
+) -> Result<usize, ProviderError> {
+    let settings = provider.settings();
+    let counted = tokio::time::timeout(settings.timeout(), provider.count_tokens(&prepared.request)).await;
+    let tokens = match counted {
+        Ok(Some(Ok(tokens))) => tokens,
+        Ok(Some(Err(error))) => {
+            tracing::warn!(%error, estimate = prepared.prompt_tokens, "counting the prompt's tokens failed: estimated");
+            prepared.prompt_tokens
+        }
+        Ok(None) => prepared.prompt_tokens,
+        Err(_) => {
+            tracing::warn!(estimate = prepared.prompt_tokens, "counting the prompt's tokens timed out: estimated");
+            prepared.prompt_tokens
+        }
+    };
+    crate::task::contract::fits(settings, tokens)?;
+    Ok(tokens)
 }
 
 /// After a call was aborted because its job had finished: tells the
@@ -318,6 +354,9 @@ async fn call_counted(
     let settings = provider.settings();
     let mut prepared =
         task.contract.prepare(&task.name, settings, claimed.id.to_string(), &claimed.input, settings.temperature)?;
+    if settings.count_tokens {
+        prepared.prompt_tokens = counted_prompt(provider.as_ref(), &prepared).await?;
+    }
     // The call is a client span of the attempt's trace, named and described
     // as OpenTelemetry's GenAI conventions say; it carries the trace onward.
     // (The attempt's fields again: a log line shows its innermost span's.)
@@ -342,6 +381,7 @@ async fn call_counted(
         prompt_tokens: i64::try_from(prepared.prompt_tokens).unwrap_or(i64::MAX),
         completion_tokens: i64::from(settings.max_output_tokens),
         estimated: true,
+        ..Usage::default()
     });
     // A provider whose breaker is open is not called: the attempt fails
     // fast, as retryable, and the policy's chain goes on past it.

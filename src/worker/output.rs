@@ -149,6 +149,7 @@ pub(super) fn streamed_outcome(
         completion_tokens: i64::try_from(crate::provider::tokens::count(bound.tokenizer, &written.text))
             .unwrap_or(i64::MAX),
         estimated: true,
+        ..Usage::default()
     };
     if written.over {
         let message = format!(
@@ -166,8 +167,8 @@ pub(super) fn streamed_outcome(
         return Err(error.with_facts(facts));
     }
     match outcome {
-        Ok(Completion { output, usage: None }) if !written.text.is_empty() => {
-            Ok(Completion { output, usage: Some(counted()) })
+        Ok(Completion { output, usage: None, provider_request_id }) if !written.text.is_empty() => {
+            Ok(Completion { output, usage: Some(counted()), provider_request_id })
         }
         // The provider answered, and did not say what that used.
         Err(mut error) if matches!(error.class, FailureClass::Definitive { .. }) && !written.text.is_empty() => {

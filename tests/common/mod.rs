@@ -505,3 +505,26 @@ pub async fn claim_all(app: &TestApp) {
     let leases = onejob::store::Leases::new(lease, by_provider.to_vec());
     app.store().claim_attempts("test-worker", 100, &leases).await.unwrap();
 }
+
+/// Runs the SDK check `script` (under `tests/`) in the Python environment
+/// `.ci/run` sets up, with `package` installed, against the simulator at
+/// `url`: it must print "ok".
+pub async fn sdk_check(script: &str, package: &str, url: &str) {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join("target/schemathesis-venv/bin/python");
+    let output = tokio::process::Command::new(&python)
+        .arg(root.join("tests").join(script))
+        .arg(url)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap_or_else(|error| {
+            panic!(
+                "{} cannot run ({error}): .ci/run installs it, or python3 -m venv target/schemathesis-venv && \
+                 target/schemathesis-venv/bin/pip install {package}",
+                python.display()
+            )
+        });
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success() && stdout.trim() == "ok", "the SDK's checks failed:\n{stdout}\n{stderr}");
+}

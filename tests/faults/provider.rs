@@ -75,7 +75,8 @@ async fn a_reset_before_the_request_was_read_fails_the_attempt_as_never_received
     // Never received: nothing used, nothing to pay.
     assert_eq!(
         attempt["usage"],
-        json!({"prompt_tokens": 0, "completion_tokens": 0, "estimated": false}),
+        json!({"prompt_tokens": 0, "completion_tokens": 0, "cache_write_tokens": 0, "cache_read_tokens": 0,
+               "estimated": false}),
         "{attempt:#}"
     );
     assert_eq!(attempt["cost"]["amount"], "0", "{attempt:#}");

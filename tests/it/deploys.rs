@@ -25,6 +25,8 @@ fn after_the_deploy(settings: &mut Settings) {
         provider.price = Some(Price {
             input_per_million: "1500".parse().unwrap(),
             output_per_million: "6000".parse().unwrap(),
+            cache_write_per_million: None,
+            cache_read_per_million: None,
             currency: "USD".into(),
         });
     }

@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod anthropic;
 mod api;
 mod batches;
 mod bench;

@@ -531,23 +531,7 @@ async fn the_official_openai_sdk_reads_the_simulators_responses_and_chat_complet
         .providers
         .insert("sdk-responses-broken".into(), sim("api = \"responses\"\nlatency_ms = 5\nstream_break_after = 3"));
     let simulator = onejob::provider::sim::spawn(&settings, "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let python = root.join("target/schemathesis-venv/bin/python");
-    let output = tokio::process::Command::new(&python)
-        .arg(root.join("tests/openai/sdk_check.py"))
-        .arg(simulator.url())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .unwrap_or_else(|error| {
-            panic!(
-                "{} cannot run ({error}): .ci/run installs it, or python3 -m venv target/schemathesis-venv && \
-                 target/schemathesis-venv/bin/pip install openai",
-                python.display()
-            )
-        });
-    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success() && stdout.trim() == "ok", "the SDK's checks failed:\n{stdout}\n{stderr}");
+    crate::common::sdk_check("openai/sdk_check.py", "openai", &simulator.url()).await;
 
     // What the simulator saw of it.
     let log: Value = reqwest::get(format!("{}/v1/requests", simulator.url())).await.unwrap().json().await.unwrap();

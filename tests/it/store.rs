@@ -892,7 +892,7 @@ pub async fn usage_and_cost_are_stored_exactly_and_summed_as_winner_plus_waste(s
     use onejob::store::{AttemptUsage, UsageFilter};
     let job = job_with_running(&store, "k", 2).await;
     let priced = |prompt: i64, completion: i64, estimated: bool, amount: &str| AttemptUsage {
-        usage: Usage { prompt_tokens: prompt, completion_tokens: completion, estimated },
+        usage: Usage { prompt_tokens: prompt, completion_tokens: completion, estimated, ..Usage::default() },
         cost: Some(Cost {
             amount: amount.parse().unwrap(),
             currency: "USD".into(),
@@ -944,7 +944,7 @@ pub async fn a_settlement_records_the_attempts_usage_with_it_and_a_refused_one_r
     use onejob::store::AttemptUsage;
     let s = &store;
     let used = |completion: i64| AttemptUsage {
-        usage: Usage { prompt_tokens: 40, completion_tokens: completion, estimated: false },
+        usage: Usage { prompt_tokens: 40, completion_tokens: completion, ..Usage::default() },
         cost: Some(Cost {
             amount: "0.25".parse().unwrap(),
             currency: "USD".into(),
@@ -987,8 +987,10 @@ pub async fn a_settlement_records_the_attempts_usage_with_it_and_a_refused_one_r
     );
     assert_eq!(usage_of(held, 1).await, (Some(used(0).usage), used(0).cost));
     let unknown = job_with_running(s, "unknown", 1).await;
-    let estimate =
-        AttemptUsage { usage: Usage { prompt_tokens: 40, completion_tokens: 512, estimated: true }, cost: None };
+    let estimate = AttemptUsage {
+        usage: Usage { prompt_tokens: 40, completion_tokens: 512, estimated: true, ..Usage::default() },
+        cost: None,
+    };
     assert_eq!(
         s.mark_unknown(&at(unknown, 1), &AttemptError::new("timeout", "late"), None, Some(&estimate)).await.unwrap(),
         Transition::Applied

@@ -744,6 +744,18 @@ export interface components {
         Usage: {
             /**
              * Format: int64
+             * @description Of the prompt tokens, those read from the provider's prompt cache
+             *     (Anthropic's `cache_read_input_tokens`, OpenAI's `cached_tokens`).
+             */
+            cache_read_tokens?: number;
+            /**
+             * Format: int64
+             * @description Of the prompt tokens, those written to the provider's prompt cache
+             *     (Anthropic's `cache_creation_input_tokens`).
+             */
+            cache_write_tokens?: number;
+            /**
+             * Format: int64
              * @description Completion (output) tokens.
              */
             completion_tokens: number;
@@ -792,6 +804,16 @@ export interface components {
              * @description Attempts counted.
              */
             attempts: number;
+            /**
+             * Format: int64
+             * @description Of their prompt tokens, those read from the provider's prompt cache.
+             */
+            cache_read_tokens: number;
+            /**
+             * Format: int64
+             * @description Of their prompt tokens, those written to the provider's prompt cache.
+             */
+            cache_write_tokens: number;
             /**
              * Format: int64
              * @description Their completion tokens.

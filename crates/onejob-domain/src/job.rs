@@ -386,7 +386,7 @@ pub(crate) mod tests {
         let cost =
             |amount: &str| Cost { amount: amount.parse().unwrap(), currency: "USD".into(), price_version: "v1".into() };
         Attempt {
-            usage: Some(Usage { prompt_tokens: 1, completion_tokens: 1, estimated }),
+            usage: Some(Usage { prompt_tokens: 1, completion_tokens: 1, estimated, ..Usage::default() }),
             cost: amount.map(cost),
             ..attempt(state)
         }

@@ -150,6 +150,14 @@ pub struct Usage {
     pub prompt_tokens: i64,
     /// Completion (output) tokens.
     pub completion_tokens: i64,
+    /// Of the prompt tokens, those written to the provider's prompt cache
+    /// (Anthropic's `cache_creation_input_tokens`).
+    #[serde(default)]
+    pub cache_write_tokens: i64,
+    /// Of the prompt tokens, those read from the provider's prompt cache
+    /// (Anthropic's `cache_read_input_tokens`, OpenAI's `cached_tokens`).
+    #[serde(default)]
+    pub cache_read_tokens: i64,
     /// Not reported by the provider: the rendered prompt's tokens and the
     /// provider's `max_output_tokens`, the most it could have charged.
     pub estimated: bool,
@@ -165,8 +173,20 @@ pub struct Price {
     /// Per million completion tokens: a decimal string, at most 12 decimals.
     #[serde(deserialize_with = "price_amount")]
     pub output_per_million: Money,
+    /// Per million prompt tokens written to the provider's prompt cache;
+    /// without it, `input_per_million`.
+    #[serde(default, deserialize_with = "optional_price_amount")]
+    pub cache_write_per_million: Option<Money>,
+    /// Per million prompt tokens read from the provider's prompt cache;
+    /// without it, `input_per_million`.
+    #[serde(default, deserialize_with = "optional_price_amount")]
+    pub cache_read_per_million: Option<Money>,
     /// The currency, such as `USD`.
     pub currency: String,
+}
+
+fn optional_price_amount<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Money>, D::Error> {
+    price_amount(deserializer).map(Some)
 }
 
 fn price_amount<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Money, D::Error> {
@@ -192,18 +212,29 @@ pub struct Cost {
 
 impl Price {
     /// The cost of `usage`: exact, since a price has at most 12 decimals.
+    /// The prompt's tokens written to or read from the provider's cache are
+    /// costed at their own rates, the rest of it at `input_per_million`.
     pub fn cost(&self, usage: &Usage) -> Cost {
         let per_million = |tokens: i64, price: Money| i128::from(tokens.max(0)) * (price.units() / 1_000_000);
+        let (written, read) = (usage.cache_write_tokens.max(0), usage.cache_read_tokens.max(0));
+        let uncached = usage.prompt_tokens.max(0).saturating_sub(written).saturating_sub(read);
         let amount = Money::from_units(
-            per_million(usage.prompt_tokens, self.input_per_million)
+            per_million(uncached, self.input_per_million)
+                + per_million(written, self.cache_write_per_million.unwrap_or(self.input_per_million))
+                + per_million(read, self.cache_read_per_million.unwrap_or(self.input_per_million))
                 + per_million(usage.completion_tokens, self.output_per_million),
         );
         Cost { amount, currency: self.currency.clone(), price_version: self.version() }
     }
 
-    /// The price's version: a hash of its amounts and currency.
+    /// The price's version: a hash of its amounts and currency (and of its
+    /// cache rates, when it has them).
     pub fn version(&self) -> String {
-        let text = format!("{}|{}|{}", self.input_per_million, self.output_per_million, self.currency);
+        let mut text = format!("{}|{}|{}", self.input_per_million, self.output_per_million, self.currency);
+        if self.cache_write_per_million.is_some() || self.cache_read_per_million.is_some() {
+            let rate = |rate: Option<Money>| rate.map_or_else(String::new, |r| r.to_string());
+            text += &format!("|{}|{}", rate(self.cache_write_per_million), rate(self.cache_read_per_million));
+        }
         let digest = Sha256::digest(text.as_bytes());
         format!("sha256:{}", hex::encode(&digest[..8]))
     }
@@ -271,9 +302,11 @@ mod tests {
         let price = Price {
             input_per_million: Money::parse_with_scale("0.123456789012", PRICE_SCALE).unwrap(),
             output_per_million: Money::parse_with_scale("3.000000000007", PRICE_SCALE).unwrap(),
+            cache_write_per_million: None,
+            cache_read_per_million: None,
             currency: "USD".into(),
         };
-        let cost = price.cost(&Usage { prompt_tokens: 1_234_567, completion_tokens: 7, estimated: false });
+        let cost = price.cost(&Usage { prompt_tokens: 1_234_567, completion_tokens: 7, ..Usage::default() });
         // 1,234,567 × 0.123456789012 / 10⁶ + 7 × 3.000000000007 / 10⁶, by hand:
         assert_eq!(cost.amount.to_string(), "0.152436677640177853");
         assert!(Money::parse_with_scale("0.1234567890123", PRICE_SCALE).is_err(), "13 decimals would not be exact");
@@ -284,29 +317,61 @@ mod tests {
         let price = Price {
             input_per_million: Money::parse_with_scale("0.150000000001", PRICE_SCALE).unwrap(),
             output_per_million: Money::parse_with_scale("0.600000000003", PRICE_SCALE).unwrap(),
+            cache_write_per_million: None,
+            cache_read_per_million: None,
             currency: "USD".into(),
         };
         let mut total = Money::ZERO;
         let (mut prompt, mut completion) = (0i64, 0i64);
         for i in 0..10_000i64 {
-            let usage = Usage { prompt_tokens: 17 + i % 97, completion_tokens: 3 + i % 13, estimated: false };
+            let usage = Usage { prompt_tokens: 17 + i % 97, completion_tokens: 3 + i % 13, ..Usage::default() };
             prompt += usage.prompt_tokens;
             completion += usage.completion_tokens;
             // Through the stored form and back, as a report reads it.
             total += price.cost(&usage).amount.to_string().parse::<Money>().unwrap();
         }
-        let whole = price.cost(&Usage { prompt_tokens: prompt, completion_tokens: completion, estimated: false });
+        let whole = price.cost(&Usage { prompt_tokens: prompt, completion_tokens: completion, ..Usage::default() });
         assert_eq!(total, whole.amount);
         assert_eq!(total.to_string(), whole.amount.to_string());
     }
 
     #[test]
     fn the_price_version_changes_with_the_price() {
-        let a = Price { input_per_million: money("1"), output_per_million: money("2"), currency: "USD".into() };
+        let a = Price {
+            input_per_million: money("1"),
+            output_per_million: money("2"),
+            cache_write_per_million: None,
+            cache_read_per_million: None,
+            currency: "USD".into(),
+        };
         let mut b = a.clone();
         assert_eq!(a.version(), b.version());
         b.output_per_million = money("2.000000000001");
         assert_ne!(a.version(), b.version());
         assert!(a.version().starts_with("sha256:") && a.version().len() == 7 + 16);
+        let cached = Price { cache_read_per_million: Some(money("0.1")), ..a.clone() };
+        assert_ne!(a.version(), cached.version(), "a cache rate is part of the version");
+    }
+
+    #[test]
+    fn cached_prompt_tokens_cost_their_own_rates_and_the_input_rate_without_them() {
+        let price: Price = serde_json::from_str(
+            r#"{"input_per_million": "3", "output_per_million": "15", "cache_write_per_million": "3.75",
+                "cache_read_per_million": "0.3", "currency": "USD"}"#,
+        )
+        .unwrap();
+        // 1,000 prompt tokens: 600 uncached, 300 written, 100 read; 200 out.
+        let usage = Usage {
+            prompt_tokens: 1_000,
+            completion_tokens: 200,
+            cache_write_tokens: 300,
+            cache_read_tokens: 100,
+            estimated: false,
+        };
+        // 600 × 3 + 300 × 3.75 + 100 × 0.3 + 200 × 15 = 5,955 per million.
+        assert_eq!(price.cost(&usage).amount, money("0.005955"));
+        let plain = Price { cache_write_per_million: None, cache_read_per_million: None, ..price };
+        // 1,000 × 3 + 200 × 15 = 6,000 per million.
+        assert_eq!(plain.cost(&usage).amount, money("0.006"));
     }
 }

@@ -42,8 +42,8 @@ pub(super) fn render(output: Value, mode: SimOutput) -> String {
             output.to_string()
         }
         SimOutput::NotJson => format!("Sure! Here is your summary: {}", output["summary"].as_str().unwrap_or_default()),
-        SimOutput::Valid | SimOutput::Refusal => output.to_string(),
-        SimOutput::Truncated => {
+        SimOutput::Valid | SimOutput::Refusal | SimOutput::PauseTurn => output.to_string(),
+        SimOutput::Truncated | SimOutput::ContextWindowExceeded => {
             let whole = output.to_string();
             let mut half = whole.len() / 2;
             while !whole.is_char_boundary(half) {

@@ -57,7 +57,7 @@ pub(super) async fn create(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (provider, body) = match receive(&sim, &name, connection.clone(), body).await {
+    let (provider, body) = match receive(&sim, &name, connection.clone(), body, openai_error).await {
         Ok(received) => received,
         Err(refused) => return refused,
     };

@@ -231,14 +231,15 @@ pub(super) const LATEST_QUALIFICATION: &str = r#"select id, provider, task, cont
 /// An owner's attempts with usage created in a range. Binds: owner, from, to.
 /// With them, the rollup of purged attempts, a row per day (its start in range).
 pub(super) const LIST_USAGE: &str = r#"select j.task, a.provider, a.state, a.created_at, a.prompt_tokens,
-           a.completion_tokens, a.usage_estimated, a.cost::text as cost, a.currency, a.price_version,
+           a.completion_tokens, a.usage_estimated, a.cache_write_tokens, a.cache_read_tokens,
+           a.cost::text as cost, a.currency, a.price_version,
            1::bigint as attempts, (case when a.usage_estimated then 1 else 0 end)::bigint as estimated_attempts
     from attempts a
     join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
     where a.owner_id = $1 and a.created_at >= $2 and a.created_at < $3 and a.prompt_tokens is not null
     union all
     select r.task, r.provider, r.state, r.day, r.prompt_tokens, r.completion_tokens, r.estimated_attempts > 0,
-           case when r.currency = '' then null else r.cost::text end, nullif(r.currency, ''),
+           r.cache_write_tokens, r.cache_read_tokens, case when r.currency = '' then null else r.cost::text end, nullif(r.currency, ''),
            case when r.currency = '' then null else 'rollup' end, r.attempts, r.estimated_attempts
     from usage_rollup r
     where r.owner_id = $1 and r.day >= $2 and r.day < $3
@@ -346,10 +347,11 @@ pub(super) const INSERT_QUALIFICATION: &str = r#"insert into qualifications (id,
     returning id, provider, task, contract_hash, passed, report, created_at"#;
 
 /// A settled attempt's usage and cost. Binds: owner, job, number, prompt
-/// and completion tokens, estimated, cost or null, currency, price version.
+/// and completion tokens, estimated, cost or null, currency, price version,
+/// cache-write and cache-read tokens.
 pub(super) const RECORD_USAGE: &str = r#"update attempts
     set prompt_tokens = $4, completion_tokens = $5, usage_estimated = $6,
-        cost = $7::numeric, currency = $8, price_version = $9
+        cost = $7::numeric, currency = $8, price_version = $9, cache_write_tokens = $10, cache_read_tokens = $11
     where owner_id = $1 and job_id = $2 and number = $3"#;
 
 /// Locks a job's row for a transition, reading whether its owner has any
@@ -367,8 +369,8 @@ pub(super) const JOB_BUDGET: &str = r#"select max_cost::text, input from jobs wh
 /// An attempt that used and cost nothing (never received): zero usage as
 /// counted, zero cost if it was priced. Binds: owner, job, number.
 pub(super) const FORGET_USAGE: &str = r#"update attempts
-    set prompt_tokens = 0, completion_tokens = 0, usage_estimated = false,
-        cost = case when cost is null then null else 0 end
+    set prompt_tokens = 0, completion_tokens = 0, usage_estimated = false, cache_write_tokens = 0,
+        cache_read_tokens = 0, cost = case when cost is null then null else 0 end
     where owner_id = $1 and job_id = $2 and number = $3 and prompt_tokens is not null"#;
 
 /// Keeps an unapplied output on its attempt. Binds: owner, job, number, the output's record.
@@ -399,13 +401,17 @@ pub(super) static COUNT_UNKNOWN_SINCE: LazyLock<String> =
 /// Adds to a row of the usage rollup, making it if missing: the sums are
 /// added by the statement, so concurrent purges and erasures add up.
 /// Binds: owner, day, task, provider, state, currency, attempts, estimated
-/// attempts, prompt and completion tokens, cost.
+/// attempts, prompt and completion tokens, cost, cache-write and cache-read
+/// tokens.
 pub(super) const ADD_TO_ROLLUP: &str = r#"insert into usage_rollup (owner_id, day, task, provider, state, currency,
-        attempts, estimated_attempts, prompt_tokens, completion_tokens, cost)
-    values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::numeric)
+        attempts, estimated_attempts, prompt_tokens, completion_tokens, cost, cache_write_tokens,
+        cache_read_tokens)
+    values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::numeric, $12, $13)
     on conflict (owner_id, day, task, provider, state, currency) do update
     set attempts = usage_rollup.attempts + excluded.attempts,
         estimated_attempts = usage_rollup.estimated_attempts + excluded.estimated_attempts,
         prompt_tokens = usage_rollup.prompt_tokens + excluded.prompt_tokens,
         completion_tokens = usage_rollup.completion_tokens + excluded.completion_tokens,
+        cache_write_tokens = usage_rollup.cache_write_tokens + excluded.cache_write_tokens,
+        cache_read_tokens = usage_rollup.cache_read_tokens + excluded.cache_read_tokens,
         cost = usage_rollup.cost + excluded.cost"#;

@@ -384,7 +384,7 @@ impl_driver!(SqliteStore, {
         let query = sqlx::query(
             r#"update attempts
                set prompt_tokens = ?4, completion_tokens = ?5, usage_estimated = ?6, cost = ?7, currency = ?8,
-                   price_version = ?9
+                   price_version = ?9, cache_write_tokens = ?10, cache_read_tokens = ?11
                where owner_id = ?1 and job_id = ?2 and number = ?3"#,
         );
         let query = bind_counts(query.bind_attempt(attempt), Some(usage));

@@ -183,14 +183,15 @@ pub(super) const LATEST_QUALIFICATION: &str = r#"select id, provider, task, cont
 
 /// An owner's attempts with usage created in a range. Binds: owner, from, to.
 pub(super) const LIST_USAGE: &str = r#"select j.task, a.provider, a.state, a.created_at, a.prompt_tokens,
-           a.completion_tokens, a.usage_estimated, a.cost as cost, a.currency, a.price_version,
+           a.completion_tokens, a.usage_estimated, a.cache_write_tokens, a.cache_read_tokens,
+           a.cost as cost, a.currency, a.price_version,
            1 as attempts, coalesce(a.usage_estimated, 0) as estimated_attempts
     from attempts a
     join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
     where a.owner_id = ?1 and a.created_at >= ?2 and a.created_at < ?3 and a.prompt_tokens is not null
     union all
     select r.task, r.provider, r.state, r.day, r.prompt_tokens, r.completion_tokens, r.estimated_attempts > 0,
-           case when r.currency = '' then null else r.cost end, nullif(r.currency, ''),
+           r.cache_write_tokens, r.cache_read_tokens, case when r.currency = '' then null else r.cost end, nullif(r.currency, ''),
            case when r.currency = '' then null else 'rollup' end, r.attempts, r.estimated_attempts
     from usage_rollup r
     where r.owner_id = ?1 and r.day >= ?2 and r.day < ?3
@@ -237,7 +238,7 @@ pub(super) const JOB_BUDGET: &str = r#"select max_cost, input from jobs where ow
 /// An attempt that used and cost nothing (never received): zero usage as
 /// counted, zero cost if it was priced. Binds: owner, job, number.
 pub(super) const FORGET_USAGE: &str = r#"update attempts
-    set prompt_tokens = 0, completion_tokens = 0, usage_estimated = 0,
+    set prompt_tokens = 0, completion_tokens = 0, usage_estimated = 0, cache_write_tokens = 0, cache_read_tokens = 0,
         cost = case when cost is null then null else '0' end
     where owner_id = ?1 and job_id = ?2 and number = ?3 and prompt_tokens is not null"#;
 
@@ -295,14 +296,17 @@ pub(super) static COUNT_UNKNOWN_SINCE: LazyLock<String> =
     LazyLock::new(|| format!("select count(*) from jobs where state = '{JOB_UNKNOWN}' and updated_at < ?1"));
 
 /// A row of the usage rollup. Binds: owner, day, task, provider, state, currency.
-pub(super) const ROLLUP_ROW: &str = r#"select attempts, estimated_attempts, prompt_tokens, completion_tokens, cost from usage_rollup
+pub(super) const ROLLUP_ROW: &str = r#"select attempts, estimated_attempts, prompt_tokens, completion_tokens,
+        cache_write_tokens, cache_read_tokens, cost from usage_rollup
     where owner_id = ?1 and day = ?2 and task = ?3 and provider = ?4 and state = ?5 and currency = ?6"#;
 
 /// Writes a row of the usage rollup. Binds: its key (as [`ROLLUP_ROW`]),
-/// attempts, estimated attempts, prompt and completion tokens, cost.
+/// attempts, estimated attempts, prompt and completion tokens, cost,
+/// cache-write and cache-read tokens.
 pub(super) const PUT_ROLLUP_ROW: &str = r#"insert into usage_rollup (owner_id, day, task, provider, state, currency,
-        attempts, estimated_attempts, prompt_tokens, completion_tokens, cost)
-    values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+        attempts, estimated_attempts, prompt_tokens, completion_tokens, cost, cache_write_tokens, cache_read_tokens)
+    values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
     on conflict (owner_id, day, task, provider, state, currency) do update
     set attempts = excluded.attempts, estimated_attempts = excluded.estimated_attempts,
-        prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens, cost = excluded.cost"#;
+        prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens, cost = excluded.cost,
+        cache_write_tokens = excluded.cache_write_tokens, cache_read_tokens = excluded.cache_read_tokens"#;
