@@ -138,6 +138,10 @@ pub struct ProviderSettings {
     /// estimated (`approx_with_margin`).
     #[serde(default)]
     pub count_tokens: bool,
+    /// The Messages API: whether the system prompt and the output schema's
+    /// tool are marked for Anthropic's prompt cache (`cache_control`).
+    #[serde(default)]
+    pub prompt_cache: bool,
     /// The Responses API: how often a background response is asked for
     /// while its attempt waits for it.
     #[serde(default = "default_poll_interval_ms")]
@@ -467,7 +471,7 @@ impl ProviderSettings {
                  status_url and cancel_url are for openai providers"
             ));
         }
-        if self.kind == ProviderKind::Anthropic
+        if self.api() == ProviderApi::Messages
             && (self.status_url.is_some()
                 || self.cancel_url.is_some()
                 || self.status_lookup == Some(true)
@@ -476,14 +480,30 @@ impl ProviderSettings {
             return Err(format!("providers.{name}: Anthropic's Messages API has no status lookup and no cancel call"));
         }
         let messages = self.api() == ProviderApi::Messages;
+        if messages && !(0.0..=1.0).contains(&self.temperature.max(self.qualification_temperature)) {
+            return Err(format!(
+                "providers.{name}: the Messages API takes a temperature between 0 and 1 \
+                 (temperature and qualification_temperature)"
+            ));
+        }
+        if self.kind == ProviderKind::Anthropic
+            && self.base_url.as_deref().is_some_and(|url| url.trim_end_matches('/').ends_with("/v1"))
+        {
+            return Err(format!(
+                "providers.{name}.base_url: give it as the SDK takes it (https://api.anthropic.com); \
+                 onejob adds /v1/messages"
+            ));
+        }
         if messages && self.response_format {
             return Err(format!(
                 "providers.{name}.response_format is for OpenAI's APIs; the Messages API always gets the \
                  output schema as a forced tool"
             ));
         }
-        if self.count_tokens && !messages {
-            return Err(format!("providers.{name}.count_tokens is for the Messages API (kind = \"anthropic\")"));
+        if (self.count_tokens || self.prompt_cache) && !messages {
+            return Err(format!(
+                "providers.{name}: count_tokens and prompt_cache are for the Messages API (kind = \"anthropic\")"
+            ));
         }
         let messages_only = matches!(self.output, SimOutput::PauseTurn | SimOutput::ContextWindowExceeded);
         if (messages_only || self.cache_write_tokens > 0) && !messages {
@@ -557,7 +577,17 @@ mod tests {
         let sim = provider("kind = \"sim\"\napi = \"responses\"");
         assert!(sim.has_status_lookup() && !sim.absence_is_final(), "a response asked for by its id was received");
         assert!(provider("kind = \"sim\"").absence_is_final());
+        let claude = provider("kind = \"anthropic\"\nbase_url = \"https://api.anthropic.com\"\napi_key_env = \"K\"");
+        assert_eq!((claude.api(), claude.tokenizer()), (ProviderApi::Messages, Tokenizer::ApproxWithMargin));
+        assert!(!claude.has_status_lookup() && !claude.has_cancel_call() && !claude.absence_is_final());
+        assert!(claude.check("c").is_ok());
         let refused = [
+            "kind = \"anthropic\"\nbase_url = \"https://api.anthropic.com/v1\"\napi_key_env = \"K\"",
+            "kind = \"anthropic\"\nbase_url = \"u\"\napi_key_env = \"K\"\ntemperature = 1.5",
+            "kind = \"anthropic\"\nbase_url = \"u\"\napi_key_env = \"K\"\nresponse_format = true",
+            "kind = \"sim\"\napi = \"messages\"\nstatus_lookup = true",
+            "kind = \"sim\"\ncount_tokens = true",
+            "kind = \"sim\"\noutput = \"pause_turn\"",
             "kind = \"openai\"\napi = \"responses\"\nbase_url = \"u\"\napi_key_env = \"K\"",
             "kind = \"openai-responses\"\nbase_url = \"u\"\napi_key_env = \"K\"\nstatus_url = \"u/{id}\"",
             "kind = \"openai-responses\"\napi_key_env = \"K\"",

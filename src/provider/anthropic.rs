@@ -31,20 +31,21 @@
 //!   tokens (free of charge, rate limited on its own).
 //!
 //! There is no status lookup and no cancel call: an attempt whose answer is
-//! lost stays `unknown` until an operator or the reconciler's absence rule
-//! settles it.
+//! lost stays `unknown` until an operator resolves it (the reconciler has
+//! nothing to ask). With `prompt_cache`, the system prompt and the tool are
+//! marked for Anthropic's prompt cache (`cache_control`).
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::answer::{refused, schema_name, truncate, truncated_output, with_usage};
+use super::message_stream::read_stream;
 use super::openai::{
     MAX_ERROR_BYTES, MAX_RESPONSE_BYTES, read_bounded, retry_after, transport_error, transport_error_after_answer,
 };
-use super::stream::{Events, Interrupted};
 use super::{
-    CancelAnswer, Completion, Deltas, FailureClass, FailureFacts, FailureKind, Provider, ProviderError,
-    ProviderRequest, Reply, RequestRef, RequestStatus, classify_status, millis,
+    CancelAnswer, Completion, FailureClass, FailureFacts, FailureKind, Provider, ProviderError, ProviderRequest, Reply,
+    RequestRef, RequestStatus, classify_status, millis,
 };
 use crate::config::ProviderSettings;
 use crate::domain::Usage;
@@ -117,16 +118,24 @@ impl MessagesProvider {
             "messages": turns,
             "temperature": request.temperature,
         });
+        let cached = self.settings.prompt_cache.then(|| json!({"type": "ephemeral"}));
         if !system.is_empty() {
-            body["system"] = json!(system.join("\n\n"));
+            body["system"] = match &cached {
+                Some(mark) => json!([{"type": "text", "text": system.join("\n\n"), "cache_control": mark}]),
+                None => json!(system.join("\n\n")),
+            };
         }
         if let Some(schema) = request.output_schema.as_ref().filter(|s| is_forced_tool(s)) {
             let name = schema_name(&request.task);
-            body["tools"] = json!([{
+            let mut tool = json!({
                 "name": name,
                 "description": "Gives the answer: the tool's input is the whole answer, as its schema says.",
                 "input_schema": schema,
-            }]);
+            });
+            if let Some(mark) = &cached {
+                tool["cache_control"] = mark.clone();
+            }
+            body["tools"] = json!([tool]);
             body["tool_choice"] = json!({"type": "tool", "name": name});
         }
         if request.deltas.is_some() {
@@ -175,7 +184,8 @@ impl MessagesProvider {
             return Ok((response, request_id));
         }
         let wait = retry_after(response.headers());
-        let (body, _) = read_bounded(response, MAX_ERROR_BYTES).await.map_err(transport_error_after_answer)?;
+        // The status decides; a body lost on the way only loses the message.
+        let body = read_bounded(response, MAX_ERROR_BYTES).await.map(|(body, _)| body).unwrap_or_default();
         let error =
             ProviderError::new(classify(status), FailureKind::ProviderError, Some(status), error_message(&body));
         let facts = FailureFacts {
@@ -217,7 +227,7 @@ pub fn parse_usage(message: &Value) -> Option<Usage> {
     let (written, read) =
         (tokens("cache_creation_input_tokens").unwrap_or(0), tokens("cache_read_input_tokens").unwrap_or(0));
     Some(Usage {
-        prompt_tokens: tokens("input_tokens")? + written + read,
+        prompt_tokens: tokens("input_tokens")?.checked_add(written)?.checked_add(read)?,
         completion_tokens: tokens("output_tokens")?,
         cache_write_tokens: written,
         cache_read_tokens: read,
@@ -276,8 +286,10 @@ pub fn parse_message(body: &[u8], tool: Option<&str>) -> Result<Completion, Prov
         other => return charged(bad(format!("the message has an unknown stop_reason {other:?}"))),
     }
     let used = tool.and_then(|name| blocks.iter().find(|b| b["type"] == "tool_use" && b["name"] == name));
-    let completion = match used {
-        Some(block) => Ok(Completion { output: block["input"].clone(), usage: None, provider_request_id: None }),
+    let completion = match used.map(|block| &block["input"]) {
+        // A streamed input that did not parse comes as its text.
+        Some(Value::String(partial)) => super::answer::parse_content(partial),
+        Some(input) => Ok(Completion { output: input.clone(), usage: None, provider_request_id: None }),
         None => super::answer::parse_content(&text),
     };
     match completion {
@@ -307,8 +319,8 @@ impl Provider for MessagesProvider {
         let whole = match &request.deltas {
             Some(deltas) => read_stream(response, deltas, MAX_RESPONSE_BYTES).await.map_err(with_id)?,
             None => {
-                let (body, complete) =
-                    read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;
+                let read = read_bounded(response, MAX_RESPONSE_BYTES).await;
+                let (body, complete) = read.map_err(|error| with_id(transport_error_after_answer(error)))?;
                 if !complete {
                     return Err(with_id(ProviderError::new(
                         FailureClass::Definitive { retryable: false },
@@ -365,149 +377,6 @@ impl Provider for MessagesProvider {
     }
 }
 
-/// Reads a streamed message of at most `limit` bytes, sending each piece of
-/// text or of the tool's input to `deltas`: the whole message it makes, as
-/// a message's JSON body. A stream that breaks before any piece came leaves
-/// the outcome unknown; after, it is `stream-broken` (there is no resume).
-async fn read_stream(response: reqwest::Response, deltas: &Deltas, limit: usize) -> Result<Vec<u8>, ProviderError> {
-    let mut events = Events::new(response, limit);
-    let mut message = Streamed::default();
-    loop {
-        match events.next().await {
-            Ok(Some(data)) => {
-                if message.take(&data, deltas)? {
-                    return Ok(message.whole());
-                }
-                if message.bytes > limit {
-                    return Err(ProviderError::new(
-                        FailureClass::Definitive { retryable: false },
-                        FailureKind::ResponseTooLarge,
-                        Some(200),
-                        format!("the streamed answer is larger than {limit} bytes; the rest was not read"),
-                    ));
-                }
-            }
-            Ok(None) => return Err(message.broken("it ended before message_stop")),
-            Err(Interrupted::Broken(why)) => return Err(message.broken(&why)),
-            Err(Interrupted::Failed(error)) => return Err(error),
-        }
-    }
-}
-
-/// What a streamed message said so far.
-#[derive(Default)]
-struct Streamed {
-    /// `message_start`'s message, its content filled in as blocks end.
-    message: Value,
-    /// The blocks, with a tool's input as the JSON text that came.
-    blocks: Vec<(Value, String)>,
-    pieces: usize,
-    bytes: usize,
-}
-
-impl Streamed {
-    /// Takes one event's data; `true` at `message_stop`.
-    fn take(&mut self, data: &str, deltas: &Deltas) -> Result<bool, ProviderError> {
-        let bad = |message: String| {
-            ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::BadResponse, None, message)
-        };
-        let event: Value = serde_json::from_str(data).map_err(|e| bad(format!("a streamed event is not JSON: {e}")))?;
-        let index = event["index"].as_u64().and_then(|i| usize::try_from(i).ok());
-        match event["type"].as_str() {
-            Some("message_start") => self.message = event["message"].clone(),
-            Some("content_block_start") => {
-                if index != Some(self.blocks.len()) {
-                    return Err(bad(format!("a content block starts out of order at {index:?}")));
-                }
-                self.blocks.push((event["content_block"].clone(), String::new()));
-            }
-            Some("content_block_delta") => {
-                let Some((block, json_text)) = index.and_then(|i| self.blocks.get_mut(i)) else {
-                    return Err(bad(format!("a delta for a block that did not start: {index:?}")));
-                };
-                let piece = match event.pointer("/delta/type").and_then(Value::as_str) {
-                    Some("text_delta") => {
-                        let piece = event.pointer("/delta/text").and_then(Value::as_str).unwrap_or_default();
-                        let text = format!("{}{piece}", block["text"].as_str().unwrap_or_default());
-                        block["text"] = json!(text);
-                        piece
-                    }
-                    Some("input_json_delta") => {
-                        let piece = event.pointer("/delta/partial_json").and_then(Value::as_str).unwrap_or_default();
-                        json_text.push_str(piece);
-                        piece
-                    }
-                    // Thinking, signatures: not part of the answer.
-                    _ => "",
-                };
-                if !piece.is_empty() {
-                    self.pieces += 1;
-                    self.bytes += piece.len();
-                    // The attempt may have stopped listening: the answer still counts.
-                    let _ = deltas.send(piece.to_owned());
-                }
-            }
-            Some("content_block_stop") => {
-                if let Some((block, json_text)) = index.and_then(|i| self.blocks.get_mut(i))
-                    && block["type"] == "tool_use"
-                    && !json_text.is_empty()
-                {
-                    block["input"] = serde_json::from_str(json_text)
-                        .map_err(|e| ProviderError::contract_violation(format!("the tool's input is not JSON: {e}")))?;
-                }
-            }
-            Some("message_delta") => {
-                if let Some(reason) = event.pointer("/delta/stop_reason").filter(|r| !r.is_null()) {
-                    self.message["stop_reason"] = reason.clone();
-                }
-                if let Some(usage) = event["usage"].as_object() {
-                    for (name, count) in usage.iter().filter(|(_, count)| !count.is_null()) {
-                        self.message["usage"][name] = count.clone();
-                    }
-                }
-            }
-            Some("message_stop") => return Ok(true),
-            Some("error") => {
-                let kind = event.pointer("/error/type").and_then(Value::as_str).unwrap_or("error");
-                let text = event.pointer("/error/message").and_then(Value::as_str).unwrap_or_default();
-                if self.pieces > 0 {
-                    return Err(self.broken(&format!("{kind}: {text}")));
-                }
-                let retryable = matches!(kind, "overloaded_error" | "api_error" | "rate_limit_error");
-                return Err(ProviderError::new(
-                    FailureClass::Definitive { retryable },
-                    FailureKind::ProviderError,
-                    Some(200),
-                    truncate(format!("{kind}: {text}")),
-                ));
-            }
-            // `ping`, and events this client does not know.
-            _ => {}
-        }
-        Ok(false)
-    }
-
-    /// The failure of a stream that broke: unknown before any piece came.
-    fn broken(&self, why: &str) -> ProviderError {
-        match self.pieces {
-            0 => ProviderError::new(FailureClass::Ambiguous, FailureKind::ConnectionLost, None, truncate(why.into())),
-            pieces => ProviderError::new(
-                FailureClass::Definitive { retryable: true },
-                FailureKind::StreamBroken,
-                None,
-                truncate(format!("the stream broke after {pieces} pieces of the answer (no resume): {why}")),
-            ),
-        }
-    }
-
-    /// The message the stream made.
-    fn whole(mut self) -> Vec<u8> {
-        let blocks: Vec<Value> = self.blocks.into_iter().map(|(block, _)| block).collect();
-        self.message["content"] = json!(blocks);
-        self.message.to_string().into_bytes()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -555,30 +424,35 @@ mod tests {
     }
 
     #[test]
-    fn a_streamed_message_is_read_piece_by_piece_then_as_a_whole() {
-        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
-        let mut streamed = Streamed::default();
-        let events = [
-            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "content": [],
-                   "stop_reason": null, "usage": {"input_tokens": 9, "output_tokens": 1}}}),
-            json!({"type": "content_block_start", "index": 0,
-                   "content_block": {"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}}),
-            json!({"type": "ping"}),
-            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"a\""}}),
-            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ": 1}"}}),
-            json!({"type": "content_block_stop", "index": 0}),
-            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 7}}),
-        ];
-        for event in &events {
-            assert!(!streamed.take(&event.to_string(), &sender).unwrap());
-        }
-        assert!(streamed.broken("reset").kind == FailureKind::StreamBroken, "pieces came: no resume");
-        assert!(streamed.take(r#"{"type": "message_stop"}"#, &sender).unwrap());
-        let done = parse_message(&streamed.whole(), Some("t")).unwrap();
-        assert_eq!(done.output, json!({"a": 1}));
-        assert_eq!(done.usage.map(|u| (u.prompt_tokens, u.completion_tokens)), Some((9, 7)));
-        let pieces: Vec<String> = std::iter::from_fn(|| receiver.try_recv().ok()).collect();
-        assert_eq!(pieces, ["{\"a\"", ": 1}"]);
-        assert_eq!(Streamed::default().broken("reset").class, FailureClass::Ambiguous, "nothing came: unknown");
+    fn the_system_prompt_goes_apart_and_the_schema_as_a_forced_tool_marked_for_the_cache_when_asked() {
+        let settings: ProviderSettings = toml::from_str(
+            "kind = \"anthropic\"\nbase_url = \"https://api.anthropic.com\"\napi_key_env = \"K\"\nprompt_cache = true",
+        )
+        .unwrap();
+        let provider =
+            MessagesProvider::at("c", settings, "https://api.anthropic.com", None, false, reqwest::Client::new());
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        let request = ProviderRequest {
+            request_id: "r".into(),
+            task: "sum up".into(),
+            input: json!({}),
+            messages: vec![json!({"role": "system", "content": "Be brief."}), json!({"role": "user", "content": "Hi"})],
+            temperature: 0.0,
+            output_schema: Some(schema.clone()),
+            trace: None,
+            deltas: None,
+        };
+        let body = provider.body(&request);
+        assert_eq!(provider.messages_url, "https://api.anthropic.com/v1/messages");
+        assert_eq!(body["messages"], json!([{"role": "user", "content": "Hi"}]));
+        assert_eq!(
+            body["system"],
+            json!([{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}])
+        );
+        assert_eq!(body["tools"][0]["input_schema"], schema);
+        assert_eq!(body["tools"][0]["cache_control"], json!({"type": "ephemeral"}));
+        assert_eq!(body["tool_choice"], json!({"type": "tool", "name": "sum_up"}));
+        assert_eq!(body["max_tokens"], 1024);
+        assert!(body.get("onejob_input").is_none() && body.get("stream").is_none(), "{body}");
     }
 }

@@ -14,6 +14,7 @@
 pub mod answer;
 pub mod anthropic;
 mod failure;
+mod message_stream;
 pub mod openai;
 mod response_stream;
 pub mod responses;

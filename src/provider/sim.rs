@@ -304,7 +304,8 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
     // Counted once per request, as the provider's tokenizer counts (before
     // the clock starts: an encoding's first use takes a while to load).
     let answered = if ending == Ending::Refusal { REFUSAL } else { content.as_str() };
-    let usage = (tokens::count_messages(provider.tokenizer(), messages), tokens::count(provider.tokenizer(), answered));
+    let tokenizer = answers::model_tokenizer(provider);
+    let usage = (tokens::count_messages(tokenizer, messages), tokens::count(tokenizer, answered));
     let now = Instant::now();
     let fresh_plan = |in_tail: bool, in_outage: bool| {
         let jitter = if provider.jitter_ms > 0 { (sim.roll() * provider.jitter_ms as f64) as u64 } else { 0 };

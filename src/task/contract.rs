@@ -40,6 +40,38 @@ pub fn fits(provider: &ProviderSettings, prompt_tokens: usize) -> Result<(), Pro
     }))
 }
 
+/// The longest wait for a provider's count of a prompt's tokens: a tenth
+/// of its timeout, at most 5 s (the call keeps the rest).
+const MOST_COUNTING: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `prepared`'s prompt tokens as `provider` counts them (its token-counting
+/// endpoint), checked against its context: what a provider with
+/// `count_tokens` is sent only after. Should the count fail or take too
+/// long, the estimate decides, and the log says so.
+pub async fn counted(provider: &dyn crate::provider::Provider, prepared: &Prepared) -> Result<usize, ProviderError> {
+    let settings = provider.settings();
+    let most = (settings.timeout() / 10).min(MOST_COUNTING);
+    let estimate = prepared.prompt_tokens;
+    let tokens = match tokio::time::timeout(most, provider.count_tokens(&prepared.request)).await {
+        Ok(Some(Ok(tokens))) => tokens,
+        Ok(None) => estimate,
+        Ok(Some(Err(error))) => {
+            tracing::warn!(%error, estimate, "counting the prompt's tokens failed: estimated");
+            estimate
+        }
+        Err(_) => {
+            tracing::warn!(
+                estimate,
+                waited_ms = most.as_millis() as u64,
+                "counting the prompt's tokens took too long: estimated"
+            );
+            estimate
+        }
+    };
+    fits(settings, tokens)?;
+    Ok(tokens)
+}
+
 /// A compiled contract.
 pub struct Contract {
     templates: Environment<'static>,

@@ -104,8 +104,11 @@ async fn run_example(
     let contract = &catalog.task(task).expect("the task exists").contract;
     let id = format!("qualification-{}", uuid::Uuid::now_v7());
     let outcome: Result<(usize, Value), (Option<usize>, ProviderError)> = async {
-        let prepared =
+        let mut prepared =
             contract.prepare(task, settings, id, &input, settings.qualification_temperature).map_err(|e| (None, e))?;
+        if settings.count_tokens {
+            prepared.prompt_tokens = super::contract::counted(provider, &prepared).await.map_err(|e| (None, e))?;
+        }
         let tokens = prepared.prompt_tokens;
         let calling = crate::provider::call(provider, &prepared.request, async |_: &str| {});
         let completion = match tokio::time::timeout(settings.timeout(), calling).await {

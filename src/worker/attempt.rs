@@ -65,11 +65,13 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
             tracing::warn!("the attempt's lease ran out before its request was sent: not sent, left to the reaper");
             return;
         }
-        if let Some(id) = progress.provider_request_id.as_deref().filter(|_| !progress.kept) {
+        let refused = outcome.as_ref().err().and_then(|error| Some((error, refused_before_any_work(error)?)));
+        // A refusal's request id is its error's; the attempt keeps the one
+        // of the request that was answered.
+        if let Some(id) = progress.provider_request_id.as_deref().filter(|_| !progress.kept && refused.is_none()) {
             keep_provider_request(worker, &claimed.attempt, id).await;
         }
-        if let Err(error) = &outcome
-            && let Some((wait, detail)) = refused_before_any_work(error)
+        if let Some((error, (wait, detail))) = refused
             && requeue(worker, &claimed, wait, detail, error.kind != FailureKind::TokensSpent).await
         {
             return;
@@ -245,31 +247,6 @@ async fn call(
     (outcome, progress)
 }
 
-/// The prompt's tokens as the provider counts them (its token-counting
-/// endpoint, within its timeout), checked against its context. Should the
-/// count fail, the estimate decides, and the log says so.
-async fn counted_prompt(
-    provider: &dyn crate::provider::Provider,
-    prepared: &crate::task::contract::Prepared,
-) -> Result<usize, ProviderError> {
-    let settings = provider.settings();
-    let counted = tokio::time::timeout(settings.timeout(), provider.count_tokens(&prepared.request)).await;
-    let tokens = match counted {
-        Ok(Some(Ok(tokens))) => tokens,
-        Ok(Some(Err(error))) => {
-            tracing::warn!(%error, estimate = prepared.prompt_tokens, "counting the prompt's tokens failed: estimated");
-            prepared.prompt_tokens
-        }
-        Ok(None) => prepared.prompt_tokens,
-        Err(_) => {
-            tracing::warn!(estimate = prepared.prompt_tokens, "counting the prompt's tokens timed out: estimated");
-            prepared.prompt_tokens
-        }
-    };
-    crate::task::contract::fits(settings, tokens)?;
-    Ok(tokens)
-}
-
 /// After a call was aborted because its job had finished: tells the
 /// provider to stop ([`stop_at_provider`]); the failure to record says
 /// what is known (in its detail: `sent`, `cancel_call`, and what the
@@ -355,11 +332,12 @@ async fn call_counted(
     let mut prepared =
         task.contract.prepare(&task.name, settings, claimed.id.to_string(), &claimed.input, settings.temperature)?;
     if settings.count_tokens {
-        prepared.prompt_tokens = counted_prompt(provider.as_ref(), &prepared).await?;
+        prepared.prompt_tokens = crate::task::contract::counted(provider.as_ref(), &prepared).await?;
     }
     // The call is a client span of the attempt's trace, named and described
     // as OpenTelemetry's GenAI conventions say; it carries the trace onward.
     // (The attempt's fields again: a log line shows its innermost span's.)
+    let system = if settings.api() == crate::config::ProviderApi::Messages { "anthropic" } else { "openai" };
     let call_span = tracing::info_span!(
         "provider call",
         owner = %claimed.attempt.owner,
@@ -369,7 +347,7 @@ async fn call_counted(
         trace_id = claimed.trace.as_ref().map(|t| t.trace_id()),
         otel.name = %crate::process::telemetry::SpanName("chat", &settings.model),
         otel.kind = "client",
-        gen_ai.system = "openai",
+        gen_ai.system = system,
         gen_ai.operation.name = "chat",
         gen_ai.request.model = %settings.model,
         gen_ai.usage.input_tokens = tracing::field::Empty,

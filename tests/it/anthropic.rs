@@ -4,7 +4,8 @@
 //! cost (cache tokens at their own rates) recorded and reported, its
 //! `request-id` kept; each stop reason and error status in its documented
 //! outcome; a 529 retried after its `retry-after`; a reset after sending
-//! leaves the attempt unknown; a streamed answer in pieces, and a broken
+//! leaves the attempt unknown; a prompt the estimate finds too long sent
+//! once the provider counts it; a streamed answer in pieces, and a broken
 //! stream `stream-broken`; failover from an OpenAI-shaped provider to an
 //! Anthropic-shaped one after its qualification, never before.
 
@@ -212,6 +213,48 @@ async fn a_streamed_answer_comes_in_pieces_and_a_broken_stream_is_stream_broken(
     assert_eq!((&error["type"], &error["detail"]["retryable"]), (&json!("stream-broken"), &json!(true)), "{error:#}");
 }
 
+/// The estimate (characters ÷ 3) finds the prompt too long for a context
+/// the simulated model's own count (characters ÷ 4) fits: unsent without
+/// `count_tokens`, sent with it.
+async fn a_prompt_the_estimate_finds_too_long_is_sent_when_the_provider_counts_it_shorter(backend: Backend) {
+    use onejob::config::Tokenizer;
+    use onejob::provider::tokens;
+    let input = json!({"text": "lorem ipsum dolor sit amet ".repeat(100)});
+    let mut settings = Settings::builtin();
+    on_claude(&[])(&mut settings);
+    let contract = onejob::task::contract::Contract::new(&settings.tasks["summarize"]).unwrap();
+    let messages = contract.render(&input).unwrap();
+    let estimate = tokens::count_prompt(&settings.providers["claude"], &messages, &contract.output_schema);
+    let counted = tokens::count_messages(Tokenizer::Approx, &messages)
+        + tokens::count(Tokenizer::Approx, &contract.output_schema.to_string())
+        + tokens::FORCED_TOOL_TOKENS;
+    assert!(counted + 100 < estimate, "{counted} against {estimate}");
+    let context = (counted + estimate) / 2 + 256;
+    let app = TestApp::spawn_live(backend, |s| {
+        on_claude(&[])(s);
+        let sized = format!("{CLAUDE}\nmax_output_tokens = 256\ncontext_tokens = {context}");
+        s.providers.insert("estimated".into(), provider(&sized));
+        s.providers.insert("counted".into(), provider(&format!("{sized}\ncount_tokens = true")));
+    })
+    .await;
+    let create = |key: &'static str, provider: &'static str| {
+        let body = json!({"task": "summarize", "input": input, "provider": provider});
+        let app = &app;
+        async move {
+            let response = app.post_job(key, &body).await;
+            assert_eq!(response.status(), StatusCode::CREATED);
+            response.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned()
+        }
+    };
+    let job = ended(&app, &create("estimated", "estimated").await).await;
+    let error = &job["attempts"][0]["error"];
+    assert_eq!((&job["state"], &error["type"]), (&json!("failed"), &json!("prompt-too-long")), "{job:#}");
+    assert_eq!(error["detail"]["prompt_tokens"], estimate, "{error:#}");
+    assert!(app.simulator_log().await.is_empty(), "not sent");
+    let job = ended(&app, &create("counted", "counted").await).await;
+    assert_eq!(job["state"], "succeeded", "counted {counted}, it fits: {job:#}");
+}
+
 async fn a_task_fails_over_from_an_openai_shaped_provider_to_an_anthropic_shaped_one_only_once_qualified(
     backend: Backend,
 ) {
@@ -276,6 +319,7 @@ on_both_backends!(
     each_stop_reason_and_error_status_lands_in_its_documented_outcome,
     a_529_is_retried_after_its_retry_after,
     a_reset_after_sending_leaves_the_attempt_unknown,
+    a_prompt_the_estimate_finds_too_long_is_sent_when_the_provider_counts_it_shorter,
     a_streamed_answer_comes_in_pieces_and_a_broken_stream_is_stream_broken,
     a_task_fails_over_from_an_openai_shaped_provider_to_an_anthropic_shaped_one_only_once_qualified,
 );

@@ -213,13 +213,22 @@ pub struct Cost {
 impl Price {
     /// The cost of `usage`: exact, since a price has at most 12 decimals.
     /// The prompt's tokens written to or read from the provider's cache are
-    /// costed at their own rates, the rest of it at `input_per_million`.
+    /// costed at their own rates (at most all of the prompt), the rest of it
+    /// at `input_per_million`. An estimate (usage never reported) costs the
+    /// most the prompt could have: at the higher of the input and
+    /// cache-write rates.
     pub fn cost(&self, usage: &Usage) -> Cost {
         let per_million = |tokens: i64, price: Money| i128::from(tokens.max(0)) * (price.units() / 1_000_000);
-        let (written, read) = (usage.cache_write_tokens.max(0), usage.cache_read_tokens.max(0));
-        let uncached = usage.prompt_tokens.max(0).saturating_sub(written).saturating_sub(read);
+        let prompt = usage.prompt_tokens.max(0);
+        let read = usage.cache_read_tokens.clamp(0, prompt);
+        let written = usage.cache_write_tokens.clamp(0, prompt - read);
+        let uncached = prompt - read - written;
+        let input = match (usage.estimated, self.cache_write_per_million) {
+            (true, Some(write)) => write.max(self.input_per_million),
+            _ => self.input_per_million,
+        };
         let amount = Money::from_units(
-            per_million(uncached, self.input_per_million)
+            per_million(uncached, input)
                 + per_million(written, self.cache_write_per_million.unwrap_or(self.input_per_million))
                 + per_million(read, self.cache_read_per_million.unwrap_or(self.input_per_million))
                 + per_million(usage.completion_tokens, self.output_per_million),
@@ -370,8 +379,16 @@ mod tests {
         };
         // 600 × 3 + 300 × 3.75 + 100 × 0.3 + 200 × 15 = 5,955 per million.
         assert_eq!(price.cost(&usage).amount, money("0.005955"));
-        let plain = Price { cache_write_per_million: None, cache_read_per_million: None, ..price };
+        let plain = Price { cache_write_per_million: None, cache_read_per_million: None, ..price.clone() };
         // 1,000 × 3 + 200 × 15 = 6,000 per million.
         assert_eq!(plain.cost(&usage).amount, money("0.006"));
+        // Cache counts past the prompt are not charged twice.
+        let over = Usage { cache_write_tokens: 2_000, ..usage };
+        // 100 × 0.3 + 900 × 3.75 + 200 × 15 = 6,405 per million.
+        assert_eq!(price.cost(&over).amount, money("0.006405"));
+        // An estimate costs the prompt at the higher of the input and cache-write rates.
+        let estimate = Usage { prompt_tokens: 1_000, completion_tokens: 200, estimated: true, ..Usage::default() };
+        // 1,000 × 3.75 + 200 × 15 = 6,750 per million.
+        assert_eq!(price.cost(&estimate).amount, money("0.00675"));
     }
 }

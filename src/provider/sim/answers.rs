@@ -8,7 +8,18 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::{Ending, REFUSAL};
-use crate::config::SimOutput;
+use crate::config::{ProviderSettings, SimOutput, Tokenizer};
+
+/// How the simulated model counts tokens: by its provider's tokenizer, but
+/// where that is `approx_with_margin` (the estimate of a tokenizer that is
+/// not published) by characters ÷ 4, which the estimate overcounts, as it
+/// should a real model's count.
+pub(super) fn model_tokenizer(provider: &ProviderSettings) -> Tokenizer {
+    match provider.tokenizer() {
+        Tokenizer::ApproxWithMargin => Tokenizer::Approx,
+        tokenizer => tokenizer,
+    }
+}
 
 pub(super) fn openai_error(status: u16, message: &str) -> Response {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

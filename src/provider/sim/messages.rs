@@ -109,8 +109,8 @@ fn checked(headers: &HeaderMap, body: &Value) -> Result<(), String> {
 }
 
 /// `POST /providers/{name}/v1/messages/count_tokens`: the input tokens of
-/// a request, by the provider's tokenizer (a forced tool counted as the
-/// client estimates it).
+/// a request, as the simulated model counts them (a forced tool's schema
+/// and the tool-use prompt included).
 pub(super) async fn count_tokens(
     State(sim): State<Arc<SimState>>,
     connection: Option<Extension<ConnectInfo<Connection>>>,
@@ -123,13 +123,13 @@ pub(super) async fn count_tokens(
         Err(refused) => return refused,
     };
     let counted = checked(&headers, &body).and_then(|()| {
-        let messages = chat_messages(&body)?;
-        let schema = body["tools"][0]["input_schema"].clone();
-        Ok(tokens::count_prompt(
-            provider,
-            &messages,
-            if forced_tool(&body)?.is_some() { &schema } else { &Value::Null },
-        ))
+        let tokenizer = super::answers::model_tokenizer(provider);
+        let mut tokens = tokens::count_messages(tokenizer, &chat_messages(&body)?);
+        if forced_tool(&body)?.is_some() {
+            let schema = body["tools"][0]["input_schema"].to_string();
+            tokens += tokens::count(tokenizer, &schema) + tokens::FORCED_TOOL_TOKENS;
+        }
+        Ok(tokens)
     });
     match counted {
         Ok(input_tokens) => identified(Json(json!({"input_tokens": input_tokens})).into_response(), "count"),
@@ -186,7 +186,11 @@ pub(super) async fn create(
     {
         let arrived = Instant::now();
         let first_after = super::pace_stream(&sim, &id, provider, content, arrived);
-        let output = output_of(&body, content, tool.is_some());
+        // Cut off, a tool's input streams as the part of it that came.
+        let output = match ending {
+            Ending::Truncated => Value::String(content.clone()),
+            _ => output_of(&body, content, tool.is_some()),
+        };
         return identified(streamed(&shape, &output, *usage, *ending, (arrived, first_after)), &id);
     }
     match provider.fault {
@@ -349,7 +353,7 @@ fn streamed(
             timed.push((end, event("content_block_stop", &json!({"type": "content_block_stop", "index": 0}))));
         }
         let ended = json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
-                           "usage": {"output_tokens": usage.1}});
+                           "usage": shape.usage(usage)});
         timed.push((end, event("message_delta", &ended)));
         timed.push((end, event("message_stop", &json!({"type": "message_stop"}))));
     }
