@@ -300,6 +300,7 @@ impl Application {
             auth_failures: Arc::new(crate::keys::AuthFailures::new(settings.server.auth_failures_per_minute)),
             worker_heartbeat,
             worker_heartbeat_limit,
+            storage_full_at: Arc::default(),
             auth,
             signals,
             webhook_hosts: crate::webhooks::address::AllowedHosts::new(&settings.webhooks.allow_hosts),

@@ -53,6 +53,9 @@ pub struct AppState {
     pub worker_heartbeat: Option<Arc<std::sync::atomic::AtomicI64>>,
     /// How stale that heartbeat may be before `/readyz` fails.
     pub worker_heartbeat_limit: Duration,
+    /// When (Unix seconds) a request was last refused because the
+    /// database's storage was full; `/readyz` fails for a while after.
+    pub storage_full_at: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl AppState {

@@ -106,6 +106,9 @@ problem_types! {
     TooManyLongPolls = "too-many-long-polls", TOO_MANY_REQUESTS, "Too many long-polls";
     /// The database cannot be reached, or the server is at capacity.
     Unavailable = "unavailable", SERVICE_UNAVAILABLE, "Service unavailable";
+    /// The database's storage is full: nothing more can be written until
+    /// space is made.
+    StorageFull = "storage-full", SERVICE_UNAVAILABLE, "Storage full";
     /// Anything else; the cause is logged, never shown.
     Internal = "internal", INTERNAL_SERVER_ERROR, "Internal error";
 }
@@ -254,6 +257,13 @@ impl Problem {
             .retry_after(1)
     }
 
+    /// 503: the database's storage is full; nothing was written.
+    pub fn storage_full() -> Self {
+        Self::new(ProblemType::StorageFull)
+            .detail("the database's storage is full: nothing was written; retry with the same Idempotency-Key")
+            .retry_after(5)
+    }
+
     /// 500, with nothing about the cause.
     pub fn internal() -> Self {
         Self::new(ProblemType::Internal)
@@ -301,9 +311,17 @@ impl IntoResponse for Problem {
         if self.www_authenticate {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        if self.kind == ProblemType::StorageFull {
+            response.extensions_mut().insert(StorageFull);
+        }
         response
     }
 }
+
+/// Marks an answer refused because the database's storage is full, for
+/// `/readyz`, which the request deadline's middleware tells.
+#[derive(Clone, Copy, Debug)]
+pub struct StorageFull;
 
 /// What a handler can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -326,6 +344,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match self {
             ApiError::Problem(problem) => problem.into_response(),
+            ApiError::Store(cause @ StoreError::StorageFull(_)) => {
+                tracing::warn!(error = %cause, "the database's storage is full");
+                Problem::storage_full().into_response()
+            }
             ApiError::Store(cause) if cause.is_unavailable() => {
                 tracing::warn!(error = %cause, "database unavailable");
                 Problem::unavailable().into_response()

@@ -141,7 +141,12 @@ async fn deadline(State(state): State<AppState>, request: Request, next: Next) -
         request.map(|body| axum::body::Body::new(WatchedBody { body, waiting }))
     };
     match tokio::time::timeout(limit, next.run(request)).await {
-        Ok(response) => response,
+        Ok(response) => {
+            if response.extensions().get::<error::StorageFull>().is_some() {
+                state.storage_full_at.store(chrono::Utc::now().timestamp(), Ordering::Relaxed);
+            }
+            response
+        }
         Err(_) if body_waited.load(Ordering::Relaxed) => {
             tracing::info!("the request body did not arrive in time");
             let mut response = Problem::new(ProblemType::RequestTimeout)
@@ -196,6 +201,9 @@ pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
 
+/// How long after a request was refused for a full storage `/readyz` says so.
+const STORAGE_FULL_NOT_READY_SECS: i64 = 10;
+
 #[utoipa::path(get, path = "/readyz", tag = "operations", security(()), responses(
     (status = 200, description = "the database answers, migrations are applied, the worker (where one runs) is alive"),
     (status = 503, description = "unavailable", body = openapi::Problem, content_type = "application/problem+json")))]
@@ -203,6 +211,13 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     if let Err(error) = state.jobs.check_ready().await {
         tracing::warn!(%error, "not ready");
         return Problem::unavailable().detail("the database is not ready").into_response();
+    }
+    let full_at = state.storage_full_at.load(std::sync::atomic::Ordering::Relaxed);
+    let since = chrono::Utc::now().timestamp().saturating_sub(full_at);
+    if full_at > 0 && since < STORAGE_FULL_NOT_READY_SECS {
+        return Problem::storage_full()
+            .detail(format!("a write found the database's storage full {since} s ago"))
+            .into_response();
     }
     if let Some(heartbeat) = &state.worker_heartbeat {
         let beat = heartbeat.load(std::sync::atomic::Ordering::Relaxed);

@@ -117,7 +117,7 @@ pub struct AttemptWithJob {
 /// attempt-not-unknown, job-not-finished, too-many-endpoints, payload-too-large,
 /// request-timeout, unsupported-media-type, validation-failed, provider-unknown,
 /// provider-not-qualified, budget-exceeded, output-streaming, contract-violation, rate-limited,
-/// too-many-long-polls, unavailable, internal.
+/// too-many-long-polls, unavailable, storage-full, internal.
 #[derive(Serialize, ToSchema)]
 pub struct Problem {
     /// The stable problem type.
@@ -169,7 +169,7 @@ pub enum CommonErrors {
     )]
     RequestTimeout(Problem),
     /// The database cannot be reached, or the server is at capacity.
-    #[response(status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity",
+    #[response(status = 503, description = "unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written",
                content_type = "application/problem+json",
                headers(("Retry-After" = u64, description = "seconds to wait")))]
     Unavailable(Problem),

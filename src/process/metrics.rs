@@ -13,6 +13,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub use crate::domain::limits::Deferral;
 
+pub use super::labels::{Lookup, Settled};
+
 /// HTTP requests, by route template, method and status.
 pub const HTTP_REQUESTS: &str = "onejob_http_requests_total";
 /// HTTP request latency, by route template and method.
@@ -70,6 +72,8 @@ pub const TOKENS: &str = "onejob_tokens_total";
 pub const COST: &str = "onejob_cost_nanos_total";
 /// Finished jobs purged past their retention.
 pub const PURGED_JOBS: &str = "onejob_purged_jobs_total";
+/// Database errors that said its storage is full.
+pub const STORAGE_FULL: &str = "onejob_storage_full_total";
 /// Jobs `unknown` for longer than the shortest retention: kept, to be settled.
 pub const UNKNOWN_PAST_RETENTION: &str = "onejob_unknown_jobs_past_retention";
 /// Attempts a claim left pending because of a limit, by `limit`
@@ -120,6 +124,7 @@ pub const ALL: &[&str] = &[
     TOKENS,
     COST,
     PURGED_JOBS,
+    STORAGE_FULL,
     UNKNOWN_PAST_RETENTION,
     CLAIMS_DEFERRED,
     ATTEMPT_WAIT,
@@ -127,75 +132,6 @@ pub const ALL: &[&str] = &[
     PENDING_BY_PROVIDER,
     HELD_ENTRIES,
 ];
-
-/// What became of an attempt its worker (or the reconciler) settled: the
-/// `outcome` of [`ATTEMPTS`], [`TOKENS`] and [`COST`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Settled {
-    /// Its output won the job.
-    Succeeded,
-    /// Its output came after another attempt had won.
-    Superseded,
-    /// It failed definitively.
-    Failed,
-    /// Its outcome cannot be known yet.
-    Unknown,
-    /// Its call was aborted because its job had finished.
-    Canceled,
-}
-
-impl Settled {
-    /// Every outcome.
-    pub const ALL: [Settled; 5] =
-        [Settled::Succeeded, Settled::Superseded, Settled::Failed, Settled::Unknown, Settled::Canceled];
-
-    /// As the label shows it.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Settled::Succeeded => "succeeded",
-            Settled::Superseded => "superseded",
-            Settled::Failed => "failed",
-            Settled::Unknown => "unknown",
-            Settled::Canceled => "canceled",
-        }
-    }
-}
-
-/// What a status lookup of an unknown attempt found: the `result` of
-/// [`RECONCILIATIONS`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lookup {
-    /// The provider finished it with an output.
-    Succeeded,
-    /// The provider says it failed.
-    Failed,
-    /// The provider says it was canceled.
-    Canceled,
-    /// The provider is still at it.
-    Running,
-    /// The provider has no record of it.
-    NotFound,
-    /// The lookup itself failed.
-    Error,
-}
-
-impl Lookup {
-    /// Every result.
-    pub const ALL: [Lookup; 6] =
-        [Lookup::Succeeded, Lookup::Failed, Lookup::Canceled, Lookup::Running, Lookup::NotFound, Lookup::Error];
-
-    /// As the label shows it.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Lookup::Succeeded => "succeeded",
-            Lookup::Failed => "failed",
-            Lookup::Canceled => "canceled",
-            Lookup::Running => "running",
-            Lookup::NotFound => "not_found",
-            Lookup::Error => "error",
-        }
-    }
-}
 
 /// The `provider` of the attempts counted without theirs: those canceled
 /// with their job or by a sibling's win, and those whose lease expired.
@@ -265,6 +201,7 @@ fn describe() {
     metrics::describe_counter!(TOKENS, "tokens of settled attempts by provider, outcome and kind");
     metrics::describe_counter!(COST, "cost of settled attempts in billionths of the currency");
     metrics::describe_counter!(PURGED_JOBS, "finished jobs purged past their retention");
+    metrics::describe_counter!(STORAGE_FULL, "database errors that said its storage is full");
     metrics::describe_gauge!(UNKNOWN_PAST_RETENTION, "jobs unknown for longer than the shortest retention (kept)");
     metrics::describe_counter!(CLAIMS_DEFERRED, "owners or providers a claim held back because of a limit, by limit");
     metrics::describe_histogram!(ATTEMPT_WAIT, metrics::Unit::Seconds, "time from an attempt's admission to its claim");
@@ -359,6 +296,7 @@ pub fn start_at_zero(settings: &crate::config::Settings) {
     attempts(UNATTRIBUTED, Settled::Unknown.as_str()).increment(0);
     counter!(RATE_LIMITED).increment(0);
     counter!(PURGED_JOBS).increment(0);
+    counter!(STORAGE_FULL).increment(0);
     for why in Deferral::ALL {
         counter!(CLAIMS_DEFERRED, "limit" => why.as_str()).increment(0);
     }
@@ -433,6 +371,11 @@ pub fn attempts_canceled(count: usize) {
     if count > 0 {
         attempts(UNATTRIBUTED, "canceled").increment(count as u64);
     }
+}
+
+/// Counts a database error that said its storage is full.
+pub fn storage_full() {
+    counter!(STORAGE_FULL).increment(1);
 }
 
 /// Counts the jobs of a purge batch.

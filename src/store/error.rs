@@ -9,6 +9,10 @@ pub enum StoreError {
     /// request may be retried later.
     #[error("the database is unavailable: {0}")]
     Unavailable(#[source] sqlx::Error),
+    /// The database's storage is full (SQLite's `SQLITE_FULL`, Postgres's
+    /// `disk_full`): writes fail until space returns; a retry later may pass.
+    #[error("the database's storage is full: {0}")]
+    StorageFull(#[source] sqlx::Error),
     /// A request queued for a shared write (a group commit, a batch of
     /// settlements) got no answer: the task writing it ended first, and
     /// nothing of it is acknowledged. The request may be retried.
@@ -39,9 +43,10 @@ pub enum StoreError {
 
 impl StoreError {
     /// Whether a retry later may pass: the database could not be reached
-    /// or had no connection to spare, or a shared write was interrupted.
+    /// or had no connection to spare, its storage is full, or a shared
+    /// write was interrupted.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_) | StoreError::Interrupted(_))
+        matches!(self, StoreError::Unavailable(_) | StoreError::StorageFull(_) | StoreError::Interrupted(_))
     }
 }
 
@@ -75,6 +80,13 @@ pub(crate) fn check_migrations(applied: std::result::Result<Option<i64>, sqlx::E
 
 /// Sorts a sqlx error into "try again later" and everything else.
 fn classify(error: sqlx::Error) -> StoreError {
+    // SQLite: SQLITE_FULL; Postgres: disk_full.
+    if let sqlx::Error::Database(db) = &error
+        && matches!(db.code().as_deref(), Some("13" | "53100"))
+    {
+        crate::process::metrics::storage_full();
+        return StoreError::StorageFull(error);
+    }
     let unavailable = match &error {
         sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Tls(_) => true,

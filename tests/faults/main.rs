@@ -1,7 +1,8 @@
 //! Reliability and security under faults: providers that misbehave on the
 //! wire, clients that send hostile input, keys and owners kept apart, one
-//! owner's crowd of long-polls, many nodes on one database, and a database
-//! that stops or runs out of connections. One module per concern.
+//! owner's crowd of long-polls, many nodes on one database, a database
+//! that stops or runs out of connections, and one whose disk fills. One
+//! module per concern.
 
 #[macro_use]
 #[path = "../common/mod.rs"]
@@ -14,3 +15,4 @@ mod nodes;
 mod provider;
 mod schemathesis;
 mod security;
+mod storage;

@@ -662,7 +662,7 @@ export interface components {
          *     attempt-not-unknown, job-not-finished, too-many-endpoints, payload-too-large,
          *     request-timeout, unsupported-media-type, validation-failed, provider-unknown,
          *     provider-not-qualified, budget-exceeded, output-streaming, contract-violation, rate-limited,
-         *     too-many-long-polls, unavailable, internal.
+         *     too-many-long-polls, unavailable, storage-full, internal.
          */
         Problem: {
             /** @description What happened in this case. */
@@ -1000,7 +1000,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -1127,7 +1127,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -1233,7 +1233,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -1321,7 +1321,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -1461,7 +1461,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -1584,7 +1584,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -1674,7 +1674,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -1770,7 +1770,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -1866,7 +1866,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -1954,7 +1954,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -2070,7 +2070,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -2191,7 +2191,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -2312,7 +2312,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -2424,7 +2424,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -2502,7 +2502,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -2620,7 +2620,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -2708,7 +2708,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -2810,7 +2810,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */
@@ -2900,7 +2900,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached, or the server is at capacity */
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
             503: {
                 headers: {
                     /** @description seconds to wait */

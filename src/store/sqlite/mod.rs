@@ -123,6 +123,13 @@ impl SqliteStore {
             .acquire_timeout(options.acquire_timeout)
             // An embedded file does not go away between uses: no ping.
             .test_before_acquire(false)
+            // A connection whose transaction SQLite rolled back by itself
+            // (as it does when the disk is full) still counts as in one
+            // for sqlx, whose ROLLBACK then failed: it could never begin
+            // another, so it is closed rather than used again.
+            .before_acquire(|connection, _| {
+                Box::pin(async move { Ok(!sqlx::Connection::is_in_transaction(connection)) })
+            })
             .connect_lazy_with(connect);
         Ok(Self { pool, writer: Arc::new(tokio::sync::Mutex::new(())), creates: Arc::default() })
     }
