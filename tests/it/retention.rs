@@ -62,6 +62,8 @@ async fn a_finished_job_past_its_retention_is_purged_and_its_key_makes_a_new_job
         s.tasks.insert("summarize-racing".into(), racing);
         let slow = s.providers.get_mut("sim-slow").unwrap();
         (slow.latency_ms, slow.timeout_ms) = (20_000, 40_000);
+        // Cache tokens too go through the rollup.
+        s.providers.get_mut("sim-fast").unwrap().cache_read_tokens = 2;
     })
     .await;
     let body = json!({"task": "summarize", "input": {"text": "kept for a while"}});
@@ -98,6 +100,7 @@ async fn a_finished_job_past_its_retention_is_purged_and_its_key_makes_a_new_job
     assert_eq!(won_job["attempts"][0]["state"], "running", "{won_job:#}");
     assert!(won_job["expires_at"].is_null(), "a job with an attempt running never expires: {won_job:#}");
     let before = usage_total(&app).await;
+    assert!(before["cache_read_tokens"].as_i64().unwrap() >= 2, "{before:#}");
 
     let rule = everything_changed_before(Duration::from_secs(3600));
     assert_eq!(app.store().count_purgeable(&rule).await.unwrap(), 1, "only the finished job is due");
