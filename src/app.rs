@@ -24,6 +24,8 @@ use crate::store::{Store, StoreError};
 use crate::task::catalog::Catalog;
 use crate::worker::Worker;
 
+mod database;
+
 /// Why the application cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -129,6 +131,9 @@ pub struct Application {
     // Stopped with the application: it keeps this process's view of the
     // providers' breakers current, when any provider has one.
     _breaker_refresh: Option<AbortOnDrop>,
+    // Stopped with the application: it reads whether the database's commits
+    // wait for a standby, every minute.
+    _replication_follower: AbortOnDrop,
     // Stopped with the application: it folds histogram samples into their
     // buckets whether or not anyone scrapes `/metrics`.
     _metrics_upkeep: AbortOnDrop,
@@ -179,12 +184,19 @@ impl Application {
     /// Builds only the parts `role` names. The tasks' schemas and
     /// templates are compiled first, so that a broken one stops the process
     /// before it touches the database.
+    /// A database that is unreachable or a standby is waited for, the API
+    /// answering 503 meanwhile (`process::database`).
     pub async fn build_as(settings: Settings, role: Role) -> Result<Self, StartError> {
         let catalog = Arc::new(Catalog::new(&settings)?);
         let store = open_store(&settings)?;
+        let mut listener = bind_api(&settings, role)?;
         if settings.database.migrate_on_start {
-            store.check_session_pooling().await?;
-            store.migrate().await?;
+            let head_timeout = settings.server.request_timeout();
+            database::wait_until_prepared(listener.as_mut(), head_timeout, || async {
+                store.check_session_pooling().await?;
+                store.migrate().await
+            })
+            .await?;
         } else {
             match store.check_session_pooling().await {
                 Err(error) if error.is_unavailable() => {
@@ -193,13 +205,14 @@ impl Application {
                 checked => checked?,
             }
         }
-        Self::build_with_catalog(settings, store, catalog, role).await
+        Self::build_with_catalog(settings, store, catalog, role, listener).await
     }
 
     /// Builds around an open store.
     pub async fn build_with_store(settings: Settings, store: Store, role: Role) -> Result<Self, StartError> {
         let catalog = Arc::new(Catalog::new(&settings)?);
-        Self::build_with_catalog(settings, store, catalog, role).await
+        let listener = bind_api(&settings, role)?;
+        Self::build_with_catalog(settings, store, catalog, role, listener).await
     }
 
     async fn build_with_catalog(
@@ -207,6 +220,7 @@ impl Application {
         store: Store,
         catalog: Arc<Catalog>,
         role: Role,
+        listener: Option<TcpListener>,
     ) -> Result<Self, StartError> {
         let signals = Arc::new(Signals::default());
         let (providers, simulator) = start_providers(&settings).await?;
@@ -226,12 +240,6 @@ impl Application {
             let qualifying =
                 tokio::spawn(crate::task::qualify::qualify_on_start(store.clone(), providers.clone(), catalog.clone()));
             (Some(Arc::new(worker)), Some(qualifying))
-        };
-        let listener = if role == Role::Worker {
-            None
-        } else {
-            let addr = settings.server.listen;
-            Some(crate::process::listener::bind(addr).map_err(|source| StartError::Bind { addr, source })?)
         };
         let auth =
             Arc::new(Authenticator::new(store.clone(), Duration::from_millis(settings.server.auth_cache_ttl_ms)));
@@ -265,6 +273,9 @@ impl Application {
             limits,
         ));
         let key_follower = if role == Role::Worker { None } else { follow_key_changes(&store, &auth, &jobs).await };
+        let replication = crate::state::ReplicationSlot::default();
+        let replication_follower =
+            AbortOnDrop(tokio::spawn(database::follow_replication(store.clone(), replication.clone())));
         let breakers = catalog.breakers().clone();
         let breaker_refresh = if breakers.any() {
             // Known before the first request: a restarted process routes
@@ -301,6 +312,7 @@ impl Application {
             worker_heartbeat,
             worker_heartbeat_limit,
             storage_full_at: Arc::default(),
+            replication,
             auth,
             signals,
             webhook_hosts: crate::webhooks::address::AllowedHosts::new(&settings.webhooks.allow_hosts),
@@ -316,6 +328,7 @@ impl Application {
             _key_follower: key_follower,
             _limiter_sweep: limiter_sweep,
             _breaker_refresh: breaker_refresh,
+            _replication_follower: replication_follower,
             _metrics_upkeep: metrics_upkeep,
         })
     }
@@ -371,6 +384,15 @@ impl Application {
         }
         Ok(())
     }
+}
+
+/// The API's listener, unless `role` serves no API.
+fn bind_api(settings: &Settings, role: Role) -> Result<Option<TcpListener>, StartError> {
+    if role == Role::Worker {
+        return Ok(None);
+    }
+    let addr = settings.server.listen;
+    crate::process::listener::bind(addr).map(Some).map_err(|source| StartError::Bind { addr, source })
 }
 
 /// Every route this process serves: the JSON API's and the dashboard's,

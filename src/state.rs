@@ -56,7 +56,14 @@ pub struct AppState {
     /// When (Unix seconds) a request was last refused because the
     /// database's storage was full; `/readyz` fails for a while after.
     pub storage_full_at: Arc<std::sync::atomic::AtomicI64>,
+    /// What the database last said of its replication (`None` until read,
+    /// and on SQLite).
+    pub replication: ReplicationSlot,
 }
+
+/// What the database last said of its replication, shared between the
+/// task that reads it every minute and `/readyz`.
+pub type ReplicationSlot = Arc<std::sync::Mutex<Option<crate::store::Replication>>>;
 
 impl AppState {
     /// How many entries each in-memory structure that traffic fills holds

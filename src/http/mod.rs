@@ -204,8 +204,34 @@ pub(crate) async fn healthz() -> &'static str {
 /// How long after a request was refused for a full storage `/readyz` says so.
 const STORAGE_FULL_NOT_READY_SECS: i64 = 10;
 
+/// A ready server's answer.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct Readiness {
+    /// Always `ready`: a server that is not answers 503 with a problem.
+    status: &'static str,
+    /// What the database last said of its replication (read at start and
+    /// every minute); absent on SQLite, which has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    database: Option<DatabaseReplication>,
+}
+
+/// Whether the database's commits wait for a standby, and what says so.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct DatabaseReplication {
+    /// Whether a commit returns only once a synchronous standby has it, so
+    /// that a failover to that standby loses no acknowledged job. Also the
+    /// gauge `onejob_database_commit_waits_for_standby`.
+    commit_waits_for_standby: bool,
+    /// The server's `synchronous_commit`.
+    synchronous_commit: String,
+    /// The server's `synchronous_standby_names` (empty: none).
+    synchronous_standby_names: String,
+    /// Standbys streaming from the server when last read.
+    standbys: i64,
+}
+
 #[utoipa::path(get, path = "/readyz", tag = "operations", security(()), responses(
-    (status = 200, description = "the database answers, migrations are applied, the worker (where one runs) is alive"),
+    (status = 200, description = "the database answers, migrations are applied, the worker (where one runs) is alive", body = Readiness),
     (status = 503, description = "unavailable", body = openapi::Problem, content_type = "application/problem+json")))]
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     if let Err(error) = state.jobs.check_ready().await {
@@ -227,7 +253,14 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
             return Problem::unavailable().detail("the worker is not running").into_response();
         }
     }
-    "ready".into_response()
+    let replication = state.replication.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let database = replication.map(|replication| DatabaseReplication {
+        commit_waits_for_standby: replication.commit_waits_for_standby,
+        synchronous_commit: replication.synchronous_commit,
+        synchronous_standby_names: replication.standby_names,
+        standbys: replication.standbys,
+    });
+    axum::Json(Readiness { status: "ready", database }).into_response()
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "operations", security(()), responses(

@@ -20,20 +20,64 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// Serves `router` on `listener` until `shutdown` completes. A request head
-/// not fully read within `head_timeout` closes its connection.
+/// not fully read within `head_timeout` closes its connection. The listener
+/// is closed as soon as `shutdown` completes (a new connection is refused),
+/// then every connection finishes its request in flight.
 pub async fn serve(
     mut listener: TcpListener,
     router: Router,
     head_timeout: Duration,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
+    let draining = accept_until(&mut listener, router, head_timeout, shutdown).await;
+    drop(listener);
+    draining.finish().await;
+    Ok(())
+}
+
+/// As [`serve`], but leaves `listener` open for what serves next: a
+/// connection made meanwhile waits in its queue.
+pub async fn serve_for_now(
+    listener: &mut TcpListener,
+    router: Router,
+    head_timeout: Duration,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    accept_until(listener, router, head_timeout, shutdown).await.finish().await;
+}
+
+/// The connections of a listener no longer accepting, finishing.
+struct Draining {
+    stop: watch::Sender<bool>,
+    finished: watch::Sender<()>,
+    connections: watch::Receiver<()>,
+}
+
+impl Draining {
+    /// Tells every connection to stop after its request in flight, and
+    /// waits until all have.
+    async fn finish(self) {
+        let _ = self.stop.send(true);
+        drop(self.connections);
+        self.finished.closed().await;
+    }
+}
+
+/// Accepts connections on `listener` and serves each until `shutdown`
+/// completes.
+async fn accept_until(
+    listener: &mut TcpListener,
+    router: Router,
+    head_timeout: Duration,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Draining {
     let (stop, stopping) = watch::channel(false);
     // Every connection holds a receiver; all dropped means all finished.
     let (finished, connections) = watch::channel(());
     let mut shutdown = pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
-            accepted = axum::serve::Listener::accept(&mut listener) => accepted,
+            accepted = axum::serve::Listener::accept(listener) => accepted,
             () = &mut shutdown => break,
         };
         // Answers go out as soon as they are written, not held back by
@@ -60,11 +104,7 @@ pub async fn serve(
             drop(connection);
         });
     }
-    drop(listener);
-    let _ = stop.send(true);
-    drop(connections);
-    finished.closed().await;
-    Ok(())
+    Draining { stop, finished, connections }
 }
 
 #[cfg(test)]

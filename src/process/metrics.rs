@@ -74,6 +74,12 @@ pub const COST: &str = "onejob_cost_nanos_total";
 pub const PURGED_JOBS: &str = "onejob_purged_jobs_total";
 /// Database errors that said its storage is full.
 pub const STORAGE_FULL: &str = "onejob_storage_full_total";
+/// Database errors that said it is unavailable (unreachable, a standby,
+/// going away, no connection to spare).
+pub const DATABASE_UNAVAILABLE: &str = "onejob_database_unavailable_total";
+/// 1 when the database's commits wait for a synchronous standby, 0 when not
+/// (Postgres only: absent on SQLite, so not in [`ALL`]).
+pub const COMMIT_WAITS_FOR_STANDBY: &str = "onejob_database_commit_waits_for_standby";
 /// Jobs `unknown` for longer than the shortest retention: kept, to be settled.
 pub const UNKNOWN_PAST_RETENTION: &str = "onejob_unknown_jobs_past_retention";
 /// Attempts a claim left pending because of a limit, by `limit`
@@ -125,6 +131,7 @@ pub const ALL: &[&str] = &[
     COST,
     PURGED_JOBS,
     STORAGE_FULL,
+    DATABASE_UNAVAILABLE,
     UNKNOWN_PAST_RETENTION,
     CLAIMS_DEFERRED,
     ATTEMPT_WAIT,
@@ -202,6 +209,8 @@ fn describe() {
     metrics::describe_counter!(COST, "cost of settled attempts in billionths of the currency");
     metrics::describe_counter!(PURGED_JOBS, "finished jobs purged past their retention");
     metrics::describe_counter!(STORAGE_FULL, "database errors that said its storage is full");
+    metrics::describe_counter!(DATABASE_UNAVAILABLE, "database errors that said it is unavailable");
+    metrics::describe_gauge!(COMMIT_WAITS_FOR_STANDBY, "1 when the database's commits wait for a synchronous standby");
     metrics::describe_gauge!(UNKNOWN_PAST_RETENTION, "jobs unknown for longer than the shortest retention (kept)");
     metrics::describe_counter!(CLAIMS_DEFERRED, "owners or providers a claim held back because of a limit, by limit");
     metrics::describe_histogram!(ATTEMPT_WAIT, metrics::Unit::Seconds, "time from an attempt's admission to its claim");
@@ -297,6 +306,7 @@ pub fn start_at_zero(settings: &crate::config::Settings) {
     counter!(RATE_LIMITED).increment(0);
     counter!(PURGED_JOBS).increment(0);
     counter!(STORAGE_FULL).increment(0);
+    counter!(DATABASE_UNAVAILABLE).increment(0);
     for why in Deferral::ALL {
         counter!(CLAIMS_DEFERRED, "limit" => why.as_str()).increment(0);
     }
@@ -376,6 +386,16 @@ pub fn attempts_canceled(count: usize) {
 /// Counts a database error that said its storage is full.
 pub fn storage_full() {
     counter!(STORAGE_FULL).increment(1);
+}
+
+/// Counts a database error that said it is unavailable.
+pub fn database_unavailable() {
+    counter!(DATABASE_UNAVAILABLE).increment(1);
+}
+
+/// Whether the database's commits wait for a synchronous standby.
+pub fn commit_waits_for_standby(waits: bool) {
+    metrics::gauge!(COMMIT_WAITS_FOR_STANDBY).set(f64::from(u8::from(waits)));
 }
 
 /// Counts the jobs of a purge batch.

@@ -220,6 +220,12 @@ pub trait Driver: Send + Sync + 'static {
         Ok(())
     }
 
+    /// What the database says of its replication; `None` where it has none
+    /// (SQLite).
+    async fn select_replication(&self) -> Result<Option<super::Replication>> {
+        Ok(None)
+    }
+
     /// Stores a new API key's hash.
     async fn insert_key(&self, key: &NewKey<'_>) -> Result<()>;
 

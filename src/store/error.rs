@@ -78,6 +78,38 @@ pub(crate) fn check_migrations(applied: std::result::Result<Option<i64>, sqlx::E
     Ok(())
 }
 
+/// A migration's error, sorted as [`classify`] sorts a statement's: one
+/// that says the database is unavailable (a standby, a lost connection) is
+/// that, and may pass later.
+pub(crate) fn migration_error(error: sqlx::migrate::MigrateError) -> StoreError {
+    use sqlx::migrate::MigrateError;
+    match error {
+        MigrateError::Execute(inner) => match classify(inner) {
+            StoreError::Database(inner) => StoreError::Migration(MigrateError::Execute(inner)),
+            other => other,
+        },
+        MigrateError::ExecuteMigration(inner, version) => match classify(inner) {
+            StoreError::Database(inner) => StoreError::Migration(MigrateError::ExecuteMigration(inner, version)),
+            other => other,
+        },
+        other => StoreError::Migration(other),
+    }
+}
+
+/// Whether `error` says the server is read-only or going away, or that the
+/// connection to it was lost: every connection opened until now may be to
+/// a server that no longer takes writes (Postgres only; see
+/// `postgres::connect`).
+fn server_went_away(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || matches!(&*code, "25006" | "57P01" | "57P02" | "57P03")),
+        _ => false,
+    }
+}
+
 /// Sorts a sqlx error into "try again later" and everything else.
 fn classify(error: sqlx::Error) -> StoreError {
     // SQLite: SQLITE_FULL; Postgres: disk_full.
@@ -94,15 +126,23 @@ fn classify(error: sqlx::Error) -> StoreError {
         // or lock timeouts, and serialization failures: a retry may pass.
         // Postgres: by SQLSTATE. SQLite: busy, locked (plain and extended
         // codes), and a file that cannot be opened.
+        // A read-only transaction (25006): the server is a standby.
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
             code.starts_with("08")
                 || code.starts_with("57P")
-                || matches!(&*code, "53300" | "40001" | "40P01" | "57014" | "55P03")
+                || matches!(&*code, "53300" | "40001" | "40P01" | "57014" | "55P03" | "25006")
                 || matches!(&*code, "5" | "6" | "14" | "261" | "262" | "517")
         }),
         _ => false,
     };
-    if unavailable { StoreError::Unavailable(error) } else { StoreError::Database(error) }
+    if !unavailable {
+        return StoreError::Database(error);
+    }
+    if server_went_away(&error) {
+        super::eviction::evict(&error);
+    }
+    crate::process::metrics::database_unavailable();
+    StoreError::Unavailable(error)
 }
 
 impl From<sqlx::Error> for StoreError {

@@ -50,10 +50,30 @@ impl Store {
         self.driver.check_pooling().await
     }
 
+    /// Whether the database's commits wait for a standby, and what says so;
+    /// `None` on a database without replication (SQLite).
+    pub async fn replication(&self) -> Result<Option<Replication>> {
+        self.driver.select_replication().await
+    }
+
     /// Queue depth and unknown attempts, for the metrics gauges.
     pub async fn sample_gauges(&self) -> Result<Gauges> {
         self.driver.select_gauges().await
     }
+}
+
+/// What a Postgres server says of its replication.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Replication {
+    /// Whether a commit returns only once a synchronous standby has it: a
+    /// failover to that standby then loses no acknowledged write.
+    pub commit_waits_for_standby: bool,
+    /// The server's `synchronous_commit`.
+    pub synchronous_commit: String,
+    /// The server's `synchronous_standby_names` (empty: none).
+    pub standby_names: String,
+    /// Standbys streaming from the server now (`pg_stat_replication`).
+    pub standbys: i64,
 }
 
 /// What the metrics gauges show of the attempts table.

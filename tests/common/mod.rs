@@ -4,6 +4,7 @@
 // Each test binary uses part of it.
 #![allow(dead_code)]
 
+pub mod ha;
 pub mod postgres;
 pub mod processes;
 pub mod prometheus;
@@ -463,7 +464,12 @@ pub async fn spawn_server_logged(
 ) -> (tokio::process::Child, String, tokio::sync::mpsc::UnboundedReceiver<String>) {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let mut command = tokio::process::Command::new(BIN);
-    command.args(["serve", "--listen", "127.0.0.1:0", "--no-migrate"]).args(extra);
+    command.args(["serve", "--listen", "127.0.0.1:0"]);
+    // `--migrate` here means the server's own default: it migrates at start.
+    if !extra.contains(&"--migrate") {
+        command.arg("--no-migrate");
+    }
+    command.args(extra.iter().filter(|arg| **arg != "--migrate"));
     if let Some(config) = config {
         command.arg("--config").arg(config);
     }

@@ -99,6 +99,20 @@ where
     }
 }
 
+/// Waits until no attempt in the database of `pool` is pending, running
+/// or unknown; fails after `limit`.
+pub async fn every_attempt_settles(pool: &sqlx::AnyPool, limit: Duration) {
+    eventually("every job settling", limit, || async {
+        let open: i64 =
+            sqlx::query_scalar("select count(*) from attempts where state in ('pending', 'running', 'unknown')")
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        open == 0
+    })
+    .await;
+}
+
 /// A memory figure of process `pid` from `/proc/PID/status` (`VmRSS`,
 /// `VmHWM`), in bytes.
 fn memory_of(pid: u32, field: &str) -> u64 {

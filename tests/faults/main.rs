@@ -1,7 +1,8 @@
 //! Reliability and security under faults: providers that misbehave on the
 //! wire, clients that send hostile input, keys and owners kept apart, one
 //! owner's crowd of long-polls, many nodes on one database, a database
-//! that stops or runs out of connections, and one whose disk fills. One
+//! that stops or runs out of connections, a highly available one that fails
+//! over, and one whose disk fills. One
 //! module per concern.
 
 #[macro_use]
@@ -9,6 +10,7 @@
 mod common;
 
 mod database;
+mod failover;
 mod hostile;
 mod long_polls;
 mod nodes;

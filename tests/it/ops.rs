@@ -1,6 +1,7 @@
 //! Operating onejob: metrics (the counters whose labels the configuration
-//! names exported at zero from start), readiness with the database stopped,
-//! the per-owner rate limit, and logs that never carry a secret.
+//! names exported at zero from start), readiness with the database stopped
+//! and what it says of the database's replication, the per-owner rate
+//! limit, and logs that never carry a secret.
 
 use std::time::Duration;
 
@@ -202,7 +203,42 @@ async fn a_server_with_no_traffic_runs_no_write_statement(backend: Backend) {
     assert!(seen.iter().filter(|sql| sql.starts_with("select")).count() > 20, "the loops read: {seen:?}");
 }
 
+/// `/readyz` and the gauge say whether commits wait for a standby: a
+/// plain Postgres has none (0; the cluster tests see 1), SQLite has no
+/// replication at all (no field, no gauge). A server in a process of its
+/// own, so that no other test's database sets the gauge.
+async fn readiness_says_whether_commits_wait_for_a_standby(backend: Backend) {
+    let (url, _pool, _token) = crate::common::processes::database(backend).await;
+    let (_server, address) = crate::common::spawn_server(&url, None).await;
+    let http = reqwest::Client::new();
+    let readiness = || async {
+        let response = http.get(format!("http://{address}/readyz")).send().await.unwrap();
+        crate::common::ok_json(response).await
+    };
+    let metrics =
+        || async { http.get(format!("http://{address}/metrics")).send().await.unwrap().text().await.unwrap() };
+    // Read at start, by a task of its own: the first answer may come before.
+    crate::common::processes::eventually("the replication settings are read", Duration::from_secs(10), || async {
+        backend == Backend::Sqlite || readiness().await.get("database").is_some()
+    })
+    .await;
+    let ready = readiness().await;
+    assert_eq!(ready["status"], "ready");
+    let text = metrics().await;
+    if backend == Backend::Postgres {
+        let database = &ready["database"];
+        assert_eq!(database["commit_waits_for_standby"], false, "{ready}");
+        assert_eq!(database["synchronous_standby_names"], "", "{ready}");
+        assert_eq!(database["standbys"], 0, "{ready}");
+        assert!(text.contains("\nonejob_database_commit_waits_for_standby 0\n"), "{text}");
+    } else {
+        assert!(ready.get("database").is_none(), "{ready}");
+        assert!(!text.contains("onejob_database_commit_waits_for_standby"), "absent on SQLite");
+    }
+}
+
 on_both_backends!(
+    readiness_says_whether_commits_wait_for_a_standby,
     a_server_with_no_traffic_runs_no_write_statement,
     metrics_cover_every_documented_series,
     the_rate_limit_is_per_owner_and_a_replay_costs_as_much_as_a_create

@@ -71,15 +71,7 @@ async fn a_server_killed_mid_flight_and_restarted_loses_nothing_and_sends_nothin
     assert!(running > 0, "the kill left attempts in flight");
 
     let (_second, _) = crate::common::spawn_server(&database_url, Some(&config)).await;
-    eventually("every job settling", Duration::from_secs(60), || async {
-        let open: i64 =
-            sqlx::query_scalar("select count(*) from attempts where state in ('pending', 'running', 'unknown')")
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-        open == 0
-    })
-    .await;
+    crate::common::processes::every_attempt_settles(&pool, Duration::from_secs(60)).await;
 
     let jobs: Vec<(String, Option<i32>)> =
         sqlx::query_as("select state, winning_attempt from jobs").fetch_all(&pool).await.unwrap();

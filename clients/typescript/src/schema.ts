@@ -507,6 +507,24 @@ export interface components {
              */
             url: string;
         };
+        /** @description Whether the database's commits wait for a standby, and what says so. */
+        DatabaseReplication: {
+            /**
+             * @description Whether a commit returns only once a synchronous standby has it, so
+             *     that a failover to that standby loses no acknowledged job. Also the
+             *     gauge `onejob_database_commit_waits_for_standby`.
+             */
+            commit_waits_for_standby: boolean;
+            /**
+             * Format: int64
+             * @description Standbys streaming from the server when last read.
+             */
+            standbys: number;
+            /** @description The server's `synchronous_commit`. */
+            synchronous_commit: string;
+            /** @description The server's `synchronous_standby_names` (empty: none). */
+            synchronous_standby_names: string;
+        };
         /**
          * @description What the report's groups are.
          * @enum {string}
@@ -692,6 +710,12 @@ export interface components {
         QualifyBody: {
             /** @description The task whose contract the provider must meet. */
             task: string;
+        };
+        /** @description A ready server's answer. */
+        Readiness: {
+            database?: null | components["schemas"]["DatabaseReplication"];
+            /** @description Always `ready`: a server that is not answers 503 with a problem. */
+            status: string;
         };
         /** @description The answer to `POST /jobs/{id}/attempts/{number}/resolve`. */
         ResolveAnswer: components["schemas"]["Job"] | components["schemas"]["ResolvedElsewhere"];
@@ -2339,7 +2363,9 @@ export interface operations {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["Readiness"];
+                };
             };
             /** @description unavailable */
             503: {

@@ -2,7 +2,7 @@
 //! are cross-owner by design: what the routing test (`tests/it/citus.rs`)
 //! checks against a sharding by owner (docs/scaling.md).
 
-use super::{breakers, claims, keys, retention, sessions, sql, webhooks};
+use super::{breakers, claims, connect, keys, retention, sessions, sql, webhooks};
 use crate::store::shared;
 
 /// Names each statement of the list with its path and gives its text.
@@ -148,6 +148,8 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         shared::MIGRATED_VERSION,
         shared::ANY_API_KEY,
         shared::PENDING_BY,
+        connect::READ_ONLY,
+        connect::REPLICATION,
     ]
 }
 

@@ -10,24 +10,28 @@
 //! cleanly (an answer, or an error the server sent, after which the
 //! connection waits for the next statement as usual); a connection whose
 //! exchange was cut off (an I/O error, a request abandoned mid-statement) is
-//! closed, and the next request opens a new one.
+//! closed, and the next request opens a new one. A connection opened before
+//! an eviction (the server said it is read-only or going away: `connect`) is
+//! closed too, idle or not.
 
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use sqlx::ConnectOptions;
-use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::postgres::PgConnection;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
+use super::super::eviction;
+use super::connect::Hosts;
 use super::{Result, StoreError};
 
 /// At most `max` connections, opened when first needed.
 #[derive(Debug)]
 pub struct HotConnections {
-    connect: PgConnectOptions,
+    hosts: Arc<Hosts>,
     // Run on each new connection: the session's settings.
     session: String,
-    idle: Mutex<Vec<PgConnection>>,
+    // Each with the moment it was opened.
+    idle: Mutex<Vec<(Instant, PgConnection)>>,
     permits: Semaphore,
     acquire_timeout: Duration,
 }
@@ -37,17 +41,18 @@ pub struct HotConnections {
 pub struct Lease<'a> {
     set: &'a HotConnections,
     connection: Option<PgConnection>,
+    opened: Instant,
     _permit: SemaphorePermit<'a>,
     reusable: bool,
 }
 
 impl HotConnections {
-    /// A set of at most `max` connections made with `connect`, each given
-    /// the `session` settings first; a request waits `acquire_timeout` at
-    /// most for one.
-    pub fn new(connect: PgConnectOptions, session: String, max: u32, acquire_timeout: Duration) -> Self {
+    /// A set of at most `max` connections to the writable one of `hosts`,
+    /// each given the `session` settings first; a request waits
+    /// `acquire_timeout` at most for one.
+    pub fn new(hosts: Arc<Hosts>, session: String, max: u32, acquire_timeout: Duration) -> Self {
         Self {
-            connect,
+            hosts,
             session,
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(max.max(1) as usize),
@@ -64,24 +69,31 @@ impl HotConnections {
             .await
             .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))?
             .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolClosed))?;
-        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let connection = match idle {
-            Some(connection) => connection,
-            None => tokio::time::timeout_at(deadline, self.open())
-                .await
-                .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))??,
+        let idle = self.take_idle();
+        let (opened, connection) = match idle {
+            Some(idle) => idle,
+            None => {
+                let opened = Instant::now();
+                let connection = tokio::time::timeout_at(deadline, self.hosts.open(&self.session))
+                    .await
+                    .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))??;
+                (opened, connection)
+            }
         };
-        Ok(Lease { set: self, connection: Some(connection), _permit: permit, reusable: false })
+        Ok(Lease { set: self, connection: Some(connection), opened, _permit: permit, reusable: false })
     }
 
-    async fn open(&self) -> std::result::Result<PgConnection, sqlx::Error> {
-        let mut connection = self.connect.connect().await?;
-        if !self.session.is_empty() {
-            // A statement without binds goes as a simple query: both settings
-            // in one round trip.
-            sqlx::Executor::execute(&mut connection, self.session.as_str()).await?;
+    /// The most recently used idle connection that is not stale; stale ones
+    /// are closed on the way.
+    fn take_idle(&self) -> Option<(Instant, PgConnection)> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some((opened, connection)) = idle.pop() {
+            if !eviction::is_stale(opened) {
+                return Some((opened, connection));
+            }
+            drop(connection);
         }
-        Ok(connection)
+        None
     }
 }
 
@@ -100,8 +112,10 @@ impl Lease<'_> {
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
-        if let (true, Some(connection)) = (self.reusable, self.connection.take()) {
-            self.set.idle.lock().unwrap_or_else(|p| p.into_inner()).push(connection);
+        if let (true, Some(connection)) = (self.reusable, self.connection.take())
+            && !eviction::is_stale(self.opened)
+        {
+            self.set.idle.lock().unwrap_or_else(|p| p.into_inner()).push((self.opened, connection));
         }
     }
 }

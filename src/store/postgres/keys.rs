@@ -37,8 +37,9 @@ pub(super) fn insert_key<'a>(key: &NewKey<'a>) -> Query<'a, Postgres, PgArgument
 }
 
 /// LISTENs on [`KEY_CHANNEL`] over a connection of its own and reports what
-/// it hears, reconnecting (and saying so) whenever the connection is lost,
-/// until `changes` is closed.
+/// it hears, reconnecting (and saying so) whenever the connection is lost or
+/// the store's connections were evicted (the server may have become a
+/// standby, `connect`), until `changes` is closed.
 pub(super) async fn follow_key_changes(pool: PgPool, changes: mpsc::Sender<KeyChange>) {
     const FIRST_RETRY: Duration = Duration::from_millis(100);
     let mut retry = FIRST_RETRY;
@@ -55,6 +56,7 @@ pub(super) async fn follow_key_changes(pool: PgPool, changes: mpsc::Sender<KeyCh
         match listening {
             Ok(mut listener) => {
                 retry = FIRST_RETRY;
+                let mut evictions = super::super::eviction::evictions();
                 if changes.send(KeyChange::Following).await.is_err() {
                     return;
                 }
@@ -62,6 +64,10 @@ pub(super) async fn follow_key_changes(pool: PgPool, changes: mpsc::Sender<KeyCh
                     let next = tokio::select! {
                         () = changes.closed() => return,
                         next = listener.try_recv() => next,
+                        _ = evictions.changed() => {
+                            tracing::info!("the connection that listens for key changes was evicted; reconnecting");
+                            break;
+                        }
                     };
                     let change = match next {
                         Ok(Some(notification)) => match Uuid::try_parse(notification.payload()) {

@@ -11,13 +11,12 @@
 //! partial index (`where state = 'pending'`), written into the statement
 //! from the enums when it is first built.
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use sqlx::types::Json;
 use sqlx::{Postgres, Row, Transaction};
 use tokio::sync::mpsc;
@@ -42,6 +41,7 @@ use hot::HotConnections;
 mod breakers;
 mod catalogue;
 mod claims;
+mod connect;
 mod hot;
 mod keys;
 mod pooling;
@@ -76,21 +76,36 @@ pub struct PostgresStore {
     pool: PgPool,
     // The one-statement requests of the hot path (see `hot`).
     hot: Arc<HotConnections>,
+    // Where new connections go (see `connect`).
+    hosts: Arc<connect::Hosts>,
+    // Keeps the connections on a writable host when the URL names several;
+    // stopped with the last clone of the store.
+    _watcher: Option<Arc<AbortOnDrop>>,
+}
+
+/// A task that stops when this is dropped.
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl PostgresStore {
     /// Opens a pool on `url`. Connections are made lazily, so a server that is
-    /// down at start-up is reported on first use, not here.
+    /// down at start-up is reported on first use, not here. A URL may name
+    /// several hosts; connections then go to the writable one (`connect`).
     ///
     /// The startup packet carries nothing a connection pooler could refuse:
     /// the session's settings (the statement timeout) are set by a first
     /// statement on each new connection instead, so that PgBouncer in session
     /// mode needs no `ignore_startup_parameters` (docs/operations.md).
     pub fn connect_lazy(url: &str, options: &PostgresOptions) -> Result<Self> {
-        let connect = PgConnectOptions::from_str(url)
-            .map_err(StoreError::Database)?
-            .application_name("onejob")
-            .extra_float_digits(None);
+        let hosts = Arc::new(connect::Hosts::parse(url, |connect| {
+            connect.application_name("onejob").extra_float_digits(None)
+        })?);
         let session = session_settings(options);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
@@ -98,30 +113,43 @@ impl PostgresStore {
             // No ping before each use: it would be a second round trip per
             // request. A connection broken since its last use fails its next
             // statement, is dropped by the pool, and that request answers
-            // 503 (retryable with the same key).
+            // 503 (retryable with the same key); the error also makes every
+            // connection opened before it stale, dropped here when asked for.
             .test_before_acquire(false)
+            .before_acquire(|_, meta| Box::pin(async move { Ok(!super::eviction::is_stale_by_age(meta.age)) }))
             .after_connect({
                 let session: Arc<str> = session.clone().into();
+                let hosts = hosts.clone();
                 move |connection, _| {
-                    let session = session.clone();
-                    Box::pin(async move { sqlx::Executor::execute(connection, &*session).await.map(drop) })
+                    let (session, hosts) = (session.clone(), hosts.clone());
+                    Box::pin(async move {
+                        let prepared = connect::prepare(connection, &session).await;
+                        if prepared.is_err() {
+                            hosts.recheck();
+                        }
+                        prepared
+                    })
                 }
             })
-            .connect_lazy_with(connect.clone());
-        let hot = HotConnections::new(connect, session, options.max_connections, options.acquire_timeout);
-        Ok(Self { pool, hot: Arc::new(hot) })
+            .connect_lazy_with(hosts.options());
+        let hot = HotConnections::new(hosts.clone(), session.clone(), options.max_connections, options.acquire_timeout);
+        let watcher = (hosts.several())
+            .then(|| tokio::spawn(connect::watch_hosts(hosts.clone(), pool.clone(), session)))
+            .map(|task| Arc::new(AbortOnDrop(task)));
+        Ok(Self { pool, hot: Arc::new(hot), hosts, _watcher: watcher })
     }
 
     /// Wraps an existing pool (tests use this).
     pub fn from_pool(pool: PgPool) -> Self {
         let options = pool.options();
+        let hosts = Arc::new(connect::Hosts::one((*pool.connect_options()).clone()));
         let hot = HotConnections::new(
-            (*pool.connect_options()).clone(),
+            hosts.clone(),
             String::new(),
             options.get_max_connections(),
             options.get_acquire_timeout(),
         );
-        Self { pool, hot: Arc::new(hot) }
+        Self { pool, hot: Arc::new(hot), hosts, _watcher: None }
     }
 
     /// The pool, for tests that look at the tables directly.
@@ -340,7 +368,7 @@ impl_driver!(PostgresStore, {
     }
 
     async fn run_migrations(&self) -> Result<()> {
-        MIGRATOR.run(&self.pool).await?;
+        MIGRATOR.run(&self.pool).await.map_err(super::error::migration_error)?;
         Ok(())
     }
 
@@ -349,8 +377,12 @@ impl_driver!(PostgresStore, {
         Ok(())
     }
 
+    async fn select_replication(&self) -> Result<Option<super::Replication>> {
+        connect::replication(&self.pool).await.map(Some)
+    }
+
     async fn check_pooling(&self) -> Result<()> {
-        pooling::check_session_pooling(&self.pool.connect_options()).await
+        pooling::check_session_pooling(&self.hosts.options()).await
     }
 
     async fn revoke_key_and_wait(&self, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {
