@@ -19,10 +19,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUNS="${RUNS:-1}"
-filter="failover::postgres_direct::"
+filter="failover::postgres_"
 env=(ONEJOB_TERMINATE_S="${TERMINATE_S:-30}")
 if [ -n "${ASYNC:-}" ]; then
-    filter="failover::postgres_direct::when_the_leader_dies"
+    filter="failover::postgres_cluster::when_the_leader_dies"
     env+=(ONEJOB_HA_ASYNC=1)
 fi
 
@@ -36,9 +36,10 @@ for run in $(seq "$RUNS"); do
         passed=$((passed + 1))
     else
         failed=$((failed + 1))
-        grep -E "panicked|assertion|failed" "$log" | head -20 || true
+        grep -E "panicked|assertion|failed|acknowledged keys name no stored job|sent to the provider twice" "$log" \
+            | cut -c1-600 | head -20 || true
     fi
-    grep -E "^(figures|checked):|^the HA cluster started|^test .* \.\.\. " "$log" || true
+    grep -oE "(figures|checked): .*|the HA cluster started in .*" "$log" || true
     rm -f "$log"
 done
 echo "== $passed runs passed, $failed failed"

@@ -42,10 +42,12 @@ impl Backend {
 /// Runs each named `async fn NAME()` of the calling module, a test only
 /// Postgres can run, as `postgres_only::NAME`; after `direct:`, a test that
 /// builds a database topology of its own (a cluster, a PgBouncer) as
-/// `postgres_direct::NAME`. The PgBouncer pass of `.ci/run` runs every test
-/// under `postgres` (made by [`on_both_backends!`]) and `postgres_only`;
-/// `lint::every_test_file_passes_the_tests_lint`
-/// refuses one outside the three.
+/// `postgres_direct::NAME`; after `cluster:`, a test on the HA cluster of
+/// `ha.rs`, ignored unless asked for (it needs Patroni, etcd and HAProxy),
+/// as `postgres_cluster::NAME`. The PgBouncer pass of `.ci/run` runs every
+/// test under `postgres` (made by [`on_both_backends!`]) and
+/// `postgres_only`; `lint::every_test_file_passes_the_tests_lint` refuses
+/// one outside the four.
 #[macro_export]
 macro_rules! on_postgres {
     (@module $module:ident, $($name:ident),+) => {
@@ -60,6 +62,17 @@ macro_rules! on_postgres {
     };
     (direct: $($name:ident),+ $(,)?) => {
         $crate::on_postgres!(@module postgres_direct, $($name),+);
+    };
+    (cluster: $($name:ident),+ $(,)?) => {
+        mod postgres_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                #[ignore = "needs patroni, etcd and haproxy (Debian's packages; bash .ci/run installs them)"]
+                async fn $name() {
+                    super::$name().await;
+                }
+            )+
+        }
     };
     ($($name:ident),+ $(,)?) => {
         $crate::on_postgres!(@module postgres_only, $($name),+);

@@ -115,13 +115,12 @@ impl Load {
     }
 
     /// Stops the clients and gives what they saw.
-    async fn finish(self) -> (Ledger, Instant) {
+    async fn finish(self) -> Ledger {
         let _ = self.stop.send(true);
         for client in self.clients {
             client.await.unwrap();
         }
-        let ledger = std::mem::take(&mut *self.ledger.lock().unwrap());
-        (ledger, self.started)
+        std::mem::take(&mut *self.ledger.lock().unwrap())
     }
 
     /// Acknowledged keys so far.
@@ -208,6 +207,9 @@ impl Servers {
     async fn start(migrate_url: &str, urls: &[String]) -> Self {
         let (simulator, config) = simulator_and_config_with(200, |table| {
             processes::set(table, &["database", "max_connections"], 8.into());
+            // The per-owner rate limit would cap the load, and answer 429s
+            // that say nothing of the database.
+            processes::set(table, &["server", "rate_limit_per_second"], 0.into());
             processes::set(table, &["providers", "sim-fast", "latency_ms"], 20.into());
             processes::set(table, &["providers", "sim-slow", "qualify_on_start"], false.into());
         })
@@ -304,7 +306,7 @@ async fn through_a_fault(
     for address in servers.addresses() {
         serves_again(&address, &servers.token, Duration::from_secs(30)).await;
     }
-    let (ledger, _) = load.finish().await;
+    let ledger = load.finish().await;
     let timeline = Timeline::of(&ledger, at, Duration::from_secs(3));
     (ledger, timeline, promotion)
 }
@@ -447,7 +449,7 @@ async fn a_server_on_a_node_that_rejoined_as_a_standby_answers_503_until_it_is_w
     assert!(waiting.try_wait().unwrap().is_none(), "the waiting server did not exit");
     serves_again(&on_old, &servers.token, Duration::from_secs(30)).await;
     serves_again(&waiting_address, &servers.token, Duration::from_secs(30)).await;
-    let (ledger, _) = load.finish().await;
+    let ledger = load.finish().await;
     check_nothing_lost(&url, &ledger, &servers).await;
 }
 
@@ -492,15 +494,14 @@ async fn backends_terminated_twice_a_second_cost_no_500_and_lose_nothing() {
     }
     let stopped = load.started.elapsed();
     tokio::time::sleep(Duration::from_secs(5)).await; // the throughput after
-    let (ledger, _) = load.finish().await;
+    let ledger = load.finish().await;
     let rate = |from: Duration, to: Duration| {
         let ok = ledger.answers.iter().filter(|(at, s)| *at >= from && *at < to && (200..300).contains(s)).count();
         ok as f64 / (to - from).as_secs_f64()
     };
     let second = Duration::from_secs(1);
     let rates = format!(
-        "per_s_before={:.0} per_s_during={:.0} per_s_after={:.0}",
-        rate(fault - 3 * second, fault),
+        "per_s_during={:.0} per_s_after={:.0}",
         rate(fault, stopped),
         rate(stopped + second, stopped + 5 * second)
     );
@@ -523,10 +524,10 @@ async fn backends_terminated_twice_a_second_cost_no_500_and_lose_nothing() {
 }
 
 on_postgres!(
-    direct: when_the_leader_dies_no_acknowledged_key_is_lost_and_no_attempt_is_sent_twice,
+    cluster: when_the_leader_dies_no_acknowledged_key_is_lost_and_no_attempt_is_sent_twice,
     a_planned_switchover_costs_seconds_of_503_and_loses_nothing,
     a_server_on_a_node_that_rejoined_as_a_standby_answers_503_until_it_is_writable_again,
     a_url_naming_both_nodes_follows_the_leader_without_a_proxy,
-    on_asynchronous_replication_a_server_warns_and_says_its_commits_do_not_wait,
-    backends_terminated_twice_a_second_cost_no_500_and_lose_nothing
+    on_asynchronous_replication_a_server_warns_and_says_its_commits_do_not_wait
 );
+on_postgres!(direct: backends_terminated_twice_a_second_cost_no_500_and_lose_nothing);

@@ -2,7 +2,7 @@
 //! what its name says, refused in every `.rs` file under `tests/`.
 //!
 //! - A test that reaches Postgres sits in a module named `postgres` (made by
-//!   `on_both_backends!`), `postgres_only` or `postgres_direct` (made by
+//!   `on_both_backends!`), `postgres_only`, `postgres_direct` or `postgres_cluster` (made by
 //!   `on_postgres!`): the PgBouncer pass of `.ci/run` selects the first two
 //!   by name, so a Postgres test elsewhere would silently skip it.
 //! - No test guards every one of its assertions with an `if`, and no `if`
@@ -204,7 +204,10 @@ fn listed_tests(bare: &str) -> Vec<String> {
             let list = list.rsplit(';').next().unwrap();
             for name in list.split([',', '[', ']', ':']) {
                 let name = name.trim();
-                if !name.is_empty() && name.bytes().all(is_ident) && !matches!(name, "direct" | "receiver" | "plain") {
+                if !name.is_empty()
+                    && name.bytes().all(is_ident)
+                    && !matches!(name, "direct" | "cluster" | "receiver" | "plain")
+                {
                     names.push(name.to_owned());
                 }
             }
@@ -280,7 +283,10 @@ fn lint(text: &str) -> Vec<String> {
         let is_test = function.is_test() || listed.contains(&function.name);
         if function.is_test() && reaches {
             let modules = modules_around(bare, function.at);
-            if !modules.iter().any(|m| matches!(m.as_str(), "postgres" | "postgres_only" | "postgres_direct")) {
+            if !modules
+                .iter()
+                .any(|m| matches!(m.as_str(), "postgres" | "postgres_only" | "postgres_direct" | "postgres_cluster"))
+            {
                 problems.push(format!(
                     "{}: test {} reaches Postgres outside a postgres module (use on_postgres!)",
                     line(function.at),

@@ -34,7 +34,6 @@ use sqlx::{ConnectOptions, Row};
 use tokio::sync::Notify;
 
 use super::super::eviction::evict;
-
 use super::super::{Result, StoreError};
 
 /// Whether the server refuses writes: a standby, or read-only by setting.
