@@ -184,19 +184,24 @@ impl Application {
     /// Builds only the parts `role` names. The tasks' schemas and
     /// templates are compiled first, so that a broken one stops the process
     /// before it touches the database.
-    /// A database that is unreachable or a standby is waited for, the API
-    /// answering 503 meanwhile (`process::database`).
+    /// A Postgres database that is unreachable or a standby is waited for
+    /// when the migrations are applied at start, the API answering 503
+    /// meanwhile (`app::database`).
     pub async fn build_as(settings: Settings, role: Role) -> Result<Self, StartError> {
         let catalog = Arc::new(Catalog::new(&settings)?);
         let store = open_store(&settings)?;
         let mut listener = bind_api(&settings, role)?;
         if settings.database.migrate_on_start {
-            let head_timeout = settings.server.request_timeout();
-            database::wait_until_prepared(listener.as_mut(), head_timeout, || async {
+            let prepare = || async {
                 store.check_session_pooling().await?;
                 store.migrate().await
-            })
-            .await?;
+            };
+            if settings.database.url().starts_with("postgres") {
+                let head_timeout = settings.server.request_timeout();
+                database::wait_until_prepared(listener.as_mut(), head_timeout, prepare).await?;
+            } else {
+                prepare().await?;
+            }
         } else {
             match store.check_session_pooling().await {
                 Err(error) if error.is_unavailable() => {

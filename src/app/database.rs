@@ -3,9 +3,10 @@
 //!
 //! A server started while its database is unreachable or a standby (a
 //! failover in progress, a URL that names a node directly) does not exit:
-//! it answers `/healthz`, answers everything else 503 with `Retry-After` and
-//! says why on `/readyz`, and tries again until the database takes writes;
-//! then it applies the migrations and serves.
+//! it answers `/healthz`, answers everything else 503 with `Retry-After`
+//! (its log says why), and tries again until the database takes writes;
+//! then it applies the migrations and serves. A Postgres server only: a
+//! SQLite file that cannot be opened is a mistake to stop at, not a wait.
 //!
 //! Whether a commit waits for a synchronous standby decides what a failover
 //! can lose: with asynchronous replication, a job acknowledged by the old
@@ -14,7 +15,6 @@
 //! the gauge `onejob_database_commit_waits_for_standby` and by `/readyz`,
 //! and a warning says so when standbys stream asynchronously.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
@@ -48,10 +48,8 @@ where
         done => return done,
     };
     tracing::warn!(error = %first, "the database does not take writes yet; waiting for it (everything but /healthz answers 503 meanwhile)");
-    let why = Arc::new(Mutex::new(first.to_string()));
     let (ready, mut readied) = tokio::sync::watch::channel(false);
     let retrying = {
-        let why = why.clone();
         async move {
             let mut retry = Duration::from_millis(200);
             loop {
@@ -59,7 +57,6 @@ where
                 match prepare().await {
                     Err(error) if error.is_unavailable() => {
                         tracing::warn!(%error, "still waiting for a database that takes writes");
-                        *why.lock().unwrap_or_else(|p| p.into_inner()) = error.to_string();
                     }
                     done => {
                         let _ = ready.send(true);
@@ -76,7 +73,7 @@ where
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(address = %addr, "listening on http://{addr} while waiting for the database");
     }
-    let router = waiting_router(why);
+    let router = waiting_router();
     let serving = crate::http::serve::serve_for_now(listener, router, head_timeout, async move {
         let _ = readied.wait_for(|ready| *ready).await;
     });
@@ -87,17 +84,18 @@ where
     done
 }
 
-/// `/healthz` answers; everything else is 503, saying why.
-fn waiting_router(why: Arc<Mutex<String>>) -> axum::Router {
-    axum::Router::new().route("/healthz", axum::routing::get(crate::http::healthz)).fallback(move || {
-        let why = why.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        async move { waiting_answer(&why) }
-    })
+/// `/healthz` answers; everything else is 503.
+fn waiting_router() -> axum::Router {
+    axum::Router::new()
+        .route("/healthz", axum::routing::get(crate::http::healthz))
+        .fallback(|| async { waiting_answer() })
 }
 
-fn waiting_answer(why: &str) -> Response {
+/// The 503 of a waiting server. Why it waits is in its log, not in an
+/// answer anyone may ask for: a database's error can name its hosts.
+fn waiting_answer() -> Response {
     Problem::unavailable()
-        .detail(format!("the server is waiting for a database that takes writes: {why}"))
+        .detail("the server is waiting for a database that takes writes (its log says why)")
         .into_response()
 }
 

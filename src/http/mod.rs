@@ -231,7 +231,7 @@ pub(crate) struct DatabaseReplication {
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "operations", security(()), responses(
-    (status = 200, description = "the database answers, migrations are applied, the worker (where one runs) is alive", body = Readiness),
+    (status = 200, description = "the database answers and takes writes, migrations are applied, the worker (where one runs) is alive", body = Readiness),
     (status = 503, description = "unavailable", body = openapi::Problem, content_type = "application/problem+json")))]
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     if let Err(error) = state.jobs.check_ready().await {

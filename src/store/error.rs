@@ -138,10 +138,18 @@ fn classify(error: sqlx::Error) -> StoreError {
     if !unavailable {
         return StoreError::Database(error);
     }
-    if server_went_away(&error) {
+    let went_away = server_went_away(&error);
+    if went_away {
         super::eviction::evict(&error);
     }
-    crate::process::metrics::database_unavailable();
+    // Counted when the database cannot be used at all, not when one
+    // statement lost a race for a lock or ran out of time.
+    let unreachable = went_away
+        || matches!(&error, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_))
+        || matches!(&error, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("53300" | "14")));
+    if unreachable {
+        crate::process::metrics::database_unavailable();
+    }
     StoreError::Unavailable(error)
 }
 

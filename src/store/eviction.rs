@@ -26,13 +26,17 @@ pub(crate) fn evict(why: &dyn std::fmt::Display) {
     // At least 1: a connection opened before the epoch was first read
     // counts as opened at 0, and is stale too.
     let now = nanos_since_epoch(Instant::now()).max(1);
-    if STALE_BEFORE.fetch_max(now, Ordering::Relaxed) < now {
-        tracing::info!(%why, "dropping the database connections opened until now");
+    let before = STALE_BEFORE.fetch_max(now, Ordering::Relaxed);
+    if before < now {
+        // Said once a second at most: a standby refuses every connection.
+        if now - before > 1_000_000_000 {
+            tracing::info!(%why, "dropping the database connections opened until now");
+        }
         EVICTIONS.send_modify(|count| *count += 1);
     }
 }
 
-/// Whether a connection opened at `opened` (as `age` ago) is stale.
+/// Whether a connection opened `age` ago is stale.
 pub(crate) fn is_stale_by_age(age: Duration) -> bool {
     is_stale(Instant::now().checked_sub(age).unwrap_or(*EPOCH))
 }

@@ -5,7 +5,7 @@
 //! either server, as the API asks. Then the leader is killed, switched over,
 //! rejoins as a standby, or is reached without a proxy through a URL naming
 //! both nodes; and, on one plain Postgres, every onejob backend is
-//! terminated twice a second. Each test checks the same things: every key
+//! terminated twice a second, or the database turns read-only. Each test checks the same things: every key
 //! acknowledged 2xx names the job stored for it on the primary; no attempt
 //! reached the provider twice; no job has two winners; no client saw a
 //! 500; every server serves again without a restart; every job settles.
@@ -467,8 +467,61 @@ async fn a_url_naming_both_nodes_follows_the_leader_without_a_proxy() {
     check_nothing_lost(&cluster.proxied_url(), &ledger, &servers).await;
 }
 
-/// The independent benchmark's fault: every onejob backend terminated with
-/// `pg_terminate_backend` twice a second for `ONEJOB_TERMINATE_S` seconds
+/// A database that turns read-only under open connections (as an operator's
+/// `default_transaction_read_only`, or a server demoted behind a proxy,
+/// makes it): every create answers 503 with `Retry-After`, never 500, the
+/// server stops being ready, and both come back once it takes writes again,
+/// without a restart.
+async fn a_database_turned_read_only_under_open_connections_answers_503_then_recovers() {
+    let cluster = postgres::PrivateCluster::start().await;
+    let url = cluster.create_database("onejob").await;
+    let admin = PgPool::connect(&cluster.url("postgres")).await.unwrap();
+    let servers = Servers::start(&url, std::slice::from_ref(&url)).await;
+    let address = servers.servers[0].1.clone();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(15)).build().unwrap();
+    let create = |key: String| {
+        http.post(format!("http://{address}/jobs"))
+            .bearer_auth(&servers.token)
+            .header("idempotency-key", key)
+            .json(&json!({"task": "summarize", "input": {"text": "read-only"}}))
+            .send()
+    };
+    let ready = || async { http.get(format!("http://{address}/readyz")).send().await.unwrap().status() };
+    // Connections open and in use: the pool's and the hot path's.
+    for i in 0..20 {
+        assert_eq!(create(format!("before-{i}")).await.unwrap().status(), StatusCode::CREATED);
+    }
+
+    let set = |value: &'static str| {
+        let admin = admin.clone();
+        async move {
+            sqlx::query(value).execute(&admin).await.unwrap();
+            sqlx::query("select pg_reload_conf()").execute(&admin).await.unwrap();
+        }
+    };
+    set("alter system set default_transaction_read_only = on").await;
+    let started = Instant::now();
+    let mut refused = 0;
+    for i in 0.. {
+        let response = create(format!("read-only-{i}")).await.expect("an answer, not a hang");
+        let status = response.status();
+        assert!(matches!(status, StatusCode::CREATED | StatusCode::SERVICE_UNAVAILABLE), "create {i}: {status}");
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            assert!(response.headers().contains_key("retry-after"));
+            refused += 1;
+        }
+        if refused >= 5 && ready().await == StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "5 creates refused and not ready within 30 s");
+    }
+
+    set("alter system reset default_transaction_read_only").await;
+    serves_again(&address, &servers.token, Duration::from_secs(30)).await;
+}
+
+/// Every onejob backend terminated with `pg_terminate_backend` twice a
+/// second for `ONEJOB_TERMINATE_S` seconds
 /// (30 by default) under load, on one plain Postgres.
 async fn backends_terminated_twice_a_second_cost_no_500_and_lose_nothing() {
     let seconds: u64 = std::env::var("ONEJOB_TERMINATE_S").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
@@ -530,4 +583,7 @@ on_postgres!(
     a_url_naming_both_nodes_follows_the_leader_without_a_proxy,
     on_asynchronous_replication_a_server_warns_and_says_its_commits_do_not_wait
 );
-on_postgres!(direct: backends_terminated_twice_a_second_cost_no_500_and_lose_nothing);
+on_postgres!(
+    direct: backends_terminated_twice_a_second_cost_no_500_and_lose_nothing,
+    a_database_turned_read_only_under_open_connections_answers_503_then_recovers
+);

@@ -482,6 +482,33 @@ async fn keys_create_on_a_database_never_migrated_says_to_migrate_once_and_makes
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A server waits at start only for a database that may come: one that
+/// does not exist (Postgres) or a file that cannot be opened (SQLite) stops
+/// it at once, saying why.
+async fn serve_exits_at_start_on_a_database_that_can_never_be_used() {
+    let url = crate::common::postgres::fresh_database_direct().await;
+    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
+    let missing = format!("{}/no_such_database?{query}", base.rsplit_once('/').unwrap().0);
+    for (database_url, says) in [(missing, "does not exist"), ("sqlite:///no/such/directory/onejob.db".to_owned(), "")]
+    {
+        let out = tokio::time::timeout(
+            Duration::from_secs(30),
+            Command::new(BIN).args(["serve", "--listen", "127.0.0.1:0"]).env("DATABASE_URL", &database_url).output(),
+        )
+        .await
+        .expect("serve exits instead of waiting")
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{database_url}: {stderr}");
+        assert!(!stderr.contains("waiting for it"), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+    }
+}
+
+on_postgres!(
+    direct: serve_exits_at_start_on_a_database_that_can_never_be_used
+);
+
 on_postgres!(
     the_binary_serves_the_core_contract_after_migrate_and_keys_create,
     keys_create_on_a_database_never_migrated_says_to_migrate_once_and_makes_no_file

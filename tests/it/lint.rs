@@ -1,10 +1,11 @@
 //! The tests' own lint: the shapes that let a test pass without checking
 //! what its name says, refused in every `.rs` file under `tests/`.
 //!
-//! - A test that reaches Postgres sits in a module named `postgres` (made by
-//!   `on_both_backends!`), `postgres_only`, `postgres_direct` or `postgres_cluster` (made by
-//!   `on_postgres!`): the PgBouncer pass of `.ci/run` selects the first two
-//!   by name, so a Postgres test elsewhere would silently skip it.
+//! - A test that reaches Postgres sits in a module named `postgres` (made
+//!   by `on_both_backends!`), `postgres_only`, `postgres_direct` or
+//!   `postgres_cluster` (made by `on_postgres!`): the PgBouncer pass of
+//!   `.ci/run` selects the first two by name, so a Postgres test elsewhere
+//!   would silently skip it.
 //! - No test guards every one of its assertions with an `if`, and no `if`
 //!   that asks whether something was seen (`> 0`, `!x.is_empty()`) holds
 //!   nothing but assertions: when nothing was seen, nothing is checked.

@@ -2358,7 +2358,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description the database answers, migrations are applied, the worker (where one runs) is alive */
+            /** @description the database answers and takes writes, migrations are applied, the worker (where one runs) is alive */
             200: {
                 headers: {
                     [name: string]: unknown;

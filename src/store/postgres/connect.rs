@@ -21,8 +21,8 @@
 //! `target_session_attrs=read-write` or without), as libpq's do: every
 //! connection set then goes to the host last found writable, and a watcher
 //! checks that host every second over a connection of its own and, when it
-//! is not writable, tries the hosts in their order and moves every set to
-//! the first writable one.
+//! is not writable, tries the others in the URL's order, starting after it
+//! (and coming round), and moves every set to the first writable one.
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -59,17 +59,23 @@ fn not_writable() -> sqlx::Error {
 /// connection and checks, in the same round trip, that the server accepts
 /// writes. A server that does not is reported, and the connection refused.
 pub(super) async fn prepare(connection: &mut PgConnection, session: &str) -> std::result::Result<(), sqlx::Error> {
-    let statements = if session.is_empty() { READ_ONLY.to_owned() } else { format!("{session}; {READ_ONLY}") };
-    // Without binds, a statement goes as a simple query: every part in one
-    // round trip; the rows are the last statement's.
-    let rows = sqlx::Executor::fetch_all(&mut *connection, statements.as_str()).await?;
-    let read_only: bool = rows.last().map(|row| row.try_get(0)).transpose()?.unwrap_or(false);
-    if read_only {
+    if !takes_writes(connection, session).await? {
         let error = not_writable();
         evict(&error);
         return Err(error);
     }
     Ok(())
+}
+
+/// Runs `session` and answers whether the server takes writes, in one
+/// round trip.
+async fn takes_writes(connection: &mut PgConnection, session: &str) -> std::result::Result<bool, sqlx::Error> {
+    let statements = if session.is_empty() { READ_ONLY.to_owned() } else { format!("{session}; {READ_ONLY}") };
+    // Without binds, a statement goes as a simple query: every part in one
+    // round trip; the rows are the last statement's.
+    let rows = sqlx::Executor::fetch_all(&mut *connection, statements.as_str()).await?;
+    let read_only: bool = rows.last().map(|row| row.try_get(0)).transpose()?.unwrap_or(false);
+    Ok(!read_only)
 }
 
 /// What a Postgres server says of its replication.
@@ -82,7 +88,6 @@ pub(super) async fn replication(pool: &PgPool) -> Result<crate::store::Replicati
 }
 
 /// The hosts a URL names and the one connections go to now.
-#[derive(Debug)]
 pub struct Hosts {
     each: Vec<PgConnectOptions>,
     current: AtomicUsize,
@@ -90,6 +95,14 @@ pub struct Hosts {
     options: RwLock<PgConnectOptions>,
     // Woken when a new connection found its server not writable.
     recheck: Notify,
+}
+
+// By hand: the options hold the password.
+impl std::fmt::Debug for Hosts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hosts: Vec<String> = self.each.iter().map(|o| format!("{}:{}", o.get_host(), o.get_port())).collect();
+        f.debug_struct("Hosts").field("hosts", &hosts).field("current", &self.current).finish()
+    }
 }
 
 impl Hosts {
@@ -152,11 +165,14 @@ fn split_hosts(url: &str) -> Result<Vec<String>> {
         None => ("", authority),
     };
     let tail = without_session_attrs(tail).map_err(|why| invalid(&why))?;
-    let urls: Vec<String> = hosts.split(',').map(|host| format!("{scheme}://{user}{host}{tail}")).collect();
+    // No host at all: a Unix socket named by `?host=`, or the default.
+    if hosts.is_empty() {
+        return Ok(vec![format!("{scheme}://{user}{tail}")]);
+    }
     if hosts.split(',').any(str::is_empty) {
         return Err(invalid("an empty host in the host list"));
     }
-    Ok(urls)
+    Ok(hosts.split(',').map(|host| format!("{scheme}://{user}{host}{tail}")).collect())
 }
 
 /// The path and query of a URL without its `target_session_attrs`; a value
@@ -184,8 +200,8 @@ fn without_session_attrs(tail: &str) -> std::result::Result<String, String> {
 
 /// Keeps every connection set on a writable host while `hosts` names
 /// several: checks the current one every second (and when a new connection
-/// found it not writable) and, when it is not, moves to the first host, in
-/// the URL's order, that is.
+/// found it not writable) and, when it is not, moves to the first host
+/// that is, trying them in the URL's order from the current one on.
 pub(super) async fn watch_hosts(hosts: Arc<Hosts>, pool: PgPool, session: String) {
     let mut probe: Option<PgConnection> = None;
     loop {
@@ -202,11 +218,13 @@ pub(super) async fn watch_hosts(hosts: Arc<Hosts>, pool: PgPool, session: String
             for step in 0..hosts.each.len() {
                 let index = (current + step) % hosts.each.len();
                 let options = &hosts.each[index];
+                // Looked at without evicting: a standby among the hosts is
+                // expected, and says nothing of the connections open now.
                 let opened = async {
                     let mut connection = options.connect().await?;
-                    prepare(&mut connection, &session).await.map(|()| connection)
+                    takes_writes(&mut connection, &session).await.map(|writable| writable.then_some(connection))
                 };
-                if let Ok(Ok(connection)) = tokio::time::timeout(PROBE_TIMEOUT, opened).await {
+                if let Ok(Ok(Some(connection))) = tokio::time::timeout(PROBE_TIMEOUT, opened).await {
                     if index != current {
                         tracing::warn!(
                             host = options.get_host(),
@@ -254,6 +272,12 @@ mod tests {
         );
         assert_eq!(split_hosts("postgres://h/db?target_session_attrs=any").unwrap(), ["postgres://h/db"]);
         assert_eq!(split_hosts("postgres://h:1,h:2").unwrap(), ["postgres://h:1", "postgres://h:2"]);
+        // A Unix socket: no host in the authority.
+        assert_eq!(
+            split_hosts("postgres:///onejob?host=/run/postgresql").unwrap(),
+            ["postgres:///onejob?host=/run/postgresql"]
+        );
+        assert_eq!(split_hosts("postgres://u@/db?host=/tmp").unwrap(), ["postgres://u@/db?host=/tmp"]);
         assert!(split_hosts("postgres://h:1,,h:2/db").is_err());
         let refused = split_hosts("postgres://h1,h2/db?target_session_attrs=read-only").unwrap_err();
         assert!(refused.to_string().contains("target_session_attrs=read-only"), "{refused}");

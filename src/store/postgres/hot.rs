@@ -67,7 +67,7 @@ impl HotConnections {
         let deadline = tokio::time::Instant::now() + self.acquire_timeout;
         let permit = tokio::time::timeout_at(deadline, self.permits.acquire())
             .await
-            .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))?
+            .map_err(|_| StoreError::from(sqlx::Error::PoolTimedOut))?
             .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolClosed))?;
         let idle = self.take_idle();
         let (opened, connection) = match idle {
@@ -76,7 +76,7 @@ impl HotConnections {
                 let opened = Instant::now();
                 let connection = tokio::time::timeout_at(deadline, self.hosts.open(&self.session))
                     .await
-                    .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))??;
+                    .map_err(|_| StoreError::from(sqlx::Error::PoolTimedOut))??;
                 (opened, connection)
             }
         };

@@ -44,6 +44,8 @@ pub(super) async fn follow_key_changes(pool: PgPool, changes: mpsc::Sender<KeyCh
     const FIRST_RETRY: Duration = Duration::from_millis(100);
     let mut retry = FIRST_RETRY;
     loop {
+        // Subscribed before connecting: an eviction while connecting is seen.
+        let mut evictions = super::super::eviction::evictions();
         let listening = async {
             let mut listener = PgListener::connect_with(&pool).await?;
             // A lost connection is reported, not mended behind our back: the
@@ -56,7 +58,6 @@ pub(super) async fn follow_key_changes(pool: PgPool, changes: mpsc::Sender<KeyCh
         match listening {
             Ok(mut listener) => {
                 retry = FIRST_RETRY;
-                let mut evictions = super::super::eviction::evictions();
                 if changes.send(KeyChange::Following).await.is_err() {
                     return;
                 }

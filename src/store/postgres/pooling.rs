@@ -28,8 +28,8 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Fails with [`StoreError::Unsupported`] when the connections `connect`
 /// makes do not stay on their server sessions.
 pub(super) async fn check_session_pooling(connect: &PgConnectOptions) -> Result<()> {
-    let mut first = connect.connect().await.map_err(StoreError::Unavailable)?;
-    let mut second = connect.connect().await.map_err(StoreError::Unavailable)?;
+    let mut first = step(connect.connect()).await?;
+    let mut second = step(connect.connect()).await?;
     for first_ends_first in [true, false] {
         let before = (begin(&mut first).await?, begin(&mut second).await?);
         if first_ends_first {
@@ -74,7 +74,10 @@ async fn step<T>(future: impl Future<Output = std::result::Result<T, sqlx::Error
                 error.message()
             )))
         }
-        Ok(Err(error)) => Err(StoreError::Database(error)),
+        // Sorted as any statement's error: a server that went away is
+        // unavailable (retried at start), a refusal such as a wrong
+        // password or a missing database is not.
+        Ok(Err(error)) => Err(error.into()),
         Err(_) => Err(StoreError::Unsupported(format!(
             "two connections could not each hold a server session within {} s: the pooler's pool is too small, \
              or it is in transaction mode, which onejob does not support (use `pool_mode = session`)",
