@@ -493,7 +493,11 @@ async fn serve_exits_at_start_on_a_database_that_can_never_be_used() {
     {
         let out = tokio::time::timeout(
             Duration::from_secs(30),
-            Command::new(BIN).args(["serve", "--listen", "127.0.0.1:0"]).env("DATABASE_URL", &database_url).output(),
+            Command::new(BIN)
+                .args(["serve", "--listen", "127.0.0.1:0"])
+                .env("DATABASE_URL", &database_url)
+                .kill_on_drop(true)
+                .output(),
         )
         .await
         .expect("serve exits instead of waiting")
