@@ -25,8 +25,8 @@
 //! (and coming round), and moves every set to the first writable one.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
@@ -58,7 +58,7 @@ fn not_writable() -> sqlx::Error {
 /// Runs `session` (the session's settings; may be empty) on a new
 /// connection and checks, in the same round trip, that the server accepts
 /// writes. A server that does not is reported, and the connection refused.
-pub(super) async fn prepare(connection: &mut PgConnection, session: &str) -> std::result::Result<(), sqlx::Error> {
+async fn prepare(connection: &mut PgConnection, session: &str) -> std::result::Result<(), sqlx::Error> {
     if !takes_writes(connection, session).await? {
         let error = not_writable();
         evict(&error);
@@ -92,7 +92,6 @@ pub struct Hosts {
     each: Vec<PgConnectOptions>,
     current: AtomicUsize,
     // The options of the current host, as every new connection takes them.
-    options: RwLock<PgConnectOptions>,
     // Woken when a new connection found its server not writable.
     recheck: Notify,
 }
@@ -121,8 +120,7 @@ impl Hosts {
     }
 
     fn new(each: Vec<PgConnectOptions>) -> Self {
-        let options = RwLock::new(each[0].clone());
-        Self { each, current: AtomicUsize::new(0), options, recheck: Notify::new() }
+        Self { each, current: AtomicUsize::new(0), recheck: Notify::new() }
     }
 
     /// Whether the URL named more than one host.
@@ -132,22 +130,29 @@ impl Hosts {
 
     /// The options new connections take now.
     pub(super) fn options(&self) -> PgConnectOptions {
-        self.options.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.each[self.current.load(Ordering::Relaxed)].clone()
     }
 
     /// Opens a connection to the current host, ready for use.
     pub(super) async fn open(&self, session: &str) -> std::result::Result<PgConnection, sqlx::Error> {
         let mut connection = self.options().connect().await?;
-        if let Err(error) = prepare(&mut connection, session).await {
-            self.recheck.notify_one();
-            return Err(error);
-        }
+        self.prepare(&mut connection, session).await?;
         Ok(connection)
     }
 
-    /// Asks the watcher to check the current host now.
-    pub(super) fn recheck(&self) {
-        self.recheck.notify_one();
+    /// Readies a new connection to the current host (settings, and the check
+    /// that it takes writes); one refused asks the watcher to check that host
+    /// now.
+    pub(super) async fn prepare(
+        &self,
+        connection: &mut PgConnection,
+        session: &str,
+    ) -> std::result::Result<(), sqlx::Error> {
+        let prepared = prepare(connection, session).await;
+        if prepared.is_err() {
+            self.recheck.notify_one();
+        }
+        prepared
     }
 }
 
@@ -233,7 +238,6 @@ pub(super) async fn watch_hosts(hosts: Arc<Hosts>, pool: PgPool, session: String
                         );
                     }
                     hosts.current.store(index, Ordering::Relaxed);
-                    *hosts.options.write().unwrap_or_else(|p| p.into_inner()) = options.clone();
                     if index != current {
                         pool.set_connect_options(options.clone());
                         evict(&"the writable host changed");

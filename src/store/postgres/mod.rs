@@ -122,13 +122,7 @@ impl PostgresStore {
                 let hosts = hosts.clone();
                 move |connection, _| {
                     let (session, hosts) = (session.clone(), hosts.clone());
-                    Box::pin(async move {
-                        let prepared = connect::prepare(connection, &session).await;
-                        if prepared.is_err() {
-                            hosts.recheck();
-                        }
-                        prepared
-                    })
+                    Box::pin(async move { hosts.prepare(connection, &session).await })
                 }
             })
             .connect_lazy_with(hosts.options());
