@@ -74,12 +74,15 @@ async fn every_table_is_planned_as_distributed_by_owner_or_as_a_reference_table(
     }
 }
 
-async fn every_key_of_an_owners_table_leads_with_owner_id_and_every_identity_is_bigint() {
+async fn every_key_of_an_owners_table_holds_owner_id_and_every_identity_is_bigint() {
     let mut db = connect().await;
     let (distributed, reference) = planned();
-    // Primary keys, unique constraints and unique indexes (partial ones too).
-    let unique: Vec<(String, String, String)> = sqlx::query_as(
-        "select t.relname::text, i.relname::text, a.attname::text
+    // Primary keys, unique constraints and unique indexes (partial ones
+    // too), with their first column and whether owner_id is one of them.
+    let unique: Vec<(String, String, String, bool, bool)> = sqlx::query_as(
+        "select t.relname::text, i.relname::text, a.attname::text, x.indisprimary,
+                exists (select from pg_attribute o
+                        where o.attrelid = t.oid and o.attname = 'owner_id' and o.attnum = any(x.indkey))
          from pg_index x
          join pg_class t on t.oid = x.indrelid
          join pg_class i on i.oid = x.indexrelid
@@ -91,9 +94,16 @@ async fn every_key_of_an_owners_table_leads_with_owner_id_and_every_identity_is_
     .await
     .unwrap();
     let mut keyed = BTreeSet::new();
-    for (table, index, first) in &unique {
+    for (table, index, first, primary, holds_owner) in &unique {
         if distributed.contains(table) {
-            assert_eq!(first, "owner_id", "{index}, a unique key of {table}, leads with owner_id");
+            // Citus's condition: every unique key holds the distribution
+            // column. A primary key leads with it, so that an owner's rows
+            // are found by their key; a unique key that only guards
+            // uniqueness (`attempts_id_owner`) may lead with the id.
+            assert!(holds_owner, "{index}, a unique key of {table}, holds owner_id");
+            if *primary {
+                assert_eq!(first, "owner_id", "{index}, the primary key of {table}, leads with owner_id");
+            }
             keyed.insert(table.clone());
         }
     }
@@ -401,6 +411,6 @@ fn the_condition_reader_splits_conjuncts_and_reads_parameters() {
 
 on_postgres!(
     every_table_is_planned_as_distributed_by_owner_or_as_a_reference_table,
-    every_key_of_an_owners_table_leads_with_owner_id_and_every_identity_is_bigint,
+    every_key_of_an_owners_table_holds_owner_id_and_every_identity_is_bigint,
     every_statement_on_an_owners_tables_is_routed_by_its_owner_id_unless_listed_as_cross_owner
 );

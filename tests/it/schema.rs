@@ -1,8 +1,11 @@
 //! What Postgres's schema enforces by itself, beside the store's code.
 
+use onejob::store::{Finish, Transition};
+use serde_json::json;
+use sqlx::Executor;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::store::{job_with_running, prepare};
+use crate::store::{at, job_with_running, prepare};
 
 /// An attempt's idempotency key is unique within its job by the database
 /// (the store checks it first, under the job's lock; the index is what
@@ -53,4 +56,79 @@ async fn an_attempts_key_is_unique_within_its_job_and_only_attempts_with_a_key_a
     );
 }
 
-on_postgres!(an_attempts_key_is_unique_within_its_job_and_only_attempts_with_a_key_are_in_its_index);
+/// A statement that reads an attempt by its primary key keeps to it in a
+/// generic plan made while the table was empty, as a new deployment's
+/// connections make theirs: settling an attempt reads a few pages whether
+/// its owner has one other attempt or thousands. (A unique key led by the
+/// owner matched such a statement on its first column, was the narrower
+/// index, and could be planned instead: every settlement then read all of
+/// the owner's attempts, for as long as the connection lived.)
+async fn a_generic_plan_made_on_an_empty_table_settles_an_attempt_by_its_primary_key() {
+    let url = crate::common::postgres::fresh_database().await;
+    // One connection, every plan generic from its first execution; no
+    // autovacuum, whose ANALYZE would have the plans made again.
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .after_connect(|connection, _| {
+            Box::pin(async move {
+                connection.execute("set plan_cache_mode = force_generic_plan").await?;
+                Ok(())
+            })
+        })
+        .connect(&url)
+        .await
+        .unwrap();
+    for table in ["jobs", "attempts"] {
+        sqlx::query(&format!("alter table {table} set (autovacuum_enabled = false)")).execute(&pool).await.unwrap();
+    }
+    let store = onejob::store::Store::new(onejob::store::PostgresStore::from_pool(pool.clone()));
+    prepare(&store).await;
+    let output = json!({"ok": true});
+    let settle = |job| {
+        let (store, output) = (&store, &output);
+        async move {
+            let attempt = at(job, 1);
+            let finish = Finish { attempt: &attempt, output, holder: Some("test-worker"), usage: None };
+            store.finish_attempts(&[finish]).await.pop().unwrap().unwrap()
+        }
+    };
+    // The settlement's plan is made now, on a table with one attempt.
+    let first = job_with_running(&store, "first", 1).await;
+    assert_eq!(settle(first).await, Transition::Won { canceled: vec![] });
+
+    // The owner's other attempts, 5,000 of them, finished long ago.
+    sqlx::query(
+        "insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider, state, created_at, updated_at)
+         select 'alice', gen_random_uuid(), 'old-' || n, sha256(n::text::bytea), 'summarize', '{}', 'sim-fast', 'failed', now(), now()
+         from generate_series(1, 5000) as n",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "insert into attempts (owner_id, job_id, number, id, provider, state, origin, not_before, created_at)
+         select owner_id, id, 1, gen_random_uuid(), provider, 'failed', 'client', now(), now()
+         from jobs where idempotency_key like 'old-%'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let job = job_with_running(&store, "second", 1).await;
+    crate::common::postgres::reset_statement_counts(&pool).await;
+    assert_eq!(settle(job).await, Transition::Won { canceled: vec![] });
+    let (calls, pages): (i64, i64) = sqlx::query_as(
+        "select s.calls, s.shared_blks_hit + s.shared_blks_read from pg_stat_statements s join pg_database d on d.oid = s.dbid
+         where d.datname = current_database() and s.query like '%with won as%'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(calls, 1);
+    assert!(pages < 100, "settling one attempt read {pages} pages: it read the owner's attempts to find it");
+}
+
+on_postgres!(
+    an_attempts_key_is_unique_within_its_job_and_only_attempts_with_a_key_are_in_its_index,
+    a_generic_plan_made_on_an_empty_table_settles_an_attempt_by_its_primary_key
+);
