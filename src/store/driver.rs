@@ -63,6 +63,19 @@ pub trait DriverTx: Send {
     /// for: `None` too (a batch that never waits cannot deadlock).
     async fn lock_attempt_job(&mut self, attempt: &AttemptRef, skip_locked: bool) -> Result<Option<LockedAttempt>>;
 
+    /// [`DriverTx::lock_attempt_job`] with `skip_locked` for attempts of one
+    /// owner's distinct jobs, locked in the order given: the answers in that
+    /// order. Postgres reads and locks them all in one statement (the owner
+    /// bound once, as every statement binds it); SQLite, whose transaction
+    /// already holds its one write lock, one by one.
+    async fn lock_attempt_jobs(&mut self, attempts: &[&AttemptRef]) -> Result<Vec<Option<LockedAttempt>>> {
+        let mut locked = Vec::with_capacity(attempts.len());
+        for attempt in attempts {
+            locked.push(self.lock_attempt_job(attempt, true).await?);
+        }
+        Ok(locked)
+    }
+
     /// The attempt used and cost nothing: its usage becomes zero (as
     /// counted, not estimated), and its cost zero if it had one. For an
     /// attempt the provider never received.

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::admission::{earlier_attempt, job_budget, next_number, read_qualification, schedule_next_attempt};
-use super::driver::{AttemptHolder, LockedJob, Outcome, OutputSettlement, Tx, update_job_state};
+use super::driver::{AttemptHolder, LockedAttempt, LockedJob, Outcome, OutputSettlement, Tx, update_job_state};
 use super::events::NewEvent;
 use super::usage::AttemptUsage;
 use super::webhooks::Outgoing;
@@ -164,9 +164,16 @@ pub(super) async fn finish_attempts(store: &Store, finishes: &[Finish<'_>]) -> V
     let together = async {
         let mut tx = store.begin().await?;
         let mut outcomes: Vec<Option<Transition>> = vec![None; finishes.len()];
+        let mut locked_first = lock_batch(&mut tx, finishes, &order).await?;
         for &i in &order {
             let Finish { attempt, output, holder, usage } = finishes[i];
-            let Some(locked) = tx.lock_attempt_job(attempt, true).await? else { continue };
+            let locked = match locked_first[i].take() {
+                Some(locked) => locked,
+                // A later output for a job settled above: locked now, it
+                // reads that settlement.
+                None => tx.lock_attempt_job(attempt, true).await?,
+            };
+            let Some(locked) = locked else { continue };
             outcomes[i] = Some(match fence(locked, holder) {
                 Ok(locked) => {
                     settle_locked(&mut tx, attempt, output, AttemptTransition::Finish, None, usage, locked).await?
@@ -203,6 +210,31 @@ pub(super) async fn finish_attempts(store: &Store, finishes: &[Finish<'_>]) -> V
         });
     }
     answers
+}
+
+/// The locks of a batch's jobs, taken before any is settled, in `order`
+/// (by owner, then job): for the first output of each job, its job locked
+/// and its attempt's holder (`None` inside: the attempt is missing, or
+/// another transaction holds the job), one statement per owner. A later
+/// output of the same job has none here (`None`): it is locked once the
+/// first has settled, and reads that settlement.
+async fn lock_batch(
+    tx: &mut Tx,
+    finishes: &[Finish<'_>],
+    order: &[usize],
+) -> Result<Vec<Option<Option<LockedAttempt>>>> {
+    let mut locks = vec![None; finishes.len()];
+    for owners in order.chunk_by(|&a, &b| finishes[a].attempt.owner == finishes[b].attempt.owner) {
+        let firsts: Vec<usize> = owners
+            .chunk_by(|&a, &b| finishes[a].attempt.job_id == finishes[b].attempt.job_id)
+            .map(|outputs| outputs[0])
+            .collect();
+        let attempts: Vec<&AttemptRef> = firsts.iter().map(|&i| finishes[i].attempt).collect();
+        for (i, locked) in firsts.into_iter().zip(tx.lock_attempt_jobs(&attempts).await?) {
+            locks[i] = Some(locked);
+        }
+    }
+    Ok(locks)
 }
 
 /// The settlement with an output of an attempt whose job is locked, as

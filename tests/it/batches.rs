@@ -90,7 +90,8 @@ on_both_backends!(
 
 /// Postgres: four outputs of four jobs settled in one batch are one
 /// transaction, one `COMMIT` as the database counts them
-/// (pg_stat_statements, this test's database only).
+/// (pg_stat_statements, this test's database only), and their jobs are
+/// locked by one statement.
 async fn a_batch_of_outputs_is_one_commit() {
     let url = crate::common::postgres::fresh_database().await;
     let pool = PgPoolOptions::new().max_connections(8).connect(&url).await.unwrap();
@@ -111,6 +112,8 @@ async fn a_batch_of_outputs_is_one_commit() {
     assert_eq!(answers, vec![Transition::Won { canceled: vec![] }; 4]);
     let commits: i64 = counts.iter().filter(|(query, _)| query.eq_ignore_ascii_case("commit")).map(|(_, n)| n).sum();
     assert_eq!(commits, 1, "one commit for the batch: {counts:#?}");
+    let locks: i64 = counts.iter().filter(|(query, _)| query.contains("for no key update")).map(|(_, n)| n).sum();
+    assert_eq!(locks, 1, "one statement locks the batch's jobs: {counts:#?}");
     for job in jobs {
         assert_eq!(job_state(&store, job).await, JobState::Succeeded);
     }

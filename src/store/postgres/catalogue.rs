@@ -92,6 +92,7 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         sql::ENQUEUE_WEBHOOK,
         sql::LOCK_ATTEMPT_JOB,
         sql::LOCK_ATTEMPT_JOB_SKIP_LOCKED,
+        sql::LOCK_ATTEMPT_JOBS,
         sql::SET_ATTEMPT_OUTCOME,
         sql::CANCEL_PENDING_ATTEMPTS,
         sql::LIST_JOBS,

@@ -269,6 +269,26 @@ impl_driver_tx!(PgTx, {
         Ok(row.map(Into::into))
     }
 
+    async fn lock_attempt_jobs(&mut self, attempts: &[&AttemptRef]) -> Result<Vec<Option<LockedAttempt>>> {
+        let Some(first) = attempts.first() else { return Ok(Vec::new()) };
+        let jobs: Vec<Uuid> = attempts.iter().map(|a| a.job_id.0).collect();
+        let numbers: Vec<i32> = attempts.iter().map(|a| a.number).collect();
+        let rows = sqlx::query(sql::LOCK_ATTEMPT_JOBS)
+            .bind(first.owner.as_str())
+            .bind(&jobs)
+            .bind(&numbers)
+            .fetch_all(&mut *self.tx)
+            .await?;
+        let mut locked: Vec<Option<LockedAttempt>> = vec![None; attempts.len()];
+        for row in &rows {
+            let n: i64 = row.try_get("n")?;
+            let slot = usize::try_from(n - 1).ok().and_then(|i| locked.get_mut(i));
+            let slot = slot.ok_or_else(|| crate::store::corrupt("a locked row names no attempt asked for"))?;
+            *slot = Some(<LockedAttemptRow as sqlx::FromRow<PgRow>>::from_row(row)?.into());
+        }
+        Ok(locked)
+    }
+
     async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, outcome: &Outcome<'_>) -> Result<u64> {
         let query = sqlx::query(sql::SET_ATTEMPT_OUTCOME.as_str())
             .bind_attempt(attempt)

@@ -299,6 +299,21 @@ pub(super) const LOCK_ATTEMPT_JOB: &str = r#"select j.state, j.task, j.provider,
     where j.owner_id = $1 and j.id = $2
     for no key update of j"#;
 
+/// [`LOCK_ATTEMPT_JOB`] for several attempts of one owner's distinct
+/// jobs, skipping a job locked by another transaction; the jobs are locked
+/// in the order given (`n`, the rows' order: a lock is taken as a row is
+/// returned, after the sort). Each table is read by the job ids as an index
+/// condition (`= any($2)`), whatever join the planner picks. Binds: owner,
+/// job ids, numbers.
+pub(super) const LOCK_ATTEMPT_JOBS: &str = r#"select s.n, j.state, j.task, j.provider, j.winning_attempt,
+           exists (select from webhook_subscriptions w where w.owner_id = $1) as hooked,
+           a.state as attempt_state, a.worker, coalesce(a.lease_until > now(), false) as lease_live
+    from unnest($2::uuid[], $3::int[]) with ordinality as s(job_id, number, n)
+    join jobs j on j.owner_id = $1 and j.id = any($2) and j.id = s.job_id
+    left join attempts a on a.owner_id = $1 and a.job_id = any($2) and a.job_id = s.job_id and a.number = s.number
+    order by s.n
+    for no key update of j skip locked"#;
+
 /// [`LOCK_ATTEMPT_JOB`], skipping a job locked by another transaction.
 pub(super) static LOCK_ATTEMPT_JOB_SKIP_LOCKED: LazyLock<String> =
     LazyLock::new(|| format!("{LOCK_ATTEMPT_JOB} skip locked"));
