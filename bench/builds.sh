@@ -31,6 +31,7 @@ one() {
     log "warming up: onejob bench e2e for $WARMUP s, not measured"
     "$BIN_B" bench --url "http://127.0.0.1:$PORT" --token "$TOKEN" --json e2e --connections "$CONNECTIONS" \
         --duration "$WARMUP" > /dev/null 2>&1
+    analyze_tables
     log "$BACKEND: build $label, onejob bench e2e, $CONNECTIONS connections, $E2E_DURATION s"
     local server0 pg0
     server0=$(own_ticks "$SERVER_PID"); pg0=$(postgres_ticks)

@@ -26,8 +26,7 @@ new_database onejob_bench_growth
 # order: the jobs `create` leaves queued would hold up the others.
 measure() {
     start_server
-    log "warming up: onejob bench e2e for $WARMUP s, not measured"
-    bench e2e --connections "$CONNECTIONS" --duration "$WARMUP" >/dev/null
+    warm_up_e2e
     for scenario in e2e poll create; do
         log "onejob bench $scenario, $1"
         bench "$scenario" --connections "$CONNECTIONS" --duration "$DURATION" > "$WORK/$1-$scenario.json"

