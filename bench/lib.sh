@@ -371,10 +371,11 @@ pgbench_run() {
 }
 
 # write_create_script FILE: a pgbench script of the statement the Postgres
-# store sends for a new job (`onejob bench-sql create`, not retyped).
-# The store binds owner, job id, key, fingerprint, task, input,
-# provider, attempt id, budget, traceparent and tracestate (none of these
-# three here) and the first attempt's provider; here the ids are made by
+# store sends for new jobs (`onejob bench-sql create`, not retyped), for a
+# group of one job: the store binds the owner, then an array each of job
+# ids, keys, fingerprints, tasks, inputs, providers, first attempt ids,
+# budgets (text or null), traceparents and tracestates (none of these
+# three here) and the first attempts' providers. Here the ids are made by
 # Postgres (time-ordered like the store's UUIDv7), and the key is unique
 # per client and transaction (and per RUN, given to pgbench as `-D run=`).
 # $10, $11 and $12 go first, before $1 could take their first digit.
@@ -383,18 +384,18 @@ write_create_script() {
     {
         echo '\set i :i + 1'
         "$BIN" bench-sql create | sed \
-            -e "s/\$10/null::text/g" \
-            -e "s/\$11/null::text/g" \
-            -e "s/\$12/'sim-fast'/g" \
+            -e "s/\$10/array[null::text]/g" \
+            -e "s/\$11/array[null::text]/g" \
+            -e "s/\$12/array['sim-fast']/g" \
             -e "s/\$1/'bench'/g" \
-            -e "s/\$2/$V7/g" \
-            -e "s/\$3/('pgbench-' || :run || '-' || :client_id || '-' || :i)/g" \
-            -e "s/\$4/'\\\\x$(printf 'ab%.0s' $(seq 32))'::bytea/g" \
-            -e "s/\$5/'summarize'/g" \
-            -e "s/\$6/'{\"text\": \"job 1 2\"}'::jsonb/g" \
-            -e "s/\$7/'sim-fast'/g" \
-            -e "s/\$8/$V7/g" \
-            -e "s/\$9/null/g"
+            -e "s/\$2/array[$V7]/g" \
+            -e "s/\$3/array[('pgbench-' || :run || '-' || :client_id || '-' || :i)]/g" \
+            -e "s/\$4/array['\\\\x$(printf 'ab%.0s' $(seq 32))'::bytea]/g" \
+            -e "s/\$5/array['summarize']/g" \
+            -e "s/\$6/array['{\"text\": \"job 1 2\"}'::jsonb]/g" \
+            -e "s/\$7/array['sim-fast']/g" \
+            -e "s/\$8/array[$V7]/g" \
+            -e "s/\$9/array[null::text]/g"
     } > "$1"
 }
 

@@ -9,11 +9,14 @@ use std::time::Duration;
 
 use onejob::domain::{AttemptState, JobState};
 use onejob::store::output::{Appended, OutputPiece};
-use onejob::store::{Finish, Transition};
+use onejob::store::{CreateJob, Finish, Transition};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::store::{Shared, at, attempt_states, conformance_store, event_kinds, job_state, job_with_running, owner};
+use crate::common::new_job;
+use crate::store::{
+    Shared, at, attempt_states, conformance_store, create, event_kinds, job_state, job_with_running, owner,
+};
 
 const WORKER: &str = "test-worker";
 
@@ -154,6 +157,56 @@ async fn a_batch_commits_its_other_outputs_while_one_job_is_locked_elsewhere_the
     assert_eq!(job_state(&store, locked).await, JobState::Succeeded);
 }
 
+/// Postgres: new jobs that arrive while a group of creations is being
+/// written are written together by the next group, one statement (and so
+/// one commit) for twenty-one; a taken key among them inserts nothing and
+/// answers the job that holds it, and the others are created.
+async fn creations_that_queue_behind_a_group_are_written_by_one_statement() {
+    let url = crate::common::postgres::fresh_database().await;
+    let pool = PgPoolOptions::new().max_connections(8).connect(&url).await.unwrap();
+    let store = onejob::store::Store::new(onejob::store::PostgresStore::from_pool(pool.clone()));
+    let taken = create(&store, "taken").await;
+    crate::common::postgres::reset_statement_counts(&pool).await;
+
+    // Inserts into jobs wait while this transaction holds the table.
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("lock table jobs in share mode").execute(&mut *holder).await.unwrap();
+    let first = tokio::spawn({
+        let store = store.clone();
+        async move { store.create_job(&new_job("alice", "first", json!({"text": "first"}))).await.unwrap() }
+    });
+    crate::common::processes::eventually("the first group waits for the table", Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, i64>(
+            "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and query like '%with input as%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+            == 1
+    })
+    .await;
+    let mut news: Vec<_> = (0..20).map(|n| new_job("alice", &format!("queued-{n}"), json!({"text": n}))).collect();
+    news.push(new_job("alice", "taken", json!({"text": "taken"})));
+    let mut queued = Box::pin(futures_util::future::join_all(news.iter().map(|new| store.create_job(new))));
+    // Polled once, each creation is queued behind the group that waits.
+    std::future::poll_fn(|cx| {
+        assert!(queued.as_mut().poll(cx).is_pending(), "the queued creations wait for the group ahead");
+        std::task::Poll::Ready(())
+    })
+    .await;
+    holder.commit().await.unwrap();
+    let answers: Vec<CreateJob> = queued.await.into_iter().map(Result::unwrap).collect();
+
+    assert!(matches!(first.await.unwrap(), CreateJob::Created(_)));
+    for (answer, new) in answers.iter().zip(&news).take(20) {
+        assert!(matches!(answer, CreateJob::Created(job) if job.id == new.id), "{answer:?}");
+    }
+    assert!(matches!(&answers[20], CreateJob::Existing(job) if job.id == taken), "{:?}", answers[20]);
+    let counts = crate::common::postgres::statement_counts(&pool).await;
+    let inserts: i64 = counts.iter().filter(|(query, _)| query.contains("with input as")).map(|(_, n)| n).sum();
+    assert_eq!(inserts, 2, "the first group, then the twenty-one queued behind it: {counts:#?}");
+}
+
 /// Postgres: the pieces of four streams in one batch are one commit.
 async fn a_batch_of_output_pieces_is_one_commit() {
     let url = crate::common::postgres::fresh_database().await;
@@ -175,5 +228,6 @@ async fn a_batch_of_output_pieces_is_one_commit() {
 on_postgres!(
     a_batch_of_output_pieces_is_one_commit,
     a_batch_of_outputs_is_one_commit,
-    a_batch_commits_its_other_outputs_while_one_job_is_locked_elsewhere_then_settles_that_one
+    a_batch_commits_its_other_outputs_while_one_job_is_locked_elsewhere_then_settles_that_one,
+    creations_that_queue_behind_a_group_are_written_by_one_statement
 );

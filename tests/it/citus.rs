@@ -322,7 +322,7 @@ async fn every_statement_on_an_owners_tables_is_routed_by_its_owner_id_unless_li
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     // The hot path among them, by name.
     let hot = [
-        "CREATE_JOB",
+        "CREATE_JOBS",
         "GET_JOB",
         "FIND_JOB_BY_KEY",
         "SETTLE_WITH_OUTPUT",

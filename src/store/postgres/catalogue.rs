@@ -19,9 +19,10 @@ macro_rules! catalogue {
 /// (`onejob bench-sql`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HotStatement {
-    /// `POST /jobs` with a new key. Binds: owner, job id, key, fingerprint,
-    /// task, input, provider, first attempt id, budget, traceparent,
-    /// tracestate.
+    /// `POST /jobs` with a new key (a group of one). Binds: owner, then one
+    /// array each: job ids, keys, fingerprints, tasks, inputs, providers,
+    /// first attempt ids, budgets, traceparents, tracestates, first
+    /// attempts' providers.
     Create,
     /// `GET /jobs/{id}`. Binds: owner, job id.
     Poll,
@@ -31,7 +32,7 @@ impl HotStatement {
     /// The statement, exactly as the Postgres store sends it.
     pub fn sql(self) -> &'static str {
         match self {
-            Self::Create => sql::CREATE_JOB.as_str(),
+            Self::Create => sql::CREATE_JOBS.as_str(),
             Self::Poll => sql::GET_JOB.as_str(),
         }
     }
@@ -42,7 +43,7 @@ impl HotStatement {
 /// statement written anywhere but a named constant of the store.
 pub fn statements() -> Vec<(&'static str, &'static str)> {
     catalogue![
-        sql::CREATE_JOB,
+        sql::CREATE_JOBS,
         sql::GET_JOB,
         sql::LOCK_OUTPUT,
         sql::SET_OUTPUT_ATTEMPT,

@@ -42,6 +42,7 @@ mod breakers;
 mod catalogue;
 mod claims;
 mod connect;
+mod creates;
 mod hot;
 mod keys;
 mod pooling;
@@ -51,9 +52,7 @@ mod sql;
 mod webhooks;
 
 pub use catalogue::{CROSS_OWNER, HotStatement, statements};
-use sql::{
-    CLAIM_RECONCILIATIONS, CREATE_JOB, EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, SAMPLE_GAUGES, SETTLE_WITH_OUTPUT,
-};
+use sql::{CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, SAMPLE_GAUGES, SETTLE_WITH_OUTPUT};
 
 /// The embedded migrations of `migrations/postgres`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -76,6 +75,8 @@ pub struct PostgresStore {
     pool: PgPool,
     // The one-statement requests of the hot path (see `hot`).
     hot: Arc<HotConnections>,
+    // New jobs waiting for their group commit (see `creates`).
+    creates: Arc<creates::Creates>,
     // Where new connections go (see `connect`).
     hosts: Arc<connect::Hosts>,
     // Keeps the connections on a writable host when the URL names several;
@@ -130,7 +131,7 @@ impl PostgresStore {
         let watcher = (hosts.several())
             .then(|| tokio::spawn(connect::watch_hosts(hosts.clone(), pool.clone(), session)))
             .map(|task| Arc::new(AbortOnDrop(task)));
-        Ok(Self { pool, hot: Arc::new(hot), hosts, _watcher: watcher })
+        Ok(Self { pool, hot: Arc::new(hot), creates: Arc::default(), hosts, _watcher: watcher })
     }
 
     /// Wraps an existing pool (tests use this).
@@ -143,7 +144,7 @@ impl PostgresStore {
             options.get_max_connections(),
             options.get_acquire_timeout(),
         );
-        Self { pool, hot: Arc::new(hot), hosts, _watcher: None }
+        Self { pool, hot: Arc::new(hot), creates: Arc::default(), hosts, _watcher: None }
     }
 
     /// The pool, for tests that look at the tables directly.
@@ -354,25 +355,8 @@ impl_driver!(PostgresStore, {
     }
 
     async fn insert_job(&self, new: &NewJob) -> Result<Option<DateTime<Utc>>> {
-        // The hot path: one statement, one round trip for a new key.
-        let mut lease = self.hot.acquire().await?;
-        let created_at = sqlx::query_scalar(CREATE_JOB.as_str())
-            .bind(new.owner.as_str())
-            .bind(new.id.0)
-            .bind(new.idempotency_key.as_str())
-            .bind(&new.fingerprint.as_bytes()[..])
-            .bind(&new.task)
-            .bind(&new.input)
-            .bind(&new.provider)
-            .bind(new.first_attempt_id.0)
-            .bind(new.max_cost.map(|m| m.to_string()))
-            .bind(new.trace.as_ref().map(|t| t.traceparent.as_str()))
-            .bind(new.trace.as_ref().and_then(|t| t.tracestate.as_deref()))
-            .bind(new.first_attempt_provider())
-            .fetch_optional(lease.connection())
-            .await;
-        lease.keep_after(&created_at);
-        Ok(created_at?)
+        // The hot path: one statement and one commit for a group of new keys.
+        self.create_in_group(new).await
     }
 
     async fn expired_leases(&self, max: u32) -> Result<Vec<AttemptRef>> {

@@ -12,31 +12,42 @@ use crate::store::usage::usage_assignments;
 /// The statements of the hot path, public so that `bench/ceiling.sh` runs
 /// exactly these under pgbench (`onejob bench-sql`).
 ///
-/// Creating a job: one statement inserts the job, its first attempt and its
-/// event; a taken key inserts nothing (I1). Every row's owner is the bound
-/// `$1` itself, so that a sharded database routes the whole statement by
-/// its value (docs/scaling.md). Binds: owner, job id, key,
-/// fingerprint, task, input, provider, first attempt id, budget (text or
-/// null), traceparent, tracestate, the first attempt's provider.
-pub(super) static CREATE_JOB: LazyLock<String> = LazyLock::new(|| {
+/// Creating jobs of one owner: one statement inserts each job, its first
+/// attempt and its event; a taken key inserts nothing for its job (I1).
+/// Every row's owner is the bound `$1` itself, so that a sharded database
+/// routes the whole statement by its value (docs/scaling.md). Binds: owner,
+/// then one array each, a job an element: job ids, keys, fingerprints,
+/// tasks, inputs, providers, first attempt ids, budgets (text or null),
+/// traceparents, tracestates, the first attempts' providers. Answers the id
+/// and creation time of each job it inserted.
+pub(super) static CREATE_JOBS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        r#"with new_job as (
+        r#"with input as (
+        select * from unnest($2::uuid[], $3::text[], $4::bytea[], $5::text[], $6::jsonb[], $7::text[], $8::uuid[],
+                             $9::text[], $10::text[], $11::text[], $12::text[])
+            as i(id, idempotency_key, fingerprint, task, input, provider, attempt_id, max_cost, traceparent,
+                 tracestate, first_provider)
+    ), new_job as (
         insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider,
                           state, created_at, updated_at, max_cost)
-        values ($1, $2, $3, $4, $5, $6, $7, '{JOB_QUEUED}', now(), now(), $9::numeric)
+        select $1, id, idempotency_key, fingerprint, task, input, provider, '{JOB_QUEUED}', now(), now(),
+               max_cost::numeric
+        from input
         on conflict (owner_id, idempotency_key) where idempotency_key is not null do nothing
-        returning owner_id, id, created_at
+        returning id, created_at
     ), first_attempt as (
         insert into attempts (owner_id, job_id, number, id, provider, state, origin, created_at, not_before,
                               traceparent, tracestate)
-        select $1, id, 1, $8, $12, '{PENDING}', '{ORIGIN_CLIENT}', created_at, created_at, $10, $11 from new_job
+        select $1, n.id, 1, i.attempt_id, i.first_provider, '{PENDING}', '{ORIGIN_CLIENT}', n.created_at,
+               n.created_at, i.traceparent, i.tracestate
+        from new_job n join input i on i.id = n.id
     ), created_event as (
         insert into job_events (owner_id, job_id, at, kind, attempt_number, detail)
-        select $1, id, created_at, '{EVENT_JOB_CREATED}', 1,
-               jsonb_build_object('attempt_id', $8::uuid, 'provider', $12::text)
-        from new_job
+        select $1, n.id, n.created_at, '{EVENT_JOB_CREATED}', 1,
+               jsonb_build_object('attempt_id', i.attempt_id, 'provider', i.first_provider)
+        from new_job n join input i on i.id = n.id
     )
-    select created_at from new_job"#
+    select id, created_at from new_job"#
     )
 });
 
