@@ -8,7 +8,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::transitions::{self, Finish};
+use super::batches::{self, Finish};
+use super::transitions;
 use super::usage::AttemptUsage;
 use super::{Result, Store, TaskRules};
 use crate::domain::{AttemptError, AttemptTransition};
@@ -282,15 +283,7 @@ impl Store {
         holder: Option<&str>,
         usage: Option<&AttemptUsage>,
     ) -> Result<Transition> {
-        transitions::settle_with_output(
-            self,
-            attempt,
-            output,
-            AttemptTransition::Finish,
-            None,
-            Settlement { holder, usage },
-        )
-        .await
+        batches::finish_alone(self, Finish { attempt, output, holder, usage }).await
     }
 
     /// Records several attempts' outputs, as [`Store::finish_attempt`] does
@@ -298,7 +291,7 @@ impl Store {
     /// commit; the answers in the order given.
     #[tracing::instrument(level = "debug", skip_all, fields(count = finishes.len()))]
     pub async fn finish_attempts(&self, finishes: &[Finish<'_>]) -> Vec<Result<Transition>> {
-        transitions::finish_attempts(self, finishes).await
+        batches::finish_attempts(self, finishes).await
     }
 
     /// Records a definitive failure of a running or unknown attempt, and

@@ -121,6 +121,17 @@ pub trait DriverTx: Send {
     /// `settlement.lost`.
     async fn settle_by_compare_and_swap(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled>;
 
+    /// [`DriverTx::settle_by_compare_and_swap`] for the outputs of one
+    /// owner's distinct jobs, each locked: the answers in the order given.
+    /// Postgres settles them all in one statement; SQLite one by one.
+    async fn settle_outputs(&mut self, settlements: &[OutputSettlement<'_>]) -> Result<Vec<Settled>> {
+        let mut settled = Vec::with_capacity(settlements.len());
+        for settlement in settlements {
+            settled.push(self.settle_by_compare_and_swap(settlement).await?);
+        }
+        Ok(settled)
+    }
+
     /// Marks the job canceled and cancels its pending attempts: their numbers.
     async fn cancel_job_and_pending(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>>;
 

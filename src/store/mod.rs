@@ -18,6 +18,7 @@
 
 mod admission;
 pub mod attempts;
+mod batches;
 pub mod breakers;
 pub mod claims;
 pub mod driver;
@@ -46,6 +47,7 @@ pub use attempts::{
     Admission, AttemptRef, ClaimedAttempt, NewAttempt, OpenUnknown, Resolution, Resolved, Scheduled, Settlement,
     Transition, UnknownAttempt, WaitingFacts,
 };
+pub use batches::Finish;
 pub use claims::Leases;
 pub use driver::Driver;
 pub use error::{Result, StoreError};
@@ -57,6 +59,5 @@ pub use postgres::PostgresStore;
 pub use qualifications::{NewQualificationRun, QualificationRecord, QualificationState};
 pub use sessions::{NewSession, StoredSession};
 pub use sqlite::SqliteStore;
-pub use transitions::Finish;
 pub use usage::{AttemptUsage, UsageFilter, UsageRow};
 pub use webhooks::{ClaimedDelivery, Delivery, DeliveryTry, Endpoint, NewEndpoint, TryOutcome};

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::admission::{earlier_attempt, job_budget, next_number, read_qualification, schedule_next_attempt};
-use super::driver::{AttemptHolder, LockedAttempt, LockedJob, Outcome, OutputSettlement, Tx, update_job_state};
+use super::driver::{AttemptHolder, LockedJob, Outcome, OutputSettlement, Settled, Tx, update_job_state};
 use super::events::NewEvent;
 use super::usage::AttemptUsage;
 use super::webhooks::Outgoing;
@@ -128,130 +128,40 @@ pub(super) async fn settle_with_output(
     Ok(settled(attempt, outcome))
 }
 
-/// A worker's output for an attempt it holds, to settle with others in one
-/// transaction ([`Store::finish_attempts`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Finish<'a> {
-    /// The attempt.
-    pub attempt: &'a AttemptRef,
-    /// Its output.
-    pub output: &'a Value,
-    /// The worker holding it, which fences the settlement.
-    pub holder: Option<&'a str>,
-    /// Its usage, recorded with the settlement.
-    pub usage: Option<&'a AttemptUsage>,
-}
-
-/// Settles several attempts with their outputs in one transaction (one
-/// commit), each through its own job lock and compare-and-swap, exactly as
-/// [`settle_with_output`] settles one (the same outcomes, events and
-/// outbox rows); the answers are in the order of `finishes`. The jobs are
-/// locked in the order of their ids and none is waited for: one locked by
-/// another transaction is settled alone after the commit, as is every
-/// attempt of a batch that failed (so that one cannot fail the others).
-pub(super) async fn finish_attempts(store: &Store, finishes: &[Finish<'_>]) -> Vec<Result<Transition>> {
-    if let [Finish { attempt, output, holder, usage }] = *finishes {
-        // Alone: waiting for its job's lock holds up no other output.
-        return vec![
-            settle_with_output(store, attempt, output, AttemptTransition::Finish, None, Settlement { holder, usage })
-                .await,
-        ];
-    }
-    let mut order: Vec<usize> = (0..finishes.len()).collect();
-    // By job (a stable sort: two outputs for one job keep their order, the
-    // first to arrive wins).
-    order.sort_by_key(|&i| (finishes[i].attempt.owner.as_str(), finishes[i].attempt.job_id.0));
-    let together = async {
-        let mut tx = store.begin().await?;
-        let mut outcomes: Vec<Option<Transition>> = vec![None; finishes.len()];
-        let mut locked_first = lock_batch(&mut tx, finishes, &order).await?;
-        for &i in &order {
-            let Finish { attempt, output, holder, usage } = finishes[i];
-            let locked = match locked_first[i].take() {
-                Some(locked) => locked,
-                // A later output for a job settled above: locked now, it
-                // reads that settlement.
-                None => tx.lock_attempt_job(attempt, true).await?,
-            };
-            let Some(locked) = locked else { continue };
-            outcomes[i] = Some(match fence(locked, holder) {
-                Ok(locked) => {
-                    settle_locked(&mut tx, attempt, output, AttemptTransition::Finish, None, usage, locked).await?
-                }
-                Err(refused) => refused,
-            });
-        }
-        fail::fail_point!("settle-before-commit", |_| Err(corrupt("failpoint settle-before-commit")));
-        tx.commit().await?;
-        Ok::<_, super::StoreError>(outcomes)
-    };
-    let outcomes = match together.await {
-        Ok(outcomes) => outcomes,
-        Err(error) => {
-            tracing::debug!(%error, size = finishes.len(), "a batch of settlements failed; settling each alone");
-            vec![None; finishes.len()]
-        }
-    };
-    let mut answers = Vec::with_capacity(finishes.len());
-    for (&Finish { attempt, output, holder, usage }, outcome) in finishes.iter().zip(outcomes) {
-        answers.push(match outcome {
-            Some(outcome) => Ok(settled(attempt, outcome)),
-            None => {
-                settle_with_output(
-                    store,
-                    attempt,
-                    output,
-                    AttemptTransition::Finish,
-                    None,
-                    Settlement { holder, usage },
-                )
-                .await
-            }
-        });
-    }
-    answers
-}
-
-/// The locks of a batch's jobs, taken before any is settled, in `order`
-/// (by owner, then job): for the first output of each job, its job locked
-/// and its attempt's holder (`None` inside: the attempt is missing, or
-/// another transaction holds the job), one statement per owner. A later
-/// output of the same job has none here (`None`): it is locked once the
-/// first has settled, and reads that settlement.
-async fn lock_batch(
-    tx: &mut Tx,
-    finishes: &[Finish<'_>],
-    order: &[usize],
-) -> Result<Vec<Option<Option<LockedAttempt>>>> {
-    let mut locks = vec![None; finishes.len()];
-    for owners in order.chunk_by(|&a, &b| finishes[a].attempt.owner == finishes[b].attempt.owner) {
-        let firsts: Vec<usize> = owners
-            .chunk_by(|&a, &b| finishes[a].attempt.job_id == finishes[b].attempt.job_id)
-            .map(|outputs| outputs[0])
-            .collect();
-        let attempts: Vec<&AttemptRef> = firsts.iter().map(|&i| finishes[i].attempt).collect();
-        for (i, locked) in firsts.into_iter().zip(tx.lock_attempt_jobs(&attempts).await?) {
-            locks[i] = Some(locked);
-        }
-    }
-    Ok(locks)
-}
-
 /// The settlement with an output of an attempt whose job is locked, as
 /// `locked` read them; writes nothing when the attempt cannot take it
 /// ([`Transition::Stale`]). The race's log line waits for the commit
 /// ([`settled`]).
-async fn settle_locked(
+pub(super) async fn settle_locked(
     tx: &mut Tx,
     attempt: &AttemptRef,
     output: &Value,
     transition: AttemptTransition,
     resolved: Option<&Resolved<'_>>,
     usage: Option<&AttemptUsage>,
-    (job, current): (LockedJob, AttemptState),
+    locked: (LockedJob, AttemptState),
 ) -> Result<Transition> {
+    let (settlement, job) = match output_settlement(attempt, output, transition, resolved, usage, locked) {
+        Ok(ready) => ready,
+        Err(stale) => return Ok(stale),
+    };
+    let settled = tx.settle_by_compare_and_swap(&settlement).await?;
+    settled_output(tx, attempt, output, &job, settled).await
+}
+
+/// What the settlement with an output of an attempt whose job is locked
+/// writes, with its job; [`Transition::Stale`] when the attempt cannot take
+/// it (nothing is written then).
+pub(super) fn output_settlement<'a>(
+    attempt: &'a AttemptRef,
+    output: &'a Value,
+    transition: AttemptTransition,
+    resolved: Option<&Resolved<'_>>,
+    usage: Option<&'a AttemptUsage>,
+    (job, current): (LockedJob, AttemptState),
+) -> std::result::Result<(OutputSettlement<'a>, LockedJob), Transition> {
     if !transition.from().contains(&current) {
-        return Ok(Transition::Stale(current));
+        return Err(Transition::Stale(current));
     }
     let winner = job.winning_attempt;
     let (reason, resolved_by) = resolution_detail(resolved);
@@ -264,7 +174,18 @@ async fn settle_locked(
         lost: json!({ "loser": attempt.number, "winner": winner, "job_state": job.state.as_str(), "reason": reason,
                       "resolved_by": resolved_by }),
     };
-    let settled = tx.settle_by_compare_and_swap(&settlement).await?;
+    Ok((settlement, job))
+}
+
+/// A written settlement's outcome: won (the webhooks told that the job
+/// succeeded) or lost (that the attempt was superseded).
+pub(super) async fn settled_output(
+    tx: &mut Tx,
+    attempt: &AttemptRef,
+    output: &Value,
+    job: &LockedJob,
+    settled: Settled,
+) -> Result<Transition> {
     if settled.settled != 1 {
         // Cannot happen with the job locked; refuse to commit if it does.
         return Err(corrupt("an attempt changed under its locked job"));
@@ -275,17 +196,18 @@ async fn settle_locked(
             json!({ "job_state": JobState::Succeeded.as_str(), "attempt": attempt.number, "result": output,
                               "canceled": settled.canceled })
         };
-        tell(tx, owner, job_id, &job, WebhookEventType::JobSucceeded, data).await?;
+        tell(tx, owner, job_id, job, WebhookEventType::JobSucceeded, data).await?;
         Ok(Transition::Won { canceled: settled.canceled })
     } else {
+        let winner = job.winning_attempt;
         let data = || json!({ "job_state": job.state.as_str(), "attempt": attempt.number, "winner": winner });
-        tell(tx, owner, job_id, &job, WebhookEventType::AttemptSuperseded, data).await?;
+        tell(tx, owner, job_id, job, WebhookEventType::AttemptSuperseded, data).await?;
         Ok(Transition::Lost { winner })
     }
 }
 
 /// A committed settlement's outcome, with the one log line a lost race gets.
-fn settled(attempt: &AttemptRef, outcome: Transition) -> Transition {
+pub(super) fn settled(attempt: &AttemptRef, outcome: Transition) -> Transition {
     if let Transition::Lost { winner } = outcome {
         log_race_lost(attempt, winner);
     }
@@ -463,7 +385,7 @@ async fn lock_fenced(
 }
 
 /// The fence of [`lock_fenced`] on a locked job and its attempt's holder.
-fn fence(
+pub(super) fn fence(
     (job, held): (LockedJob, Option<AttemptHolder>),
     holder: Option<&str>,
 ) -> std::result::Result<(LockedJob, AttemptState), Transition> {

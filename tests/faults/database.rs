@@ -176,9 +176,9 @@ async fn a_pool_held_by_blocked_statements_answers_503_within_the_acquire_timeou
     const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(300);
     // Nothing is stopped here: a fresh database on the shared cluster will do.
     let url = postgres::fresh_database().await;
-    // Two connections for the one-statement requests (creating a job is
-    // one), and a pool of two beside them: one listens for key revocations,
-    // one serves the other statements (listing jobs, readiness).
+    // Two connections for the one-statement requests (a group of new jobs,
+    // a read of a job), and a pool of two beside them: one listens for key
+    // revocations, one serves the other statements (listing jobs, readiness).
     let app = Arc::new(
         TestApp::spawn_on(Backend::Postgres, &url, Role::Api, |s| {
             s.database.max_connections = 2;
@@ -188,23 +188,29 @@ async fn a_pool_held_by_blocked_statements_answers_503_within_the_acquire_timeou
         .await,
     );
     assert_eq!(app.get(&app.alice, "/jobs").await.status(), StatusCode::OK, "the key is checked and cached");
+    // Jobs to read: one by the read that waits, one by each read refused
+    // (reads of one job share one read, and would wait for it).
+    let mut paths = Vec::new();
+    for i in 0..6 {
+        paths.push(format!("/jobs/{}", app.create_job(&format!("before-{i}"), None).await["id"].as_str().unwrap()));
+    }
 
-    // A lock that onejob's statements wait for, taken by another session.
+    // A lock that onejob's statements wait for, taken by another session:
+    // a group of new jobs and a read of a job hold both connections.
     let mut locker = PgConnection::connect(&url).await.unwrap();
     sqlx::query("begin").execute(&mut locker).await.unwrap();
     sqlx::query("lock table jobs in access exclusive mode").execute(&mut locker).await.unwrap();
-    let blockers: Vec<_> = (0..2)
-        .map(|i| {
-            let app = app.clone();
-            tokio::spawn(async move {
-                app.post_job(&format!("blocked-{i}"), &json!({"task": "summarize", "input": {"text": "wait"}}))
-                    .await
-                    .status()
-            })
-        })
-        .collect();
+    let blocked_create = tokio::spawn({
+        let app = app.clone();
+        async move { app.post_job("blocked", &json!({"task": "summarize", "input": {"text": "wait"}})).await.status() }
+    });
+    let blocked_read = tokio::spawn({
+        let app = app.clone();
+        let path = paths[0].clone();
+        async move { app.get(&app.alice, &path).await.status() }
+    });
     let pool = PgPool::connect(&url).await.unwrap();
-    eventually("both pooled connections waiting on the lock", Duration::from_secs(10), || async {
+    eventually("both connections waiting on the lock", Duration::from_secs(10), || async {
         let waiting: i64 = sqlx::query_scalar(
             "select count(*) from pg_stat_activity where application_name = 'onejob' and wait_event_type = 'Lock'",
         )
@@ -215,14 +221,18 @@ async fn a_pool_held_by_blocked_statements_answers_503_within_the_acquire_timeou
     })
     .await;
 
-    // Every other request is refused quickly instead of queueing.
+    // Every other request is refused quickly instead of queueing: new jobs
+    // behind the group that waits, reads for a connection.
     let others: Vec<_> = (0..10)
         .map(|i| {
-            let app = app.clone();
+            let (app, path) = (app.clone(), paths[1 + i / 2].clone());
             tokio::spawn(async move {
                 let sent = Instant::now();
-                let response =
-                    app.post_job(&format!("other-{i}"), &json!({"task": "summarize", "input": {"text": "x"}})).await;
+                let response = if i % 2 == 0 {
+                    app.post_job(&format!("other-{i}"), &json!({"task": "summarize", "input": {"text": "x"}})).await
+                } else {
+                    app.get(&app.alice, &path).await
+                };
                 let took = sent.elapsed();
                 assert!(response.headers().contains_key("retry-after"));
                 expect_problem(response, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
@@ -242,9 +252,8 @@ async fn a_pool_held_by_blocked_statements_answers_503_within_the_acquire_timeou
 
     // The lock goes: the waiting requests finish, and the pool serves again.
     sqlx::query("rollback").execute(&mut locker).await.unwrap();
-    for blocker in blockers {
-        assert_eq!(blocker.await.unwrap(), StatusCode::CREATED, "a request that held a connection finished");
-    }
+    assert_eq!(blocked_create.await.unwrap(), StatusCode::CREATED, "the group that waited finished");
+    assert_eq!(blocked_read.await.unwrap(), StatusCode::OK, "the read that waited finished");
     let sent = Instant::now();
     assert_eq!(
         app.post_job("after", &json!({"task": "summarize", "input": {"text": "y"}})).await.status(),

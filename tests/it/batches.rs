@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use onejob::domain::{AttemptState, JobState};
+use onejob::domain::{AttemptState, Cost, JobState, Usage};
 use onejob::store::output::{Appended, OutputPiece};
-use onejob::store::{CreateJob, Finish, Transition};
+use onejob::store::{AttemptUsage, CreateJob, Finish, Transition};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 
@@ -22,8 +22,9 @@ const WORKER: &str = "test-worker";
 
 /// Two outputs for one job in one batch: the first to arrive wins, the
 /// other's compare-and-swap touches nothing and it is superseded, logged
-/// as a lost race; another job's output wins its own job; an output of a
-/// worker that does not hold its attempt is fenced and changes nothing.
+/// as a lost race; another job's output wins its own job, with its usage
+/// and cost recorded exactly; an output of a worker that does not hold its
+/// attempt is fenced and changes nothing.
 pub async fn a_batch_settles_each_output_by_its_own_compare_and_swap(store: Shared) {
     let s = &store;
     let (alone, raced, fenced) = (
@@ -33,8 +34,16 @@ pub async fn a_batch_settles_each_output_by_its_own_compare_and_swap(store: Shar
     );
     let (a1, r2, r1, f1) = (at(alone, 1), at(raced, 2), at(raced, 1), at(fenced, 1));
     let outputs = [json!({"by": "a1"}), json!({"by": "r2"}), json!({"by": "r1"}), json!({"by": "f1"})];
+    let used = AttemptUsage {
+        usage: Usage { prompt_tokens: 40, completion_tokens: 7, cache_read_tokens: 3, ..Usage::default() },
+        cost: Some(Cost {
+            amount: "0.000123456789012345".parse().unwrap(),
+            currency: "USD".into(),
+            price_version: "sha256:0123456789abcdef".into(),
+        }),
+    };
     let finishes = [
-        Finish { attempt: &a1, output: &outputs[0], holder: Some(WORKER), usage: None },
+        Finish { attempt: &a1, output: &outputs[0], holder: Some(WORKER), usage: Some(&used) },
         Finish { attempt: &r2, output: &outputs[1], holder: Some(WORKER), usage: None },
         Finish { attempt: &r1, output: &outputs[2], holder: Some(WORKER), usage: None },
         Finish { attempt: &f1, output: &outputs[3], holder: Some("another-worker"), usage: None },
@@ -57,6 +66,8 @@ pub async fn a_batch_settles_each_output_by_its_own_compare_and_swap(store: Shar
     assert_eq!(attempt_states(s, raced).await, vec![AttemptState::Superseded, AttemptState::Succeeded]);
     assert!(event_kinds(s, raced).await.contains(&"race-lost".to_owned()), "{:?}", event_kinds(s, raced).await);
     assert_eq!(job_state(s, alone).await, JobState::Succeeded);
+    let alone_job = s.get_job(&owner("alice"), alone).await.unwrap().unwrap();
+    assert_eq!((alone_job.attempts[0].usage, alone_job.attempts[0].cost.clone()), (Some(used.usage), used.cost));
     assert_eq!(
         (job_state(s, fenced).await, attempt_states(s, fenced).await),
         (JobState::Running, vec![AttemptState::Running])
@@ -93,8 +104,8 @@ on_both_backends!(
 
 /// Postgres: four outputs of four jobs settled in one batch are one
 /// transaction, one `COMMIT` as the database counts them
-/// (pg_stat_statements, this test's database only), and their jobs are
-/// locked by one statement.
+/// (pg_stat_statements, this test's database only); their jobs are locked
+/// by one statement, and their outputs settled by one.
 async fn a_batch_of_outputs_is_one_commit() {
     let url = crate::common::postgres::fresh_database().await;
     let pool = PgPoolOptions::new().max_connections(8).connect(&url).await.unwrap();
@@ -117,6 +128,8 @@ async fn a_batch_of_outputs_is_one_commit() {
     assert_eq!(commits, 1, "one commit for the batch: {counts:#?}");
     let locks: i64 = counts.iter().filter(|(query, _)| query.contains("for no key update")).map(|(_, n)| n).sum();
     assert_eq!(locks, 1, "one statement locks the batch's jobs: {counts:#?}");
+    let settlements: i64 = counts.iter().filter(|(query, _)| query.contains("won as")).map(|(_, n)| n).sum();
+    assert_eq!(settlements, 1, "one statement settles the batch's outputs: {counts:#?}");
     for job in jobs {
         assert_eq!(job_state(&store, job).await, JobState::Succeeded);
     }

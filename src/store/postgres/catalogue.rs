@@ -51,6 +51,7 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         sql::LIST_OUTPUT,
         sql::FIND_JOB_BY_KEY,
         sql::SETTLE_WITH_OUTPUT,
+        sql::SETTLE_OUTPUTS,
         sql::FINISHED_WITH_CALLS,
         sql::EXPIRED_LEASES,
         claims::PENDING_OWNERS,

@@ -36,6 +36,17 @@ pub(super) struct Creates {
     turn: Arc<tokio::sync::Mutex<()>>,
 }
 
+impl Creates {
+    /// Takes `new` out of the queue: whether it was still there (no group
+    /// has taken it).
+    fn withdraw(&self, new: &NewJob) -> bool {
+        let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
+        let before = queued.len();
+        queued.retain(|pending| pending.new.id != new.id);
+        queued.len() < before
+    }
+}
+
 impl std::fmt::Debug for Creates {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let queued = self.queued.lock().unwrap_or_else(|p| p.into_inner()).len();
@@ -55,14 +66,27 @@ impl PostgresStore {
     /// creation (its own among them) and writes them; the others find their
     /// answer while they wait. The group is written by a task of its own,
     /// so a client that hangs up cannot abandon the others.
+    ///
+    /// A creation still queued when the pool's acquire timeout has passed
+    /// (the group ahead is held up: a lock, a database that stopped
+    /// answering) is taken out of the queue and refused as unavailable (503,
+    /// retryable), as a request that found no free connection is; one whose
+    /// group is being written waits for its answer.
     pub(super) async fn create_in_group(&self, new: &NewJob) -> Answer {
         let (answer, mut answered) = oneshot::channel();
         self.creates.queued.lock().unwrap_or_else(|p| p.into_inner()).push(Pending { new: new.clone(), answer });
+        let deadline = tokio::time::Instant::now() + self.hot.acquire_timeout();
         loop {
             let turn = tokio::select! {
                 biased;
                 answer = &mut answered => return answer.map_err(|_| interrupted())?,
                 turn = self.creates.turn.clone().lock_owned() => turn,
+                () = tokio::time::sleep_until(deadline) => {
+                    if self.creates.withdraw(new) {
+                        return Err(StoreError::from(sqlx::Error::PoolTimedOut));
+                    }
+                    return answered.await.map_err(|_| interrupted())?;
+                }
             };
             // Whoever wrote before us answered everything it took before
             // giving up the turn; no answer yet means ours is still queued.
@@ -109,8 +133,15 @@ async fn write_owners(hot: &HotConnections, same: Vec<Pending>) {
                 let _ = pending.answer.send(Ok(inserted.get(&pending.new.id.0).copied()));
             }
         }
-        Err(error) if same.len() == 1 => {
-            let _ = same.into_iter().next().map(|pending| pending.answer.send(Err(error)));
+        // Alone, or the database unavailable: one by one would fail alike.
+        // The first gets the error; the others are as retryable (503).
+        Err(error) if same.len() == 1 || error.is_unavailable() => {
+            let mut errors = std::iter::once(error).chain(std::iter::repeat_with(|| {
+                StoreError::Interrupted("the database was unavailable for this request's group of creations")
+            }));
+            for pending in same {
+                let _ = pending.answer.send(Err(errors.next().unwrap_or_else(interrupted)));
+            }
         }
         Err(error) => {
             tracing::debug!(%error, size = same.len(), "a group of creations failed; writing them one by one");

@@ -60,6 +60,11 @@ impl HotConnections {
         }
     }
 
+    /// How long a request waits for a connection before it is refused.
+    pub fn acquire_timeout(&self) -> Duration {
+        self.acquire_timeout
+    }
+
     /// An idle connection, or a new one. Both the wait for a free slot and
     /// the connection attempt count against the acquire timeout; past it,
     /// the database is unavailable (503, retryable).

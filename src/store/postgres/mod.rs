@@ -312,11 +312,44 @@ impl_driver_tx!(PgTx, {
             .bind(&settlement.won)
             .bind(&settlement.lost);
         let row = bind_usage(query, settlement.usage).fetch_one(&mut *self.tx).await?;
-        Ok(Settled {
-            won: row.try_get("won")?,
-            settled: row.try_get::<i64, _>("settled")?.try_into().map_err(corrupt)?,
-            canceled: row.try_get("canceled")?,
-        })
+        settled_row(&row)
+    }
+
+    async fn settle_outputs(&mut self, settlements: &[OutputSettlement<'_>]) -> Result<Vec<Settled>> {
+        let Some(first) = settlements.first() else { return Ok(Vec::new()) };
+        if settlements.iter().any(|s| s.attempt.owner != first.attempt.owner || s.from != first.from) {
+            // One statement binds one owner and one list of states.
+            let mut settled = Vec::with_capacity(settlements.len());
+            for settlement in settlements {
+                settled.push(self.settle_by_compare_and_swap(settlement).await?);
+            }
+            return Ok(settled);
+        }
+        let usages: Vec<Option<&AttemptUsage>> = settlements.iter().map(|s| s.usage).collect();
+        let costs: Vec<_> = usages.iter().map(|u| u.and_then(|u| u.cost.as_ref())).collect();
+        let rows = sqlx::query(sql::SETTLE_OUTPUTS.as_str())
+            .bind(first.attempt.owner.as_str())
+            .bind(settlements.iter().map(|s| s.attempt.job_id.0).collect::<Vec<_>>())
+            .bind(settlements.iter().map(|s| s.attempt.number).collect::<Vec<_>>())
+            .bind(settlements.iter().map(|s| s.output).collect::<Vec<_>>())
+            .bind(state_names(first.from))
+            .bind(settlements.iter().map(|s| &s.won).collect::<Vec<_>>())
+            .bind(settlements.iter().map(|s| &s.lost).collect::<Vec<_>>())
+            .bind(usages.iter().map(Option::is_some).collect::<Vec<_>>())
+            .bind(usages.iter().map(|u| u.map(|u| u.usage.prompt_tokens)).collect::<Vec<_>>())
+            .bind(usages.iter().map(|u| u.map(|u| u.usage.completion_tokens)).collect::<Vec<_>>())
+            .bind(usages.iter().map(|u| u.map(|u| u.usage.estimated)).collect::<Vec<_>>())
+            .bind(costs.iter().map(|c| c.map(|c| c.amount.to_string())).collect::<Vec<_>>())
+            .bind(costs.iter().map(|c| c.map(|c| c.currency.clone())).collect::<Vec<_>>())
+            .bind(costs.iter().map(|c| c.map(|c| c.price_version.clone())).collect::<Vec<_>>())
+            .bind(usages.iter().map(|u| u.map(|u| u.usage.cache_write_tokens)).collect::<Vec<_>>())
+            .bind(usages.iter().map(|u| u.map(|u| u.usage.cache_read_tokens)).collect::<Vec<_>>())
+            .fetch_all(&mut *self.tx)
+            .await?;
+        if rows.len() != settlements.len() {
+            return Err(corrupt("a settlement of several outputs answered for another number of them"));
+        }
+        rows.iter().map(settled_row).collect()
     }
 
     async fn cancel_job_and_pending(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>> {
@@ -335,6 +368,16 @@ impl_driver_tx!(PgTx, {
             .await?)
     }
 });
+
+/// A settlement's answer: whether it won, how many attempts it settled, the
+/// siblings it canceled.
+fn settled_row(row: &PgRow) -> Result<Settled> {
+    Ok(Settled {
+        won: row.try_get("won")?,
+        settled: row.try_get::<i64, _>("settled")?.try_into().map_err(corrupt)?,
+        canceled: row.try_get("canceled")?,
+    })
+}
 
 /// Reads the job a statement of `rows::select_job_where` selects (binds: the
 /// owner, then `key`), on a connection of the hot path.

@@ -99,6 +99,75 @@ pub(super) static SETTLE_WITH_OUTPUT: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// [`SETTLE_WITH_OUTPUT`] for the outputs of one owner's distinct jobs, each
+/// job locked and its attempt's state checked: for each, the
+/// compare-and-swap on its job, its attempt settled (with its usage), a
+/// winner's pending siblings canceled, its event; the answers in the order
+/// given (`n`). Each table is read by the job ids as an index condition
+/// (`= any($2)`). Binds: owner, then one array each, an output an element:
+/// job ids, attempt numbers, outputs; the states they may settle from (one
+/// list for all); then arrays of the `attempt-succeeded` details (without
+/// `canceled`), the `race-lost` details, whether there is a usage, and the
+/// usage's columns.
+pub(super) static SETTLE_OUTPUTS: LazyLock<String> = LazyLock::new(|| {
+    let usage = crate::store::usage::USAGE_COLUMNS
+        .iter()
+        .map(|column| {
+            let cast = if *column == "cost" { "::numeric" } else { "" };
+            format!("{column} = case when i.has_usage then i.{column}{cast} else a.{column} end")
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        r#"
+    with input as (
+        select * from unnest($2::uuid[], $3::int[], $4::jsonb[], $6::jsonb[], $7::jsonb[], $8::bool[], $9::int8[],
+                             $10::int8[], $11::bool[], $12::text[], $13::text[], $14::text[], $15::int8[], $16::int8[])
+            with ordinality as i(job_id, number, output, won_detail, lost_detail, has_usage, prompt_tokens,
+                                 completion_tokens, usage_estimated, cost, currency, price_version,
+                                 cache_write_tokens, cache_read_tokens, n)
+    ), won as (
+        update jobs j set state = '{JOB_SUCCEEDED}', winning_attempt = i.number, result = i.output, updated_at = now()
+        from input i
+        where j.owner_id = $1 and j.id = any($2) and j.id = i.job_id and j.state not in ({terminal})
+        returning j.id
+    ), settled as (
+        update attempts a
+        set state = case when a.job_id in (select id from won) then '{SUCCEEDED}' else '{SUPERSEDED}' end,
+            output = i.output, finished_at = now(), lease_until = null, reconcile_after = null, {usage}
+        from input i
+        where a.owner_id = $1 and a.job_id = any($2) and a.job_id = i.job_id and a.number = i.number
+          and a.state = any($5)
+        returning a.job_id
+    ), canceled as (
+        update attempts a set state = '{CANCELED}', finished_at = now()
+        from input i
+        where a.owner_id = $1 and a.job_id = any($2) and a.job_id = i.job_id and a.number <> i.number
+          and a.state = '{PENDING}' and a.job_id in (select id from won)
+        returning a.job_id, a.number
+    ), event as (
+        insert into job_events (owner_id, job_id, kind, attempt_number, detail)
+        select $1, i.job_id, '{EVENT_ATTEMPT_SUCCEEDED}', i.number,
+               i.won_detail || jsonb_build_object('canceled',
+                   coalesce((select jsonb_agg(c.number order by c.number) from canceled c where c.job_id = i.job_id), '[]'))
+        from input i
+        where i.job_id in (select id from won) and i.job_id in (select job_id from settled)
+        union all
+        select $1, i.job_id, '{EVENT_RACE_LOST}', i.number, i.lost_detail
+        from input i
+        where i.job_id not in (select id from won) and i.job_id in (select job_id from settled)
+    )
+    select i.n,
+           i.job_id in (select id from won) as won,
+           (select count(*) from settled s where s.job_id = i.job_id) as settled,
+           coalesce((select array_agg(c.number order by c.number) from canceled c where c.job_id = i.job_id), '{{}}')
+               as canceled
+    from input i
+    order by i.n"#,
+        terminal = JOB_TERMINAL.as_str(),
+    )
+});
+
 /// The jobs that finished (won, or were canceled) while attempts of theirs
 /// run under worker $1's leases (the `attempts_leased` partial index).
 pub(super) static FINISHED_WITH_CALLS: LazyLock<String> = LazyLock::new(|| {

@@ -1,0 +1,141 @@
+//! Settling a worker's outputs in batches ([`super::Store::finish_attempts`]):
+//! one transaction and one commit for many outputs, each settled through
+//! its own job's lock, fence and compare-and-swap, exactly as
+//! [`super::transitions`] settles one. On Postgres the batch's jobs are
+//! locked by one statement per owner and their outputs written by one.
+
+use super::driver::{LockedAttempt, Tx};
+use super::transitions::{fence, output_settlement, settle_locked, settle_with_output, settled, settled_output};
+use super::usage::AttemptUsage;
+use super::{AttemptRef, Result, Settlement, Store, Transition};
+use crate::domain::AttemptTransition;
+use serde_json::Value;
+
+/// A worker's output for an attempt it holds, to settle with others in one
+/// transaction ([`Store::finish_attempts`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Finish<'a> {
+    /// The attempt.
+    pub attempt: &'a AttemptRef,
+    /// Its output.
+    pub output: &'a Value,
+    /// The worker holding it, which fences the settlement.
+    pub holder: Option<&'a str>,
+    /// Its usage, recorded with the settlement.
+    pub usage: Option<&'a AttemptUsage>,
+}
+
+/// Settles several attempts with their outputs in one transaction (one
+/// commit), each through its own job lock and compare-and-swap, exactly as
+/// [`settle_with_output`] settles one (the same outcomes, events and
+/// outbox rows); the answers are in the order of `finishes`. The jobs are
+/// locked in the order of their ids and none is waited for: one locked by
+/// another transaction is settled alone after the commit, as is every
+/// attempt of a batch that failed (so that one cannot fail the others).
+pub(super) async fn finish_attempts(store: &Store, finishes: &[Finish<'_>]) -> Vec<Result<Transition>> {
+    if let [finish] = *finishes {
+        // Alone: waiting for its job's lock holds up no other output.
+        return vec![finish_alone(store, finish).await];
+    }
+    let mut order: Vec<usize> = (0..finishes.len()).collect();
+    // By job (a stable sort: two outputs for one job keep their order, the
+    // first to arrive wins).
+    order.sort_by_key(|&i| (finishes[i].attempt.owner.as_str(), finishes[i].attempt.job_id.0));
+    let together = async {
+        let mut tx = store.begin().await?;
+        let mut outcomes: Vec<Option<Transition>> = vec![None; finishes.len()];
+        // The first output of each job, locked with the others, fenced and
+        // checked, then settled with the others: one statement per owner.
+        let mut locks = lock_batch(&mut tx, finishes, &order).await?;
+        let (mut ready, mut settlements, mut jobs, mut later) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for &i in &order {
+            let Finish { attempt, output, holder, usage } = finishes[i];
+            match locks[i].take() {
+                None => later.push(i),
+                // Locked elsewhere, or missing: settled alone after the commit.
+                Some(None) => {}
+                Some(Some(locked)) => match fence(locked, holder).and_then(|locked| {
+                    output_settlement(attempt, output, AttemptTransition::Finish, None, usage, locked)
+                }) {
+                    Ok((settlement, job)) => {
+                        ready.push(i);
+                        settlements.push(settlement);
+                        jobs.push(job);
+                    }
+                    Err(refused) => outcomes[i] = Some(refused),
+                },
+            }
+        }
+        let mut start = 0;
+        for owners in ready.chunk_by(|&a, &b| finishes[a].attempt.owner == finishes[b].attempt.owner) {
+            let range = start..start + owners.len();
+            start = range.end;
+            let settled = tx.settle_outputs(&settlements[range.clone()]).await?;
+            for ((&i, job), settled) in owners.iter().zip(&jobs[range]).zip(settled) {
+                let Finish { attempt, output, .. } = finishes[i];
+                outcomes[i] = Some(settled_output(&mut tx, attempt, output, job, settled).await?);
+            }
+        }
+        // A later output for a job settled above: locked now, it reads that
+        // settlement.
+        for i in later {
+            let Finish { attempt, output, holder, usage } = finishes[i];
+            let Some(locked) = tx.lock_attempt_job(attempt, true).await? else { continue };
+            outcomes[i] = Some(match fence(locked, holder) {
+                Ok(locked) => {
+                    settle_locked(&mut tx, attempt, output, AttemptTransition::Finish, None, usage, locked).await?
+                }
+                Err(refused) => refused,
+            });
+        }
+        fail::fail_point!("settle-before-commit", |_| Err(super::corrupt("failpoint settle-before-commit")));
+        tx.commit().await?;
+        Ok::<_, super::StoreError>(outcomes)
+    };
+    let outcomes = match together.await {
+        Ok(outcomes) => outcomes,
+        Err(error) => {
+            tracing::debug!(%error, size = finishes.len(), "a batch of settlements failed; settling each alone");
+            vec![None; finishes.len()]
+        }
+    };
+    let mut answers = Vec::with_capacity(finishes.len());
+    for (&finish, outcome) in finishes.iter().zip(outcomes) {
+        answers.push(match outcome {
+            Some(outcome) => Ok(settled(finish.attempt, outcome)),
+            None => finish_alone(store, finish).await,
+        });
+    }
+    answers
+}
+
+/// Settles one output alone, in a transaction of its own.
+pub(super) async fn finish_alone(store: &Store, finish: Finish<'_>) -> Result<Transition> {
+    let Finish { attempt, output, holder, usage } = finish;
+    settle_with_output(store, attempt, output, AttemptTransition::Finish, None, Settlement { holder, usage }).await
+}
+
+/// The locks of a batch's jobs, taken before any is settled, in `order`
+/// (by owner, then job): for the first output of each job, its job locked
+/// and its attempt's holder (`None` inside: the attempt is missing, or
+/// another transaction holds the job), one statement per owner. A later
+/// output of the same job has none here (`None`): it is locked once the
+/// first has settled, and reads that settlement.
+async fn lock_batch(
+    tx: &mut Tx,
+    finishes: &[Finish<'_>],
+    order: &[usize],
+) -> Result<Vec<Option<Option<LockedAttempt>>>> {
+    let mut locks = vec![None; finishes.len()];
+    for owners in order.chunk_by(|&a, &b| finishes[a].attempt.owner == finishes[b].attempt.owner) {
+        let firsts: Vec<usize> = owners
+            .chunk_by(|&a, &b| finishes[a].attempt.job_id == finishes[b].attempt.job_id)
+            .map(|outputs| outputs[0])
+            .collect();
+        let attempts: Vec<&AttemptRef> = firsts.iter().map(|&i| finishes[i].attempt).collect();
+        for (i, locked) in firsts.into_iter().zip(tx.lock_attempt_jobs(&attempts).await?) {
+            locks[i] = Some(locked);
+        }
+    }
+    Ok(locks)
+}
