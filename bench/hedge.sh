@@ -71,9 +71,12 @@ run() {
     new_database "onejob_bench_$name"
     start_server
     log "$BACKEND, $name: onejob bench e2e, $CONNECTIONS loops, ${2:-$E2E_DURATION} s"
+    local pg0 server0
+    pg0=$(postgres_ticks); server0=$(own_ticks "$SERVER_PID")
     bench e2e --connections "$CONNECTIONS" --duration "${2:-$E2E_DURATION}" > "$WORK/$name.json"
     # The losers still running are canceled within a moment of their job's end.
     sleep 1
+    echo "$(( $(postgres_ticks) - ${pg0:-0} )) $(( $(own_ticks "$SERVER_PID") - server0 ))" > "$WORK/$name.cpu"
     local usage
     usage=$(python3 -c 'import sys, urllib.request as r
 print(r.urlopen(r.Request(sys.argv[1], headers={"authorization": "Bearer " + sys.argv[2]})).read().decode())' \
@@ -89,10 +92,10 @@ run hedged
 run unbroken "$OUTAGE_S"
 run breaker "$OUTAGE_S"
 
-python3 - "$WORK" "$BACKEND" "$TAIL_RATE" "$TAIL_MS" "$AFTER_MS" <<'PY'
+python3 - "$WORK" "$BACKEND" "$TAIL_RATE" "$TAIL_MS" "$AFTER_MS" "$TICKS" <<'PY'
 import json, sys
 from decimal import Decimal
-work, backend, rate, tail, after = sys.argv[1:]
+work, backend, rate, tail, after, ticks = sys.argv[1:]
 rows = {}
 for name in ("unhedged", "hedged"):
     report = json.load(open(f"{work}/{name}.json"))
@@ -109,6 +112,18 @@ for name, (r, jobs, hedged, won, per_job) in rows.items():
 ratio = h["p99_ms"] / u["p99_ms"] if u["p99_ms"] else float("nan")
 extra = (h_cost / u_cost - 1) if u_cost else Decimal("NaN")
 print(f"p99 hedged / unhedged: {ratio:.3f} (target <= 0.1); extra cost a job: {float(extra):+.2%} (target <= 10 %)")
+# CPU a job (Postgres + server, the simulator in the server), and what a
+# hedge adds: its attempt, its call and the loser's cancellation.
+cpu = {}
+for name in ("unhedged", "hedged"):
+    pg, server = (int(x) / int(ticks) * 1e6 for x in open(f"{work}/{name}.cpu").read().split())
+    jobs = max(rows[name][1], 1)
+    cpu[name] = (pg / jobs, server / jobs)
+    print(f"CPU a job, {name}: Postgres {pg / jobs:,.0f} us + server {server / jobs:,.0f} us")
+share = rows["hedged"][2] / max(rows["hedged"][1], 1)
+if share > 0:
+    extra_cpu = sum(cpu["hedged"]) - sum(cpu["unhedged"])
+    print(f"CPU a hedge (the extra CPU a job / the share hedged): {extra_cpu / share:,.0f} us")
 print()
 print(f"sim-fast failing every call for the run, the jobs failing over to sim-second:")
 print(f"{'run':>9} {'jobs':>7} {'errors':>6} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9}")

@@ -7,7 +7,8 @@
 #             event type, on a local receiver answering 204 at once;
 #   kept      no endpoint, cancel_losers off (no call is watched for its
 #             job's end).
-# Each run starts on an empty database, warmed up by an e2e run first.
+# Each run starts on an empty database, warmed up by an e2e run first
+# (then ANALYZE: lib.sh's warm_up_e2e).
 #
 #   bench/push.sh                 # a throwaway Postgres (or DATABASE_URL)
 #   ROUNDS=3 ORDER='kept hooked none' CONNECTIONS=64 DURATION=10 PORT=18081 bench/push.sh
@@ -55,7 +56,7 @@ run() {
         curl -sf "http://127.0.0.1:$PORT/webhooks" -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
             -d "{\"url\": \"http://127.0.0.1:$RECEIVER_PORT/hook\", \"events\": [\"job.succeeded\", \"job.failed\", \"job.unknown\", \"job.canceled\", \"attempt.unknown\", \"attempt.superseded\"]}" >/dev/null
     fi
-    bench e2e --connections "$CONNECTIONS" --duration "$WARMUP" >/dev/null
+    warm_up_e2e
     log "round $round: $name, onejob bench e2e, $CONNECTIONS connections, $DURATION s"
     local server_before postgres_before
     server_before=$(own_ticks "$SERVER_PID")

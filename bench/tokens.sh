@@ -52,11 +52,13 @@ run() {
     local name=$1 callers=$2 provider=$3; shift 3
     new_database "onejob_bench_$name"
     start_server
-    local wal0=0
+    local wal0=0 pg0 server0
     [ "$BACKEND" = postgres ] && wal0=$(wal)
+    pg0=$(postgres_ticks); server0=$(own_ticks "$SERVER_PID")
     log "$BACKEND: onejob bench tokens, $callers callers on $provider, $DURATION s"
     bench tokens --connections "$callers" --duration "$DURATION" --provider "$provider" --sim-url "$SIM_URL" \
         --server-pid "$SERVER_PID" "$@" > "$WORK/$name.json"
+    echo "$(( $(postgres_ticks) - ${pg0:-0} )) $(( $(own_ticks "$SERVER_PID") - server0 ))" > "$WORK/$name.cpu"
     if [ "$BACKEND" = postgres ]; then
         echo "$(( $(wal) - wal0 )) $(sql "select count(*) from job_output") \
 $(sql "select coalesce(sum(completion_tokens), 0) from attempts") $(sql "select count(*) from jobs")" > "$WORK/$name.wal"
@@ -73,15 +75,17 @@ if [ "$BACKEND" = postgres ]; then
     new_database onejob_bench_whole
     start_server
     wal0=$(wal)
+    pg0=$(postgres_ticks); server0=$(own_ticks "$SERVER_PID")
     log "$BACKEND: the same jobs answered whole (bench e2e), $CONNECTIONS callers"
     bench e2e --connections "$CONNECTIONS" --duration "$DURATION" > "$WORK/whole.json"
+    echo "$(( $(postgres_ticks) - ${pg0:-0} )) $(( $(own_ticks "$SERVER_PID") - server0 ))" > "$WORK/whole.cpu"
     echo "$(( $(wal) - wal0 )) 0 $(sql "select coalesce(sum(completion_tokens), 0) from attempts") $(sql "select count(*) from jobs")" > "$WORK/whole.wal"
     stop_server
 fi
 
-python3 - "$WORK" "$BACKEND" <<'PY'
+python3 - "$WORK" "$BACKEND" "$TICKS" <<'PY'
 import json, os, sys
-work, backend = sys.argv[1], sys.argv[2]
+work, backend, ticks = sys.argv[1], sys.argv[2], int(sys.argv[3])
 print(f"\n{backend}: time to first token (ms), through onejob beside the simulator's own")
 print(f"{'run':8} {'callers':>7} {'streams':>7} {'errors':>6} {'onejob p50':>10} {'p99':>8} {'direct p50':>10} {'p99':>8} {'added p50':>9} {'p99':>8}  piece->caller p50 / p99 / max  peak RSS MiB")
 for name in ("one", "many", "streams"):
@@ -100,4 +104,9 @@ if os.path.exists(f"{work}/many.wal"):
     print(f"whole:    {wjobs} jobs, {wtokens} tokens, WAL {wwal} B: {whole_per_job:,.0f} B a job")
     print(f"the output's own: {per_job - whole_per_job:,.0f} B of WAL a job, "
           f"{1000 * (per_job - whole_per_job) * jobs / tokens:,.0f} B per 1,000 tokens")
+    # CPU, the simulator apart (it is a process of its own here).
+    pg, server = (int(x) / ticks * 1e3 for x in open(f"{work}/many.cpu").read().split())
+    wpg, wserver = (int(x) / ticks * 1e3 for x in open(f"{work}/whole.cpu").read().split())
+    print(f"CPU, ms: streamed {1000 * pg / tokens:.2f} Postgres + {1000 * server / tokens:.2f} server per 1,000 tokens, "
+          f"{pg / jobs:.3f} + {server / jobs:.3f} a job; whole {wpg / wjobs:.3f} + {wserver / wjobs:.3f} a job")
 PY
