@@ -10,6 +10,9 @@
 # Reported for each: jobs, p50, p99 and p99.9 of create -> succeeded, the
 # share of jobs hedged, the provider cost a job (GET /usage), and the
 # hedged run's extra cost against the unhedged one.
+# Then what a lost hedge costs: sim-fast without its tail, for COST_S (20)
+# s unhedged and with every job hedged after 5 ms (max_share 1.0), the CPU
+# and WAL a job of each, and their difference over the share hedged.
 # Then a provider down: sim-fast (20-40 ms, no tail) answers every call
 # with a 500 for its first OUTAGE_S (30) s, the jobs' failover going to
 # sim-second; `bench e2e` for OUTAGE_S s without a breaker and with
@@ -25,6 +28,7 @@ TAIL_RATE=${TAIL_RATE:-0.05}
 TAIL_MS=${TAIL_MS:-4000}
 AFTER_MS=${AFTER_MS:-200}
 OUTAGE_S=${OUTAGE_S:-30}
+COST_S=${COST_S:-20}
 
 build
 start_backend
@@ -48,6 +52,11 @@ sed -i 's/^failover = \["sim-slow"\]$/failover = ["sim-second"]/' "$WORK/bench.t
 cp "$WORK/bench.toml" "$WORK/unhedged.toml"
 printf '\n[tasks.summarize.hedge]\nafter_ms = %s\nproviders = ["sim-second"]\nmax_share = 0.2\n' "$AFTER_MS" >> "$WORK/bench.toml"
 cp "$WORK/bench.toml" "$WORK/hedged.toml"
+# What a lost hedge costs: no tail, and every job hedged (after 5 ms, when
+# no call has answered yet), against the same without hedging.
+sed -e "s/^tail_rate = .*/tail_rate = 0/" "$WORK/unhedged.toml" > "$WORK/plain.toml"
+cp "$WORK/plain.toml" "$WORK/always.toml"
+printf '\n[tasks.summarize.hedge]\nafter_ms = 5\nproviders = ["sim-second"]\nmax_share = 1.0\n' >> "$WORK/always.toml"
 # The outage: no tail, every call failing for OUTAGE_S s from the start.
 sed -e "s/^tail_rate = .*/tail_rate = 0/" -e "s/^tail_latency_ms = .*/outage_ms = $(( OUTAGE_S * 1000 ))/" \
     "$WORK/unhedged.toml" > "$WORK/unbroken.toml"
@@ -71,12 +80,15 @@ run() {
     new_database "onejob_bench_$name"
     start_server
     log "$BACKEND, $name: onejob bench e2e, $CONNECTIONS loops, ${2:-$E2E_DURATION} s"
-    local pg0 server0
+    local pg0 server0 wal0=0
+    [ "$BACKEND" = postgres ] && wal0=$(sql "select pg_current_wal_insert_lsn() - '0/0'::pg_lsn")
     pg0=$(postgres_ticks); server0=$(own_ticks "$SERVER_PID")
     bench e2e --connections "$CONNECTIONS" --duration "${2:-$E2E_DURATION}" > "$WORK/$name.json"
     # The losers still running are canceled within a moment of their job's end.
     sleep 1
-    echo "$(( $(postgres_ticks) - ${pg0:-0} )) $(( $(own_ticks "$SERVER_PID") - server0 ))" > "$WORK/$name.cpu"
+    local wal=0
+    [ "$BACKEND" = postgres ] && wal=$(( $(sql "select pg_current_wal_insert_lsn() - '0/0'::pg_lsn") - wal0 ))
+    echo "$(( $(postgres_ticks) - ${pg0:-0} )) $(( $(own_ticks "$SERVER_PID") - server0 )) $wal" > "$WORK/$name.cpu"
     local usage
     usage=$(python3 -c 'import sys, urllib.request as r
 print(r.urlopen(r.Request(sys.argv[1], headers={"authorization": "Bearer " + sys.argv[2]})).read().decode())' \
@@ -89,6 +101,8 @@ $(sql "select count(*) from attempts where origin = 'hedge' and state = 'succeed
 
 run unhedged
 run hedged
+run plain "$COST_S"
+run always "$COST_S"
 run unbroken "$OUTAGE_S"
 run breaker "$OUTAGE_S"
 
@@ -112,18 +126,21 @@ for name, (r, jobs, hedged, won, per_job) in rows.items():
 ratio = h["p99_ms"] / u["p99_ms"] if u["p99_ms"] else float("nan")
 extra = (h_cost / u_cost - 1) if u_cost else Decimal("NaN")
 print(f"p99 hedged / unhedged: {ratio:.3f} (target <= 0.1); extra cost a job: {float(extra):+.2%} (target <= 10 %)")
-# CPU a job (Postgres + server, the simulator in the server), and what a
-# hedge adds: its attempt, its call and the loser's cancellation.
-cpu = {}
-for name in ("unhedged", "hedged"):
-    pg, server = (int(x) / int(ticks) * 1e6 for x in open(f"{work}/{name}.cpu").read().split())
-    jobs = max(rows[name][1], 1)
-    cpu[name] = (pg / jobs, server / jobs)
-    print(f"CPU a job, {name}: Postgres {pg / jobs:,.0f} us + server {server / jobs:,.0f} us")
-share = rows["hedged"][2] / max(rows["hedged"][1], 1)
+# What a lost hedge costs: CPU (Postgres + server, the simulator in the
+# server) and WAL a job, every job hedged against none, over the share of
+# jobs hedged.
+cost = {}
+for name in ("plain", "always"):
+    pg, server, wal = (int(x) for x in open(f"{work}/{name}.cpu").read().split())
+    jobs, hedged, _ = (int(x) for x in open(f"{work}/{name}.facts").read().split())
+    jobs = max(jobs, 1)
+    cost[name] = (pg / int(ticks) * 1e6 / jobs, server / int(ticks) * 1e6 / jobs, wal / jobs, hedged / jobs)
+    print(f"{name:>9}: {jobs} jobs, {hedged / jobs:.0%} hedged; a job: Postgres {cost[name][0]:,.0f} us, "
+          f"server {cost[name][1]:,.0f} us, WAL {cost[name][2]:,.0f} B")
+share = cost["always"][3]
 if share > 0:
-    extra_cpu = sum(cpu["hedged"]) - sum(cpu["unhedged"])
-    print(f"CPU a hedge (the extra CPU a job / the share hedged): {extra_cpu / share:,.0f} us")
+    extra = [(cost["always"][k] - cost["plain"][k]) / share for k in range(3)]
+    print(f"a lost hedge: Postgres {extra[0]:,.0f} us + server {extra[1]:,.0f} us of CPU, {extra[2]:,.0f} B of WAL")
 print()
 print(f"sim-fast failing every call for the run, the jobs failing over to sim-second:")
 print(f"{'run':>9} {'jobs':>7} {'errors':>6} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9}")
