@@ -125,11 +125,7 @@ pub trait DriverTx: Send {
     /// owner's distinct jobs, each locked: the answers in the order given.
     /// Postgres settles them all in one statement; SQLite one by one.
     async fn settle_outputs(&mut self, settlements: &[OutputSettlement<'_>]) -> Result<Vec<Settled>> {
-        let mut settled = Vec::with_capacity(settlements.len());
-        for settlement in settlements {
-            settled.push(self.settle_by_compare_and_swap(settlement).await?);
-        }
-        Ok(settled)
+        settle_each(self, settlements).await
     }
 
     /// Marks the job canceled and cancels its pending attempts: their numbers.
@@ -568,6 +564,19 @@ pub struct Settled {
     pub settled: u64,
     /// The pending siblings canceled by the win.
     pub canceled: Vec<i32>,
+}
+
+/// Settles outputs one statement each ([`DriverTx::settle_outputs`] where
+/// one statement cannot hold them all).
+pub(super) async fn settle_each<T: DriverTx + ?Sized>(
+    tx: &mut T,
+    settlements: &[OutputSettlement<'_>],
+) -> Result<Vec<Settled>> {
+    let mut settled = Vec::with_capacity(settlements.len());
+    for settlement in settlements {
+        settled.push(tx.settle_by_compare_and_swap(settlement).await?);
+    }
+    Ok(settled)
 }
 
 /// Stores the job state that its attempts now imply (a terminal one stays).

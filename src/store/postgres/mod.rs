@@ -319,11 +319,7 @@ impl_driver_tx!(PgTx, {
         let Some(first) = settlements.first() else { return Ok(Vec::new()) };
         if settlements.iter().any(|s| s.attempt.owner != first.attempt.owner || s.from != first.from) {
             // One statement binds one owner and one list of states.
-            let mut settled = Vec::with_capacity(settlements.len());
-            for settlement in settlements {
-                settled.push(self.settle_by_compare_and_swap(settlement).await?);
-            }
-            return Ok(settled);
+            return super::driver::settle_each(self, settlements).await;
         }
         let usages: Vec<Option<&AttemptUsage>> = settlements.iter().map(|s| s.usage).collect();
         let costs: Vec<_> = usages.iter().map(|u| u.and_then(|u| u.cost.as_ref())).collect();
