@@ -297,7 +297,16 @@ async fn replicas_hedge_each_others_jobs_with_one_winner_each() {
     let backend = Backend::Postgres;
     let url = backend.fresh_database().await;
     let adjust = |s: &mut Settings| settings(s, 1_000);
-    let first = TestApp::spawn_on(backend, &url, Role::All, adjust).await;
+    // The first replica, whose API the jobs come through (its worker woken
+    // at each), runs at most 20 calls at once: half of the first attempts,
+    // each a second long. The other half, or the hedges the first cannot
+    // run meanwhile, are left to the second replica, which polls every
+    // 50 ms.
+    let first = TestApp::spawn_on(backend, &url, Role::All, |s| {
+        adjust(s);
+        s.worker.concurrency = 20;
+    })
+    .await;
     let second = TestApp::spawn_on(backend, &url, Role::All, adjust).await;
     let ids = create_many(&first, "replicas", 40).await;
     for id in &ids {
