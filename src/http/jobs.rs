@@ -57,30 +57,76 @@ pub(crate) fn created_or_replayed(answer: &Keyed<Arc<Job>>) -> Response {
 }
 
 #[utoipa::path(post, path = "/jobs", tag = "jobs",
-    params(("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters naming this intent; the structured-field form \"abc\" is the same key as abc. A key is held as long as its job: a finished job (and its key) is kept for its task's retention after its last change (`retention.finished_jobs`, 30 days by default, never under 24 h), then purged; the job's `expires_at` says when, and after it the same key makes a new job", pattern = r#"^([!#-~][!-~]{0,254}|"([!#-\[\]-~]|\\["\\]){1,255}")$"#)),
+    params(("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters naming this intent; the structured-field form \"abc\" is the same key as abc. A key is held as long as its job: a finished job (and its key) is kept for its task's retention after its last change (`retention.finished_jobs`, 30 days by default, never under 24 h), then purged; the job's `expires_at` says when, and after it the same key makes a new job", pattern = r#"^([!#-~][!-~]{0,254}|"([!#-\[\]-~]|\\["\\]){1,255}")$"#),
+           ("Prefer" = Option<String>, Header, description = "`wait=N` (RFC 7240), N from 0 to 30: answer when the job is finished or N seconds have passed, whichever comes first, with the job as it then is (`Preference-Applied: wait=N` says it waited). Declined, and the job answered at once, when the owner holds all its places for long-polls on this server. Other preferences are ignored")),
     request_body = crate::http::bodies::CreateJobBody,
     responses(
-        (status = 201, description = "created: the job and its pending first attempt", body = Job,
-         headers(("Location" = String, description = "/jobs/{id}"))),
+        (status = 201, description = "created: the job and its pending first attempt (with `Prefer: wait`, the job as it is when it finished or the wait passed)", body = Job,
+         headers(("Location" = String, description = "/jobs/{id}"), ("Preference-Applied" = String, description = "wait=N, when the request waited"))),
         (status = 200, description = "a replay: the job this key made, as it is now", body = Job,
-         headers(("Idempotent-Replayed" = String, description = "true"), ("Location" = String, description = "/jobs/{id}"))),
+         headers(("Idempotent-Replayed" = String, description = "true"), ("Location" = String, description = "/jobs/{id}"), ("Preference-Applied" = String, description = "wait=N, when the request waited"))),
         (status = 400, description = "idempotency-key-missing or idempotency-key-invalid", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 409, description = "idempotency-key-reused: the key made a job with another task, input, provider or max_cost; or budget-exceeded: the first attempt could cost more than max_cost", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 413, description = "payload-too-large", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported-media-type: the body is not JSON", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "validation-failed (malformed JSON, unknown field or task, input breaking the schema, a prompt that cannot be rendered) or provider-unknown", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "validation-failed (malformed JSON, unknown field or task, input breaking the schema, a prompt that cannot be rendered, a bad `Prefer: wait`) or provider-unknown", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
 pub(crate) async fn create_job(
     State(app): State<AppState>,
-    Owner(owner): Owner,
+    Caller(caller): Caller,
     Key(key): Key,
     Trace(trace): Trace,
+    slot: Slot,
+    headers: HeaderMap,
     StrictJson(body): StrictJson<CreateJobBody>,
 ) -> Result<Response, ApiError> {
+    let wait = prefer_wait(&headers)?;
     let request = crate::jobs::JobRequest { trace, ..body.try_into()? };
-    let answer = app.jobs.create_job(owner, key, request).await.map_err(|e| job_error(&app, e))?;
-    Ok(created_or_replayed(&answer))
+    // A place to wait in, taken before the job is made. With none free, the
+    // preference is declined: the job is answered at once, without
+    // `Preference-Applied`.
+    let poll = wait.and_then(|wait| app.jobs.open_long_poll(&caller.owner, Some(caller.key), wait).ok());
+    let (mut answer, watch) =
+        app.jobs.create_job(caller.owner, key, request, poll.is_some()).await.map_err(|e| job_error(&app, e))?;
+    let Some(poll) = poll else { return Ok(created_or_replayed(&answer)) };
+    // Waiting, it holds one of its owner's places for long-polls, not a
+    // slot of the requests in flight.
+    if !answer.value.state.is_terminal() {
+        slot.release();
+        answer.value = app.jobs.wait_for_end(&poll, watch, answer.value).await;
+    }
+    let mut response = created_or_replayed(&answer);
+    if let Ok(applied) = HeaderValue::from_str(&format!("wait={}", poll.wait().as_secs())) {
+        response.headers_mut().insert(PREFERENCE_APPLIED, applied);
+    }
+    Ok(response)
+}
+
+/// The header that says a `Prefer` preference was honoured (RFC 7240).
+const PREFERENCE_APPLIED: header::HeaderName = header::HeaderName::from_static("preference-applied");
+
+/// The `wait` preference of a request's `Prefer` headers (RFC 7240): how
+/// long a creation may wait for its job's end, 1 to 30 seconds; `None`
+/// without one, or with `wait=0`. Other preferences are ignored; a `wait`
+/// that is not a whole number of seconds up to 30 is refused, as `?wait=`
+/// is, before anything is made.
+fn prefer_wait(headers: &HeaderMap) -> Result<Option<Duration>, Problem> {
+    let preferences = headers.get_all("prefer").iter().filter_map(|value| value.to_str().ok());
+    let wait = preferences
+        .flat_map(|value| value.split(','))
+        .filter_map(|preference| {
+            let token = preference.split(';').next().unwrap_or_default();
+            let (name, value) = token.split_once('=').unwrap_or((token, ""));
+            name.trim().eq_ignore_ascii_case("wait").then(|| value.trim().trim_matches('"').to_owned())
+        })
+        .next();
+    let Some(value) = wait else { return Ok(None) };
+    let seconds =
+        value.parse::<u64>().ok().filter(|s| *s <= MAX_WAIT_SECS).ok_or_else(|| {
+            Problem::invalid_parameter("Prefer", "wait must be a whole number of seconds from 0 to 30")
+        })?;
+    Ok((seconds > 0).then(|| Duration::from_secs(seconds)))
 }
 
 #[derive(Deserialize)]

@@ -12,7 +12,8 @@
 //!   through the same compare-and-swap as a worker (I3).
 //! - [`Jobs::cancel_job`], [`Jobs::get_job`].
 //! - [`Jobs::open_long_poll`], [`Jobs::watch_job`]: a long-poll, in one of
-//!   the owner's places for long-polls (`long_polls`).
+//!   the owner's places for long-polls (`long_polls`); [`Jobs::wait_for_end`]:
+//!   a creation that waits for its job's end (`waits`).
 //! - [`Jobs::follow_events`]: a job's event log followed live, in one of
 //!   those places too (`events`).
 
@@ -23,11 +24,11 @@ pub mod output;
 mod reads;
 pub mod replay;
 pub mod resolution;
+mod waits;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use serde_json::Value;
 
 pub use error::JobError;
@@ -41,7 +42,7 @@ use crate::domain::{
 };
 use crate::keys::Identity;
 use crate::process::metrics;
-use crate::process::signals::Signals;
+use crate::process::signals::{JobWatch, Signals};
 use crate::store::retention::Erasure;
 use crate::store::{
     Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Resolved, Store, TaskRules, Transition,
@@ -153,12 +154,16 @@ impl Jobs {
     /// [`JobIntent::made`]), and the checks against the current tasks,
     /// providers and prices apply only to a job that does not exist yet. A
     /// request they refuse is looked up by its key before it is refused.
+    ///
+    /// With `watch`, a job this request created comes with a watch on its
+    /// changes taken before it was inserted, for [`Jobs::wait_for_end`].
     pub async fn create_job(
         &self,
         owner: OwnerId,
         key: IdempotencyKey,
         request: JobRequest,
-    ) -> Result<Keyed<Arc<Job>>, JobError> {
+        watch: bool,
+    ) -> Result<(Keyed<Arc<Job>>, Option<JobWatch<'_>>), JobError> {
         let max_cost = request.max_cost.map(|m| m.to_string());
         let intent = |request| intent_of(request, max_cost.as_deref());
         // A key this process has seen taken: its holder never changes, so read
@@ -168,7 +173,7 @@ impl Jobs {
                 return Err(key_reused(&holder.task, holder.job_id));
             }
             if let Some(job) = self.reads.read(&owner, holder.job_id, || self.read_job(&owner, holder.job_id)).await? {
-                return Ok(replayed(job));
+                return Ok((replayed(job), None));
             }
             self.taken_keys.forget(&owner, &key);
         }
@@ -182,7 +187,7 @@ impl Jobs {
                 };
                 let job = Arc::new(job);
                 self.taken_keys.remember(&key, &job);
-                return answer_taken(intent(&request), job);
+                return answer_taken(intent(&request), job).map(unwatched);
             }
         };
         let JobRequest { task, input, provider: named, max_cost: budget, trace } = request;
@@ -203,6 +208,7 @@ impl Jobs {
             max_cost: budget,
             trace,
         };
+        let watch = watch.then(|| self.signals.watch_job(new.id));
         let store = &self.store;
         let flight = self
             .flights
@@ -219,7 +225,8 @@ impl Jobs {
                 self.taken_keys.remember(&new.idempotency_key, &job);
                 self.signals.work_available();
                 metrics::job_request(metrics::JOBS_CREATED, &job.task);
-                Ok(Keyed { value: job, replayed: false })
+                let watch = watch.filter(|_| job.id == new.id);
+                Ok((Keyed { value: job, replayed: false }, watch))
             }
             Flight::Taken(job) => {
                 self.taken_keys.remember(&new.idempotency_key, &job);
@@ -229,7 +236,7 @@ impl Jobs {
                     provider: named.as_deref(),
                     max_cost: max_cost.as_deref(),
                 };
-                answer_taken(intent, job)
+                answer_taken(intent, job).map(unwatched)
             }
             Flight::Failed(error) => Err(error.into()),
         }
@@ -494,57 +501,10 @@ impl Jobs {
     pub fn end_long_polls_of(&self, key: Uuid) {
         self.long_polls.end_key(key);
     }
+}
 
-    /// A place for one of `owner`'s long-polls, waiting up to `wait`, or
-    /// [`JobError::TooManyLongPolls`] when the owner holds as many as it
-    /// may in this process. The place is given back when the [`LongPoll`]
-    /// is dropped.
-    pub fn open_long_poll(&self, owner: &OwnerId, key: Option<Uuid>, wait: Duration) -> Result<LongPoll, JobError> {
-        self.long_polls.open(owner, key, wait).ok_or_else(|| {
-            metrics::long_poll_refused();
-            JobError::TooManyLongPolls { per_owner: self.long_polls.per_owner() }
-        })
-    }
-
-    /// The job `id` of `poll`'s owner once `changed` says it differs from
-    /// what the caller saw, or it is finished, or the poll's wait has
-    /// passed: a long-poll. The job's change notices wake it early; it
-    /// rereads the job every `long_poll_interval` anyway, for changes made
-    /// by other processes. Woken by a claim alone, it waits up to
-    /// [`CLAIM_GRACE`] for the attempt's outcome before it rereads, so that
-    /// a fast attempt is answered once, with its outcome.
-    pub async fn watch_job(
-        &self,
-        poll: &LongPoll,
-        id: JobId,
-        changed: impl Fn(&Job) -> bool,
-    ) -> Result<Arc<Job>, JobError> {
-        let owner = poll.owner();
-        // The watch listens for the job's changes from before each read, so
-        // that no change slips in between.
-        let watch = self.signals.watch_job(id);
-        let (mut change, mut settling) = (watch.next_change(), watch.next_change_but_a_claim());
-        let mut job = self.get_job(owner, id).await?;
-        let deadline = tokio::time::Instant::now() + poll.wait();
-        loop {
-            let now = tokio::time::Instant::now();
-            if job.state.is_terminal() || changed(&job) || now >= deadline {
-                return Ok(job);
-            }
-            let noticed = tokio::select! {
-                _ = change => true,
-                _ = tokio::time::sleep(self.intervals.long_poll.min(deadline - now)) => false,
-                // The server is stopping, or the key changed: answered now.
-                _ = poll.ended() => return Ok(job),
-            };
-            if noticed && (&mut settling).now_or_never().is_none() {
-                let grace = CLAIM_GRACE.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
-                let _ = tokio::time::timeout(grace, settling).await;
-            }
-            (change, settling) = (watch.next_change(), watch.next_change_but_a_claim());
-            job = self.get_job(owner, id).await?;
-        }
-    }
+fn unwatched<'a>(keyed: Keyed<Arc<Job>>) -> (Keyed<Arc<Job>>, Option<JobWatch<'a>>) {
+    (keyed, None)
 }
 
 fn replayed(job: Arc<Job>) -> Keyed<Arc<Job>> {

@@ -6,6 +6,7 @@
 //! too (the worker's sweep finds finished jobs with calls in flight).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -60,11 +61,24 @@ impl Drop for CallWatch<'_> {
 }
 
 /// One job's notices: `any` for every change, `settling` for every change
-/// but a claim (an attempt starting).
+/// but a claim (an attempt starting); `changes` counts them all.
 #[derive(Default)]
 struct JobNotices {
     any: Notify,
     settling: Notify,
+    changes: AtomicU64,
+}
+
+impl JobNotices {
+    /// Counts a change, then wakes those listening for it: a listener that
+    /// took its notice and then found the count unchanged is woken.
+    fn changed(&self, claim: bool) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        if !claim {
+            self.settling.notify_waiters();
+        }
+        self.any.notify_waiters();
+    }
 }
 
 /// A registration for the changes of one job; dropped, it is forgotten.
@@ -72,6 +86,8 @@ pub struct JobWatch<'a> {
     signals: &'a Signals,
     id: JobId,
     notices: Arc<JobNotices>,
+    // How many changes the job had when the watch was taken.
+    since: u64,
 }
 
 /// A notice of a job's next change, listening from when it was taken.
@@ -95,6 +111,13 @@ impl JobWatch<'_> {
     /// ([`Signals::job_claimed`]), listening from now on.
     pub fn next_change_but_a_claim(&self) -> Change<'_> {
         listening(&self.notices.settling)
+    }
+
+    /// Whether the job changed in this process since the watch was taken.
+    /// Asked after taking a notice, a `false` means that the notice hears
+    /// every change from the watch's taking on.
+    pub fn changed_since_taken(&self) -> bool {
+        self.notices.changes.load(Ordering::SeqCst) != self.since
     }
 }
 
@@ -137,8 +160,7 @@ impl Signals {
         // Under the lock, without a clone: a watch being dropped meanwhile
         // still sees that nobody else holds the job's notice, and forgets it.
         if let Some(notices) = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
-            notices.settling.notify_waiters();
-            notices.any.notify_waiters();
+            notices.changed(false);
         }
     }
 
@@ -146,7 +168,7 @@ impl Signals {
     /// [`JobWatch::next_change_but_a_claim`] does not hear.
     pub fn job_claimed(&self, id: JobId) {
         if let Some(notices) = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
-            notices.any.notify_waiters();
+            notices.changed(true);
         }
     }
 
@@ -190,8 +212,12 @@ impl Signals {
 
     /// Watches one job's changes.
     pub fn watch_job(&self, id: JobId) -> JobWatch<'_> {
-        let notices = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).entry(id).or_default().clone();
-        JobWatch { signals: self, id, notices }
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let notices = jobs.entry(id).or_default().clone();
+        // Read under the lock, which every change is counted under.
+        let since = notices.changes.load(Ordering::SeqCst);
+        drop(jobs);
+        JobWatch { signals: self, id, notices, since }
     }
 }
 
@@ -235,6 +261,20 @@ mod tests {
             settling.await
         });
         both.await.expect("any other change wakes both");
+    }
+
+    #[tokio::test]
+    async fn a_watch_knows_whether_its_job_changed_since_it_was_taken() {
+        let signals = Signals::default();
+        let job = JobId::new();
+        let watching = signals.watch_job(job);
+        assert!(!watching.changed_since_taken());
+        signals.job_claimed(job);
+        assert!(watching.changed_since_taken(), "a claim is a change");
+        let later = signals.watch_job(job);
+        assert!(!later.changed_since_taken(), "a watch counts from its own taking");
+        signals.job_changed(job);
+        assert!(later.changed_since_taken() && watching.changed_since_taken());
     }
 
     #[tokio::test]

@@ -357,6 +357,71 @@ async fn a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "a finished job does not make the client wait");
 }
 
+async fn a_creation_that_prefers_to_wait_is_answered_with_its_job_finished_or_when_the_wait_has_passed(
+    backend: Backend,
+) {
+    // sim-slow answers in 3 s; the owner has one place for long-polls.
+    let app = TestApp::spawn_live(backend, |s| {
+        s.server.max_long_polls_per_owner = 1;
+        let slow = s.providers.get_mut("sim-slow").unwrap();
+        slow.latency_ms = 3_000;
+        slow.timeout_ms = 10_000;
+    })
+    .await;
+    let prefer = |key: &str, body: &Value, preference: &str| {
+        app.post_job_raw(&app.alice, key, body.to_string()).header("prefer", preference).send()
+    };
+    let applied = |response: &reqwest::Response| {
+        response.headers().get("preference-applied").map(|v| v.to_str().unwrap().to_owned())
+    };
+    let fast = summarize_on("sim-fast", "answered in one round trip");
+    let created = prefer("fast", &fast, "respond-async, wait=10").await.unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    assert_eq!(applied(&created).as_deref(), Some("wait=10"));
+    let job: Value = created.json().await.unwrap();
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(attempts(&job)[0]["state"], "succeeded", "{job}");
+    let replay = prefer("fast", &fast, "wait=10").await.unwrap();
+    assert_eq!(replay.status(), StatusCode::OK);
+    assert_eq!(applied(&replay).as_deref(), Some("wait=10"));
+    assert_eq!(replay.json::<Value>().await.unwrap()["state"], "succeeded");
+
+    // A wait shorter than the provider's answer ends with the job unfinished.
+    let started = std::time::Instant::now();
+    let slow = summarize_on("sim-slow", "longer than the wait");
+    let waited = prefer("slow", &slow, "wait=1").await.unwrap();
+    assert_eq!(waited.status(), StatusCode::CREATED);
+    assert_eq!(applied(&waited).as_deref(), Some("wait=1"));
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1), "it waited");
+    let job: Value = waited.json().await.unwrap();
+    assert!(job["state"] == "queued" || job["state"] == "running", "{job}");
+    // With the owner's one place held (by an event stream on that job,
+    // unfinished for two more seconds), a wait is declined: the job is
+    // answered at once.
+    let id = job["id"].as_str().unwrap();
+    let stream = app.client.get(app.url(&format!("/jobs/{id}/events"))).bearer_auth(&app.alice).send().await.unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    let declined = prefer("declined", &slow, "wait=30").await.unwrap();
+    assert_eq!(declined.status(), StatusCode::CREATED);
+    assert_eq!(applied(&declined), None, "declined when no place is free");
+    assert_eq!(declined.json::<Value>().await.unwrap()["state"], "queued");
+    drop(stream);
+    app.wait_for(id, "succeeded", |j| j["state"] == "succeeded").await;
+
+    // A bad wait is refused before anything is made.
+    for bad in ["wait=31", "wait=soon", "wait=-1"] {
+        let refused = prefer("refused", &fast, bad).await.unwrap();
+        let problem = expect_problem(refused, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
+        assert_eq!(problem["errors"][0]["parameter"], "Prefer", "{problem}");
+    }
+    assert_eq!(app.post_job("refused", &fast).await.status(), StatusCode::CREATED, "the refused requests made no job");
+
+    // Another preference alone is ignored.
+    let ignored = prefer("ignored", &fast, "handling=lenient").await.unwrap();
+    assert_eq!(ignored.status(), StatusCode::CREATED);
+    assert_eq!(applied(&ignored), None);
+}
+
 on_both_backends!(
     a_double_click_with_the_worker_running_makes_one_job_and_one_provider_request,
     mismatched_input_under_one_key_is_refused_with_the_worker_running,
@@ -371,4 +436,5 @@ on_both_backends!(
     cancel_stops_a_job_and_a_running_attempts_late_output_is_never_applied,
     an_unknown_attempt_without_a_status_lookup_waits_for_an_operators_resolve,
     a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_to_date,
+    a_creation_that_prefers_to_wait_is_answered_with_its_job_finished_or_when_the_wait_has_passed,
 );

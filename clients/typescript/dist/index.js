@@ -139,7 +139,10 @@ export class OnejobClient {
      * Creates a job, once per intent: the intent's key is made on its first
      * call and reused by every later call and retry of it, so that however
      * many times it is sent it makes one job. Without an `intent`, the call
-     * is an intent of its own.
+     * is an intent of its own. With `waitSeconds` (1 to 30), the server
+     * answers when the job is finished or that time has passed (`Prefer:
+     * wait`), so that a fast job comes back finished in one round trip;
+     * `waited` says whether the server waited.
      */
     async createJob(job, options = {}) {
         const key = await this.keyFor(`create:${options.intent ?? crypto.randomUUID()}`);
@@ -148,11 +151,13 @@ export class OnejobClient {
             body.provider = job.provider;
         if (job.maxCost !== undefined)
             body.max_cost = job.maxCost;
-        const { response, tries } = await this.#send("POST", "/jobs", { body, key, signal: options.signal });
+        const headers = options.waitSeconds ? { prefer: `wait=${options.waitSeconds}` } : {};
+        const { response, tries } = await this.#send("POST", "/jobs", { body, key, headers, signal: options.signal });
         return {
             job: (await response.json()),
             status: response.status,
             replayed: response.headers.get("idempotent-replayed") === "true",
+            waited: response.headers.get("preference-applied")?.startsWith("wait=") ?? false,
             key,
             tries,
         };

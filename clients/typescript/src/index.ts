@@ -135,6 +135,8 @@ export interface Created {
   status: number;
   /** Whether the server answered from a job this intent had already made. */
   replayed: boolean;
+  /** Whether the server waited for the job's end (`waitSeconds`). */
+  waited: boolean;
   /** The intent's idempotency key. */
   key: string;
   /** How many times the request was sent. */
@@ -244,21 +246,26 @@ export class OnejobClient {
    * Creates a job, once per intent: the intent's key is made on its first
    * call and reused by every later call and retry of it, so that however
    * many times it is sent it makes one job. Without an `intent`, the call
-   * is an intent of its own.
+   * is an intent of its own. With `waitSeconds` (1 to 30), the server
+   * answers when the job is finished or that time has passed (`Prefer:
+   * wait`), so that a fast job comes back finished in one round trip;
+   * `waited` says whether the server waited.
    */
   async createJob(
     job: { task: string; input: unknown; provider?: string; maxCost?: string },
-    options: { intent?: string; signal?: AbortSignal } = {},
+    options: { intent?: string; signal?: AbortSignal; waitSeconds?: number } = {},
   ): Promise<Created> {
     const key = await this.keyFor(`create:${options.intent ?? crypto.randomUUID()}`);
     const body: Record<string, unknown> = { task: job.task, input: job.input };
     if (job.provider !== undefined) body.provider = job.provider;
     if (job.maxCost !== undefined) body.max_cost = job.maxCost;
-    const { response, tries } = await this.#send("POST", "/jobs", { body, key, signal: options.signal });
+    const headers: Record<string, string> = options.waitSeconds ? { prefer: `wait=${options.waitSeconds}` } : {};
+    const { response, tries } = await this.#send("POST", "/jobs", { body, key, headers, signal: options.signal });
     return {
       job: (await response.json()) as Job,
       status: response.status,
       replayed: response.headers.get("idempotent-replayed") === "true",
+      waited: response.headers.get("preference-applied")?.startsWith("wait=") ?? false,
       key,
       tries,
     };

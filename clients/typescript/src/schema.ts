@@ -1043,6 +1043,8 @@ export interface operations {
             header: {
                 /** @description 1 to 255 visible ASCII characters naming this intent; the structured-field form "abc" is the same key as abc. A key is held as long as its job: a finished job (and its key) is kept for its task's retention after its last change (`retention.finished_jobs`, 30 days by default, never under 24 h), then purged; the job's `expires_at` says when, and after it the same key makes a new job */
                 "Idempotency-Key": string;
+                /** @description `wait=N` (RFC 7240), N from 0 to 30: answer when the job is finished or N seconds have passed, whichever comes first, with the job as it then is (`Preference-Applied: wait=N` says it waited). Declined, and the job answered at once, when the owner holds all its places for long-polls on this server. Other preferences are ignored */
+                Prefer?: string | null;
             };
             path?: never;
             cookie?: never;
@@ -1060,17 +1062,21 @@ export interface operations {
                     "Idempotent-Replayed"?: string;
                     /** @description /jobs/{id} */
                     Location?: string;
+                    /** @description wait=N, when the request waited */
+                    "Preference-Applied"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Job"];
                 };
             };
-            /** @description created: the job and its pending first attempt */
+            /** @description created: the job and its pending first attempt (with `Prefer: wait`, the job as it is when it finished or the wait passed) */
             201: {
                 headers: {
                     /** @description /jobs/{id} */
                     Location?: string;
+                    /** @description wait=N, when the request waited */
+                    "Preference-Applied"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1131,7 +1137,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description validation-failed (malformed JSON, unknown field or task, input breaking the schema, a prompt that cannot be rendered) or provider-unknown */
+            /** @description validation-failed (malformed JSON, unknown field or task, input breaking the schema, a prompt that cannot be rendered, a bad `Prefer: wait`) or provider-unknown */
             422: {
                 headers: {
                     [name: string]: unknown;

@@ -108,6 +108,17 @@ test("the server's own 429 is waited out", async () => {
   }
 });
 
+test("a creation that waits comes back with its job finished", async () => {
+  const onejob = client();
+  const created = await onejob.createJob(summarize("one round trip", "sim-fast"), { waitSeconds: 10 });
+  assert.equal(created.status, 201);
+  assert.equal(created.waited, true);
+  assert.equal(created.job.state, "succeeded");
+  const plain = await onejob.createJob(summarize("answered at once", "sim-fast"));
+  assert.equal(plain.waited, false);
+  assert.equal(plain.job.state, "queued");
+});
+
 test("4xx other than 408 and 429 are not retried, and come as typed errors", async () => {
   const onejob = client();
   const first = await onejob.createJob(summarize("the first intent"), { intent: "reused" });

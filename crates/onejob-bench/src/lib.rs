@@ -31,8 +31,12 @@ pub enum Scenario {
     Storm,
     /// `GET /jobs/{id}` over existing jobs.
     Poll,
-    /// Create on `sim-fast` and long-poll until it succeeded.
+    /// Create on `sim-fast` with `Prefer: wait=10` (answered when the job
+    /// is finished), long-polling if it is not yet.
     E2e,
+    /// Create on `sim-fast`, then long-poll until it succeeded.
+    #[serde(rename = "e2e-poll")]
+    E2ePoll,
     /// `--jobs` jobs at once on `--provider`, until all have finished.
     Inflight,
     /// `--jobs` jobs on `--provider`, each followed on its own stream of
@@ -177,14 +181,17 @@ impl Connection {
         Ok(())
     }
 
+    /// Sends a request, with `headers` (whole lines, each ending in
+    /// `\r\n`) besides its own, and reads its answer.
     async fn send(
         &mut self,
         method: &str,
         path: &str,
         key: Option<&str>,
         body: Option<&[u8]>,
+        headers: &str,
     ) -> Result<Answer, String> {
-        let result = self.exchange(method, path, key, body).await;
+        let result = self.exchange(method, path, key, body, headers).await;
         if result.is_err() {
             // Whatever state the connection is in, the next request gets a new one.
             self.stream = None;
@@ -198,6 +205,7 @@ impl Connection {
         path: &str,
         key: Option<&str>,
         body: Option<&[u8]>,
+        headers: &str,
     ) -> Result<Answer, String> {
         use std::io::Write as _;
         self.open().await?;
@@ -212,6 +220,7 @@ impl Connection {
         if let Some(key) = key {
             let _ = write!(request, "idempotency-key: {key}\r\n");
         }
+        request.extend_from_slice(headers.as_bytes());
         if let Some(body) = body {
             let _ = write!(request, "content-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len());
             request.extend_from_slice(body);
@@ -260,7 +269,11 @@ impl Connection {
     }
 
     async fn post_job(&mut self, key: &str, body: &[u8]) -> Result<Answer, String> {
-        let answer = self.send("POST", "/jobs", Some(key), Some(body)).await?;
+        self.post_job_with(key, body, "").await
+    }
+
+    async fn post_job_with(&mut self, key: &str, body: &[u8], headers: &str) -> Result<Answer, String> {
+        let answer = self.send("POST", "/jobs", Some(key), Some(body), headers).await?;
         if !(200..300).contains(&answer.status) {
             return Err(format!("POST /jobs answered {}", answer.status));
         }
@@ -268,7 +281,7 @@ impl Connection {
     }
 
     async fn get(&mut self, path: &str) -> Result<Value, String> {
-        let answer = self.send("GET", path, None, None).await?;
+        let answer = self.send("GET", path, None, None, "").await?;
         if !(200..300).contains(&answer.status) {
             return Err(format!("GET {path} answered {}", answer.status));
         }
@@ -378,7 +391,8 @@ async fn timed(target: &Arc<Target>, options: &Arc<Options>, run: &str) -> Resul
                         let (_, id) = &seeds[(worker + i * options.connections) % seeds.len()];
                         connection.get(&format!("/jobs/{id}")).await.map(drop)
                     }
-                    Scenario::E2e => e2e_one(&mut connection, &format!("bench-{run}-{worker}-{i}")).await,
+                    Scenario::E2e => e2e_one(&mut connection, &format!("bench-{run}-{worker}-{i}"), true).await,
+                    Scenario::E2ePoll => e2e_one(&mut connection, &format!("bench-{run}-{worker}-{i}"), false).await,
                     Scenario::Storm | Scenario::Inflight | Scenario::Streams | Scenario::Tokens => {
                         unreachable!("not timed")
                     }
@@ -399,8 +413,11 @@ async fn timed(target: &Arc<Target>, options: &Arc<Options>, run: &str) -> Resul
     Ok(samples)
 }
 
-async fn e2e_one(connection: &mut Connection, key: &str) -> Result<(), String> {
-    let job = connection.post_job(key, &body("end to end".into(), Some("sim-fast"))).await?.json()?;
+/// One job from its creation to its success: created with `Prefer: wait`
+/// when `wait`, then long-polled until it succeeded.
+async fn e2e_one(connection: &mut Connection, key: &str, wait: bool) -> Result<(), String> {
+    let prefer = if wait { "prefer: wait=10\r\n" } else { "" };
+    let job = connection.post_job_with(key, &body("end to end".into(), Some("sim-fast")), prefer).await?.json()?;
     let id = job["id"].as_str().unwrap_or_default().to_owned();
     let mut state = job["state"].clone();
     let mut polls = 0;
