@@ -129,8 +129,14 @@ pub fn serve_routes(routes: Router<AppState>, state: AppState) -> Router {
 /// `unavailable` otherwise.
 async fn deadline(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let mut limit = state.settings.request_timeout();
-    // A long-poll may wait its full time on top.
-    if request.uri().query().is_some_and(|q| q.contains("wait=")) {
+    // A long-poll, or a creation with `Prefer: wait`, may wait its full
+    // time on top.
+    let prefers_wait = request
+        .headers()
+        .get_all("prefer")
+        .iter()
+        .any(|value| value.to_str().is_ok_and(|value| value.to_ascii_lowercase().contains("wait")));
+    if request.uri().query().is_some_and(|q| q.contains("wait=")) || prefers_wait {
         limit += std::time::Duration::from_secs(jobs::MAX_WAIT_SECS);
     }
     let body_waited = Arc::new(AtomicBool::new(false));

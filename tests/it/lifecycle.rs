@@ -360,9 +360,11 @@ async fn a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_
 async fn a_creation_that_prefers_to_wait_is_answered_with_its_job_finished_or_when_the_wait_has_passed(
     backend: Backend,
 ) {
-    // sim-slow answers in 3 s; the owner has one place for long-polls.
+    // sim-slow answers in 3 s; the owner has one place for long-polls; a
+    // request may take a second, and a wait on top.
     let app = TestApp::spawn_live(backend, |s| {
         s.server.max_long_polls_per_owner = 1;
+        s.server.request_timeout_ms = 1_000;
         let slow = s.providers.get_mut("sim-slow").unwrap();
         slow.latency_ms = 3_000;
         slow.timeout_ms = 10_000;
