@@ -266,7 +266,8 @@ if postgres:
            median("ratio: e2e / graphile complete"))
     target(lambda v: v >= 0.9, "create >= 0.9 x pgbench on the store's statement", median("ratio: create / pgbench"))
     print(f"        e2e p99 {median('onejob e2e p99, ms'):.1f} ms beside graphile's {median('graphile e2e p99, ms'):.1f} ms")
-    print(f"        e2e-poll (create, then long-poll) {median('ratio: e2e-poll / graphile complete'):.2f} x graphile's completion")
+    poll = median("ratio: e2e-poll / graphile complete")
+    print(f"        e2e-poll (create, then long-poll): {'n/a' if poll is None else f'{poll:.2f} x'} graphile's completion")
 else:
     rate = median("onejob e2e, jobs/s")
     print(f"  {'PASS' if rate >= 1000 else 'FAIL'}  e2e >= 1,000 jobs/s: {rate:,.0f}")
