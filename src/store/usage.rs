@@ -94,12 +94,24 @@ pub(crate) fn read_cost(
 /// after it (see [`bind_usage`]); the columns as they were otherwise.
 /// `cost_cast` types the cost (`::numeric` on Postgres).
 pub(crate) fn usage_assignments(sigil: char, flag: usize, cost_cast: &str) -> String {
+    assignments_of(&format!("{sigil}{flag}"), |i, _| format!("{sigil}{}", flag + 1 + i), "", cost_cast)
+}
+
+/// [`usage_assignments`] in general: when `flag` is true, each column set
+/// to `value(its index, its name)`; otherwise kept, named as `current`
+/// (a table alias and its dot, or nothing) prefixes it.
+pub(crate) fn assignments_of(
+    flag: &str,
+    value: impl Fn(usize, &str) -> String,
+    current: &str,
+    cost_cast: &str,
+) -> String {
     USAGE_COLUMNS
         .iter()
         .enumerate()
         .map(|(i, column)| {
             let cast = if *column == "cost" { cost_cast } else { "" };
-            format!("{column} = case when {sigil}{flag} then {sigil}{}{cast} else {column} end", flag + 1 + i)
+            format!("{column} = case when {flag} then {}{cast} else {current}{column} end", value(i, column))
         })
         .collect::<Vec<_>>()
         .join(", ")

@@ -110,14 +110,8 @@ pub(super) static SETTLE_WITH_OUTPUT: LazyLock<String> = LazyLock::new(|| {
 /// `canceled`), the `race-lost` details, whether there is a usage, and the
 /// usage's columns.
 pub(super) static SETTLE_OUTPUTS: LazyLock<String> = LazyLock::new(|| {
-    let usage = crate::store::usage::USAGE_COLUMNS
-        .iter()
-        .map(|column| {
-            let cast = if *column == "cost" { "::numeric" } else { "" };
-            format!("{column} = case when i.has_usage then i.{column}{cast} else a.{column} end")
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
+    let usage =
+        crate::store::usage::assignments_of("i.has_usage", |_, column| format!("i.{column}"), "a.", "::numeric");
     format!(
         r#"
     with input as (
