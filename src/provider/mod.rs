@@ -13,6 +13,7 @@
 
 pub mod answer;
 pub mod anthropic;
+mod bpe;
 mod failure;
 mod message_stream;
 pub mod openai;

@@ -1,8 +1,8 @@
 //! Counting a prompt's tokens the way its provider will, before it is sent:
 //! a prompt that cannot fit the provider's context fails its attempt with
-//! `prompt-too-long`, with no call and no cost. The OpenAI encodings ship
-//! inside the tiktoken-rs crate (no download); each is loaded once, on
-//! first use. Anthropic's tokenizer is not published: its prompts are
+//! `prompt-too-long`, with no call and no cost. The OpenAI encodings are
+//! counted by `bpe`, from vocabularies built into the binary (no download).
+//! Anthropic's tokenizer is not published: its prompts are
 //! estimated with a margin (characters ÷ 3), or counted by the provider's
 //! token-counting endpoint where `count_tokens` is set.
 
@@ -18,8 +18,8 @@ pub const FORCED_TOOL_TOKENS: usize = 350;
 /// Tokens in `text`.
 pub fn count(tokenizer: Tokenizer, text: &str) -> usize {
     match tokenizer {
-        Tokenizer::O200kBase => tiktoken_rs::o200k_base_singleton().encode_ordinary(text).len(),
-        Tokenizer::Cl100kBase => tiktoken_rs::cl100k_base_singleton().encode_ordinary(text).len(),
+        Tokenizer::O200kBase => super::bpe::O200K_BASE.count(text),
+        Tokenizer::Cl100kBase => super::bpe::CL100K_BASE.count(text),
         Tokenizer::Approx => text.chars().count().div_ceil(4),
         Tokenizer::ApproxWithMargin => text.chars().count().div_ceil(3),
     }
