@@ -5,6 +5,8 @@ FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY src src
+# Cargo.toml names the tokenizer's benchmark, so its source must be there.
+COPY benches benches
 COPY crates crates
 COPY config config
 COPY migrations migrations
