@@ -26,6 +26,7 @@ mod error;
 mod events;
 mod eviction;
 mod facade;
+mod groups;
 pub mod jobs;
 pub mod keys;
 pub mod output;

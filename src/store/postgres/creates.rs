@@ -1,118 +1,51 @@
-//! Group commit of new jobs: whoever gets the turn writes every creation
-//! queued while the previous group was being written, one statement and
-//! one commit for each owner's creations, so that one round trip and one
-//! log flush cover them all; each request is answered only after its
-//! commit. Under no load a group is the one creation, written at once.
+//! How a group of new jobs is written on Postgres (the queue and the turn:
+//! [`crate::store::groups`]): one statement and one commit for each
+//! owner's creations, the owners' statements at once, so that one round
+//! trip and one log flush cover them all.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::PostgresStore;
 use super::hot::HotConnections;
 use super::sql::CREATE_JOBS;
+use crate::store::groups::{Creations, Pending, interrupted};
 use crate::store::{NewJob, Result, StoreError};
-
-/// The most creations one group writes.
-const MAX_GROUP: usize = 256;
 
 /// An answer to a creation: when its job was inserted, or `None` when its
 /// key was taken.
-type Answer = Result<Option<DateTime<Utc>>>;
-
-/// A creation waiting for its group, and where its answer goes.
-struct Pending {
-    new: NewJob,
-    answer: oneshot::Sender<Answer>,
-}
+type Answer = Option<DateTime<Utc>>;
 
 /// The creations waiting for the next group, and the turn to write one.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(super) struct Creates {
-    queued: Mutex<Vec<Pending>>,
+    queue: Creations<Answer>,
     turn: Arc<tokio::sync::Mutex<()>>,
 }
 
-impl Creates {
-    /// Takes `new` out of the queue: whether it was still there (no group
-    /// has taken it).
-    fn withdraw(&self, new: &NewJob) -> bool {
-        let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
-        let before = queued.len();
-        queued.retain(|pending| pending.new.id != new.id);
-        queued.len() < before
-    }
-}
-
-impl std::fmt::Debug for Creates {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let queued = self.queued.lock().unwrap_or_else(|p| p.into_inner()).len();
-        f.debug_struct("Creates").field("queued", &queued).finish_non_exhaustive()
-    }
-}
-
-/// Why a queued creation got no answer: the task writing its group ended
-/// without one (nothing of it is acknowledged).
-fn interrupted() -> StoreError {
-    StoreError::Interrupted("the write of this request was interrupted")
-}
-
 impl PostgresStore {
-    /// Inserts `new` in the next group and waits for its answer. Whoever
-    /// gets the turn with its creation still queued takes every queued
-    /// creation (its own among them) and writes them; the others find their
-    /// answer while they wait. The group is written by a task of its own,
-    /// so a client that hangs up cannot abandon the others.
-    ///
-    /// A creation still queued when the pool's acquire timeout has passed
-    /// (the group ahead is held up: a lock, a database that stopped
-    /// answering) is taken out of the queue and refused as unavailable (503,
-    /// retryable), as a request that found no free connection is; one whose
-    /// group is being written waits for its answer.
-    pub(super) async fn create_in_group(&self, new: &NewJob) -> Answer {
-        let (answer, mut answered) = oneshot::channel();
-        self.creates.queued.lock().unwrap_or_else(|p| p.into_inner()).push(Pending { new: new.clone(), answer });
+    /// Inserts `new` in the next group ([`crate::store::groups`]) and waits
+    /// for its answer. A creation still queued when the pool's acquire
+    /// timeout has passed is refused as unavailable (503, retryable), as a
+    /// request that found no free connection is.
+    pub(super) async fn create_in_group(&self, new: &NewJob) -> Result<Answer> {
         let deadline = tokio::time::Instant::now() + self.hot.acquire_timeout();
-        loop {
-            let turn = tokio::select! {
-                biased;
-                answer = &mut answered => return answer.map_err(|_| interrupted())?,
-                turn = self.creates.turn.clone().lock_owned() => turn,
-                () = tokio::time::sleep_until(deadline) => {
-                    if self.creates.withdraw(new) {
-                        return Err(StoreError::from(sqlx::Error::PoolTimedOut));
-                    }
-                    return answered.await.map_err(|_| interrupted())?;
-                }
-            };
-            // Whoever wrote before us answered everything it took before
-            // giving up the turn; no answer yet means ours is still queued.
-            match answered.try_recv() {
-                Ok(answer) => return answer,
-                Err(oneshot::error::TryRecvError::Closed) => return Err(interrupted()),
-                Err(oneshot::error::TryRecvError::Empty) => {}
-            }
-            let group: Vec<Pending> = {
-                let mut queued = self.creates.queued.lock().unwrap_or_else(|p| p.into_inner());
-                let take = queued.len().min(MAX_GROUP);
-                queued.drain(..take).collect()
-            };
-            let hot = self.hot.clone();
-            tokio::spawn(async move {
-                let _turn = turn;
-                write_group(&hot, group).await;
-            });
-        }
+        let hot = self.hot.clone();
+        let write = move |group| {
+            let hot = hot.clone();
+            async move { write_group(&hot, group).await }
+        };
+        self.creates.queue.create(new, &self.creates.turn, Some(deadline), write).await
     }
 }
 
 /// Writes a group: each owner's creations by one statement, the owners'
 /// statements at once, and answers each creation.
-async fn write_group(hot: &HotConnections, group: Vec<Pending>) {
-    let mut owners: Vec<Vec<Pending>> = Vec::new();
+async fn write_group(hot: &HotConnections, group: Vec<Pending<Answer>>) {
+    let mut owners: Vec<Vec<Pending<Answer>>> = Vec::new();
     for pending in group {
         match owners.iter_mut().find(|same| same[0].new.owner == pending.new.owner) {
             Some(same) => same.push(pending),
@@ -125,7 +58,7 @@ async fn write_group(hot: &HotConnections, group: Vec<Pending>) {
 /// Writes one owner's creations by one statement and answers each. If it
 /// fails, each is written alone, so that one bad request cannot fail the
 /// others.
-async fn write_owners(hot: &HotConnections, same: Vec<Pending>) {
+async fn write_owners(hot: &HotConnections, same: Vec<Pending<Answer>>) {
     let news: Vec<&NewJob> = same.iter().map(|pending| &pending.new).collect();
     match insert_jobs(hot, &news).await {
         Ok(inserted) => {

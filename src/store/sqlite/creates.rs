@@ -1,63 +1,35 @@
-//! Group commit of new jobs: whoever gets the write turn writes every
-//! creation queued while the previous transaction was committing, in one
-//! transaction, so one log sync covers them all; each request is answered
-//! only after that commit.
+//! How a group of new jobs is written on SQLite (the queue:
+//! [`crate::store::groups`]; the turn is the one writer's): one
+//! transaction, so that one log sync covers them all.
 
 use serde_json::json;
 use sqlx::types::Json;
 
-use super::{MAX_GROUP, NewEvent, PendingCreate, SqliteStore, insert_event, now};
+use super::{NewEvent, SqliteStore, insert_event, now};
 use crate::domain::{AttemptOrigin, AttemptState, EventKind, JobState};
+use crate::store::groups::Pending;
 use crate::store::{NewJob, Result, StoreError};
 
-/// Why a request queued for a group commit got no answer: the task writing
-/// its group ended without one (nothing of it is acknowledged).
-fn interrupted() -> StoreError {
-    StoreError::Interrupted("the write of this request was interrupted")
-}
+/// An answer to a creation: the time its job was inserted at, or `None`
+/// when its key was taken.
+type Answer = Option<i64>;
 
 impl SqliteStore {
-    /// Waits for the answer to a queued creation. Whoever gets the write turn
-    /// first with its creation still queued takes every queued creation
-    /// (its own among them) and writes them in one transaction; the others
-    /// find their answer while they wait. The group is written by a task of
-    /// its own, so a client that hangs up cannot abandon the others.
-    pub(super) async fn group_commit(
-        &self,
-        mut answered: tokio::sync::oneshot::Receiver<Result<Option<i64>>>,
-    ) -> Result<Option<i64>> {
-        loop {
-            let turn = tokio::select! {
-                biased;
-                answer = &mut answered => return answer.map_err(|_| interrupted())?,
-                turn = self.writer.clone().lock_owned() => turn,
-            };
-            // Whoever wrote before us answered everything it took before
-            // giving up the turn; no answer yet means ours is still queued.
-            match answered.try_recv() {
-                Ok(answer) => return answer,
-                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => return Err(interrupted()),
-                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
-            }
-            let group: Vec<PendingCreate> = {
-                let mut queued = self.creates.lock().unwrap_or_else(|p| p.into_inner());
-                let take = queued.len().min(MAX_GROUP);
-                queued.drain(..take).collect()
-            };
-            let store = self.clone();
-            tokio::spawn(async move {
-                let _turn = turn;
-                store.write_group(group).await;
-            });
-            // Ours was in that group, or (past MAX_GROUP) is in a later one:
-            // wait for the answer or the next turn.
-        }
+    /// Inserts `new` in the next group ([`crate::store::groups`]), written
+    /// in the one writer's turn, and waits for its answer.
+    pub(super) async fn create_in_group(&self, new: &NewJob) -> Result<Answer> {
+        let store = self.clone();
+        let write = move |group| {
+            let store = store.clone();
+            async move { store.write_group(group).await }
+        };
+        self.creates.create(new, &self.writer, None, write).await
     }
 
     /// Writes a group of creations in one transaction and answers each. If
     /// the group fails, each creation is written alone, so that one bad
     /// request cannot fail the others.
-    async fn write_group(&self, group: Vec<PendingCreate>) {
+    async fn write_group(&self, group: Vec<Pending<Answer>>) {
         let together = async {
             let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
             let mut inserted = Vec::with_capacity(group.len());

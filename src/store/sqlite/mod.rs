@@ -39,6 +39,7 @@ use uuid::Uuid;
 
 use super::driver::Tx;
 use super::events::NewEvent;
+use super::groups::Creations;
 use super::rows::{AttemptRefRow, QualificationRow, job_from_rows, stored_trace};
 use super::shared::impl_driver;
 use super::usage::{AttemptUsage, UsageFilter, UsageRow, bind_counts};
@@ -52,7 +53,7 @@ use tx::SqliteTx;
 
 mod breakers;
 mod claims;
-mod group;
+mod creates;
 mod keys;
 mod retention;
 mod sessions;
@@ -87,20 +88,10 @@ pub struct SqliteStore {
     // holding a connection; SQLite's busy timeout is left for writers in
     // other processes.
     writer: Arc<tokio::sync::Mutex<()>>,
-    // Creations waiting for the next group commit.
-    creates: Arc<std::sync::Mutex<Vec<PendingCreate>>>,
+    // Creations waiting for the next group commit (see `creates`); the
+    // turn to write one is `writer`.
+    creates: Arc<Creations<Option<i64>>>,
 }
-
-/// A creation waiting for its group commit, and where its answer goes: the
-/// time it was inserted at, or `None` when its key was taken.
-#[derive(Debug)]
-struct PendingCreate {
-    new: NewJob,
-    answer: tokio::sync::oneshot::Sender<Result<Option<i64>>>,
-}
-
-/// The most creations one group commit writes.
-const MAX_GROUP: usize = 256;
 
 impl SqliteStore {
     /// Opens (creating it if needed) the database at `url` (`sqlite://PATH`).
@@ -205,9 +196,7 @@ impl_driver!(SqliteStore, {
     }
 
     async fn insert_job(&self, new: &NewJob) -> Result<Option<DateTime<Utc>>> {
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        self.creates.lock().unwrap_or_else(|p| p.into_inner()).push(PendingCreate { new: new.clone(), answer });
-        self.group_commit(answered).await?.map(time).transpose()
+        self.create_in_group(new).await?.map(time).transpose()
     }
 
     async fn expired_leases(&self, max: u32) -> Result<Vec<AttemptRef>> {
