@@ -68,7 +68,9 @@ const TAG_BITS: u32 = 32 - RANK_BITS;
 const NOT_A_TOKEN: u32 = u32::MAX;
 
 /// The space `Encoding::merge` works in, kept per thread so that counting
-/// allocates only for a piece longer than any the thread has merged.
+/// allocates only for a piece longer than any the thread has merged, up to
+/// `SCRATCH_KEPT` bytes (about 100 KiB of space); a longer piece's space is
+/// freed after it.
 #[derive(Default)]
 struct Scratch {
     ends: Vec<u32>,
@@ -76,6 +78,8 @@ struct Scratch {
     pair_ranks: Vec<u32>,
     pairs: BinaryHeap<Reverse<u64>>,
 }
+
+const SCRATCH_KEPT: usize = 4096;
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::default();
@@ -139,7 +143,15 @@ impl Encoding {
     /// their start; a pair whose left part has merged since it was pushed is
     /// stale and skipped.
     fn merged_parts(&self, piece: &[u8]) -> usize {
-        SCRATCH.with_borrow_mut(|scratch| self.merge(piece, scratch))
+        SCRATCH.with_borrow_mut(|scratch| {
+            let parts = self.merge(piece, scratch);
+            if piece.len() > SCRATCH_KEPT {
+                // A long piece (a run of letters in a pasted blob) does not
+                // leave its space held by the thread for good.
+                *scratch = Scratch::default();
+            }
+            parts
+        })
     }
 
     fn merge(&self, piece: &[u8], Scratch { ends, before, pair_ranks, pairs }: &mut Scratch) -> usize {
@@ -275,6 +287,8 @@ mod tests {
         .to_vec();
         texts.push("a".repeat(1000));
         texts.push("abcdefghij".repeat(300));
+        // Longer than the scratch space a thread keeps.
+        texts.push("quuxzy".repeat(1000));
         texts.push("9".repeat(1000));
         texts.push(" ".repeat(500) + "end");
         texts.push("-=".repeat(400));
