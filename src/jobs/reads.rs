@@ -26,10 +26,20 @@ impl Jobs {
     }
 
     /// One of `owner`'s jobs with its audit log, oldest first. The job is
-    /// read after the log, so that it is at least as new as the last event.
+    /// read after the log, so that it is at least as new as the last event
+    /// (a page that follows the job's events from there misses no change).
+    /// When none of its attempts can change any more, the log is read once
+    /// more: a page stops following such a job, and the events of its last
+    /// changes (a loser canceled after the winner's settlement) may have
+    /// been committed between the two reads.
     pub async fn job_with_events(&self, owner: &OwnerId, id: JobId) -> store::Result<Option<(Job, Vec<JobEvent>)>> {
         let events = self.store.list_events(owner, id).await?;
-        Ok(self.read_job(owner, id).await?.map(|job| (job, events)))
+        crate::process::failpoints::reached("job-with-events-between-reads");
+        let Some(job) = self.read_job(owner, id).await? else { return Ok(None) };
+        if job.attempts.iter().all(|attempt| attempt.state.is_final()) {
+            return Ok(Some((job, self.store.list_events(owner, id).await?)));
+        }
+        Ok(Some((job, events)))
     }
 
     /// Jobs of one owner or (`None`) of every owner, newest first, found by

@@ -9,7 +9,9 @@
 //! - `policy-before-next-attempt` (`return(JOB_ID)`): a failure of that
 //!   job fails between its own record and the insert of the retry policy's
 //!   next attempt, and rolls back (aimed at one job, so that a test can set
-//!   it while others run).
+//!   it while others run);
+//! - `job-with-events-between-reads` (a callback, `fail::cfg_callback`): a
+//!   page's read of a job between its log and the job itself.
 //!
 //! Without the feature, none exists and each costs nothing.
 
@@ -20,6 +22,11 @@ use std::time::Duration;
 pub fn parked_at(failpoint: &str) -> Option<Duration> {
     fail::fail_point!(failpoint, |ms| ms.and_then(|ms| ms.parse().ok()).map(Duration::from_millis));
     None
+}
+
+/// Runs the callback set at `failpoint`, if one is.
+pub fn reached(failpoint: &str) {
+    fail::fail_point!(failpoint);
 }
 
 /// Whether `failpoint` is set to fail `subject` (`return(SUBJECT)`).

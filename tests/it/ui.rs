@@ -36,7 +36,48 @@ on_both_backends!(
     a_session_follows_its_owners_job_on_the_dashboards_event_stream,
     the_unknown_page_marks_an_attempt_unknown_for_longer_than_its_retention,
     the_demo_says_how_the_slow_attempt_ends_as_its_task_is_configured,
+    a_page_read_as_its_job_ends_shows_the_event_the_job_ended_with,
 );
+
+/// A job page read while the job's last change commits shows that change's
+/// event: the page stops following a job none of whose attempts can change
+/// any more, so its log is read again after the job. A failpoint holds the
+/// read between the log and the job while the job is canceled.
+async fn a_page_read_as_its_job_ends_shows_the_event_the_job_ended_with(backend: Backend) {
+    // A failpoint is the process's: one backend's run at a time when the
+    // tests share a process (`cargo test`).
+    static FAILPOINT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _failpoint = FAILPOINT.lock().await;
+    // No worker: the job stays queued until it is canceled.
+    let app = TestApp::spawn(backend).await;
+    let job = app.create_job("read-as-it-ends", None).await["id"].as_str().unwrap().to_owned();
+    let alice = sign_in(&app, &app.alice).await;
+    let (reached, mut held) = tokio::sync::mpsc::unbounded_channel();
+    let (release, go) = std::sync::mpsc::channel::<()>();
+    let go = std::sync::Mutex::new(Some(go));
+    // The first read to get there waits for the cancel; any other goes on.
+    fail::cfg_callback("job-with-events-between-reads", move || {
+        if let Some(go) = go.lock().unwrap().take() {
+            let _ = reached.send(());
+            let _ = go.recv_timeout(Duration::from_secs(30));
+        }
+    })
+    .unwrap();
+    let fragment = tokio::spawn({
+        let (client, url, cookie) =
+            (alice.client.clone(), alice.url(&format!("/ui/jobs/{job}/timeline")), alice.cookie.clone());
+        async move { client.get(url).header(header::COOKIE, cookie).send().await.unwrap().text().await.unwrap() }
+    });
+    held.recv().await.expect("the page's read reaches the failpoint");
+    let canceled =
+        app.client.post(app.url(&format!("/jobs/{job}/cancel"))).bearer_auth(&app.alice).send().await.unwrap();
+    assert_eq!(canceled.status(), StatusCode::OK);
+    release.send(()).unwrap();
+    let fragment = fragment.await.unwrap();
+    fail::remove("job-with-events-between-reads");
+    assert!(fragment.contains(r#"data-open="false""#), "the job read is the canceled one: {fragment}");
+    assert!(fragment.contains(r#"data-kind="job-canceled""#), "with the event it ended with: {fragment}");
+}
 
 /// The demo's story says what happens to the losing attempt: canceled by
 /// default, superseded with `cancel_losers` off.
