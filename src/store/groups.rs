@@ -12,7 +12,6 @@
 //! (`postgres/creates.rs`, `sqlite/creates.rs`).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
@@ -26,19 +25,17 @@ const MAX_GROUP: usize = 256;
 pub(super) struct Pending<A> {
     pub new: NewJob,
     pub answer: oneshot::Sender<Result<A>>,
-    ticket: u64,
 }
 
 /// The creations waiting for the next group. `A` is a backend's answer to
 /// one: when its job was inserted, or `None` when its key was taken.
 pub(super) struct Creations<A> {
     queued: Mutex<Vec<Pending<A>>>,
-    tickets: AtomicU64,
 }
 
 impl<A> Default for Creations<A> {
     fn default() -> Self {
-        Self { queued: Mutex::default(), tickets: AtomicU64::new(0) }
+        Self { queued: Mutex::default() }
     }
 }
 
@@ -76,8 +73,7 @@ impl<A: Send + 'static> Creations<A> {
         F: Future<Output = ()> + Send + 'static,
     {
         let (answer, mut answered) = oneshot::channel();
-        let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
-        self.queued.lock().unwrap_or_else(|p| p.into_inner()).push(Pending { new: new.clone(), answer, ticket });
+        self.queued.lock().unwrap_or_else(|p| p.into_inner()).push(Pending { new: new.clone(), answer });
         let expired = async {
             match deadline {
                 Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -91,7 +87,7 @@ impl<A: Send + 'static> Creations<A> {
                 answer = &mut answered => return answer.map_err(|_| interrupted())?,
                 turn = turn.clone().lock_owned() => turn,
                 () = &mut expired => {
-                    if self.withdraw(ticket) {
+                    if self.withdraw(new) {
                         return Err(StoreError::from(sqlx::Error::PoolTimedOut));
                     }
                     return answered.await.map_err(|_| interrupted())?;
@@ -119,12 +115,12 @@ impl<A: Send + 'static> Creations<A> {
         }
     }
 
-    /// Takes the creation with `ticket` out of the queue: whether it was
-    /// still there (no group has taken it).
-    fn withdraw(&self, ticket: u64) -> bool {
+    /// Takes `new` out of the queue (its job's id is its own): whether it
+    /// was still there (no group has taken it).
+    fn withdraw(&self, new: &NewJob) -> bool {
         let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
         let before = queued.len();
-        queued.retain(|pending| pending.ticket != ticket);
+        queued.retain(|pending| pending.new.id != new.id);
         queued.len() < before
     }
 }
