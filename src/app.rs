@@ -213,13 +213,8 @@ impl Application {
         Self::build_with_catalog(settings, store, catalog, role, listener).await
     }
 
-    /// Builds around an open store.
-    pub async fn build_with_store(settings: Settings, store: Store, role: Role) -> Result<Self, StartError> {
-        let catalog = Arc::new(Catalog::new(&settings)?);
-        let listener = bind_api(&settings, role)?;
-        Self::build_with_catalog(settings, store, catalog, role, listener).await
-    }
-
+    /// Builds the rest around the open store and the compiled catalog: the
+    /// providers, the worker, the use cases and the tasks that run beside.
     async fn build_with_catalog(
         settings: Settings,
         store: Store,
@@ -230,72 +225,20 @@ impl Application {
         let signals = Arc::new(Signals::default());
         let (providers, simulator) = start_providers(&settings).await?;
         let providers = Arc::new(providers);
-        let (worker, qualifying) = if role == Role::Api {
-            (None, None)
-        } else {
-            let worker = Worker::new(
-                store.clone(),
-                catalog.clone(),
-                providers.clone(),
-                signals.clone(),
-                settings.worker.clone(),
-                settings.webhooks.clone(),
-                settings.retention.clone(),
-            );
-            let qualifying =
-                tokio::spawn(crate::task::qualify::qualify_on_start(store.clone(), providers.clone(), catalog.clone()));
-            (Some(Arc::new(worker)), Some(qualifying))
-        };
+        let (worker, qualifying) = start_worker(&settings, &store, &catalog, &providers, &signals, role);
         let auth =
             Arc::new(Authenticator::new(store.clone(), Duration::from_millis(settings.server.auth_cache_ttl_ms)));
         let shutdown_grace = Duration::from_millis(settings.worker.shutdown_grace_ms);
-        let limiter = (settings.server.rate_limit_per_second > 0).then(|| {
-            let rate = std::num::NonZeroU32::new(settings.server.rate_limit_per_second).expect("checked above");
-            let burst = std::num::NonZeroU32::new(settings.server.rate_limit_burst).expect("validated at load");
-            Arc::new(governor::RateLimiter::keyed(governor::Quota::per_second(rate).allow_burst(burst)))
-        });
+        let limiter = rate_limiter(&settings);
         let limiter_sweep = limiter.clone().map(|limiter| AbortOnDrop(tokio::spawn(sweep_limiter(limiter))));
         let worker_heartbeat = worker.as_ref().map(|w| w.heartbeat.clone());
         let worker_heartbeat_limit =
             Duration::from_millis(settings.worker.poll_interval_ms.saturating_mul(10)).max(Duration::from_secs(15));
-        let long_poll_interval = Duration::from_millis(settings.worker.long_poll_interval_ms);
-        let long_polls_per_owner = settings.server.max_long_polls_per_owner;
-        let intervals = crate::jobs::Intervals {
-            long_poll: long_poll_interval,
-            event_stream: Duration::from_millis(settings.server.event_stream_interval_ms),
-        };
-        let limits = crate::store::claims::ClaimLimits::new(
-            settings.worker.max_in_flight_per_owner,
-            settings.providers.iter().map(|(name, provider)| (name.clone(), provider.limits())),
-        );
-        let jobs = Arc::new(Jobs::new(
-            store.clone(),
-            catalog.clone(),
-            signals.clone(),
-            long_polls_per_owner,
-            settings.server.replay_cache_keys,
-            intervals,
-            limits,
-        ));
+        let jobs = build_jobs(&settings, &store, &catalog, &signals);
         let key_follower = if role == Role::Worker { None } else { follow_key_changes(&store, &auth, &jobs).await };
-        let replication = crate::state::ReplicationSlot::default();
-        let replication_follower =
-            AbortOnDrop(tokio::spawn(database::follow_replication(store.clone(), replication.clone())));
-        let breakers = catalog.breakers().clone();
-        let breaker_refresh = if breakers.any() {
-            // Known before the first request: a restarted process routes
-            // around a breaker opened before it started.
-            if let Err(error) = crate::task::breakers::refresh(&store, &breakers).await {
-                tracing::warn!(%error, "reading the providers' breakers failed; they count as closed until read");
-            }
-            let refresh = crate::task::breakers::refresh_every_second(store.clone(), breakers);
-            Some(AbortOnDrop(tokio::spawn(refresh)))
-        } else {
-            None
-        };
-        let metrics = crate::process::metrics::install();
-        let metrics_upkeep = AbortOnDrop(tokio::spawn(crate::process::metrics::keep_up(metrics.clone())));
-        crate::process::metrics::start_at_zero(&settings);
+        let (replication, replication_follower) = follow_replication(&store);
+        let breaker_refresh = follow_breakers(&store, &catalog).await;
+        let (metrics, metrics_upkeep) = start_metrics(&settings);
         let state = AppState {
             keys: Arc::new(crate::keys::Keys::new(store.clone())),
             sessions: Arc::new(crate::keys::sessions::Sessions::new(store.clone())),
@@ -398,6 +341,101 @@ fn bind_api(settings: &Settings, role: Role) -> Result<Option<TcpListener>, Star
     }
     let addr = settings.server.listen;
     crate::process::listener::bind(addr).map(Some).map_err(|source| StartError::Bind { addr, source })
+}
+
+/// The worker and its qualifications at start (spawned now), unless `role`
+/// runs no worker.
+fn start_worker(
+    settings: &Settings,
+    store: &Store,
+    catalog: &Arc<Catalog>,
+    providers: &Arc<Providers>,
+    signals: &Arc<Signals>,
+    role: Role,
+) -> (Option<Arc<Worker>>, Option<tokio::task::JoinHandle<()>>) {
+    if role == Role::Api {
+        return (None, None);
+    }
+    let worker = Worker::new(
+        store.clone(),
+        catalog.clone(),
+        providers.clone(),
+        signals.clone(),
+        settings.worker.clone(),
+        settings.webhooks.clone(),
+        settings.retention.clone(),
+    );
+    let qualifying =
+        tokio::spawn(crate::task::qualify::qualify_on_start(store.clone(), providers.clone(), catalog.clone()));
+    (Some(Arc::new(worker)), Some(qualifying))
+}
+
+/// The per-owner rate limiter the settings ask for, if any.
+fn rate_limiter(settings: &Settings) -> Option<Arc<governor::DefaultKeyedRateLimiter<crate::domain::OwnerId>>> {
+    (settings.server.rate_limit_per_second > 0).then(|| {
+        let rate = std::num::NonZeroU32::new(settings.server.rate_limit_per_second).expect("checked above");
+        let burst = std::num::NonZeroU32::new(settings.server.rate_limit_burst).expect("validated at load");
+        Arc::new(governor::RateLimiter::keyed(governor::Quota::per_second(rate).allow_burst(burst)))
+    })
+}
+
+/// Builds the jobs' use cases with their long-poll intervals and claim limits.
+fn build_jobs(settings: &Settings, store: &Store, catalog: &Arc<Catalog>, signals: &Arc<Signals>) -> Arc<Jobs> {
+    let long_poll_interval = Duration::from_millis(settings.worker.long_poll_interval_ms);
+    let long_polls_per_owner = settings.server.max_long_polls_per_owner;
+    let intervals = crate::jobs::Intervals {
+        long_poll: long_poll_interval,
+        event_stream: Duration::from_millis(settings.server.event_stream_interval_ms),
+    };
+    let limits = crate::store::claims::ClaimLimits::new(
+        settings.worker.max_in_flight_per_owner,
+        settings.providers.iter().map(|(name, provider)| (name.clone(), provider.limits())),
+    );
+    Arc::new(
+        Jobs::new(
+            store.clone(),
+            catalog.clone(),
+            signals.clone(),
+            long_polls_per_owner,
+            settings.server.replay_cache_keys,
+            intervals,
+            limits,
+        )
+        .with_unknown_retry_after(settings.server.unknown_retry_after_secs),
+    )
+}
+
+/// Starts reading, every minute, whether the database's commits wait for a
+/// standby: the slot it keeps current, and the task.
+fn follow_replication(store: &Store) -> (crate::state::ReplicationSlot, AbortOnDrop) {
+    let replication = crate::state::ReplicationSlot::default();
+    let follower = AbortOnDrop(tokio::spawn(database::follow_replication(store.clone(), replication.clone())));
+    (replication, follower)
+}
+
+/// Installs the metrics' recorder, starts folding its samples into their
+/// buckets, and sets the settings' series at zero.
+fn start_metrics(settings: &Settings) -> (metrics_exporter_prometheus::PrometheusHandle, AbortOnDrop) {
+    let metrics = crate::process::metrics::install();
+    let upkeep = AbortOnDrop(tokio::spawn(crate::process::metrics::keep_up(metrics.clone())));
+    crate::process::metrics::start_at_zero(settings);
+    (metrics, upkeep)
+}
+
+/// Reads the providers' breakers once, then starts refreshing them every
+/// second, when any provider has one.
+async fn follow_breakers(store: &Store, catalog: &Catalog) -> Option<AbortOnDrop> {
+    let breakers = catalog.breakers().clone();
+    if !breakers.any() {
+        return None;
+    }
+    // Known before the first request: a restarted process routes
+    // around a breaker opened before it started.
+    if let Err(error) = crate::task::breakers::refresh(store, &breakers).await {
+        tracing::warn!(%error, "reading the providers' breakers failed; they count as closed until read");
+    }
+    let refresh = crate::task::breakers::refresh_every_second(store.clone(), breakers);
+    Some(AbortOnDrop(tokio::spawn(refresh)))
 }
 
 /// Every route this process serves: the JSON API's and the dashboard's,

@@ -16,9 +16,11 @@ pub use provider::{
 };
 pub use task::{ExampleSettings, HedgeSettings, PromptSettings, TaskSettings};
 
+mod breaker;
 mod provider;
 mod sim;
 mod task;
+mod validate;
 
 /// The built-in configuration, printed by `onejob config print-default`.
 pub const DEFAULT_CONFIG: &str = include_str!("../config/default.toml");
@@ -335,13 +337,6 @@ impl Default for WorkerSettings {
     }
 }
 
-impl WorkerSettings {
-    /// A setting in milliseconds as a duration.
-    pub fn ms(value: u64) -> Duration {
-        Duration::from_millis(value)
-    }
-}
-
 /// `[simulator]`
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -424,102 +419,6 @@ impl Settings {
         }
         if let Some(url) = env_var("ONEJOB_SIM_URL") {
             self.simulator.url = Some(url);
-        }
-        Ok(())
-    }
-
-    /// Checks what serde cannot: references between tables, and ranges.
-    /// Schemas and templates are compiled, and so checked, once, by
-    /// `Catalog::new`.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |message: String| Err(ConfigError::Invalid(message));
-        if self.server.max_body_bytes == 0 {
-            return invalid("server.max_body_bytes must be at least 1".into());
-        }
-        if self.server.max_concurrent_requests == 0 {
-            return invalid("server.max_concurrent_requests must be at least 1".into());
-        }
-        let retention = &self.retention;
-        let day = Duration::from_secs(24 * 3600);
-        let short: Vec<String> = std::iter::once(("retention.finished_jobs".to_owned(), retention.finished_jobs))
-            .chain(
-                self.tasks
-                    .iter()
-                    .filter_map(|(name, t)| Some((format!("tasks.{name}.retain_finished"), t.retain_finished?))),
-            )
-            .filter(|(_, span)| span.0 < day && !retention.allow_short)
-            .map(|(name, span)| format!("{name} = \"{span}\""))
-            .collect();
-        if !short.is_empty() {
-            return invalid(format!(
-                "{} is under 24 h: a job's idempotency key is held as long as the job, at least a day (retention.allow_short = true allows it, for tests)",
-                short.join(", ")
-            ));
-        }
-        if retention.batch_size == 0 || retention.purge_interval.0.is_zero() {
-            return invalid("retention.batch_size and retention.purge_interval must be at least 1".into());
-        }
-        let hooks = &self.webhooks;
-        if hooks.timeout_ms == 0
-            || hooks.retry_base_ms == 0
-            || hooks.poll_interval_ms == 0
-            || hooks.batch_size == 0
-            || hooks.concurrency == 0
-        {
-            return invalid(
-                "webhooks.timeout_ms, retry_base_ms, poll_interval_ms, batch_size and concurrency must be at least 1"
-                    .into(),
-            );
-        }
-        if hooks.retry_max_ms < hooks.retry_base_ms {
-            return invalid("webhooks.retry_max_ms must be at least webhooks.retry_base_ms".into());
-        }
-        if self.server.event_stream_interval_ms == 0 {
-            return invalid("server.event_stream_interval_ms must be at least 1".into());
-        }
-        if self.server.replay_cache_keys < 2 {
-            return invalid("server.replay_cache_keys must be at least 2".into());
-        }
-        if self.server.max_long_polls_per_owner == 0 {
-            return invalid("server.max_long_polls_per_owner must be at least 1".into());
-        }
-        if self.server.rate_limit_per_second > 0 && self.server.rate_limit_burst == 0 {
-            return invalid("server.rate_limit_burst must be at least 1".into());
-        }
-        if self.database.max_connections == 0 {
-            return invalid("database.max_connections must be at least 1".into());
-        }
-        if self.worker.concurrency == 0 || self.worker.batch_size == 0 {
-            return invalid("worker.concurrency and worker.batch_size must be at least 1".into());
-        }
-        for (name, task) in &self.tasks {
-            let hedges = task.hedge.as_ref().map(|hedge| hedge.providers_of(task)).unwrap_or_default();
-            for provider in std::iter::once(&task.default_provider).chain(&task.failover).chain(hedges) {
-                if !self.providers.contains_key(provider) {
-                    return invalid(format!("tasks.{name} names provider '{provider}', which is not configured"));
-                }
-            }
-            if task.max_cost.is_some_and(|m| m < crate::domain::Money::ZERO) {
-                return invalid(format!("tasks.{name}.max_cost must be at least 0"));
-            }
-            if task.max_attempts == 0 || task.max_in_flight == 0 {
-                return invalid(format!("tasks.{name}: max_attempts and max_in_flight must be at least 1"));
-            }
-            if let Some(hedge) = &task.hedge {
-                hedge.check(name, task).map_err(ConfigError::Invalid)?;
-            }
-        }
-        for (name, provider) in &self.providers {
-            provider.check(name).map_err(ConfigError::Invalid)?;
-        }
-        let mut currencies = self.providers.iter().filter_map(|(name, p)| Some((name, &p.price.as_ref()?.currency)));
-        if let Some((first_name, first)) = currencies.next()
-            && let Some((name, other)) = currencies.find(|(_, currency)| currency != &first)
-        {
-            return invalid(format!(
-                "providers.{name}.price is in {other} but providers.{first_name}.price in {first}: \
-                 every price must be in one currency, so that costs and budgets add up"
-            ));
         }
         Ok(())
     }

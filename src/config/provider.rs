@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use super::breaker::BreakerSettings;
 pub use super::sim::{SimFault, SimOutput};
 pub use crate::domain::limits::ProviderLimits;
 
@@ -267,53 +268,6 @@ pub struct ProviderSettings {
     pub breaker: Option<BreakerSettings>,
 }
 
-/// `[providers.NAME.breaker]`: when the provider is taken out of service,
-/// and for how long before a probe.
-#[derive(Clone, Copy, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BreakerSettings {
-    /// The share of failed calls (definitive failures and timeouts) that
-    /// opens it.
-    #[serde(default = "default_failure_rate")]
-    pub failure_rate: f64,
-    /// The fewest calls in the window it decides on.
-    #[serde(default = "default_min_calls")]
-    pub min_calls: u32,
-    /// How far back calls count, in each process.
-    #[serde(default = "default_breaker_window_ms")]
-    pub window_ms: u64,
-    /// How long it stays open before a probe.
-    #[serde(default = "default_cool_down_ms")]
-    pub cool_down_ms: u64,
-}
-
-impl BreakerSettings {
-    /// When it opens.
-    pub fn thresholds(&self) -> crate::domain::breaker::Thresholds {
-        crate::domain::breaker::Thresholds {
-            failure_rate: self.failure_rate,
-            min_calls: self.min_calls,
-            window: Duration::from_millis(self.window_ms),
-        }
-    }
-}
-
-fn default_failure_rate() -> f64 {
-    0.5
-}
-
-fn default_min_calls() -> u32 {
-    10
-}
-
-fn default_breaker_window_ms() -> u64 {
-    30_000
-}
-
-fn default_cool_down_ms() -> u64 {
-    30_000
-}
-
 impl ProviderSettings {
     /// Its limits, as the claims enforce them.
     pub fn limits(&self) -> ProviderLimits {
@@ -431,15 +385,16 @@ impl ProviderSettings {
     /// Why these settings of provider `name` cannot be used, if they cannot.
     pub fn check(&self, name: &str) -> Result<(), String> {
         if let Some(breaker) = &self.breaker {
-            if !(breaker.failure_rate > 0.0 && breaker.failure_rate <= 1.0) {
-                return Err(format!("providers.{name}.breaker.failure_rate must be above 0 and at most 1"));
-            }
-            if breaker.min_calls == 0 || breaker.window_ms < 1_000 || breaker.cool_down_ms == 0 {
-                return Err(format!(
-                    "providers.{name}.breaker: min_calls and cool_down_ms must be at least 1, window_ms at least 1000"
-                ));
-            }
+            breaker.check(name)?;
         }
+        self.check_ranges(name)?;
+        self.check_kind(name)?;
+        self.check_messages_api(name)?;
+        self.check_openai_calls(name)
+    }
+
+    /// Checks the shares, token counts, limits and intervals.
+    fn check_ranges(&self, name: &str) -> Result<(), String> {
         if !(0.0..=1.0).contains(&self.tail_rate) {
             return Err(format!("providers.{name}.tail_rate must be between 0 and 1"));
         }
@@ -457,6 +412,12 @@ impl ProviderSettings {
         if self.timeout_ms == 0 || self.poll_interval_ms == 0 {
             return Err(format!("providers.{name}: timeout_ms and poll_interval_ms must be at least 1"));
         }
+        Ok(())
+    }
+
+    /// Checks that the kind and the API agree: `api` only for a simulated
+    /// provider, a real one's endpoint and key, the Responses API's calls.
+    fn check_kind(&self, name: &str) -> Result<(), String> {
         if self.api.is_some() && self.is_real() {
             return Err(format!(
                 "providers.{name}.api is for sim providers; the kind says which API a real one speaks"
@@ -471,6 +432,11 @@ impl ProviderSettings {
                  status_url and cancel_url are for openai providers"
             ));
         }
+        Ok(())
+    }
+
+    /// Checks what only the Messages API takes, and what it does not.
+    fn check_messages_api(&self, name: &str) -> Result<(), String> {
         if self.api() == ProviderApi::Messages
             && (self.status_url.is_some()
                 || self.cancel_url.is_some()
@@ -512,6 +478,12 @@ impl ProviderSettings {
                  cache_write_tokens are for simulated Messages API providers (api = \"messages\")"
             ));
         }
+        Ok(())
+    }
+
+    /// Checks that an openai provider's status lookup and cancel call have
+    /// their URLs.
+    fn check_openai_calls(&self, name: &str) -> Result<(), String> {
         if self.kind == ProviderKind::Openai && self.status_lookup == Some(true) && self.status_url.is_none() {
             return Err(format!("providers.{name}: status_lookup needs a status_url"));
         }

@@ -16,7 +16,7 @@ use super::auth::{Caller, Owner};
 use super::bodies::{CreateAttemptBody, ResolveBody};
 use super::error::ApiError;
 use super::extract::{AttemptPath, JobPath, Key, StrictJson, Trace};
-use super::respond::{REPLAYED, job_error, json_response};
+use super::respond::{REPLAYED, json_response};
 use crate::domain::{Attempt, JobId};
 use crate::jobs::Keyed;
 
@@ -58,8 +58,7 @@ pub(crate) async fn create_attempt(
     Trace(trace): Trace,
     StrictJson(body): StrictJson<CreateAttemptBody>,
 ) -> Result<Response, ApiError> {
-    let answer =
-        app.jobs.add_attempt(&owner, job_id, key, body.provider, trace).await.map_err(|e| job_error(&app, e))?;
+    let answer = app.jobs.add_attempt(&owner, job_id, key, body.provider, trace).await?;
     Ok(attempt_added(job_id, &answer))
 }
 
@@ -95,7 +94,6 @@ pub(crate) async fn resolve_attempt(
     StrictJson(body): StrictJson<ResolveBody>,
 ) -> Result<Response, ApiError> {
     let (resolution, reason) = body.into_resolution()?;
-    let answer =
-        app.jobs.resolve_attempt(&caller, job_id, number, resolution, &reason).await.map_err(|e| job_error(&app, e))?;
+    let answer = app.jobs.resolve_attempt(&caller, job_id, number, resolution, &reason).await?;
     Ok(json_response(StatusCode::OK, &answer, &[]))
 }

@@ -226,8 +226,10 @@ impl Problem {
             .with("errors", json!([{ "pointer": "/provider", "detail": "not a configured provider" }]))
     }
 
-    /// 409 or 422: an admission rule refused a new attempt.
-    pub fn refused(refusal: AdmissionRefusal, unknown_retry_after: u64) -> Self {
+    /// 409 or 422: an admission rule refused a new attempt; `Retry-After`
+    /// is `retry_after` where the use case gave one (1 while an answer
+    /// streams).
+    pub fn refused(refusal: AdmissionRefusal, retry_after: Option<u64>) -> Self {
         use AdmissionRefusal::*;
         let detail = match refusal {
             JobFinished => "the job succeeded or was canceled",
@@ -242,11 +244,11 @@ impl Problem {
             }
         };
         let problem = Self::new(refusal.into()).detail(detail);
-        match refusal {
-            AttemptOutcomeUnknown => problem.retry_after(unknown_retry_after),
+        match (refusal, retry_after) {
             // The stream may break, and then the next attempt may take it.
-            OutputStreaming => problem.retry_after(1),
-            _ => problem,
+            (OutputStreaming, _) => problem.retry_after(1),
+            (_, Some(seconds)) => problem.retry_after(seconds),
+            (_, None) => problem,
         }
     }
 
@@ -369,10 +371,9 @@ impl From<AuthError> for ApiError {
     }
 }
 
-impl ApiError {
-    /// The answer to a use case's error; `unknown_retry_after` is the
-    /// `Retry-After` of `attempt-outcome-unknown`.
-    pub fn from_job(error: JobError, unknown_retry_after: u64) -> Self {
+impl From<JobError> for ApiError {
+    /// The answer to a use case's error.
+    fn from(error: JobError) -> Self {
         let message = error.to_string();
         let problem = match error {
             JobError::Store(error) => return ApiError::Store(error),
@@ -385,8 +386,8 @@ impl ApiError {
             JobError::AttemptKeyReused { attempt } => {
                 Problem::new(ProblemType::IdempotencyKeyReused).detail(message).with("attempt", attempt)
             }
-            JobError::Refused { refusal, reason } => {
-                let problem = Problem::refused(refusal, unknown_retry_after);
+            JobError::Refused { refusal, reason, retry_after } => {
+                let problem = Problem::refused(refusal, retry_after);
                 match reason {
                     Some(reason) => problem.detail(reason),
                     None => problem,
@@ -398,7 +399,7 @@ impl ApiError {
             JobError::AttemptNotUnknown(state) => {
                 Problem::new(ProblemType::AttemptNotUnknown).detail(message).with("state", state.as_str())
             }
-            JobError::JobSucceeded => Problem::refused(AdmissionRefusal::JobFinished, 0).detail(message),
+            JobError::JobSucceeded => Problem::refused(AdmissionRefusal::JobFinished, None).detail(message),
             JobError::JobNotFinished(state) => {
                 Problem::new(ProblemType::JobNotFinished).detail(message).with("state", state.as_str())
             }

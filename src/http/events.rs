@@ -23,7 +23,6 @@ use super::auth::Caller;
 use super::error::{ApiError, Problem};
 use super::extract::JobPath;
 use super::in_flight::Slot;
-use super::respond::job_error;
 use crate::domain::JobId;
 use crate::jobs::{JobError, LongPoll};
 use crate::keys::Identity;
@@ -118,9 +117,8 @@ where
     Following: Future<Output = Result<tokio::sync::mpsc::Receiver<T>, JobError>>,
 {
     let after = cursor(headers, query)?;
-    let place =
-        app.jobs.open_long_poll(&caller.owner, Some(caller.key), Duration::MAX).map_err(|e| job_error(app, e))?;
-    let items = follow(place, after).await.map_err(|e| job_error(app, e))?;
+    let place = app.jobs.open_long_poll(&caller.owner, Some(caller.key), Duration::MAX)?;
+    let items = follow(place, after).await?;
     // Streaming, it holds one of its owner's places, not a slot of the
     // requests in flight.
     slot.release();

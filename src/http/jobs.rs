@@ -23,7 +23,7 @@ use super::bodies::CreateJobBody;
 use super::error::{ApiError, Problem};
 use super::extract::{JobPath, Key, StrictJson, Trace};
 use super::in_flight::Slot;
-use super::respond::{REPLAYED, job_error, json_response};
+use super::respond::{REPLAYED, json_response};
 use crate::domain::{Job, JobId, JobState};
 use crate::jobs::Keyed;
 use crate::store::JobFilter;
@@ -87,8 +87,7 @@ pub(crate) async fn create_job(
     // preference is declined: the job is answered at once, without
     // `Preference-Applied`.
     let poll = wait.and_then(|wait| app.jobs.open_long_poll(&caller.owner, Some(caller.key), wait).ok());
-    let (mut answer, watch) =
-        app.jobs.create_job(caller.owner, key, request, poll.is_some()).await.map_err(|e| job_error(&app, e))?;
+    let (mut answer, watch) = app.jobs.create_job(caller.owner, key, request, poll.is_some()).await?;
     let Some(poll) = poll else { return Ok(created_or_replayed(&answer)) };
     // Waiting, it holds one of its owner's places for long-polls, not a
     // slot of the requests in flight.
@@ -205,13 +204,13 @@ pub(crate) async fn get_job(
     let job = if wait.is_zero() {
         app.jobs.get_job(&caller.owner, id).await
     } else {
-        let poll = app.jobs.open_long_poll(&caller.owner, Some(caller.key), wait).map_err(|e| job_error(&app, e))?;
+        let poll = app.jobs.open_long_poll(&caller.owner, Some(caller.key), wait)?;
         // Waiting, it holds one of its owner's places for long-polls, not a
         // slot of the requests in flight.
         slot.release();
         app.jobs.watch_job(&poll, id, changed).await
     };
-    let job = app.jobs.with_waiting(job.map_err(|e| job_error(&app, e))?).await;
+    let job = app.jobs.with_waiting(job?).await;
     let shown = show(&job);
     let mut response = if seen(&shown) {
         StatusCode::NOT_MODIFIED.into_response()
@@ -241,7 +240,7 @@ pub(crate) async fn cancel_job(
     Owner(owner): Owner,
     JobPath(id): JobPath,
 ) -> Result<Response, ApiError> {
-    let job = app.jobs.cancel_job(&owner, id).await.map_err(|e| job_error(&app, e))?;
+    let job = app.jobs.cancel_job(&owner, id).await?;
     Ok(json_response(StatusCode::OK, &job, &[]))
 }
 
@@ -260,7 +259,7 @@ pub(crate) async fn erase_job(
     Owner(owner): Owner,
     JobPath(id): JobPath,
 ) -> Result<Response, ApiError> {
-    app.jobs.erase_job(&owner, id).await.map_err(|e| job_error(&app, e))?;
+    app.jobs.erase_job(&owner, id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -4,15 +4,6 @@
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::error::ApiError;
-use crate::jobs::JobError;
-use crate::state::AppState;
-
-/// The answer to a use case's error.
-pub(crate) fn job_error(app: &AppState, error: JobError) -> ApiError {
-    ApiError::from_job(error, app.settings.unknown_retry_after_secs)
-}
-
 /// The header that marks an answer as a replay of an earlier request.
 pub(crate) const REPLAYED: &str = "idempotent-replayed";
 

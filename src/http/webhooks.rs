@@ -18,7 +18,7 @@ use super::auth::Admin;
 use super::bodies::CreateWebhookBody;
 use super::error::{ApiError, Problem, ProblemType};
 use super::extract::StrictJson;
-use super::respond::{job_error, json_response};
+use super::respond::json_response;
 use crate::domain::webhook::{WebhookEventType, new_secret};
 use crate::jobs::JobError;
 use crate::store::{Endpoint, NewEndpoint};
@@ -64,16 +64,14 @@ pub(crate) async fn create_webhook(
 ) -> Result<Response, ApiError> {
     let mut events = Vec::with_capacity(body.events.len());
     for (index, name) in body.events.iter().enumerate() {
-        let event: WebhookEventType = name
-            .parse()
-            .map_err(|error: String| job_error(&app, JobError::invalid(&format!("/events/{index}"), error)))?;
+        let event: WebhookEventType =
+            name.parse().map_err(|error: String| JobError::invalid(&format!("/events/{index}"), error))?;
         if !events.contains(&event) {
             events.push(event);
         }
     }
-    let url = address::check(&body.url, &app.webhook_hosts)
-        .await
-        .map_err(|refusal| job_error(&app, JobError::invalid("/url", refusal)))?;
+    let url =
+        address::check(&body.url, &app.webhook_hosts).await.map_err(|refusal| JobError::invalid("/url", refusal))?;
     let secret = new_secret();
     let new = NewEndpoint {
         owner: admin.owner.clone(),

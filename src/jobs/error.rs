@@ -38,6 +38,9 @@ pub enum JobError {
         refusal: AdmissionRefusal,
         /// Why, when there is more to say.
         reason: Option<String>,
+        /// When to ask again, in seconds, where the use case knows: an
+        /// unknown outcome's wait (`server.unknown_retry_after_secs`).
+        retry_after: Option<u64>,
     },
     /// An operator's output breaks the task's output contract.
     #[error("the output breaks the contract")]

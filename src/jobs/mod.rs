@@ -86,6 +86,7 @@ pub struct Jobs {
     long_polls: LongPolls,
     intervals: Intervals,
     limits: crate::store::claims::ClaimLimits,
+    unknown_retry_after: u64,
 }
 
 /// How long a long-poll woken by a claim waits for the attempt's outcome
@@ -129,7 +130,16 @@ impl Jobs {
             long_polls: LongPolls::new(long_polls_per_owner),
             intervals,
             limits,
+            unknown_retry_after: crate::config::ServerSettings::default().unknown_retry_after_secs,
         }
+    }
+
+    /// These use cases, with `seconds` as the `Retry-After` of a refusal
+    /// while an attempt's outcome is unknown (`server.unknown_retry_after_secs`;
+    /// its default until this is called).
+    pub fn with_unknown_retry_after(mut self, seconds: u64) -> Self {
+        self.unknown_retry_after = seconds;
+        self
     }
 
     /// What the use cases hold in memory now, by structure: the taken keys
@@ -166,29 +176,12 @@ impl Jobs {
     ) -> Result<(Keyed<Arc<Job>>, Option<JobWatch<'_>>), JobError> {
         let max_cost = request.max_cost.map(|m| m.to_string());
         let intent = |request| intent_of(request, max_cost.as_deref());
-        // A key this process has seen taken: its holder never changes, so read
-        // that job by id (one cheap statement) instead of trying the insert.
-        if let Some(holder) = self.taken_keys.get(&owner, &key) {
-            if !intent(&request).made(holder.fingerprint, &holder.provider) {
-                return Err(key_reused(&holder.task, holder.job_id));
-            }
-            if let Some(job) = self.reads.read(&owner, holder.job_id, || self.read_job(&owner, holder.job_id)).await? {
-                return Ok((replayed(job), None));
-            }
-            self.taken_keys.forget(&owner, &key);
+        if let Some(job) = self.replay_taken_key(&owner, &key, intent(&request)).await? {
+            return Ok((job, None));
         }
         let (provider, fingerprint) = match self.check_new_job(&request, intent(&request)) {
             Ok(checked) => checked,
-            Err(refused) => {
-                // Refused as a new job; a job this key made under another
-                // configuration answers all the same.
-                let Some(job) = self.store.find_job_by_key(&owner, &key).await?.map(|job| self.dated(job)) else {
-                    return Err(refused);
-                };
-                let job = Arc::new(job);
-                self.taken_keys.remember(&key, &job);
-                return answer_taken(intent(&request), job).map(unwatched);
-            }
+            Err(refused) => return self.answer_refused(&owner, &key, refused, intent(&request)).await.map(unwatched),
         };
         let JobRequest { task, input, provider: named, max_cost: budget, trace } = request;
         let first_provider = match named {
@@ -209,17 +202,74 @@ impl Jobs {
             trace,
         };
         let watch = watch.then(|| self.signals.watch_job(new.id));
+        let flight = self.insert_once(&new).await;
+        self.answer_flight(flight, &new, named.as_deref(), max_cost.as_deref(), watch)
+    }
+
+    /// The replay of a key this process has seen taken: its holder never
+    /// changes, so that job is read by id (one cheap statement) instead of
+    /// trying the insert. `None` when the key is not known taken here, or
+    /// its job is gone (the key is then forgotten).
+    async fn replay_taken_key(
+        &self,
+        owner: &OwnerId,
+        key: &IdempotencyKey,
+        intent: JobIntent<'_>,
+    ) -> Result<Option<Keyed<Arc<Job>>>, JobError> {
+        let Some(holder) = self.taken_keys.get(owner, key) else { return Ok(None) };
+        if !intent.made(holder.fingerprint, &holder.provider) {
+            return Err(key_reused(&holder.task, holder.job_id));
+        }
+        if let Some(job) = self.reads.read(owner, holder.job_id, || self.read_job(owner, holder.job_id)).await? {
+            return Ok(Some(replayed(job)));
+        }
+        self.taken_keys.forget(owner, key);
+        Ok(None)
+    }
+
+    /// The answer to a request `refused` as a new job: a job this key made
+    /// under another configuration answers all the same.
+    async fn answer_refused(
+        &self,
+        owner: &OwnerId,
+        key: &IdempotencyKey,
+        refused: JobError,
+        intent: JobIntent<'_>,
+    ) -> Result<Keyed<Arc<Job>>, JobError> {
+        let Some(job) = self.store.find_job_by_key(owner, key).await?.map(|job| self.dated(job)) else {
+            return Err(refused);
+        };
+        let job = Arc::new(job);
+        self.taken_keys.remember(key, &job);
+        answer_taken(intent, job)
+    }
+
+    /// Inserts the `new` job, once for all the requests with its key in
+    /// flight in this process (they share the answer).
+    async fn insert_once(&self, new: &NewJob) -> Flight<crate::store::StoreError> {
         let store = &self.store;
-        let flight = self
-            .flights
+        self.flights
             .join(&new.owner, &new.idempotency_key, || async {
-                match store.create_job(&new).await {
+                match store.create_job(new).await {
                     Ok(CreateJob::Created(job)) => Trip::Created(job),
                     Ok(CreateJob::Existing(job)) => Trip::Existing(self.dated(job)),
                     Err(error) => Trip::Failed(error),
                 }
             })
-            .await;
+            .await
+    }
+
+    /// The answer to the insert of the `new` job (the request `named` its
+    /// provider or not, its budget written `max_cost`): the job it created,
+    /// with the `watch` on it, or the job its key holds.
+    fn answer_flight<'a>(
+        &self,
+        flight: Flight<crate::store::StoreError>,
+        new: &NewJob,
+        named: Option<&str>,
+        max_cost: Option<&str>,
+        watch: Option<JobWatch<'a>>,
+    ) -> Result<(Keyed<Arc<Job>>, Option<JobWatch<'a>>), JobError> {
         match flight {
             Flight::Created(job) => {
                 self.taken_keys.remember(&new.idempotency_key, &job);
@@ -230,12 +280,7 @@ impl Jobs {
             }
             Flight::Taken(job) => {
                 self.taken_keys.remember(&new.idempotency_key, &job);
-                let intent = JobIntent {
-                    task: &new.task,
-                    input: &new.input,
-                    provider: named.as_deref(),
-                    max_cost: max_cost.as_deref(),
-                };
+                let intent = JobIntent { task: &new.task, input: &new.input, provider: named, max_cost };
                 answer_taken(intent, job).map(unwatched)
             }
             Flight::Failed(error) => Err(error.into()),
@@ -316,12 +361,16 @@ impl Jobs {
         if worst_case <= budget {
             return Ok(());
         }
-        Err(JobError::Refused {
-            refusal: AdmissionRefusal::BudgetExceeded,
-            reason: Some(format!(
-                "the first attempt on '{provider}' may cost up to {worst_case}, over the job's budget of {budget}"
-            )),
-        })
+        let reason =
+            format!("the first attempt on '{provider}' may cost up to {worst_case}, over the job's budget of {budget}");
+        Err(self.refuse(AdmissionRefusal::BudgetExceeded, Some(reason)))
+    }
+
+    /// An admission rule's refusal, with when to ask again where that is
+    /// known: an unknown outcome's wait.
+    fn refuse(&self, refusal: AdmissionRefusal, reason: Option<String>) -> JobError {
+        let retry_after = (refusal == AdmissionRefusal::AttemptOutcomeUnknown).then_some(self.unknown_retry_after);
+        JobError::Refused { refusal, reason, retry_after }
     }
 
     /// Adds an attempt on `provider` (the job's own when `None`) to one of
@@ -356,7 +405,7 @@ impl Jobs {
             }
             Admission::Replayed(attempt) => Ok(Keyed { value: attempt, replayed: true }),
             Admission::KeyReused(attempt) => Err(JobError::AttemptKeyReused { attempt: attempt.number }),
-            Admission::Refused { refusal, reason } => Err(JobError::Refused { refusal, reason }),
+            Admission::Refused { refusal, reason } => Err(self.refuse(refusal, reason)),
             Admission::JobNotFound => Err(JobError::NotFound),
         }
     }

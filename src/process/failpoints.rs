@@ -25,6 +25,7 @@ pub fn parked_at(failpoint: &str) -> Option<Duration> {
 }
 
 /// Runs the callback set at `failpoint`, if one is.
+#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
 pub fn reached(failpoint: &str) {
     fail::fail_point!(failpoint);
 }

@@ -39,13 +39,6 @@ pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
 }
 
-impl Telemetry {
-    /// Whether spans are exported.
-    pub fn exporting(&self) -> bool {
-        self.provider.is_some()
-    }
-}
-
 impl Drop for Telemetry {
     fn drop(&mut self) {
         if let Some(provider) = self.provider.take()

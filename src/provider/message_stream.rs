@@ -139,7 +139,7 @@ impl Streamed {
 
     /// The message the stream made. A tool's input is parsed here, after
     /// the stop reason came (an input cut off at `max_tokens` is not JSON);
-    /// one that does not parse stays its text, which [`parse_message`]
+    /// one that does not parse stays its text, which [`super::anthropic::parse_message`]
     /// reads as an answer that is not JSON.
     fn whole(mut self) -> Vec<u8> {
         let blocks: Vec<Value> = self

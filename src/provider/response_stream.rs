@@ -120,94 +120,119 @@ impl Followed {
         // The final events repeat the whole text: one may be that large.
         let mut events = Events::new(connection, MAX_RESPONSE_BYTES + 64 * 1024);
         while let Some(data) = events.next().await? {
-            let bad = |message: String| {
-                Interrupted::Failed(ProviderError::new(
-                    FailureClass::Definitive { retryable: false },
-                    FailureKind::BadResponse,
-                    None,
-                    message,
-                ))
-            };
             let event: Value =
                 serde_json::from_str(&data).map_err(|e| bad(format!("a streamed event is not JSON: {e}")))?;
-            let sequence = event.get("sequence_number").and_then(Value::as_u64);
-            if let (Some(sequence), Some(last)) = (sequence, self.last)
-                && sequence <= last
-            {
+            if !self.mark_read(&event) {
                 // Already read before the stream was resumed.
                 continue;
             }
-            self.unnumbered |= sequence.is_none();
-            self.last = sequence.or(self.last);
             match event.get("type").and_then(Value::as_str).unwrap_or_default() {
-                "response.created" | "response.in_progress" | "response.queued" => {
-                    if self.id.is_none()
-                        && let Some(id) = event.pointer("/response/id").and_then(Value::as_str)
-                    {
-                        // An id that cannot be asked by could not be reconciled.
-                        let Some(id) = super::openai::response_id(id) else {
-                            let message = "the response's id is not one that can be asked by".to_owned();
-                            let error =
-                                ProviderError::new(FailureClass::Ambiguous, FailureKind::BadResponse, None, message);
-                            return Err(Interrupted::Failed(error));
-                        };
-                        self.id = Some(id.to_owned());
-                        if let Some(started) = started.take() {
-                            let _ = started.send(id.to_owned());
-                        }
-                    }
-                }
-                "response.output_text.delta" => {
-                    let piece = event.get("delta").and_then(Value::as_str).unwrap_or_default();
-                    self.characters += piece.chars().count();
-                    if self.characters > MAX_RESPONSE_BYTES {
-                        return Err(Interrupted::Failed(ProviderError::new(
-                            FailureClass::Definitive { retryable: false },
-                            FailureKind::ResponseTooLarge,
-                            Some(200),
-                            format!("the streamed answer is longer than {MAX_RESPONSE_BYTES} characters"),
-                        )));
-                    }
-                    if !piece.is_empty() {
-                        // The attempt may have stopped listening: the answer still counts.
-                        let _ = deltas.send(piece.to_owned());
-                    }
-                }
+                "response.created" | "response.in_progress" | "response.queued" => self.take_id(&event, started)?,
+                "response.output_text.delta" => self.take_delta(&event, deltas)?,
                 "response.completed" | "response.incomplete" | "response.failed" | "response.cancelled" => {
-                    let response =
-                        event.get("response").ok_or_else(|| bad("a final event without its response".into()))?;
-                    return Ok(match responses::read_object(response).map_err(Interrupted::Failed)?.1 {
-                        RequestStatus::Succeeded(completion) => Ok(completion),
-                        RequestStatus::Failed(error) => Err(error),
-                        RequestStatus::Canceled(usage) => Err(ProviderError::canceled_at_provider(usage)),
-                        RequestStatus::Running | RequestStatus::NotFound => {
-                            Err(bad("a final event whose response is not final".into()))?
-                        }
-                    });
+                    return final_outcome(&event);
                 }
-                "error" => {
-                    let code = event.get("code").and_then(Value::as_str).unwrap_or("unknown");
-                    let message = event.get("message").and_then(Value::as_str).unwrap_or("an error in the stream");
-                    // Before the response had an id, nothing was started;
-                    // after, the response's own status says how it ended
-                    // (the reconciler asks by the id).
-                    let class = match self.id {
-                        None => FailureClass::Definitive {
-                            retryable: matches!(code, "server_error" | "rate_limit_exceeded"),
-                        },
-                        Some(_) => FailureClass::Ambiguous,
-                    };
-                    let error = ProviderError::new(
-                        class,
-                        FailureKind::ProviderError,
-                        Some(200),
-                        super::answer::truncate(format!("the stream ended with an error ({code}): {message}")),
-                    );
-                    return Ok(Err(error));
-                }
+                "error" => return Ok(Err(self.stream_error(&event))),
                 _ => {}
             }
         }
         Err(Interrupted::Broken("the stream ended before the response did".into()))
     }
+
+    /// Notes `event`'s sequence number: false for an event read before, one
+    /// the stream repeats after it was resumed.
+    fn mark_read(&mut self, event: &Value) -> bool {
+        let sequence = event.get("sequence_number").and_then(Value::as_u64);
+        if let (Some(sequence), Some(last)) = (sequence, self.last)
+            && sequence <= last
+        {
+            return false;
+        }
+        self.unnumbered |= sequence.is_none();
+        self.last = sequence.or(self.last);
+        true
+    }
+
+    /// Takes the response's id from its first event that gives one, and
+    /// tells `started`; an id that cannot be asked by fails the stream.
+    fn take_id(&mut self, event: &Value, started: &mut Option<oneshot::Sender<String>>) -> Result<(), Interrupted> {
+        if self.id.is_none()
+            && let Some(id) = event.pointer("/response/id").and_then(Value::as_str)
+        {
+            // An id that cannot be asked by could not be reconciled.
+            let Some(id) = super::openai::response_id(id) else {
+                let message = "the response's id is not one that can be asked by".to_owned();
+                let error = ProviderError::new(FailureClass::Ambiguous, FailureKind::BadResponse, None, message);
+                return Err(Interrupted::Failed(error));
+            };
+            self.id = Some(id.to_owned());
+            if let Some(started) = started.take() {
+                let _ = started.send(id.to_owned());
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts a piece of the answer's text and sends it on; an answer that
+    /// grows past [`MAX_RESPONSE_BYTES`] characters fails the stream.
+    fn take_delta(&mut self, event: &Value, deltas: &Deltas) -> Result<(), Interrupted> {
+        let piece = event.get("delta").and_then(Value::as_str).unwrap_or_default();
+        self.characters += piece.chars().count();
+        if self.characters > MAX_RESPONSE_BYTES {
+            return Err(Interrupted::Failed(ProviderError::new(
+                FailureClass::Definitive { retryable: false },
+                FailureKind::ResponseTooLarge,
+                Some(200),
+                format!("the streamed answer is longer than {MAX_RESPONSE_BYTES} characters"),
+            )));
+        }
+        if !piece.is_empty() {
+            // The attempt may have stopped listening: the answer still counts.
+            let _ = deltas.send(piece.to_owned());
+        }
+        Ok(())
+    }
+
+    /// The provider's error that an `error` event ends the stream with.
+    fn stream_error(&self, event: &Value) -> ProviderError {
+        let code = event.get("code").and_then(Value::as_str).unwrap_or("unknown");
+        let message = event.get("message").and_then(Value::as_str).unwrap_or("an error in the stream");
+        // Before the response had an id, nothing was started;
+        // after, the response's own status says how it ended
+        // (the reconciler asks by the id).
+        let class = match self.id {
+            None => FailureClass::Definitive { retryable: matches!(code, "server_error" | "rate_limit_exceeded") },
+            Some(_) => FailureClass::Ambiguous,
+        };
+        ProviderError::new(
+            class,
+            FailureKind::ProviderError,
+            Some(200),
+            super::answer::truncate(format!("the stream ended with an error ({code}): {message}")),
+        )
+    }
+}
+
+/// A stream that cannot be read: a bad response, not to be retried.
+fn bad(message: String) -> Interrupted {
+    Interrupted::Failed(ProviderError::new(
+        FailureClass::Definitive { retryable: false },
+        FailureKind::BadResponse,
+        None,
+        message,
+    ))
+}
+
+/// How a final event's response ended, read as a background response's
+/// status is.
+fn final_outcome(event: &Value) -> Result<Result<Completion, ProviderError>, Interrupted> {
+    let response = event.get("response").ok_or_else(|| bad("a final event without its response".into()))?;
+    Ok(match responses::read_object(response).map_err(Interrupted::Failed)?.1 {
+        RequestStatus::Succeeded(completion) => Ok(completion),
+        RequestStatus::Failed(error) => Err(error),
+        RequestStatus::Canceled(usage) => Err(ProviderError::canceled_at_provider(usage)),
+        RequestStatus::Running | RequestStatus::NotFound => {
+            Err(bad("a final event whose response is not final".into()))?
+        }
+    })
 }

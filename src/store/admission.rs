@@ -184,7 +184,7 @@ pub(super) async fn read_qualification(
     provider: &str,
 ) -> Result<Option<QualificationState>> {
     let Some(hash) = contract_to_check(rules, task, primary, provider) else { return Ok(None) };
-    Ok(Some(tx.select_qualification_state(provider, task, &hash).await?))
+    Ok(Some(tx.qualification_state(provider, task, &hash).await?))
 }
 
 /// The budget of a job (its own `max_cost` or its task's, the lower) and

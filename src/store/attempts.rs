@@ -8,8 +8,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::batches::{self, Finish};
 use super::transitions;
+use super::transitions::batches::{self, Finish};
 use super::usage::AttemptUsage;
 use super::{Result, Store, TaskRules};
 use crate::domain::{AttemptError, AttemptTransition};
@@ -265,7 +265,7 @@ impl Store {
     /// How many jobs are `unknown` and unchanged since `before`: kept
     /// whatever their age, and reported.
     pub async fn count_unknown_since(&self, before: DateTime<Utc>) -> Result<u64> {
-        self.driver().count_stale_unknown(before).await
+        self.driver().count_unknown_since(before).await
     }
 
     /// Records an attempt's output. The job's compare-and-swap decides: the
@@ -283,7 +283,8 @@ impl Store {
         holder: Option<&str>,
         usage: Option<&AttemptUsage>,
     ) -> Result<Transition> {
-        batches::finish_alone(self, Finish { attempt, output, holder, usage }).await
+        let settlement = Settlement { holder, usage };
+        transitions::settle_with_output(self, attempt, output, AttemptTransition::Finish, None, settlement).await
     }
 
     /// Records several attempts' outputs, as [`Store::finish_attempt`] does
@@ -367,7 +368,7 @@ impl Store {
     /// contract, or came after the attempt was settled) on the attempt, for
     /// audit: `unapplied` is [`crate::domain::unapplied_output`]'s.
     pub async fn record_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool> {
-        self.driver().update_unapplied_output(attempt, unapplied).await
+        self.driver().record_unapplied_output(attempt, unapplied).await
     }
 
     /// Keeps the provider's own id of an attempt's request (a background
@@ -375,7 +376,7 @@ impl Store {
     /// lookup and cancel call need it. The first id stays; whoever holds
     /// the attempt, and whatever its state, the id is a fact about it.
     pub async fn record_provider_request(&self, attempt: &AttemptRef, provider_request_id: &str) -> Result<bool> {
-        self.driver().update_provider_request(attempt, provider_request_id).await
+        self.driver().record_provider_request(attempt, provider_request_id).await
     }
 
     /// Settles an unknown attempt by an operator's word, through the same
@@ -395,12 +396,12 @@ impl Store {
     /// any owner: how an admin finds another owner's attempt to resolve.
     /// Looks only at unknown attempts (a partial index holds them alone).
     pub async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>> {
-        self.driver().select_unknown_attempt_owner(job_id, number).await
+        self.driver().find_unknown_attempt_owner(job_id, number).await
     }
 
     /// The attempts whose outcome is unknown, of one owner or (`None`) of
     /// every owner, the longest unknown first, at most `limit`.
     pub async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>> {
-        self.driver().select_unknown_attempts(owner, limit).await
+        self.driver().list_unknown_attempts(owner, limit).await
     }
 }

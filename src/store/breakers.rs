@@ -72,8 +72,8 @@ pub enum BreakerChange<'a> {
 
 impl Store {
     /// Every provider's stored breaker.
-    pub async fn breakers(&self) -> Result<Vec<StoredBreaker>> {
-        self.driver().select_breakers().await
+    pub async fn list_breakers(&self) -> Result<Vec<StoredBreaker>> {
+        self.driver().list_breakers().await
     }
 
     /// Changes `provider`'s breaker; whether the change applied (the

@@ -1,5 +1,5 @@
 //! The per-backend interface the transitions run on: one method per
-//! statement, the same names in `postgres.rs` and `sqlite.rs`. Which
+//! statement, the same names in `postgres/` and `sqlite/`. Which
 //! statements run, in which order and under which checks is decided once,
 //! in `transitions.rs`; a backend only says how each statement is written
 //! for its database. Where one database does in one statement what the
@@ -9,6 +9,7 @@
 //! Nothing outside the store calls these: callers use [`super::Store`].
 
 mod claiming;
+mod values;
 
 use std::time::Duration;
 
@@ -23,11 +24,11 @@ use super::webhooks::Outgoing;
 use uuid::Uuid;
 
 use super::*;
-use crate::domain::{
-    Attempt, AttemptError, AttemptState, IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, OwnerId,
-};
+use crate::domain::{Attempt, AttemptState, IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, OwnerId};
 pub(super) use claiming::by_kind;
 pub use claiming::{Candidate, PendingOwner, ProviderGate, Running};
+pub(super) use values::LockedAttemptRow;
+pub use values::{AttemptHolder, LockedAttempt, LockedJob, Outcome, OutputSettlement, Settled};
 
 /// A write transaction of one backend. Postgres holds the job's row lock
 /// from [`DriverTx::lock_job`] to commit; SQLite holds its one write lock
@@ -101,12 +102,7 @@ pub trait DriverTx: Send {
     async fn enqueue_webhook(&mut self, message: &Outgoing<'_>) -> Result<()>;
 
     /// Where `provider` stands for `task`'s contract with this hash.
-    async fn select_qualification_state(
-        &mut self,
-        provider: &str,
-        task: &str,
-        hash: &[u8; 32],
-    ) -> Result<QualificationState>;
+    async fn qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState>;
 
     /// Moves the attempt from one of `outcome.from` to `outcome.to` with its
     /// error; an unknown one becomes due for reconciliation; its usage,
@@ -119,9 +115,9 @@ pub trait DriverTx: Send {
     /// winner's pending siblings, and appends the event: `settlement.won`
     /// (with the canceled numbers added as `canceled`) or
     /// `settlement.lost`.
-    async fn settle_by_compare_and_swap(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled>;
+    async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled>;
 
-    /// [`DriverTx::settle_by_compare_and_swap`] for the outputs of one
+    /// [`DriverTx::settle_with_output`] for the outputs of one
     /// owner's distinct jobs, each locked: the answers in the order given.
     /// Postgres settles them all in one statement; SQLite one by one.
     async fn settle_outputs(&mut self, settlements: &[OutputSettlement<'_>]) -> Result<Vec<Settled>> {
@@ -185,12 +181,12 @@ pub trait DriverTx: Send {
 
     /// Pauses claims of a provider's attempts for `pause` (a pause already
     /// lasting longer stays).
-    async fn update_provider_pause(&mut self, provider: &str, pause: std::time::Duration) -> Result<()>;
+    async fn pause_provider(&mut self, provider: &str, pause: std::time::Duration) -> Result<()>;
 
     /// Moves a running attempt back to `pending`, due in `delay`, with no
     /// worker or lease, unless it was `max` times already (`None`: not
     /// counted): the number of rows changed.
-    async fn set_attempt_requeued(
+    async fn requeue_attempt(
         &mut self,
         attempt: &AttemptRef,
         delay: std::time::Duration,
@@ -211,137 +207,147 @@ pub trait Driver: Send + Sync + 'static {
     /// Begins a write transaction.
     async fn begin(&self) -> Result<Tx>;
 
-    /// Inserts a job, its first attempt and its `job-created` event unless
-    /// its key is taken (the unique constraint decides, I1): when it was
-    /// inserted, or `None`.
-    async fn insert_job(&self, new: &NewJob) -> Result<Option<DateTime<Utc>>>;
+    /// The turns in which groups of new jobs are written
+    /// ([`super::groups`]): a turn of their own on Postgres, the one
+    /// writer's on SQLite.
+    fn creation_turns(&self) -> std::sync::Arc<tokio::sync::Semaphore>;
+
+    /// How long a new job may wait queued for its group before it is
+    /// refused as unavailable (`None`: as long as it takes).
+    fn creation_deadline(&self) -> Option<Duration>;
+
+    /// Inserts a group of new jobs, in one of [`Driver::creation_turns`]:
+    /// each with its first attempt and its `job-created` event, unless its
+    /// key is taken (the unique constraint decides, I1). Answers each
+    /// creation: when its job was inserted, or `None`.
+    async fn insert_jobs(&self, group: Vec<super::groups::Creation>);
 
     /// Up to `max` owners with pending attempts, in owner order after
     /// `after`, each with the largest `max_in_flight` its live keys set:
     /// read outside any transaction, a claim's hint of where to look.
-    async fn select_pending_owners(&self, after: &str, max: u32) -> Result<Vec<PendingOwner>>;
+    async fn pending_owners(&self, after: &str, max: u32) -> Result<Vec<PendingOwner>>;
 
     /// Whether `rule` may purge any job now: a read, so that a purger with
     /// nothing to purge takes no lock.
-    async fn select_any_purgeable(&self, rule: &PurgeRule) -> Result<bool>;
+    async fn any_purgeable(&self, rule: &PurgeRule) -> Result<bool>;
 
     /// Running attempts whose lease has expired, the oldest first.
     async fn expired_leases(&self, max: u32) -> Result<Vec<AttemptRef>>;
 
     /// Applies the pending migrations.
-    async fn run_migrations(&self) -> Result<()>;
+    async fn migrate(&self) -> Result<()>;
 
     /// Answers when the database does and the migrations are applied.
-    async fn check_migrated(&self) -> Result<()>;
+    async fn check_ready(&self) -> Result<()>;
 
     /// Fails when the connections do not keep their server sessions (a
     /// pooler in transaction mode): checked once at start.
-    async fn check_pooling(&self) -> Result<()> {
+    async fn check_session_pooling(&self) -> Result<()> {
         Ok(())
     }
 
     /// What the database says of its replication; `None` where it has none
     /// (SQLite).
-    async fn select_replication(&self) -> Result<Option<super::Replication>> {
+    async fn replication(&self) -> Result<Option<super::Replication>> {
         Ok(None)
     }
 
     /// Stores a new API key's hash.
-    async fn insert_key(&self, key: &NewKey<'_>) -> Result<()>;
+    async fn insert_api_key(&self, key: &NewKey<'_>) -> Result<()>;
 
     /// Sets a live key's own limit of its owner's attempts running at once
     /// (`None`: the default): whether a live key has that id.
-    async fn update_key_max_in_flight(&self, id: Uuid, max_in_flight: Option<u32>) -> Result<bool>;
+    async fn set_key_max_in_flight(&self, id: Uuid, max_in_flight: Option<u32>) -> Result<bool>;
 
     /// The live (unrevoked) key with this hash.
-    async fn select_live_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>>;
+    async fn find_api_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>>;
 
     /// Revokes a key; `false` when there is no such live key. Every process
     /// following key changes hears of it when it commits; on Postgres this
     /// returns once each of them has confirmed it forgot the key (or after
     /// two seconds, with a warning naming how many did not).
-    async fn revoke_key_and_wait(&self, id: Uuid, owner: Option<&OwnerId>) -> Result<bool>;
+    async fn revoke_api_key(&self, id: Uuid, owner: Option<&OwnerId>) -> Result<bool>;
 
     /// Tells a revoker that this process forgot key `id` (see
     /// [`Self::revoke_api_key`]).
-    async fn notify_key_forgotten(&self, _id: Uuid) -> Result<()> {
+    async fn confirm_key_forgotten(&self, _id: Uuid) -> Result<()> {
         Ok(())
     }
 
     /// Reports changes to API keys made by any process (see
     /// [`Store::follow_key_changes`]).
-    fn listen_key_changes(&self) -> Option<tokio::sync::mpsc::Receiver<KeyChange>>;
+    fn follow_key_changes(&self) -> Option<tokio::sync::mpsc::Receiver<KeyChange>>;
 
     /// Every key, or one owner's.
-    async fn select_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>>;
+    async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>>;
 
     /// Whether any API key exists at all.
-    async fn any_key(&self) -> Result<bool>;
+    async fn has_api_keys(&self) -> Result<bool>;
 
     /// One of the owner's jobs with its attempts.
-    async fn select_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>>;
+    async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>>;
 
     /// One of the owner's jobs by its idempotency key.
-    async fn select_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>>;
+    async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>>;
 
     /// A page of the owner's jobs, newest first.
-    async fn select_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>>;
+    async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>>;
 
     /// A job's audit log, oldest first.
-    async fn select_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>>;
+    async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>>;
 
     /// The job's output after piece `after`, in order.
-    async fn select_output(
-        &self,
-        owner: &OwnerId,
-        job_id: JobId,
-        after: i64,
-    ) -> Result<Vec<super::output::OutputPiece>>;
+    async fn list_output(&self, owner: &OwnerId, job_id: JobId, after: i64) -> Result<Vec<super::output::OutputPiece>>;
 
     /// Takes `tokens` from `provider`'s shared bucket of `per_minute`: `None`
     /// when taken, else how long until it holds them (or is full, for more).
-    async fn take_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>>;
+    async fn reserve_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>>;
 
     /// Every provider's stored breaker.
-    async fn select_breakers(&self) -> Result<Vec<super::breakers::StoredBreaker>>;
+    async fn list_breakers(&self) -> Result<Vec<super::breakers::StoredBreaker>>;
 
     /// Changes a provider's breaker; whether it applied.
     async fn change_breaker(&self, provider: &str, change: super::breakers::BreakerChange<'_>) -> Result<bool>;
 
     /// What a queued job of the owner waits for, or `None` without a pending attempt.
-    async fn select_waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<WaitingFacts>>;
+    async fn waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<WaitingFacts>>;
 
     /// The jobs that finished (won, or were canceled) while attempts of
     /// theirs run under `worker`'s leases: the calls its sweep aborts.
-    async fn select_finished_with_calls(&self, worker: &str) -> Result<Vec<JobId>>;
+    async fn finished_jobs_running_on(&self, worker: &str) -> Result<Vec<JobId>>;
 
     /// Whether any unknown attempt of `providers` is due for a status
     /// lookup: a read, so that an idle reconciler takes no write lock.
-    async fn select_any_due_unknown(&self, providers: &[String]) -> Result<bool>;
+    async fn any_due_unknown(&self, providers: &[String]) -> Result<bool>;
 
     /// Claims up to `max` unknown attempts of `providers` that are due for a
     /// status lookup, and holds them for `hold` before they are due again.
-    async fn claim_due_unknown(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>>;
+    async fn claim_reconciliations(
+        &self,
+        providers: &[String],
+        max: u32,
+        hold: Duration,
+    ) -> Result<Vec<UnknownAttempt>>;
 
     /// Puts off the next status lookup of an unknown attempt.
-    async fn update_reconcile_after(&self, attempt: &AttemptRef, delay: Duration) -> Result<()>;
+    async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()>;
 
     /// Gives the space a large purge freed back to the disk where the
     /// database does not reuse it by itself: SQLite's incremental vacuum
     /// (a file made with it); nothing on Postgres, whose autovacuum does.
-    async fn vacuum(&self) -> Result<()> {
+    async fn reclaim_space(&self) -> Result<()> {
         Ok(())
     }
 
     /// How many jobs are `unknown` and unchanged since `before`: kept
     /// whatever their age, and reported.
-    async fn count_stale_unknown(&self, before: DateTime<Utc>) -> Result<u64>;
+    async fn count_unknown_since(&self, before: DateTime<Utc>) -> Result<u64>;
 
     /// Stores a qualification run.
-    async fn insert_qualification_run(&self, run: &NewQualificationRun<'_>) -> Result<QualificationRecord>;
+    async fn insert_qualification(&self, run: &NewQualificationRun<'_>) -> Result<QualificationRecord>;
 
     /// Where `provider` stands for `task`'s contract with this hash.
-    async fn select_qualification_state(
+    async fn qualification_state(
         &self,
         provider: &str,
         task: &str,
@@ -349,31 +355,31 @@ pub trait Driver: Send + Sync + 'static {
     ) -> Result<QualificationState>;
 
     /// The latest qualification run of `provider` for `task`, of any contract.
-    async fn select_latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>>;
+    async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>>;
 
     /// Queue depth and unknown attempts, for the metrics gauges.
-    async fn select_gauges(&self) -> Result<Gauges>;
+    async fn sample_gauges(&self) -> Result<Gauges>;
 
     /// Keeps an output that did not become the attempt's (it broke the
     /// contract, or came after the attempt was settled) on the attempt, for
     /// audit: `unapplied` is [`crate::domain::unapplied_output`]'s.
-    async fn update_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool>;
+    async fn record_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool>;
 
     /// Keeps the provider's own id of an attempt's request (a background
     /// response's) on the attempt, as soon as it is known: its status
     /// lookup and cancel call need it. The first id stays; whoever holds
     /// the attempt, and whatever its state, the id is a fact about it.
-    async fn update_provider_request(&self, attempt: &AttemptRef, provider_request_id: &str) -> Result<bool>;
+    async fn record_provider_request(&self, attempt: &AttemptRef, provider_request_id: &str) -> Result<bool>;
 
     /// The owner of the job `job_id` whose attempt `number` is unknown, of
     /// any owner: how an admin finds another owner's attempt to resolve.
     /// Looks only at unknown attempts (a partial index holds them alone).
-    async fn select_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>>;
+    async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>>;
 
     /// A page of jobs, newest first, of one owner or (`None`) of every
     /// owner, only the one holding idempotency key `key` when given: the
     /// dashboard's listing. Across owners it reads every owner's rows.
-    async fn select_jobs_of_any_owner(
+    async fn browse_jobs(
         &self,
         owner: Option<&OwnerId>,
         key: Option<&str>,
@@ -382,60 +388,60 @@ pub trait Driver: Send + Sync + 'static {
 
     /// The owner of job `id`, of any owner: how an admin's dashboard finds a
     /// job it was given the id of.
-    async fn select_job_owner(&self, id: JobId) -> Result<Option<OwnerId>>;
+    async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>>;
 
     /// The attempts whose outcome is unknown, of one owner or (`None`) of
     /// every owner, the longest unknown first, at most `limit`.
-    async fn select_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>>;
+    async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>>;
 
     /// Records the tokens an attempt used and their cost, whatever its
     /// state; a later record (the provider's own count after an estimate)
     /// replaces an earlier one. `false`: no such attempt for this owner.
-    async fn update_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool>;
+    async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool>;
 
     /// The owner's attempts with recorded usage created in the filter's
     /// range, oldest first, for the usage report.
-    async fn select_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>>;
+    async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>>;
 
     /// Stores a new dashboard session, ending `session.lifetime` from now
     /// by the database's clock.
-    async fn insert_session(&self, session: &NewSession) -> Result<()>;
+    async fn insert_dashboard_session(&self, session: &NewSession) -> Result<()>;
 
     /// The dashboard session whose token hashes to `token_hash`, live or
     /// not, with its key's token hash and the database's clock: one look-up
     /// by an index.
-    async fn select_session(&self, token_hash: &[u8; 32]) -> Result<Option<StoredSession>>;
+    async fn find_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<Option<StoredSession>>;
 
     /// Marks a dashboard session used now.
-    async fn update_session_used(&self, token_hash: &[u8; 32]) -> Result<()>;
+    async fn touch_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<()>;
 
     /// Ends a dashboard session: its row is deleted. `false` when there was
     /// none.
-    async fn delete_session(&self, token_hash: &[u8; 32]) -> Result<bool>;
+    async fn delete_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<bool>;
 
     /// Deletes every dashboard session past its lifetime or unused for
     /// `idle`; how many.
-    async fn delete_expired_sessions(&self, idle: Duration) -> Result<u64>;
+    async fn delete_expired_dashboard_sessions(&self, idle: Duration) -> Result<u64>;
 
     /// Stores the first run's key, unless the database had its first run
     /// already or has a key: `bootstrap`'s one row, inserted in the key's
     /// transaction, decides, so that of replicas starting together on an
     /// empty database exactly one makes it. `true` when this call made it.
-    async fn insert_bootstrap_key(&self, key: &NewKey<'_>) -> Result<bool>;
+    async fn insert_first_run_key(&self, key: &NewKey<'_>) -> Result<bool>;
 
     /// Stores an endpoint and its subscriptions, unless its owner has
     /// `max_per_owner` endpoints already (`None`).
-    async fn insert_endpoint(&self, new: &NewEndpoint, max_per_owner: u32) -> Result<Option<Endpoint>>;
+    async fn insert_webhook_endpoint(&self, new: &NewEndpoint, max_per_owner: u32) -> Result<Option<Endpoint>>;
 
     /// An owner's endpoints, the oldest first.
-    async fn select_endpoints(&self, owner: &OwnerId) -> Result<Vec<Endpoint>>;
+    async fn list_webhook_endpoints(&self, owner: &OwnerId) -> Result<Vec<Endpoint>>;
 
     /// Deletes an owner's endpoint with its deliveries; `false` when it had none such.
-    async fn delete_endpoint(&self, owner: &OwnerId, id: Uuid) -> Result<bool>;
+    async fn delete_webhook_endpoint(&self, owner: &OwnerId, id: Uuid) -> Result<bool>;
 
     /// Gives an owner's endpoint a new secret; the old one still signs for
     /// `keep_old`. `None` when it has no such endpoint.
-    async fn update_endpoint_secret(
+    async fn rotate_webhook_secret(
         &self,
         owner: &OwnerId,
         id: Uuid,
@@ -445,125 +451,33 @@ pub trait Driver: Send + Sync + 'static {
 
     /// The latest `limit` deliveries to an owner's endpoint, each with its
     /// tries; `None` when it has no such endpoint.
-    async fn select_deliveries(&self, owner: &OwnerId, endpoint: Uuid, limit: u32) -> Result<Option<Vec<Delivery>>>;
+    async fn list_webhook_deliveries(
+        &self,
+        owner: &OwnerId,
+        endpoint: Uuid,
+        limit: u32,
+    ) -> Result<Option<Vec<Delivery>>>;
 
     /// Whether any delivery is due: a read, so that an idle deliverer takes
     /// no write lock.
-    async fn select_any_due_delivery(&self) -> Result<bool>;
+    async fn has_due_webhook_deliveries(&self) -> Result<bool>;
 
     /// Claims up to `max` due deliveries of live endpoints for `lease`,
     /// none of an owner in `skip`.
-    async fn claim_due_deliveries(&self, max: u32, lease: Duration, skip: &[String]) -> Result<Vec<ClaimedDelivery>>;
+    async fn claim_webhook_deliveries(
+        &self,
+        max: u32,
+        lease: Duration,
+        skip: &[String],
+    ) -> Result<Vec<ClaimedDelivery>>;
 
     /// Makes claimed deliveries of `owner` due again at once, their try
     /// not counted.
-    async fn update_deliveries_released(&self, owner: &OwnerId, ids: &[Uuid]) -> Result<()>;
+    async fn release_webhook_deliveries(&self, owner: &OwnerId, ids: &[Uuid]) -> Result<()>;
 
     /// Records tries of claimed deliveries, and what follows from each, in
     /// one transaction.
-    async fn insert_delivery_tries(&self, done: &[DeliveryTry]) -> Result<()>;
-}
-
-/// What a transition needs of its locked job.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub struct LockedJob {
-    /// Its state as stored.
-    pub state: JobState,
-    /// Its task.
-    pub task: String,
-    /// Its own provider.
-    pub provider: String,
-    /// The attempt that won, if one has.
-    pub winning_attempt: Option<i32>,
-    /// Whether its owner has any webhook subscription, as the lock read it:
-    /// a transition of an owner with none writes no delivery.
-    pub hooked: bool,
-}
-
-/// Who holds an attempt, read under its job's lock.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub struct AttemptHolder {
-    /// Its state.
-    pub state: AttemptState,
-    /// The worker that claimed it, if one has.
-    pub worker: Option<String>,
-    /// Whether its lease has not yet expired (false without one).
-    pub lease_live: bool,
-}
-
-/// A job locked for a transition of one of its attempts, and who holds
-/// that attempt (`None` without the attempt).
-pub type LockedAttempt = (LockedJob, Option<AttemptHolder>);
-
-/// A row of [`DriverTx::lock_attempt_job`]: the job, and its attempt's
-/// holder (all null without the attempt).
-#[derive(sqlx::FromRow)]
-pub(super) struct LockedAttemptRow {
-    #[sqlx(flatten)]
-    job: LockedJob,
-    attempt_state: Option<AttemptState>,
-    worker: Option<String>,
-    lease_live: Option<bool>,
-}
-
-impl From<LockedAttemptRow> for LockedAttempt {
-    fn from(row: LockedAttemptRow) -> Self {
-        let holder = row.attempt_state.map(|state| AttemptHolder {
-            state,
-            worker: row.worker,
-            lease_live: row.lease_live.unwrap_or(false),
-        });
-        (row.job, holder)
-    }
-}
-
-impl AttemptHolder {
-    /// Whether `worker` may still settle the attempt: it is `running`
-    /// under `worker`'s lease, and the lease has not expired.
-    pub fn held_by(&self, worker: &str) -> bool {
-        self.state == AttemptState::Running && self.worker.as_deref() == Some(worker) && self.lease_live
-    }
-}
-
-/// An attempt to settle with an output.
-#[derive(Debug)]
-pub struct OutputSettlement<'a> {
-    /// Which attempt.
-    pub attempt: &'a AttemptRef,
-    /// Its output.
-    pub output: &'a Value,
-    /// What it used, recorded on it as it settles, when given.
-    pub usage: Option<&'a AttemptUsage>,
-    /// The states it may be settled from.
-    pub from: &'static [AttemptState],
-    /// The detail of the `attempt-succeeded` event, should it win.
-    pub won: Value,
-    /// The detail of the `race-lost` event, should it lose.
-    pub lost: Value,
-}
-
-/// How an attempt ends without an output.
-#[derive(Debug)]
-pub struct Outcome<'a> {
-    /// The state it ends in: `failed` or `unknown`.
-    pub to: AttemptState,
-    /// The states it may end from.
-    pub from: &'a [AttemptState],
-    /// Why.
-    pub error: &'a AttemptError,
-    /// What it used, when known.
-    pub usage: Option<&'a AttemptUsage>,
-}
-
-/// What [`DriverTx::settle_by_compare_and_swap`] did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settled {
-    /// Whether the compare-and-swap took this attempt's output.
-    pub won: bool,
-    /// How many attempts were settled: 1, or the guard failed.
-    pub settled: u64,
-    /// The pending siblings canceled by the win.
-    pub canceled: Vec<i32>,
+    async fn record_webhook_tries(&self, done: &[DeliveryTry]) -> Result<()>;
 }
 
 /// Settles outputs one statement each ([`DriverTx::settle_outputs`] where
@@ -574,7 +488,7 @@ pub(super) async fn settle_each<T: DriverTx + ?Sized>(
 ) -> Result<Vec<Settled>> {
     let mut settled = Vec::with_capacity(settlements.len());
     for settlement in settlements {
-        settled.push(tx.settle_by_compare_and_swap(settlement).await?);
+        settled.push(tx.settle_with_output(settlement).await?);
     }
     Ok(settled)
 }

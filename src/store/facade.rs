@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::driver::Tx;
+use super::groups::{Creation, GroupCommit};
 use super::*;
 
 /// Every operation onejob performs on its database, over a backend's
@@ -16,12 +17,15 @@ use super::*;
 #[derive(Clone)]
 pub struct Store {
     driver: Arc<dyn Driver>,
+    // New jobs waiting for their group (`groups.rs`).
+    creations: Arc<GroupCommit<Creation>>,
 }
 
 impl Store {
     /// A store over `driver`.
     pub fn new(driver: impl Driver) -> Self {
-        Store { driver: Arc::new(driver) }
+        let creations = Arc::new(super::groups::creations(driver.creation_turns()));
+        Store { driver: Arc::new(driver), creations }
     }
 
     /// Begins a write transaction (for the transitions).
@@ -34,31 +38,41 @@ impl Store {
         self.driver.as_ref()
     }
 
+    /// The backend, for a task of its own (a group of new jobs).
+    pub(super) fn driver_arc(&self) -> Arc<dyn Driver> {
+        self.driver.clone()
+    }
+
+    /// The queue of new jobs.
+    pub(super) fn creations(&self) -> &GroupCommit<Creation> {
+        &self.creations
+    }
+
     /// Applies the pending migrations.
     pub async fn migrate(&self) -> Result<()> {
-        self.driver.run_migrations().await
+        self.driver.migrate().await
     }
 
     /// Answers when the database does and the migrations are applied.
     pub async fn check_ready(&self) -> Result<()> {
-        self.driver.check_migrated().await
+        self.driver.check_ready().await
     }
 
     /// Fails when the connections do not keep their server sessions (a
     /// pooler in transaction mode): checked once at start.
     pub async fn check_session_pooling(&self) -> Result<()> {
-        self.driver.check_pooling().await
+        self.driver.check_session_pooling().await
     }
 
     /// Whether the database's commits wait for a standby, and what says so;
     /// `None` on a database without replication (SQLite).
     pub async fn replication(&self) -> Result<Option<Replication>> {
-        self.driver.select_replication().await
+        self.driver.replication().await
     }
 
     /// Queue depth and unknown attempts, for the metrics gauges.
     pub async fn sample_gauges(&self) -> Result<Gauges> {
-        self.driver.select_gauges().await
+        self.driver.sample_gauges().await
     }
 }
 

@@ -147,22 +147,22 @@ impl Store {
 
     /// One of the owner's jobs with its attempts.
     pub async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
-        self.driver().select_job(owner, id).await
+        self.driver().get_job(owner, id).await
     }
 
     /// One of the owner's jobs by its idempotency key.
     pub async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
-        self.driver().select_job_by_key(owner, key).await
+        self.driver().find_job_by_key(owner, key).await
     }
 
     /// A page of the owner's jobs, newest first.
     pub async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
-        self.driver().select_jobs(owner, filter).await
+        self.driver().list_jobs(owner, filter).await
     }
 
     /// A job's audit log, oldest first.
     pub async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
-        self.driver().select_events(owner, job_id).await
+        self.driver().list_events(owner, job_id).await
     }
 
     /// Cancels a job unless it succeeded: pending attempts are canceled;
@@ -182,12 +182,12 @@ impl Store {
         key: Option<&str>,
         filter: &JobFilter,
     ) -> Result<Vec<OwnedJobSummary>> {
-        self.driver().select_jobs_of_any_owner(owner, key, filter).await
+        self.driver().browse_jobs(owner, key, filter).await
     }
 
     /// The owner of job `id`, of any owner: how an admin's dashboard finds a
     /// job it was given the id of.
     pub async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>> {
-        self.driver().select_job_owner(id).await
+        self.driver().find_job_owner(id).await
     }
 }

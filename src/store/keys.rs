@@ -69,18 +69,18 @@ pub enum KeyChange {
 impl Store {
     /// Stores a new API key's hash.
     pub async fn insert_api_key(&self, id: Uuid, owner: &OwnerId, role: KeyRole, token_hash: &[u8; 32]) -> Result<()> {
-        self.driver().insert_key(&NewKey { id, owner, role, token_hash }).await
+        self.driver().insert_api_key(&NewKey { id, owner, role, token_hash }).await
     }
 
     /// Sets a live key's own limit of its owner's attempts running at once
     /// (`None`: the default): whether a live key has that id.
     pub async fn set_key_max_in_flight(&self, id: Uuid, max_in_flight: Option<u32>) -> Result<bool> {
-        self.driver().update_key_max_in_flight(id, max_in_flight).await
+        self.driver().set_key_max_in_flight(id, max_in_flight).await
     }
 
     /// The live (unrevoked) key with this hash.
     pub async fn find_api_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>> {
-        self.driver().select_live_key(token_hash).await
+        self.driver().find_api_key(token_hash).await
     }
 
     /// The owner of a live (unrevoked) key with this hash.
@@ -94,13 +94,13 @@ impl Store {
     /// returns once each of them has confirmed it forgot the key (or after
     /// two seconds, with a warning naming how many did not).
     pub async fn revoke_api_key(&self, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {
-        self.driver().revoke_key_and_wait(id, owner).await
+        self.driver().revoke_api_key(id, owner).await
     }
 
     /// Tells a revoker that this process forgot key `id` (see
     /// [`Self::revoke_api_key`]).
     pub async fn confirm_key_forgotten(&self, id: Uuid) -> Result<()> {
-        self.driver().notify_key_forgotten(id).await
+        self.driver().confirm_key_forgotten(id).await
     }
 
     /// Reports every change to any API key made by any process, for caches
@@ -109,16 +109,16 @@ impl Store {
     /// change, reports `Lost` (keys are looked up every time), then each
     /// revocation it finds by reading the keys table every second.
     pub fn follow_key_changes(&self) -> Option<tokio::sync::mpsc::Receiver<KeyChange>> {
-        self.driver().listen_key_changes()
+        self.driver().follow_key_changes()
     }
 
     /// Every key, or one owner's.
     pub async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
-        self.driver().select_keys(owner).await
+        self.driver().list_api_keys(owner).await
     }
 
     /// Whether any API key exists at all.
     pub async fn has_api_keys(&self) -> Result<bool> {
-        self.driver().any_key().await
+        self.driver().has_api_keys().await
     }
 }

@@ -1,6 +1,6 @@
 //! The store: every read and every state transition of jobs, attempts,
 //! events, API keys, sessions, webhooks, usage and retention, behind the
-//! [`Store`] trait (`facade.rs`). Callers never see SQL. The logic of each
+//! [`Store`] struct (`facade.rs`). Callers never see SQL. The logic of each
 //! transition is written once, in `transitions.rs`, over the per-backend
 //! statements of `driver.rs`; `postgres/` and `sqlite/` hold only their SQL
 //! and what truly differs between the two databases; `rows.rs` reads rows
@@ -18,7 +18,6 @@
 
 mod admission;
 pub mod attempts;
-mod batches;
 pub mod breakers;
 pub mod claims;
 pub mod driver;
@@ -26,7 +25,7 @@ mod error;
 mod events;
 mod eviction;
 mod facade;
-mod groups;
+pub mod groups;
 pub mod jobs;
 pub mod keys;
 pub mod output;
@@ -48,17 +47,18 @@ pub use attempts::{
     Admission, AttemptRef, ClaimedAttempt, NewAttempt, OpenUnknown, Resolution, Resolved, Scheduled, Settlement,
     Transition, UnknownAttempt, WaitingFacts,
 };
-pub use batches::Finish;
 pub use claims::Leases;
 pub use driver::Driver;
 pub use error::{Result, StoreError};
 pub(crate) use error::{check_migrations, corrupt};
 pub use facade::{Gauges, Replication, Store};
+pub use groups::{GroupCommit, Unanswered};
 pub use jobs::{Cancel, CreateJob, JobFilter, NewJob, OwnedJobSummary};
 pub use keys::{ApiKey, KeyChange, LiveKey, NewKey};
 pub use postgres::PostgresStore;
 pub use qualifications::{NewQualificationRun, QualificationRecord, QualificationState};
 pub use sessions::{NewSession, StoredSession};
 pub use sqlite::SqliteStore;
+pub use transitions::batches::Finish;
 pub use usage::{AttemptUsage, UsageFilter, UsageRow};
 pub use webhooks::{ClaimedDelivery, Delivery, DeliveryTry, Endpoint, NewEndpoint, TryOutcome};

@@ -122,6 +122,6 @@ impl Store {
 
     /// Job `job_id`'s output after piece `after` (0: all of it), in order.
     pub async fn list_output(&self, owner: &OwnerId, job_id: JobId, after: i64) -> Result<Vec<OutputPiece>> {
-        self.driver().select_output(owner, job_id, after).await
+        self.driver().list_output(owner, job_id, after).await
     }
 }

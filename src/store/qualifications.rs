@@ -53,9 +53,7 @@ impl Store {
         passed: bool,
         report: &Value,
     ) -> Result<QualificationRecord> {
-        self.driver()
-            .insert_qualification_run(&NewQualificationRun { provider, task, contract_hash, passed, report })
-            .await
+        self.driver().insert_qualification(&NewQualificationRun { provider, task, contract_hash, passed, report }).await
     }
 
     /// Where `provider` stands for `task`'s contract with this hash.
@@ -65,11 +63,11 @@ impl Store {
         task: &str,
         contract_hash: &[u8; 32],
     ) -> Result<QualificationState> {
-        self.driver().select_qualification_state(provider, task, contract_hash).await
+        self.driver().qualification_state(provider, task, contract_hash).await
     }
 
     /// The latest qualification run of `provider` for `task`, of any contract.
     pub async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>> {
-        self.driver().select_latest_qualification(provider, task).await
+        self.driver().latest_qualification(provider, task).await
     }
 }

@@ -24,7 +24,7 @@ impl Store {
     pub async fn purge_batch(&self, rule: &PurgeRule, max: u32) -> Result<PurgeBatch> {
         // A read first: with nothing to purge, a purger takes no lock (on
         // SQLite, not the writer).
-        if !self.driver().select_any_purgeable(rule).await? {
+        if !self.driver().any_purgeable(rule).await? {
             return Ok(PurgeBatch::Purged(0));
         }
         let mut tx = self.begin().await?;
@@ -49,7 +49,7 @@ impl Store {
     /// database does not reuse it by itself: SQLite's incremental vacuum
     /// (a file made with it); nothing on Postgres, whose autovacuum does.
     pub async fn reclaim_space(&self) -> Result<()> {
-        self.driver().vacuum().await
+        self.driver().reclaim_space().await
     }
 
     /// Erases one of `owner`'s jobs now (`DELETE /jobs/{id}`), if it is

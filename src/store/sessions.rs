@@ -90,31 +90,31 @@ impl Store {
     /// Stores a new dashboard session, ending `session.lifetime` from now
     /// by the database's clock.
     pub async fn insert_dashboard_session(&self, session: &NewSession) -> Result<()> {
-        self.driver().insert_session(session).await
+        self.driver().insert_dashboard_session(session).await
     }
 
     /// The dashboard session whose token hashes to `token_hash`, live or
     /// not, with its key's token hash and the database's clock: one look-up
     /// by an index.
     pub async fn find_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<Option<StoredSession>> {
-        self.driver().select_session(token_hash).await
+        self.driver().find_dashboard_session(token_hash).await
     }
 
     /// Marks a dashboard session used now.
     pub async fn touch_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<()> {
-        self.driver().update_session_used(token_hash).await
+        self.driver().touch_dashboard_session(token_hash).await
     }
 
     /// Ends a dashboard session: its row is deleted. `false` when there was
     /// none.
     pub async fn delete_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<bool> {
-        self.driver().delete_session(token_hash).await
+        self.driver().delete_dashboard_session(token_hash).await
     }
 
     /// Deletes every dashboard session past its lifetime or unused for
     /// `idle`; how many.
     pub async fn delete_expired_dashboard_sessions(&self, idle: Duration) -> Result<u64> {
-        self.driver().delete_expired_sessions(idle).await
+        self.driver().delete_expired_dashboard_sessions(idle).await
     }
 
     /// Stores the first run's key, unless the database had its first run
@@ -128,6 +128,6 @@ impl Store {
         role: KeyRole,
         token_hash: &[u8; 32],
     ) -> Result<bool> {
-        self.driver().insert_bootstrap_key(&super::NewKey { id, owner, role, token_hash }).await
+        self.driver().insert_first_run_key(&super::NewKey { id, owner, role, token_hash }).await
     }
 }

@@ -1,18 +1,45 @@
-//! The statements whose Rust is the same on both databases, written once:
-//! each backend instantiates these templates with its own SQL (its
-//! `sql.rs`, under the same names) and its own pool and transaction types.
-//! What differs between the databases (the hot path's connections, whose
-//! clock stamps a row, claims, group commit) stays in the backend.
+//! The statements whose Rust is the same on both databases, written once as
+//! functions generic over the database: a backend's driver method of the
+//! same name calls one with its own SQL (its `sql.rs` or concern module,
+//! under the method's name) and its pool or transaction. Each function's
+//! bounds name what it binds and reads, which both databases provide. What
+//! differs between the databases (the hot path's connections, whose clock
+//! stamps a row, claims, group commit) stays in the backend.
+
+mod transaction;
+
+pub(crate) use transaction::{
+    attempt_state, attempt_states, forget_usage, insert_output, job_budget, lock_job, lock_output, read_attempts,
+    set_output_attempt,
+};
 
 use std::sync::LazyLock;
 
-use crate::store::rows::names::PENDING;
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Type};
+use uuid::Uuid;
+
+use super::driver::PendingOwner;
+use super::output::OutputPiece;
+use super::rows::names::PENDING;
+use super::rows::{
+    ApiKeyRow, EventRow, JobSummaryRow, LiveKeyRow, OpenUnknownRow, QualificationRow, QualificationStateRow, Stamp,
+    UsageReportRow, read_all,
+};
+use super::webhooks::{DeliveryRow, TryRow, attach_tries};
+use super::{
+    ApiKey, AttemptRef, Delivery, JobFilter, LiveKey, OpenUnknown, OwnedJobSummary, QualificationRecord,
+    QualificationState, Result, UsageFilter, UsageRow,
+};
+use crate::domain::{JobEvent, JobId, JobState, OwnerId};
+use crate::store::rows::BindAttempt;
 
 /// The latest migration applied (the same SQL on both databases).
 pub(crate) const MIGRATED_VERSION: &str = r#"select max(version) from _sqlx_migrations where success"#;
 
 /// Whether any key was ever made (the same SQL on both databases).
-pub(crate) const ANY_API_KEY: &str = r#"select exists (select 1 from api_keys)"#;
+pub(crate) const HAS_API_KEYS: &str = r#"select exists (select 1 from api_keys)"#;
 
 /// Pending attempts per owner and per provider, for the gauges (the same
 /// SQL on both databases).
@@ -25,308 +52,407 @@ pub(crate) static PENDING_BY: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Implements [`crate::store::Driver`] for a backend: its own methods, given
-/// as the second argument, and the shared reads, run on `self.pool` with
-/// the backend's `sql` module and `MIGRATOR` in scope; and the dashboard
-/// sessions and the first run, handed to the backend's `sessions` module,
-/// whose functions have the same names and arguments on both.
-macro_rules! impl_driver {
-    ($store:ty, { $($own:tt)* }) => {
-        #[async_trait::async_trait]
-        impl $crate::store::Driver for $store {
-            $($own)*
-
-            async fn select_pending_owners(&self, after: &str, max: u32) -> Result<Vec<$crate::store::driver::PendingOwner>> {
-                Ok(sqlx::query_as(claims::PENDING_OWNERS.as_str()).bind(after).bind(i64::from(max)).fetch_all(&self.pool).await?)
-            }
-
-            async fn select_any_purgeable(&self, rule: &$crate::store::purge::PurgeRule) -> Result<bool> {
-                retention::any_purgeable(&self.pool, rule).await
-            }
-
-            async fn check_migrated(&self) -> Result<()> {
-                let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-                let applied: std::result::Result<Option<i64>, sqlx::Error> =
-                    sqlx::query_scalar($crate::store::shared::MIGRATED_VERSION).fetch_one(&self.pool).await;
-                $crate::store::check_migrations(applied, latest)
-            }
-
-            async fn select_live_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>> {
-                let row: Option<$crate::store::rows::LiveKeyRow> =
-                    sqlx::query_as(&*sql::FIND_API_KEY).bind(&token_hash[..]).fetch_optional(&self.pool).await?;
-                row.map(LiveKey::try_from).transpose()
-            }
-
-            async fn select_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
-                let rows: Vec<$crate::store::rows::ApiKeyRow> =
-                    sqlx::query_as(&*sql::LIST_API_KEYS).bind(owner.map(OwnerId::as_str)).fetch_all(&self.pool).await?;
-                Ok(rows.into_iter().map(Into::into).collect())
-            }
-
-            async fn update_key_max_in_flight(&self, id: Uuid, max_in_flight: Option<u32>) -> Result<bool> {
-                let done = sqlx::query(sql::SET_KEY_MAX_IN_FLIGHT)
-                    .bind(id).bind(max_in_flight.map(i64::from)).execute(&self.pool).await?;
-                Ok(done.rows_affected() > 0)
-            }
-
-            async fn any_key(&self) -> Result<bool> {
-                Ok(sqlx::query_scalar($crate::store::shared::ANY_API_KEY).fetch_one(&self.pool).await?)
-            }
-
-            async fn select_output(&self, owner: &OwnerId, job_id: JobId, after: i64) -> Result<Vec<$crate::store::output::OutputPiece>> {
-                Ok(sqlx::query_as(sql::LIST_OUTPUT).bind(owner.as_str()).bind(job_id.0).bind(after).fetch_all(&self.pool).await?)
-            }
-
-            async fn select_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
-                let rows: Vec<$crate::store::rows::EventRow> =
-                    sqlx::query_as(&*sql::LIST_EVENTS).bind(owner.as_str()).bind(job_id.0).fetch_all(&self.pool).await?;
-                Ok(rows.into_iter().map(Into::into).collect())
-            }
-
-            async fn select_qualification_state(&self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
-                let row: Option<$crate::store::rows::QualificationStateRow> = sqlx::query_as(&*sql::QUALIFICATION_STATE)
-                    .bind(provider).bind(task).bind(&hash[..]).fetch_optional(&self.pool).await?;
-                Ok($crate::store::rows::QualificationStateRow::state(row))
-            }
-
-            async fn select_latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>> {
-                let row: Option<$crate::store::rows::QualificationRow> =
-                    sqlx::query_as(&*sql::LATEST_QUALIFICATION).bind(provider).bind(task).fetch_optional(&self.pool).await?;
-                row.map(QualificationRecord::try_from).transpose()
-            }
-
-            async fn select_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>> {
-                let owner: Option<String> = sqlx::query_scalar(&*sql::FIND_UNKNOWN_ATTEMPT_OWNER)
-                    .bind(job_id.0).bind(number).fetch_optional(&self.pool).await?;
-                Ok(owner.map(OwnerId::from_trusted))
-            }
-
-            async fn select_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>> {
-                let rows = sqlx::query(&*sql::LIST_USAGE)
-                    .bind(owner.as_str())
-                    .bind($crate::store::rows::Stamp(filter.from))
-                    .bind($crate::store::rows::Stamp(filter.to))
-                    .fetch_all(&self.pool)
-                    .await?;
-                $crate::store::rows::read_all::<_, $crate::store::rows::UsageReportRow, _>(&rows)
-            }
-
-            async fn select_jobs_of_any_owner(
-                &self, owner: Option<&OwnerId>, key: Option<&str>, filter: &JobFilter,
-            ) -> Result<Vec<OwnedJobSummary>> {
-                let rows: Vec<$crate::store::rows::JobSummaryRow> = sqlx::query_as(&*sql::BROWSE_JOBS)
-                    .bind(owner.map(OwnerId::as_str))
-                    .bind(key)
-                    .bind(filter.state)
-                    .bind(filter.task.as_deref())
-                    .bind(filter.before.map(|id| id.0))
-                    .bind(i64::from(filter.limit))
-                    .fetch_all(&self.pool)
-                    .await?;
-                Ok(rows.into_iter().map(Into::into).collect())
-            }
-
-            async fn select_finished_with_calls(&self, worker: &str) -> Result<Vec<JobId>> {
-                let rows: Vec<(uuid::Uuid,)> =
-                    sqlx::query_as(sql::FINISHED_WITH_CALLS.as_str()).bind(worker).fetch_all(&self.pool).await?;
-                Ok(rows.into_iter().map(|(id,)| JobId(id)).collect())
-            }
-
-            async fn count_stale_unknown(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
-                let count: i64 = sqlx::query_scalar(&*sql::COUNT_UNKNOWN_SINCE)
-                    .bind($crate::store::rows::Stamp(before))
-                    .fetch_one(&self.pool)
-                    .await?;
-                Ok(u64::try_from(count).unwrap_or(0))
-            }
-
-            async fn select_job_owner(&self, id: JobId) -> Result<Option<OwnerId>> {
-                let owner: Option<String> = sqlx::query_scalar(&*sql::FIND_JOB_OWNER).bind(id.0).fetch_optional(&self.pool).await?;
-                Ok(owner.map(OwnerId::from_trusted))
-            }
-
-            async fn update_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool> {
-                let changed = sqlx::query(sql::RECORD_UNAPPLIED_OUTPUT)
-                    .bind_attempt(attempt)
-                    .bind(sqlx::types::Json(unapplied))
-                    .execute(&self.pool).await?;
-                Ok(changed.rows_affected() == 1)
-            }
-
-            async fn update_provider_request(&self, attempt: &AttemptRef, provider_request_id: &str) -> Result<bool> {
-                let changed = sqlx::query(sql::RECORD_PROVIDER_REQUEST)
-                    .bind_attempt(attempt).bind(provider_request_id)
-                    .execute(&self.pool).await?;
-                Ok(changed.rows_affected() == 1)
-            }
-
-            async fn select_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>> {
-                let rows: Vec<$crate::store::rows::OpenUnknownRow> = sqlx::query_as(&*sql::LIST_UNKNOWN_ATTEMPTS)
-                    .bind(owner.map(OwnerId::as_str)).bind(i64::from(limit)).fetch_all(&self.pool).await?;
-                Ok(rows.into_iter().map(Into::into).collect())
-            }
-
-            async fn insert_session(&self, session: &$crate::store::NewSession) -> Result<()> {
-                sessions::insert(&self.pool, session).await
-            }
-
-            async fn select_session(&self, token_hash: &[u8; 32]) -> Result<Option<$crate::store::StoredSession>> {
-                sessions::find(&self.pool, token_hash).await
-            }
-
-            async fn update_session_used(&self, token_hash: &[u8; 32]) -> Result<()> {
-                sessions::touch(&self.pool, token_hash).await
-            }
-
-            async fn delete_session(&self, token_hash: &[u8; 32]) -> Result<bool> {
-                sessions::delete(&self.pool, token_hash).await
-            }
-
-            async fn delete_expired_sessions(&self, idle: std::time::Duration) -> Result<u64> {
-                sessions::delete_expired(&self.pool, idle).await
-            }
-
-            async fn insert_bootstrap_key(&self, key: &$crate::store::NewKey<'_>) -> Result<bool> {
-                sessions::insert_first_run_key(self, key).await
-            }
-
-            async fn insert_endpoint(&self, new: &$crate::store::NewEndpoint, max_per_owner: u32) -> Result<Option<$crate::store::Endpoint>> {
-                webhooks::insert_endpoint(&self.pool, new, max_per_owner).await
-            }
-
-            async fn select_endpoints(&self, owner: &OwnerId) -> Result<Vec<$crate::store::Endpoint>> {
-                webhooks::list_endpoints(&self.pool, owner).await
-            }
-
-            async fn delete_endpoint(&self, owner: &OwnerId, id: Uuid) -> Result<bool> {
-                let deleted = sqlx::query(webhooks::DELETE_ENDPOINT).bind(owner.as_str()).bind(id).execute(&self.pool).await?;
-                Ok(deleted.rows_affected() > 0)
-            }
-
-            async fn update_endpoint_secret(&self, owner: &OwnerId, id: Uuid, secret: &str, keep_old: std::time::Duration) -> Result<Option<$crate::store::Endpoint>> {
-                webhooks::rotate_secret(&self.pool, owner, id, secret, keep_old).await
-            }
-
-            async fn select_deliveries(&self, owner: &OwnerId, endpoint: Uuid, limit: u32) -> Result<Option<Vec<$crate::store::Delivery>>> {
-                let exists: bool =
-                    sqlx::query_scalar(webhooks::ENDPOINT_EXISTS).bind(owner.as_str()).bind(endpoint).fetch_one(&self.pool).await?;
-                if !exists {
-                    return Ok(None);
-                }
-                let rows: Vec<$crate::store::webhooks::DeliveryRow> = sqlx::query_as(webhooks::LIST_DELIVERIES)
-                    .bind(owner.as_str()).bind(endpoint).bind(i64::from(limit)).fetch_all(&self.pool).await?;
-                let tries: Vec<$crate::store::webhooks::TryRow> =
-                    sqlx::query_as(webhooks::LIST_TRIES).bind(owner.as_str()).bind(endpoint).fetch_all(&self.pool).await?;
-                Ok(Some($crate::store::webhooks::attach_tries(rows, tries)))
-            }
-
-            async fn claim_due_deliveries(&self, max: u32, lease: std::time::Duration, skip: &[String]) -> Result<Vec<$crate::store::ClaimedDelivery>> {
-                webhooks::claim_deliveries(&self.pool, max, lease, skip).await
-            }
-
-            async fn select_any_due_delivery(&self) -> Result<bool> {
-                webhooks::any_due(&self.pool).await
-            }
-
-            async fn update_deliveries_released(&self, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {
-                webhooks::release_deliveries(&self.pool, owner, ids).await
-            }
-
-            async fn insert_delivery_tries(&self, done: &[$crate::store::DeliveryTry]) -> Result<()> {
-                webhooks::record_tries(&self.pool, done).await
-            }
-        }
-    };
+/// How many rows a statement changed: what both databases' results tell,
+/// each by a method of its own.
+pub(crate) trait RowsAffected {
+    /// The number of rows changed.
+    fn rows_affected(&self) -> u64;
 }
 
-/// Implements [`crate::store::driver::DriverTx`] for a backend's
-/// transaction type: its own methods, given as the second argument, and the
-/// shared ones, run on `self.tx` with the backend's `sql` module in scope.
-macro_rules! impl_driver_tx {
-    ($tx:ty, { $($own:tt)* }) => {
-        #[async_trait::async_trait]
-        impl $crate::store::driver::DriverTx for $tx {
-            $($own)*
-
-            async fn lock_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Option<LockedJob>> {
-                Ok(sqlx::query_as(&*sql::LOCK_JOB).bind(owner.as_str()).bind(job_id.0).fetch_optional(&mut *self.tx).await?)
-            }
-
-            async fn job_budget(&mut self, owner: &OwnerId, job_id: JobId) -> Result<(Option<String>, Value)> {
-                let (max_cost, sqlx::types::Json(input)) =
-                    sqlx::query_as(&*sql::JOB_BUDGET).bind(owner.as_str()).bind(job_id.0).fetch_one(&mut *self.tx).await?;
-                Ok((max_cost, input))
-            }
-
-            async fn forget_usage(&mut self, attempt: &AttemptRef) -> Result<()> {
-                sqlx::query(sql::FORGET_USAGE)
-                    .bind_attempt(attempt)
-                    .execute(&mut *self.tx).await?;
-                Ok(())
-            }
-
-            async fn lock_output(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Option<$crate::store::output::OutputLock>> {
-                Ok(sqlx::query_as(sql::LOCK_OUTPUT).bind(owner.as_str()).bind(job_id.0).fetch_optional(&mut *self.tx).await?)
-            }
-
-            async fn set_output_attempt(&mut self, owner: &OwnerId, job_id: JobId, number: i32) -> Result<()> {
-                sqlx::query(sql::SET_OUTPUT_ATTEMPT).bind(owner.as_str()).bind(job_id.0).bind(number).execute(&mut *self.tx).await?;
-                Ok(())
-            }
-
-            async fn insert_output(&mut self, owner: &OwnerId, job_id: JobId, piece: &$crate::store::output::OutputPiece) -> Result<()> {
-                sqlx::query(sql::INSERT_OUTPUT)
-                    .bind(owner.as_str()).bind(job_id.0).bind(piece.seq).bind(piece.attempt_number).bind(&piece.kind).bind(&piece.text)
-                    .execute(&mut *self.tx).await?;
-                Ok(())
-            }
-
-            async fn attempt_state(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptState>> {
-                Ok(sqlx::query_scalar(&*sql::ATTEMPT_STATE)
-                    .bind_attempt(attempt)
-                    .fetch_optional(&mut *self.tx).await?)
-            }
-
-            async fn attempt_states(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<AttemptState>> {
-                Ok(sqlx::query_scalar(&*sql::ATTEMPT_STATES).bind(owner.as_str()).bind(job_id.0).fetch_all(&mut *self.tx).await?)
-            }
-
-            async fn read_attempts(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<Attempt>> {
-                let rows = sqlx::query(&*sql::READ_ATTEMPTS).bind(owner.as_str()).bind(job_id.0).fetch_all(&mut *self.tx).await?;
-                $crate::store::rows::attempts_from_rows(&rows)
-            }
-
-            async fn select_qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
-                let row: Option<$crate::store::rows::QualificationStateRow> = sqlx::query_as(&*sql::QUALIFICATION_STATE)
-                    .bind(provider).bind(task).bind(&hash[..]).fetch_optional(&mut *self.tx).await?;
-                Ok($crate::store::rows::QualificationStateRow::state(row))
-            }
-
-            async fn purgeable_jobs(&mut self, rule: &$crate::store::purge::PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>> {
-                retention::purgeable_jobs(&mut self.tx, rule, max).await
-            }
-
-            async fn count_purgeable_jobs(&mut self, rule: &$crate::store::purge::PurgeRule) -> Result<u64> {
-                retention::count_purgeable(&mut self.tx, rule).await
-            }
-
-            async fn usage_of_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<Vec<(OwnerId, $crate::store::usage::UsageRow)>> {
-                retention::usage_of_jobs(&mut self.tx, jobs).await
-            }
-
-            async fn add_to_rollup(&mut self, key: &$crate::store::purge::RollupKey, totals: &$crate::store::purge::RollupTotals) -> Result<()> {
-                retention::add_to_rollup(&mut self.tx, key, totals).await
-            }
-
-            async fn delete_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<u64> {
-                retention::delete_jobs(&mut self.tx, jobs).await
-            }
-
-            async fn commit(self: Box<Self>) -> Result<()> {
-                Ok(self.tx.commit().await?)
-            }
-        }
-    };
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        self.rows_affected()
+    }
 }
 
-pub(crate) use {impl_driver, impl_driver_tx};
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+/// Up to `max` owners with pending attempts after `after`, with their keys'
+/// limit.
+pub(crate) async fn pending_owners<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    after: &'e str,
+    max: u32,
+) -> Result<Vec<PendingOwner>>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    i64: for<'q> Encode<'q, DB> + Type<DB>,
+    PendingOwner: for<'r> FromRow<'r, DB::Row>,
+{
+    Ok(sqlx::query_as(sql).bind(after).bind(i64::from(max)).fetch_all(db).await?)
+}
+
+/// Answers when the database does and the latest migration `latest` is
+/// applied.
+pub(crate) async fn check_ready<'e, DB>(db: impl Executor<'e, Database = DB>, latest: i64) -> Result<()>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    (Option<i64>,): for<'r> FromRow<'r, DB::Row>,
+{
+    let applied: std::result::Result<Option<i64>, sqlx::Error> =
+        sqlx::query_scalar(MIGRATED_VERSION).fetch_one(db).await;
+    super::check_migrations(applied, latest)
+}
+
+/// The live key with this hash.
+pub(crate) async fn find_api_key<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    token_hash: &'e [u8; 32],
+) -> Result<Option<LiveKey>>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    LiveKeyRow: for<'r> FromRow<'r, DB::Row>,
+{
+    let row: Option<LiveKeyRow> = sqlx::query_as(sql).bind(&token_hash[..]).fetch_optional(db).await?;
+    row.map(LiveKey::try_from).transpose()
+}
+
+/// Every key, or one owner's.
+pub(crate) async fn list_api_keys<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    owner: Option<&'e OwnerId>,
+) -> Result<Vec<ApiKey>>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    ApiKeyRow: for<'r> FromRow<'r, DB::Row>,
+{
+    let rows: Vec<ApiKeyRow> = sqlx::query_as(sql).bind(owner.map(OwnerId::as_str)).fetch_all(db).await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+/// Sets a live key's limit of attempts in flight: whether it has that id.
+pub(crate) async fn set_key_max_in_flight<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    id: Uuid,
+    max_in_flight: Option<u32>,
+) -> Result<bool>
+where
+    DB: Database,
+    DB::QueryResult: RowsAffected,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    Uuid: for<'q> Encode<'q, DB> + Type<DB>,
+    Option<i64>: for<'q> Encode<'q, DB> + Type<DB>,
+{
+    let done = sqlx::query(sql).bind(id).bind(max_in_flight.map(i64::from)).execute(db).await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// Whether any API key exists at all.
+pub(crate) async fn has_api_keys<'e, DB>(db: impl Executor<'e, Database = DB>) -> Result<bool>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    (bool,): for<'r> FromRow<'r, DB::Row>,
+{
+    Ok(sqlx::query_scalar(HAS_API_KEYS).fetch_one(db).await?)
+}
+
+/// A job's output after piece `after`, in order.
+pub(crate) async fn list_output<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    owner: &'e OwnerId,
+    job_id: JobId,
+    after: i64,
+) -> Result<Vec<OutputPiece>>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    Uuid: for<'q> Encode<'q, DB> + Type<DB>,
+    i64: for<'q> Encode<'q, DB> + Type<DB>,
+    OutputPiece: for<'r> FromRow<'r, DB::Row>,
+{
+    Ok(sqlx::query_as(sql).bind(owner.as_str()).bind(job_id.0).bind(after).fetch_all(db).await?)
+}
+
+/// A job's audit log, oldest first.
+pub(crate) async fn list_events<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    owner: &'e OwnerId,
+    job_id: JobId,
+) -> Result<Vec<JobEvent>>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    Uuid: for<'q> Encode<'q, DB> + Type<DB>,
+    EventRow: for<'r> FromRow<'r, DB::Row>,
+{
+    let rows: Vec<EventRow> = sqlx::query_as(sql).bind(owner.as_str()).bind(job_id.0).fetch_all(db).await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+/// Where `provider` stands for `task`'s contract with this hash.
+pub(crate) async fn qualification_state<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    provider: &'e str,
+    task: &'e str,
+    hash: &'e [u8; 32],
+) -> Result<QualificationState>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    QualificationStateRow: for<'r> FromRow<'r, DB::Row>,
+{
+    let row: Option<QualificationStateRow> =
+        sqlx::query_as(sql).bind(provider).bind(task).bind(&hash[..]).fetch_optional(db).await?;
+    Ok(QualificationStateRow::state(row))
+}
+
+/// The latest qualification run of `provider` for `task`.
+pub(crate) async fn latest_qualification<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    provider: &'e str,
+    task: &'e str,
+) -> Result<Option<QualificationRecord>>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    QualificationRow: for<'r> FromRow<'r, DB::Row>,
+{
+    let row: Option<QualificationRow> = sqlx::query_as(sql).bind(provider).bind(task).fetch_optional(db).await?;
+    row.map(QualificationRecord::try_from).transpose()
+}
+
+/// The owner of job `job_id` whose attempt `number` is unknown.
+pub(crate) async fn find_unknown_attempt_owner<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    job_id: JobId,
+    number: i32,
+) -> Result<Option<OwnerId>>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    Uuid: for<'q> Encode<'q, DB> + Type<DB>,
+    i32: for<'q> Encode<'q, DB> + Type<DB>,
+    (String,): for<'r> FromRow<'r, DB::Row>,
+{
+    let owner: Option<String> = sqlx::query_scalar(sql).bind(job_id.0).bind(number).fetch_optional(db).await?;
+    Ok(owner.map(OwnerId::from_trusted))
+}
+
+/// The owner's attempts with recorded usage in the filter's range.
+pub(crate) async fn list_usage<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    owner: &'e OwnerId,
+    filter: &'e UsageFilter,
+) -> Result<Vec<UsageRow>>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    Stamp: for<'q> Encode<'q, DB> + Type<DB>,
+    UsageReportRow: for<'r> FromRow<'r, DB::Row>,
+{
+    let rows =
+        sqlx::query(sql).bind(owner.as_str()).bind(Stamp(filter.from)).bind(Stamp(filter.to)).fetch_all(db).await?;
+    read_all::<_, UsageReportRow, _>(&rows)
+}
+
+/// A page of jobs of one owner or of every owner, or the one holding `key`.
+pub(crate) async fn browse_jobs<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    owner: Option<&'e OwnerId>,
+    key: Option<&'e str>,
+    filter: &'e JobFilter,
+) -> Result<Vec<OwnedJobSummary>>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    Option<JobState>: for<'q> Encode<'q, DB> + Type<DB>,
+    Option<Uuid>: for<'q> Encode<'q, DB> + Type<DB>,
+    i64: for<'q> Encode<'q, DB> + Type<DB>,
+    JobSummaryRow: for<'r> FromRow<'r, DB::Row>,
+{
+    let rows: Vec<JobSummaryRow> = sqlx::query_as(sql)
+        .bind(owner.map(OwnerId::as_str))
+        .bind(key)
+        .bind(filter.state)
+        .bind(filter.task.as_deref())
+        .bind(filter.before.map(|id| id.0))
+        .bind(i64::from(filter.limit))
+        .fetch_all(db)
+        .await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+/// The jobs that finished while attempts of theirs run under `worker`.
+pub(crate) async fn finished_jobs_running_on<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    worker: &'e str,
+) -> Result<Vec<JobId>>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    (Uuid,): for<'r> FromRow<'r, DB::Row>,
+{
+    let rows: Vec<(Uuid,)> = sqlx::query_as(sql).bind(worker).fetch_all(db).await?;
+    Ok(rows.into_iter().map(|(id,)| JobId(id)).collect())
+}
+
+/// How many jobs are `unknown` and unchanged since `before`.
+pub(crate) async fn count_unknown_since<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    before: chrono::DateTime<chrono::Utc>,
+) -> Result<u64>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    Stamp: for<'q> Encode<'q, DB> + Type<DB>,
+    (i64,): for<'r> FromRow<'r, DB::Row>,
+{
+    let count: i64 = sqlx::query_scalar(sql).bind(Stamp(before)).fetch_one(db).await?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
+/// The owner of job `id`, of any owner.
+pub(crate) async fn find_job_owner<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    id: JobId,
+) -> Result<Option<OwnerId>>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    Uuid: for<'q> Encode<'q, DB> + Type<DB>,
+    (String,): for<'r> FromRow<'r, DB::Row>,
+{
+    let owner: Option<String> = sqlx::query_scalar(sql).bind(id.0).fetch_optional(db).await?;
+    Ok(owner.map(OwnerId::from_trusted))
+}
+
+/// Keeps an output that did not become the attempt's on it, for audit.
+pub(crate) async fn record_unapplied_output<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    attempt: &'e AttemptRef,
+    unapplied: &'e Value,
+) -> Result<bool>
+where
+    DB: Database,
+    DB::QueryResult: RowsAffected,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    Uuid: for<'q> Encode<'q, DB> + Type<DB>,
+    i32: for<'q> Encode<'q, DB> + Type<DB>,
+    for<'q> Json<&'q Value>: Encode<'q, DB> + Type<DB>,
+{
+    let changed = sqlx::query(sql).bind_attempt(attempt).bind(Json(unapplied)).execute(db).await?;
+    Ok(changed.rows_affected() == 1)
+}
+
+/// Keeps the provider's own id of an attempt's request on the attempt.
+pub(crate) async fn record_provider_request<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    attempt: &'e AttemptRef,
+    provider_request_id: &'e str,
+) -> Result<bool>
+where
+    DB: Database,
+    DB::QueryResult: RowsAffected,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    Uuid: for<'q> Encode<'q, DB> + Type<DB>,
+    i32: for<'q> Encode<'q, DB> + Type<DB>,
+{
+    let changed = sqlx::query(sql).bind_attempt(attempt).bind(provider_request_id).execute(db).await?;
+    Ok(changed.rows_affected() == 1)
+}
+
+/// The attempts whose outcome is unknown, of one owner or of every owner.
+pub(crate) async fn list_unknown_attempts<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    owner: Option<&'e OwnerId>,
+    limit: u32,
+) -> Result<Vec<OpenUnknown>>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    i64: for<'q> Encode<'q, DB> + Type<DB>,
+    OpenUnknownRow: for<'r> FromRow<'r, DB::Row>,
+{
+    let rows: Vec<OpenUnknownRow> =
+        sqlx::query_as(sql).bind(owner.map(OwnerId::as_str)).bind(i64::from(limit)).fetch_all(db).await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+/// Deletes an owner's endpoint with its deliveries: whether it had one.
+pub(crate) async fn delete_webhook_endpoint<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+    owner: &'e OwnerId,
+    id: Uuid,
+) -> Result<bool>
+where
+    DB: Database,
+    DB::QueryResult: RowsAffected,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    Uuid: for<'q> Encode<'q, DB> + Type<DB>,
+{
+    let deleted = sqlx::query(sql).bind(owner.as_str()).bind(id).execute(db).await?;
+    Ok(deleted.rows_affected() > 0)
+}
+
+/// The latest `limit` deliveries to an owner's endpoint with their tries;
+/// `None` when it has no such endpoint. Its statements: whether the owner
+/// has the endpoint, the deliveries, their tries.
+pub(crate) async fn list_webhook_deliveries<DB>(
+    pool: &sqlx::Pool<DB>,
+    [endpoint_exists, deliveries, tries]: [&str; 3],
+    owner: &OwnerId,
+    endpoint: Uuid,
+    limit: u32,
+) -> Result<Option<Vec<Delivery>>>
+where
+    DB: Database,
+    for<'c> &'c sqlx::Pool<DB>: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    Uuid: for<'q> Encode<'q, DB> + Type<DB>,
+    i64: for<'q> Encode<'q, DB> + Type<DB>,
+    (bool,): for<'r> FromRow<'r, DB::Row>,
+    DeliveryRow: for<'r> FromRow<'r, DB::Row>,
+    TryRow: for<'r> FromRow<'r, DB::Row>,
+{
+    let exists: bool = sqlx::query_scalar(endpoint_exists).bind(owner.as_str()).bind(endpoint).fetch_one(pool).await?;
+    if !exists {
+        return Ok(None);
+    }
+    let rows: Vec<DeliveryRow> =
+        sqlx::query_as(deliveries).bind(owner.as_str()).bind(endpoint).bind(i64::from(limit)).fetch_all(pool).await?;
+    let tries: Vec<TryRow> = sqlx::query_as(tries).bind(owner.as_str()).bind(endpoint).fetch_all(pool).await?;
+    Ok(Some(attach_tries(rows, tries)))
+}

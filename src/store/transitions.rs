@@ -7,10 +7,12 @@
 //! [`JobState::derive`]; admission from [`check_admission`].
 //!
 //! Every transition on an existing job locks the job first
-//! ([`DriverTx::lock_job`]), so the stored job state is always the state of
+//! ([`super::driver::DriverTx::lock_job`]), so the stored job state is always the state of
 //! its attempts, and guards its update by the edge's `from` states. A guard
 //! that matches zero rows is a typed outcome ([`Transition::Stale`],
 //! [`Transition::Lost`]), never an error and never ignored (I3).
+
+pub(super) mod batches;
 
 use std::time::Duration;
 
@@ -34,12 +36,12 @@ use crate::domain::{
 /// Creates a job with its first attempt, or finds the job that holds its
 /// key (I1: the unique constraint decides).
 pub(super) async fn create_job(store: &Store, new: &NewJob) -> Result<CreateJob> {
-    if let Some(created_at) = store.driver().insert_job(new).await? {
+    if let Some(created_at) = super::groups::create_job(store, new).await? {
         return Ok(CreateJob::Created(new.created(created_at)));
     }
     // The key is taken. The insert's snapshot may predate the racing insert
     // it waited for, so the holder is read by a new statement.
-    match store.find_job_by_key(&new.owner, &new.idempotency_key).await? {
+    match store.driver().find_job_by_key(&new.owner, &new.idempotency_key).await? {
         Some(job) => Ok(CreateJob::Existing(job)),
         None => Err(corrupt("an idempotency key conflicted, but no job holds it")),
     }
@@ -132,7 +134,7 @@ pub(super) async fn settle_with_output(
 /// `locked` read them; writes nothing when the attempt cannot take it
 /// ([`Transition::Stale`]). The race's log line waits for the commit
 /// ([`settled`]).
-pub(super) async fn settle_locked(
+async fn settle_locked(
     tx: &mut Tx,
     attempt: &AttemptRef,
     output: &Value,
@@ -145,14 +147,14 @@ pub(super) async fn settle_locked(
         Ok(ready) => ready,
         Err(stale) => return Ok(stale),
     };
-    let settled = tx.settle_by_compare_and_swap(&settlement).await?;
+    let settled = tx.settle_with_output(&settlement).await?;
     settled_output(tx, attempt, output, &job, settled).await
 }
 
 /// What the settlement with an output of an attempt whose job is locked
 /// writes, with its job; [`Transition::Stale`] when the attempt cannot take
 /// it (nothing is written then).
-pub(super) fn output_settlement<'a>(
+fn output_settlement<'a>(
     attempt: &'a AttemptRef,
     output: &'a Value,
     transition: AttemptTransition,
@@ -179,7 +181,7 @@ pub(super) fn output_settlement<'a>(
 
 /// A written settlement's outcome: won (the webhooks told that the job
 /// succeeded) or lost (that the attempt was superseded).
-pub(super) async fn settled_output(
+async fn settled_output(
     tx: &mut Tx,
     attempt: &AttemptRef,
     output: &Value,
@@ -207,7 +209,7 @@ pub(super) async fn settled_output(
 }
 
 /// A committed settlement's outcome, with the one log line a lost race gets.
-pub(super) fn settled(attempt: &AttemptRef, outcome: Transition) -> Transition {
+fn settled(attempt: &AttemptRef, outcome: Transition) -> Transition {
     if let Transition::Lost { winner } = outcome {
         log_race_lost(attempt, winner);
     }
@@ -317,7 +319,7 @@ pub(super) async fn requeue(
     if job.state.is_terminal() || states.contains(&AttemptState::Pending) {
         return Ok(Transition::Stale(AttemptState::Running));
     }
-    if tx.set_attempt_requeued(attempt, delay, max).await? == 0 {
+    if tx.requeue_attempt(attempt, delay, max).await? == 0 {
         return Ok(Transition::Stale(AttemptState::Running));
     }
     let job_state = update_job_state(&mut tx, &attempt.owner, attempt.job_id, job.state).await?;
@@ -326,7 +328,7 @@ pub(super) async fn requeue(
     let event = AttemptTransition::Requeue.event();
     tx.append_event(NewEvent::of_attempt(attempt, event, detail)).await?;
     if let Some(provider) = pause {
-        tx.update_provider_pause(provider, delay).await?;
+        tx.pause_provider(provider, delay).await?;
     }
     tx.commit().await?;
     Ok(Transition::Applied)
@@ -385,7 +387,7 @@ async fn lock_fenced(
 }
 
 /// The fence of [`lock_fenced`] on a locked job and its attempt's holder.
-pub(super) fn fence(
+fn fence(
     (job, held): (LockedJob, Option<AttemptHolder>),
     holder: Option<&str>,
 ) -> std::result::Result<(LockedJob, AttemptState), Transition> {

@@ -188,12 +188,12 @@ impl Store {
     /// state; a later record (the provider's own count after an estimate)
     /// replaces an earlier one. `false`: no such attempt for this owner.
     pub async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
-        self.driver().update_usage(attempt, usage).await
+        self.driver().record_usage(attempt, usage).await
     }
 
     /// The owner's attempts with recorded usage created in the filter's
     /// range, oldest first, for the usage report.
     pub async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>> {
-        self.driver().select_usage(owner, filter).await
+        self.driver().list_usage(owner, filter).await
     }
 }

@@ -346,17 +346,17 @@ impl Store {
     /// `max_per_owner` endpoints already (`None`): registrations of one
     /// owner take turns, so the limit holds across processes.
     pub async fn insert_webhook_endpoint(&self, new: &NewEndpoint, max_per_owner: u32) -> Result<Option<Endpoint>> {
-        self.driver().insert_endpoint(new, max_per_owner).await
+        self.driver().insert_webhook_endpoint(new, max_per_owner).await
     }
 
     /// An owner's endpoints, the oldest first.
     pub async fn list_webhook_endpoints(&self, owner: &OwnerId) -> Result<Vec<Endpoint>> {
-        self.driver().select_endpoints(owner).await
+        self.driver().list_webhook_endpoints(owner).await
     }
 
     /// Deletes an owner's endpoint with its deliveries; `false` when it had none such.
     pub async fn delete_webhook_endpoint(&self, owner: &OwnerId, id: Uuid) -> Result<bool> {
-        self.driver().delete_endpoint(owner, id).await
+        self.driver().delete_webhook_endpoint(owner, id).await
     }
 
     /// Gives an owner's endpoint a new secret; the old one still signs for
@@ -368,7 +368,7 @@ impl Store {
         secret: &str,
         keep_old: Duration,
     ) -> Result<Option<Endpoint>> {
-        self.driver().update_endpoint_secret(owner, id, secret, keep_old).await
+        self.driver().rotate_webhook_secret(owner, id, secret, keep_old).await
     }
 
     /// The latest `limit` deliveries to an owner's endpoint, each with its
@@ -379,13 +379,13 @@ impl Store {
         endpoint: Uuid,
         limit: u32,
     ) -> Result<Option<Vec<Delivery>>> {
-        self.driver().select_deliveries(owner, endpoint, limit).await
+        self.driver().list_webhook_deliveries(owner, endpoint, limit).await
     }
 
     /// Whether any delivery is due: a read, for a deliverer that found
     /// nothing to claim (a claim writes, and on SQLite waits for the writer).
     pub async fn has_due_webhook_deliveries(&self) -> Result<bool> {
-        self.driver().select_any_due_delivery().await
+        self.driver().has_due_webhook_deliveries().await
     }
 
     /// Claims up to `max` due deliveries of live endpoints for `lease`,
@@ -397,18 +397,18 @@ impl Store {
         skip: &[OwnerId],
     ) -> Result<Vec<ClaimedDelivery>> {
         let skip: Vec<String> = skip.iter().map(|owner| owner.as_str().to_owned()).collect();
-        self.driver().claim_due_deliveries(max, lease, &skip).await
+        self.driver().claim_webhook_deliveries(max, lease, &skip).await
     }
 
     /// Gives claimed deliveries of `owner` back untried: due again at once,
     /// their try not counted.
     pub async fn release_webhook_deliveries(&self, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {
-        self.driver().update_deliveries_released(owner, ids).await
+        self.driver().release_webhook_deliveries(owner, ids).await
     }
 
     /// Records tries of claimed deliveries, and what follows from each, in
     /// one transaction.
     pub async fn record_webhook_tries(&self, done: &[DeliveryTry]) -> Result<()> {
-        self.driver().insert_delivery_tries(done).await
+        self.driver().record_webhook_tries(done).await
     }
 }

@@ -151,7 +151,7 @@ impl Breakers {
 
 /// Reads every breaker into `breakers`.
 pub async fn refresh(store: &Store, breakers: &Breakers) -> store::Result<()> {
-    breakers.refreshed(&store.breakers().await?);
+    breakers.refreshed(&store.list_breakers().await?);
     Ok(())
 }
 
@@ -170,7 +170,7 @@ pub async fn refresh_every_second(store: Store, breakers: std::sync::Arc<Breaker
 async fn apply(store: &Store, breakers: &Breakers, provider: &str, change: BreakerChange<'_>) -> store::Result<bool> {
     let applied = store.change_breaker(provider, change).await?;
     if applied {
-        breakers.refreshed(&store.breakers().await?);
+        breakers.refreshed(&store.list_breakers().await?);
     }
     Ok(applied)
 }

@@ -18,7 +18,6 @@ use crate::domain::{EventKind, Job, JobEvent, JobId, JobState};
 use crate::http::bodies::parse_resolution;
 use crate::http::error::{ApiError, Problem};
 use crate::http::extract::parse_json_text;
-use crate::http::respond::job_error;
 use crate::keys::AuthError;
 use crate::state::AppState;
 use crate::store::JobFilter;
@@ -525,10 +524,7 @@ pub(crate) async fn resolve(
         // no integer a double cannot hold), then as a resolve body.
         let request = parse_json_text(request.to_string().as_bytes(), app.settings.max_body_bytes)?;
         let (resolution, reason) = parse_resolution(request)?;
-        app.jobs
-            .resolve_attempt(&session.identity, job_id, number, resolution, &reason)
-            .await
-            .map_err(|e| job_error(&app, e))
+        app.jobs.resolve_attempt(&session.identity, job_id, number, resolution, &reason).await.map_err(ApiError::from)
     }
     .await;
     match answer {

@@ -106,6 +106,20 @@ fn state_class(state: AttemptState) -> String {
     format!("s-{}", state.as_str())
 }
 
+/// Where on the plot a moment falls: the axis from `start`, `seconds` long.
+struct Scale {
+    start: DateTime<Utc>,
+    seconds: f64,
+}
+
+impl Scale {
+    /// The x coordinate of `at`, clamped to the plot.
+    fn x(&self, at: DateTime<Utc>) -> f64 {
+        let offset = (at - self.start).num_microseconds().unwrap_or(0) as f64 / 1e6;
+        LABELS + (offset / self.seconds).clamp(0.0, 1.0) * PLOT
+    }
+}
+
 /// Draws the timeline of `job`. Each attempt's row is a `<g class="attempt">`
 /// with `data-attempt`, `data-state`, `data-provider` and, for the winner,
 /// `data-winner="true"`; its bars are `rect.wait` (admitted, not yet
@@ -113,12 +127,26 @@ fn state_class(state: AttemptState) -> String {
 /// `rect.unknown-span` (its outcome unknown).
 pub fn render(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> String {
     let (start, seconds) = span(job, events, now);
-    let x = |at: DateTime<Utc>| {
-        let offset = (at - start).num_microseconds().unwrap_or(0) as f64 / 1e6;
-        LABELS + (offset / seconds).clamp(0.0, 1.0) * PLOT
-    };
+    let scale = Scale { start, seconds };
     let height = AXIS + ROW * job.attempts.len().max(1) as f64 + 8.0;
     let mut svg = String::new();
+    open_svg(&mut svg, job, height);
+    draw_axis(&mut svg, seconds, height);
+    draw_decided(&mut svg, job, &scale, height);
+    for (row, attempt) in job.attempts.iter().enumerate() {
+        let y = AXIS + ROW * row as f64 + (ROW - BAR) / 2.0;
+        let winner = job.winning_attempt == Some(attempt.number);
+        open_row(&mut svg, attempt, winner, y);
+        draw_bars(&mut svg, attempt, events, &scale, y, now);
+        mark_events(&mut svg, attempt, events, &scale, y);
+        close_row(&mut svg, attempt, winner, y);
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// Writes the `<svg>` element's opening and the hatching's pattern.
+fn open_svg(svg: &mut String, job: &Job, height: f64) {
     let _ = write!(
         svg,
         r#"<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" aria-label="Attempt timeline of job {id}" data-attempts="{count}">"#,
@@ -126,8 +154,10 @@ pub fn render(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> String {
         count = job.attempts.len(),
     );
     svg.push_str(r#"<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" class="hatch-bg"/><line x1="0" y1="0" x2="0" y2="6" class="hatch-line"/></pattern></defs>"#);
+}
 
-    // The axis: seconds since the job was created.
+/// Draws the axis: seconds since the job was created, in round ticks.
+fn draw_axis(svg: &mut String, seconds: f64, height: f64) {
     let step = tick_step(seconds);
     let mut tick = 0.0;
     while tick <= seconds + step * 1e-9 {
@@ -141,104 +171,122 @@ pub fn render(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> String {
         );
         tick += step;
     }
+}
 
-    // When the compare-and-swap decided the winner: every later answer loses.
+/// Marks when the compare-and-swap decided the winner: every later answer
+/// loses.
+fn draw_decided(svg: &mut String, job: &Job, scale: &Scale, height: f64) {
     if let Some(decided) =
         job.attempts.iter().find(|a| job.winning_attempt == Some(a.number)).and_then(|a| a.finished_at)
     {
-        let dx = x(decided);
+        let dx = scale.x(decided);
         let _ = write!(
             svg,
             r#"<line class="decided" x1="{dx:.1}" y1="{top}" x2="{dx:.1}" y2="{height}"><title>the winner was decided here, {at:.3} s after the job was created</title></line>"#,
             top = AXIS - 6.0,
-            at = (decided - start).num_milliseconds() as f64 / 1000.0,
+            at = (decided - scale.start).num_milliseconds() as f64 / 1000.0,
         );
     }
-    for (row, attempt) in job.attempts.iter().enumerate() {
-        let top = AXIS + ROW * row as f64;
-        let y = top + (ROW - BAR) / 2.0;
-        let winner = job.winning_attempt == Some(attempt.number);
-        let provider = escape(&attempt.provider);
-        let state = attempt.state.as_str();
-        let _ = write!(
-            svg,
-            r#"<g class="attempt{won}" data-attempt="{n}" data-state="{state}" data-provider="{provider}"{winner_attr}>"#,
-            won = if winner { " winner" } else { "" },
-            n = attempt.number,
-            winner_attr = if winner { r#" data-winner="true""# } else { "" },
+}
+
+/// Opens an attempt's row (`<g class="attempt">` and its data) and writes
+/// its label; its bars are drawn at `y`.
+fn open_row(svg: &mut String, attempt: &Attempt, winner: bool, y: f64) {
+    let provider = escape(&attempt.provider);
+    let state = attempt.state.as_str();
+    let _ = write!(
+        svg,
+        r#"<g class="attempt{won}" data-attempt="{n}" data-state="{state}" data-provider="{provider}"{winner_attr}>"#,
+        won = if winner { " winner" } else { "" },
+        n = attempt.number,
+        winner_attr = if winner { r#" data-winner="true""# } else { "" },
+    );
+    let _ = write!(
+        svg,
+        r#"<text class="row-label" x="8" y="{ty:.1}">#{n} {provider}</text>"#,
+        ty = y + BAR - 4.0,
+        n = attempt.number,
+    );
+}
+
+/// Draws an attempt's bars: waiting for a worker, running, and its outcome
+/// unknown.
+fn draw_bars(svg: &mut String, attempt: &Attempt, events: &[JobEvent], scale: &Scale, y: f64, now: DateTime<Utc>) {
+    let x = |at| scale.x(at);
+    let state = attempt.state.as_str();
+    let end_now = attempt.finished_at.unwrap_or(now);
+    let started = attempt.started_at;
+    // Admitted, waiting to be claimed.
+    let wait_end = started.unwrap_or(end_now);
+    bar(
+        svg,
+        "wait",
+        x(attempt.created_at),
+        x(wait_end),
+        y + BAR / 2.0 - 2.0,
+        4.0,
+        &format!("#{} admitted, waiting for a worker", attempt.number),
+    );
+    let unknown = unknown_since(attempt, events);
+    if let Some(started) = started {
+        let run_end = unknown.unwrap_or(end_now);
+        // Up to its deadline an attempt that went unknown was running.
+        let class =
+            format!("run {}", state_class(if unknown.is_some() { AttemptState::Running } else { attempt.state }));
+        let title = format!(
+            "#{} on {}: {} ({:.3} s)",
+            attempt.number,
+            attempt.provider,
+            state,
+            (run_end - started).num_milliseconds() as f64 / 1000.0
         );
-        let _ = write!(
-            svg,
-            r#"<text class="row-label" x="8" y="{ty:.1}">#{n} {provider}</text>"#,
-            ty = y + BAR - 4.0,
-            n = attempt.number,
-        );
-        let end_now = attempt.finished_at.unwrap_or(now);
-        let started = attempt.started_at;
-        // Admitted, waiting to be claimed.
-        let wait_end = started.unwrap_or(end_now);
-        bar(
-            &mut svg,
-            "wait",
-            x(attempt.created_at),
-            x(wait_end),
-            y + BAR / 2.0 - 2.0,
-            4.0,
-            &format!("#{} admitted, waiting for a worker", attempt.number),
-        );
-        let unknown = unknown_since(attempt, events);
-        if let Some(started) = started {
-            let run_end = unknown.unwrap_or(end_now);
-            // Up to its deadline an attempt that went unknown was running.
-            let class =
-                format!("run {}", state_class(if unknown.is_some() { AttemptState::Running } else { attempt.state }));
-            let title = format!(
-                "#{} on {}: {} ({:.3} s)",
-                attempt.number,
-                attempt.provider,
-                state,
-                (run_end - started).num_milliseconds() as f64 / 1000.0
-            );
-            bar(&mut svg, &class, x(started), x(run_end), y, BAR, &title);
-        }
-        if let Some(since) = unknown {
-            let until = if attempt.state == AttemptState::Unknown { now } else { end_now };
-            let title = format!(
-                "#{} outcome unknown for {:.3} s{}",
-                attempt.number,
-                (until - since).num_milliseconds() as f64 / 1000.0,
-                if attempt.state == AttemptState::Unknown { ", still open" } else { "" }
-            );
-            bar(&mut svg, "unknown-span", x(since), x(until), y, BAR, &title);
-        }
-        for event in events.iter().filter(|e| e.attempt_number == Some(attempt.number)) {
-            if matches!(
-                event.kind,
-                EventKind::RaceLost
-                    | EventKind::AttemptResolved
-                    | EventKind::AdmissionRefused
-                    | EventKind::AttemptSucceeded
-            ) {
-                let _ = write!(
-                    svg,
-                    r#"<circle class="event-mark k-{kind}" cx="{cx:.1}" cy="{cy:.1}" r="4"><title>{kind}</title></circle>"#,
-                    kind = event.kind,
-                    cx = x(event.at),
-                    cy = y + BAR + 3.0,
-                );
-            }
-        }
-        let _ = write!(
-            svg,
-            r#"<text class="row-state {class}" x="{sx}" y="{ty:.1}">{mark}{state}</text></g>"#,
-            class = state_class(attempt.state),
-            sx = WIDTH - RIGHT + 10.0,
-            ty = y + BAR - 4.0,
-            mark = if winner { "★ winner · " } else { "" },
-        );
+        bar(svg, &class, x(started), x(run_end), y, BAR, &title);
     }
-    svg.push_str("</svg>");
-    svg
+    if let Some(since) = unknown {
+        let until = if attempt.state == AttemptState::Unknown { now } else { end_now };
+        let title = format!(
+            "#{} outcome unknown for {:.3} s{}",
+            attempt.number,
+            (until - since).num_milliseconds() as f64 / 1000.0,
+            if attempt.state == AttemptState::Unknown { ", still open" } else { "" }
+        );
+        bar(svg, "unknown-span", x(since), x(until), y, BAR, &title);
+    }
+}
+
+/// Marks the events of an attempt that decided its fate, where they
+/// happened, below its bars.
+fn mark_events(svg: &mut String, attempt: &Attempt, events: &[JobEvent], scale: &Scale, y: f64) {
+    for event in events.iter().filter(|e| e.attempt_number == Some(attempt.number)) {
+        if matches!(
+            event.kind,
+            EventKind::RaceLost
+                | EventKind::AttemptResolved
+                | EventKind::AdmissionRefused
+                | EventKind::AttemptSucceeded
+        ) {
+            let _ = write!(
+                svg,
+                r#"<circle class="event-mark k-{kind}" cx="{cx:.1}" cy="{cy:.1}" r="4"><title>{kind}</title></circle>"#,
+                kind = event.kind,
+                cx = scale.x(event.at),
+                cy = y + BAR + 3.0,
+            );
+        }
+    }
+}
+
+/// Writes an attempt's state at the right of its row, and closes the row.
+fn close_row(svg: &mut String, attempt: &Attempt, winner: bool, y: f64) {
+    let _ = write!(
+        svg,
+        r#"<text class="row-state {class}" x="{sx}" y="{ty:.1}">{mark}{state}</text></g>"#,
+        class = state_class(attempt.state),
+        state = attempt.state.as_str(),
+        sx = WIDTH - RIGHT + 10.0,
+        ty = y + BAR - 4.0,
+        mark = if winner { "★ winner · " } else { "" },
+    );
 }
 
 fn bar(svg: &mut String, class: &str, from: f64, to: f64, y: f64, height: f64, title: &str) {

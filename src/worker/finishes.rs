@@ -1,4 +1,4 @@
-//! Group commit of the worker's outputs ([`super::group_commit`]): the
+//! Group commit of the worker's outputs ([`crate::store::GroupCommit`]): the
 //! outputs queued when one of the [`WRITERS`] turns comes are settled in
 //! one transaction ([`Store::finish_attempts`]: one compare-and-swap per
 //! attempt, one commit).
@@ -6,8 +6,11 @@
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::group_commit::GroupCommit;
-use crate::store::{AttemptRef, AttemptUsage, Finish, Result, Store, StoreError, Transition};
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use crate::store::{AttemptRef, AttemptUsage, Finish, GroupCommit, Result, Store, StoreError, Transition};
 
 /// The most outputs one transaction settles.
 const MAX_BATCH: usize = 64;
@@ -31,7 +34,7 @@ pub(crate) struct Finishes(GroupCommit<Queued>);
 
 impl Default for Finishes {
     fn default() -> Self {
-        Self(GroupCommit::new(WRITERS, MAX_BATCH, |store, batch| Box::pin(async move { settle(&store, batch).await })))
+        Self(GroupCommit::new(Arc::new(Semaphore::new(WRITERS)), MAX_BATCH))
     }
 }
 
@@ -60,7 +63,11 @@ impl Finishes {
             usage: usage.cloned(),
             answer,
         };
-        self.0.submit(store, queued, answered).await.ok_or_else(interrupted)?
+        let write = |batch| {
+            let store = store.clone();
+            async move { settle(&store, batch).await }
+        };
+        self.0.submit(queued, answered, None, write).await.map_err(|_| interrupted())?
     }
 }
 

@@ -10,7 +10,6 @@
 
 mod attempt;
 mod finishes;
-mod group_commit;
 mod hedge;
 pub mod output;
 mod purger;

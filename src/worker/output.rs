@@ -23,13 +23,12 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::group_commit::GroupCommit;
 use crate::config::Tokenizer;
 use crate::domain::{AttemptId, Usage};
 use crate::process::signals::Signals;
 use crate::provider::{Completion, FailureClass, FailureFacts, FailureKind, ProviderError};
 use crate::store::output::Appended;
-use crate::store::{AttemptRef, Store};
+use crate::store::{AttemptRef, GroupCommit, Store};
 
 /// The least time between two writes of one attempt's pieces.
 pub const BATCH: Duration = Duration::from_millis(50);
@@ -191,7 +190,7 @@ struct Queued {
 
 /// The pieces of this process's streams waiting to be written: those
 /// queued when one of two writers' turns comes are written in one
-/// transaction ([`super::group_commit`], [`Store::append_outputs`]), so
+/// transaction ([`crate::store::GroupCommit`], [`Store::append_outputs`]), so
 /// that many streams cost a commit, not one each.
 pub(crate) struct Appends(GroupCommit<Queued>);
 
@@ -200,7 +199,7 @@ const MAX_BATCH: usize = 256;
 
 impl Default for Appends {
     fn default() -> Self {
-        Self(GroupCommit::new(2, MAX_BATCH, |store, batch| Box::pin(async move { append(&store, batch).await })))
+        Self(GroupCommit::new(Arc::new(tokio::sync::Semaphore::new(2)), MAX_BATCH))
     }
 }
 
@@ -210,10 +209,14 @@ impl Appends {
     async fn append(&self, store: &Store, attempt: &AttemptRef, text: &str) -> crate::store::Result<Appended> {
         let (answer, answered) = oneshot::channel();
         let queued = Queued { attempt: attempt.clone(), text: text.to_owned(), answer };
+        let write = |batch| {
+            let store = store.clone();
+            async move { append(&store, batch).await }
+        };
         self.0
-            .submit(store, queued, answered)
+            .submit(queued, answered, None, write)
             .await
-            .ok_or(crate::store::StoreError::Interrupted("the write of this piece was interrupted"))?
+            .map_err(|_| crate::store::StoreError::Interrupted("the write of this piece was interrupted"))?
     }
 }
 

@@ -16,7 +16,7 @@ use tracing::Instrument as _;
 
 use super::{Worker, record_outcome};
 use crate::process::metrics::Lookup;
-use crate::provider::{FailureClass, FailureKind, ProviderError, RequestRef, RequestStatus};
+use crate::provider::{Completion, FailureClass, FailureKind, Provider, ProviderError, RequestRef, RequestStatus};
 use crate::store::UnknownAttempt;
 
 pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>) {
@@ -46,59 +46,22 @@ pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>
     }
 }
 
+/// Asks the provider what became of one unknown attempt, and settles it
+/// by the answer, or asks again later.
 async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
     let attempt = &unknown.attempt;
     let Some(provider) = worker.providers.get(&unknown.provider) else { return };
-    let timeout = provider.settings().timeout();
-    let client_id = unknown.id.to_string();
-    let asked = RequestRef { client_id: &client_id, provider_id: unknown.provider_request_id.as_deref() };
     let later = worker.reconcile_backoff(unknown.reconcile_count);
-    let answer = match tokio::time::timeout(timeout, provider.status(asked)).await {
-        Ok(Some(answer)) => answer,
-        Ok(None) => {
-            // A background request whose id never came back: nothing to
-            // ask by. It waits for an operator's resolve.
-            if unknown.reconcile_count == 1 {
-                tracing::warn!(
-                    owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
-                    "the provider gave no id for this attempt's request, so it cannot be asked about it: \
-                     it stays unknown until an operator resolves it"
-                );
-            }
-            return postpone(worker, &unknown, Duration::from_millis(worker.settings.reconcile_backoff_max_ms)).await;
-        }
-        Err(_) => Err(ProviderError::deadline(timeout, timeout)),
+    let Some(answer) = ask_status(provider.as_ref(), &unknown).await else {
+        return wait_for_operator(worker, &unknown).await;
     };
-    let result = match &answer {
-        Ok(RequestStatus::Succeeded(_)) => Lookup::Succeeded,
-        Ok(RequestStatus::Failed(_)) => Lookup::Failed,
-        Ok(RequestStatus::Canceled(_)) => Lookup::Canceled,
-        Ok(RequestStatus::Running) => Lookup::Running,
-        Ok(RequestStatus::NotFound) => Lookup::NotFound,
-        Err(_) => Lookup::Error,
-    };
-    crate::process::metrics::reconciliation(&unknown.provider, result);
-    let (task, provider_name, lookups) = (&unknown.task, &unknown.provider, unknown.reconcile_count);
-    let trace = unknown.trace.as_ref();
-    let trace_id = trace.map(|t| t.trace_id());
-    let settle = |outcome| async move {
-        let span = tracing::info_span!(
-            "reconcile",
-            owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
-            attempt.state = tracing::field::Empty, trace_id, lookups,
-        );
-        crate::process::telemetry::adopt(&span, trace);
-        async {
-            tracing::info!("reconciling an unknown attempt");
-            record_outcome(worker, attempt, task, provider_name, outcome).await;
-        }
-        .instrument(span)
-        .await;
-    };
+    count_lookup(&unknown.provider, &answer);
     match answer {
-        Ok(RequestStatus::Succeeded(completion)) => settle(Ok(completion)).await,
-        Ok(RequestStatus::Failed(error)) => settle(Err(error)).await,
-        Ok(RequestStatus::Canceled(usage)) => settle(Err(ProviderError::canceled_at_provider(usage))).await,
+        Ok(RequestStatus::Succeeded(completion)) => settle(worker, &unknown, Ok(completion)).await,
+        Ok(RequestStatus::Failed(error)) => settle(worker, &unknown, Err(error)).await,
+        Ok(RequestStatus::Canceled(usage)) => {
+            settle(worker, &unknown, Err(ProviderError::canceled_at_provider(usage))).await
+        }
         Ok(RequestStatus::NotFound) if absence_settles(provider.settings(), unknown.unknown_for) => {
             // The provider records every request it takes, and long past the
             // attempt's deadline it has none: it was never received.
@@ -108,10 +71,10 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
                 None,
                 "the provider has no record of this request",
             );
-            settle(Err(error)).await;
+            settle(worker, &unknown, Err(error)).await;
         }
         Ok(RequestStatus::NotFound) => {
-            if !provider.settings().absence_is_final() && lookups == 1 {
+            if !provider.settings().absence_is_final() && unknown.reconcile_count == 1 {
                 tracing::warn!(
                     owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
                     "the provider's status lookup has no record of this attempt, but its absence is not final \
@@ -126,6 +89,67 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
             postpone(worker, &unknown, later).await;
         }
     }
+}
+
+/// The provider's status of the attempt's request, within the provider's
+/// timeout (a deadline error past it); `None` when there is nothing to ask
+/// by (a background request whose id never came back).
+async fn ask_status(provider: &dyn Provider, unknown: &UnknownAttempt) -> Option<Result<RequestStatus, ProviderError>> {
+    let timeout = provider.settings().timeout();
+    let client_id = unknown.id.to_string();
+    let asked = RequestRef { client_id: &client_id, provider_id: unknown.provider_request_id.as_deref() };
+    match tokio::time::timeout(timeout, provider.status(asked)).await {
+        Ok(answer) => answer,
+        Err(_) => Some(Err(ProviderError::deadline(timeout, timeout))),
+    }
+}
+
+/// Leaves an attempt the provider cannot be asked about to an operator's
+/// resolve (said once, at its first lookup), asking again at the longest
+/// backoff.
+async fn wait_for_operator(worker: &Worker, unknown: &UnknownAttempt) {
+    let attempt = &unknown.attempt;
+    if unknown.reconcile_count == 1 {
+        tracing::warn!(
+            owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
+            "the provider gave no id for this attempt's request, so it cannot be asked about it: \
+             it stays unknown until an operator resolves it"
+        );
+    }
+    postpone(worker, unknown, Duration::from_millis(worker.settings.reconcile_backoff_max_ms)).await;
+}
+
+/// Counts a status lookup of `provider` by what it answered.
+fn count_lookup(provider: &str, answer: &Result<RequestStatus, ProviderError>) {
+    let result = match answer {
+        Ok(RequestStatus::Succeeded(_)) => Lookup::Succeeded,
+        Ok(RequestStatus::Failed(_)) => Lookup::Failed,
+        Ok(RequestStatus::Canceled(_)) => Lookup::Canceled,
+        Ok(RequestStatus::Running) => Lookup::Running,
+        Ok(RequestStatus::NotFound) => Lookup::NotFound,
+        Err(_) => Lookup::Error,
+    };
+    crate::process::metrics::reconciliation(provider, result);
+}
+
+/// Records the `outcome` the provider told of the unknown attempt, in a
+/// `reconcile` span of its trace.
+async fn settle(worker: &Worker, unknown: &UnknownAttempt, outcome: Result<Completion, ProviderError>) {
+    let attempt = &unknown.attempt;
+    let (lookups, trace) = (unknown.reconcile_count, unknown.trace.as_ref());
+    let trace_id = trace.map(|t| t.trace_id());
+    let span = tracing::info_span!(
+        "reconcile",
+        owner = %attempt.owner, job.id = %attempt.job_id, attempt.number = attempt.number,
+        attempt.state = tracing::field::Empty, trace_id, lookups,
+    );
+    crate::process::telemetry::adopt(&span, trace);
+    async {
+        tracing::info!("reconciling an unknown attempt");
+        record_outcome(worker, attempt, &unknown.task, &unknown.provider, outcome).await;
+    }
+    .instrument(span)
+    .await;
 }
 
 /// Whether a "no such request" settles an attempt unknown for `unknown_for`

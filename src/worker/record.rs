@@ -84,15 +84,60 @@ pub(super) async fn record_metered_outcome(
     attempt: &AttemptRef,
     task: &str,
     provider: &str,
-    mut outcome: Result<Completion, ProviderError>,
+    outcome: Result<Completion, ProviderError>,
     estimate: Option<Usage>,
     claim: Option<Claim<'_>>,
 ) -> Option<Settled> {
     let holder = claim.map(|claim| claim.worker);
-    let usage = usage_of(&outcome, estimate).map(|usage| AttemptUsage {
+    let usage = meter_usage(worker, provider, &outcome, estimate);
+    let (outcome, rejected) = check_output(worker, task, outcome);
+    if matches!(&outcome, Err(error) if matches!(error.class, FailureClass::Definitive { .. })) {
+        await_failover_qualifications(worker, task, claim).await;
+    }
+    let started = tokio::time::Instant::now();
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let settlement = Settlement { holder, usage: usage.as_ref() };
+        match record_with_usage(worker, attempt, provider, &outcome, rejected.as_ref(), settlement).await {
+            Ok(settled) => {
+                announce_settled(worker, attempt, provider, settled, usage.as_ref());
+                return settled;
+            }
+            Err(error) if started.elapsed() < RECORD_PATIENCE => {
+                tracing::warn!(%error, "recording the attempt's outcome failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(error) => {
+                tracing::error!(%error, "the attempt's outcome could not be recorded; it will be reconciled as unknown");
+                return None;
+            }
+        }
+    }
+}
+
+/// What the outcome used (see [`usage_of`]), with its cost at the
+/// provider's price.
+fn meter_usage(
+    worker: &Worker,
+    provider: &str,
+    outcome: &Result<Completion, ProviderError>,
+    estimate: Option<Usage>,
+) -> Option<AttemptUsage> {
+    usage_of(outcome, estimate).map(|usage| AttemptUsage {
         usage,
         cost: worker.providers.get(provider).and_then(|p| p.settings().price.as_ref()).map(|price| price.cost(&usage)),
-    });
+    })
+}
+
+/// Checks an answer's output against the `task`'s contract: the outcome
+/// to record, with the output to keep unapplied (the text a failure
+/// received, or an output that breaks the contract).
+fn check_output(
+    worker: &Worker,
+    task: &str,
+    mut outcome: Result<Completion, ProviderError>,
+) -> (Result<Completion, ProviderError>, Option<Value>) {
     let mut rejected = None;
     if let Err(error) = &mut outcome
         && let Some(text) = error.facts.received_text.take()
@@ -118,50 +163,44 @@ pub(super) async fn record_metered_outcome(
             }
         }
     });
-    if matches!(&outcome, Err(error) if matches!(error.class, FailureClass::Definitive { .. })) {
-        await_failover_qualifications(worker, task, claim).await;
+    (outcome, rejected)
+}
+
+/// [`record_once`]; when its transition is refused, the usage on its own.
+async fn record_with_usage(
+    worker: &Worker,
+    attempt: &AttemptRef,
+    provider: &str,
+    outcome: &Result<Completion, ProviderError>,
+    rejected: Option<&Value>,
+    settlement: Settlement<'_>,
+) -> store::Result<Option<Settled>> {
+    let usage = settlement.usage;
+    match record_once(worker, attempt, provider, outcome, rejected, settlement).await {
+        Ok(None) => match usage {
+            Some(usage) => worker.store.record_usage(attempt, usage).await.map(|_| None),
+            None => Ok(None),
+        },
+        other => other,
     }
-    let started = tokio::time::Instant::now();
-    let mut delay = Duration::from_millis(100);
-    loop {
-        let recorded = match record_once(
-            worker,
-            attempt,
-            provider,
-            &outcome,
-            rejected.as_ref(),
-            Settlement { holder, usage: usage.as_ref() },
-        )
-        .await
-        {
-            Ok(None) => match &usage {
-                Some(usage) => worker.store.record_usage(attempt, usage).await.map(|_| None),
-                None => Ok(None),
-            },
-            other => other,
-        };
-        match recorded {
-            Ok(settled) => {
-                if let (Some(settled), Some(usage)) = (settled, &usage) {
-                    metrics::usage(provider, settled, &usage.usage, usage.cost.as_ref());
-                }
-                worker.signals.job_changed(attempt.job_id);
-                if settled == Some(Settled::Succeeded) {
-                    // The job is won: its other calls in flight here stop.
-                    worker.signals.job_finished(attempt.job_id);
-                }
-                return settled;
-            }
-            Err(error) if started.elapsed() < RECORD_PATIENCE => {
-                tracing::warn!(%error, "recording the attempt's outcome failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
-            }
-            Err(error) => {
-                tracing::error!(%error, "the attempt's outcome could not be recorded; it will be reconciled as unknown");
-                return None;
-            }
-        }
+}
+
+/// Tells of a recorded outcome: its usage in the metrics when it settled
+/// the attempt, the job's change, and its end when the attempt won it.
+fn announce_settled(
+    worker: &Worker,
+    attempt: &AttemptRef,
+    provider: &str,
+    settled: Option<Settled>,
+    usage: Option<&AttemptUsage>,
+) {
+    if let (Some(settled), Some(usage)) = (settled, usage) {
+        metrics::usage(provider, settled, &usage.usage, usage.cost.as_ref());
+    }
+    worker.signals.job_changed(attempt.job_id);
+    if settled == Some(Settled::Succeeded) {
+        // The job is won: its other calls in flight here stop.
+        worker.signals.job_finished(attempt.job_id);
     }
 }
 

@@ -156,7 +156,11 @@ async fn another_owner_reading_or_adding_attempts_gets_404(backend: Backend) {
 }
 
 async fn admission_matrix_answers_each_documented_refusal(backend: Backend) {
-    let app = TestApp::spawn_with(backend, |s| s.tasks.get_mut("summarize").unwrap().max_attempts = 3).await;
+    let app = TestApp::spawn_with(backend, |s| {
+        s.tasks.get_mut("summarize").unwrap().max_attempts = 3;
+        s.server.unknown_retry_after_secs = 7;
+    })
+    .await;
     let job = app.create_job("k", Some("sim-slow")).await;
     let id = job["id"].as_str().unwrap();
     let job = job_id(&job);
@@ -186,7 +190,7 @@ async fn admission_matrix_answers_each_documented_refusal(backend: Backend) {
     let response = app.post_attempt(&app.alice, id, "e", &json!({})).await;
     expect_problem(response, StatusCode::CONFLICT, "too-many-attempts-in-flight").await;
 
-    // Unknown outcome: 409 with Retry-After, until it is resolved. Failing
+    // Unknown outcome: 409 with Retry-After (the setting's), until it is resolved. Failing
     // attempts by hand goes through the real retry policy, which has
     // nowhere left to go here (sim-slow was tried; sim-fast is not next).
     let catalog = &app.catalog;
@@ -196,7 +200,7 @@ async fn admission_matrix_answers_each_documented_refusal(backend: Backend) {
         Transition::Applied
     );
     let response = app.post_attempt(&app.alice, id, "f", &json!({})).await;
-    assert_eq!(response.headers()["retry-after"], "5");
+    assert_eq!(response.headers()["retry-after"], "7");
     expect_problem(response, StatusCode::CONFLICT, "attempt-outcome-unknown").await;
     let failed = AttemptError::new("provider-error", "503");
     app.store().fail_attempt(&alice_attempt(job, 1), &failed, catalog, None, None).await.unwrap();

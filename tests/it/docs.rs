@@ -7,7 +7,7 @@
 //! test functions that exist; the README's size; and every relative link of
 //! the README and of `docs/` against the files and headings it points at.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use onejob::config::{DEFAULT_CONFIG, Settings};
@@ -389,4 +389,165 @@ fn every_relative_link_points_at_a_file_that_exists() {
     }
     assert!(checked >= 50, "the documentation links its parts ({checked} relative links found)");
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The folder a Markdown link points at, from `docs/` (`[`src/store/`](../src/store)`
+/// gives `src/store`), if the text starting at `link` is a link to one: its
+/// target leaves `docs/` and its last segment has no extension.
+fn linked_folder(link: &str) -> Option<String> {
+    let target = &link[link.find("](")? + 2..];
+    let target = target[..target.find(')')?].trim_end_matches('/');
+    let folder = target.strip_prefix("../")?;
+    (!folder.rsplit('/').next()?.contains('.')).then(|| folder.to_owned())
+}
+
+/// What the code map names in each folder's part: folder → code spans.
+/// A line starting with a link to a folder starts that folder's part, up to
+/// the next such line, tables aside; a table whose header links folders
+/// names, for each of them, the code spans of the first cell of every row
+/// whose cell under that folder is filled.
+fn code_map_parts(map: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut parts: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut part: Option<String> = None;
+    let mut columns: Vec<Option<String>> = Vec::new();
+    let mut previous_was_row = false;
+    for line in prose_lines(map) {
+        if line.starts_with('|') {
+            let row = cells(line);
+            if !previous_was_row {
+                columns = row.iter().map(|header| linked_folder(header)).collect();
+            } else if !row.iter().all(|cell| cell.starts_with("---")) {
+                for (column, folder) in columns.iter().enumerate() {
+                    if let Some(folder) = folder
+                        && row.get(column).is_some_and(|cell| !cell.is_empty())
+                    {
+                        let names = code_spans(&row[0]).into_iter().map(str::to_owned);
+                        parts.entry(folder.clone()).or_default().extend(names);
+                    }
+                }
+            }
+            previous_was_row = true;
+            continue;
+        }
+        previous_was_row = false;
+        if line.starts_with('[')
+            && let Some(folder) = linked_folder(line)
+        {
+            part = Some(folder);
+        }
+        if let Some(folder) = &part {
+            parts.entry(folder.clone()).or_default().extend(code_spans(line).into_iter().map(str::to_owned));
+        }
+    }
+    parts
+}
+
+/// The files (paths from the root, `src/store/claims.rs`) that the code map
+/// does not name, each with why.
+fn missing_from_code_map(map: &str, files: &[String]) -> Vec<String> {
+    let parts = code_map_parts(map);
+    let mut missing = Vec::new();
+    for file in files {
+        let mut folder = Path::new(file).parent();
+        let owner = loop {
+            match folder {
+                Some(dir) if parts.contains_key(dir.to_str().unwrap()) => break Some(dir),
+                Some(dir) => folder = dir.parent(),
+                None => break None,
+            }
+        };
+        match owner {
+            None => missing.push(format!("{file}: no part of the map is about its folder or one above it")),
+            Some(dir) => {
+                let name = Path::new(file).strip_prefix(dir).unwrap().to_str().unwrap();
+                if !parts[dir.to_str().unwrap()].contains(name) {
+                    missing.push(format!("{file}: `{name}` is not named in the part about {}/", dir.display()));
+                }
+            }
+        }
+    }
+    missing
+}
+
+/// Every `.rs` file under `src/` and `crates/*/src/`, from the root.
+fn code_map_files() -> Vec<String> {
+    let mut dirs = vec![Path::new(ROOT).join("src")];
+    for entry in std::fs::read_dir(Path::new(ROOT).join("crates")).unwrap() {
+        dirs.push(entry.unwrap().path().join("src"));
+    }
+    let mut found = Vec::new();
+    let mut stack: Vec<PathBuf> = dirs.into_iter().filter(|dir| dir.is_dir()).collect();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                found.push(path.strip_prefix(ROOT).unwrap().to_str().unwrap().to_owned());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The rule of `docs/code-map.md`: every `.rs` file under `src/` and
+/// `crates/*/src/` is named as a code span of its path from its folder's
+/// part (`claims.rs`, `app/database.rs`), in the part about its own folder
+/// or, when that has none, about the nearest folder above it that has one.
+/// A folder's part runs from a line starting with a link to the folder
+/// (`[`src/store/`](../src/store)`) to the next such line, tables aside; a
+/// table whose header links a folder names that folder's files in the first
+/// cell of each row whose cell under that folder is filled.
+#[test]
+fn every_source_file_is_in_the_code_map() {
+    let files = code_map_files();
+    assert!(files.iter().any(|f| f == "src/lib.rs") && files.iter().any(|f| f.starts_with("crates/")), "{files:?}");
+    let missing = missing_from_code_map(&read("docs/code-map.md"), &files);
+    assert!(
+        missing.is_empty(),
+        "docs/code-map.md does not name {} source files (see its first paragraph for where each goes):\n{}",
+        missing.len(),
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_code_map_rule_finds_a_missing_file() {
+    let map = "# Code map\n\n[`src/`](../src):\n\n- `lib.rs` the modules, `app/database.rs` the database\n\n\
+               [`src/store/`](../src/store) ([design](design.md)): `claims.rs`, `driver/claiming.rs`.\n\
+               Also `jobs`, as a word.\n\n\
+               | backend file | [`postgres/`](../src/store/postgres) | [`sqlite/`](../src/store/sqlite) |\n\
+               |---|---|---|\n\
+               | `claims.rs` | claims | the same |\n\
+               | `tx.rs` | | the write transaction |\n\n\
+               [`src/jobs/`](../src/jobs): `mod.rs`.\n\nOutside `src/`: [`bench/`](../bench), `tx.rs`.\n";
+    let files: Vec<String> = [
+        "src/lib.rs",
+        "src/app/database.rs",
+        "src/app/other.rs",
+        "src/store/claims.rs",
+        "src/store/driver/claiming.rs",
+        "src/store/jobs.rs",
+        "src/store/postgres/claims.rs",
+        "src/store/postgres/tx.rs",
+        "src/store/sqlite/tx.rs",
+        "src/store/sqlite/keys.rs",
+        "src/jobs/mod.rs",
+        "src/jobs/claims.rs",
+        "crates/onejob-domain/src/lib.rs",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let why = missing_from_code_map(map, &files);
+    let missing: Vec<&str> = why.iter().map(|why| why.split(':').next().unwrap()).collect();
+    let expected = [
+        "src/app/other.rs",
+        "src/store/jobs.rs",
+        "src/store/postgres/tx.rs",
+        "src/store/sqlite/keys.rs",
+        "src/jobs/claims.rs",
+        "crates/onejob-domain/src/lib.rs",
+    ];
+    assert_eq!(missing, expected, "{why:#?}");
 }

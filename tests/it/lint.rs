@@ -18,18 +18,19 @@
 //! The files (this one aside: its examples are what it refuses) are read
 //! as text, with comments and the contents of string and
 //! character literals blanked out (same offsets), and `macro_rules!` bodies
-//! skipped; a function's body is found by matching braces.
+//! skipped; a function's body is found by matching braces. The same reading
+//! measures the functions of `src/` (`structure.rs`).
 
 use std::path::{Path, PathBuf};
 
 /// Offsets of a source text that are code: `code` has comments blanked,
 /// `bare` has comments and literal contents blanked, both as long as the text.
-struct Source {
+pub(super) struct Source {
     code: String,
-    bare: String,
+    pub(super) bare: String,
 }
 
-fn lex(text: &str) -> Source {
+pub(super) fn lex(text: &str) -> Source {
     let bytes = text.as_bytes();
     let mut code = bytes.to_vec();
     let mut bare = bytes.to_vec();
@@ -110,7 +111,7 @@ fn raw_string_start(rest: &str) -> Option<(usize, usize)> {
 }
 
 /// The offset of the brace that closes the one at `open`.
-fn closing(bare: &str, open: usize) -> usize {
+pub(super) fn closing(bare: &str, open: usize) -> usize {
     let mut depth = 0;
     for (i, byte) in bare.bytes().enumerate().skip(open) {
         match byte {
@@ -140,11 +141,11 @@ fn words<'a>(text: &'a str, word: &'a str) -> impl Iterator<Item = usize> + 'a {
 }
 
 /// A function with a body: its name, where `fn` is, and its braces.
-struct Function {
-    name: String,
-    at: usize,
+pub(super) struct Function {
+    pub(super) name: String,
+    pub(super) at: usize,
     open: usize,
-    close: usize,
+    pub(super) close: usize,
     attributes: Vec<String>,
 }
 
@@ -157,12 +158,13 @@ impl Function {
     }
 }
 
-fn functions(source: &Source) -> Vec<Function> {
+/// Every function with a body, nested ones too (`fn NAME`; not `fn(…)` types).
+pub(super) fn functions(source: &Source) -> Vec<Function> {
     let bare = &source.bare;
     let mut found = Vec::new();
     for at in words(bare, "fn") {
         let name: String = bare[at + 2..].trim_start().bytes().take_while(|&b| is_ident(b)).map(char::from).collect();
-        let Some(open) = bare[at..].find(['{', ';']).map(|n| n + at) else { continue };
+        let Some(open) = signature_end(&bare[at..]).map(|n| n + at) else { continue };
         if name.is_empty() || bare.as_bytes()[open] == b';' {
             continue;
         }
@@ -179,6 +181,21 @@ fn functions(source: &Source) -> Vec<Function> {
         found.push(Function { name, at, open, close: closing(bare, open), attributes });
     }
     found
+}
+
+/// Where a signature ends: its body's `{`, or the `;` of a function without
+/// one; a `;` inside parentheses or brackets (`&[u8; 32]`) is not its end.
+fn signature_end(signature: &str) -> Option<usize> {
+    let mut depth = 0i32;
+    for (i, byte) in signature.bytes().enumerate() {
+        match byte {
+            b'(' | b'[' => depth += 1,
+            b')' | b']' => depth -= 1,
+            b'{' | b';' if depth == 0 => return Some(i),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The names of the modules (`mod NAME { … }`) around `offset`.

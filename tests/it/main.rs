@@ -25,6 +25,7 @@ mod hedging;
 mod lifecycle;
 mod lint;
 mod memory;
+mod names;
 mod openai;
 mod openapi;
 mod ops;

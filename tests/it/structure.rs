@@ -1,7 +1,7 @@
 //! The shape of the source tree, checked: no module of `src/` imports
-//! another that imports it back (directly or through others), no file
-//! grows past what a reader can hold, and only the use cases, the worker
-//! and the wiring that builds them reach the store.
+//! another that imports it back (directly or through others), no file or
+//! function grows past what a reader can hold, and only the use cases, the
+//! worker and the wiring that builds them reach the store.
 //!
 //! A module's imports are read from its text: every `crate::…` and
 //! `super::…` path outside comments and unit tests, `use` groups included,
@@ -14,7 +14,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::lint::{functions, lex};
+
 const LONGEST_FILE: usize = 600;
+
+/// The most lines a function may take, from the line of its `fn` to the
+/// line of its closing brace.
+const LONGEST_FUNCTION: usize = 80;
+
+/// The functions allowed to be longer, by path: data tables, not logic.
+const LONG_BY_NATURE: [&str; 1] = ["store::postgres::catalogue::statements"];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -266,4 +275,80 @@ fn no_source_file_is_longer_than_a_reader_can_hold() {
         let lines = std::fs::read_to_string(&file).unwrap().lines().count();
         assert!(lines <= LONGEST_FILE, "{} has {lines} lines, over {LONGEST_FILE}", file.display());
     }
+}
+
+/// The functions of a file's text longer than `most` lines, each as
+/// (name, line of its `fn`, lines). The text is read by the tests' lint
+/// (`lint::lex`): comments and literals do not count as code, nested
+/// functions are measured on their own (and inside the one around them),
+/// and functions written inside `macro_rules!` bodies are not measured.
+fn long_functions(text: &str, most: usize) -> Vec<(String, usize, usize)> {
+    let source = lex(text);
+    let line = |offset: usize| source.bare[..offset].matches('\n').count() + 1;
+    functions(&source)
+        .into_iter()
+        .map(|f| {
+            let (first, last) = (line(f.at), line(f.close));
+            (f.name, first, last - first + 1)
+        })
+        .filter(|&(_, _, lines)| lines > most)
+        .collect()
+}
+
+/// A function's path: its file's module path (`store::postgres::catalogue`,
+/// `bin::onejob::main`) and its name.
+fn function_path(file: &Path, name: &str) -> String {
+    let relative = file.strip_prefix(src()).unwrap().with_extension("");
+    let mut segments: Vec<String> = relative.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+    if matches!(segments.last().map(String::as_str), Some("mod" | "lib")) {
+        segments.pop();
+    }
+    segments.push(name.to_owned());
+    segments.join("::")
+}
+
+/// Every function with a body in every file of `src/` (the binary and the
+/// unit tests included) is at most `LONGEST_FUNCTION` lines, `LONG_BY_NATURE`
+/// aside.
+#[test]
+fn no_function_in_src_is_longer_than_80_lines() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    files.sort();
+    assert!(files.iter().any(|f| f.ends_with("bin/onejob/main.rs")), "the binary is read: {files:?}");
+    let mut offenders = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (name, line, lines) in long_functions(&text, LONGEST_FUNCTION) {
+            if !LONG_BY_NATURE.contains(&function_path(&file, &name).as_str()) {
+                let shown = file.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap().display();
+                offenders.push(format!("{shown}:{line} {name}: {lines} lines"));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "{} functions are longer than {LONGEST_FUNCTION} lines; split them:\n{}",
+        offenders.len(),
+        offenders.join("\n")
+    );
+}
+
+#[test]
+fn a_function_longer_than_80_lines_is_found() {
+    let body = |lines: usize| "    step();\n".repeat(lines);
+    // 80 lines and 81, a signature with a `;` in it, and neither comments
+    // nor strings taken for code.
+    let text = format!(
+        "// fn commented() {{\nfn fits() {{\n{}}}\n\nfn hashed(hash: &[u8; 32]) -> [u8; 2] {{\n{}    let s = \"}}\";\n}}\n",
+        body(78),
+        body(78)
+    );
+    assert_eq!(long_functions(&text, 80), vec![("hashed".to_owned(), 83, 81)]);
+    assert_eq!(long_functions(&text, 79).len(), 2);
+    let nested = format!("impl A {{\n    fn outer() {{\n        fn inner() {{\n{}        }}\n    }}\n}}\n", body(80));
+    let found: Vec<(String, usize)> = long_functions(&nested, 80).into_iter().map(|(n, _, l)| (n, l)).collect();
+    assert_eq!(found, vec![("outer".to_owned(), 84), ("inner".to_owned(), 82)]);
+    let catalogue = src().join("store/postgres/catalogue.rs");
+    assert_eq!(function_path(&catalogue, "statements"), LONG_BY_NATURE[0]);
 }

@@ -150,13 +150,7 @@ pub(super) async fn create(
         Err(refused) => return refused,
     };
     let id = request_id(&headers);
-    let request = checked(&headers, &body).and_then(|()| {
-        if body["max_tokens"].as_u64().is_none_or(|n| n == 0) {
-            return Err("max_tokens: Field required".into());
-        }
-        Ok((chat_messages(&body)?, forced_tool(&body)?))
-    });
-    let (messages, tool) = match request {
+    let (messages, tool) = match message_request(&headers, &body) {
         Ok(request) => request,
         Err(message) => return identified(anthropic_error(400, &message), &id),
     };
@@ -184,45 +178,87 @@ pub(super) async fn create(
         && provider.fault.is_none()
         && let Plan::Answer { content, usage, ending, .. } = &plan
     {
-        let arrived = Instant::now();
-        let first_after = super::pace_stream(&sim, &id, provider, content, arrived);
-        // Cut off, a tool's input streams as the part of it that came.
-        let output = match ending {
-            Ending::Truncated => Value::String(content.clone()),
-            _ => output_of(&body, content, tool.is_some()),
-        };
-        return identified(streamed(&shape, &output, *usage, *ending, (arrived, first_after)), &id);
+        return stream_message(&sim, &shape, &body, content, *usage, *ending);
     }
-    match provider.fault {
-        Some(SimFault::ErrorIn200) => {
-            tokio::time::sleep_until(ready).await;
-            let envelope = json!({"type": "error", "error": {"type": "api_error", "message": "Internal server error"}});
-            return identified(Json(envelope).into_response(), &id);
-        }
-        Some(fault) => {
-            tokio::time::sleep_until(ready).await;
-            return misbehave(fault, connection, &id, &model).await;
-        }
-        None => {}
+    if let Some(fault) = provider.fault {
+        return misbehave_at(fault, ready, connection, &id, &model).await;
     }
     let mut unanswered = Unanswered { sim: sim.clone(), id: id.clone(), armed: true };
-    let response = match plan {
+    let response = answer_when_due(plan, &shape, &body, &name).await;
+    unanswered.armed = false;
+    identified(response, &id)
+}
+
+/// The chat messages of a message request and the tool it forces, or why
+/// it cannot be answered.
+fn message_request(headers: &HeaderMap, body: &Value) -> Result<(Vec<Value>, Option<String>), String> {
+    checked(headers, body).and_then(|()| {
+        if body["max_tokens"].as_u64().is_none_or(|n| n == 0) {
+            return Err("max_tokens: Field required".into());
+        }
+        Ok((chat_messages(body)?, forced_tool(body)?))
+    })
+}
+
+/// Streams a planned answer: its work lasts as long as its stream.
+fn stream_message(
+    sim: &SimState,
+    shape: &Shape<'_>,
+    body: &Value,
+    content: &str,
+    usage: (usize, usize),
+    ending: Ending,
+) -> Response {
+    let arrived = Instant::now();
+    let first_after = super::pace_stream(sim, shape.id, shape.provider, content, arrived);
+    // Cut off, a tool's input streams as the part of it that came.
+    let output = match ending {
+        Ending::Truncated => Value::String(content.to_owned()),
+        _ => output_of(body, content, shape.tool.is_some()),
+    };
+    identified(streamed(shape, &output, usage, ending, (arrived, first_after)), shape.id)
+}
+
+/// Answers wrongly, as the provider's `fault` says, when the answer is
+/// `ready`: an error envelope with 200, or the fault on the wire.
+async fn misbehave_at(
+    fault: SimFault,
+    ready: Instant,
+    connection: Option<Extension<ConnectInfo<Connection>>>,
+    id: &str,
+    model: &str,
+) -> Response {
+    match fault {
+        SimFault::ErrorIn200 => {
+            tokio::time::sleep_until(ready).await;
+            let envelope = json!({"type": "error", "error": {"type": "api_error", "message": "Internal server error"}});
+            identified(Json(envelope).into_response(), id)
+        }
+        fault => {
+            tokio::time::sleep_until(ready).await;
+            misbehave(fault, connection, id, model).await
+        }
+    }
+}
+
+/// The answer `plan` makes, when it is due: the message, or the error of
+/// provider `name`; a hanging request never answers.
+async fn answer_when_due(plan: Plan, shape: &Shape<'_>, body: &Value, name: &str) -> Response {
+    match plan {
         Plan::Answer { at, content, usage, ending } => {
             tokio::time::sleep_until(at).await;
-            let output = output_of(&body, &content, tool.is_some());
-            Json(message(&shape, &output, usage, ending)).into_response()
+            let output = output_of(body, &content, shape.tool.is_some());
+            Json(message(shape, &output, usage, ending)).into_response()
         }
         Plan::Error { at, status } => {
             tokio::time::sleep_until(at).await;
             with_retry_after(
                 anthropic_error(status, &format!("simulated {status} from {name}")),
-                provider.retry_after_secs,
+                shape.provider.retry_after_secs,
             )
         }
         Plan::Hang { .. } => std::future::pending().await,
-    };
-    unanswered.armed = false;
-    identified(response, &id)
+    }
 }
 
 fn with_retry_after(mut response: Response, seconds: Option<u64>) -> Response {

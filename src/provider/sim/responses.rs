@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use super::connection::Connection;
 use super::response_object::shape;
 use super::{Arrival, Plan, SimState, Unanswered, admit, misbehave, openai_error, receive, request_id, strict_schema};
+use crate::config::ProviderSettings;
 
 /// The chat messages a response's `instructions` and `input` amount to.
 fn messages_of(body: &Value) -> Option<Vec<Value>> {
@@ -61,21 +62,11 @@ pub(super) async fn create(
         Ok(received) => received,
         Err(refused) => return refused,
     };
-    if !body["model"].is_string() {
-        return openai_error(400, "Missing required parameter: 'model'.");
-    }
-    let Some(messages) = messages_of(&body) else {
-        return openai_error(400, "Invalid type for 'input': expected a string or an array of input items.");
-    };
-    let background = body["background"] == true;
-    if background && body["store"] == false {
-        return openai_error(400, "Background mode requires the response to be stored: set store to true.");
-    }
-    let format = &body["text"]["format"];
-    let strict = match strict_schema(format, &format["name"], &format["schema"]) {
-        Ok(strict) => strict,
+    let (messages, strict) = match response_request(&body) {
+        Ok(request) => request,
         Err(message) => return openai_error(400, &message),
     };
+    let background = body["background"] == true;
     let id = request_id(&headers);
     let model = body["model"].as_str().unwrap_or(&provider.model).to_owned();
     let fresh = format!("resp_{}", uuid::Uuid::now_v7().simple());
@@ -98,42 +89,76 @@ pub(super) async fn create(
         return misbehave(fault, connection, &id, &model).await;
     }
     match plan {
-        // Refused before any work: answered at once in the background,
-        // after the latency otherwise.
-        Plan::Error { at, status } => {
-            if !background {
-                tokio::time::sleep_until(at).await;
-            }
-            let mut response = openai_error(status, &format!("simulated {status} from {name}"));
-            if let Some(seconds) = provider.retry_after_secs {
-                response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
-            }
-            response
-        }
+        Plan::Error { at, status } => error_answer(at, status, background, &name, provider.retry_after_secs).await,
         Plan::Answer { .. } | Plan::Hang { .. } if body["stream"] == true => {
-            let streamed = {
-                let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
-                let Some(entry) = log.get_mut(&id) else { return not_found(&response_id) };
-                if let Plan::Answer { at, content, .. } = &mut entry.plan {
-                    // Its work lasts as long as its stream.
-                    *at = (*at).max(super::stream::ends_at(provider, entry.first_token_after, content, entry.arrived));
-                }
-                super::response_stream::events(&response_id, entry, provider, &model)
-            };
-            super::response_stream::send(provider, streamed, None, true)
+            stream_response(&sim, &id, &response_id, provider, &model)
         }
         _ if background => object(&sim, &response_id, &model, true),
-        plan => {
-            // Answered when done; a client that gives up first is logged.
-            let mut unanswered = Unanswered { sim: sim.clone(), id: id.clone(), armed: true };
-            match plan {
-                Plan::Answer { at, .. } => tokio::time::sleep_until(at).await,
-                _ => std::future::pending().await,
-            }
-            unanswered.armed = false;
-            object(&sim, &response_id, &model, false)
-        }
+        plan => answer_when_done(&sim, plan, &id, &response_id, &model).await,
     }
+}
+
+/// The chat messages of a response request and whether it asks for a
+/// strict JSON schema, or why it is refused (400).
+fn response_request(body: &Value) -> Result<(Vec<Value>, bool), String> {
+    if !body["model"].is_string() {
+        return Err("Missing required parameter: 'model'.".into());
+    }
+    let Some(messages) = messages_of(body) else {
+        return Err("Invalid type for 'input': expected a string or an array of input items.".into());
+    };
+    let background = body["background"] == true;
+    if background && body["store"] == false {
+        return Err("Background mode requires the response to be stored: set store to true.".into());
+    }
+    let format = &body["text"]["format"];
+    let strict = strict_schema(format, &format["name"], &format["schema"])?;
+    Ok((messages, strict))
+}
+
+/// The simulated error `status` of provider `name`: refused before any
+/// work, it is answered at once in the background, at `at` otherwise.
+async fn error_answer(
+    at: Instant,
+    status: u16,
+    background: bool,
+    name: &str,
+    retry_after_secs: Option<u64>,
+) -> Response {
+    if !background {
+        tokio::time::sleep_until(at).await;
+    }
+    let mut response = openai_error(status, &format!("simulated {status} from {name}"));
+    if let Some(seconds) = retry_after_secs {
+        response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
+    }
+    response
+}
+
+/// Streams the events of response `response_id` (request `id`).
+fn stream_response(sim: &SimState, id: &str, response_id: &str, provider: &ProviderSettings, model: &str) -> Response {
+    let streamed = {
+        let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(entry) = log.get_mut(id) else { return not_found(response_id) };
+        if let Plan::Answer { at, content, .. } = &mut entry.plan {
+            // Its work lasts as long as its stream.
+            *at = (*at).max(super::stream::ends_at(provider, entry.first_token_after, content, entry.arrived));
+        }
+        super::response_stream::events(response_id, entry, provider, model)
+    };
+    super::response_stream::send(provider, streamed, None, true)
+}
+
+/// Answers with the response object when it is done; a client that gives
+/// up first is logged.
+async fn answer_when_done(sim: &Arc<SimState>, plan: Plan, id: &str, response_id: &str, model: &str) -> Response {
+    let mut unanswered = Unanswered { sim: sim.clone(), id: id.to_owned(), armed: true };
+    match plan {
+        Plan::Answer { at, .. } => tokio::time::sleep_until(at).await,
+        _ => std::future::pending().await,
+    }
+    unanswered.armed = false;
+    object(sim, response_id, model, false)
 }
 
 /// What `GET …/responses/{id}` is asked for.

@@ -36,8 +36,8 @@ pub struct HotConnections {
     acquire_timeout: Duration,
 }
 
-/// A connection lent to one request. Dropped without [`Lease::keep`], the
-/// connection is closed rather than reused.
+/// A connection lent to one request. Dropped unless [`Lease::keep_after`]
+/// marked it reusable, the connection is closed rather than reused.
 pub struct Lease<'a> {
     set: &'a HotConnections,
     connection: Option<PgConnection>,

@@ -26,13 +26,13 @@ pub(super) const COUNT_LISTENERS: &str =
     r#"select count(*) from pg_stat_activity where datname = current_database() and query = $1"#;
 
 /// A live key, revoked. Binds: id.
-pub(super) const REVOKE_KEY: &str = r#"update api_keys set revoked_at = now() where id = $1 and revoked_at is null and ($2::text is null or owner_id = $2)"#;
+pub(super) const REVOKE_API_KEY: &str = r#"update api_keys set revoked_at = now() where id = $1 and revoked_at is null and ($2::text is null or owner_id = $2)"#;
 
 /// A notification. Binds: channel, payload.
 pub(super) const NOTIFY: &str = r#"select pg_notify($1, $2)"#;
 
 /// The statement that stores `key`.
-pub(super) fn insert_key<'a>(key: &NewKey<'a>) -> Query<'a, Postgres, PgArguments> {
+pub(super) fn insert_api_key<'a>(key: &NewKey<'a>) -> Query<'a, Postgres, PgArguments> {
     sqlx::query(INSERT_API_KEY).bind(key.owner.as_str()).bind(key.id).bind(key.role).bind(&key.token_hash[..])
 }
 
@@ -113,7 +113,7 @@ pub(super) async fn follow_key_changes(pool: PgPool, changes: mpsc::Sender<KeyCh
 /// Revokes key `id` and waits until every listening server confirmed it
 /// forgot the key (or [`KEY_ACK_TIMEOUT`] passed); `false` when there is no
 /// such live key.
-pub(super) async fn revoke_and_wait(pool: &PgPool, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {
+pub(super) async fn revoke_api_key(pool: &PgPool, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {
     // Every serving process caches checked keys and LISTENs for changes;
     // each forgets the key when the trigger's notification reaches it and
     // confirms on KEY_ACK_CHANNEL. Waiting for those confirmations makes
@@ -123,7 +123,7 @@ pub(super) async fn revoke_and_wait(pool: &PgPool, id: Uuid, owner: Option<&Owne
     let listening: i64 =
         sqlx::query_scalar(COUNT_LISTENERS).bind(format!(r#"LISTEN "{KEY_CHANNEL}""#)).fetch_one(pool).await?;
     let changed =
-        sqlx::query(REVOKE_KEY).bind(id).bind(owner.map(OwnerId::as_str)).execute(pool).await?.rows_affected();
+        sqlx::query(REVOKE_API_KEY).bind(id).bind(owner.map(OwnerId::as_str)).execute(pool).await?.rows_affected();
     if changed == 0 {
         return Ok(false);
     }
@@ -145,7 +145,7 @@ pub(super) async fn revoke_and_wait(pool: &PgPool, id: Uuid, owner: Option<&Owne
 }
 
 /// Tells a revoker that this process forgot key `id`.
-pub(super) async fn confirm_forgotten(pool: &PgPool, id: Uuid) -> Result<()> {
+pub(super) async fn confirm_key_forgotten(pool: &PgPool, id: Uuid) -> Result<()> {
     sqlx::query(NOTIFY).bind(KEY_ACK_CHANNEL).bind(id.to_string()).execute(pool).await?;
     Ok(())
 }

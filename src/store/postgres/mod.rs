@@ -17,26 +17,27 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
-use sqlx::types::Json;
 use sqlx::{Postgres, Row, Transaction};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::driver::{LockedAttempt, LockedAttemptRow, LockedJob, Outcome, OutputSettlement, Settled, Tx};
-use super::events::NewEvent;
-use super::rows::{AttemptRefRow, JobSummaryRow, QualificationRow, attempts_from_rows, job_from_rows, stored_trace};
-use super::shared::{impl_driver, impl_driver_tx};
-use super::usage::{AttemptUsage, UsageFilter, UsageRow, bind_counts, bind_usage};
-use super::webhooks::Outgoing;
+use super::driver::{Driver, PendingOwner, Tx};
+use super::groups::Creation;
+use super::output::OutputPiece;
+use super::purge::PurgeRule;
+use super::rows::{AttemptRefRow, JobSummaryRow, QualificationRow, job_from_rows, stored_trace};
+use super::shared;
+use super::usage::{AttemptUsage, UsageFilter, UsageRow, bind_counts};
+use super::webhooks::{ClaimedDelivery, Delivery, DeliveryTry, Endpoint, NewEndpoint};
 use super::{
-    ApiKey, AttemptRef, Gauges, JobFilter, KeyChange, LiveKey, NewAttempt, NewJob, NewKey, NewQualificationRun,
-    OpenUnknown, OwnedJobSummary, QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
+    ApiKey, AttemptRef, Gauges, JobFilter, KeyChange, LiveKey, NewKey, NewQualificationRun, OpenUnknown,
+    OwnedJobSummary, QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt,
 };
-use crate::domain::{
-    Attempt, AttemptId, AttemptState, IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, OwnerId,
-};
+use super::{NewSession, StoredSession};
+use crate::domain::{AttemptId, AttemptState, IdempotencyKey, Job, JobEvent, JobId, JobSummary, OwnerId};
 use crate::store::rows::BindAttempt;
 use hot::HotConnections;
+use tx::PgTx;
 
 mod breakers;
 mod catalogue;
@@ -49,10 +50,14 @@ mod pooling;
 mod retention;
 mod sessions;
 mod sql;
+mod tx;
 mod webhooks;
 
 pub use catalogue::{CROSS_OWNER, HotStatement, statements};
-use sql::{CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, SAMPLE_GAUGES, SETTLE_WITH_OUTPUT};
+use sql::{CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, SAMPLE_GAUGES};
+
+/// A transaction on Postgres.
+type PgTransaction = Transaction<'static, Postgres>;
 
 /// The embedded migrations of `migrations/postgres`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -69,14 +74,14 @@ pub struct PostgresOptions {
     pub statement_timeout: Duration,
 }
 
-/// The Postgres implementation of [`super::Store`].
+/// The Postgres [`super::Driver`], which a [`super::Store`] runs on.
 #[derive(Clone, Debug)]
 pub struct PostgresStore {
     pool: PgPool,
     // The one-statement requests of the hot path (see `hot`).
     hot: Arc<HotConnections>,
-    // New jobs waiting for their group commit (see `creates`).
-    creates: Arc<creates::Creates>,
+    // The turn of writing a group of new jobs (see `creates`).
+    creation_turns: Arc<tokio::sync::Semaphore>,
     // Where new connections go (see `connect`).
     hosts: Arc<connect::Hosts>,
     // Keeps the connections on a writable host when the URL names several;
@@ -131,7 +136,13 @@ impl PostgresStore {
         let watcher = (hosts.several())
             .then(|| tokio::spawn(connect::watch_hosts(hosts.clone(), pool.clone(), session)))
             .map(|task| Arc::new(AbortOnDrop(task)));
-        Ok(Self { pool, hot: Arc::new(hot), creates: Arc::default(), hosts, _watcher: watcher })
+        Ok(Self {
+            pool,
+            hot: Arc::new(hot),
+            creation_turns: Arc::new(tokio::sync::Semaphore::new(1)),
+            hosts,
+            _watcher: watcher,
+        })
     }
 
     /// Wraps an existing pool (tests use this).
@@ -144,7 +155,13 @@ impl PostgresStore {
             options.get_max_connections(),
             options.get_acquire_timeout(),
         );
-        Self { pool, hot: Arc::new(hot), creates: Arc::default(), hosts, _watcher: None }
+        Self {
+            pool,
+            hot: Arc::new(hot),
+            creation_turns: Arc::new(tokio::sync::Semaphore::new(1)),
+            hosts,
+            _watcher: None,
+        }
     }
 
     /// The pool, for tests that look at the tables directly.
@@ -160,221 +177,6 @@ fn session_settings(options: &PostgresOptions) -> String {
     format!("set statement_timeout = {}; set extra_float_digits = 2", options.statement_timeout.as_millis())
 }
 
-fn state_names(states: &[AttemptState]) -> Vec<&'static str> {
-    states.iter().map(|s| s.as_str()).collect()
-}
-
-/// A transaction on Postgres.
-type PgTransaction = Transaction<'static, Postgres>;
-
-/// A Postgres write transaction; times are the database's `now()`.
-struct PgTx {
-    tx: PgTransaction,
-}
-
-impl_driver_tx!(PgTx, {
-    async fn lock_claims(&mut self, owners: &[String], providers: &[String]) -> Result<()> {
-        claims::lock_claims(&mut self.tx, owners, providers).await
-    }
-
-    async fn running_counts(&mut self, owners: &[String], providers: &[String]) -> Result<super::driver::Running> {
-        claims::running_counts(&mut self.tx, owners, providers).await
-    }
-
-    async fn provider_gates(&mut self, providers: &[String]) -> Result<Vec<super::driver::ProviderGate>> {
-        claims::provider_gates(&mut self.tx, providers).await
-    }
-
-    async fn claim_candidates(
-        &mut self,
-        owner: &str,
-        providers: &[String],
-        max: u32,
-    ) -> Result<Vec<super::driver::Candidate>> {
-        claims::claim_candidates(&mut self.tx, owner, providers, max).await
-    }
-
-    async fn start_attempts(
-        &mut self,
-        worker: &str,
-        candidates: &[super::driver::Candidate],
-        leases: &[Duration],
-    ) -> Result<Vec<DateTime<Utc>>> {
-        claims::start_attempts(&mut self.tx, worker, candidates, leases).await
-    }
-
-    async fn put_requests(&mut self, provider: &str, level: f64) -> Result<()> {
-        claims::put_requests(&mut self.tx, provider, level).await
-    }
-
-    async fn update_provider_pause(&mut self, provider: &str, pause: Duration) -> Result<()> {
-        claims::pause_provider(&mut self.tx, provider, pause).await
-    }
-
-    async fn set_attempt_requeued(&mut self, attempt: &AttemptRef, delay: Duration, max: Option<u32>) -> Result<u64> {
-        claims::requeue_attempt(&mut self.tx, attempt, delay, max).await
-    }
-
-    async fn take_purge_lock(&mut self) -> Result<bool> {
-        retention::take_purge_lock(&mut self.tx).await
-    }
-
-    async fn set_job_state(&mut self, owner: &OwnerId, job_id: JobId, state: JobState) -> Result<()> {
-        sqlx::query(sql::SET_JOB_STATE).bind(owner.as_str()).bind(job_id.0).bind(state).execute(&mut *self.tx).await?;
-        Ok(())
-    }
-
-    async fn insert_attempt(&mut self, attempt: &AttemptRef, new: &NewAttempt, provider: &str) -> Result<Attempt> {
-        let rows = sqlx::query(sql::INSERT_ATTEMPT.as_str())
-            .bind_attempt(attempt)
-            .bind(new.id.0)
-            .bind(provider)
-            .bind(new.origin)
-            .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
-            .bind(new.delay.as_secs_f64())
-            .bind(AttemptState::Pending)
-            .bind(new.trace.as_ref().map(|t| t.traceparent.as_str()))
-            .bind(new.trace.as_ref().and_then(|t| t.tracestate.as_deref()))
-            .fetch_all(&mut *self.tx)
-            .await?;
-        attempts_from_rows(&rows)?.pop().ok_or_else(|| corrupt("an inserted attempt returned no row"))
-    }
-
-    async fn append_event(&mut self, event: NewEvent<'_>) -> Result<()> {
-        sqlx::query(sql::APPEND_EVENT)
-            .bind(event.owner.as_str())
-            .bind(event.job_id.0)
-            .bind(event.kind)
-            .bind(event.attempt_number)
-            .bind(event.detail)
-            .execute(&mut *self.tx)
-            .await?;
-        Ok(())
-    }
-
-    async fn enqueue_webhook(&mut self, message: &Outgoing<'_>) -> Result<()> {
-        sqlx::query(sql::ENQUEUE_WEBHOOK)
-            .bind(message.owner.as_str())
-            .bind(message.job_id.0)
-            .bind(message.event.as_str())
-            .bind(&message.payload)
-            .execute(&mut *self.tx)
-            .await?;
-        Ok(())
-    }
-
-    async fn lock_attempt_job(&mut self, attempt: &AttemptRef, skip_locked: bool) -> Result<Option<LockedAttempt>> {
-        let statement = if skip_locked { sql::LOCK_ATTEMPT_JOB_SKIP_LOCKED.as_str() } else { sql::LOCK_ATTEMPT_JOB };
-        let row: Option<LockedAttemptRow> =
-            sqlx::query_as(statement).bind_attempt(attempt).fetch_optional(&mut *self.tx).await?;
-        Ok(row.map(Into::into))
-    }
-
-    async fn lock_attempt_jobs(&mut self, attempts: &[&AttemptRef]) -> Result<Vec<Option<LockedAttempt>>> {
-        let Some(first) = attempts.first() else { return Ok(Vec::new()) };
-        let jobs: Vec<Uuid> = attempts.iter().map(|a| a.job_id.0).collect();
-        let numbers: Vec<i32> = attempts.iter().map(|a| a.number).collect();
-        let rows = sqlx::query(sql::LOCK_ATTEMPT_JOBS)
-            .bind(first.owner.as_str())
-            .bind(&jobs)
-            .bind(&numbers)
-            .fetch_all(&mut *self.tx)
-            .await?;
-        let mut locked: Vec<Option<LockedAttempt>> = vec![None; attempts.len()];
-        for row in &rows {
-            let n: i64 = row.try_get("n")?;
-            let slot = usize::try_from(n - 1).ok().and_then(|i| locked.get_mut(i));
-            let slot = slot.ok_or_else(|| crate::store::corrupt("a locked row names no attempt asked for"))?;
-            *slot = Some(<LockedAttemptRow as sqlx::FromRow<PgRow>>::from_row(row)?.into());
-        }
-        Ok(locked)
-    }
-
-    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, outcome: &Outcome<'_>) -> Result<u64> {
-        let query = sqlx::query(sql::SET_ATTEMPT_OUTCOME.as_str())
-            .bind_attempt(attempt)
-            .bind(outcome.to)
-            .bind(Json(outcome.error))
-            .bind(state_names(outcome.from))
-            .bind(outcome.to == AttemptState::Unknown);
-        Ok(bind_usage(query, outcome.usage).execute(&mut *self.tx).await?.rows_affected())
-    }
-
-    async fn settle_by_compare_and_swap(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
-        // One statement, under the job's lock: the compare-and-swap, the
-        // attempt settled as won or superseded with its usage, the winner's pending
-        // siblings canceled, and the event.
-        let attempt = settlement.attempt;
-        let query = sqlx::query(SETTLE_WITH_OUTPUT.as_str())
-            .bind_attempt(attempt)
-            .bind(settlement.output)
-            .bind(state_names(settlement.from))
-            .bind(&settlement.won)
-            .bind(&settlement.lost);
-        let row = bind_usage(query, settlement.usage).fetch_one(&mut *self.tx).await?;
-        settled_row(&row)
-    }
-
-    async fn settle_outputs(&mut self, settlements: &[OutputSettlement<'_>]) -> Result<Vec<Settled>> {
-        let Some(first) = settlements.first() else { return Ok(Vec::new()) };
-        if settlements.iter().any(|s| s.attempt.owner != first.attempt.owner || s.from != first.from) {
-            // One statement binds one owner and one list of states.
-            return super::driver::settle_each(self, settlements).await;
-        }
-        let usages: Vec<Option<&AttemptUsage>> = settlements.iter().map(|s| s.usage).collect();
-        let costs: Vec<_> = usages.iter().map(|u| u.and_then(|u| u.cost.as_ref())).collect();
-        let rows = sqlx::query(sql::SETTLE_OUTPUTS.as_str())
-            .bind(first.attempt.owner.as_str())
-            .bind(settlements.iter().map(|s| s.attempt.job_id.0).collect::<Vec<_>>())
-            .bind(settlements.iter().map(|s| s.attempt.number).collect::<Vec<_>>())
-            .bind(settlements.iter().map(|s| s.output).collect::<Vec<_>>())
-            .bind(state_names(first.from))
-            .bind(settlements.iter().map(|s| &s.won).collect::<Vec<_>>())
-            .bind(settlements.iter().map(|s| &s.lost).collect::<Vec<_>>())
-            .bind(usages.iter().map(Option::is_some).collect::<Vec<_>>())
-            .bind(usages.iter().map(|u| u.map(|u| u.usage.prompt_tokens)).collect::<Vec<_>>())
-            .bind(usages.iter().map(|u| u.map(|u| u.usage.completion_tokens)).collect::<Vec<_>>())
-            .bind(usages.iter().map(|u| u.map(|u| u.usage.estimated)).collect::<Vec<_>>())
-            .bind(costs.iter().map(|c| c.map(|c| c.amount.to_string())).collect::<Vec<_>>())
-            .bind(costs.iter().map(|c| c.map(|c| c.currency.clone())).collect::<Vec<_>>())
-            .bind(costs.iter().map(|c| c.map(|c| c.price_version.clone())).collect::<Vec<_>>())
-            .bind(usages.iter().map(|u| u.map(|u| u.usage.cache_write_tokens)).collect::<Vec<_>>())
-            .bind(usages.iter().map(|u| u.map(|u| u.usage.cache_read_tokens)).collect::<Vec<_>>())
-            .fetch_all(&mut *self.tx)
-            .await?;
-        if rows.len() != settlements.len() {
-            return Err(corrupt("a settlement of several outputs answered for another number of them"));
-        }
-        rows.iter().map(settled_row).collect()
-    }
-
-    async fn cancel_job_and_pending(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>> {
-        sqlx::query(sql::SET_JOB_STATE)
-            .bind(owner.as_str())
-            .bind(job_id.0)
-            .bind(JobState::Canceled)
-            .execute(&mut *self.tx)
-            .await?;
-        Ok(sqlx::query_scalar(sql::CANCEL_PENDING_ATTEMPTS)
-            .bind(owner.as_str())
-            .bind(job_id.0)
-            .bind(AttemptState::Pending)
-            .bind(AttemptState::Canceled)
-            .fetch_all(&mut *self.tx)
-            .await?)
-    }
-});
-
-/// A settlement's answer: whether it won, how many attempts it settled, the
-/// siblings it canceled.
-fn settled_row(row: &PgRow) -> Result<Settled> {
-    Ok(Settled {
-        won: row.try_get("won")?,
-        settled: row.try_get::<i64, _>("settled")?.try_into().map_err(corrupt)?,
-        canceled: row.try_get("canceled")?,
-    })
-}
-
 /// Reads the job a statement of `rows::select_job_where` selects (binds: the
 /// owner, then `key`), on a connection of the hot path.
 async fn fetch_job<'q, T>(hot: &HotConnections, sql: &'q str, owner: &'q OwnerId, key: T) -> Result<Option<Job>>
@@ -388,14 +190,24 @@ where
     job_from_rows(&rows?)
 }
 
-impl_driver!(PostgresStore, {
+#[async_trait::async_trait]
+impl Driver for PostgresStore {
     async fn begin(&self) -> Result<Tx> {
         Ok(Box::new(PgTx { tx: self.pool.begin().await? }))
     }
 
-    async fn insert_job(&self, new: &NewJob) -> Result<Option<DateTime<Utc>>> {
-        // The hot path: one statement and one commit for a group of new keys.
-        self.create_in_group(new).await
+    fn creation_turns(&self) -> Arc<tokio::sync::Semaphore> {
+        self.creation_turns.clone()
+    }
+
+    fn creation_deadline(&self) -> Option<Duration> {
+        Some(self.hot.acquire_timeout())
+    }
+
+    async fn insert_jobs(&self, group: Vec<Creation>) {
+        // The hot path: one statement and one commit per owner for a group
+        // of new keys.
+        creates::insert_jobs(&self.hot, group).await
     }
 
     async fn expired_leases(&self, max: u32) -> Result<Vec<AttemptRef>> {
@@ -404,48 +216,48 @@ impl_driver!(PostgresStore, {
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
-    async fn run_migrations(&self) -> Result<()> {
+    async fn migrate(&self) -> Result<()> {
         MIGRATOR.run(&self.pool).await.map_err(super::error::migration_error)?;
         Ok(())
     }
 
-    async fn insert_key(&self, key: &NewKey<'_>) -> Result<()> {
-        keys::insert_key(key).execute(&self.pool).await?;
+    async fn insert_api_key(&self, key: &NewKey<'_>) -> Result<()> {
+        keys::insert_api_key(key).execute(&self.pool).await?;
         Ok(())
     }
 
-    async fn select_replication(&self) -> Result<Option<super::Replication>> {
+    async fn replication(&self) -> Result<Option<super::Replication>> {
         connect::replication(&self.pool).await.map(Some)
     }
 
-    async fn check_pooling(&self) -> Result<()> {
+    async fn check_session_pooling(&self) -> Result<()> {
         pooling::check_session_pooling(&self.hosts.options()).await
     }
 
-    async fn revoke_key_and_wait(&self, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {
-        keys::revoke_and_wait(&self.pool, id, owner).await
+    async fn revoke_api_key(&self, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {
+        keys::revoke_api_key(&self.pool, id, owner).await
     }
 
-    async fn notify_key_forgotten(&self, id: Uuid) -> Result<()> {
-        keys::confirm_forgotten(&self.pool, id).await
+    async fn confirm_key_forgotten(&self, id: Uuid) -> Result<()> {
+        keys::confirm_key_forgotten(&self.pool, id).await
     }
 
-    fn listen_key_changes(&self) -> Option<mpsc::Receiver<KeyChange>> {
+    fn follow_key_changes(&self) -> Option<mpsc::Receiver<KeyChange>> {
         let (changes, receiver) = mpsc::channel(256);
         tokio::spawn(keys::follow_key_changes(self.pool.clone(), changes));
         Some(receiver)
     }
 
-    async fn select_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
+    async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
         // One statement, so the job and its attempts come from one snapshot.
         fetch_job(&self.hot, GET_JOB.as_str(), owner, id.0).await
     }
 
-    async fn select_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
+    async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
         fetch_job(&self.hot, FIND_JOB_BY_KEY.as_str(), owner, key.as_str()).await
     }
 
-    async fn select_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
+    async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
         let rows: Vec<JobSummaryRow> = sqlx::query_as(sql::LIST_JOBS)
             .bind(owner.as_str())
             .bind(filter.state)
@@ -457,27 +269,32 @@ impl_driver!(PostgresStore, {
         Ok(rows.into_iter().map(|row| OwnedJobSummary::from(row).job).collect())
     }
 
-    async fn take_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>> {
+    async fn reserve_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>> {
         claims::reserve_tokens(&self.pool, provider, tokens, per_minute).await
     }
 
-    async fn select_breakers(&self) -> Result<Vec<crate::store::breakers::StoredBreaker>> {
-        breakers::read(&self.pool).await
+    async fn list_breakers(&self) -> Result<Vec<crate::store::breakers::StoredBreaker>> {
+        breakers::list_breakers(&self.pool).await
     }
 
     async fn change_breaker(&self, provider: &str, change: crate::store::breakers::BreakerChange<'_>) -> Result<bool> {
-        breakers::change(&self.pool, provider, change).await
+        breakers::change_breaker(&self.pool, provider, change).await
     }
 
-    async fn select_waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::WaitingFacts>> {
+    async fn waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::WaitingFacts>> {
         claims::waiting_facts(&self.pool, owner.as_str(), job_id.0).await
     }
 
-    async fn select_any_due_unknown(&self, providers: &[String]) -> Result<bool> {
+    async fn any_due_unknown(&self, providers: &[String]) -> Result<bool> {
         Ok(sqlx::query_scalar(sql::ANY_DUE_UNKNOWN.as_str()).bind(providers).fetch_one(&self.pool).await?)
     }
 
-    async fn claim_due_unknown(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>> {
+    async fn claim_reconciliations(
+        &self,
+        providers: &[String],
+        max: u32,
+        hold: Duration,
+    ) -> Result<Vec<UnknownAttempt>> {
         let rows = sqlx::query(CLAIM_RECONCILIATIONS.as_str())
             .bind(providers)
             .bind(i64::from(max))
@@ -500,7 +317,7 @@ impl_driver!(PostgresStore, {
             .collect()
     }
 
-    async fn update_reconcile_after(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
+    async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
         sqlx::query(sql::POSTPONE_RECONCILIATION)
             .bind_attempt(attempt)
             .bind(delay.as_secs_f64())
@@ -510,7 +327,7 @@ impl_driver!(PostgresStore, {
         Ok(())
     }
 
-    async fn insert_qualification_run(&self, run: &NewQualificationRun<'_>) -> Result<QualificationRecord> {
+    async fn insert_qualification(&self, run: &NewQualificationRun<'_>) -> Result<QualificationRecord> {
         let row: QualificationRow = sqlx::query_as(sql::INSERT_QUALIFICATION)
             .bind(Uuid::now_v7())
             .bind(run.provider)
@@ -523,7 +340,7 @@ impl_driver!(PostgresStore, {
         row.try_into()
     }
 
-    async fn select_gauges(&self) -> Result<Gauges> {
+    async fn sample_gauges(&self) -> Result<Gauges> {
         let row = sqlx::query(SAMPLE_GAUGES.as_str()).fetch_one(&self.pool).await?;
         let pending = sqlx::query_as(super::shared::PENDING_BY.as_str()).fetch_all(&self.pool).await?;
         let (pending_by_owner, pending_by_provider) = super::driver::by_kind(pending);
@@ -536,7 +353,7 @@ impl_driver!(PostgresStore, {
         })
     }
 
-    async fn update_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
+    async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
         // One statement per settled attempt: on the hot path's connections.
         let mut lease = self.hot.acquire().await?;
         let query = bind_counts(sqlx::query(sql::RECORD_USAGE).bind_attempt(attempt), Some(usage));
@@ -544,4 +361,166 @@ impl_driver!(PostgresStore, {
         lease.keep_after(&changed);
         Ok(changed?.rows_affected() == 1)
     }
-});
+
+    async fn pending_owners(&self, after: &str, max: u32) -> Result<Vec<PendingOwner>> {
+        shared::pending_owners(&self.pool, &claims::PENDING_OWNERS, after, max).await
+    }
+
+    async fn any_purgeable(&self, rule: &PurgeRule) -> Result<bool> {
+        retention::any_purgeable(&self.pool, rule).await
+    }
+
+    async fn check_ready(&self) -> Result<()> {
+        shared::check_ready(&self.pool, MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)).await
+    }
+
+    async fn find_api_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>> {
+        shared::find_api_key(&self.pool, sql::FIND_API_KEY, token_hash).await
+    }
+
+    async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
+        shared::list_api_keys(&self.pool, sql::LIST_API_KEYS, owner).await
+    }
+
+    async fn set_key_max_in_flight(&self, id: Uuid, max_in_flight: Option<u32>) -> Result<bool> {
+        shared::set_key_max_in_flight(&self.pool, sql::SET_KEY_MAX_IN_FLIGHT, id, max_in_flight).await
+    }
+
+    async fn has_api_keys(&self) -> Result<bool> {
+        shared::has_api_keys(&self.pool).await
+    }
+
+    async fn list_output(&self, owner: &OwnerId, job_id: JobId, after: i64) -> Result<Vec<OutputPiece>> {
+        shared::list_output(&self.pool, sql::LIST_OUTPUT, owner, job_id, after).await
+    }
+
+    async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
+        shared::list_events(&self.pool, sql::LIST_EVENTS, owner, job_id).await
+    }
+
+    async fn qualification_state(&self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
+        shared::qualification_state(&self.pool, sql::QUALIFICATION_STATE, provider, task, hash).await
+    }
+
+    async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>> {
+        shared::latest_qualification(&self.pool, sql::LATEST_QUALIFICATION, provider, task).await
+    }
+
+    async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>> {
+        shared::find_unknown_attempt_owner(&self.pool, &sql::FIND_UNKNOWN_ATTEMPT_OWNER, job_id, number).await
+    }
+
+    async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>> {
+        shared::list_usage(&self.pool, sql::LIST_USAGE, owner, filter).await
+    }
+
+    async fn browse_jobs(
+        &self,
+        owner: Option<&OwnerId>,
+        key: Option<&str>,
+        filter: &JobFilter,
+    ) -> Result<Vec<OwnedJobSummary>> {
+        shared::browse_jobs(&self.pool, sql::BROWSE_JOBS, owner, key, filter).await
+    }
+
+    async fn finished_jobs_running_on(&self, worker: &str) -> Result<Vec<JobId>> {
+        shared::finished_jobs_running_on(&self.pool, &sql::FINISHED_JOBS_RUNNING_ON, worker).await
+    }
+
+    async fn count_unknown_since(&self, before: DateTime<Utc>) -> Result<u64> {
+        shared::count_unknown_since(&self.pool, &sql::COUNT_UNKNOWN_SINCE, before).await
+    }
+
+    async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>> {
+        shared::find_job_owner(&self.pool, sql::FIND_JOB_OWNER, id).await
+    }
+
+    async fn record_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool> {
+        shared::record_unapplied_output(&self.pool, sql::RECORD_UNAPPLIED_OUTPUT, attempt, unapplied).await
+    }
+
+    async fn record_provider_request(&self, attempt: &AttemptRef, provider_request_id: &str) -> Result<bool> {
+        shared::record_provider_request(&self.pool, sql::RECORD_PROVIDER_REQUEST, attempt, provider_request_id).await
+    }
+
+    async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>> {
+        shared::list_unknown_attempts(&self.pool, &sql::LIST_UNKNOWN_ATTEMPTS, owner, limit).await
+    }
+
+    async fn insert_dashboard_session(&self, session: &NewSession) -> Result<()> {
+        sessions::insert_dashboard_session(&self.pool, session).await
+    }
+
+    async fn find_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<Option<StoredSession>> {
+        sessions::find_dashboard_session(&self.pool, token_hash).await
+    }
+
+    async fn touch_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<()> {
+        sessions::touch_dashboard_session(&self.pool, token_hash).await
+    }
+
+    async fn delete_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<bool> {
+        sessions::delete_dashboard_session(&self.pool, token_hash).await
+    }
+
+    async fn delete_expired_dashboard_sessions(&self, idle: Duration) -> Result<u64> {
+        sessions::delete_expired_dashboard_sessions(&self.pool, idle).await
+    }
+
+    async fn insert_first_run_key(&self, key: &NewKey<'_>) -> Result<bool> {
+        sessions::insert_first_run_key(self, key).await
+    }
+
+    async fn insert_webhook_endpoint(&self, new: &NewEndpoint, max_per_owner: u32) -> Result<Option<Endpoint>> {
+        webhooks::insert_webhook_endpoint(&self.pool, new, max_per_owner).await
+    }
+
+    async fn list_webhook_endpoints(&self, owner: &OwnerId) -> Result<Vec<Endpoint>> {
+        webhooks::list_webhook_endpoints(&self.pool, owner).await
+    }
+
+    async fn delete_webhook_endpoint(&self, owner: &OwnerId, id: Uuid) -> Result<bool> {
+        shared::delete_webhook_endpoint(&self.pool, webhooks::DELETE_WEBHOOK_ENDPOINT, owner, id).await
+    }
+
+    async fn rotate_webhook_secret(
+        &self,
+        owner: &OwnerId,
+        id: Uuid,
+        secret: &str,
+        keep_old: Duration,
+    ) -> Result<Option<Endpoint>> {
+        webhooks::rotate_webhook_secret(&self.pool, owner, id, secret, keep_old).await
+    }
+
+    async fn list_webhook_deliveries(
+        &self,
+        owner: &OwnerId,
+        endpoint: Uuid,
+        limit: u32,
+    ) -> Result<Option<Vec<Delivery>>> {
+        let statements = [webhooks::ENDPOINT_EXISTS, webhooks::LIST_DELIVERIES, webhooks::LIST_TRIES];
+        shared::list_webhook_deliveries(&self.pool, statements, owner, endpoint, limit).await
+    }
+
+    async fn claim_webhook_deliveries(
+        &self,
+        max: u32,
+        lease: Duration,
+        skip: &[String],
+    ) -> Result<Vec<ClaimedDelivery>> {
+        webhooks::claim_webhook_deliveries(&self.pool, max, lease, skip).await
+    }
+
+    async fn has_due_webhook_deliveries(&self) -> Result<bool> {
+        webhooks::has_due_webhook_deliveries(&self.pool).await
+    }
+
+    async fn release_webhook_deliveries(&self, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {
+        webhooks::release_webhook_deliveries(&self.pool, owner, ids).await
+    }
+
+    async fn record_webhook_tries(&self, done: &[DeliveryTry]) -> Result<()> {
+        webhooks::record_webhook_tries(&self.pool, done).await
+    }
+}

@@ -98,7 +98,7 @@ pub(super) async fn any_purgeable(pool: &sqlx::PgPool, rule: &PurgeRule) -> Resu
     Ok(query.bind(&rule.others).fetch_one(pool).await?)
 }
 
-pub(super) async fn count_purgeable(tx: &mut PgTransaction, rule: &PurgeRule) -> Result<u64> {
+pub(super) async fn count_purgeable_jobs(tx: &mut PgTransaction, rule: &PurgeRule) -> Result<u64> {
     let count: i64 = sqlx::query_scalar(COUNT_PURGEABLE.as_str())
         .bind(Stamp(rule.before))
         .bind(rule.task.as_deref())

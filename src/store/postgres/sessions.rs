@@ -42,7 +42,7 @@ pub(super) const CLAIM_FIRST_RUN: &str = r#"insert into bootstrap (id, first_key
     on conflict (id) do nothing
     returning first_key_id"#;
 
-pub(super) async fn insert(pool: &PgPool, session: &NewSession) -> Result<()> {
+pub(super) async fn insert_dashboard_session(pool: &PgPool, session: &NewSession) -> Result<()> {
     sqlx::query(INSERT_SESSION)
         .bind(session.owner.as_str())
         .bind(session.key_id)
@@ -53,21 +53,21 @@ pub(super) async fn insert(pool: &PgPool, session: &NewSession) -> Result<()> {
     Ok(())
 }
 
-pub(super) async fn find(pool: &PgPool, token_hash: &[u8; 32]) -> Result<Option<StoredSession>> {
+pub(super) async fn find_dashboard_session(pool: &PgPool, token_hash: &[u8; 32]) -> Result<Option<StoredSession>> {
     let row: Option<SessionRow> = sqlx::query_as(FIND_SESSION).bind(&token_hash[..]).fetch_optional(pool).await?;
     row.map(StoredSession::try_from).transpose()
 }
 
-pub(super) async fn touch(pool: &PgPool, token_hash: &[u8; 32]) -> Result<()> {
+pub(super) async fn touch_dashboard_session(pool: &PgPool, token_hash: &[u8; 32]) -> Result<()> {
     sqlx::query(TOUCH_SESSION).bind(&token_hash[..]).execute(pool).await?;
     Ok(())
 }
 
-pub(super) async fn delete(pool: &PgPool, token_hash: &[u8; 32]) -> Result<bool> {
+pub(super) async fn delete_dashboard_session(pool: &PgPool, token_hash: &[u8; 32]) -> Result<bool> {
     Ok(sqlx::query(DELETE_SESSION).bind(&token_hash[..]).execute(pool).await?.rows_affected() > 0)
 }
 
-pub(super) async fn delete_expired(pool: &PgPool, idle: Duration) -> Result<u64> {
+pub(super) async fn delete_expired_dashboard_sessions(pool: &PgPool, idle: Duration) -> Result<u64> {
     Ok(sqlx::query(DELETE_EXPIRED_SESSIONS).bind(idle.as_secs_f64()).execute(pool).await?.rows_affected())
 }
 
@@ -81,7 +81,7 @@ pub(super) async fn insert_first_run_key(store: &PostgresStore, key: &NewKey<'_>
         tx.commit().await?;
         return Ok(false);
     }
-    super::keys::insert_key(key).execute(&mut *tx).await?;
+    super::keys::insert_api_key(key).execute(&mut *tx).await?;
     tx.commit().await?;
     Ok(true)
 }

@@ -164,7 +164,7 @@ pub(super) static SETTLE_OUTPUTS: LazyLock<String> = LazyLock::new(|| {
 
 /// The jobs that finished (won, or were canceled) while attempts of theirs
 /// run under worker $1's leases (the `attempts_leased` partial index).
-pub(super) static FINISHED_WITH_CALLS: LazyLock<String> = LazyLock::new(|| {
+pub(super) static FINISHED_JOBS_RUNNING_ON: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"select distinct a.job_id from attempts a
            join jobs j on j.owner_id = a.owner_id and j.id = a.job_id

@@ -52,7 +52,7 @@ pub(super) const RELEASE_DELIVERIES: &str = r#"update webhook_deliveries set tri
 
 /// Deletes an owner's endpoint (its subscriptions and deliveries with it).
 /// Binds: owner, id.
-pub(super) const DELETE_ENDPOINT: &str = r#"delete from webhook_endpoints where owner_id = $1 and id = $2"#;
+pub(super) const DELETE_WEBHOOK_ENDPOINT: &str = r#"delete from webhook_endpoints where owner_id = $1 and id = $2"#;
 
 /// Whether an owner has the endpoint. Binds: owner, id.
 pub(super) const ENDPOINT_EXISTS: &str =
@@ -112,7 +112,11 @@ pub(super) const SETTLE_DELIVERIES: &str = r#"with done as (
 pub(super) const DISABLE_ENDPOINT: &str = r#"update webhook_endpoints set disabled_at = now(), disabled_reason = $3
     where owner_id = $1 and id = $2 and disabled_at is null"#;
 
-pub(super) async fn insert_endpoint(pool: &PgPool, new: &NewEndpoint, max_per_owner: u32) -> Result<Option<Endpoint>> {
+pub(super) async fn insert_webhook_endpoint(
+    pool: &PgPool,
+    new: &NewEndpoint,
+    max_per_owner: u32,
+) -> Result<Option<Endpoint>> {
     check_events(&new.events)?;
     let mut tx = pool.begin().await?;
     // Under the owner's lock, the count holds until commit.
@@ -143,13 +147,13 @@ pub(super) async fn insert_endpoint(pool: &PgPool, new: &NewEndpoint, max_per_ow
     Ok(Some(row.into()))
 }
 
-pub(super) async fn list_endpoints(pool: &PgPool, owner: &OwnerId) -> Result<Vec<Endpoint>> {
+pub(super) async fn list_webhook_endpoints(pool: &PgPool, owner: &OwnerId) -> Result<Vec<Endpoint>> {
     let rows: Vec<EndpointRow> =
         sqlx::query_as(LIST_ENDPOINTS).bind(owner.as_str()).bind(None::<Uuid>).fetch_all(pool).await?;
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
-pub(super) async fn rotate_secret(
+pub(super) async fn rotate_webhook_secret(
     pool: &PgPool,
     owner: &OwnerId,
     id: Uuid,
@@ -170,7 +174,7 @@ pub(super) async fn rotate_secret(
     Ok(Some(row.into()))
 }
 
-pub(super) async fn claim_deliveries(
+pub(super) async fn claim_webhook_deliveries(
     pool: &PgPool,
     max: u32,
     lease: Duration,
@@ -181,11 +185,11 @@ pub(super) async fn claim_deliveries(
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
-pub(super) async fn any_due(pool: &PgPool) -> Result<bool> {
+pub(super) async fn has_due_webhook_deliveries(pool: &PgPool) -> Result<bool> {
     Ok(sqlx::query_scalar(ANY_DUE_DELIVERY).fetch_one(pool).await?)
 }
 
-pub(super) async fn release_deliveries(pool: &PgPool, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {
+pub(super) async fn release_webhook_deliveries(pool: &PgPool, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {
     sqlx::query(RELEASE_DELIVERIES).bind(owner.as_str()).bind(ids).execute(pool).await?;
     Ok(())
 }
@@ -193,7 +197,7 @@ pub(super) async fn release_deliveries(pool: &PgPool, owner: &OwnerId, ids: &[Uu
 /// Records a batch of tries: every try in one statement, every delivery's
 /// next state in another, and the endpoints that answered 410 disabled,
 /// in one transaction.
-pub(super) async fn record_tries(pool: &PgPool, done: &[DeliveryTry]) -> Result<()> {
+pub(super) async fn record_webhook_tries(pool: &PgPool, done: &[DeliveryTry]) -> Result<()> {
     if done.is_empty() {
         return Ok(());
     }

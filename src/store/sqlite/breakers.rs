@@ -48,7 +48,7 @@ const SET_BREAKER: &str = r#"insert into provider_breakers
     set state = excluded.state, since = ?4, until = null, probe_until = null, changed_by = 'operator',
         reason = excluded.reason"#;
 
-pub(super) async fn read(pool: &SqlitePool, now: i64) -> Result<Vec<StoredBreaker>> {
+pub(super) async fn list_breakers(pool: &SqlitePool, now: i64) -> Result<Vec<StoredBreaker>> {
     let rows = sqlx::query(READ_BREAKERS).bind(now).fetch_all(pool).await?;
     rows.iter()
         .map(|row| {
@@ -67,7 +67,7 @@ pub(super) async fn read(pool: &SqlitePool, now: i64) -> Result<Vec<StoredBreake
         .collect()
 }
 
-pub(super) async fn change(write: &mut SqliteTx, provider: &str, change: BreakerChange<'_>) -> Result<bool> {
+pub(super) async fn change_breaker(write: &mut SqliteTx, provider: &str, change: BreakerChange<'_>) -> Result<bool> {
     let micros = |d: std::time::Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
     let now = write.at;
     let query = match change {

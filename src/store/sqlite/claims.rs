@@ -261,7 +261,7 @@ mod tests {
             acquire_timeout: std::time::Duration::from_secs(5),
         };
         let store = SqliteStore::connect_lazy(&format!("sqlite://{}", file.display()), &options).unwrap();
-        store.run_migrations().await.unwrap();
+        store.migrate().await.unwrap();
         for statement in [WAITING_FACTS.as_str(), RUNNING_COUNTS.as_str()] {
             let plan: Vec<(i64, i64, i64, String)> =
                 sqlx::query_as(&format!("explain query plan {statement}")).fetch_all(store.pool()).await.unwrap();

@@ -3,62 +3,49 @@
 //! transaction, so that one log sync covers them all.
 
 use serde_json::json;
+use sqlx::SqlitePool;
 use sqlx::types::Json;
 
-use super::{NewEvent, SqliteStore, insert_event, now};
+use super::{NewEvent, append_event, now, time};
 use crate::domain::{AttemptOrigin, AttemptState, EventKind, JobState};
-use crate::store::groups::Pending;
+use crate::store::groups::Creation;
 use crate::store::{NewJob, Result, StoreError};
 
-/// An answer to a creation: the time its job was inserted at, or `None`
-/// when its key was taken.
-type Answer = Option<i64>;
-
-impl SqliteStore {
-    /// Inserts `new` in the next group ([`crate::store::groups`]), written
-    /// in the one writer's turn, and waits for its answer.
-    pub(super) async fn create_in_group(&self, new: &NewJob) -> Result<Answer> {
-        let store = self.clone();
-        let write = move |group| {
-            let store = store.clone();
-            async move { store.write_group(group).await }
-        };
-        self.creates.create(new, &self.writer, None, write).await
-    }
-
-    /// Writes a group of creations in one transaction and answers each. If
-    /// the group fails, each creation is written alone, so that one bad
-    /// request cannot fail the others.
-    async fn write_group(&self, group: Vec<Pending<Answer>>) {
-        let together = async {
-            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-            let mut inserted = Vec::with_capacity(group.len());
-            for pending in &group {
-                inserted.push(insert_new_job(&mut tx, &pending.new).await?);
+/// Writes a group of creations in one transaction and answers each, in
+/// the one writer's turn (the group's). If the group fails, each creation
+/// is written alone, so that one bad request cannot fail the others.
+pub(super) async fn insert_jobs(pool: &SqlitePool, group: Vec<Creation>) {
+    let together = async {
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut inserted = Vec::with_capacity(group.len());
+        for creation in &group {
+            inserted.push(insert_new_job(&mut tx, &creation.new).await?);
+        }
+        tx.commit().await?;
+        Ok::<_, StoreError>(inserted)
+    };
+    match together.await {
+        Ok(inserted) => {
+            for (creation, inserted) in group.into_iter().zip(inserted) {
+                creation.answer(inserted.map(time).transpose());
             }
-            tx.commit().await?;
-            Ok::<_, StoreError>(inserted)
-        };
-        match together.await {
-            Ok(inserted) => {
-                for (pending, inserted) in group.into_iter().zip(inserted) {
-                    let _ = pending.answer.send(Ok(inserted));
+        }
+        Err(error) if group.len() == 1 => {
+            if let Some(creation) = group.into_iter().next() {
+                creation.answer(Err(error));
+            }
+        }
+        Err(error) => {
+            tracing::debug!(%error, size = group.len(), "a group commit failed; writing its creations one by one");
+            for creation in group {
+                let alone = async {
+                    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                    let inserted = insert_new_job(&mut tx, &creation.new).await?;
+                    tx.commit().await?;
+                    Ok::<_, StoreError>(inserted)
                 }
-            }
-            Err(error) if group.len() == 1 => {
-                let _ = group.into_iter().next().map(|pending| pending.answer.send(Err(error)));
-            }
-            Err(error) => {
-                tracing::debug!(%error, size = group.len(), "a group commit failed; writing its creations one by one");
-                for pending in group {
-                    let alone = async {
-                        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-                        let inserted = insert_new_job(&mut tx, &pending.new).await?;
-                        tx.commit().await?;
-                        Ok::<_, StoreError>(inserted)
-                    };
-                    let _ = pending.answer.send(alone.await);
-                }
+                .await;
+                creation.answer(alone.and_then(|inserted| inserted.map(time).transpose()));
             }
         }
     }
@@ -111,6 +98,6 @@ async fn insert_new_job(tx: &mut super::SqliteTransaction, new: &NewJob) -> Resu
     let detail = json!({ "attempt_id": new.first_attempt_id, "provider": new.first_attempt_provider() });
     let event =
         NewEvent { attempt_number: Some(1), ..NewEvent::of_job(&new.owner, new.id, EventKind::JobCreated, detail) };
-    insert_event(tx, created, event).await?;
+    append_event(tx, created, event).await?;
     Ok(Some(created))
 }

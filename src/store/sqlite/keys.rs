@@ -14,6 +14,11 @@ use uuid::Uuid;
 use super::super::KeyChange;
 use super::now;
 
+/// Revokes a live key, of one owner or (?3 null) of any. Binds: time, id,
+/// owner.
+pub(super) const REVOKE_API_KEY: &str =
+    r#"update api_keys set revoked_at = ?1 where id = ?2 and revoked_at is null and (?3 is null or owner_id = ?3)"#;
+
 /// The keys revoked at or after a time. Binds: the time.
 const REVOKED_SINCE: &str = r#"select id, revoked_at from api_keys where revoked_at >= ?1"#;
 
@@ -27,7 +32,7 @@ const MARGIN: i64 = 10_000_000;
 
 /// Reports each key revoked from now on, once, until `changes` is closed;
 /// first says that changes are not pushed (so that no key is cached).
-pub(super) async fn follow_revocations(pool: SqlitePool, changes: mpsc::Sender<KeyChange>) {
+pub(super) async fn follow_key_changes(pool: SqlitePool, changes: mpsc::Sender<KeyChange>) {
     if changes.send(KeyChange::Lost).await.is_err() {
         return;
     }

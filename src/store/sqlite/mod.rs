@@ -35,18 +35,23 @@ use sqlx::sqlite::SqliteArguments;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::types::Json;
 use sqlx::{Row, Sqlite, Transaction};
+use tokio::sync::Semaphore;
 use uuid::Uuid;
 
-use super::driver::Tx;
+use super::driver::{Driver, PendingOwner, Tx};
 use super::events::NewEvent;
-use super::groups::Creations;
+use super::groups::Creation;
+use super::output::OutputPiece;
+use super::purge::PurgeRule;
 use super::rows::{AttemptRefRow, QualificationRow, job_from_rows, stored_trace};
-use super::shared::impl_driver;
+use super::shared;
 use super::usage::{AttemptUsage, UsageFilter, UsageRow, bind_counts};
+use super::webhooks::{ClaimedDelivery, Delivery, DeliveryTry, Endpoint, NewEndpoint};
 use super::{
-    ApiKey, AttemptRef, Gauges, JobFilter, LiveKey, NewJob, NewKey, NewQualificationRun, OpenUnknown, OwnedJobSummary,
+    ApiKey, AttemptRef, Gauges, JobFilter, LiveKey, NewKey, NewQualificationRun, OpenUnknown, OwnedJobSummary,
     QualificationRecord, QualificationState, Result, StoreError, UnknownAttempt, corrupt,
 };
+use super::{NewSession, StoredSession};
 use crate::domain::{AttemptId, IdempotencyKey, Job, JobEvent, JobId, JobSummary, OwnerId};
 use crate::store::rows::BindAttempt;
 use tx::SqliteTx;
@@ -61,7 +66,7 @@ mod sql;
 mod tx;
 mod webhooks;
 
-use sql::{EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, RECONCILABLE, SAMPLE_GAUGES};
+use sql::{CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, SAMPLE_GAUGES};
 
 /// A transaction on SQLite.
 type SqliteTransaction = Transaction<'static, Sqlite>;
@@ -80,17 +85,15 @@ pub struct SqliteOptions {
     pub acquire_timeout: Duration,
 }
 
-/// The SQLite implementation of [`super::Store`].
+/// The SQLite [`super::Driver`], which a [`super::Store`] runs on.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
     // Writers of this process queue here, first come first served, without
     // holding a connection; SQLite's busy timeout is left for writers in
     // other processes.
-    writer: Arc<tokio::sync::Mutex<()>>,
-    // Creations waiting for the next group commit (see `creates`); the
-    // turn to write one is `writer`.
-    creates: Arc<Creations<Option<i64>>>,
+    // Groups of new jobs are written in its turn too (see `creates`).
+    writer: Arc<Semaphore>,
 }
 
 impl SqliteStore {
@@ -122,7 +125,7 @@ impl SqliteStore {
                 Box::pin(async move { Ok(!sqlx::Connection::is_in_transaction(connection)) })
             })
             .connect_lazy_with(connect);
-        Ok(Self { pool, writer: Arc::new(tokio::sync::Mutex::new(())), creates: Arc::default() })
+        Ok(Self { pool, writer: Arc::new(Semaphore::new(1)) })
     }
 
     /// Whether the database file that `url` names exists (the commands that
@@ -140,7 +143,8 @@ impl SqliteStore {
     /// Waits for this process's turn to write, then begins a transaction
     /// holding SQLite's write lock; the transaction keeps the turn until it ends.
     async fn write(&self) -> Result<SqliteTx> {
-        let turn = self.writer.clone().lock_owned().await;
+        let turn =
+            self.writer.clone().acquire_owned().await.map_err(|_| StoreError::Interrupted("the writer closed"))?;
         // For whoever counts the writer's use (sqlx does not log a BEGIN).
         tracing::trace!(target: "onejob::sqlite::writer", "BEGIN IMMEDIATE");
         let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
@@ -153,7 +157,7 @@ fn now() -> i64 {
 }
 
 /// The statement that stores `key`, made at `at`.
-fn insert_key<'a>(key: &NewKey<'a>, at: i64) -> Query<'a, Sqlite, SqliteArguments<'a>> {
+fn insert_api_key<'a>(key: &NewKey<'a>, at: i64) -> Query<'a, Sqlite, SqliteArguments<'a>> {
     sqlx::query(sql::INSERT_API_KEY)
         .bind(key.owner.as_str())
         .bind(key.id)
@@ -175,28 +179,36 @@ fn json_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
     Value::from(names.into_iter().collect::<Vec<_>>()).to_string()
 }
 
-async fn insert_event(tx: &mut SqliteTransaction, at: i64, event: NewEvent<'_>) -> Result<()> {
-    sqlx::query(
-        r#"insert into job_events (owner_id, job_id, at, kind, attempt_number, detail) values (?, ?, ?, ?, ?, ?)"#,
-    )
-    .bind(event.owner.as_str())
-    .bind(event.job_id.0)
-    .bind(at)
-    .bind(event.kind)
-    .bind(event.attempt_number)
-    .bind(Json(event.detail))
-    .execute(&mut **tx)
-    .await?;
+async fn append_event(tx: &mut SqliteTransaction, at: i64, event: NewEvent<'_>) -> Result<()> {
+    sqlx::query(sql::APPEND_EVENT)
+        .bind(event.owner.as_str())
+        .bind(event.job_id.0)
+        .bind(at)
+        .bind(event.kind)
+        .bind(event.attempt_number)
+        .bind(Json(event.detail))
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
-impl_driver!(SqliteStore, {
+#[async_trait::async_trait]
+impl Driver for SqliteStore {
     async fn begin(&self) -> Result<Tx> {
         Ok(Box::new(self.write().await?))
     }
 
-    async fn insert_job(&self, new: &NewJob) -> Result<Option<DateTime<Utc>>> {
-        self.create_in_group(new).await?.map(time).transpose()
+    fn creation_turns(&self) -> Arc<Semaphore> {
+        self.writer.clone()
+    }
+
+    fn creation_deadline(&self) -> Option<Duration> {
+        None
+    }
+
+    async fn insert_jobs(&self, group: Vec<Creation>) {
+        // In the one writer's turn, which the group holds.
+        creates::insert_jobs(&self.pool, group).await
     }
 
     async fn expired_leases(&self, max: u32) -> Result<Vec<AttemptRef>> {
@@ -205,7 +217,7 @@ impl_driver!(SqliteStore, {
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
-    async fn run_migrations(&self) -> Result<()> {
+    async fn migrate(&self) -> Result<()> {
         let mut connection = self.pool.acquire().await?;
         // A new file is switched to incremental vacuum before its first
         // table, so that pages a purge frees can go back to the disk
@@ -223,85 +235,88 @@ impl_driver!(SqliteStore, {
         Ok(())
     }
 
-    async fn vacuum(&self) -> Result<()> {
+    async fn reclaim_space(&self) -> Result<()> {
         let mut tx = self.write().await?;
         sqlx::query("pragma incremental_vacuum").execute(&mut *tx.tx).await?;
         tx.tx.commit().await?;
         Ok(())
     }
 
-    async fn insert_key(&self, key: &NewKey<'_>) -> Result<()> {
-        insert_key(key, now()).execute(&self.pool).await?;
+    async fn insert_api_key(&self, key: &NewKey<'_>) -> Result<()> {
+        insert_api_key(key, now()).execute(&self.pool).await?;
         Ok(())
     }
 
-    fn listen_key_changes(&self) -> Option<tokio::sync::mpsc::Receiver<super::KeyChange>> {
+    fn follow_key_changes(&self) -> Option<tokio::sync::mpsc::Receiver<super::KeyChange>> {
         let (changes, receiver) = tokio::sync::mpsc::channel(256);
-        tokio::spawn(keys::follow_revocations(self.pool.clone(), changes));
+        tokio::spawn(keys::follow_key_changes(self.pool.clone(), changes));
         Some(receiver)
     }
 
-    async fn revoke_key_and_wait(&self, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {
-        let changed = sqlx::query(
-            r#"update api_keys set revoked_at = ?1 where id = ?2 and revoked_at is null and (?3 is null or owner_id = ?3)"#,
-        )
-        .bind(now())
-        .bind(id)
-        .bind(owner.map(OwnerId::as_str))
+    async fn revoke_api_key(&self, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {
+        let changed = sqlx::query(keys::REVOKE_API_KEY)
+            .bind(now())
+            .bind(id)
+            .bind(owner.map(OwnerId::as_str))
             .execute(&self.pool)
             .await?
             .rows_affected();
         Ok(changed > 0)
     }
 
-    async fn select_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
+    async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
         // One statement, so the job and its attempts come from one snapshot.
         let rows = sqlx::query(GET_JOB.as_str()).bind(owner.as_str()).bind(id.0).fetch_all(&self.pool).await?;
         job_from_rows(&rows)
     }
 
-    async fn select_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
+    async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
         let rows =
             sqlx::query(FIND_JOB_BY_KEY.as_str()).bind(owner.as_str()).bind(key.as_str()).fetch_all(&self.pool).await?;
         job_from_rows(&rows)
     }
 
-    async fn select_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
-        Ok(self.select_jobs_of_any_owner(Some(owner), None, filter).await?.into_iter().map(|owned| owned.job).collect())
+    async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
+        Ok(self.browse_jobs(Some(owner), None, filter).await?.into_iter().map(|owned| owned.job).collect())
     }
 
-    async fn take_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>> {
+    async fn reserve_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>> {
         let mut write = self.write().await?;
         let reserved = claims::reserve_tokens(&mut write.tx, write.at, provider, tokens, per_minute).await?;
         write.tx.commit().await?;
         Ok(reserved)
     }
 
-    async fn select_breakers(&self) -> Result<Vec<crate::store::breakers::StoredBreaker>> {
-        breakers::read(&self.pool, now()).await
+    async fn list_breakers(&self) -> Result<Vec<crate::store::breakers::StoredBreaker>> {
+        breakers::list_breakers(&self.pool, now()).await
     }
 
     async fn change_breaker(&self, provider: &str, change: crate::store::breakers::BreakerChange<'_>) -> Result<bool> {
         let mut write = self.write().await?;
-        let changed = breakers::change(&mut write, provider, change).await?;
+        let changed = breakers::change_breaker(&mut write, provider, change).await?;
         write.tx.commit().await?;
         Ok(changed)
     }
 
-    async fn select_waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::WaitingFacts>> {
+    async fn waiting_facts(&self, owner: &OwnerId, job_id: JobId) -> Result<Option<super::WaitingFacts>> {
         claims::waiting_facts(&self.pool, owner.as_str(), job_id.0, now()).await
     }
 
-    async fn select_any_due_unknown(&self, providers: &[String]) -> Result<bool> {
+    async fn any_due_unknown(&self, providers: &[String]) -> Result<bool> {
         let names = json_list(providers.iter().map(String::as_str));
         Ok(sqlx::query_scalar(sql::ANY_DUE_UNKNOWN.as_str()).bind(names).bind(now()).fetch_one(&self.pool).await?)
     }
 
-    async fn claim_due_unknown(&self, providers: &[String], max: u32, hold: Duration) -> Result<Vec<UnknownAttempt>> {
+    async fn claim_reconciliations(
+        &self,
+        providers: &[String],
+        max: u32,
+        hold: Duration,
+    ) -> Result<Vec<UnknownAttempt>> {
         let names = json_list(providers.iter().map(String::as_str));
         let mut write = self.write().await?;
         let at = write.at;
-        let rows = sqlx::query(RECONCILABLE.as_str())
+        let rows = sqlx::query(CLAIM_RECONCILIATIONS.as_str())
             .bind(&names)
             .bind(at)
             .bind(i64::from(max))
@@ -310,14 +325,11 @@ impl_driver!(SqliteStore, {
         let mut due = Vec::with_capacity(rows.len());
         for row in &rows {
             let attempt = AttemptRef::from(<AttemptRefRow as sqlx::FromRow<_>>::from_row(row)?);
-            sqlx::query(
-                r#"update attempts set reconcile_after = ?, reconcile_count = reconcile_count + 1
-                   where owner_id = ? and job_id = ? and number = ?"#,
-            )
-            .bind(at.saturating_add(micros(hold)))
-            .bind_attempt(&attempt)
-            .execute(&mut *write.tx)
-            .await?;
+            sqlx::query(sql::HOLD_RECONCILIATION)
+                .bind(at.saturating_add(micros(hold)))
+                .bind_attempt(&attempt)
+                .execute(&mut *write.tx)
+                .await?;
             let finished: Option<i64> = row.try_get("finished_at")?;
             due.push(UnknownAttempt {
                 attempt,
@@ -334,7 +346,7 @@ impl_driver!(SqliteStore, {
         Ok(due)
     }
 
-    async fn update_reconcile_after(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
+    async fn postpone_reconciliation(&self, attempt: &AttemptRef, delay: Duration) -> Result<()> {
         sqlx::query(&sql::POSTPONE_RECONCILIATION)
             .bind(now().saturating_add(micros(delay)))
             .bind_attempt(attempt)
@@ -343,7 +355,7 @@ impl_driver!(SqliteStore, {
         Ok(())
     }
 
-    async fn select_gauges(&self) -> Result<Gauges> {
+    async fn sample_gauges(&self) -> Result<Gauges> {
         let at = now();
         let row = sqlx::query(SAMPLE_GAUGES.as_str()).bind(at).fetch_one(&self.pool).await?;
         let pending = sqlx::query_as(super::shared::PENDING_BY.as_str()).fetch_all(&self.pool).await?;
@@ -358,35 +370,187 @@ impl_driver!(SqliteStore, {
         })
     }
 
-    async fn insert_qualification_run(&self, run: &NewQualificationRun<'_>) -> Result<QualificationRecord> {
-        let row: QualificationRow = sqlx::query_as(
-            r#"insert into qualifications (id, provider, task, contract_hash, passed, report, created_at)
-               values (?, ?, ?, ?, ?, ?, ?)
-               returning id, provider, task, contract_hash, passed, report, created_at"#,
-        )
-        .bind(Uuid::now_v7())
-        .bind(run.provider)
-        .bind(run.task)
-        .bind(&run.contract_hash[..])
-        .bind(run.passed)
-        .bind(Json(run.report))
-        .bind(now())
-        .fetch_one(&self.pool)
-        .await?;
+    async fn insert_qualification(&self, run: &NewQualificationRun<'_>) -> Result<QualificationRecord> {
+        let row: QualificationRow = sqlx::query_as(sql::INSERT_QUALIFICATION)
+            .bind(Uuid::now_v7())
+            .bind(run.provider)
+            .bind(run.task)
+            .bind(&run.contract_hash[..])
+            .bind(run.passed)
+            .bind(Json(run.report))
+            .bind(now())
+            .fetch_one(&self.pool)
+            .await?;
         row.try_into()
     }
 
-    async fn update_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
-        let query = sqlx::query(
-            r#"update attempts
-               set prompt_tokens = ?4, completion_tokens = ?5, usage_estimated = ?6, cost = ?7, currency = ?8,
-                   price_version = ?9, cache_write_tokens = ?10, cache_read_tokens = ?11
-               where owner_id = ?1 and job_id = ?2 and number = ?3"#,
-        );
-        let query = bind_counts(query.bind_attempt(attempt), Some(usage));
+    async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
+        let query = bind_counts(sqlx::query(sql::RECORD_USAGE).bind_attempt(attempt), Some(usage));
         Ok(query.execute(&self.pool).await?.rows_affected() == 1)
     }
-});
+
+    async fn pending_owners(&self, after: &str, max: u32) -> Result<Vec<PendingOwner>> {
+        shared::pending_owners(&self.pool, &claims::PENDING_OWNERS, after, max).await
+    }
+
+    async fn any_purgeable(&self, rule: &PurgeRule) -> Result<bool> {
+        retention::any_purgeable(&self.pool, rule).await
+    }
+
+    async fn check_ready(&self) -> Result<()> {
+        shared::check_ready(&self.pool, MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)).await
+    }
+
+    async fn find_api_key(&self, token_hash: &[u8; 32]) -> Result<Option<LiveKey>> {
+        shared::find_api_key(&self.pool, sql::FIND_API_KEY, token_hash).await
+    }
+
+    async fn list_api_keys(&self, owner: Option<&OwnerId>) -> Result<Vec<ApiKey>> {
+        shared::list_api_keys(&self.pool, sql::LIST_API_KEYS, owner).await
+    }
+
+    async fn set_key_max_in_flight(&self, id: Uuid, max_in_flight: Option<u32>) -> Result<bool> {
+        shared::set_key_max_in_flight(&self.pool, sql::SET_KEY_MAX_IN_FLIGHT, id, max_in_flight).await
+    }
+
+    async fn has_api_keys(&self) -> Result<bool> {
+        shared::has_api_keys(&self.pool).await
+    }
+
+    async fn list_output(&self, owner: &OwnerId, job_id: JobId, after: i64) -> Result<Vec<OutputPiece>> {
+        shared::list_output(&self.pool, sql::LIST_OUTPUT, owner, job_id, after).await
+    }
+
+    async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
+        shared::list_events(&self.pool, sql::LIST_EVENTS, owner, job_id).await
+    }
+
+    async fn qualification_state(&self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
+        shared::qualification_state(&self.pool, sql::QUALIFICATION_STATE, provider, task, hash).await
+    }
+
+    async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>> {
+        shared::latest_qualification(&self.pool, sql::LATEST_QUALIFICATION, provider, task).await
+    }
+
+    async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>> {
+        shared::find_unknown_attempt_owner(&self.pool, &sql::FIND_UNKNOWN_ATTEMPT_OWNER, job_id, number).await
+    }
+
+    async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>> {
+        shared::list_usage(&self.pool, sql::LIST_USAGE, owner, filter).await
+    }
+
+    async fn browse_jobs(
+        &self,
+        owner: Option<&OwnerId>,
+        key: Option<&str>,
+        filter: &JobFilter,
+    ) -> Result<Vec<OwnedJobSummary>> {
+        shared::browse_jobs(&self.pool, sql::BROWSE_JOBS, owner, key, filter).await
+    }
+
+    async fn finished_jobs_running_on(&self, worker: &str) -> Result<Vec<JobId>> {
+        shared::finished_jobs_running_on(&self.pool, &sql::FINISHED_JOBS_RUNNING_ON, worker).await
+    }
+
+    async fn count_unknown_since(&self, before: DateTime<Utc>) -> Result<u64> {
+        shared::count_unknown_since(&self.pool, &sql::COUNT_UNKNOWN_SINCE, before).await
+    }
+
+    async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>> {
+        shared::find_job_owner(&self.pool, sql::FIND_JOB_OWNER, id).await
+    }
+
+    async fn record_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool> {
+        shared::record_unapplied_output(&self.pool, sql::RECORD_UNAPPLIED_OUTPUT, attempt, unapplied).await
+    }
+
+    async fn record_provider_request(&self, attempt: &AttemptRef, provider_request_id: &str) -> Result<bool> {
+        shared::record_provider_request(&self.pool, sql::RECORD_PROVIDER_REQUEST, attempt, provider_request_id).await
+    }
+
+    async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>> {
+        shared::list_unknown_attempts(&self.pool, &sql::LIST_UNKNOWN_ATTEMPTS, owner, limit).await
+    }
+
+    async fn insert_dashboard_session(&self, session: &NewSession) -> Result<()> {
+        sessions::insert_dashboard_session(&self.pool, session).await
+    }
+
+    async fn find_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<Option<StoredSession>> {
+        sessions::find_dashboard_session(&self.pool, token_hash).await
+    }
+
+    async fn touch_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<()> {
+        sessions::touch_dashboard_session(&self.pool, token_hash).await
+    }
+
+    async fn delete_dashboard_session(&self, token_hash: &[u8; 32]) -> Result<bool> {
+        sessions::delete_dashboard_session(&self.pool, token_hash).await
+    }
+
+    async fn delete_expired_dashboard_sessions(&self, idle: Duration) -> Result<u64> {
+        sessions::delete_expired_dashboard_sessions(&self.pool, idle).await
+    }
+
+    async fn insert_first_run_key(&self, key: &NewKey<'_>) -> Result<bool> {
+        sessions::insert_first_run_key(self, key).await
+    }
+
+    async fn insert_webhook_endpoint(&self, new: &NewEndpoint, max_per_owner: u32) -> Result<Option<Endpoint>> {
+        webhooks::insert_webhook_endpoint(&self.pool, new, max_per_owner).await
+    }
+
+    async fn list_webhook_endpoints(&self, owner: &OwnerId) -> Result<Vec<Endpoint>> {
+        webhooks::list_webhook_endpoints(&self.pool, owner).await
+    }
+
+    async fn delete_webhook_endpoint(&self, owner: &OwnerId, id: Uuid) -> Result<bool> {
+        shared::delete_webhook_endpoint(&self.pool, webhooks::DELETE_WEBHOOK_ENDPOINT, owner, id).await
+    }
+
+    async fn rotate_webhook_secret(
+        &self,
+        owner: &OwnerId,
+        id: Uuid,
+        secret: &str,
+        keep_old: Duration,
+    ) -> Result<Option<Endpoint>> {
+        webhooks::rotate_webhook_secret(&self.pool, owner, id, secret, keep_old).await
+    }
+
+    async fn list_webhook_deliveries(
+        &self,
+        owner: &OwnerId,
+        endpoint: Uuid,
+        limit: u32,
+    ) -> Result<Option<Vec<Delivery>>> {
+        let statements = [webhooks::ENDPOINT_EXISTS, webhooks::LIST_DELIVERIES, webhooks::LIST_TRIES];
+        shared::list_webhook_deliveries(&self.pool, statements, owner, endpoint, limit).await
+    }
+
+    async fn claim_webhook_deliveries(
+        &self,
+        max: u32,
+        lease: Duration,
+        skip: &[String],
+    ) -> Result<Vec<ClaimedDelivery>> {
+        webhooks::claim_webhook_deliveries(&self.pool, max, lease, skip).await
+    }
+
+    async fn has_due_webhook_deliveries(&self) -> Result<bool> {
+        webhooks::has_due_webhook_deliveries(&self.pool).await
+    }
+
+    async fn release_webhook_deliveries(&self, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {
+        webhooks::release_webhook_deliveries(&self.pool, owner, ids).await
+    }
+
+    async fn record_webhook_tries(&self, done: &[DeliveryTry]) -> Result<()> {
+        webhooks::record_webhook_tries(&self.pool, done).await
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -53,7 +53,7 @@ pub(super) async fn any_purgeable(pool: &sqlx::SqlitePool, rule: &PurgeRule) -> 
     Ok(query.bind(others).fetch_one(pool).await?)
 }
 
-pub(super) async fn count_purgeable(tx: &mut SqliteTransaction, rule: &PurgeRule) -> Result<u64> {
+pub(super) async fn count_purgeable_jobs(tx: &mut SqliteTransaction, rule: &PurgeRule) -> Result<u64> {
     let others = serde_json::Value::from(rule.others.clone()).to_string();
     let count: i64 = sqlx::query_scalar(&purgeable("count(*)", ""))
         .bind(Stamp(rule.before))
@@ -95,7 +95,7 @@ pub(super) async fn add_to_rollup(tx: &mut SqliteTransaction, key: &RollupKey, t
         bind_rollup!(sqlx::query_as(super::sql::ROLLUP_ROW), key).fetch_optional(&mut **tx).await?;
     let mut sum = row.map(crate::store::purge::totals_from).transpose()?.unwrap_or_default();
     sum.add(totals)?;
-    bind_rollup!(sqlx::query(super::sql::PUT_ROLLUP_ROW), key, sum).execute(&mut **tx).await?;
+    bind_rollup!(sqlx::query(super::sql::ADD_TO_ROLLUP), key, sum).execute(&mut **tx).await?;
     Ok(())
 }
 

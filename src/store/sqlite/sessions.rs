@@ -44,7 +44,7 @@ const CLAIM_FIRST_RUN: &str = r#"insert into bootstrap (id, first_key_id, create
     on conflict (id) do nothing
     returning first_key_id"#;
 
-pub(super) async fn insert(pool: &SqlitePool, session: &NewSession) -> Result<()> {
+pub(super) async fn insert_dashboard_session(pool: &SqlitePool, session: &NewSession) -> Result<()> {
     let at = now();
     sqlx::query(INSERT_SESSION)
         .bind(session.owner.as_str())
@@ -57,22 +57,22 @@ pub(super) async fn insert(pool: &SqlitePool, session: &NewSession) -> Result<()
     Ok(())
 }
 
-pub(super) async fn find(pool: &SqlitePool, token_hash: &[u8; 32]) -> Result<Option<StoredSession>> {
+pub(super) async fn find_dashboard_session(pool: &SqlitePool, token_hash: &[u8; 32]) -> Result<Option<StoredSession>> {
     let row: Option<SessionRow> =
         sqlx::query_as(FIND_SESSION).bind(&token_hash[..]).bind(now()).fetch_optional(pool).await?;
     row.map(StoredSession::try_from).transpose()
 }
 
-pub(super) async fn touch(pool: &SqlitePool, token_hash: &[u8; 32]) -> Result<()> {
+pub(super) async fn touch_dashboard_session(pool: &SqlitePool, token_hash: &[u8; 32]) -> Result<()> {
     sqlx::query(TOUCH_SESSION).bind(&token_hash[..]).bind(now()).execute(pool).await?;
     Ok(())
 }
 
-pub(super) async fn delete(pool: &SqlitePool, token_hash: &[u8; 32]) -> Result<bool> {
+pub(super) async fn delete_dashboard_session(pool: &SqlitePool, token_hash: &[u8; 32]) -> Result<bool> {
     Ok(sqlx::query(DELETE_SESSION).bind(&token_hash[..]).execute(pool).await?.rows_affected() > 0)
 }
 
-pub(super) async fn delete_expired(pool: &SqlitePool, idle: Duration) -> Result<u64> {
+pub(super) async fn delete_expired_dashboard_sessions(pool: &SqlitePool, idle: Duration) -> Result<u64> {
     let at = now();
     let query = sqlx::query(DELETE_EXPIRED_SESSIONS).bind(at).bind(at.saturating_sub(micros(idle)));
     Ok(query.execute(pool).await?.rows_affected())
@@ -89,7 +89,7 @@ pub(super) async fn insert_first_run_key(store: &SqliteStore, key: &NewKey<'_>) 
         write.tx.commit().await?;
         return Ok(false);
     }
-    super::insert_key(key, at).execute(&mut *write.tx).await?;
+    super::insert_api_key(key, at).execute(&mut *write.tx).await?;
     write.tx.commit().await?;
     Ok(true)
 }

@@ -3,7 +3,7 @@
 //! the enums when each is first built wherever a statement filters attempts
 //! by state: so that a partial index can match, and because the bundled
 //! SQLite (3.46.0) crashes on an `update … returning` whose `where state = ?`
-//! is a bound parameter on this table (seen in `cancel_pending`). Elsewhere
+//! is a bound parameter on this table (seen in [`CANCEL_PENDING_ATTEMPTS`]). Elsewhere
 //! (states a row is set to) they are bound as parameters.
 
 use std::sync::LazyLock;
@@ -18,7 +18,7 @@ pub(super) static FIND_JOB_BY_KEY: LazyLock<String> =
 
 /// The jobs that finished (won, or were canceled) while attempts of theirs
 /// run under worker ?1's leases (the `attempts_leased` partial index).
-pub(super) static FINISHED_WITH_CALLS: LazyLock<String> = LazyLock::new(|| {
+pub(super) static FINISHED_JOBS_RUNNING_ON: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"select distinct a.job_id from attempts a
            join jobs j on j.owner_id = a.owner_id and j.id = a.job_id
@@ -59,7 +59,7 @@ pub(super) static ANY_DUE_UNKNOWN: LazyLock<String> = LazyLock::new(|| {
 
 /// Unknown attempts of the given providers due for a status lookup (the
 /// `attempts_unknown` partial index).
-pub(super) static RECONCILABLE: LazyLock<String> = LazyLock::new(|| {
+pub(super) static CLAIM_RECONCILIATIONS: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"select a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count, a.finished_at, a.provider_request_id,
                   a.traceparent, a.tracestate, j.task
@@ -264,7 +264,7 @@ pub(super) static READ_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
 
 /// Cancels a job's pending attempts, with their numbers. Binds: time,
 /// owner, job.
-pub(super) static CANCEL_PENDING: LazyLock<String> = LazyLock::new(|| {
+pub(super) static CANCEL_PENDING_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"update attempts set state = '{CANCELED}', finished_at = ?1
            where owner_id = ?2 and job_id = ?3 and state = '{PENDING}'
@@ -274,7 +274,7 @@ pub(super) static CANCEL_PENDING: LazyLock<String> = LazyLock::new(|| {
 
 /// Claims one pending attempt. Binds: worker, time, lease end, owner, job,
 /// number.
-pub(super) static CLAIM_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
+pub(super) static START_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"update attempts set state = '{RUNNING}', worker = ?1, started_at = ?2, lease_until = ?3
            where owner_id = ?4 and job_id = ?5 and number = ?6 and state = '{PENDING}'"#
@@ -303,10 +303,60 @@ pub(super) const ROLLUP_ROW: &str = r#"select attempts, estimated_attempts, prom
 /// Writes a row of the usage rollup. Binds: its key (as [`ROLLUP_ROW`]),
 /// attempts, estimated attempts, prompt and completion tokens, cost,
 /// cache-write and cache-read tokens.
-pub(super) const PUT_ROLLUP_ROW: &str = r#"insert into usage_rollup (owner_id, day, task, provider, state, currency,
+pub(super) const ADD_TO_ROLLUP: &str = r#"insert into usage_rollup (owner_id, day, task, provider, state, currency,
         attempts, estimated_attempts, prompt_tokens, completion_tokens, cost, cache_write_tokens, cache_read_tokens)
     values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
     on conflict (owner_id, day, task, provider, state, currency) do update
     set attempts = excluded.attempts, estimated_attempts = excluded.estimated_attempts,
         prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens, cost = excluded.cost,
         cache_write_tokens = excluded.cache_write_tokens, cache_read_tokens = excluded.cache_read_tokens"#;
+
+/// Stores a job's state. Binds: state, time, owner, job.
+pub(super) const SET_JOB_STATE: &str = r#"update jobs set state = ?, updated_at = ? where owner_id = ? and id = ?"#;
+
+/// Inserts a pending attempt. Binds: owner, job, number, id, provider,
+/// state, origin, idempotency key, time, not before, traceparent,
+/// tracestate.
+pub(super) const INSERT_ATTEMPT: &str = r#"insert into attempts (owner_id, job_id, number, id, provider, state, origin,
+        idempotency_key, created_at, not_before, traceparent, tracestate)
+    values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"#;
+
+/// One attempt, as [`INSERT_ATTEMPT`] made it: SQLite's `returning` cannot
+/// name columns through an alias. Binds: owner, job, number.
+pub(super) static READ_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
+    format!(r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = ? and a.job_id = ? and a.number = ?"#)
+});
+
+/// Appends a row to a job's audit log. Binds: owner, job, time, kind,
+/// attempt number, detail.
+pub(super) const APPEND_EVENT: &str =
+    r#"insert into job_events (owner_id, job_id, at, kind, attempt_number, detail) values (?, ?, ?, ?, ?, ?)"#;
+
+/// A delivery of a message to each of its owner's live endpoints subscribed
+/// to its type. Binds: owner, job, event type, payload, time.
+pub(super) const ENQUEUE_WEBHOOK: &str = r#"insert into webhook_deliveries
+        (id, owner_id, endpoint_id, job_id, event_type, payload, next_at, created_at)
+    select randomblob(16), e.owner_id, e.id, ?2, ?3, ?4, ?5, ?5
+    from webhook_subscriptions s
+    join webhook_endpoints e on e.owner_id = s.owner_id and e.id = s.endpoint_id and e.disabled_at is null
+    where s.owner_id = ?1 and s.event_type = ?3"#;
+
+/// Holds a claimed unknown attempt until its next status lookup, counting
+/// the lookup. Binds: when, owner, job, number.
+pub(super) const HOLD_RECONCILIATION: &str = r#"update attempts
+    set reconcile_after = ?, reconcile_count = reconcile_count + 1
+    where owner_id = ? and job_id = ? and number = ?"#;
+
+/// Stores a qualification run. Binds: id, provider, task, contract hash,
+/// passed, report, time.
+pub(super) const INSERT_QUALIFICATION: &str = r#"insert into qualifications
+        (id, provider, task, contract_hash, passed, report, created_at)
+    values (?, ?, ?, ?, ?, ?, ?)
+    returning id, provider, task, contract_hash, passed, report, created_at"#;
+
+/// Records an attempt's usage and cost. Binds: owner, job, number, then
+/// the counts of [`crate::store::usage::bind_counts`].
+pub(super) const RECORD_USAGE: &str = r#"update attempts
+    set prompt_tokens = ?4, completion_tokens = ?5, usage_estimated = ?6, cost = ?7, currency = ?8,
+        price_version = ?9, cache_write_tokens = ?10, cache_read_tokens = ?11
+    where owner_id = ?1 and job_id = ?2 and number = ?3"#;

@@ -8,14 +8,18 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use sqlx::types::Json;
 
+use super::super::driver::DriverTx;
 use super::super::driver::{LockedAttempt, LockedAttemptRow, LockedJob, Outcome, OutputSettlement, Settled};
 use super::super::events::NewEvent;
-use super::super::rows::{ATTEMPT_COLUMNS, attempts_from_rows};
-use super::super::shared::impl_driver_tx;
+use super::super::output::{OutputLock, OutputPiece};
+use super::super::purge::{PurgeRule, RollupKey, RollupTotals};
+use super::super::rows::attempts_from_rows;
+use super::super::shared;
+use super::super::usage::UsageRow;
 use super::super::usage::bind_usage;
 use super::super::webhooks::Outgoing;
 use super::super::{AttemptRef, NewAttempt, QualificationState, Result, corrupt};
-use super::{claims, insert_event, json_list, micros, retention, sql};
+use super::{append_event, claims, json_list, micros, retention, sql};
 use crate::domain::{Attempt, AttemptState, EventKind, IdempotencyKey, JobId, JobState, OwnerId};
 use crate::store::rows::BindAttempt;
 
@@ -24,10 +28,11 @@ use crate::store::rows::BindAttempt;
 pub(super) struct SqliteTx {
     pub(super) tx: super::SqliteTransaction,
     pub(super) at: i64,
-    pub(super) _turn: tokio::sync::OwnedMutexGuard<()>,
+    pub(super) _turn: tokio::sync::OwnedSemaphorePermit,
 }
 
-impl_driver_tx!(SqliteTx, {
+#[async_trait::async_trait]
+impl DriverTx for SqliteTx {
     async fn lock_claims(&mut self, _owners: &[String], _providers: &[String]) -> Result<()> {
         Ok(())
     }
@@ -62,7 +67,7 @@ impl_driver_tx!(SqliteTx, {
         let ends = claims::lease_ends(self.at, leases)?;
         for (candidate, lease_until) in candidates.iter().zip(&ends) {
             let attempt = &candidate.attempt;
-            sqlx::query(&sql::CLAIM_ATTEMPT)
+            sqlx::query(&sql::START_ATTEMPT)
                 .bind(worker)
                 .bind(self.at)
                 .bind(lease_until.timestamp_micros())
@@ -80,11 +85,11 @@ impl_driver_tx!(SqliteTx, {
         claims::put_requests(&mut self.tx, self.at, provider, level).await
     }
 
-    async fn update_provider_pause(&mut self, provider: &str, pause: Duration) -> Result<()> {
+    async fn pause_provider(&mut self, provider: &str, pause: Duration) -> Result<()> {
         claims::pause_provider(&mut self.tx, self.at, provider, pause).await
     }
 
-    async fn set_attempt_requeued(&mut self, attempt: &AttemptRef, delay: Duration, max: Option<u32>) -> Result<u64> {
+    async fn requeue_attempt(&mut self, attempt: &AttemptRef, delay: Duration, max: Option<u32>) -> Result<u64> {
         claims::requeue_attempt(&mut self.tx, self.at, attempt, delay, max).await
     }
 
@@ -93,7 +98,7 @@ impl_driver_tx!(SqliteTx, {
     }
 
     async fn set_job_state(&mut self, owner: &OwnerId, job_id: JobId, state: JobState) -> Result<()> {
-        sqlx::query(r#"update jobs set state = ?, updated_at = ? where owner_id = ? and id = ?"#)
+        sqlx::query(sql::SET_JOB_STATE)
             .bind(state)
             .bind(self.at)
             .bind(owner.as_str())
@@ -104,52 +109,37 @@ impl_driver_tx!(SqliteTx, {
     }
 
     async fn insert_attempt(&mut self, attempt: &AttemptRef, new: &NewAttempt, provider: &str) -> Result<Attempt> {
-        sqlx::query(
-            r#"insert into attempts (owner_id, job_id, number, id, provider, state, origin, idempotency_key,
-                                     created_at, not_before, traceparent, tracestate)
-               values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"#,
-        )
-        .bind_attempt(attempt)
-        .bind(new.id.0)
-        .bind(provider)
-        .bind(AttemptState::Pending)
-        .bind(new.origin)
-        .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
-        .bind(self.at)
-        .bind(self.at.saturating_add(micros(new.delay)))
-        .bind(new.trace.as_ref().map(|t| t.traceparent.as_str()))
-        .bind(new.trace.as_ref().and_then(|t| t.tracestate.as_deref()))
-        .execute(&mut *self.tx)
-        .await?;
+        sqlx::query(sql::INSERT_ATTEMPT)
+            .bind_attempt(attempt)
+            .bind(new.id.0)
+            .bind(provider)
+            .bind(AttemptState::Pending)
+            .bind(new.origin)
+            .bind(new.idempotency_key.as_ref().map(IdempotencyKey::as_str))
+            .bind(self.at)
+            .bind(self.at.saturating_add(micros(new.delay)))
+            .bind(new.trace.as_ref().map(|t| t.traceparent.as_str()))
+            .bind(new.trace.as_ref().and_then(|t| t.tracestate.as_deref()))
+            .execute(&mut *self.tx)
+            .await?;
         // SQLite's RETURNING cannot name columns through an alias: read it back.
-        let rows = sqlx::query(&format!(
-            r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = ? and a.job_id = ? and a.number = ?"#
-        ))
-        .bind_attempt(attempt)
-        .fetch_all(&mut *self.tx)
-        .await?;
+        let rows = sqlx::query(&sql::READ_ATTEMPT).bind_attempt(attempt).fetch_all(&mut *self.tx).await?;
         attempts_from_rows(&rows)?.pop().ok_or_else(|| corrupt("an inserted attempt cannot be read back"))
     }
 
     async fn append_event(&mut self, event: NewEvent<'_>) -> Result<()> {
-        insert_event(&mut self.tx, self.at, event).await
+        append_event(&mut self.tx, self.at, event).await
     }
 
     async fn enqueue_webhook(&mut self, message: &Outgoing<'_>) -> Result<()> {
-        sqlx::query(
-            r#"insert into webhook_deliveries (id, owner_id, endpoint_id, job_id, event_type, payload, next_at, created_at)
-               select randomblob(16), e.owner_id, e.id, ?2, ?3, ?4, ?5, ?5
-               from webhook_subscriptions s
-               join webhook_endpoints e on e.owner_id = s.owner_id and e.id = s.endpoint_id and e.disabled_at is null
-               where s.owner_id = ?1 and s.event_type = ?3"#,
-        )
-        .bind(message.owner.as_str())
-        .bind(message.job_id.0)
-        .bind(message.event.as_str())
-        .bind(&message.payload)
-        .bind(self.at)
-        .execute(&mut *self.tx)
-        .await?;
+        sqlx::query(sql::ENQUEUE_WEBHOOK)
+            .bind(message.owner.as_str())
+            .bind(message.job_id.0)
+            .bind(message.event.as_str())
+            .bind(&message.payload)
+            .bind(self.at)
+            .execute(&mut *self.tx)
+            .await?;
         Ok(())
     }
 
@@ -175,7 +165,7 @@ impl_driver_tx!(SqliteTx, {
         Ok(bind_usage(query, outcome.usage).execute(&mut *self.tx).await?.rows_affected())
     }
 
-    async fn settle_by_compare_and_swap(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
+    async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
         let (attempt, at) = (settlement.attempt, self.at);
         // The compare-and-swap: only a job that has not finished takes a winner.
         let won = sqlx::query(&sql::SETTLE_JOB)
@@ -197,7 +187,7 @@ impl_driver_tx!(SqliteTx, {
             .bind(json_list(settlement.from.iter().map(|s| s.as_str())));
         let settled = bind_usage(query, settlement.usage).execute(&mut *self.tx).await?.rows_affected();
         let (kind, detail, canceled) = if won {
-            let canceled = self.cancel_pending(attempt.owner.as_str(), attempt.job_id).await?;
+            let canceled = self.cancel_pending_attempts(attempt.owner.as_str(), attempt.job_id).await?;
             let mut detail = settlement.won.clone();
             detail["canceled"] = json!(canceled);
             (EventKind::AttemptSucceeded, detail, canceled)
@@ -205,30 +195,94 @@ impl_driver_tx!(SqliteTx, {
             (EventKind::RaceLost, settlement.lost.clone(), Vec::new())
         };
         if settled == 1 {
-            insert_event(&mut self.tx, at, NewEvent::of_attempt(attempt, kind, detail)).await?;
+            append_event(&mut self.tx, at, NewEvent::of_attempt(attempt, kind, detail)).await?;
         }
         Ok(Settled { won, settled, canceled })
     }
 
     async fn cancel_job_and_pending(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>> {
-        sqlx::query(r#"update jobs set state = ?, updated_at = ? where owner_id = ? and id = ?"#)
+        sqlx::query(sql::SET_JOB_STATE)
             .bind(JobState::Canceled)
             .bind(self.at)
             .bind(owner.as_str())
             .bind(job_id.0)
             .execute(&mut *self.tx)
             .await?;
-        self.cancel_pending(owner.as_str(), job_id).await
+        self.cancel_pending_attempts(owner.as_str(), job_id).await
     }
-});
+
+    async fn lock_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Option<LockedJob>> {
+        shared::lock_job(&mut *self.tx, sql::LOCK_JOB, owner, job_id).await
+    }
+
+    async fn job_budget(&mut self, owner: &OwnerId, job_id: JobId) -> Result<(Option<String>, Value)> {
+        shared::job_budget(&mut *self.tx, sql::JOB_BUDGET, owner, job_id).await
+    }
+
+    async fn forget_usage(&mut self, attempt: &AttemptRef) -> Result<()> {
+        shared::forget_usage(&mut *self.tx, sql::FORGET_USAGE, attempt).await
+    }
+
+    async fn lock_output(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Option<OutputLock>> {
+        shared::lock_output(&mut *self.tx, sql::LOCK_OUTPUT, owner, job_id).await
+    }
+
+    async fn set_output_attempt(&mut self, owner: &OwnerId, job_id: JobId, number: i32) -> Result<()> {
+        shared::set_output_attempt(&mut *self.tx, sql::SET_OUTPUT_ATTEMPT, owner, job_id, number).await
+    }
+
+    async fn insert_output(&mut self, owner: &OwnerId, job_id: JobId, piece: &OutputPiece) -> Result<()> {
+        shared::insert_output(&mut *self.tx, sql::INSERT_OUTPUT, owner, job_id, piece).await
+    }
+
+    async fn attempt_state(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptState>> {
+        shared::attempt_state(&mut *self.tx, sql::ATTEMPT_STATE, attempt).await
+    }
+
+    async fn attempt_states(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<AttemptState>> {
+        shared::attempt_states(&mut *self.tx, sql::ATTEMPT_STATES, owner, job_id).await
+    }
+
+    async fn read_attempts(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<Attempt>> {
+        shared::read_attempts(&mut *self.tx, &sql::READ_ATTEMPTS, owner, job_id).await
+    }
+
+    async fn qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
+        shared::qualification_state(&mut *self.tx, sql::QUALIFICATION_STATE, provider, task, hash).await
+    }
+
+    async fn purgeable_jobs(&mut self, rule: &PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>> {
+        retention::purgeable_jobs(&mut self.tx, rule, max).await
+    }
+
+    async fn count_purgeable_jobs(&mut self, rule: &PurgeRule) -> Result<u64> {
+        retention::count_purgeable_jobs(&mut self.tx, rule).await
+    }
+
+    async fn usage_of_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<Vec<(OwnerId, UsageRow)>> {
+        retention::usage_of_jobs(&mut self.tx, jobs).await
+    }
+
+    async fn add_to_rollup(&mut self, key: &RollupKey, totals: &RollupTotals) -> Result<()> {
+        retention::add_to_rollup(&mut self.tx, key, totals).await
+    }
+
+    async fn delete_jobs(&mut self, jobs: &[(OwnerId, JobId)]) -> Result<u64> {
+        retention::delete_jobs(&mut self.tx, jobs).await
+    }
+
+    async fn commit(self: Box<Self>) -> Result<()> {
+        Ok(self.tx.commit().await?)
+    }
+}
 
 impl SqliteTx {
     /// Cancels a job's pending attempts: their numbers.
-    async fn cancel_pending(&mut self, owner: &str, job_id: JobId) -> Result<Vec<i32>> {
+    async fn cancel_pending_attempts(&mut self, owner: &str, job_id: JobId) -> Result<Vec<i32>> {
         // The states are in the statement's text, not bound: SQLite 3.46.0
         // (the bundled one) crashes running this `update … returning` on a
         // table with partial indexes when they are bound parameters.
-        Ok(sqlx::query_scalar(&sql::CANCEL_PENDING)
+        Ok(sqlx::query_scalar(&sql::CANCEL_PENDING_ATTEMPTS)
             .bind(self.at)
             .bind(owner)
             .bind(job_id.0)

@@ -54,7 +54,7 @@ const CLAIMED: &str = r#"select d.id, d.owner_id, e.url, d.payload, d.tries, d.c
 
 /// Deletes an owner's endpoint (its subscriptions and deliveries with it).
 /// Binds: owner, id.
-pub(super) const DELETE_ENDPOINT: &str = r#"delete from webhook_endpoints where owner_id = ?1 and id = ?2"#;
+pub(super) const DELETE_WEBHOOK_ENDPOINT: &str = r#"delete from webhook_endpoints where owner_id = ?1 and id = ?2"#;
 
 /// Whether an owner has the endpoint. Binds: owner, id.
 pub(super) const ENDPOINT_EXISTS: &str =
@@ -69,7 +69,7 @@ pub(super) const LIST_TRIES: &str = r#"select t.delivery_id, t.number, t.at, t.s
     from webhook_tries t join webhook_deliveries d on d.id = t.delivery_id
     where d.owner_id = ?1 and d.endpoint_id = ?2 order by t.delivery_id, t.number"#;
 
-pub(super) async fn insert_endpoint(
+pub(super) async fn insert_webhook_endpoint(
     pool: &SqlitePool,
     new: &NewEndpoint,
     max_per_owner: u32,
@@ -111,13 +111,13 @@ pub(super) async fn insert_endpoint(
     Ok(Some(row.into()))
 }
 
-pub(super) async fn list_endpoints(pool: &SqlitePool, owner: &OwnerId) -> Result<Vec<Endpoint>> {
+pub(super) async fn list_webhook_endpoints(pool: &SqlitePool, owner: &OwnerId) -> Result<Vec<Endpoint>> {
     let rows: Vec<EndpointRow> =
         sqlx::query_as(LIST_ENDPOINTS).bind(owner.as_str()).bind(None::<Uuid>).bind(now()).fetch_all(pool).await?;
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
-pub(super) async fn rotate_secret(
+pub(super) async fn rotate_webhook_secret(
     pool: &SqlitePool,
     owner: &OwnerId,
     id: Uuid,
@@ -143,7 +143,7 @@ pub(super) async fn rotate_secret(
     Ok(Some(row.into()))
 }
 
-pub(super) async fn claim_deliveries(
+pub(super) async fn claim_webhook_deliveries(
     pool: &SqlitePool,
     max: u32,
     lease: Duration,
@@ -167,11 +167,11 @@ pub(super) async fn claim_deliveries(
     Ok(claimed)
 }
 
-pub(super) async fn any_due(pool: &SqlitePool) -> Result<bool> {
+pub(super) async fn has_due_webhook_deliveries(pool: &SqlitePool) -> Result<bool> {
     Ok(sqlx::query_scalar(ANY_DUE_DELIVERY).bind(now()).fetch_one(pool).await?)
 }
 
-pub(super) async fn release_deliveries(pool: &SqlitePool, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {
+pub(super) async fn release_webhook_deliveries(pool: &SqlitePool, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {
     let mut tx = pool.begin().await?;
     for id in ids {
         sqlx::query(RELEASE_DELIVERY).bind(owner.as_str()).bind(id).bind(now()).execute(&mut *tx).await?;
@@ -181,7 +181,7 @@ pub(super) async fn release_deliveries(pool: &SqlitePool, owner: &OwnerId, ids: 
 }
 
 /// Records a batch of tries in one transaction.
-pub(super) async fn record_tries(pool: &SqlitePool, tries: &[DeliveryTry]) -> Result<()> {
+pub(super) async fn record_webhook_tries(pool: &SqlitePool, tries: &[DeliveryTry]) -> Result<()> {
     if tries.is_empty() {
         return Ok(());
     }

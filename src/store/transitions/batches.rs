@@ -1,14 +1,14 @@
-//! Settling a worker's outputs in batches ([`super::Store::finish_attempts`]):
+//! Settling a worker's outputs in batches ([`crate::store::Store::finish_attempts`]):
 //! one transaction and one commit for many outputs, each settled through
-//! its own job's lock, fence and compare-and-swap, exactly as
-//! [`super::transitions`] settles one. On Postgres the batch's jobs are
+//! its own job's lock, fence and compare-and-swap, exactly as the
+//! transitions settle one. On Postgres the batch's jobs are
 //! locked by one statement per owner and their outputs written by one.
 
-use super::driver::{LockedAttempt, Tx};
-use super::transitions::{fence, output_settlement, settle_locked, settle_with_output, settled, settled_output};
-use super::usage::AttemptUsage;
-use super::{AttemptRef, Result, Settlement, Store, Transition};
+use super::{fence, output_settlement, settle_locked, settle_with_output, settled, settled_output};
 use crate::domain::AttemptTransition;
+use crate::store::driver::{LockedAttempt, Tx};
+use crate::store::usage::AttemptUsage;
+use crate::store::{AttemptRef, Result, Settlement, Store, Transition};
 use serde_json::Value;
 
 /// A worker's output for an attempt it holds, to settle with others in one
@@ -32,7 +32,7 @@ pub struct Finish<'a> {
 /// locked in the order of their ids and none is waited for: one locked by
 /// another transaction is settled alone after the commit, as is every
 /// attempt of a batch that failed (so that one cannot fail the others).
-pub(super) async fn finish_attempts(store: &Store, finishes: &[Finish<'_>]) -> Vec<Result<Transition>> {
+pub(in crate::store) async fn finish_attempts(store: &Store, finishes: &[Finish<'_>]) -> Vec<Result<Transition>> {
     if let [finish] = *finishes {
         // Alone: waiting for its job's lock holds up no other output.
         return vec![finish_alone(store, finish).await];
@@ -90,7 +90,7 @@ pub(super) async fn finish_attempts(store: &Store, finishes: &[Finish<'_>]) -> V
         }
         fail::fail_point!("settle-before-commit", |_| Err(super::corrupt("failpoint settle-before-commit")));
         tx.commit().await?;
-        Ok::<_, super::StoreError>(outcomes)
+        Ok::<_, crate::store::StoreError>(outcomes)
     };
     let outcomes = match together.await {
         Ok(outcomes) => outcomes,
@@ -110,7 +110,7 @@ pub(super) async fn finish_attempts(store: &Store, finishes: &[Finish<'_>]) -> V
 }
 
 /// Settles one output alone, in a transaction of its own.
-pub(super) async fn finish_alone(store: &Store, finish: Finish<'_>) -> Result<Transition> {
+async fn finish_alone(store: &Store, finish: Finish<'_>) -> Result<Transition> {
     let Finish { attempt, output, holder, usage } = finish;
     settle_with_output(store, attempt, output, AttemptTransition::Finish, None, Settlement { holder, usage }).await
 }
