@@ -21,6 +21,7 @@ use crate::state::AppState;
 use crate::store::postgres::{PostgresOptions, PostgresStore};
 use crate::store::sqlite::{SqliteOptions, SqliteStore};
 use crate::store::{Store, StoreError};
+use crate::sync::AbortOnDrop;
 use crate::task::catalog::Catalog;
 use crate::worker::Worker;
 
@@ -148,15 +149,6 @@ async fn sweep_limiter(limiter: Arc<governor::DefaultKeyedRateLimiter<crate::dom
         minutes.tick().await;
         limiter.retain_recent();
         limiter.shrink_to_fit();
-    }
-}
-
-/// A task that stops when this is dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

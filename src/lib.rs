@@ -18,6 +18,7 @@ pub mod process;
 pub mod provider;
 pub mod state;
 pub mod store;
+pub mod sync;
 pub mod task;
 pub mod ui;
 pub mod webhooks;

@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 use crate::http::error::Problem;
 use crate::state::ReplicationSlot;
 use crate::store::{Store, StoreError};
+use crate::sync::LockAnyway;
 
 /// How often the replication settings are read again.
 const REPLICATION_INTERVAL: Duration = Duration::from_secs(60);
@@ -122,7 +123,7 @@ pub(super) async fn follow_replication(store: Store, slot: ReplicationSlot) {
                     );
                 }
                 warned = asynchronous;
-                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(replication);
+                *slot.lock_anyway() = Some(replication);
             }
             Err(error) => tracing::warn!(%error, "cannot read the database's replication settings"),
         }

@@ -14,8 +14,8 @@ use utoipa::ToSchema;
 use super::error::Problem;
 use super::extract::{JsonBody, compiled, parse_body};
 use crate::domain::Money;
+use crate::domain::Resolution;
 use crate::jobs::JobRequest;
-use crate::store::Resolution;
 use crate::task::catalog::Violation;
 
 /// `POST /jobs` body.

@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::error::Problem;
+use crate::sync::LockAnyway;
 
 /// The slots of one process.
 #[derive(Clone)]
@@ -38,7 +39,7 @@ pub struct Slot(Arc<Mutex<Option<OwnedSemaphorePermit>>>);
 impl Slot {
     /// Gives the slot back before the request ends.
     pub fn release(&self) {
-        drop(self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take());
+        drop(self.0.lock_anyway().take());
     }
 }
 

@@ -24,9 +24,9 @@ use super::error::{ApiError, Problem};
 use super::extract::{JobPath, Key, StrictJson, Trace};
 use super::in_flight::Slot;
 use super::respond::{REPLAYED, json_response};
+use crate::domain::JobFilter;
 use crate::domain::{Job, JobId, JobState};
 use crate::jobs::Keyed;
-use crate::store::JobFilter;
 
 /// Listings hold at most this many jobs a page.
 const MAX_PAGE: u32 = 100;
@@ -121,11 +121,22 @@ fn prefer_wait(headers: &HeaderMap) -> Result<Option<Duration>, Problem> {
         })
         .next();
     let Some(value) = wait else { return Ok(None) };
-    let seconds =
-        value.parse::<u64>().ok().filter(|s| *s <= MAX_WAIT_SECS).ok_or_else(|| {
-            Problem::invalid_parameter("Prefer", "wait must be a whole number of seconds from 0 to 30")
-        })?;
+    let seconds = wait_seconds(&value)
+        .ok_or_else(|| Problem::invalid_parameter("Prefer", "wait must be a whole number of seconds from 0 to 30"))?;
     Ok((seconds > 0).then(|| Duration::from_secs(seconds)))
+}
+
+/// A wait as `?wait=` and `Prefer: wait=` give it: a whole number of
+/// seconds from 0 to [`MAX_WAIT_SECS`].
+fn wait_seconds(text: &str) -> Option<u64> {
+    text.parse::<u64>().ok().filter(|seconds| *seconds <= MAX_WAIT_SECS)
+}
+
+/// Whether a request asks to wait for its job (a long-poll, or a creation
+/// with `Prefer: wait`): its deadline then adds the longest wait. One whose
+/// wait is refused is answered at once.
+pub(super) fn asks_to_wait(headers: &HeaderMap, query: Option<&str>) -> bool {
+    matches!(prefer_wait(headers), Ok(Some(_))) || parse_wait(query).is_ok_and(|wait| !wait.is_zero())
 }
 
 #[derive(Deserialize)]
@@ -139,10 +150,7 @@ fn parse_wait(query: Option<&str>) -> Result<Duration, Problem> {
         .map_err(|error| Problem::invalid_parameter("", &error.to_string()))?;
     match query.wait {
         None => Ok(Duration::ZERO),
-        Some(text) => text
-            .parse::<u64>()
-            .ok()
-            .filter(|s| *s <= MAX_WAIT_SECS)
+        Some(text) => wait_seconds(&text)
             .map(Duration::from_secs)
             .ok_or_else(|| Problem::invalid_parameter("wait", "must be a whole number of seconds from 0 to 30")),
     }

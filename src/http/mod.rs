@@ -39,6 +39,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use crate::state::AppState;
+use crate::sync::LockAnyway;
 use error::{Problem, ProblemType};
 use openapi::{Access, with_access};
 
@@ -131,12 +132,7 @@ async fn deadline(State(state): State<AppState>, request: Request, next: Next) -
     let mut limit = state.settings.request_timeout();
     // A long-poll, or a creation with `Prefer: wait`, may wait its full
     // time on top.
-    let prefers_wait = request
-        .headers()
-        .get_all("prefer")
-        .iter()
-        .any(|value| value.to_str().is_ok_and(|value| value.to_ascii_lowercase().contains("wait")));
-    if request.uri().query().is_some_and(|q| q.contains("wait=")) || prefers_wait {
+    if jobs::asks_to_wait(request.headers(), request.uri().query()) {
         limit += std::time::Duration::from_secs(jobs::MAX_WAIT_SECS);
     }
     let body_waited = Arc::new(AtomicBool::new(false));
@@ -259,7 +255,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
             return Problem::unavailable().detail("the worker is not running").into_response();
         }
     }
-    let replication = state.replication.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let replication = state.replication.lock_anyway().clone();
     let database = replication.map(|replication| DatabaseReplication {
         commit_waits_for_standby: replication.commit_waits_for_standby,
         synchronous_commit: replication.synchronous_commit,

@@ -16,7 +16,7 @@ use super::bodies::{BreakerBody, BreakerBodyState, QualifyBody};
 use super::error::{ApiError, Problem};
 use super::extract::StrictJson;
 use super::respond::json_response;
-use crate::store::QualificationState;
+use crate::domain::QualificationState;
 use crate::task::qualify::QualifyError;
 
 /// The provider a path's `{name}` names: 404 when none is configured.

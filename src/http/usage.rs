@@ -21,7 +21,7 @@ use super::error::{ApiError, Problem};
 use super::respond::json_response;
 
 use crate::domain::{AttemptState, Money};
-use crate::store::{UsageFilter, UsageRow};
+use crate::domain::{UsageFilter, UsageRow};
 
 /// The longest range one report covers, in days.
 pub const MAX_RANGE_DAYS: i64 = 366;

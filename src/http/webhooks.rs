@@ -19,9 +19,9 @@ use super::bodies::CreateWebhookBody;
 use super::error::{ApiError, Problem, ProblemType};
 use super::extract::StrictJson;
 use super::respond::json_response;
+use crate::domain::webhook::{Endpoint, NewEndpoint};
 use crate::domain::webhook::{WebhookEventType, new_secret};
 use crate::jobs::JobError;
-use crate::store::{Endpoint, NewEndpoint};
 use crate::webhooks::{ROTATION_OVERLAP, address};
 
 /// Deliveries a listing holds at most.

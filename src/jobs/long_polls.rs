@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use crate::domain::OwnerId;
 use crate::process::metrics;
+use crate::sync::LockAnyway;
 
 /// How many long-polls each owner, and each key, holds open now: an owner
 /// or a key without one is not in them.
@@ -29,7 +30,7 @@ type Open = Arc<Mutex<Held>>;
 
 fn lock(open: &Open) -> MutexGuard<'_, Held> {
     // The counts are whole after every statement: a panic elsewhere leaves them usable.
-    open.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    open.lock_anyway()
 }
 
 /// What ends open long-polls: the server stopping, and the changes of

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::OnceCell;
 
 use crate::domain::{Fingerprint, IdempotencyKey, Job, JobId, OwnerId};
+use crate::sync::LockAnyway;
 
 type Key = (OwnerId, IdempotencyKey);
 
@@ -62,7 +63,7 @@ impl TakenKeys {
 
     /// Who holds `key`, if this process has seen it taken.
     pub fn get(&self, owner: &OwnerId, key: &IdempotencyKey) -> Option<Holder> {
-        let mut generations = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        let mut generations = self.generations.lock_anyway();
         // A borrowed lookup needs the tuple itself; the clone is two short strings.
         let wanted = (owner.clone(), key.clone());
         if let Some(holder) = generations.0.get(&wanted) {
@@ -82,21 +83,21 @@ impl TakenKeys {
             task: Arc::from(job.task.as_str()),
             provider: Arc::from(job.provider.as_str()),
         };
-        let mut generations = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        let mut generations = self.generations.lock_anyway();
         Self::insert_young(&mut generations, self.capacity, key, holder);
     }
 
     /// Forgets `key` (its job could not be read back).
     pub fn forget(&self, owner: &OwnerId, key: &IdempotencyKey) {
         let wanted = (owner.clone(), key.clone());
-        let mut generations = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        let mut generations = self.generations.lock_anyway();
         generations.0.remove(&wanted);
         generations.1.remove(&wanted);
     }
 
     /// Keys remembered now, in both generations.
     pub fn len(&self) -> usize {
-        let generations = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        let generations = self.generations.lock_anyway();
         generations.0.len() + generations.1.len()
     }
 
@@ -157,7 +158,7 @@ impl Flights {
     {
         let wanted = (owner.clone(), key.clone());
         let cell = {
-            let mut flying = self.flying.lock().unwrap_or_else(|p| p.into_inner());
+            let mut flying = self.flying.lock_anyway();
             flying.entry(wanted.clone()).or_default().clone()
         };
         // Landed, failed or given up (its request dropped), this flight is
@@ -191,7 +192,7 @@ impl Flights {
 
     /// Keys at the database now (for tests and gauges).
     pub fn len(&self) -> usize {
-        self.flying.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.flying.lock_anyway().len()
     }
 
     /// Whether no key is at the database now.
@@ -210,7 +211,7 @@ struct Aboard<'a> {
 
 impl Drop for Aboard<'_> {
     fn drop(&mut self) {
-        let mut flying = self.flying.lock().unwrap_or_else(|p| p.into_inner());
+        let mut flying = self.flying.lock_anyway();
         if flying.get(&self.wanted).is_some_and(|current| Arc::ptr_eq(current, &self.cell)) {
             flying.remove(&self.wanted);
         }
@@ -238,7 +239,7 @@ struct InLine<'a> {
 
 impl Drop for InLine<'_> {
     fn drop(&mut self) {
-        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut jobs = self.jobs.lock_anyway();
         // The map's and this one: nobody else holds this job's line.
         if Arc::strong_count(&self.reads) == 2 {
             jobs.remove(&self.wanted);
@@ -264,7 +265,7 @@ impl SharedReads {
     {
         let wanted = (owner.clone(), id);
         let reads = {
-            let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            let mut jobs = self.jobs.lock_anyway();
             jobs.entry(wanted.clone()).or_default().clone()
         };
         let in_line = InLine { jobs: &self.jobs, wanted, reads };
@@ -294,7 +295,7 @@ impl SharedReads {
 
     /// Jobs being read now (for tests).
     pub fn len(&self) -> usize {
-        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.jobs.lock_anyway().len()
     }
 
     /// Whether no job is being read now.

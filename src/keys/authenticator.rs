@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use crate::domain::{KeyRole, OwnerId};
 use crate::store::{KeyChange, Store, StoreError};
+use crate::sync::LockAnyway;
 
 /// Why a token authenticates no one.
 #[derive(Debug, thiserror::Error)]
@@ -182,7 +183,7 @@ impl Authenticator {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
-        self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.cache.lock_anyway()
     }
 
     /// The cached identity, or the generation to remember a look-up under.

@@ -1,6 +1,7 @@
 //! Requests with unknown keys, counted per client address, so that an
 //! address guessing keys is refused before each guess costs a look-up.
 
+use crate::sync::LockAnyway;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
@@ -28,7 +29,7 @@ impl AuthFailures {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, (u32, Instant)>> {
-        self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.counts.lock_anyway()
     }
 
     /// How many addresses are remembered now.

@@ -4,7 +4,7 @@
 /// What became of an attempt its worker (or the reconciler) settled: the
 /// `outcome` of [`super::metrics::ATTEMPTS`], [`super::metrics::TOKENS`] and [`super::metrics::COST`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Settled {
+pub enum SettledAs {
     /// Its output won the job.
     Succeeded,
     /// Its output came after another attempt had won.
@@ -17,19 +17,19 @@ pub enum Settled {
     Canceled,
 }
 
-impl Settled {
+impl SettledAs {
     /// Every outcome.
-    pub const ALL: [Settled; 5] =
-        [Settled::Succeeded, Settled::Superseded, Settled::Failed, Settled::Unknown, Settled::Canceled];
+    pub const ALL: [SettledAs; 5] =
+        [SettledAs::Succeeded, SettledAs::Superseded, SettledAs::Failed, SettledAs::Unknown, SettledAs::Canceled];
 
     /// As the label shows it.
     pub const fn as_str(self) -> &'static str {
         match self {
-            Settled::Succeeded => "succeeded",
-            Settled::Superseded => "superseded",
-            Settled::Failed => "failed",
-            Settled::Unknown => "unknown",
-            Settled::Canceled => "canceled",
+            SettledAs::Succeeded => "succeeded",
+            SettledAs::Superseded => "superseded",
+            SettledAs::Failed => "failed",
+            SettledAs::Unknown => "unknown",
+            SettledAs::Canceled => "canceled",
         }
     }
 }

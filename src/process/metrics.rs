@@ -8,12 +8,13 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::sync::LockAnyway;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub use crate::domain::limits::Deferral;
 
-pub use super::labels::{Lookup, Settled};
+pub use super::labels::{Lookup, SettledAs};
 
 /// HTTP requests, by route template, method and status.
 pub const HTTP_REQUESTS: &str = "onejob_http_requests_total";
@@ -25,7 +26,7 @@ pub const JOBS_CREATED: &str = "onejob_jobs_created_total";
 pub const JOBS_REPLAYED: &str = "onejob_jobs_replayed_total";
 /// Creations refused because the key was used for another intent, by task.
 pub const JOBS_CONFLICTED: &str = "onejob_jobs_conflicted_total";
-/// Attempts that reached an outcome, by provider and outcome ([`Settled`],
+/// Attempts that reached an outcome, by provider and outcome ([`SettledAs`],
 /// and canceled).
 pub const ATTEMPTS: &str = "onejob_attempts_total";
 /// Races lost: outputs that arrived after another attempt had won, by provider.
@@ -235,7 +236,7 @@ pub async fn keep_up(handle: PrometheusHandle) {
 pub fn render(handle: &PrometheusHandle) -> String {
     use std::fmt::Write as _;
     let mut page = handle.render();
-    let report = PENDING_OWNERS.lock().unwrap_or_else(|p| p.into_inner());
+    let report = PENDING_OWNERS.lock_anyway();
     let _ = write!(
         page,
         "# HELP {PENDING_BY_OWNER} pending attempts by owner, named by the first 12 hex digits of its id's SHA-256 \
@@ -281,7 +282,7 @@ pub fn start_at_zero(settings: &crate::config::Settings) {
         counter!(HEDGES_STARTED, "provider" => provider.clone()).increment(0);
         counter!(HEDGES_WON, "provider" => provider.clone()).increment(0);
         gauge!(PENDING_BY_PROVIDER, "provider" => provider.clone()).set(0.0);
-        for outcome in Settled::ALL {
+        for outcome in SettledAs::ALL {
             attempts(provider, outcome.as_str()).increment(0);
             for kind in TOKEN_KINDS {
                 tokens(provider, outcome, kind).increment(0);
@@ -302,7 +303,7 @@ pub fn start_at_zero(settings: &crate::config::Settings) {
         }
     }
     attempts(UNATTRIBUTED, "canceled").increment(0);
-    attempts(UNATTRIBUTED, Settled::Unknown.as_str()).increment(0);
+    attempts(UNATTRIBUTED, SettledAs::Unknown.as_str()).increment(0);
     counter!(RATE_LIMITED).increment(0);
     counter!(PURGED_JOBS).increment(0);
     counter!(STORAGE_FULL).increment(0);
@@ -340,11 +341,11 @@ fn races_lost(provider: &str) -> metrics::Counter {
     counter!(RACES_LOST, "provider" => provider.to_owned())
 }
 
-fn tokens(provider: &str, outcome: Settled, kind: &'static str) -> metrics::Counter {
+fn tokens(provider: &str, outcome: SettledAs, kind: &'static str) -> metrics::Counter {
     counter!(TOKENS, "provider" => provider.to_owned(), "outcome" => outcome.as_str(), "kind" => kind)
 }
 
-fn cost_nanos(provider: &str, outcome: Settled, currency: &str) -> metrics::Counter {
+fn cost_nanos(provider: &str, outcome: SettledAs, currency: &str) -> metrics::Counter {
     counter!(COST, "provider" => provider.to_owned(), "outcome" => outcome.as_str(), "currency" => currency.to_owned())
 }
 
@@ -361,7 +362,7 @@ fn job_requests(metric: &'static str, task: &str) -> metrics::Counter {
 }
 
 /// Counts the tokens and cost of an attempt that reached `outcome`.
-pub fn usage(provider: &str, outcome: Settled, usage: &crate::domain::Usage, cost: Option<&crate::domain::Cost>) {
+pub fn usage(provider: &str, outcome: SettledAs, usage: &crate::domain::Usage, cost: Option<&crate::domain::Cost>) {
     for (kind, count) in TOKEN_KINDS.into_iter().zip([usage.prompt_tokens, usage.completion_tokens]) {
         tokens(provider, outcome, kind).increment(u64::try_from(count).unwrap_or(0));
     }
@@ -372,7 +373,7 @@ pub fn usage(provider: &str, outcome: Settled, usage: &crate::domain::Usage, cos
 }
 
 /// Counts an attempt that reached `outcome`.
-pub fn attempt(provider: &str, outcome: Settled) {
+pub fn attempt(provider: &str, outcome: SettledAs) {
     attempts(provider, outcome.as_str()).increment(1);
 }
 
@@ -410,7 +411,7 @@ pub fn unknown_past_retention(count: u64) {
 
 /// Counts an attempt whose lease expired: its outcome is unknown.
 pub fn lease_expired() {
-    attempts(UNATTRIBUTED, Settled::Unknown.as_str()).increment(1);
+    attempts(UNATTRIBUTED, SettledAs::Unknown.as_str()).increment(1);
 }
 
 /// Counts a lost race.
@@ -500,10 +501,10 @@ static PENDING_OWNERS: std::sync::Mutex<Vec<(String, i64)>> = std::sync::Mutex::
 pub fn pending(by_owner: &[(String, i64)], by_provider: &[(String, i64)]) {
     static PROVIDERS_SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     {
-        let mut report = PENDING_OWNERS.lock().unwrap_or_else(|p| p.into_inner());
+        let mut report = PENDING_OWNERS.lock_anyway();
         *report = owners_report(&report, by_owner);
     }
-    let mut seen = PROVIDERS_SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    let mut seen = PROVIDERS_SEEN.lock_anyway();
     for gone in seen.iter().filter(|name| !by_provider.iter().any(|(provider, _)| provider == *name)) {
         gauge!(PENDING_BY_PROVIDER, "provider" => gone.clone()).set(0.0);
     }

@@ -15,6 +15,7 @@ use tokio::sync::futures::Notified;
 use tokio::sync::watch;
 
 use crate::domain::{AttemptId, JobId};
+use crate::sync::LockAnyway;
 
 /// The signals one process shares between its API and its worker.
 #[derive(Default)]
@@ -50,7 +51,7 @@ impl CallWatch<'_> {
 
 impl Drop for CallWatch<'_> {
     fn drop(&mut self) {
-        let mut calls = self.signals.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let mut calls = self.signals.calls.lock_anyway();
         if let Some(list) = calls.get_mut(&self.job) {
             list.retain(|(attempt, _)| *attempt != self.attempt);
             if list.is_empty() {
@@ -123,7 +124,7 @@ impl JobWatch<'_> {
 
 impl Drop for JobWatch<'_> {
     fn drop(&mut self) {
-        let mut jobs = self.signals.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut jobs = self.signals.jobs.lock_anyway();
         // The map's reference and ours: nobody else watches this job.
         if Arc::strong_count(&self.notices) == 2 {
             jobs.remove(&self.id);
@@ -159,7 +160,7 @@ impl Signals {
     pub fn job_changed(&self, id: JobId) {
         // Under the lock, without a clone: a watch being dropped meanwhile
         // still sees that nobody else holds the job's notice, and forgets it.
-        if let Some(notices) = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+        if let Some(notices) = self.jobs.lock_anyway().get(&id) {
             notices.changed(false);
         }
     }
@@ -167,7 +168,7 @@ impl Signals {
     /// An attempt of the job was claimed (it is `running`): a change, which
     /// [`JobWatch::next_change_but_a_claim`] does not hear.
     pub fn job_claimed(&self, id: JobId) {
-        if let Some(notices) = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+        if let Some(notices) = self.jobs.lock_anyway().get(&id) {
             notices.changed(true);
         }
     }
@@ -175,7 +176,7 @@ impl Signals {
     /// The job finished (it won, or was canceled): its calls in flight in
     /// this process are aborted.
     pub fn job_finished(&self, id: JobId) {
-        if let Some(list) = self.calls.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+        if let Some(list) = self.calls.lock_anyway().get(&id) {
             for (_, abort) in list {
                 abort.send_replace(true);
             }
@@ -185,7 +186,7 @@ impl Signals {
     /// Attempt `attempt`'s call in flight in this process is aborted (its
     /// streamed answer lost the job's output to another attempt's).
     pub fn abort_call(&self, job: JobId, attempt: AttemptId) {
-        if let Some(list) = self.calls.lock().unwrap_or_else(|p| p.into_inner()).get(&job) {
+        if let Some(list) = self.calls.lock_anyway().get(&job) {
             for (_, abort) in list.iter().filter(|(id, _)| *id == attempt) {
                 abort.send_replace(true);
             }
@@ -196,23 +197,23 @@ impl Signals {
     /// job's end.
     pub fn watch_call(&self, job: JobId, attempt: AttemptId) -> CallWatch<'_> {
         let (abort, aborted) = watch::channel(false);
-        self.calls.lock().unwrap_or_else(|p| p.into_inner()).entry(job).or_default().push((attempt, abort));
+        self.calls.lock_anyway().entry(job).or_default().push((attempt, abort));
         CallWatch { signals: self, job, attempt, aborted }
     }
 
     /// How many jobs have provider calls in flight in this process.
     pub fn jobs_with_calls(&self) -> usize {
-        self.calls.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.calls.lock_anyway().len()
     }
 
     /// How many jobs someone waits on in this process.
     pub fn jobs_watched(&self) -> usize {
-        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.jobs.lock_anyway().len()
     }
 
     /// Watches one job's changes.
     pub fn watch_job(&self, id: JobId) -> JobWatch<'_> {
-        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut jobs = self.jobs.lock_anyway();
         let notices = jobs.entry(id).or_default().clone();
         // Read under the lock, which every change is counted under.
         let since = notices.changes.load(Ordering::SeqCst);

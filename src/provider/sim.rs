@@ -57,6 +57,7 @@ use tokio::time::Instant;
 
 use crate::config::{ProviderKind, ProviderSettings, Settings, SimFault, SimOutput};
 use crate::provider::tokens;
+use crate::sync::LockAnyway;
 
 /// The size of a `huge_body` answer.
 pub const HUGE_BODY_BYTES: usize = 10 * 1024 * 1024;
@@ -162,7 +163,7 @@ impl SimState {
     /// Whether provider `name` refuses this request before any work: one of
     /// its first `refuse_first`.
     fn refuses(&self, name: &str, provider: &ProviderSettings) -> bool {
-        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        let mut refused = self.refused.lock_anyway();
         let count = refused.entry(name.to_owned()).or_default();
         let refuses = *count < provider.refuse_first;
         if refuses {
@@ -179,7 +180,7 @@ impl SimState {
         if provider.tail_rate <= 0.0 {
             return false;
         }
-        let mut arrivals = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+        let mut arrivals = self.arrivals.lock_anyway();
         let n = arrivals.entry(name.to_owned()).or_default();
         let tails = |count: u64| (count as f64 * provider.tail_rate).floor();
         let in_tail = tails(*n + 1) > tails(*n);
@@ -189,7 +190,7 @@ impl SimState {
 
     /// A number in [0, 1) from a xorshift generator.
     fn roll(&self) -> f64 {
-        let mut state = self.random.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.random.lock_anyway();
         *state ^= *state << 13;
         *state ^= *state >> 7;
         *state ^= *state << 17;
@@ -322,7 +323,7 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
             Plan::Answer { at, content, usage, ending }
         }
     };
-    let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+    let mut log = sim.log.lock_anyway();
     // Planned only for a request not seen before: a repeated id keeps its plan.
     let entry = log.get_or_insert_with(id, || {
         let qualification = id.starts_with("qualification-");
@@ -382,7 +383,7 @@ async fn receive<'s>(
 /// plan ends with its last piece, and its pacing is logged. How long after
 /// its arrival the first piece comes.
 fn pace_stream(sim: &SimState, id: &str, provider: &ProviderSettings, content: &str, arrived: Instant) -> Duration {
-    let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+    let mut log = sim.log.lock_anyway();
     let mut first_after = Duration::from_millis(provider.first_token_ms.unwrap_or(provider.latency_ms));
     if let Some(entry) = log.get_mut(id)
         && let Plan::Answer { at, .. } = &mut entry.plan
@@ -410,7 +411,7 @@ impl Drop for Unanswered {
             return;
         }
         let now = Instant::now();
-        let mut log = self.sim.log.lock().unwrap_or_else(|p| p.into_inner());
+        let mut log = self.sim.log.lock_anyway();
         if let Some(entry) = log.get_mut(&self.id)
             && entry.closed_after.is_none()
         {
@@ -453,7 +454,7 @@ fn report(id: &str, entry: &Entry) -> Value {
 /// on. Answers with its report either way (a finished one keeps its status).
 async fn cancel_request(State(sim): State<Arc<SimState>>, Path(id): Path<String>) -> Response {
     let now = Instant::now();
-    let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+    let mut log = sim.log.lock_anyway();
     match log.get_mut(&id) {
         Some(entry) => {
             if entry.working_at(now) {
@@ -466,7 +467,7 @@ async fn cancel_request(State(sim): State<Arc<SimState>>, Path(id): Path<String>
 }
 
 async fn request_status(State(sim): State<Arc<SimState>>, Path(id): Path<String>) -> Response {
-    let log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+    let log = sim.log.lock_anyway();
     match log.get(&id) {
         Some(entry) => Json(report(&id, entry)).into_response(),
         None => openai_error(404, "no request with that id"),
@@ -474,7 +475,7 @@ async fn request_status(State(sim): State<Arc<SimState>>, Path(id): Path<String>
 }
 
 async fn all_requests(State(sim): State<Arc<SimState>>) -> Json<Value> {
-    let log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+    let log = sim.log.lock_anyway();
     let requests: Vec<Value> = log.iter().map(|(id, entry)| report(id, entry)).collect();
     Json(json!({ "requests": requests }))
 }

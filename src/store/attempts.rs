@@ -151,14 +151,7 @@ impl<'a> Resolved<'a> {
     }
 }
 
-/// How an operator settles an unknown attempt.
-#[derive(Clone, Debug)]
-pub enum Resolution {
-    /// The provider did the work; this is its output.
-    Succeeded(Value),
-    /// The provider did not do the work.
-    Failed,
-}
+pub use crate::domain::Resolution;
 
 /// An attempt whose outcome is still unknown, for the operators' list.
 #[derive(Clone, Debug)]

@@ -20,6 +20,7 @@ use super::{AttemptRef, ClaimedAttempt, Result, Store, Transition, UnknownAttemp
 use crate::domain::Waiting;
 pub use crate::domain::limits::{Deferral, ProviderLimits};
 use crate::domain::{JobId, OwnerId};
+use crate::sync::LockAnyway;
 
 /// The providers a worker can call, and how long its claim on an attempt
 /// of each holds (the provider's deadline plus a margin). Only attempts on
@@ -76,11 +77,11 @@ pub struct Rotation(Arc<Mutex<String>>);
 
 impl Rotation {
     fn get(&self) -> String {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.lock_anyway().clone()
     }
 
     fn set(&self, owner: &str) {
-        owner.clone_into(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        owner.clone_into(&mut self.0.lock_anyway());
     }
 }
 

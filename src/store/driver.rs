@@ -26,9 +26,9 @@ use uuid::Uuid;
 use super::*;
 use crate::domain::{Attempt, AttemptState, IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, OwnerId};
 pub(super) use claiming::by_kind;
-pub use claiming::{Candidate, PendingOwner, ProviderGate, Running};
+pub use claiming::{Candidate, PendingOwner, ProviderGate, RunningCounts};
 pub(super) use values::LockedAttemptRow;
-pub use values::{AttemptHolder, LockedAttempt, LockedJob, Outcome, OutputSettlement, Settled};
+pub use values::{AttemptHolder, AttemptOutcome, LockedAttempt, LockedJob, OutputSettlement, Settled};
 
 /// A write transaction of one backend. Postgres holds the job's row lock
 /// from [`DriverTx::lock_job`] to commit; SQLite holds its one write lock
@@ -108,7 +108,7 @@ pub trait DriverTx: Send {
     /// error; an unknown one becomes due for reconciliation; its usage,
     /// when given, is recorded on it. The number of rows changed: 0 when
     /// the guard failed.
-    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, outcome: &Outcome<'_>) -> Result<u64>;
+    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, outcome: &AttemptOutcome<'_>) -> Result<u64>;
 
     /// Settles the attempt with an output through the job's compare-and-swap
     /// (only a job that has not finished takes a winner), cancels the
@@ -156,7 +156,7 @@ pub trait DriverTx: Send {
     async fn lock_claims(&mut self, owners: &[String], providers: &[String]) -> Result<()>;
 
     /// Running attempts of each of `owners` and of each of `providers`.
-    async fn running_counts(&mut self, owners: &[String], providers: &[String]) -> Result<Running>;
+    async fn running_counts(&mut self, owners: &[String], providers: &[String]) -> Result<RunningCounts>;
 
     /// The stored state of those of `providers` that have one.
     async fn provider_gates(&mut self, providers: &[String]) -> Result<Vec<ProviderGate>>;

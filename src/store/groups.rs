@@ -23,6 +23,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::{NewJob, Result, Store, StoreError};
+use crate::sync::LockAnyway;
 
 /// Why a queued item got no answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,7 +121,7 @@ impl<T: Send + 'static> GroupCommit<T> {
 
     /// The queue, whatever a panicking holder left in it.
     fn queue(&self) -> std::sync::MutexGuard<'_, Queue<T>> {
-        self.queued.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.queued.lock_anyway()
     }
 
     /// Queues `item`: its ticket.

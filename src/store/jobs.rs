@@ -115,18 +115,7 @@ pub enum Cancel {
     NotFound,
 }
 
-/// A page request over an owner's jobs, newest first.
-#[derive(Clone, Debug, Default)]
-pub struct JobFilter {
-    /// Only jobs in this state.
-    pub state: Option<JobState>,
-    /// Only jobs of this task.
-    pub task: Option<String>,
-    /// Only jobs older than this one (the cursor).
-    pub before: Option<JobId>,
-    /// At most this many.
-    pub limit: u32,
-}
+pub use crate::domain::JobFilter;
 
 /// A job of a listing that may span owners (the dashboard's).
 #[derive(Clone, Debug)]

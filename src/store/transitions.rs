@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::admission::{earlier_attempt, job_budget, next_number, read_qualification, schedule_next_attempt};
-use super::driver::{AttemptHolder, LockedJob, Outcome, OutputSettlement, Settled, Tx, update_job_state};
+use super::driver::{AttemptHolder, AttemptOutcome, LockedJob, OutputSettlement, Settled, Tx, update_job_state};
 use super::events::NewEvent;
 use super::usage::AttemptUsage;
 use super::webhooks::Outgoing;
@@ -242,7 +242,7 @@ pub(super) async fn settle_without_output(
         Ok((job, _)) => job,
         Err(refused) => return Ok(refused),
     };
-    if tx.set_attempt_outcome(attempt, &Outcome { to, from: transition.from(), error, usage }).await? == 0 {
+    if tx.set_attempt_outcome(attempt, &AttemptOutcome { to, from: transition.from(), error, usage }).await? == 0 {
         return Ok(match tx.attempt_state(attempt).await? {
             Some(state) => Transition::Stale(state),
             None => Transition::NotFound,

@@ -3,7 +3,6 @@
 //! decimal strings between Rust and both databases (see
 //! [`crate::domain::money`]).
 
-use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::query::Query;
 use sqlx::{Database, Encode, Type};
@@ -11,7 +10,7 @@ use sqlx::{Database, Encode, Type};
 use super::{AttemptRef, Store};
 use super::{Result, TaskRules, corrupt};
 use crate::domain::OwnerId;
-use crate::domain::{AttemptState, Cost, Money, Usage};
+use crate::domain::{Cost, Money, Usage};
 
 /// The usage and cost to record on an attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,38 +21,7 @@ pub struct AttemptUsage {
     pub cost: Option<Cost>,
 }
 
-/// Which of an owner's attempts the usage report covers: created in
-/// `[from, to)`.
-#[derive(Clone, Copy, Debug)]
-pub struct UsageFilter {
-    /// From this time on.
-    pub from: DateTime<Utc>,
-    /// Before this time.
-    pub to: DateTime<Utc>,
-}
-
-/// One attempt with recorded usage, as the usage report reads it, or the
-/// sums of purged attempts of one day (see [`super::retention`]): their
-/// `usage` and `cost` are then the sums, `created_at` the day's start.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UsageRow {
-    /// The job's task.
-    pub task: String,
-    /// The attempt's provider.
-    pub provider: String,
-    /// Its state: which part of the bill it is (winner or waste).
-    pub state: AttemptState,
-    /// When it was created.
-    pub created_at: DateTime<Utc>,
-    /// Its tokens.
-    pub usage: Usage,
-    /// Its cost, when its provider had a price.
-    pub cost: Option<Cost>,
-    /// How many attempts: 1, or a rollup's count.
-    pub attempts: i64,
-    /// How many of them have estimated usage.
-    pub estimated_attempts: i64,
-}
+pub use crate::domain::money::{UsageFilter, UsageRow};
 
 /// An attempt's stored usage columns: tokens in, out, written to and read
 /// from the provider's cache (none: 0), and whether they are estimated.

@@ -24,54 +24,7 @@ use super::{Result, corrupt};
 use crate::domain::webhook::WebhookEventType;
 use crate::domain::{JobId, OwnerId};
 
-/// An endpoint to store.
-#[derive(Clone)]
-pub struct NewEndpoint {
-    /// Its owner: it hears of this owner's jobs only.
-    pub owner: OwnerId,
-    /// Its id.
-    pub id: Uuid,
-    /// Where deliveries are posted (checked before it gets here).
-    pub url: String,
-    /// For people.
-    pub description: Option<String>,
-    /// The signing secret.
-    pub secret: String,
-    /// What it hears of (at least one).
-    pub events: Vec<WebhookEventType>,
-}
-
-impl std::fmt::Debug for NewEndpoint {
-    /// Without its secret.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NewEndpoint")
-            .field("owner", &self.owner)
-            .field("id", &self.id)
-            .field("events", &self.events)
-            .finish()
-    }
-}
-
-/// A stored endpoint, without its secrets.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Endpoint {
-    /// Its id.
-    pub id: Uuid,
-    /// Where deliveries are posted.
-    pub url: String,
-    /// For people.
-    pub description: Option<String>,
-    /// What it hears of, by name, sorted.
-    pub events: Vec<String>,
-    /// When it was registered.
-    pub created_at: DateTime<Utc>,
-    /// Until when the secret before the last rotation still signs.
-    pub previous_secret_until: Option<DateTime<Utc>>,
-    /// When it stopped hearing (its receiver answered 410 Gone).
-    pub disabled_at: Option<DateTime<Utc>>,
-    /// Why.
-    pub disabled_reason: Option<String>,
-}
+pub use crate::domain::webhook::{Endpoint, NewEndpoint};
 
 /// An endpoint row, its subscriptions joined by commas, as both databases
 /// select it.

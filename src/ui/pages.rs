@@ -14,13 +14,13 @@ use serde_json::{Value, json};
 
 use super::session::{self, Session};
 use super::{PageError, PageSession, fragment, page, safe_next, ser, timeline};
+use crate::domain::JobFilter;
 use crate::domain::{EventKind, Job, JobEvent, JobId, JobState};
 use crate::http::bodies::parse_resolution;
 use crate::http::error::{ApiError, Problem};
 use crate::http::extract::parse_json_text;
 use crate::keys::AuthError;
 use crate::state::AppState;
-use crate::store::JobFilter;
 
 /// Jobs a page of the list shows.
 const PAGE_SIZE: u32 = 25;

@@ -28,6 +28,7 @@ use crate::domain::OwnerId;
 use crate::domain::webhook::signature;
 use crate::store::webhooks::{claim_lease, message_id};
 use crate::store::{ClaimedDelivery, DeliveryTry, Store, TryOutcome};
+use crate::sync::LockAnyway;
 use address::{AllowedHosts, PublicResolver};
 
 /// How long the secret before a rotation keeps signing.
@@ -245,13 +246,13 @@ impl OwnersInFlight {
 
     /// The owners with no free place.
     fn full(&self) -> Vec<OwnerId> {
-        let sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
+        let sending = self.sending.lock_anyway();
         sending.iter().filter(|(_, n)| **n >= self.most).map(|(owner, _)| owner.clone()).collect()
     }
 
     /// A place for one more delivery of `owner`, if it has one free.
     fn take(&self, owner: &OwnerId) -> Option<OwnersPlace> {
-        let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sending = self.sending.lock_anyway();
         let taken = sending.entry(owner.clone()).or_default();
         if *taken >= self.most {
             return None;
@@ -263,7 +264,7 @@ impl OwnersInFlight {
 
 impl Drop for OwnersPlace {
     fn drop(&mut self) {
-        let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sending = self.sending.lock_anyway();
         if let Some(taken) = sending.get_mut(&self.owner) {
             *taken -= 1;
             if *taken == 0 {

@@ -105,7 +105,7 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
             trace_id = claimed.trace.as_ref().map(|t| t.trace_id()),
         ))
         .await;
-        if claimed.origin == AttemptOrigin::Hedge && settled == Some(metrics::Settled::Succeeded) {
+        if claimed.origin == AttemptOrigin::Hedge && settled == Some(metrics::SettledAs::Succeeded) {
             metrics::hedge_won(&claimed.provider);
         }
     }

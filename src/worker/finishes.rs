@@ -21,7 +21,7 @@ const MAX_BATCH: usize = 64;
 const WRITERS: usize = 2;
 
 /// An output waiting for its batch, and where its answer goes.
-struct Queued {
+struct QueuedOutput {
     attempt: AttemptRef,
     output: Value,
     holder: String,
@@ -30,7 +30,7 @@ struct Queued {
 }
 
 /// The queue of outputs waiting to be settled.
-pub(crate) struct Finishes(GroupCommit<Queued>);
+pub(crate) struct Finishes(GroupCommit<QueuedOutput>);
 
 impl Default for Finishes {
     fn default() -> Self {
@@ -56,7 +56,7 @@ impl Finishes {
         usage: Option<&AttemptUsage>,
     ) -> Result<Transition> {
         let (answer, answered) = oneshot::channel();
-        let queued = Queued {
+        let queued = QueuedOutput {
             attempt: attempt.clone(),
             output: output.clone(),
             holder: holder.to_owned(),
@@ -72,7 +72,7 @@ impl Finishes {
 }
 
 /// Settles a batch in one transaction and answers each output.
-async fn settle(store: &Store, batch: Vec<Queued>) {
+async fn settle(store: &Store, batch: Vec<QueuedOutput>) {
     let finishes: Vec<Finish<'_>> = batch
         .iter()
         .map(|q| Finish {

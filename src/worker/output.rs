@@ -182,7 +182,7 @@ pub(super) fn streamed_outcome(
 }
 
 /// A piece waiting for its batch, and where its answer goes.
-struct Queued {
+struct QueuedPiece {
     attempt: AttemptRef,
     text: String,
     answer: oneshot::Sender<crate::store::Result<Appended>>,
@@ -192,7 +192,7 @@ struct Queued {
 /// queued when one of two writers' turns comes are written in one
 /// transaction ([`crate::store::GroupCommit`], [`Store::append_outputs`]), so
 /// that many streams cost a commit, not one each.
-pub(crate) struct Appends(GroupCommit<Queued>);
+pub(crate) struct Appends(GroupCommit<QueuedPiece>);
 
 /// The most pieces one transaction writes.
 const MAX_BATCH: usize = 256;
@@ -208,7 +208,7 @@ impl Appends {
     /// [`Store::append_output`] answers.
     async fn append(&self, store: &Store, attempt: &AttemptRef, text: &str) -> crate::store::Result<Appended> {
         let (answer, answered) = oneshot::channel();
-        let queued = Queued { attempt: attempt.clone(), text: text.to_owned(), answer };
+        let queued = QueuedPiece { attempt: attempt.clone(), text: text.to_owned(), answer };
         let write = |batch| {
             let store = store.clone();
             async move { append(&store, batch).await }
@@ -221,7 +221,7 @@ impl Appends {
 }
 
 /// Writes a batch of pieces in one transaction and answers each.
-async fn append(store: &Store, batch: Vec<Queued>) {
+async fn append(store: &Store, batch: Vec<QueuedPiece>) {
     let pieces: Vec<(&AttemptRef, &str)> = batch.iter().map(|q| (&q.attempt, q.text.as_str())).collect();
     let answers = store.append_outputs(&pieces).await;
     drop(pieces);

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::Worker;
 use crate::domain::{AttemptError, Usage, unapplied_output};
-use crate::process::metrics::{self, Settled};
+use crate::process::metrics::{self, SettledAs};
 use crate::provider::{Completion, FailureClass, FailureKind, ProviderError};
 use crate::store::{self, AttemptRef, AttemptUsage, Settlement, Transition};
 
@@ -87,7 +87,7 @@ pub(super) async fn record_metered_outcome(
     outcome: Result<Completion, ProviderError>,
     estimate: Option<Usage>,
     claim: Option<Claim<'_>>,
-) -> Option<Settled> {
+) -> Option<SettledAs> {
     let holder = claim.map(|claim| claim.worker);
     let usage = meter_usage(worker, provider, &outcome, estimate);
     let (outcome, rejected) = check_output(worker, task, outcome);
@@ -174,7 +174,7 @@ async fn record_with_usage(
     outcome: &Result<Completion, ProviderError>,
     rejected: Option<&Value>,
     settlement: Settlement<'_>,
-) -> store::Result<Option<Settled>> {
+) -> store::Result<Option<SettledAs>> {
     let usage = settlement.usage;
     match record_once(worker, attempt, provider, outcome, rejected, settlement).await {
         Ok(None) => match usage {
@@ -191,14 +191,14 @@ fn announce_settled(
     worker: &Worker,
     attempt: &AttemptRef,
     provider: &str,
-    settled: Option<Settled>,
+    settled: Option<SettledAs>,
     usage: Option<&AttemptUsage>,
 ) {
     if let (Some(settled), Some(usage)) = (settled, usage) {
         metrics::usage(provider, settled, &usage.usage, usage.cost.as_ref());
     }
     worker.signals.job_changed(attempt.job_id);
-    if settled == Some(Settled::Succeeded) {
+    if settled == Some(SettledAs::Succeeded) {
         // The job is won: its other calls in flight here stop.
         worker.signals.job_finished(attempt.job_id);
     }
@@ -229,7 +229,7 @@ async fn record_once(
     outcome: &Result<Completion, ProviderError>,
     rejected: Option<&Value>,
     settlement: Settlement<'_>,
-) -> store::Result<Option<Settled>> {
+) -> store::Result<Option<SettledAs>> {
     let Settlement { holder, usage } = settlement;
     let store = &worker.store;
     let mut settled = None;
@@ -241,16 +241,16 @@ async fn record_once(
             Transition::Won { canceled } => {
                 tracing::Span::current().record("attempt.state", "succeeded");
                 tracing::info!(?canceled, "attempt succeeded and won the job");
-                metrics::attempt(provider, Settled::Succeeded);
+                metrics::attempt(provider, SettledAs::Succeeded);
                 metrics::attempts_canceled(canceled.len());
-                settled = Some(Settled::Succeeded);
+                settled = Some(SettledAs::Succeeded);
             }
             // Logged by the store with both numbers.
             Transition::Lost { .. } => {
                 tracing::Span::current().record("attempt.state", "superseded");
-                metrics::attempt(provider, Settled::Superseded);
+                metrics::attempt(provider, SettledAs::Superseded);
                 metrics::race_lost(provider);
-                settled = Some(Settled::Superseded);
+                settled = Some(SettledAs::Superseded);
             }
             other => {
                 store
@@ -266,8 +266,8 @@ async fn record_once(
                 tracing::info!(%error, outcome = ?transition, "attempt failed");
                 if let Transition::Failed { next } = &transition {
                     tracing::Span::current().record("attempt.state", "failed");
-                    metrics::attempt(provider, Settled::Failed);
-                    settled = Some(Settled::Failed);
+                    metrics::attempt(provider, SettledAs::Failed);
+                    settled = Some(SettledAs::Failed);
                     if let Some(next) = next {
                         tracing::info!(next.number = next.number, next.provider = %next.provider, "the retry policy added an attempt");
                         worker.signals.work_available_after(next.delay);
@@ -279,8 +279,8 @@ async fn record_once(
                 tracing::info!(outcome = ?transition, "attempt canceled: its call was aborted");
                 if transition == Transition::Applied {
                     tracing::Span::current().record("attempt.state", "canceled");
-                    metrics::attempt(provider, Settled::Canceled);
-                    settled = Some(Settled::Canceled);
+                    metrics::attempt(provider, SettledAs::Canceled);
+                    settled = Some(SettledAs::Canceled);
                 }
             }
             FailureClass::Ambiguous => {
@@ -288,8 +288,8 @@ async fn record_once(
                 tracing::warn!(%error, outcome = ?transition, "attempt outcome unknown; new attempts wait for reconciliation");
                 if transition == Transition::Applied {
                     tracing::Span::current().record("attempt.state", "unknown");
-                    metrics::attempt(provider, Settled::Unknown);
-                    settled = Some(Settled::Unknown);
+                    metrics::attempt(provider, SettledAs::Unknown);
+                    settled = Some(SettledAs::Unknown);
                 }
             }
         },

@@ -255,6 +255,37 @@ fn only_the_use_cases_the_worker_and_the_wiring_reach_the_store() {
     }
 }
 
+/// What a handler or a page may name of the store: its error, which the
+/// use cases pass through. Every other type they take or answer comes from
+/// the use cases or the domain.
+const STORE_NAMES_HANDLERS_MAY_USE: [&str; 1] = ["StoreError"];
+
+/// The paths into `store` that module `name` names, but for those above.
+fn store_names(name: &str, text: &str) -> Vec<String> {
+    let at: Vec<String> = name.split("::").map(str::to_owned).collect();
+    paths(&code(text), &at)
+        .into_iter()
+        // A group's prefix (`store` of `store::{A, B}`) comes with its members.
+        .filter(|path| path.len() > 1 && path[0] == "store")
+        .filter(|path| !(path.len() == 2 && STORE_NAMES_HANDLERS_MAY_USE.contains(&path[1].as_str())))
+        .map(|path| path.join("::"))
+        .collect()
+}
+
+#[test]
+fn handlers_and_pages_name_nothing_of_the_store_but_its_error() {
+    let modules = modules();
+    let mut named = Vec::new();
+    for (name, text) in &modules {
+        if is_within(name, "http") || is_within(name, "ui") {
+            named.extend(store_names(name, text).into_iter().map(|path| format!("{name}: {path}")));
+        }
+    }
+    assert!(named.is_empty(), "handlers and pages naming the store's types: {named:?}");
+    let page = "use crate::store::{JobFilter, StoreError};\nfn f(e: crate::store::StoreError) {}";
+    assert_eq!(store_names("ui::pages", page), ["store::JobFilter"]);
+}
+
 #[test]
 fn a_page_that_reads_the_store_is_found() {
     let page = "async fn show(app: &AppState) { let job = app.store.get_job(&owner, id).await; }";

@@ -330,6 +330,28 @@ pub struct JobEvent {
     pub detail: Value,
 }
 
+/// A page request over an owner's jobs, newest first.
+#[derive(Clone, Debug, Default)]
+pub struct JobFilter {
+    /// Only jobs in this state.
+    pub state: Option<JobState>,
+    /// Only jobs of this task.
+    pub task: Option<String>,
+    /// Only jobs older than this one (the cursor).
+    pub before: Option<JobId>,
+    /// At most this many.
+    pub limit: u32,
+}
+
+/// How an operator settles an unknown attempt.
+#[derive(Clone, Debug)]
+pub enum Resolution {
+    /// The provider did the work; this is its output.
+    Succeeded(serde_json::Value),
+    /// The provider did not do the work.
+    Failed,
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

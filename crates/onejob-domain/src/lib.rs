@@ -30,10 +30,10 @@ pub use event::EventKind;
 pub use idempotency::{Fingerprint, IdempotencyKey, JobIntent};
 pub use ids::{AttemptId, JobId, OwnerId};
 pub use job::{
-    Attempt, AttemptError, AttemptOrigin, Job, JobEvent, JobSummary, MAX_UNAPPLIED_OUTPUT, NOT_RECEIVED, Waiting,
-    attempts_being_canceled, unapplied_output,
+    Attempt, AttemptError, AttemptOrigin, Job, JobEvent, JobFilter, JobSummary, MAX_UNAPPLIED_OUTPUT, NOT_RECEIVED,
+    Resolution, Waiting, attempts_being_canceled, unapplied_output,
 };
-pub use money::{Cost, Money, Price, Usage};
+pub use money::{Cost, Money, Price, Usage, UsageFilter, UsageRow};
 pub use qualification::QualificationState;
 pub use role::KeyRole;
 pub use rules::TaskRules;

@@ -9,8 +9,11 @@
 use std::fmt;
 use std::str::FromStr;
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+use crate::AttemptState;
 
 /// Decimal places of an amount.
 pub const SCALE: u32 = 18;
@@ -247,6 +250,39 @@ impl Price {
         let digest = Sha256::digest(text.as_bytes());
         format!("sha256:{}", hex::encode(&digest[..8]))
     }
+}
+
+/// Which of an owner's attempts the usage report covers: created in
+/// `[from, to)`.
+#[derive(Clone, Copy, Debug)]
+pub struct UsageFilter {
+    /// From this time on.
+    pub from: DateTime<Utc>,
+    /// Before this time.
+    pub to: DateTime<Utc>,
+}
+
+/// One attempt with recorded usage, as the usage report reads it, or the
+/// sums of purged attempts of one day (the store's retention): their
+/// `usage` and `cost` are then the sums, `created_at` the day's start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsageRow {
+    /// The job's task.
+    pub task: String,
+    /// The attempt's provider.
+    pub provider: String,
+    /// Its state: which part of the bill it is (winner or waste).
+    pub state: AttemptState,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+    /// Its tokens.
+    pub usage: Usage,
+    /// Its cost, when its provider had a price.
+    pub cost: Option<Cost>,
+    /// How many attempts: 1, or a rollup's count.
+    pub attempts: i64,
+    /// How many of them have estimated usage.
+    pub estimated_attempts: i64,
 }
 
 #[cfg(test)]

@@ -11,8 +11,12 @@ use std::str::FromStr;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use uuid::Uuid;
+
+use crate::OwnerId;
 
 /// The prefix of a signing secret.
 pub const SECRET_PREFIX: &str = "whsec_";
@@ -93,6 +97,55 @@ pub fn signature(secrets: &[&str], id: &str, timestamp: i64, body: &[u8]) -> Str
         signed.push(format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes())));
     }
     signed.join(" ")
+}
+
+/// An endpoint to store.
+#[derive(Clone)]
+pub struct NewEndpoint {
+    /// Its owner: it hears of this owner's jobs only.
+    pub owner: OwnerId,
+    /// Its id.
+    pub id: Uuid,
+    /// Where deliveries are posted (checked before it gets here).
+    pub url: String,
+    /// For people.
+    pub description: Option<String>,
+    /// The signing secret.
+    pub secret: String,
+    /// What it hears of (at least one).
+    pub events: Vec<WebhookEventType>,
+}
+
+impl std::fmt::Debug for NewEndpoint {
+    /// Without its secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewEndpoint")
+            .field("owner", &self.owner)
+            .field("id", &self.id)
+            .field("events", &self.events)
+            .finish()
+    }
+}
+
+/// A stored endpoint, without its secrets.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Endpoint {
+    /// Its id.
+    pub id: Uuid,
+    /// Where deliveries are posted.
+    pub url: String,
+    /// For people.
+    pub description: Option<String>,
+    /// What it hears of, by name, sorted.
+    pub events: Vec<String>,
+    /// When it was registered.
+    pub created_at: DateTime<Utc>,
+    /// Until when the secret before the last rotation still signs.
+    pub previous_secret_until: Option<DateTime<Utc>>,
+    /// When it stopped hearing (its receiver answered 410 Gone).
+    pub disabled_at: Option<DateTime<Utc>>,
+    /// Why.
+    pub disabled_reason: Option<String>,
 }
 
 #[cfg(test)]

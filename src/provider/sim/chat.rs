@@ -20,6 +20,7 @@ use super::{
     Arrival, Plan, SimState, Unanswered, admit, ended_completion, misbehave, openai_error, pace_stream, receive,
     request_id, stream, strict_schema,
 };
+use crate::sync::LockAnyway;
 
 /// `POST /providers/{name}/v1/chat/completions`.
 pub(super) async fn complete(
@@ -115,7 +116,7 @@ async fn answer(
     retry_after_secs: Option<u64>,
 ) -> Response {
     let canceled = || {
-        let log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+        let log = sim.log.lock_anyway();
         log.get(id).is_some_and(|entry| entry.canceled_after.is_some())
     };
     let (Plan::Error { at, .. } | Plan::Answer { at, .. }) = &plan else {

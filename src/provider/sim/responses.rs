@@ -21,6 +21,7 @@ use super::connection::Connection;
 use super::response_object::shape;
 use super::{Arrival, Plan, SimState, Unanswered, admit, misbehave, openai_error, receive, request_id, strict_schema};
 use crate::config::ProviderSettings;
+use crate::sync::LockAnyway;
 
 /// The chat messages a response's `instructions` and `input` amount to.
 fn messages_of(body: &Value) -> Option<Vec<Value>> {
@@ -84,7 +85,7 @@ pub(super) async fn create(
     };
     let (plan, response_id) = admit(&sim, arrival);
     let response_id = response_id.expect("a response is logged with its id");
-    *sim.responses.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(&response_id, String::new) = id.clone();
+    *sim.responses.lock_anyway().get_or_insert_with(&response_id, String::new) = id.clone();
     if let Some(fault) = provider.fault {
         return misbehave(fault, connection, &id, &model).await;
     }
@@ -138,7 +139,7 @@ async fn error_answer(
 /// Streams the events of response `response_id` (request `id`).
 fn stream_response(sim: &SimState, id: &str, response_id: &str, provider: &ProviderSettings, model: &str) -> Response {
     let streamed = {
-        let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+        let mut log = sim.log.lock_anyway();
         let Some(entry) = log.get_mut(id) else { return not_found(response_id) };
         if let Plan::Answer { at, content, .. } = &mut entry.plan {
             // Its work lasts as long as its stream.
@@ -181,11 +182,11 @@ pub(super) async fn retrieve(
     if !asked.stream {
         return object(&sim, &id, &provider.model, false);
     }
-    let Some(request) = sim.responses.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned() else {
+    let Some(request) = sim.responses.lock_anyway().get(&id).cloned() else {
         return not_found(&id);
     };
     let events = {
-        let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+        let mut log = sim.log.lock_anyway();
         let Some(entry) = log.get_mut(&request) else { return not_found(&id) };
         entry.resumed += 1;
         super::response_stream::events(&id, entry, provider, &provider.model)
@@ -196,12 +197,12 @@ pub(super) async fn retrieve(
 /// `POST /providers/{name}/v1/responses/{id}/cancel`: stops a response that
 /// has not finished; answers with the response either way.
 pub(super) async fn cancel(State(sim): State<Arc<SimState>>, Path((name, id)): Path<(String, String)>) -> Response {
-    let Some(request) = sim.responses.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned() else {
+    let Some(request) = sim.responses.lock_anyway().get(&id).cloned() else {
         return not_found(&id);
     };
     {
         let now = Instant::now();
-        let mut log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+        let mut log = sim.log.lock_anyway();
         if let Some(entry) = log.get_mut(&request)
             && entry.working_at(now)
         {
@@ -214,10 +215,10 @@ pub(super) async fn cancel(State(sim): State<Arc<SimState>>, Path((name, id)): P
 
 /// Response `id` as it stands now, or 404.
 fn object(sim: &SimState, id: &str, model: &str, just_created: bool) -> Response {
-    let Some(request) = sim.responses.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned() else {
+    let Some(request) = sim.responses.lock_anyway().get(id).cloned() else {
         return not_found(id);
     };
-    let log = sim.log.lock().unwrap_or_else(|p| p.into_inner());
+    let log = sim.log.lock_anyway();
     match log.get(&request) {
         Some(entry) => Json(shape(id, entry, model, Instant::now(), just_created)).into_response(),
         None => not_found(id),

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use super::{Claimed, Leases, refilled};
 use crate::domain::limits::{Deferral, ProviderLimits};
-use crate::store::driver::{Candidate, PendingOwner, ProviderGate, Running, Tx};
+use crate::store::driver::{Candidate, PendingOwner, ProviderGate, RunningCounts, Tx};
 use crate::store::{ClaimedAttempt, Result, Store};
 
 /// Claims up to `want` due pending attempts for `worker`: see the module's
@@ -120,7 +120,7 @@ async fn count_running(
     owner_limit: &impl Fn(&PendingOwner) -> Option<u32>,
     providers: &[String],
     leases: &Leases,
-) -> Result<Running> {
+) -> Result<RunningCounts> {
     let mut limited_owners: Vec<String> =
         owners.iter().filter(|owner| owner_limit(owner).is_some()).map(|owner| owner.owner_id.clone()).collect();
     limited_owners.sort();
@@ -130,7 +130,7 @@ async fn count_running(
         .cloned()
         .collect();
     if limited_owners.is_empty() && counted.is_empty() {
-        return Ok(Running::default());
+        return Ok(RunningCounts::default());
     }
     tx.lock_claims(&limited_owners, &counted).await?;
     tx.running_counts(&limited_owners, &counted).await
@@ -154,7 +154,7 @@ impl<'a> ProviderRoom<'a> {
     fn of(
         providers: &'a [String],
         gates: &HashMap<String, ProviderGate>,
-        running: &Running,
+        running: &RunningCounts,
         leases: &Leases,
         deferred: &mut HashMap<Deferral, u64>,
     ) -> Self {
@@ -199,7 +199,7 @@ impl<'a> ProviderRoom<'a> {
 fn owner_caps<'a>(
     owners: &'a [PendingOwner],
     owner_limit: &impl Fn(&PendingOwner) -> Option<u32>,
-    running: &Running,
+    running: &RunningCounts,
     want: u32,
     deferred: &mut HashMap<Deferral, u64>,
 ) -> Vec<(&'a str, u32)> {

@@ -54,18 +54,18 @@ pub struct Candidate {
 
 /// Running attempts per limited owner and per limited provider.
 #[derive(Clone, Debug, Default)]
-pub struct Running {
+pub struct RunningCounts {
     /// Per owner.
     pub by_owner: HashMap<String, i64>,
     /// Per provider.
     pub by_provider: HashMap<String, i64>,
 }
 
-impl Running {
+impl RunningCounts {
     /// From (`owner` or `provider`, name, count) rows.
-    pub(in crate::store) fn from_rows(rows: Vec<(String, String, i64)>) -> Running {
+    pub(in crate::store) fn from_rows(rows: Vec<(String, String, i64)>) -> RunningCounts {
         let (by_owner, by_provider) = by_kind(rows);
-        Running { by_owner: by_owner.into_iter().collect(), by_provider: by_provider.into_iter().collect() }
+        RunningCounts { by_owner: by_owner.into_iter().collect(), by_provider: by_provider.into_iter().collect() }
     }
 }
 

@@ -88,7 +88,7 @@ pub struct OutputSettlement<'a> {
 
 /// How an attempt ends without an output.
 #[derive(Debug)]
-pub struct Outcome<'a> {
+pub struct AttemptOutcome<'a> {
     /// The state it ends in: `failed` or `unknown`.
     pub to: AttemptState,
     /// The states it may end from.

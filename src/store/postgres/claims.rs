@@ -12,7 +12,7 @@ use super::PgTransaction;
 
 use crate::domain::AttemptId;
 use crate::store::WaitingFacts;
-use crate::store::driver::{Candidate, ProviderGate, Running};
+use crate::store::driver::{Candidate, ProviderGate, RunningCounts};
 use crate::store::rows::BindAttempt;
 use crate::store::rows::names::*;
 use crate::store::rows::{AttemptRefRow, stored_trace};
@@ -191,10 +191,14 @@ pub(super) async fn lock_claims(tx: &mut PgTransaction, owners: &[String], provi
     Ok(())
 }
 
-pub(super) async fn running_counts(tx: &mut PgTransaction, owners: &[String], providers: &[String]) -> Result<Running> {
+pub(super) async fn running_counts(
+    tx: &mut PgTransaction,
+    owners: &[String],
+    providers: &[String],
+) -> Result<RunningCounts> {
     let rows: Vec<(String, String, i64)> =
         sqlx::query_as(RUNNING_COUNTS.as_str()).bind(owners).bind(providers).fetch_all(&mut **tx).await?;
-    Ok(Running::from_rows(rows))
+    Ok(RunningCounts::from_rows(rows))
 }
 
 pub(super) async fn provider_gates(tx: &mut PgTransaction, providers: &[String]) -> Result<Vec<ProviderGate>> {

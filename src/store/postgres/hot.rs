@@ -23,6 +23,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use super::super::eviction;
 use super::connect::Hosts;
 use super::{Result, StoreError};
+use crate::sync::LockAnyway;
 
 /// At most `max` connections, opened when first needed.
 #[derive(Debug)]
@@ -91,7 +92,7 @@ impl HotConnections {
     /// The most recently used idle connection that is not stale; stale ones
     /// are closed on the way.
     fn take_idle(&self) -> Option<(Instant, PgConnection)> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.idle.lock_anyway();
         while let Some((opened, connection)) = idle.pop() {
             if !eviction::is_stale(opened) {
                 return Some((opened, connection));
@@ -120,7 +121,7 @@ impl Drop for Lease<'_> {
         if let (true, Some(connection)) = (self.reusable, self.connection.take())
             && !eviction::is_stale(self.opened)
         {
-            self.set.idle.lock().unwrap_or_else(|p| p.into_inner()).push((self.opened, connection));
+            self.set.idle.lock_anyway().push((self.opened, connection));
         }
     }
 }

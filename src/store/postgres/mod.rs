@@ -53,6 +53,7 @@ mod sql;
 mod tx;
 mod webhooks;
 
+use crate::sync::AbortOnDrop;
 pub use catalogue::{CROSS_OWNER, HotStatement, statements};
 use sql::{CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, SAMPLE_GAUGES};
 
@@ -87,16 +88,6 @@ pub struct PostgresStore {
     // Keeps the connections on a writable host when the URL names several;
     // stopped with the last clone of the store.
     _watcher: Option<Arc<AbortOnDrop>>,
-}
-
-/// A task that stops when this is dropped.
-#[derive(Debug)]
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 impl PostgresStore {

@@ -11,7 +11,7 @@ use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::super::driver::{LockedAttempt, LockedAttemptRow, LockedJob, Outcome, OutputSettlement, Settled};
+use super::super::driver::{AttemptOutcome, LockedAttempt, LockedAttemptRow, LockedJob, OutputSettlement, Settled};
 use super::super::events::NewEvent;
 use super::super::output::{OutputLock, OutputPiece};
 use super::super::purge::{PurgeRule, RollupKey, RollupTotals};
@@ -40,7 +40,7 @@ impl DriverTx for PgTx {
         &mut self,
         owners: &[String],
         providers: &[String],
-    ) -> Result<super::super::driver::Running> {
+    ) -> Result<super::super::driver::RunningCounts> {
         claims::running_counts(&mut self.tx, owners, providers).await
     }
 
@@ -153,7 +153,7 @@ impl DriverTx for PgTx {
         Ok(locked)
     }
 
-    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, outcome: &Outcome<'_>) -> Result<u64> {
+    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, outcome: &AttemptOutcome<'_>) -> Result<u64> {
         let query = sqlx::query(sql::SET_ATTEMPT_OUTCOME.as_str())
             .bind_attempt(attempt)
             .bind(outcome.to)

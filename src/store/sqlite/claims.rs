@@ -15,7 +15,7 @@ use sqlx::types::Json;
 use super::{SqliteTransaction, micros, time};
 use crate::domain::AttemptId;
 use crate::store::WaitingFacts;
-use crate::store::driver::{Candidate, ProviderGate, Running};
+use crate::store::driver::{Candidate, ProviderGate, RunningCounts};
 use crate::store::rows::BindAttempt;
 use crate::store::rows::names::*;
 use crate::store::rows::{AttemptRefRow, stored_trace};
@@ -140,13 +140,13 @@ pub(super) async fn running_counts(
     tx: &mut SqliteTransaction,
     owners: &[String],
     providers: &[String],
-) -> Result<Running> {
+) -> Result<RunningCounts> {
     let rows: Vec<(String, String, i64)> = sqlx::query_as(RUNNING_COUNTS.as_str())
         .bind(json!(owners).to_string())
         .bind(json!(providers).to_string())
         .fetch_all(&mut **tx)
         .await?;
-    Ok(Running::from_rows(rows))
+    Ok(RunningCounts::from_rows(rows))
 }
 
 pub(super) async fn provider_gates(

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use sqlx::types::Json;
 
 use super::super::driver::DriverTx;
-use super::super::driver::{LockedAttempt, LockedAttemptRow, LockedJob, Outcome, OutputSettlement, Settled};
+use super::super::driver::{AttemptOutcome, LockedAttempt, LockedAttemptRow, LockedJob, OutputSettlement, Settled};
 use super::super::events::NewEvent;
 use super::super::output::{OutputLock, OutputPiece};
 use super::super::purge::{PurgeRule, RollupKey, RollupTotals};
@@ -41,7 +41,7 @@ impl DriverTx for SqliteTx {
         &mut self,
         owners: &[String],
         providers: &[String],
-    ) -> Result<super::super::driver::Running> {
+    ) -> Result<super::super::driver::RunningCounts> {
         claims::running_counts(&mut self.tx, owners, providers).await
     }
 
@@ -154,7 +154,7 @@ impl DriverTx for SqliteTx {
         Ok(row.map(Into::into))
     }
 
-    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, outcome: &Outcome<'_>) -> Result<u64> {
+    async fn set_attempt_outcome(&mut self, attempt: &AttemptRef, outcome: &AttemptOutcome<'_>) -> Result<u64> {
         let query = sqlx::query(&sql::SET_ATTEMPT_OUTCOME)
             .bind(outcome.to)
             .bind(Json(outcome.error))
