@@ -157,12 +157,12 @@ fn parse_wait(query: Option<&str>) -> Result<Duration, Problem> {
 }
 
 /// A job as the API shows it, with its entity tag.
-struct Shown {
+struct JobAnswer {
     body: Vec<u8>,
     etag: String,
 }
 
-fn show(job: &Job) -> Shown {
+fn answer_body(job: &Job) -> JobAnswer {
     let body = serde_json::to_vec(job).expect("a job serialises");
     // The tag is the job's, without why it waits: a wait read anew for
     // each answer does not make a long-poll's job differ.
@@ -170,7 +170,7 @@ fn show(job: &Job) -> Shown {
         None => Sha256::digest(&body),
         Some(_) => Sha256::digest(serde_json::to_vec(&Job { waiting: None, ..job.clone() }).expect("a job serialises")),
     };
-    Shown { etag: format!("\"{}\"", hex::encode(&digest[..16])), body }
+    JobAnswer { etag: format!("\"{}\"", hex::encode(&digest[..16])), body }
 }
 
 /// Whether an `If-None-Match` header value names this tag.
@@ -198,12 +198,12 @@ pub(crate) async fn get_job(
 ) -> Result<Response, ApiError> {
     let wait = parse_wait(query.as_deref())?;
     let if_none_match = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let seen = |shown: &Shown| if_none_match.as_deref().is_some_and(|tags| matches_tag(tags, &shown.etag));
+    let seen = |shown: &JobAnswer| if_none_match.as_deref().is_some_and(|tags| matches_tag(tags, &shown.etag));
     // A long-poll waits until the job differs from what the client last saw
     // (its If-None-Match, or what it was when the request came), or ends.
     let baseline = OnceLock::new();
     let changed = |job: &Job| {
-        let shown = show(job);
+        let shown = answer_body(job);
         match &if_none_match {
             Some(_) => !seen(&shown),
             None => *baseline.get_or_init(|| shown.etag.clone()) != shown.etag,
@@ -219,7 +219,7 @@ pub(crate) async fn get_job(
         app.jobs.watch_job(&poll, id, changed).await
     };
     let job = app.jobs.with_waiting(job?).await;
-    let shown = show(&job);
+    let shown = answer_body(&job);
     let mut response = if seen(&shown) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {

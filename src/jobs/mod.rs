@@ -236,7 +236,7 @@ impl Jobs {
         refused: JobError,
         intent: JobIntent<'_>,
     ) -> Result<Keyed<Arc<Job>>, JobError> {
-        let Some(job) = self.store.find_job_by_key(owner, key).await?.map(|job| self.dated(job)) else {
+        let Some(job) = self.store.find_job_by_key(owner, key).await?.map(|job| self.with_task_rules(job)) else {
             return Err(refused);
         };
         let job = Arc::new(job);
@@ -252,7 +252,7 @@ impl Jobs {
             .join(&new.owner, &new.idempotency_key, || async {
                 match store.create_job(new).await {
                     Ok(CreateJob::Created(job)) => Trip::Created(job),
-                    Ok(CreateJob::Existing(job)) => Trip::Existing(self.dated(job)),
+                    Ok(CreateJob::Existing(job)) => Trip::Existing(self.with_task_rules(job)),
                     Err(error) => Trip::Failed(error),
                 }
             })
@@ -472,9 +472,9 @@ impl Jobs {
                 );
                 self.signals.job_changed(id);
                 self.signals.job_finished(id);
-                Ok(self.dated(job))
+                Ok(self.with_task_rules(job))
             }
-            Cancel::AlreadyCanceled(job) => Ok(self.dated(job)),
+            Cancel::AlreadyCanceled(job) => Ok(self.with_task_rules(job)),
             Cancel::Succeeded(_) => Err(JobError::JobSucceeded),
             Cancel::NotFound => Err(JobError::NotFound),
         }
@@ -499,11 +499,13 @@ impl Jobs {
 
     /// A job as the store has it, with when it expires.
     async fn read_job(&self, owner: &OwnerId, id: JobId) -> crate::store::Result<Option<Job>> {
-        Ok(self.store.get_job(owner, id).await?.map(|job| self.dated(job)))
+        Ok(self.store.get_job(owner, id).await?.map(|job| self.with_task_rules(job)))
     }
 
-    /// The job with its `expires_at`, under its task's retention.
-    fn dated(&self, mut job: Job) -> Job {
+    /// The job with what its task's rules say of it now: when it expires
+    /// (its retention) and which attempts are being canceled (its
+    /// `cancel_losers`).
+    fn with_task_rules(&self, mut job: Job) -> Job {
         job.expires_at = crate::domain::retention::expires_at(&job, self.catalog.retention_of(&job.task));
         let attempts = job.attempts.iter().map(|a| (a.number, a.state));
         job.canceling =

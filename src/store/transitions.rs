@@ -198,12 +198,12 @@ async fn settled_output(
             json!({ "job_state": JobState::Succeeded.as_str(), "attempt": attempt.number, "result": output,
                               "canceled": settled.canceled })
         };
-        tell(tx, owner, job_id, job, WebhookEventType::JobSucceeded, data).await?;
+        enqueue_webhook_message(tx, owner, job_id, job, WebhookEventType::JobSucceeded, data).await?;
         Ok(Transition::Won { canceled: settled.canceled })
     } else {
         let winner = job.winning_attempt;
         let data = || json!({ "job_state": job.state.as_str(), "attempt": attempt.number, "winner": winner });
-        tell(tx, owner, job_id, job, WebhookEventType::AttemptSuperseded, data).await?;
+        enqueue_webhook_message(tx, owner, job_id, job, WebhookEventType::AttemptSuperseded, data).await?;
         Ok(Transition::Lost { winner })
     }
 }
@@ -271,18 +271,18 @@ pub(super) async fn settle_without_output(
     let data = || json!({ "job_state": job_state.as_str(), "attempt": attempt.number, "error": error });
     match (to, &outcome) {
         (AttemptState::Unknown, _) => {
-            tell(&mut tx, owner, job_id, &job, WebhookEventType::AttemptUnknown, data).await?;
+            enqueue_webhook_message(&mut tx, owner, job_id, &job, WebhookEventType::AttemptUnknown, data).await?;
             if job_state == JobState::Unknown && job.state != JobState::Unknown {
-                tell(&mut tx, owner, job_id, &job, WebhookEventType::JobUnknown, data).await?;
+                enqueue_webhook_message(&mut tx, owner, job_id, &job, WebhookEventType::JobUnknown, data).await?;
             }
         }
         // The job failed, and nothing follows by itself.
         (AttemptState::Failed, Transition::Failed { next: None }) if job_state == JobState::Failed => {
-            tell(&mut tx, owner, job_id, &job, WebhookEventType::JobFailed, data).await?;
+            enqueue_webhook_message(&mut tx, owner, job_id, &job, WebhookEventType::JobFailed, data).await?;
         }
         // An unknown attempt the provider reports canceled, the job's last open one.
         (AttemptState::Canceled, _) if job_state == JobState::Failed && job.state != JobState::Failed => {
-            tell(&mut tx, owner, job_id, &job, WebhookEventType::JobFailed, data).await?;
+            enqueue_webhook_message(&mut tx, owner, job_id, &job, WebhookEventType::JobFailed, data).await?;
         }
         _ => {}
     }
@@ -462,7 +462,7 @@ pub(super) async fn cancel_job(store: &Store, owner: &OwnerId, id: JobId, rules:
         data["job_state"] = json!(JobState::Canceled.as_str());
         data
     };
-    tell(&mut tx, owner, id, &job, WebhookEventType::JobCanceled, data).await?;
+    enqueue_webhook_message(&mut tx, owner, id, &job, WebhookEventType::JobCanceled, data).await?;
     tx.commit().await?;
     let job = store.get_job(owner, id).await?.ok_or_else(|| corrupt("a canceled job vanished"))?;
     Ok(Cancel::Canceled(job))
@@ -474,7 +474,7 @@ pub(super) async fn cancel_job(store: &Store, owner: &OwnerId, id: JobId, rules:
 /// owner's endpoints subscribed to `event`, or nothing when none is. An
 /// owner without any subscription (as the job's lock read it) is written
 /// nothing, with no statement; `data` is made only when it is written.
-async fn tell(
+async fn enqueue_webhook_message(
     tx: &mut Tx,
     owner: &OwnerId,
     job_id: JobId,
