@@ -38,12 +38,6 @@ impl Default for Finishes {
     }
 }
 
-/// Why an output queued for a batch got no answer: the task settling its
-/// batch ended without one (nothing of it is acknowledged).
-fn interrupted() -> StoreError {
-    StoreError::Interrupted("the settlement of this output was interrupted")
-}
-
 impl Finishes {
     /// Settles `output` as `holder`'s for `attempt`, with `usage`, in the
     /// next batch: what [`Store::finish_attempt`] answers.
@@ -67,7 +61,10 @@ impl Finishes {
             let store = store.clone();
             async move { settle(&store, batch).await }
         };
-        self.0.submit(queued, answered, None, write).await.map_err(|_| interrupted())?
+        // No answer: the task settling its batch ended without one, and
+        // nothing of it is acknowledged.
+        let interrupted = |_| StoreError::Interrupted("the settlement of this output was interrupted");
+        self.0.submit(queued, answered, None, write).await.map_err(interrupted)?
     }
 }
 
