@@ -52,7 +52,7 @@ struct Queue<T> {
 
 impl<T> std::fmt::Debug for GroupCommit<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let queued = self.queued.lock().map_or(0, |queue| queue.items.len());
+        let queued = self.queued.lock_anyway().items.len();
         f.debug_struct("GroupCommit").field("queued", &queued).field("most", &self.most).finish_non_exhaustive()
     }
 }

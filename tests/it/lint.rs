@@ -144,7 +144,7 @@ fn words<'a>(text: &'a str, word: &'a str) -> impl Iterator<Item = usize> + 'a {
 pub(super) struct Function {
     pub(super) name: String,
     pub(super) at: usize,
-    open: usize,
+    pub(super) open: usize,
     pub(super) close: usize,
     attributes: Vec<String>,
 }

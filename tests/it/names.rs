@@ -18,7 +18,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use super::lint::{closing, lex};
+use super::lint::{closing, functions, lex};
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
@@ -29,21 +29,9 @@ fn bare(text: &str) -> String {
     lex(text).bare
 }
 
-/// The functions with a body in `code`: name and body.
+/// The functions with a body in `code` (already lexed): name and body.
 fn bodies(code: &str) -> Vec<(String, &str)> {
-    let mut found = Vec::new();
-    for (at, _) in code.match_indices("fn ") {
-        if at > 0 && code.as_bytes()[at - 1].is_ascii_alphanumeric() {
-            continue;
-        }
-        let name: String = code[at + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-        let Some(open) = code[at..].find(['{', ';']).map(|n| n + at) else { continue };
-        if name.is_empty() || code.as_bytes()[open] == b';' {
-            continue;
-        }
-        found.push((name, &code[open..=closing(code, open)]));
-    }
-    found
+    functions(&lex(code)).into_iter().map(|function| (function.name, &code[function.open..=function.close])).collect()
 }
 
 /// The names after each occurrence of `prefix` (`self.driver().`) that are
