@@ -406,9 +406,14 @@ fn follow_replication(store: &Store) -> (crate::state::ReplicationSlot, AbortOnD
 }
 
 /// Installs the metrics' recorder, starts folding its samples into their
-/// buckets, and sets the settings' series at zero.
+/// buckets, has the store's database failures counted, and sets the
+/// settings' series at zero.
 fn start_metrics(settings: &Settings) -> (metrics_exporter_prometheus::PrometheusHandle, AbortOnDrop) {
     let metrics = crate::process::metrics::install();
+    crate::store::report_database_failures_to(|failure| match failure {
+        crate::store::DatabaseFailure::StorageFull => crate::process::metrics::storage_full(),
+        crate::store::DatabaseFailure::Unreachable => crate::process::metrics::database_unavailable(),
+    });
     let upkeep = AbortOnDrop(tokio::spawn(crate::process::metrics::keep_up(metrics.clone())));
     crate::process::metrics::start_at_zero(settings);
     (metrics, upkeep)

@@ -11,6 +11,7 @@
 pub mod app;
 pub mod config;
 pub use onejob_domain as domain;
+pub mod failpoints;
 pub mod http;
 pub mod jobs;
 pub mod keys;

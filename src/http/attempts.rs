@@ -18,7 +18,7 @@ use super::error::ApiError;
 use super::extract::{AttemptPath, JobPath, Key, StrictJson, Trace};
 use super::respond::{REPLAYED, json_response};
 use crate::domain::{Attempt, JobId};
-use crate::jobs::Keyed;
+use crate::jobs::MadeOrFound;
 
 /// The routes of this resource.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -64,7 +64,7 @@ pub(crate) async fn create_attempt(
 
 /// 201 with a new attempt, or 200 with the attempt an earlier request with
 /// the same key added to this job (a replay).
-pub(crate) fn attempt_added(job_id: JobId, answer: &Keyed<Attempt>) -> Response {
+pub(crate) fn attempt_added(job_id: JobId, answer: &MadeOrFound<Attempt>) -> Response {
     let view = AttemptView { job_id, attempt: &answer.value };
     let location = ("location", format!("/jobs/{job_id}"));
     if answer.replayed {

@@ -26,7 +26,7 @@ use super::in_flight::Slot;
 use super::respond::{REPLAYED, json_response};
 use crate::domain::JobFilter;
 use crate::domain::{Job, JobId, JobState};
-use crate::jobs::Keyed;
+use crate::jobs::MadeOrFound;
 
 /// Listings hold at most this many jobs a page.
 const MAX_PAGE: u32 = 100;
@@ -45,7 +45,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 /// 201 with a new job, or 200 with the job an earlier request with the
 /// same key made (a replay).
-pub(crate) fn created_or_replayed(answer: &Keyed<Arc<Job>>) -> Response {
+pub(crate) fn created_or_replayed(answer: &MadeOrFound<Arc<Job>>) -> Response {
     let job = &answer.value;
     tracing::Span::current().record("job.id", tracing::field::display(job.id));
     let location = ("location", format!("/jobs/{}", job.id));

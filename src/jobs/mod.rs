@@ -33,7 +33,7 @@ use serde_json::Value;
 
 pub use error::JobError;
 pub use long_polls::{LongPoll, LongPolls};
-use replay::{Flight, Flights, SharedReads, TakenKeys, Trip};
+use replay::{InsertOutcome, SharedCreate, SharedCreates, SharedReads, TakenKeys};
 pub use resolution::{ResolveAnswer, ResolvedElsewhere};
 
 use crate::domain::{
@@ -68,7 +68,7 @@ pub struct JobRequest {
 
 /// A job as a request with its key made or found it.
 #[derive(Clone, Debug)]
-pub struct Keyed<T> {
+pub struct MadeOrFound<T> {
     /// The job or attempt.
     pub value: T,
     /// Whether an earlier request with the same key made it (a replay).
@@ -81,7 +81,7 @@ pub struct Jobs {
     catalog: Arc<Catalog>,
     signals: Arc<Signals>,
     taken_keys: TakenKeys,
-    flights: Flights,
+    creates: SharedCreates,
     reads: SharedReads,
     long_polls: LongPolls,
     intervals: Intervals,
@@ -125,7 +125,7 @@ impl Jobs {
             catalog,
             signals,
             taken_keys: TakenKeys::new(taken_keys),
-            flights: Flights::default(),
+            creates: SharedCreates::default(),
             reads: SharedReads::default(),
             long_polls: LongPolls::new(long_polls_per_owner),
             intervals,
@@ -148,7 +148,7 @@ impl Jobs {
     pub fn held(&self) -> Vec<(&'static str, usize)> {
         let mut held = vec![
             ("taken_keys", self.taken_keys.len()),
-            ("key_flights", self.flights.len()),
+            ("key_flights", self.creates.len()),
             ("shared_reads", self.reads.len()),
         ];
         held.extend(self.long_polls.held());
@@ -173,7 +173,7 @@ impl Jobs {
         key: IdempotencyKey,
         request: JobRequest,
         watch: bool,
-    ) -> Result<(Keyed<Arc<Job>>, Option<JobWatch<'_>>), JobError> {
+    ) -> Result<(MadeOrFound<Arc<Job>>, Option<JobWatch<'_>>), JobError> {
         let max_cost = request.max_cost.map(|m| m.to_string());
         let intent = |request| intent_of(request, max_cost.as_deref());
         if let Some(job) = self.replay_taken_key(&owner, &key, intent(&request)).await? {
@@ -202,8 +202,8 @@ impl Jobs {
             trace,
         };
         let watch = watch.then(|| self.signals.watch_job(new.id));
-        let flight = self.insert_once(&new).await;
-        self.answer_flight(flight, &new, named.as_deref(), max_cost.as_deref(), watch)
+        let shared = self.insert_once(&new).await;
+        self.answer_shared_create(shared, &new, named.as_deref(), max_cost.as_deref(), watch)
     }
 
     /// The replay of a key this process has seen taken: its holder never
@@ -215,7 +215,7 @@ impl Jobs {
         owner: &OwnerId,
         key: &IdempotencyKey,
         intent: JobIntent<'_>,
-    ) -> Result<Option<Keyed<Arc<Job>>>, JobError> {
+    ) -> Result<Option<MadeOrFound<Arc<Job>>>, JobError> {
         let Some(holder) = self.taken_keys.get(owner, key) else { return Ok(None) };
         if !intent.made(holder.fingerprint, &holder.provider) {
             return Err(key_reused(&holder.task, holder.job_id));
@@ -235,7 +235,7 @@ impl Jobs {
         key: &IdempotencyKey,
         refused: JobError,
         intent: JobIntent<'_>,
-    ) -> Result<Keyed<Arc<Job>>, JobError> {
+    ) -> Result<MadeOrFound<Arc<Job>>, JobError> {
         let Some(job) = self.store.find_job_by_key(owner, key).await?.map(|job| self.with_task_rules(job)) else {
             return Err(refused);
         };
@@ -246,14 +246,14 @@ impl Jobs {
 
     /// Inserts the `new` job, once for all the requests with its key in
     /// flight in this process (they share the answer).
-    async fn insert_once(&self, new: &NewJob) -> Flight<crate::store::StoreError> {
+    async fn insert_once(&self, new: &NewJob) -> SharedCreate<crate::store::StoreError> {
         let store = &self.store;
-        self.flights
-            .join(&new.owner, &new.idempotency_key, || async {
+        self.creates
+            .create_once(&new.owner, &new.idempotency_key, || async {
                 match store.create_job(new).await {
-                    Ok(CreateJob::Created(job)) => Trip::Created(job),
-                    Ok(CreateJob::Existing(job)) => Trip::Existing(self.with_task_rules(job)),
-                    Err(error) => Trip::Failed(error),
+                    Ok(CreateJob::Created(job)) => InsertOutcome::Created(job),
+                    Ok(CreateJob::Existing(job)) => InsertOutcome::Existing(self.with_task_rules(job)),
+                    Err(error) => InsertOutcome::Failed(error),
                 }
             })
             .await
@@ -262,28 +262,28 @@ impl Jobs {
     /// The answer to the insert of the `new` job (the request `named` its
     /// provider or not, its budget written `max_cost`): the job it created,
     /// with the `watch` on it, or the job its key holds.
-    fn answer_flight<'a>(
+    fn answer_shared_create<'a>(
         &self,
-        flight: Flight<crate::store::StoreError>,
+        shared: SharedCreate<crate::store::StoreError>,
         new: &NewJob,
         named: Option<&str>,
         max_cost: Option<&str>,
         watch: Option<JobWatch<'a>>,
-    ) -> Result<(Keyed<Arc<Job>>, Option<JobWatch<'a>>), JobError> {
-        match flight {
-            Flight::Created(job) => {
+    ) -> Result<(MadeOrFound<Arc<Job>>, Option<JobWatch<'a>>), JobError> {
+        match shared {
+            SharedCreate::Created(job) => {
                 self.taken_keys.remember(&new.idempotency_key, &job);
                 self.signals.work_available();
                 metrics::job_request(metrics::JOBS_CREATED, &job.task);
                 let watch = watch.filter(|_| job.id == new.id);
-                Ok((Keyed { value: job, replayed: false }, watch))
+                Ok((MadeOrFound { value: job, replayed: false }, watch))
             }
-            Flight::Taken(job) => {
+            SharedCreate::Taken(job) => {
                 self.taken_keys.remember(&new.idempotency_key, &job);
                 let intent = JobIntent { task: &new.task, input: &new.input, provider: named, max_cost };
                 answer_taken(intent, job).map(unwatched)
             }
-            Flight::Failed(error) => Err(error.into()),
+            SharedCreate::Failed(error) => Err(error.into()),
         }
     }
 
@@ -383,7 +383,7 @@ impl Jobs {
         key: IdempotencyKey,
         provider: Option<String>,
         trace: Option<crate::domain::TraceContext>,
-    ) -> Result<Keyed<Attempt>, JobError> {
+    ) -> Result<MadeOrFound<Attempt>, JobError> {
         if let Some(provider) = &provider
             && self.catalog.provider(provider).is_none()
         {
@@ -401,9 +401,9 @@ impl Jobs {
             Admission::Admitted(attempt) => {
                 self.signals.work_available();
                 self.signals.job_changed(job_id);
-                Ok(Keyed { value: attempt, replayed: false })
+                Ok(MadeOrFound { value: attempt, replayed: false })
             }
-            Admission::Replayed(attempt) => Ok(Keyed { value: attempt, replayed: true }),
+            Admission::Replayed(attempt) => Ok(MadeOrFound { value: attempt, replayed: true }),
             Admission::KeyReused(attempt) => Err(JobError::AttemptKeyReused { attempt: attempt.number }),
             Admission::Refused { refusal, reason } => Err(self.refuse(refusal, reason)),
             Admission::JobNotFound => Err(JobError::NotFound),
@@ -554,13 +554,13 @@ impl Jobs {
     }
 }
 
-fn unwatched<'a>(keyed: Keyed<Arc<Job>>) -> (Keyed<Arc<Job>>, Option<JobWatch<'a>>) {
+fn unwatched<'a>(keyed: MadeOrFound<Arc<Job>>) -> (MadeOrFound<Arc<Job>>, Option<JobWatch<'a>>) {
     (keyed, None)
 }
 
-fn replayed(job: Arc<Job>) -> Keyed<Arc<Job>> {
+fn replayed(job: Arc<Job>) -> MadeOrFound<Arc<Job>> {
     metrics::job_request(metrics::JOBS_REPLAYED, &job.task);
-    Keyed { value: job, replayed: true }
+    MadeOrFound { value: job, replayed: true }
 }
 
 /// The intent of `request`, whose budget is written `max_cost`.
@@ -570,7 +570,7 @@ fn intent_of<'a>(request: &'a JobRequest, max_cost: Option<&'a str>) -> JobInten
 
 /// The answer to a request whose key a job holds: a replay when the job was
 /// made for this intent, a reused key otherwise.
-fn answer_taken(intent: JobIntent<'_>, job: Arc<Job>) -> Result<Keyed<Arc<Job>>, JobError> {
+fn answer_taken(intent: JobIntent<'_>, job: Arc<Job>) -> Result<MadeOrFound<Arc<Job>>, JobError> {
     if intent.made(job.fingerprint, &job.provider) { Ok(replayed(job)) } else { Err(key_reused(&job.task, job.id)) }
 }
 

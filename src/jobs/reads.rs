@@ -3,24 +3,24 @@
 //! unknown attempts, the usage report, and whether the database is ready.
 //! Each job read here has its `expires_at` and `canceling`, as the API's.
 
-use super::Jobs;
+use super::{JobError, Jobs};
 use crate::domain::{Job, JobEvent, JobId, JobSummary, OwnerId};
-use crate::store::{self, JobFilter, OpenUnknown, OwnedJobSummary, UsageFilter, UsageRow};
+use crate::store::{JobFilter, OpenUnknown, OwnedJobSummary, UsageFilter, UsageRow};
 
 impl Jobs {
     /// `owner`'s jobs, newest first, as `filter` narrows them.
-    pub async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> store::Result<Vec<JobSummary>> {
-        self.store.list_jobs(owner, filter).await
+    pub async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>, JobError> {
+        Ok(self.store.list_jobs(owner, filter).await?)
     }
 
     /// One of `owner`'s jobs; with `any_owner` (an admin's dashboard), the
     /// job of that id whoever owns it.
-    pub async fn find_job(&self, owner: &OwnerId, id: JobId, any_owner: bool) -> store::Result<Option<Job>> {
+    pub async fn find_job(&self, owner: &OwnerId, id: JobId, any_owner: bool) -> Result<Option<Job>, JobError> {
         if let Some(job) = self.read_job(owner, id).await? {
             return Ok(Some(job));
         }
         if any_owner && let Some(owner) = self.store.find_job_owner(id).await? {
-            return self.read_job(&owner, id).await;
+            return Ok(self.read_job(&owner, id).await?);
         }
         Ok(None)
     }
@@ -32,9 +32,9 @@ impl Jobs {
     /// more: a page stops following such a job, and the events of its last
     /// changes (a loser canceled after the winner's settlement) may have
     /// been committed between the two reads.
-    pub async fn job_with_events(&self, owner: &OwnerId, id: JobId) -> store::Result<Option<(Job, Vec<JobEvent>)>> {
+    pub async fn job_with_events(&self, owner: &OwnerId, id: JobId) -> Result<Option<(Job, Vec<JobEvent>)>, JobError> {
         let events = self.store.list_events(owner, id).await?;
-        crate::process::failpoints::reached("job-with-events-between-reads");
+        crate::failpoints::reached("job-with-events-between-reads");
         let Some(job) = self.read_job(owner, id).await? else { return Ok(None) };
         if job.attempts.iter().all(|attempt| attempt.state.is_final()) {
             return Ok(Some((job, self.store.list_events(owner, id).await?)));
@@ -49,23 +49,27 @@ impl Jobs {
         owner: Option<&OwnerId>,
         key: Option<&str>,
         filter: &JobFilter,
-    ) -> store::Result<Vec<OwnedJobSummary>> {
-        self.store.browse_jobs(owner, key, filter).await
+    ) -> Result<Vec<OwnedJobSummary>, JobError> {
+        Ok(self.store.browse_jobs(owner, key, filter).await?)
     }
 
     /// The attempts whose outcome is unknown, of one owner or (`None`) of
     /// every owner, the longest unknown first, at most `limit`.
-    pub async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> store::Result<Vec<OpenUnknown>> {
-        self.store.list_unknown_attempts(owner, limit).await
+    pub async fn list_unknown_attempts(
+        &self,
+        owner: Option<&OwnerId>,
+        limit: u32,
+    ) -> Result<Vec<OpenUnknown>, JobError> {
+        Ok(self.store.list_unknown_attempts(owner, limit).await?)
     }
 
     /// `owner`'s attempts with recorded usage, for the usage report.
-    pub async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> store::Result<Vec<UsageRow>> {
-        self.store.list_usage(owner, filter).await
+    pub async fn list_usage(&self, owner: &OwnerId, filter: &UsageFilter) -> Result<Vec<UsageRow>, JobError> {
+        Ok(self.store.list_usage(owner, filter).await?)
     }
 
     /// Whether the database answers and has every migration.
-    pub async fn check_ready(&self) -> store::Result<()> {
-        self.store.check_ready().await
+    pub async fn check_ready(&self) -> Result<(), JobError> {
+        Ok(self.store.check_ready().await?)
     }
 }

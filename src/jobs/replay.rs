@@ -7,7 +7,7 @@
 //! job by its primary key instead of a refused insert and a read by key.
 //!
 //! Requests with the same key that arrive while one of them is at the
-//! database wait for that one ([`Flights`]): a storm of a thousand identical
+//! database wait for that one ([`SharedCreates`]): a storm of a thousand identical
 //! requests is one statement. A waiter answers from the job the first one
 //! created or found; its request overlapped that one, so the job as it was at
 //! that moment is a correct answer to it. If the first one fails, the next
@@ -122,12 +122,12 @@ impl TakenKeys {
 /// Requests with the same key at the database at once: the first goes, the
 /// others wait for its job.
 #[derive(Default)]
-pub struct Flights {
+pub struct SharedCreates {
     flying: Mutex<HashMap<Key, Arc<OnceCell<Arc<Job>>>>>,
 }
 
-/// How a request's turn went.
-pub enum Flight<E> {
+/// How a request's part in a shared create went.
+pub enum SharedCreate<E> {
     /// This request went to the database and created the job.
     Created(Arc<Job>),
     /// The job came from the database (this request found the key taken) or
@@ -137,8 +137,8 @@ pub enum Flight<E> {
     Failed(E),
 }
 
-/// What one trip to the database gave.
-pub enum Trip<E> {
+/// What the one insert of a shared create gave.
+pub enum InsertOutcome<E> {
     /// A new job.
     Created(Job),
     /// The job that already held the key.
@@ -147,36 +147,36 @@ pub enum Trip<E> {
     Failed(E),
 }
 
-impl Flights {
-    /// Runs `trip` unless a request with the same key is already at the
-    /// database, in which case its job is the answer. A failed trip lets the
-    /// next waiter make its own.
-    pub async fn join<E, F, Fut>(&self, owner: &OwnerId, key: &IdempotencyKey, trip: F) -> Flight<E>
+impl SharedCreates {
+    /// Runs `insert` unless a request with the same key is already at the
+    /// database, in which case its job is the answer. A failed insert lets
+    /// the next waiter make its own.
+    pub async fn create_once<E, F, Fut>(&self, owner: &OwnerId, key: &IdempotencyKey, insert: F) -> SharedCreate<E>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = Trip<E>>,
+        Fut: Future<Output = InsertOutcome<E>>,
     {
         let wanted = (owner.clone(), key.clone());
         let cell = {
             let mut flying = self.flying.lock_anyway();
             flying.entry(wanted.clone()).or_default().clone()
         };
-        // Landed, failed or given up (its request dropped), this flight is
-        // over for newcomers: they make a trip of their own (or find the
-        // key in `TakenKeys`).
-        let _aboard = Aboard { flying: &self.flying, wanted, cell: cell.clone() };
-        let mut outcome: Option<Flight<E>> = None;
+        // Done, failed or given up (its request dropped), this create is
+        // over for newcomers: they insert on their own (or find the key in
+        // `TakenKeys`).
+        let _guard = SharedCreateGuard { flying: &self.flying, wanted, cell: cell.clone() };
+        let mut outcome: Option<SharedCreate<E>> = None;
         let result = cell
             .get_or_try_init(|| async {
-                match trip().await {
-                    Trip::Created(job) => {
+                match insert().await {
+                    InsertOutcome::Created(job) => {
                         let job = Arc::new(job);
-                        outcome = Some(Flight::Created(job.clone()));
+                        outcome = Some(SharedCreate::Created(job.clone()));
                         Ok(job)
                     }
-                    Trip::Existing(job) => Ok(Arc::new(job)),
-                    Trip::Failed(error) => {
-                        outcome = Some(Flight::Failed(error));
+                    InsertOutcome::Existing(job) => Ok(Arc::new(job)),
+                    InsertOutcome::Failed(error) => {
+                        outcome = Some(SharedCreate::Failed(error));
                         Err(())
                     }
                 }
@@ -185,8 +185,8 @@ impl Flights {
             .cloned();
         match (outcome, result) {
             (Some(outcome), _) => outcome,
-            (None, Ok(job)) => Flight::Taken(job),
-            (None, Err(())) => unreachable!("a trip that failed left its error"),
+            (None, Ok(job)) => SharedCreate::Taken(job),
+            (None, Err(())) => unreachable!("an insert that failed left its error"),
         }
     }
 
@@ -201,15 +201,15 @@ impl Flights {
     }
 }
 
-/// A request's place on a flight: when it lands, fails or is dropped, the
-/// flight leaves the map (unless a newer one has taken its key).
-struct Aboard<'a> {
+/// A request's part in a shared create: when the create is done, failed or
+/// dropped, it leaves the map (unless a newer one has taken its key).
+struct SharedCreateGuard<'a> {
     flying: &'a Mutex<HashMap<Key, Arc<OnceCell<Arc<Job>>>>>,
     wanted: Key,
     cell: Arc<OnceCell<Arc<Job>>>,
 }
 
-impl Drop for Aboard<'_> {
+impl Drop for SharedCreateGuard<'_> {
     fn drop(&mut self) {
         let mut flying = self.flying.lock_anyway();
         if flying.get(&self.wanted).is_some_and(|current| Arc::ptr_eq(current, &self.cell)) {
@@ -228,16 +228,16 @@ struct JobReads {
 /// The reads of one job, shared by the requests that read it at once.
 type ReadsOfJob = Arc<tokio::sync::Mutex<JobReads>>;
 
-/// A request's place in a job's line of reads: when it leaves (its read
+/// A request's place in a job's line of shared reads: when it leaves (its read
 /// done, or its request dropped) and nobody else is in the line, the line
 /// is forgotten.
-struct InLine<'a> {
+struct SharedReadGuard<'a> {
     jobs: &'a Mutex<HashMap<(OwnerId, JobId), ReadsOfJob>>,
     wanted: (OwnerId, JobId),
     reads: ReadsOfJob,
 }
 
-impl Drop for InLine<'_> {
+impl Drop for SharedReadGuard<'_> {
     fn drop(&mut self) {
         let mut jobs = self.jobs.lock_anyway();
         // The map's and this one: nobody else holds this job's line.
@@ -268,8 +268,8 @@ impl SharedReads {
             let mut jobs = self.jobs.lock_anyway();
             jobs.entry(wanted.clone()).or_default().clone()
         };
-        let in_line = InLine { jobs: &self.jobs, wanted, reads };
-        let reads = &in_line.reads;
+        let guard = SharedReadGuard { jobs: &self.jobs, wanted, reads };
+        let reads = &guard.reads;
         // Reads are numbered in one sequence for all jobs, so a number taken
         // now is below that of any read that begins later.
         let arrived = self.began.load(std::sync::atomic::Ordering::SeqCst);
@@ -289,7 +289,7 @@ impl SharedReads {
                 }
             }
         };
-        drop(in_line);
+        drop(guard);
         answer
     }
 
@@ -355,7 +355,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_storm_of_one_key_shares_its_trips() {
-        let flights = Arc::new(Flights::default());
+        let flights = Arc::new(SharedCreates::default());
         let trips = Arc::new(AtomicUsize::new(0));
         let gate = Arc::new(tokio::sync::Barrier::new(100));
         let owner = OwnerId::parse("o").unwrap();
@@ -367,16 +367,16 @@ mod tests {
                 tokio::spawn(async move {
                     gate.wait().await;
                     let outcome = flights
-                        .join(&owner, &key, || async {
+                        .create_once(&owner, &key, || async {
                             trips.fetch_add(1, Ordering::SeqCst);
                             tokio::task::yield_now().await;
-                            Trip::<()>::Created(job("o", "k"))
+                            InsertOutcome::<()>::Created(job("o", "k"))
                         })
                         .await;
                     match outcome {
-                        Flight::Created(job) => (true, job.id),
-                        Flight::Taken(job) => (false, job.id),
-                        Flight::Failed(()) => panic!("no trip fails here"),
+                        SharedCreate::Created(job) => (true, job.id),
+                        SharedCreate::Taken(job) => (false, job.id),
+                        SharedCreate::Failed(()) => panic!("no trip fails here"),
                     }
                 })
             })
@@ -388,7 +388,7 @@ mod tests {
             created += usize::from(was_created);
             ids.insert(id);
         }
-        // Requests that came after the flight landed make their own trip (in
+        // Requests that came after the create was done make their own insert (in
         // the service, they find the key in `TakenKeys` first); each trip here
         // "creates", so count trips against creations.
         assert_eq!(created, trips.load(Ordering::SeqCst));
@@ -399,7 +399,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_trip_lets_the_next_waiter_go_itself() {
-        let flights = Arc::new(Flights::default());
+        let flights = Arc::new(SharedCreates::default());
         let owner = OwnerId::parse("o").unwrap();
         let key = self::key("k");
         let (release, wait) = tokio::sync::oneshot::channel::<()>();
@@ -407,9 +407,9 @@ mod tests {
             let (flights, owner, key) = (flights.clone(), owner.clone(), key.clone());
             tokio::spawn(async move {
                 flights
-                    .join(&owner, &key, || async move {
+                    .create_once(&owner, &key, || async move {
                         wait.await.ok();
-                        Trip::<&str>::Failed("database down")
+                        InsertOutcome::<&str>::Failed("database down")
                     })
                     .await
             })
@@ -419,14 +419,14 @@ mod tests {
         }
         let second = {
             let (flights, owner, key) = (flights.clone(), owner.clone(), key.clone());
-            tokio::spawn(
-                async move { flights.join(&owner, &key, || async { Trip::<&str>::Created(job("o", "k")) }).await },
-            )
+            tokio::spawn(async move {
+                flights.create_once(&owner, &key, || async { InsertOutcome::<&str>::Created(job("o", "k")) }).await
+            })
         };
         tokio::task::yield_now().await;
         release.send(()).unwrap();
-        assert!(matches!(first.await.unwrap(), Flight::Failed("database down")));
-        assert!(matches!(second.await.unwrap(), Flight::Created(_)), "the waiter went to the database itself");
+        assert!(matches!(first.await.unwrap(), SharedCreate::Failed("database down")));
+        assert!(matches!(second.await.unwrap(), SharedCreate::Created(_)), "the waiter went to the database itself");
         assert!(flights.is_empty());
     }
 
@@ -476,10 +476,10 @@ mod tests {
     /// behind.
     #[tokio::test]
     async fn a_request_dropped_midway_leaves_no_flight_and_no_line_of_reads() {
-        let (flights, reads) = (Flights::default(), SharedReads::default());
+        let (flights, reads) = (SharedCreates::default(), SharedReads::default());
         let owner = OwnerId::parse("o").unwrap();
         let k = key("k");
-        let stuck = flights.join(&owner, &k, std::future::pending::<Trip<()>>);
+        let stuck = flights.create_once(&owner, &k, std::future::pending::<InsertOutcome<()>>);
         assert!(tokio::time::timeout(std::time::Duration::from_millis(20), stuck).await.is_err());
         assert!(flights.is_empty(), "the dropped flight is gone");
         let id = job("o", "k").id;

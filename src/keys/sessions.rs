@@ -10,7 +10,7 @@ use chrono::TimeDelta;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::Identity;
+use super::{AuthError, Identity};
 use crate::store::{NewSession, Store, StoredSession};
 
 /// A session unused this long ends.
@@ -97,7 +97,7 @@ impl Sessions {
 
     /// Starts a session acting as `identity`'s key; returns the session's
     /// token, for the cookie. Sessions that ended are swept first.
-    pub async fn start(&self, identity: &Identity) -> crate::store::Result<String> {
+    pub async fn start(&self, identity: &Identity) -> Result<String, AuthError> {
         // The table holds operators' sessions only: sweeping it at sign-in
         // (as rare as operators) keeps it small without a timer.
         if let Err(error) = self.store.delete_expired_dashboard_sessions(IDLE).await {
@@ -116,7 +116,7 @@ impl Sessions {
 
     /// The live session of `token`, marked used when it is due; an ended
     /// one is deleted and is none.
-    pub async fn find(&self, token: &str) -> crate::store::Result<Option<Found>> {
+    pub async fn find(&self, token: &str) -> Result<Option<Found>, AuthError> {
         let hash = digest(token);
         let Some(stored) = self.store.find_dashboard_session(&hash).await? else { return Ok(None) };
         match standing(&stored) {
@@ -138,7 +138,7 @@ impl Sessions {
 
     /// Ends the session of `token` (signing out, or its key is no longer
     /// live), on every server.
-    pub async fn end(&self, token: &str) -> crate::store::Result<()> {
+    pub async fn end(&self, token: &str) -> Result<(), AuthError> {
         self.store.delete_dashboard_session(&digest(token)).await?;
         Ok(())
     }

@@ -69,7 +69,7 @@ pub(super) async fn schedule_next_attempt(
         return Ok(None);
     }
     let number = next_number(&attempts)?;
-    if crate::process::failpoints::fails_for("policy-before-next-attempt", &job_id.to_string()) {
+    if crate::failpoints::fails_for("policy-before-next-attempt", &job_id.to_string()) {
         return Err(corrupt("failpoint policy-before-next-attempt"));
     }
     let new = NewAttempt {

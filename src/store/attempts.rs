@@ -174,7 +174,7 @@ pub struct OpenUnknown {
 /// fences it (none for an operator's or the reconciler's), and the
 /// attempt's usage, recorded in the same transaction.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Settlement<'a> {
+pub struct SettleOptions<'a> {
     /// The worker holding the attempt's lease, when one settles it.
     pub holder: Option<&'a str>,
     /// What the attempt used and cost.
@@ -276,7 +276,7 @@ impl Store {
         holder: Option<&str>,
         usage: Option<&AttemptUsage>,
     ) -> Result<Transition> {
-        let settlement = Settlement { holder, usage };
+        let settlement = SettleOptions { holder, usage };
         transitions::settle_with_output(self, attempt, output, AttemptTransition::Finish, None, settlement).await
     }
 
@@ -307,7 +307,7 @@ impl Store {
             error,
             None,
             Some(rules),
-            Settlement { holder, usage },
+            SettleOptions { holder, usage },
         )
         .await
     }
@@ -330,7 +330,7 @@ impl Store {
             error,
             None,
             None,
-            Settlement { holder, usage },
+            SettleOptions { holder, usage },
         )
         .await
     }
@@ -352,7 +352,7 @@ impl Store {
             error,
             None,
             None,
-            Settlement { holder, usage },
+            SettleOptions { holder, usage },
         )
         .await
     }

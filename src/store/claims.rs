@@ -22,11 +22,12 @@ pub use crate::domain::limits::{Deferral, ProviderLimits};
 use crate::domain::{JobId, OwnerId};
 use crate::sync::LockAnyway;
 
-/// The providers a worker can call, and how long its claim on an attempt
-/// of each holds (the provider's deadline plus a margin). Only attempts on
-/// these providers are claimed.
+/// What a worker's claims go by: the providers it can call and how long
+/// its lease on an attempt of each holds (the provider's deadline plus a
+/// margin; only attempts on these providers are claimed), the limits the
+/// claims enforce, and where the worker is in its round of owners.
 #[derive(Clone, Debug)]
-pub struct Leases {
+pub struct ClaimRules {
     /// The lease of a provider missing from `by_provider` (none is claimed).
     pub default: Duration,
     /// Per provider name.
@@ -37,14 +38,14 @@ pub struct Leases {
     pub rotation: Rotation,
 }
 
-impl Leases {
-    /// Leases without limits, in a round of owners of their own.
+impl ClaimRules {
+    /// Rules without limits, in a round of owners of their own.
     pub fn new(default: Duration, by_provider: Vec<(String, Duration)>) -> Self {
         Self { default, by_provider, limits: ClaimLimits::default(), rotation: Rotation::default() }
     }
 
     /// The lease of an attempt on `provider`.
-    pub fn of(&self, provider: &str) -> Duration {
+    pub fn lease_of(&self, provider: &str) -> Duration {
         self.by_provider.iter().find(|(name, _)| name == provider).map_or(self.default, |(_, lease)| *lease)
     }
 }
@@ -145,9 +146,9 @@ impl Store {
     /// owners (each owner's oldest first) and within the owners' and
     /// providers' limits, each under its provider's lease; they become
     /// `running` (see the module [`crate::store::claims`]).
-    #[tracing::instrument(level = "debug", skip(self, leases))]
-    pub async fn claim_attempts(&self, worker: &str, max: u32, leases: &Leases) -> Result<Claimed> {
-        window::claim(self, worker, max, leases).await
+    #[tracing::instrument(level = "debug", skip(self, rules))]
+    pub async fn claim_attempts(&self, worker: &str, max: u32, rules: &ClaimRules) -> Result<Claimed> {
+        window::claim(self, worker, max, rules).await
     }
 
     /// Puts a running attempt its provider refused before any work back to

@@ -28,7 +28,7 @@ use crate::domain::{Attempt, AttemptState, IdempotencyKey, Job, JobEvent, JobId,
 pub(super) use claiming::by_kind;
 pub use claiming::{Candidate, PendingOwner, ProviderGate, RunningCounts};
 pub(super) use values::LockedAttemptRow;
-pub use values::{AttemptHolder, AttemptOutcome, LockedAttempt, LockedJob, OutputSettlement, Settled};
+pub use values::{AttemptHolder, AttemptOutcome, LockedAttempt, LockedJob, SettleWithOutput, SettledWithOutput};
 
 /// A write transaction of one backend. Postgres holds the job's row lock
 /// from [`DriverTx::lock_job`] to commit; SQLite holds its one write lock
@@ -115,12 +115,12 @@ pub trait DriverTx: Send {
     /// winner's pending siblings, and appends the event: `settlement.won`
     /// (with the canceled numbers added as `canceled`) or
     /// `settlement.lost`.
-    async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled>;
+    async fn settle_with_output(&mut self, settlement: &SettleWithOutput<'_>) -> Result<SettledWithOutput>;
 
     /// [`DriverTx::settle_with_output`] for the outputs of one
     /// owner's distinct jobs, each locked: the answers in the order given.
     /// Postgres settles them all in one statement; SQLite one by one.
-    async fn settle_outputs(&mut self, settlements: &[OutputSettlement<'_>]) -> Result<Vec<Settled>> {
+    async fn settle_outputs(&mut self, settlements: &[SettleWithOutput<'_>]) -> Result<Vec<SettledWithOutput>> {
         settle_each(self, settlements).await
     }
 
@@ -484,8 +484,8 @@ pub trait Driver: Send + Sync + 'static {
 /// one statement cannot hold them all).
 pub(super) async fn settle_each<T: DriverTx + ?Sized>(
     tx: &mut T,
-    settlements: &[OutputSettlement<'_>],
-) -> Result<Vec<Settled>> {
+    settlements: &[SettleWithOutput<'_>],
+) -> Result<Vec<SettledWithOutput>> {
     let mut settled = Vec::with_capacity(settlements.len());
     for settlement in settlements {
         settled.push(tx.settle_with_output(settlement).await?);

@@ -1,5 +1,34 @@
 //! The store's errors: what the database said, sorted into "try again
-//! later" and everything else.
+//! later" and everything else. The store reports a database it cannot use
+//! to whoever listens ([`report_database_failures_to`]); it counts nothing
+//! itself.
+
+use std::sync::OnceLock;
+
+/// A failure of the database itself, as the store reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DatabaseFailure {
+    /// The database's storage is full.
+    StorageFull,
+    /// The database cannot be used at all: it went away, refused a
+    /// connection, or none could be had in time (not a statement that lost
+    /// a race for a lock or ran out of time).
+    Unreachable,
+}
+
+static LISTENER: OnceLock<fn(DatabaseFailure)> = OnceLock::new();
+
+/// Has every [`DatabaseFailure`] of this process reported to `listener`
+/// (the first call sets it; later ones change nothing).
+pub fn report_database_failures_to(listener: fn(DatabaseFailure)) {
+    let _ = LISTENER.set(listener);
+}
+
+fn report(failure: DatabaseFailure) {
+    if let Some(listener) = LISTENER.get() {
+        listener(failure);
+    }
+}
 
 /// What a store call can fail with. Outcomes of the business (a lost race,
 /// a refused admission) are never errors: they are in the return types.
@@ -116,7 +145,7 @@ fn classify(error: sqlx::Error) -> StoreError {
     if let sqlx::Error::Database(db) = &error
         && matches!(db.code().as_deref(), Some("13" | "53100"))
     {
-        crate::process::metrics::storage_full();
+        report(DatabaseFailure::StorageFull);
         return StoreError::StorageFull(error);
     }
     let unavailable = match &error {
@@ -148,7 +177,7 @@ fn classify(error: sqlx::Error) -> StoreError {
         || matches!(&error, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_))
         || matches!(&error, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("53300" | "14")));
     if unreachable {
-        crate::process::metrics::database_unavailable();
+        report(DatabaseFailure::Unreachable);
     }
     StoreError::Unavailable(error)
 }

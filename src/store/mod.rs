@@ -44,12 +44,12 @@ pub mod webhooks;
 pub use crate::domain::rules::TaskRules;
 pub use admission::Hedged;
 pub use attempts::{
-    Admission, AttemptRef, ClaimedAttempt, NewAttempt, OpenUnknown, Resolution, Resolved, Scheduled, Settlement,
+    Admission, AttemptRef, ClaimedAttempt, NewAttempt, OpenUnknown, Resolution, Resolved, Scheduled, SettleOptions,
     Transition, UnknownAttempt, WaitingFacts,
 };
-pub use claims::Leases;
+pub use claims::ClaimRules;
 pub use driver::Driver;
-pub use error::{Result, StoreError};
+pub use error::{DatabaseFailure, Result, StoreError, report_database_failures_to};
 pub(crate) use error::{check_migrations, corrupt};
 pub use facade::{Gauges, Replication, Store};
 pub use groups::{GroupCommit, Unanswered};

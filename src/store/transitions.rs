@@ -19,12 +19,14 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::admission::{earlier_attempt, job_budget, next_number, read_qualification, schedule_next_attempt};
-use super::driver::{AttemptHolder, AttemptOutcome, LockedJob, OutputSettlement, Settled, Tx, update_job_state};
+use super::driver::{
+    AttemptHolder, AttemptOutcome, LockedJob, SettleWithOutput, SettledWithOutput, Tx, update_job_state,
+};
 use super::events::NewEvent;
 use super::usage::AttemptUsage;
 use super::webhooks::Outgoing;
 use super::{
-    Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Resolved, Result, Settlement, Store,
+    Admission, AttemptRef, Cancel, CreateJob, NewAttempt, NewJob, Resolution, Resolved, Result, SettleOptions, Store,
     TaskRules, Transition, corrupt,
 };
 use crate::domain::webhook::WebhookEventType;
@@ -113,9 +115,9 @@ pub(super) async fn settle_with_output(
     output: &Value,
     transition: AttemptTransition,
     resolved: Option<&Resolved<'_>>,
-    settlement: Settlement<'_>,
+    settlement: SettleOptions<'_>,
 ) -> Result<Transition> {
-    let Settlement { holder, usage } = settlement;
+    let SettleOptions { holder, usage } = settlement;
     let mut tx = store.begin().await?;
     let locked = match lock_fenced(&mut tx, attempt, holder).await? {
         Ok(locked) => locked,
@@ -125,15 +127,17 @@ pub(super) async fn settle_with_output(
     if let Transition::Stale(_) = outcome {
         return Ok(outcome);
     }
-    fail::fail_point!("settle-before-commit", |_| Err(corrupt("failpoint settle-before-commit")));
+    if crate::failpoints::fails("settle-before-commit") {
+        return Err(corrupt("failpoint settle-before-commit"));
+    }
     tx.commit().await?;
-    Ok(settled(attempt, outcome))
+    Ok(log_if_lost(attempt, outcome))
 }
 
 /// The settlement with an output of an attempt whose job is locked, as
 /// `locked` read them; writes nothing when the attempt cannot take it
 /// ([`Transition::Stale`]). The race's log line waits for the commit
-/// ([`settled`]).
+/// ([`log_if_lost`]).
 async fn settle_locked(
     tx: &mut Tx,
     attempt: &AttemptRef,
@@ -143,31 +147,31 @@ async fn settle_locked(
     usage: Option<&AttemptUsage>,
     locked: (LockedJob, AttemptState),
 ) -> Result<Transition> {
-    let (settlement, job) = match output_settlement(attempt, output, transition, resolved, usage, locked) {
+    let (settlement, job) = match settle_with_output_values(attempt, output, transition, resolved, usage, locked) {
         Ok(ready) => ready,
         Err(stale) => return Ok(stale),
     };
     let settled = tx.settle_with_output(&settlement).await?;
-    settled_output(tx, attempt, output, &job, settled).await
+    outcome_of_settle_with_output(tx, attempt, output, &job, settled).await
 }
 
 /// What the settlement with an output of an attempt whose job is locked
 /// writes, with its job; [`Transition::Stale`] when the attempt cannot take
 /// it (nothing is written then).
-fn output_settlement<'a>(
+fn settle_with_output_values<'a>(
     attempt: &'a AttemptRef,
     output: &'a Value,
     transition: AttemptTransition,
     resolved: Option<&Resolved<'_>>,
     usage: Option<&'a AttemptUsage>,
     (job, current): (LockedJob, AttemptState),
-) -> std::result::Result<(OutputSettlement<'a>, LockedJob), Transition> {
+) -> std::result::Result<(SettleWithOutput<'a>, LockedJob), Transition> {
     if !transition.from().contains(&current) {
         return Err(Transition::Stale(current));
     }
     let winner = job.winning_attempt;
     let (reason, resolved_by) = resolution_detail(resolved);
-    let settlement = OutputSettlement {
+    let settlement = SettleWithOutput {
         attempt,
         output,
         usage,
@@ -181,12 +185,12 @@ fn output_settlement<'a>(
 
 /// A written settlement's outcome: won (the webhooks told that the job
 /// succeeded) or lost (that the attempt was superseded).
-async fn settled_output(
+async fn outcome_of_settle_with_output(
     tx: &mut Tx,
     attempt: &AttemptRef,
     output: &Value,
     job: &LockedJob,
-    settled: Settled,
+    settled: SettledWithOutput,
 ) -> Result<Transition> {
     if settled.settled != 1 {
         // Cannot happen with the job locked; refuse to commit if it does.
@@ -209,7 +213,7 @@ async fn settled_output(
 }
 
 /// A committed settlement's outcome, with the one log line a lost race gets.
-fn settled(attempt: &AttemptRef, outcome: Transition) -> Transition {
+fn log_if_lost(attempt: &AttemptRef, outcome: Transition) -> Transition {
     if let Transition::Lost { winner } = outcome {
         log_race_lost(attempt, winner);
     }
@@ -231,9 +235,9 @@ pub(super) async fn settle_without_output(
     error: &AttemptError,
     resolved: Option<&Resolved<'_>>,
     rules: Option<&dyn TaskRules>,
-    settlement: Settlement<'_>,
+    settlement: SettleOptions<'_>,
 ) -> Result<Transition> {
-    let Settlement { holder, usage } = settlement;
+    let SettleOptions { holder, usage } = settlement;
     let &[to] = transition.to() else {
         return Err(corrupt(format!("{transition:?} does not settle without an output")));
     };
@@ -350,7 +354,7 @@ pub(super) async fn resolve_unknown(
                 output,
                 AttemptTransition::ResolveSucceeded,
                 Some(resolved),
-                Settlement::default(),
+                SettleOptions::default(),
             )
             .await
         }
@@ -364,7 +368,7 @@ pub(super) async fn resolve_unknown(
                 &error,
                 Some(resolved),
                 Some(rules),
-                Settlement::default(),
+                SettleOptions::default(),
             )
             .await
         }
@@ -422,7 +426,7 @@ pub(super) async fn expire_leases(store: &Store, max: u32) -> Result<Vec<Attempt
             &error,
             None,
             None,
-            Settlement::default(),
+            SettleOptions::default(),
         )
         .await?;
         if outcome == Transition::Applied {

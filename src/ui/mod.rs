@@ -224,8 +224,14 @@ impl From<ApiError> for PageError {
     }
 }
 
-impl From<crate::store::StoreError> for PageError {
-    fn from(error: crate::store::StoreError) -> Self {
+impl From<crate::keys::AuthError> for PageError {
+    fn from(error: crate::keys::AuthError) -> Self {
+        PageError::Api(error.into())
+    }
+}
+
+impl From<crate::jobs::JobError> for PageError {
+    fn from(error: crate::jobs::JobError) -> Self {
         PageError::Api(error.into())
     }
 }

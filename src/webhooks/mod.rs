@@ -142,7 +142,7 @@ impl Deliverer {
 
     /// Sends one delivery: the try to record.
     async fn deliver(&self, delivery: ClaimedDelivery) -> DeliveryTry {
-        if let Some(park) = crate::process::failpoints::parked_at("webhook-before-send") {
+        if let Some(park) = crate::failpoints::parked_at("webhook-before-send") {
             tokio::time::sleep(park).await;
         }
         let started = Instant::now();

@@ -82,7 +82,7 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
             return;
         }
         let estimate = progress.estimate;
-        if let Some(park) = crate::process::failpoints::parked_at("worker-before-record") {
+        if let Some(park) = crate::failpoints::parked_at("worker-before-record") {
             tokio::time::sleep(park).await;
         }
         let claim = Claim { worker: &worker.id, lease_end };
@@ -317,7 +317,7 @@ async fn call_counted(
     progress.estimate = Some(call.estimate(&prepared));
     progress.probe = call.pass_breaker().await?;
     call.reserve_tokens(prepared.prompt_tokens).await?;
-    if let Some(park) = crate::process::failpoints::parked_at("worker-before-send") {
+    if let Some(park) = crate::failpoints::parked_at("worker-before-send") {
         tokio::time::sleep(park).await;
     }
     let timeout = call.limit_to_lease(lease_end)?;

@@ -26,7 +26,7 @@ use tokio::task::JoinSet;
 use crate::config::{RetentionSettings, WebhookSettings, WorkerSettings};
 use crate::process::signals::Signals;
 use crate::provider::Providers;
-use crate::store::{Leases, Store};
+use crate::store::{ClaimRules, Store};
 use crate::task::catalog::Catalog;
 
 pub use purger::{Ending as PurgeEnding, Pace as PurgePace, purge_due, rules as purge_rules};
@@ -96,14 +96,14 @@ impl Worker {
         }
     }
 
-    fn leases(&self) -> Leases {
+    fn claim_rules(&self) -> ClaimRules {
         let margin = Duration::from_millis(self.settings.lease_margin_ms);
         let by_provider: Vec<(String, Duration)> =
             self.providers.iter().map(|(name, p)| (name.clone(), p.settings().timeout() + margin)).collect();
         let default = by_provider.iter().map(|(_, lease)| *lease).max().unwrap_or(margin);
         let providers = self.providers.iter().map(|(name, p)| (name.clone(), p.settings().limits()));
         let limits = crate::store::claims::ClaimLimits::new(self.settings.max_in_flight_per_owner, providers);
-        Leases { default, by_provider, limits, rotation: self.rotation.clone() }
+        ClaimRules { default, by_provider, limits, rotation: self.rotation.clone() }
     }
 
     /// Runs the claim loop, the reaper and the reconciler until `shutdown`
@@ -124,7 +124,7 @@ impl Worker {
     }
 
     async fn claim_loop(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let leases = self.leases();
+        let rules = self.claim_rules();
         let permits = Arc::new(Semaphore::new(self.settings.concurrency));
         let poll = Duration::from_millis(self.settings.poll_interval_ms);
         let mut in_flight = JoinSet::new();
@@ -143,7 +143,7 @@ impl Worker {
             // Each lease ends, by this process's monotonic clock, no later
             // than the database's: counted from before the claim was sent.
             let claim_sent = tokio::time::Instant::now();
-            match self.store.claim_attempts(&self.id, want, &leases).await {
+            match self.store.claim_attempts(&self.id, want, &rules).await {
                 Ok(claimed) if !claimed.attempts.is_empty() => {
                     count_claim(&claimed);
                     for claimed in claimed.attempts {
@@ -154,7 +154,7 @@ impl Worker {
                         let permit =
                             permits.clone().try_acquire_owned().expect("claimed no more than the free permits");
                         let worker = self.clone();
-                        let lease_end = claim_sent + leases.of(&claimed.provider);
+                        let lease_end = claim_sent + rules.lease_of(&claimed.provider);
                         in_flight.spawn(async move {
                             attempt::run(&worker, claimed, lease_end).await;
                             drop(permit);

@@ -11,7 +11,7 @@ use super::Worker;
 use crate::domain::{AttemptError, Usage, unapplied_output};
 use crate::process::metrics::{self, SettledAs};
 use crate::provider::{Completion, FailureClass, FailureKind, ProviderError};
-use crate::store::{self, AttemptRef, AttemptUsage, Settlement, Transition};
+use crate::store::{self, AttemptRef, AttemptUsage, SettleOptions, Transition};
 
 /// A worker's hold on the attempt it records: its settlements are fenced by
 /// it, and must land before the lease ends.
@@ -97,7 +97,7 @@ pub(super) async fn record_metered_outcome(
     let started = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(100);
     loop {
-        let settlement = Settlement { holder, usage: usage.as_ref() };
+        let settlement = SettleOptions { holder, usage: usage.as_ref() };
         match record_with_usage(worker, attempt, provider, &outcome, rejected.as_ref(), settlement).await {
             Ok(settled) => {
                 announce_settled(worker, attempt, provider, settled, usage.as_ref());
@@ -173,7 +173,7 @@ async fn record_with_usage(
     provider: &str,
     outcome: &Result<Completion, ProviderError>,
     rejected: Option<&Value>,
-    settlement: Settlement<'_>,
+    settlement: SettleOptions<'_>,
 ) -> store::Result<Option<SettledAs>> {
     let usage = settlement.usage;
     match record_once(worker, attempt, provider, outcome, rejected, settlement).await {
@@ -210,9 +210,9 @@ async fn finish(
     worker: &Worker,
     attempt: &AttemptRef,
     output: &Value,
-    settlement: Settlement<'_>,
+    settlement: SettleOptions<'_>,
 ) -> store::Result<Transition> {
-    let Settlement { holder, usage } = settlement;
+    let SettleOptions { holder, usage } = settlement;
     match holder {
         Some(holder) => worker.finishes.finish(&worker.store, attempt, output, holder, usage).await,
         None => worker.store.finish_attempt(attempt, output, None, usage).await,
@@ -228,16 +228,16 @@ async fn record_once(
     provider: &str,
     outcome: &Result<Completion, ProviderError>,
     rejected: Option<&Value>,
-    settlement: Settlement<'_>,
+    settlement: SettleOptions<'_>,
 ) -> store::Result<Option<SettledAs>> {
-    let Settlement { holder, usage } = settlement;
+    let SettleOptions { holder, usage } = settlement;
     let store = &worker.store;
     let mut settled = None;
     if let Some(rejected) = rejected {
         store.record_unapplied_output(attempt, rejected).await?;
     }
     match outcome {
-        Ok(completion) => match finish(worker, attempt, &completion.output, Settlement { holder, usage }).await? {
+        Ok(completion) => match finish(worker, attempt, &completion.output, SettleOptions { holder, usage }).await? {
             Transition::Won { canceled } => {
                 tracing::Span::current().record("attempt.state", "succeeded");
                 tracing::info!(?canceled, "attempt succeeded and won the job");

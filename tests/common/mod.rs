@@ -521,7 +521,7 @@ pub async fn claim_all(app: &TestApp) {
     let lease = std::time::Duration::from_secs(60);
     let by_provider =
         ["sim-fast", "sim-slow", "sim-hang", "sim-late", "sim-flaky", "sim-bad-json"].map(|p| (p.to_owned(), lease));
-    let leases = onejob::store::Leases::new(lease, by_provider.to_vec());
+    let leases = onejob::store::ClaimRules::new(lease, by_provider.to_vec());
     app.store().claim_attempts("test-worker", 100, &leases).await.unwrap();
 }
 

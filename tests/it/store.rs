@@ -13,7 +13,7 @@ use onejob::domain::{
     JobId, JobState, OwnerId,
 };
 use onejob::store::{
-    Admission, AttemptRef, Cancel, CreateJob, JobFilter, Leases, NewAttempt, NewJob, Resolution, Resolved, Store,
+    Admission, AttemptRef, Cancel, ClaimRules, CreateJob, JobFilter, NewAttempt, NewJob, Resolution, Resolved, Store,
     TaskRules, Transition,
 };
 use serde_json::json;
@@ -25,9 +25,9 @@ pub type Shared = Store;
 
 const LEASE: Duration = Duration::from_secs(60);
 
-fn leases() -> Leases {
+fn leases() -> ClaimRules {
     let by_provider = vec![("sim-fast".into(), LEASE), ("sim-slow".into(), LEASE), ("sim-hang".into(), Duration::ZERO)];
-    Leases::new(LEASE, by_provider)
+    ClaimRules::new(LEASE, by_provider)
 }
 
 pub struct Rules {

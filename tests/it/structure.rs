@@ -297,6 +297,36 @@ fn a_page_that_reads_the_store_is_found() {
     assert!(reaches_the_store("http::error", "use crate::store::StoreError;").is_none());
 }
 
+/// The paths into `process` that module `name` names.
+fn process_names(name: &str, text: &str) -> Vec<String> {
+    let at: Vec<String> = name.split("::").map(str::to_owned).collect();
+    paths(&code(text), &at).into_iter().filter(|path| path[0] == "process").map(|path| path.join("::")).collect()
+}
+
+#[test]
+fn the_store_reports_what_happened_and_the_process_counts_it() {
+    let modules = modules();
+    let named: Vec<String> = modules
+        .iter()
+        .filter(|(name, _)| is_within(name, "store"))
+        .flat_map(|(name, text)| process_names(name, text).into_iter().map(move |path| format!("{name}: {path}")))
+        .collect();
+    assert!(named.is_empty(), "the store naming the process: {named:?}");
+    assert_eq!(
+        process_names("store::error", "crate::process::metrics::storage_full();"),
+        ["process::metrics::storage_full"]
+    );
+    // Failpoints have one seam, `failpoints.rs`; only `main` sets them up.
+    let direct: Vec<&String> = modules
+        .iter()
+        .filter(|(name, text)| {
+            !matches!(name.as_str(), "failpoints" | "bin::onejob::main") && code(text).contains("fail::")
+        })
+        .map(|(name, _)| name)
+        .collect();
+    assert!(direct.is_empty(), "modules reaching `fail` past `failpoints`: {direct:?}");
+}
+
 #[test]
 fn no_source_file_is_longer_than_a_reader_can_hold() {
     let mut files = Vec::new();

@@ -26,14 +26,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::{Claimed, Leases, refilled};
+use super::{ClaimRules, Claimed, refilled};
 use crate::domain::limits::{Deferral, ProviderLimits};
 use crate::store::driver::{Candidate, PendingOwner, ProviderGate, RunningCounts, Tx};
 use crate::store::{ClaimedAttempt, Result, Store};
 
 /// Claims up to `want` due pending attempts for `worker`: see the module's
 /// documentation for how.
-pub(super) async fn claim(store: &Store, worker: &str, want: u32, leases: &Leases) -> Result<Claimed> {
+pub(super) async fn claim(store: &Store, worker: &str, want: u32, rules: &ClaimRules) -> Result<Claimed> {
     let mut claimed = Claimed::default();
     if want == 0 {
         return Ok(claimed);
@@ -42,7 +42,7 @@ pub(super) async fn claim(store: &Store, worker: &str, want: u32, leases: &Lease
     // on paused providers or on providers this worker does not call): the
     // next window is tried at once, up to a bound, rather than after a poll.
     for _ in 0..WINDOWS_PER_CLAIM {
-        let full = claim_window(store, worker, want, leases, &mut claimed).await?;
+        let full = claim_window(store, worker, want, rules, &mut claimed).await?;
         if !claimed.attempts.is_empty() || !full {
             break;
         }
@@ -55,25 +55,31 @@ const WINDOWS_PER_CLAIM: usize = 8;
 
 /// One claim over one window of owners, adding to `claimed`: whether the
 /// window was full (more owners may follow it).
-async fn claim_window(store: &Store, worker: &str, want: u32, leases: &Leases, claimed: &mut Claimed) -> Result<bool> {
-    let (owners, full) = window_of_owners(store, want, leases).await?;
+async fn claim_window(
+    store: &Store,
+    worker: &str,
+    want: u32,
+    rules: &ClaimRules,
+    claimed: &mut Claimed,
+) -> Result<bool> {
+    let (owners, full) = window_of_owners(store, want, rules).await?;
     if owners.is_empty() {
         return Ok(false);
     }
     let mut tx = store.begin().await?;
-    advance_rotation(leases, &owners, full);
+    advance_rotation(rules, &owners, full);
     let owner_limit = |owner: &PendingOwner| {
-        owner.max_in_flight.and_then(|n| u32::try_from(n).ok()).or(leases.limits.max_in_flight_per_owner)
+        owner.max_in_flight.and_then(|n| u32::try_from(n).ok()).or(rules.limits.max_in_flight_per_owner)
     };
-    let providers: Vec<String> = leases.by_provider.iter().map(|(name, _)| name.clone()).collect();
-    let running = count_running(&mut tx, &owners, &owner_limit, &providers, leases).await?;
+    let providers: Vec<String> = rules.by_provider.iter().map(|(name, _)| name.clone()).collect();
+    let running = count_running(&mut tx, &owners, &owner_limit, &providers, rules).await?;
     let gates: HashMap<String, ProviderGate> =
         tx.provider_gates(&providers).await?.into_iter().map(|gate| (gate.provider.clone(), gate)).collect();
-    let room = ProviderRoom::of(&providers, &gates, &running, leases, &mut claimed.deferred);
+    let room = ProviderRoom::of(&providers, &gates, &running, rules, &mut claimed.deferred);
     let caps = owner_caps(&owners, &owner_limit, &running, want, &mut claimed.deferred);
     let mut started = Vec::new();
     if !room.open.is_empty() && !caps.is_empty() {
-        started = start_candidates(&mut tx, worker, want, leases, &caps, room, &mut claimed.deferred).await?;
+        started = start_candidates(&mut tx, worker, want, rules, &caps, room, &mut claimed.deferred).await?;
     }
     tx.commit().await?;
     claimed.attempts.extend(started);
@@ -82,11 +88,11 @@ async fn claim_window(store: &Store, worker: &str, want: u32, leases: &Leases, c
 
 /// Up to `want` owners with pending work, after the last window's place
 /// (wrapping around to the start), and whether the window is full.
-async fn window_of_owners(store: &Store, want: u32, leases: &Leases) -> Result<(Vec<PendingOwner>, bool)> {
+async fn window_of_owners(store: &Store, want: u32, rules: &ClaimRules) -> Result<(Vec<PendingOwner>, bool)> {
     // Which owners have pending work is read before any transaction: an
     // idle claim is that one read, and takes no lock (SQLite's writer
     // included). What it read is a hint the locked statements check again.
-    let after = leases.rotation.get();
+    let after = rules.rotation.get();
     let mut owners = store.driver().pending_owners(&after, want).await?;
     if owners.len() < want as usize && !after.is_empty() {
         let left = want - u32::try_from(owners.len()).unwrap_or(want);
@@ -98,7 +104,7 @@ async fn window_of_owners(store: &Store, want: u32, leases: &Leases) -> Result<(
 }
 
 /// Where the next window starts.
-fn advance_rotation(leases: &Leases, owners: &[PendingOwner], full: bool) {
+fn advance_rotation(rules: &ClaimRules, owners: &[PendingOwner], full: bool) {
     // A full window (wrapped around or not) continues after its last owner;
     // a window that held every owner starts one owner later next time, so
     // that the first pick of a round goes to each owner in turn. (One owner
@@ -108,7 +114,7 @@ fn advance_rotation(leases: &Leases, owners: &[PendingOwner], full: bool) {
         1 => "",
         _ => owners[0].owner_id.as_str(),
     };
-    leases.rotation.set(next);
+    rules.rotation.set(next);
 }
 
 /// The running attempts of the window's limited owners and of the counted
@@ -119,14 +125,14 @@ async fn count_running(
     owners: &[PendingOwner],
     owner_limit: &impl Fn(&PendingOwner) -> Option<u32>,
     providers: &[String],
-    leases: &Leases,
+    rules: &ClaimRules,
 ) -> Result<RunningCounts> {
     let mut limited_owners: Vec<String> =
         owners.iter().filter(|owner| owner_limit(owner).is_some()).map(|owner| owner.owner_id.clone()).collect();
     limited_owners.sort();
     let counted: Vec<String> = providers
         .iter()
-        .filter(|name| leases.limits.providers.get(*name).is_some_and(ProviderLimits::counted))
+        .filter(|name| rules.limits.providers.get(*name).is_some_and(ProviderLimits::counted))
         .cloned()
         .collect();
     if limited_owners.is_empty() && counted.is_empty() {
@@ -155,7 +161,7 @@ impl<'a> ProviderRoom<'a> {
         providers: &'a [String],
         gates: &HashMap<String, ProviderGate>,
         running: &RunningCounts,
-        leases: &Leases,
+        rules: &ClaimRules,
         deferred: &mut HashMap<Deferral, u64>,
     ) -> Self {
         let mut room =
@@ -166,7 +172,7 @@ impl<'a> ProviderRoom<'a> {
                 *deferred.entry(Deferral::ProviderPaused).or_default() += 1;
                 continue;
             }
-            let own = leases.limits.providers.get(name).copied().unwrap_or_default();
+            let own = rules.limits.providers.get(name).copied().unwrap_or_default();
             let mut allows = None::<(u32, Deferral)>;
             if let Some(max) = own.max_concurrent {
                 let busy = running.by_provider.get(name).copied().unwrap_or(0);
@@ -228,7 +234,7 @@ async fn start_candidates(
     tx: &mut Tx,
     worker: &str,
     want: u32,
-    leases: &Leases,
+    rules: &ClaimRules,
     caps: &[(&str, u32)],
     mut room: ProviderRoom<'_>,
     deferred: &mut HashMap<Deferral, u64>,
@@ -241,7 +247,7 @@ async fn start_candidates(
     for name in short {
         *deferred.entry(room.binding[name.as_str()]).or_default() += 1;
     }
-    let started = start(tx, worker, picked, leases).await?;
+    let started = start(tx, worker, picked, rules).await?;
     for (name, level) in room.levels {
         let used = started.iter().filter(|c| c.provider == name).count();
         tx.put_requests(name, level - used as f64).await?;
@@ -250,7 +256,7 @@ async fn start_candidates(
 }
 
 /// Starts the picked attempts, owner by owner.
-async fn start(tx: &mut Tx, worker: &str, picked: Vec<Candidate>, leases: &Leases) -> Result<Vec<ClaimedAttempt>> {
+async fn start(tx: &mut Tx, worker: &str, picked: Vec<Candidate>, rules: &ClaimRules) -> Result<Vec<ClaimedAttempt>> {
     let mut by_owner: Vec<Vec<Candidate>> = Vec::new();
     for candidate in picked {
         match by_owner.iter_mut().find(|group| group[0].attempt.owner == candidate.attempt.owner) {
@@ -260,7 +266,7 @@ async fn start(tx: &mut Tx, worker: &str, picked: Vec<Candidate>, leases: &Lease
     }
     let mut claimed = Vec::new();
     for group in by_owner {
-        let lease_of: Vec<Duration> = group.iter().map(|c| leases.of(&c.provider)).collect();
+        let lease_of: Vec<Duration> = group.iter().map(|c| rules.lease_of(&c.provider)).collect();
         let until = tx.start_attempts(worker, &group, &lease_of).await?;
         for (candidate, lease_until) in group.into_iter().zip(until) {
             claimed.push(ClaimedAttempt {

@@ -71,7 +71,7 @@ impl AttemptHolder {
 
 /// An attempt to settle with an output.
 #[derive(Debug)]
-pub struct OutputSettlement<'a> {
+pub struct SettleWithOutput<'a> {
     /// Which attempt.
     pub attempt: &'a AttemptRef,
     /// Its output.
@@ -101,7 +101,7 @@ pub struct AttemptOutcome<'a> {
 
 /// What [`super::DriverTx::settle_with_output`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settled {
+pub struct SettledWithOutput {
     /// Whether the compare-and-swap took this attempt's output.
     pub won: bool,
     /// How many attempts were settled: 1, or the guard failed.

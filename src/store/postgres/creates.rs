@@ -8,14 +8,14 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::hot::HotConnections;
+use super::direct::DirectConnections;
 use super::sql::CREATE_JOBS;
 use crate::store::groups::{Creation, interrupted};
 use crate::store::{NewJob, Result, StoreError};
 
 /// Writes a group: each owner's creations by one statement, the owners'
 /// statements at once, and answers each creation.
-pub(super) async fn insert_jobs(hot: &HotConnections, group: Vec<Creation>) {
+pub(super) async fn insert_jobs(direct: &DirectConnections, group: Vec<Creation>) {
     let mut owners: Vec<Vec<Creation>> = Vec::new();
     for creation in group {
         match owners.iter_mut().find(|same| same[0].new.owner == creation.new.owner) {
@@ -23,15 +23,15 @@ pub(super) async fn insert_jobs(hot: &HotConnections, group: Vec<Creation>) {
             None => owners.push(vec![creation]),
         }
     }
-    futures_util::future::join_all(owners.into_iter().map(|same| insert_owners_jobs(hot, same))).await;
+    futures_util::future::join_all(owners.into_iter().map(|same| insert_owners_jobs(direct, same))).await;
 }
 
 /// Writes one owner's creations by one statement and answers each. If it
 /// fails, each is written alone, so that one bad request cannot fail the
 /// others.
-async fn insert_owners_jobs(hot: &HotConnections, same: Vec<Creation>) {
+async fn insert_owners_jobs(direct: &DirectConnections, same: Vec<Creation>) {
     let news: Vec<&NewJob> = same.iter().map(|creation| &creation.new).collect();
-    match create_jobs(hot, &news).await {
+    match create_jobs(direct, &news).await {
         Ok(inserted) => {
             for creation in same {
                 let answer = inserted.get(&creation.new.id.0).copied();
@@ -51,7 +51,7 @@ async fn insert_owners_jobs(hot: &HotConnections, same: Vec<Creation>) {
         Err(error) => {
             tracing::debug!(%error, size = same.len(), "a group of creations failed; writing them one by one");
             for creation in same {
-                let alone = create_jobs(hot, &[&creation.new]).await;
+                let alone = create_jobs(direct, &[&creation.new]).await;
                 let answer = alone.map(|inserted| inserted.get(&creation.new.id.0).copied());
                 creation.answer(answer);
             }
@@ -62,12 +62,12 @@ async fn insert_owners_jobs(hot: &HotConnections, same: Vec<Creation>) {
 /// Inserts one owner's jobs, each with its first attempt and its event,
 /// unless its key is taken (the unique constraint decides, I1), in one
 /// statement and one commit: the creation times of those inserted, by id.
-async fn create_jobs(hot: &HotConnections, news: &[&NewJob]) -> Result<HashMap<Uuid, DateTime<Utc>>> {
+async fn create_jobs(direct: &DirectConnections, news: &[&NewJob]) -> Result<HashMap<Uuid, DateTime<Utc>>> {
     let Some(first) = news.first() else { return Ok(HashMap::new()) };
     let column = |f: &dyn Fn(&NewJob) -> Option<String>| news.iter().map(|new| f(new)).collect::<Vec<_>>();
     let trace = |new: &NewJob| new.trace.as_ref().map(|t| t.traceparent.clone());
     let state = |new: &NewJob| new.trace.as_ref().and_then(|t| t.tracestate.clone());
-    let mut lease = hot.acquire().await?;
+    let mut lent = direct.acquire().await?;
     let rows: std::result::Result<Vec<(Uuid, DateTime<Utc>)>, _> = sqlx::query_as(CREATE_JOBS.as_str())
         .bind(first.owner.as_str())
         .bind(news.iter().map(|new| new.id.0).collect::<Vec<_>>())
@@ -81,8 +81,8 @@ async fn create_jobs(hot: &HotConnections, news: &[&NewJob]) -> Result<HashMap<U
         .bind(column(&trace))
         .bind(column(&state))
         .bind(news.iter().map(|new| new.first_attempt_provider()).collect::<Vec<_>>())
-        .fetch_all(lease.connection())
+        .fetch_all(lent.connection())
         .await;
-    lease.keep_after(&rows);
+    lent.keep_after(&rows);
     Ok(rows?.into_iter().collect())
 }

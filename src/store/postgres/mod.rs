@@ -36,7 +36,7 @@ use super::{
 use super::{NewSession, StoredSession};
 use crate::domain::{AttemptId, AttemptState, IdempotencyKey, Job, JobEvent, JobId, JobSummary, OwnerId};
 use crate::store::rows::BindAttempt;
-use hot::HotConnections;
+use direct::DirectConnections;
 use tx::PgTx;
 
 mod breakers;
@@ -44,7 +44,7 @@ mod catalogue;
 mod claims;
 mod connect;
 mod creates;
-mod hot;
+mod direct;
 mod keys;
 mod pooling;
 mod retention;
@@ -79,8 +79,8 @@ pub struct PostgresOptions {
 #[derive(Clone, Debug)]
 pub struct PostgresStore {
     pool: PgPool,
-    // The one-statement requests of the hot path (see `hot`).
-    hot: Arc<HotConnections>,
+    // The one-statement requests of the hot path (see `direct`).
+    direct: Arc<DirectConnections>,
     // The turn of writing a group of new jobs (see `creates`).
     creation_turns: Arc<tokio::sync::Semaphore>,
     // Where new connections go (see `connect`).
@@ -123,13 +123,14 @@ impl PostgresStore {
                 }
             })
             .connect_lazy_with(hosts.options());
-        let hot = HotConnections::new(hosts.clone(), session.clone(), options.max_connections, options.acquire_timeout);
+        let direct =
+            DirectConnections::new(hosts.clone(), session.clone(), options.max_connections, options.acquire_timeout);
         let watcher = (hosts.several())
             .then(|| tokio::spawn(connect::watch_hosts(hosts.clone(), pool.clone(), session)))
             .map(|task| Arc::new(AbortOnDrop(task)));
         Ok(Self {
             pool,
-            hot: Arc::new(hot),
+            direct: Arc::new(direct),
             creation_turns: Arc::new(tokio::sync::Semaphore::new(1)),
             hosts,
             _watcher: watcher,
@@ -140,7 +141,7 @@ impl PostgresStore {
     pub fn from_pool(pool: PgPool) -> Self {
         let options = pool.options();
         let hosts = Arc::new(connect::Hosts::one((*pool.connect_options()).clone()));
-        let hot = HotConnections::new(
+        let direct = DirectConnections::new(
             hosts.clone(),
             String::new(),
             options.get_max_connections(),
@@ -148,7 +149,7 @@ impl PostgresStore {
         );
         Self {
             pool,
-            hot: Arc::new(hot),
+            direct: Arc::new(direct),
             creation_turns: Arc::new(tokio::sync::Semaphore::new(1)),
             hosts,
             _watcher: None,
@@ -170,14 +171,14 @@ fn session_settings(options: &PostgresOptions) -> String {
 
 /// Reads the job a statement of `rows::select_job_where` selects (binds: the
 /// owner, then `key`), on a connection of the hot path.
-async fn fetch_job<'q, T>(hot: &HotConnections, sql: &'q str, owner: &'q OwnerId, key: T) -> Result<Option<Job>>
+async fn fetch_job<'q, T>(direct: &DirectConnections, sql: &'q str, owner: &'q OwnerId, key: T) -> Result<Option<Job>>
 where
     T: 'q + Send + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>,
 {
-    let mut lease = hot.acquire().await?;
+    let mut lent = direct.acquire().await?;
     let rows: std::result::Result<Vec<PgRow>, _> =
-        sqlx::query(sql).bind(owner.as_str()).bind(key).fetch_all(lease.connection()).await;
-    lease.keep_after(&rows);
+        sqlx::query(sql).bind(owner.as_str()).bind(key).fetch_all(lent.connection()).await;
+    lent.keep_after(&rows);
     job_from_rows(&rows?)
 }
 
@@ -192,13 +193,13 @@ impl Driver for PostgresStore {
     }
 
     fn creation_deadline(&self) -> Option<Duration> {
-        Some(self.hot.acquire_timeout())
+        Some(self.direct.acquire_timeout())
     }
 
     async fn insert_jobs(&self, group: Vec<Creation>) {
         // The hot path: one statement and one commit per owner for a group
         // of new keys.
-        creates::insert_jobs(&self.hot, group).await
+        creates::insert_jobs(&self.direct, group).await
     }
 
     async fn expired_leases(&self, max: u32) -> Result<Vec<AttemptRef>> {
@@ -241,11 +242,11 @@ impl Driver for PostgresStore {
 
     async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
         // One statement, so the job and its attempts come from one snapshot.
-        fetch_job(&self.hot, GET_JOB.as_str(), owner, id.0).await
+        fetch_job(&self.direct, GET_JOB.as_str(), owner, id.0).await
     }
 
     async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {
-        fetch_job(&self.hot, FIND_JOB_BY_KEY.as_str(), owner, key.as_str()).await
+        fetch_job(&self.direct, FIND_JOB_BY_KEY.as_str(), owner, key.as_str()).await
     }
 
     async fn list_jobs(&self, owner: &OwnerId, filter: &JobFilter) -> Result<Vec<JobSummary>> {
@@ -346,10 +347,10 @@ impl Driver for PostgresStore {
 
     async fn record_usage(&self, attempt: &AttemptRef, usage: &AttemptUsage) -> Result<bool> {
         // One statement per settled attempt: on the hot path's connections.
-        let mut lease = self.hot.acquire().await?;
+        let mut lent = self.direct.acquire().await?;
         let query = bind_counts(sqlx::query(sql::RECORD_USAGE).bind_attempt(attempt), Some(usage));
-        let changed = query.execute(lease.connection()).await;
-        lease.keep_after(&changed);
+        let changed = query.execute(lent.connection()).await;
+        lent.keep_after(&changed);
         Ok(changed?.rows_affected() == 1)
     }
 

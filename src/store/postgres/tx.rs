@@ -11,7 +11,9 @@ use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::super::driver::{AttemptOutcome, LockedAttempt, LockedAttemptRow, LockedJob, OutputSettlement, Settled};
+use super::super::driver::{
+    AttemptOutcome, LockedAttempt, LockedAttemptRow, LockedJob, SettleWithOutput, SettledWithOutput,
+};
 use super::super::events::NewEvent;
 use super::super::output::{OutputLock, OutputPiece};
 use super::super::purge::{PurgeRule, RollupKey, RollupTotals};
@@ -163,7 +165,7 @@ impl DriverTx for PgTx {
         Ok(bind_usage(query, outcome.usage).execute(&mut *self.tx).await?.rows_affected())
     }
 
-    async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
+    async fn settle_with_output(&mut self, settlement: &SettleWithOutput<'_>) -> Result<SettledWithOutput> {
         // One statement, under the job's lock: the compare-and-swap, the
         // attempt settled as won or superseded with its usage, the winner's pending
         // siblings canceled, and the event.
@@ -178,7 +180,7 @@ impl DriverTx for PgTx {
         settled_row(&row)
     }
 
-    async fn settle_outputs(&mut self, settlements: &[OutputSettlement<'_>]) -> Result<Vec<Settled>> {
+    async fn settle_outputs(&mut self, settlements: &[SettleWithOutput<'_>]) -> Result<Vec<SettledWithOutput>> {
         let Some(first) = settlements.first() else { return Ok(Vec::new()) };
         if settlements.iter().any(|s| s.attempt.owner != first.attempt.owner || s.from != first.from) {
             // One statement binds one owner and one list of states.
@@ -293,8 +295,8 @@ impl DriverTx for PgTx {
 
 /// A settlement's answer: whether it won, how many attempts it settled, the
 /// siblings it canceled.
-fn settled_row(row: &PgRow) -> Result<Settled> {
-    Ok(Settled {
+fn settled_row(row: &PgRow) -> Result<SettledWithOutput> {
+    Ok(SettledWithOutput {
         won: row.try_get("won")?,
         settled: row.try_get::<i64, _>("settled")?.try_into().map_err(corrupt)?,
         canceled: row.try_get("canceled")?,

@@ -9,7 +9,9 @@ use serde_json::{Value, json};
 use sqlx::types::Json;
 
 use super::super::driver::DriverTx;
-use super::super::driver::{AttemptOutcome, LockedAttempt, LockedAttemptRow, LockedJob, OutputSettlement, Settled};
+use super::super::driver::{
+    AttemptOutcome, LockedAttempt, LockedAttemptRow, LockedJob, SettleWithOutput, SettledWithOutput,
+};
 use super::super::events::NewEvent;
 use super::super::output::{OutputLock, OutputPiece};
 use super::super::purge::{PurgeRule, RollupKey, RollupTotals};
@@ -165,7 +167,7 @@ impl DriverTx for SqliteTx {
         Ok(bind_usage(query, outcome.usage).execute(&mut *self.tx).await?.rows_affected())
     }
 
-    async fn settle_with_output(&mut self, settlement: &OutputSettlement<'_>) -> Result<Settled> {
+    async fn settle_with_output(&mut self, settlement: &SettleWithOutput<'_>) -> Result<SettledWithOutput> {
         let (attempt, at) = (settlement.attempt, self.at);
         // The compare-and-swap: only a job that has not finished takes a winner.
         let won = sqlx::query(&sql::SETTLE_JOB)
@@ -197,7 +199,7 @@ impl DriverTx for SqliteTx {
         if settled == 1 {
             append_event(&mut self.tx, at, NewEvent::of_attempt(attempt, kind, detail)).await?;
         }
-        Ok(Settled { won, settled, canceled })
+        Ok(SettledWithOutput { won, settled, canceled })
     }
 
     async fn cancel_job_and_pending(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<i32>> {

@@ -4,11 +4,13 @@
 //! transitions settle one. On Postgres the batch's jobs are
 //! locked by one statement per owner and their outputs written by one.
 
-use super::{fence, output_settlement, settle_locked, settle_with_output, settled, settled_output};
+use super::{
+    fence, log_if_lost, outcome_of_settle_with_output, settle_locked, settle_with_output, settle_with_output_values,
+};
 use crate::domain::AttemptTransition;
 use crate::store::driver::{LockedAttempt, Tx};
 use crate::store::usage::AttemptUsage;
-use crate::store::{AttemptRef, Result, Settlement, Store, Transition};
+use crate::store::{AttemptRef, Result, SettleOptions, Store, Transition};
 use serde_json::Value;
 
 /// A worker's output for an attempt it holds, to settle with others in one
@@ -55,7 +57,7 @@ pub(in crate::store) async fn finish_attempts(store: &Store, finishes: &[Finish<
                 // Locked elsewhere, or missing: settled alone after the commit.
                 Some(None) => {}
                 Some(Some(locked)) => match fence(locked, holder).and_then(|locked| {
-                    output_settlement(attempt, output, AttemptTransition::Finish, None, usage, locked)
+                    settle_with_output_values(attempt, output, AttemptTransition::Finish, None, usage, locked)
                 }) {
                     Ok((settlement, job)) => {
                         ready.push(i);
@@ -73,7 +75,7 @@ pub(in crate::store) async fn finish_attempts(store: &Store, finishes: &[Finish<
             let settled = tx.settle_outputs(&settlements[range.clone()]).await?;
             for ((&i, job), settled) in owners.iter().zip(&jobs[range]).zip(settled) {
                 let Finish { attempt, output, .. } = finishes[i];
-                outcomes[i] = Some(settled_output(&mut tx, attempt, output, job, settled).await?);
+                outcomes[i] = Some(outcome_of_settle_with_output(&mut tx, attempt, output, job, settled).await?);
             }
         }
         // A later output for a job settled above: locked now, it reads that
@@ -88,7 +90,9 @@ pub(in crate::store) async fn finish_attempts(store: &Store, finishes: &[Finish<
                 Err(refused) => refused,
             });
         }
-        fail::fail_point!("settle-before-commit", |_| Err(super::corrupt("failpoint settle-before-commit")));
+        if crate::failpoints::fails("settle-before-commit") {
+            return Err(super::corrupt("failpoint settle-before-commit"));
+        }
         tx.commit().await?;
         Ok::<_, crate::store::StoreError>(outcomes)
     };
@@ -102,7 +106,7 @@ pub(in crate::store) async fn finish_attempts(store: &Store, finishes: &[Finish<
     let mut answers = Vec::with_capacity(finishes.len());
     for (&finish, outcome) in finishes.iter().zip(outcomes) {
         answers.push(match outcome {
-            Some(outcome) => Ok(settled(finish.attempt, outcome)),
+            Some(outcome) => Ok(log_if_lost(finish.attempt, outcome)),
             None => finish_alone(store, finish).await,
         });
     }
@@ -112,7 +116,7 @@ pub(in crate::store) async fn finish_attempts(store: &Store, finishes: &[Finish<
 /// Settles one output alone, in a transaction of its own.
 async fn finish_alone(store: &Store, finish: Finish<'_>) -> Result<Transition> {
     let Finish { attempt, output, holder, usage } = finish;
-    settle_with_output(store, attempt, output, AttemptTransition::Finish, None, Settlement { holder, usage }).await
+    settle_with_output(store, attempt, output, AttemptTransition::Finish, None, SettleOptions { holder, usage }).await
 }
 
 /// The locks of a batch's jobs, taken before any is settled, in `order`

@@ -13,7 +13,9 @@
 //! - `job-with-events-between-reads` (a callback, `fail::cfg_callback`): a
 //!   page's read of a job between its log and the job itself.
 //!
-//! Without the feature, none exists and each costs nothing.
+//! Without the feature, none exists and each costs nothing. Every layer
+//! reaches its failpoints through this module's functions, never through
+//! `fail` itself.
 
 use std::time::Duration;
 
@@ -28,6 +30,13 @@ pub fn parked_at(failpoint: &str) -> Option<Duration> {
 #[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
 pub fn reached(failpoint: &str) {
     fail::fail_point!(failpoint);
+}
+
+/// Whether `failpoint` is set (`return`): the caller then fails.
+#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
+pub fn fails(failpoint: &str) -> bool {
+    fail::fail_point!(failpoint, |_| true);
+    false
 }
 
 /// Whether `failpoint` is set to fail `subject` (`return(SUBJECT)`).

@@ -27,7 +27,7 @@ use crate::sync::LockAnyway;
 
 /// At most `max` connections, opened when first needed.
 #[derive(Debug)]
-pub struct HotConnections {
+pub struct DirectConnections {
     hosts: Arc<Hosts>,
     // Run on each new connection: the session's settings.
     session: String,
@@ -37,17 +37,17 @@ pub struct HotConnections {
     acquire_timeout: Duration,
 }
 
-/// A connection lent to one request. Dropped unless [`Lease::keep_after`]
+/// A connection lent to one request. Dropped unless [`Lent::keep_after`]
 /// marked it reusable, the connection is closed rather than reused.
-pub struct Lease<'a> {
-    set: &'a HotConnections,
+pub struct Lent<'a> {
+    set: &'a DirectConnections,
     connection: Option<PgConnection>,
     opened: Instant,
     _permit: SemaphorePermit<'a>,
     reusable: bool,
 }
 
-impl HotConnections {
+impl DirectConnections {
     /// A set of at most `max` connections to the writable one of `hosts`,
     /// each given the `session` settings first; a request waits
     /// `acquire_timeout` at most for one.
@@ -69,7 +69,7 @@ impl HotConnections {
     /// An idle connection, or a new one. Both the wait for a free slot and
     /// the connection attempt count against the acquire timeout; past it,
     /// the database is unavailable (503, retryable).
-    pub async fn acquire(&self) -> Result<Lease<'_>> {
+    pub async fn acquire(&self) -> Result<Lent<'_>> {
         let deadline = tokio::time::Instant::now() + self.acquire_timeout;
         let permit = tokio::time::timeout_at(deadline, self.permits.acquire())
             .await
@@ -86,7 +86,7 @@ impl HotConnections {
                 (opened, connection)
             }
         };
-        Ok(Lease { set: self, connection: Some(connection), opened, _permit: permit, reusable: false })
+        Ok(Lent { set: self, connection: Some(connection), opened, _permit: permit, reusable: false })
     }
 
     /// The most recently used idle connection that is not stale; stale ones
@@ -103,7 +103,7 @@ impl HotConnections {
     }
 }
 
-impl Lease<'_> {
+impl Lent<'_> {
     /// The connection.
     pub fn connection(&mut self) -> &mut PgConnection {
         self.connection.as_mut().expect("a lease holds its connection until dropped")
@@ -116,7 +116,7 @@ impl Lease<'_> {
     }
 }
 
-impl Drop for Lease<'_> {
+impl Drop for Lent<'_> {
     fn drop(&mut self) {
         if let (true, Some(connection)) = (self.reusable, self.connection.take())
             && !eviction::is_stale(self.opened)
