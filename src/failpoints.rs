@@ -21,27 +21,27 @@ use std::time::Duration;
 
 /// How long to park at `failpoint`, when it is set.
 #[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
-pub fn parked_at(failpoint: &str) -> Option<Duration> {
+pub(crate) fn parked_at(failpoint: &str) -> Option<Duration> {
     fail::fail_point!(failpoint, |ms| ms.and_then(|ms| ms.parse().ok()).map(Duration::from_millis));
     None
 }
 
 /// Runs the callback set at `failpoint`, if one is.
 #[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
-pub fn reached(failpoint: &str) {
+pub(crate) fn reached(failpoint: &str) {
     fail::fail_point!(failpoint);
 }
 
 /// Whether `failpoint` is set (`return`): the caller then fails.
 #[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
-pub fn fails(failpoint: &str) -> bool {
+pub(crate) fn fails(failpoint: &str) -> bool {
     fail::fail_point!(failpoint, |_| true);
     false
 }
 
 /// Whether `failpoint` is set to fail `subject` (`return(SUBJECT)`).
 #[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
-pub fn fails_for(failpoint: &str, subject: &str) -> bool {
+pub(crate) fn fails_for(failpoint: &str, subject: &str) -> bool {
     fail::fail_point!(failpoint, |aimed: Option<String>| aimed.as_deref() == Some(subject));
     false
 }

@@ -63,7 +63,7 @@ pub struct AppState {
 
 /// What the database last said of its replication, shared between the
 /// task that reads it every minute and `/readyz`.
-pub type ReplicationSlot = Arc<std::sync::Mutex<Option<crate::store::Replication>>>;
+pub(crate) type ReplicationSlot = Arc<std::sync::Mutex<Option<crate::store::Replication>>>;
 
 impl AppState {
     /// How many entries each in-memory structure that traffic fills holds

@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// mutex here guards plain data that each holder leaves whole between two
 /// statements (a map, a queue, a counter), so the value is still good to
 /// use; refusing it would turn one panic into one per later caller.
-pub trait LockAnyway<T> {
+pub(crate) trait LockAnyway<T> {
     /// The guard, poisoned or not.
     fn lock_anyway(&self) -> MutexGuard<'_, T>;
 }
@@ -22,7 +22,7 @@ impl<T> LockAnyway<T> for Mutex<T> {
 /// A spawned task that is aborted when this is dropped: a background loop
 /// that lives as long as what holds it.
 #[derive(Debug)]
-pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
+pub(crate) struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

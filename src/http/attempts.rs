@@ -21,7 +21,7 @@ use crate::domain::{Attempt, JobId};
 use crate::jobs::MadeOrFound;
 
 /// The routes of this resource.
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(create_attempt)).routes(routes!(resolve_attempt))
 }
 

@@ -16,7 +16,7 @@ use super::error::{ApiError, Problem, ProblemType};
 use super::serve::Peer;
 use crate::domain::OwnerId;
 use crate::keys::AuthError;
-pub use crate::keys::Identity;
+pub(crate) use crate::keys::Identity;
 use crate::state::AppState;
 
 /// The client's address: the connection's, or for a connection from a
@@ -101,7 +101,7 @@ pub(crate) fn check_rate(state: &AppState, identity: &Identity) -> Result<(), Ap
 
 /// The authenticated owner of a request, for routes any key may call: they
 /// reach that owner's resources only.
-pub struct Owner(pub OwnerId);
+pub(crate) struct Owner(pub OwnerId);
 
 impl FromRequestParts<AppState> for Owner {
     type Rejection = ApiError;
@@ -126,7 +126,7 @@ pub(crate) struct SessionOwner(pub(crate) Identity);
 /// The caller of a route any key may call, with its key: whose reach
 /// depends on the role (an operator resolves any owner's unknown attempt), or
 /// that holds something open for the key (a long-poll, an event stream).
-pub struct Caller(pub Identity);
+pub(crate) struct Caller(pub Identity);
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
@@ -142,7 +142,7 @@ impl FromRequestParts<AppState> for Caller {
 /// The caller of an admin route, an admin or an operator key, acting for
 /// its own owner (an operator, for any where the route says so); a client
 /// key gets 403 `forbidden`.
-pub struct Admin(pub Identity);
+pub(crate) struct Admin(pub Identity);
 
 impl FromRequestParts<AppState> for Admin {
     type Rejection = ApiError;
@@ -158,7 +158,7 @@ impl FromRequestParts<AppState> for Admin {
 
 /// The caller of an operator route (the installation's: providers and
 /// their qualifications); any other key gets 403 `forbidden`.
-pub struct Operator(pub Identity);
+pub(crate) struct Operator;
 
 impl FromRequestParts<AppState> for Operator {
     type Rejection = ApiError;
@@ -169,6 +169,6 @@ impl FromRequestParts<AppState> for Operator {
             let detail = format!("this route needs an operator key; this key's role is {}", identity.role);
             return Err(Problem::forbidden(&detail).into());
         }
-        Ok(Operator(identity))
+        Ok(Operator)
     }
 }

@@ -40,7 +40,7 @@ pub struct CreateJobBody {
 /// `POST /jobs/{id}/attempts` body (or no body at all).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateAttemptBody {
+pub(crate) struct CreateAttemptBody {
     /// A configured provider; the job's own when left out.
     pub provider: Option<String>,
 }
@@ -48,7 +48,7 @@ pub struct CreateAttemptBody {
 /// `POST /webhooks` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateWebhookBody {
+pub(crate) struct CreateWebhookBody {
     /// Where deliveries are posted: `https://` on a public address (hosts
     /// in `webhooks.allow_hosts` excepted).
     #[schema(min_length = 1, max_length = 2000)]
@@ -65,7 +65,7 @@ pub struct CreateWebhookBody {
 /// How an operator settles an unknown attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The provider did the work.
     Succeeded,
     /// It did not.
@@ -75,7 +75,7 @@ pub enum Outcome {
 /// `POST /jobs/{id}/attempts/{number}/resolve` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ResolveBody {
+pub(crate) struct ResolveBody {
     /// What became of the attempt.
     pub outcome: Outcome,
     /// The output, for `succeeded`; it must meet the task's output schema.
@@ -92,7 +92,7 @@ pub struct ResolveBody {
 /// `POST /providers/{name}/qualifications` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct QualifyBody {
+pub(crate) struct QualifyBody {
     /// The task whose contract the provider must meet.
     pub task: String,
 }
@@ -100,7 +100,7 @@ pub struct QualifyBody {
 /// `POST /providers/{name}/breaker` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct BreakerBody {
+pub(crate) struct BreakerBody {
     /// `open` (until closed by hand) or `closed`.
     pub state: BreakerBodyState,
     /// Why, for the providers' listing and the log.
@@ -111,7 +111,7 @@ pub struct BreakerBody {
 /// The states an operator may set a breaker to.
 #[derive(Clone, Copy, Debug, Deserialize, ToSchema, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
-pub enum BreakerBodyState {
+pub(crate) enum BreakerBodyState {
     /// Taken out of service until closed by hand.
     Open,
     /// In service.
@@ -195,7 +195,7 @@ fn parse_max_cost(text: &str) -> Result<Money, Problem> {
 impl ResolveBody {
     /// The resolution and its reason: a failed outcome has no output, a
     /// succeeded one needs one (an object), and a reason is not blank.
-    pub fn into_resolution(self) -> Result<(Resolution, String), Problem> {
+    pub(crate) fn into_resolution(self) -> Result<(Resolution, String), Problem> {
         let mut violations = Vec::new();
         if self.reason.trim().is_empty() {
             violations.push(Violation {
@@ -226,18 +226,8 @@ impl ResolveBody {
     }
 }
 
-/// Reads a `POST /jobs` body.
-pub fn parse_create_request(body: Value) -> Result<JobRequest, Problem> {
-    parse_body::<CreateJobBody>(body)?.try_into()
-}
-
-/// Reads a `POST /jobs/{id}/attempts` body: the provider, if it names one.
-pub fn parse_provider(body: Value) -> Result<Option<String>, Problem> {
-    Ok(parse_body::<CreateAttemptBody>(body)?.provider)
-}
-
 /// Reads a resolve body: the resolution and its reason.
-pub fn parse_resolution(body: Value) -> Result<(Resolution, String), Problem> {
+pub(crate) fn parse_resolution(body: Value) -> Result<(Resolution, String), Problem> {
     parse_body::<ResolveBody>(body)?.into_resolution()
 }
 
@@ -247,6 +237,16 @@ mod tests {
     use axum::http::StatusCode;
     use axum::response::IntoResponse;
     use serde_json::json;
+
+    /// Reads a `POST /jobs` body.
+    fn parse_create_request(body: Value) -> Result<JobRequest, Problem> {
+        parse_body::<CreateJobBody>(body)?.try_into()
+    }
+
+    /// Reads a `POST /jobs/{id}/attempts` body: the provider, if it names one.
+    fn parse_provider(body: Value) -> Result<Option<String>, Problem> {
+        Ok(parse_body::<CreateAttemptBody>(body)?.provider)
+    }
 
     #[test]
     fn create_requests_name_every_offending_field() {

@@ -28,10 +28,10 @@ use crate::jobs::{JobError, LongPoll};
 use crate::keys::Identity;
 
 /// How often an idle stream sends a comment.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The routes of this resource.
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(job_events))
 }
 

@@ -28,7 +28,7 @@ use crate::task::catalog::Violation;
 const DRAIN_LIMIT: usize = 16 * 1024 * 1024;
 
 /// The request's `Idempotency-Key`, or 400.
-pub fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, Problem> {
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, Problem> {
     let mut values = headers.get_all("idempotency-key").iter();
     let (Some(value), None) = (values.next(), values.next()) else {
         let missing = headers.get("idempotency-key").is_none();
@@ -68,7 +68,7 @@ fn too_large(limit: usize) -> Problem {
 
 /// Reads a JSON body of at most `limit` bytes. An empty body is `{}` when
 /// `empty_is_object`, whatever its content type.
-pub async fn read_json(
+pub(crate) async fn read_json(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
@@ -97,7 +97,7 @@ pub async fn read_json(
 
 /// JSON text of at most `limit` bytes, parsed strictly: how a body already
 /// read (or made, by the dashboard, from a form) is read.
-pub fn parse_json_text(bytes: &[u8], limit: usize) -> Result<Value, Problem> {
+pub(crate) fn parse_json_text(bytes: &[u8], limit: usize) -> Result<Value, Problem> {
     if bytes.len() > limit {
         return Err(too_large(limit));
     }
@@ -135,7 +135,7 @@ pub(crate) fn pointer_to(name: &str) -> String {
 
 /// The request's `Idempotency-Key`; a request without a valid one is
 /// answered 400.
-pub struct Key(pub IdempotencyKey);
+pub(crate) struct Key(pub IdempotencyKey);
 
 impl<S: Send + Sync> FromRequestParts<S> for Key {
     type Rejection = ApiError;
@@ -147,7 +147,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Key {
 
 /// The request's W3C trace context (`traceparent`, `tracestate`), when its
 /// `traceparent` is valid; never refuses a request.
-pub struct Trace(pub Option<crate::domain::TraceContext>);
+pub(crate) struct Trace(pub Option<crate::domain::TraceContext>);
 
 impl<S: Send + Sync> FromRequestParts<S> for Trace {
     type Rejection = std::convert::Infallible;
@@ -160,7 +160,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Trace {
 
 /// The job a path's `{id}` names; an id that cannot exist is answered 404,
 /// as absent as one that does not.
-pub struct JobPath(pub JobId);
+pub(crate) struct JobPath(pub JobId);
 
 impl<S: Send + Sync> FromRequestParts<S> for JobPath {
     type Rejection = Response;
@@ -175,7 +175,7 @@ impl<S: Send + Sync> FromRequestParts<S> for JobPath {
 }
 
 /// The attempt a path's `{id}` and `{number}` name, or 404.
-pub struct AttemptPath(pub JobId, pub i32);
+pub(crate) struct AttemptPath(pub JobId, pub i32);
 
 impl<S: Send + Sync> FromRequestParts<S> for AttemptPath {
     type Rejection = Response;
@@ -192,7 +192,7 @@ impl<S: Send + Sync> FromRequestParts<S> for AttemptPath {
 
 /// A request body of a declared shape: a serde type that also derives its
 /// schema. [`StrictJson`] reads it.
-pub trait JsonBody: DeserializeOwned + ToSchema + 'static {
+pub(crate) trait JsonBody: DeserializeOwned + ToSchema + 'static {
     /// Whether an empty body (no bytes at all) means `{}`, whatever its
     /// content type.
     const EMPTY_IS_OBJECT: bool = false;
@@ -210,7 +210,7 @@ pub trait JsonBody: DeserializeOwned + ToSchema + 'static {
 }
 
 /// `T`'s schema compiled into `cell` on first use.
-pub fn compiled<T: JsonBody>(cell: &'static OnceLock<jsonschema::Validator>) -> &'static jsonschema::Validator {
+pub(crate) fn compiled<T: JsonBody>(cell: &'static OnceLock<jsonschema::Validator>) -> &'static jsonschema::Validator {
     cell.get_or_init(|| jsonschema::draft202012::new(&schema_of::<T>()).expect("a body type's own schema compiles"))
 }
 
@@ -220,7 +220,7 @@ pub fn compiled<T: JsonBody>(cell: &'static OnceLock<jsonschema::Validator>) -> 
 /// schema, so that every violation (unknown members, missing or mistyped
 /// fields) is answered at once, each with its JSON pointer, before serde
 /// reads it.
-pub struct StrictJson<T>(pub T);
+pub(crate) struct StrictJson<T>(pub T);
 
 impl<T: JsonBody> FromRequest<AppState> for StrictJson<T> {
     type Rejection = ApiError;
@@ -233,7 +233,7 @@ impl<T: JsonBody> FromRequest<AppState> for StrictJson<T> {
 }
 
 /// Reads `value` as a `T`, or every way it breaks `T`'s schema.
-pub fn parse_body<T: JsonBody>(value: Value) -> Result<T, Problem> {
+pub(crate) fn parse_body<T: JsonBody>(value: Value) -> Result<T, Problem> {
     if !value.is_object() {
         return Err(Problem::invalid_field("", "the body must be a JSON object"));
     }

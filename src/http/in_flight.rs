@@ -22,11 +22,11 @@ use crate::sync::LockAnyway;
 
 /// The slots of one process.
 #[derive(Clone)]
-pub struct Slots(Arc<Semaphore>);
+pub(crate) struct Slots(Arc<Semaphore>);
 
 impl Slots {
     /// `count` slots (at least 1: the settings say so).
-    pub fn new(count: usize) -> Self {
+    pub(crate) fn new(count: usize) -> Self {
         Self(Arc::new(Semaphore::new(count)))
     }
 }
@@ -34,18 +34,18 @@ impl Slots {
 /// The slot a request holds, as its handler sees it: released when the
 /// request ends, or earlier by [`Slot::release`].
 #[derive(Clone, Default)]
-pub struct Slot(Arc<Mutex<Option<OwnedSemaphorePermit>>>);
+pub(crate) struct Slot(Arc<Mutex<Option<OwnedSemaphorePermit>>>);
 
 impl Slot {
     /// Gives the slot back before the request ends.
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         drop(self.0.lock_anyway().take());
     }
 }
 
 /// Serves a request in one of the slots, or answers 503 `unavailable` at
 /// once when none is free.
-pub async fn limit(State(slots): State<Slots>, mut request: Request, next: Next) -> Response {
+pub(crate) async fn limit(State(slots): State<Slots>, mut request: Request, next: Next) -> Response {
     let Ok(permit) = slots.0.try_acquire_owned() else {
         return Problem::unavailable()
             .detail("the server is at its limit of requests in flight; retry shortly")

@@ -33,10 +33,10 @@ const MAX_PAGE: u32 = 100;
 const DEFAULT_PAGE: u32 = 20;
 
 /// The longest a long-poll may wait, in seconds.
-pub const MAX_WAIT_SECS: u64 = 30;
+pub(crate) const MAX_WAIT_SECS: u64 = 30;
 
 /// The routes of this resource.
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(create_job, list_jobs))
         .routes(routes!(get_job, erase_job))

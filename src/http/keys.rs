@@ -15,7 +15,7 @@ use super::auth::Admin;
 use super::error::{ApiError, Problem};
 
 /// The routes of this resource.
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(revoke_key))
 }
 

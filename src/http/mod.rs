@@ -4,23 +4,23 @@
 //! [`crate::jobs`], keys, webhook endpoints, qualifications; never the
 //! store), and map its typed outcome to a response.
 
-pub mod attempts;
-pub mod auth;
-pub mod bodies;
+pub(crate) mod attempts;
+pub(crate) mod auth;
+pub(crate) mod bodies;
 pub mod error;
-pub mod events;
-pub mod extract;
-pub mod in_flight;
-pub mod jobs;
+pub(crate) mod events;
+pub(crate) mod extract;
+pub(crate) mod in_flight;
+pub(crate) mod jobs;
 pub mod json;
-pub mod keys;
+pub(crate) mod keys;
 pub mod openapi;
-pub mod output;
-pub mod providers;
-pub mod respond;
-pub mod serve;
-pub mod usage;
-pub mod webhooks;
+pub(crate) mod output;
+pub(crate) mod providers;
+pub(crate) mod respond;
+pub(crate) mod serve;
+pub(crate) mod usage;
+pub(crate) mod webhooks;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -19,7 +19,7 @@ use super::extract::JobPath;
 use super::in_flight::Slot;
 
 /// The routes of this resource.
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(job_output))
 }
 

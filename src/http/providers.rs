@@ -36,7 +36,7 @@ impl FromRequestParts<AppState> for ProviderPath {
 }
 
 /// The routes of this resource.
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_providers)).routes(routes!(run_qualification)).routes(routes!(set_breaker))
 }
 
@@ -46,7 +46,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         (status = 403, description = "forbidden: an operator route called with a client or admin key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
-pub(crate) async fn list_providers(State(app): State<AppState>, Operator(_): Operator) -> Result<Response, ApiError> {
+pub(crate) async fn list_providers(State(app): State<AppState>, _: Operator) -> Result<Response, ApiError> {
     Ok(json_response(StatusCode::OK, &providers_report(&app).await?, &[]))
 }
 
@@ -131,7 +131,7 @@ fn breaker_of(app: &AppState, provider: &str) -> Value {
     ))]
 pub(crate) async fn set_breaker(
     State(app): State<AppState>,
-    Operator(_): Operator,
+    _: Operator,
     ProviderPath(name): ProviderPath,
     StrictJson(body): StrictJson<BreakerBody>,
 ) -> Result<Response, ApiError> {
@@ -157,7 +157,7 @@ pub(crate) async fn set_breaker(
     ))]
 pub(crate) async fn run_qualification(
     State(app): State<AppState>,
-    Operator(_): Operator,
+    _: Operator,
     ProviderPath(name): ProviderPath,
     StrictJson(body): StrictJson<QualifyBody>,
 ) -> Result<Response, ApiError> {

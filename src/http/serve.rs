@@ -15,7 +15,7 @@ use tower::ServiceExt;
 
 /// The address of the connection a request came on, in its extensions.
 #[derive(Clone, Copy, Debug)]
-pub struct Peer(pub std::net::SocketAddr);
+pub(crate) struct Peer(pub std::net::SocketAddr);
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -23,7 +23,7 @@ use tokio::sync::watch;
 /// not fully read within `head_timeout` closes its connection. The listener
 /// is closed as soon as `shutdown` completes (a new connection is refused),
 /// then every connection finishes its request in flight.
-pub async fn serve(
+pub(crate) async fn serve(
     mut listener: TcpListener,
     router: Router,
     head_timeout: Duration,
@@ -37,7 +37,7 @@ pub async fn serve(
 
 /// As [`serve`], but leaves `listener` open for what serves next: a
 /// connection made meanwhile waits in its queue.
-pub async fn serve_for_now(
+pub(crate) async fn serve_for_now(
     listener: &mut TcpListener,
     router: Router,
     head_timeout: Duration,

@@ -24,19 +24,19 @@ use crate::domain::{AttemptState, Money};
 use crate::domain::{UsageFilter, UsageRow};
 
 /// The longest range one report covers, in days.
-pub const MAX_RANGE_DAYS: i64 = 366;
+pub(crate) const MAX_RANGE_DAYS: i64 = 366;
 /// The range of a report that names no `from`, in days before `to`.
 const DEFAULT_RANGE_DAYS: i64 = 30;
 
 /// The routes of this resource.
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(usage_report))
 }
 
 /// What the report's groups are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum GroupBy {
+pub(crate) enum GroupBy {
     /// The attempt's provider.
     #[default]
     Provider,
@@ -49,7 +49,7 @@ pub enum GroupBy {
 /// Tokens and cost of some attempts. Amounts are exact decimal strings by
 /// currency; `total = winner + waste`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct UsageTotals {
+pub(crate) struct UsageTotals {
     /// Attempts counted.
     pub attempts: u64,
     /// Their prompt tokens.
@@ -99,7 +99,7 @@ impl UsageTotals {
 
 /// One group of the report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct UsageGroup {
+pub(crate) struct UsageGroup {
     /// The provider, task, or day (`YYYY-MM-DD`).
     pub key: String,
     /// Its totals.
@@ -109,7 +109,7 @@ pub struct UsageGroup {
 
 /// `GET /usage`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct UsageReport {
+pub(crate) struct UsageReport {
     /// Attempts created from this time on…
     pub from: DateTime<Utc>,
     /// …and before this one.
@@ -123,7 +123,7 @@ pub struct UsageReport {
 }
 
 /// Sums attempts into a report.
-pub fn build_report(filter: &UsageFilter, group_by: GroupBy, rows: &[UsageRow]) -> UsageReport {
+pub(crate) fn build_report(filter: &UsageFilter, group_by: GroupBy, rows: &[UsageRow]) -> UsageReport {
     let mut total = UsageTotals::default();
     let mut groups: BTreeMap<String, UsageTotals> = BTreeMap::new();
     for row in rows {

@@ -28,7 +28,7 @@ use crate::webhooks::{ROTATION_OVERLAP, address};
 const MAX_DELIVERIES: u32 = 100;
 
 /// The routes of this resource.
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(create_webhook, list_webhooks))
         .routes(routes!(delete_webhook))

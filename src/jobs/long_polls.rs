@@ -49,7 +49,7 @@ impl Ends {
 }
 
 /// The places for long-polls of every owner.
-pub struct LongPolls {
+pub(crate) struct LongPolls {
     per_owner: usize,
     open: Open,
     ends: Arc<watch::Sender<Ends>>,
@@ -57,19 +57,19 @@ pub struct LongPolls {
 
 impl LongPolls {
     /// Places for `per_owner` long-polls of each owner at once.
-    pub fn new(per_owner: usize) -> Self {
+    pub(crate) fn new(per_owner: usize) -> Self {
         Self { per_owner, open: Open::default(), ends: Arc::new(watch::Sender::new(Ends::default())) }
     }
 
     /// Ends every long-poll open now or opened from now on: the server is
     /// stopping, and must not wait for clients that would hold it open.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.ends.send_modify(|ends| ends.stopping = true);
     }
 
     /// Ends the long-polls `key` opened before now: it was revoked or
     /// changed.
-    pub fn end_key(&self, key: Uuid) {
+    pub(crate) fn end_key(&self, key: Uuid) {
         // A key holding nothing open has nothing to end: it is not recorded.
         let held = lock(&self.open);
         if held.keys.contains_key(&key) {
@@ -79,7 +79,7 @@ impl LongPolls {
 
     /// What this holds now: owners and keys with long-polls open, and keys
     /// whose changes are recorded for them.
-    pub fn held(&self) -> [(&'static str, usize); 3] {
+    pub(crate) fn held(&self) -> [(&'static str, usize); 3] {
         let open = lock(&self.open);
         let changed = self.ends.borrow().key_changes.len();
         [
@@ -90,14 +90,14 @@ impl LongPolls {
     }
 
     /// The most long-polls one owner may hold at once.
-    pub fn per_owner(&self) -> usize {
+    pub(crate) fn per_owner(&self) -> usize {
         self.per_owner
     }
 
     /// A place for one of `owner`'s long-polls opened with `key` (none for
     /// a caller without one), waiting up to `wait`; none when the owner
     /// holds as many as it may.
-    pub fn open(&self, owner: &OwnerId, key: Option<Uuid>, wait: Duration) -> Option<LongPoll> {
+    pub(crate) fn open(&self, owner: &OwnerId, key: Option<Uuid>, wait: Duration) -> Option<LongPoll> {
         let mut open = lock(&self.open);
         let held = open.owners.get(owner).copied().unwrap_or(0);
         if held >= self.per_owner {

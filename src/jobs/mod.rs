@@ -18,12 +18,12 @@
 //!   those places too (`events`).
 
 mod error;
-pub mod events;
-pub mod long_polls;
-pub mod output;
+pub(crate) mod events;
+pub(crate) mod long_polls;
+pub(crate) mod output;
 mod reads;
-pub mod replay;
-pub mod resolution;
+pub(crate) mod replay;
+pub(crate) mod resolution;
 mod waits;
 
 use std::sync::Arc;
@@ -31,10 +31,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-pub use error::JobError;
-pub use long_polls::{LongPoll, LongPolls};
+pub(crate) use error::JobError;
+pub(crate) use long_polls::{LongPoll, LongPolls};
 use replay::{InsertOutcome, SharedCreate, SharedCreates, SharedReads, TakenKeys};
-pub use resolution::{ResolveAnswer, ResolvedElsewhere};
+pub(crate) use resolution::{ResolveAnswer, ResolvedElsewhere};
 
 use crate::domain::{
     AdmissionRefusal, Attempt, AttemptId, AttemptOrigin, Fingerprint, IdempotencyKey, Job, JobId, JobIntent, Money,
@@ -93,7 +93,7 @@ pub struct Jobs {
 /// before it answers with the attempt `running`: one answer instead of two
 /// for an attempt that settles within it, and the claim told at most this
 /// much later for one that does not.
-pub const CLAIM_GRACE: Duration = Duration::from_millis(100);
+pub(crate) const CLAIM_GRACE: Duration = Duration::from_millis(100);
 
 /// How often waiters reread the database for changes made by other
 /// processes (their own process's changes wake them at once).

@@ -154,7 +154,7 @@ fn end_state(job: &Job, limits: AttemptLimits) -> bool {
 /// do not put together the result (another attempt won, or the winner was
 /// settled other than by its own stream: reconciled, resolved); or its
 /// `error`.
-pub fn end_of(job: &Job, pieces: &[OutputPiece]) -> Vec<ShownOutput> {
+pub(crate) fn end_of(job: &Job, pieces: &[OutputPiece]) -> Vec<ShownOutput> {
     let mut id = pieces.last().map_or(0, |piece| piece.seq);
     let mut next = |kind: &'static str, data: Value| {
         id += 1;

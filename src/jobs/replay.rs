@@ -35,7 +35,7 @@ type Key = (OwnerId, IdempotencyKey);
 
 /// Who holds a key that is taken.
 #[derive(Clone, Debug)]
-pub struct Holder {
+pub(crate) struct Holder {
     /// The job that holds it.
     pub job_id: JobId,
     /// That job's fingerprint.
@@ -50,19 +50,19 @@ pub struct Holder {
 /// Keys known to be taken, bounded: two generations of at most half the
 /// capacity each; when the young one is full it becomes the old one and the
 /// old one is dropped, so recently used keys stay.
-pub struct TakenKeys {
+pub(crate) struct TakenKeys {
     capacity: usize,
     generations: Mutex<(HashMap<Key, Holder>, HashMap<Key, Holder>)>,
 }
 
 impl TakenKeys {
     /// A cache of at most `capacity` keys.
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self { capacity: (capacity / 2).max(1), generations: Mutex::new((HashMap::new(), HashMap::new())) }
     }
 
     /// Who holds `key`, if this process has seen it taken.
-    pub fn get(&self, owner: &OwnerId, key: &IdempotencyKey) -> Option<Holder> {
+    pub(crate) fn get(&self, owner: &OwnerId, key: &IdempotencyKey) -> Option<Holder> {
         let mut generations = self.generations.lock_anyway();
         // A borrowed lookup needs the tuple itself; the clone is two short strings.
         let wanted = (owner.clone(), key.clone());
@@ -75,7 +75,7 @@ impl TakenKeys {
     }
 
     /// Remembers that `job` holds `key`.
-    pub fn remember(&self, key: &IdempotencyKey, job: &Job) {
+    pub(crate) fn remember(&self, key: &IdempotencyKey, job: &Job) {
         let key = (job.owner.clone(), key.clone());
         let holder = Holder {
             job_id: job.id,
@@ -88,7 +88,7 @@ impl TakenKeys {
     }
 
     /// Forgets `key` (its job could not be read back).
-    pub fn forget(&self, owner: &OwnerId, key: &IdempotencyKey) {
+    pub(crate) fn forget(&self, owner: &OwnerId, key: &IdempotencyKey) {
         let wanted = (owner.clone(), key.clone());
         let mut generations = self.generations.lock_anyway();
         generations.0.remove(&wanted);
@@ -96,14 +96,9 @@ impl TakenKeys {
     }
 
     /// Keys remembered now, in both generations.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         let generations = self.generations.lock_anyway();
         generations.0.len() + generations.1.len()
-    }
-
-    /// Whether no key is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     fn insert_young(
@@ -122,12 +117,12 @@ impl TakenKeys {
 /// Requests with the same key at the database at once: the first goes, the
 /// others wait for its job.
 #[derive(Default)]
-pub struct SharedCreates {
+pub(crate) struct SharedCreates {
     flying: Mutex<HashMap<Key, Arc<OnceCell<Arc<Job>>>>>,
 }
 
 /// How a request's part in a shared create went.
-pub enum SharedCreate<E> {
+pub(crate) enum SharedCreate<E> {
     /// This request went to the database and created the job.
     Created(Arc<Job>),
     /// The job came from the database (this request found the key taken) or
@@ -138,7 +133,7 @@ pub enum SharedCreate<E> {
 }
 
 /// What the one insert of a shared create gave.
-pub enum InsertOutcome<E> {
+pub(crate) enum InsertOutcome<E> {
     /// A new job.
     Created(Job),
     /// The job that already held the key.
@@ -151,7 +146,12 @@ impl SharedCreates {
     /// Runs `insert` unless a request with the same key is already at the
     /// database, in which case its job is the answer. A failed insert lets
     /// the next waiter make its own.
-    pub async fn create_once<E, F, Fut>(&self, owner: &OwnerId, key: &IdempotencyKey, insert: F) -> SharedCreate<E>
+    pub(crate) async fn create_once<E, F, Fut>(
+        &self,
+        owner: &OwnerId,
+        key: &IdempotencyKey,
+        insert: F,
+    ) -> SharedCreate<E>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = InsertOutcome<E>>,
@@ -191,12 +191,13 @@ impl SharedCreates {
     }
 
     /// Keys at the database now (for tests and gauges).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.flying.lock_anyway().len()
     }
 
+    #[cfg(test)]
     /// Whether no key is at the database now.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
@@ -249,7 +250,7 @@ impl Drop for SharedReadGuard<'_> {
 
 /// Reads of one job by many requests at once, shared.
 #[derive(Default)]
-pub struct SharedReads {
+pub(crate) struct SharedReads {
     jobs: Mutex<HashMap<(OwnerId, JobId), ReadsOfJob>>,
     began: std::sync::atomic::AtomicU64,
 }
@@ -258,7 +259,7 @@ impl SharedReads {
     /// The job as a read that began after this call found it: the read of
     /// the request ahead in line if it began after this one arrived, or a
     /// read of this request's own (`read`).
-    pub async fn read<E, F, Fut>(&self, owner: &OwnerId, id: JobId, read: F) -> Result<Option<Arc<Job>>, E>
+    pub(crate) async fn read<E, F, Fut>(&self, owner: &OwnerId, id: JobId, read: F) -> Result<Option<Arc<Job>>, E>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Option<Job>, E>>,
@@ -294,12 +295,13 @@ impl SharedReads {
     }
 
     /// Jobs being read now (for tests).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.jobs.lock_anyway().len()
     }
 
+    #[cfg(test)]
     /// Whether no job is being read now.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -4,7 +4,7 @@
 
 mod authenticator;
 mod failures;
-pub mod sessions;
+pub(crate) mod sessions;
 
 pub use authenticator::{AuthError, Authenticator, Identity};
 pub use failures::AuthFailures;

@@ -35,7 +35,7 @@ pub struct Found {
 
 /// Where a stored session stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Standing {
+pub(crate) enum Standing {
     /// Live; `mark` when it is due to be marked used.
     Live {
         /// It was last marked used longer than [`REFRESH`] ago.
@@ -46,7 +46,7 @@ pub enum Standing {
 }
 
 /// Where `session` stands at the database's clock as read with it.
-pub fn standing(session: &StoredSession) -> Standing {
+pub(crate) fn standing(session: &StoredSession) -> Standing {
     let since_seen = session.now - session.last_seen_at;
     if session.now >= session.expires_at || since_seen >= delta(IDLE) {
         Standing::Ended

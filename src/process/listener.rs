@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 const LISTEN_BACKLOG: u32 = 4096;
 
 /// A listener on `addr` with a queue of [`LISTEN_BACKLOG`] connections.
-pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+pub(crate) fn bind(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
     // As `TcpListener::bind` does: a restarted server can bind at once.
     #[cfg(unix)]

@@ -2,8 +2,8 @@
 //! their [`labels`]), its [`listener`]s, the in-process [`signals`]
 //! (wake-ups) and its [`telemetry`] (logs and traces).
 
-pub mod labels;
-pub mod listener;
+pub(crate) mod labels;
+pub(crate) mod listener;
 pub mod metrics;
-pub mod signals;
+pub(crate) mod signals;
 pub mod telemetry;

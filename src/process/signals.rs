@@ -92,7 +92,7 @@ pub struct JobWatch<'a> {
 }
 
 /// A notice of a job's next change, listening from when it was taken.
-pub type Change<'a> = std::pin::Pin<Box<Notified<'a>>>;
+pub(crate) type Change<'a> = std::pin::Pin<Box<Notified<'a>>>;
 
 fn listening(notify: &Notify) -> Change<'_> {
     let mut notified = Box::pin(notify.notified());

@@ -11,7 +11,7 @@ const MAX_MESSAGE: usize = 500;
 
 /// A task's name as a schema's name: a-z, A-Z, 0-9, `_` and `-`, at most
 /// 64 of them (other characters become `_`).
-pub fn schema_name(task: &str) -> String {
+pub(crate) fn schema_name(task: &str) -> String {
     let name: String = task
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
@@ -21,25 +21,25 @@ pub fn schema_name(task: &str) -> String {
 }
 
 /// The model refused to answer; another model may not.
-pub fn refused(refusal: &str) -> ProviderError {
+pub(crate) fn refused(refusal: &str) -> ProviderError {
     let message = truncate(format!("the model refused to answer: {refusal}"));
     ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::Refusal, None, message)
 }
 
 /// The answer was cut off at the provider's token limit.
-pub fn truncated_output() -> ProviderError {
+pub(crate) fn truncated_output() -> ProviderError {
     let message = "the answer was cut off at the token limit (max_output_tokens) before it was complete";
     ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::OutputTruncated, None, message)
 }
 
 /// The provider withheld the answer by its content filter.
-pub fn content_filtered() -> ProviderError {
+pub(crate) fn content_filtered() -> ProviderError {
     let message = "the provider's content filter withheld the answer";
     ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::ContentFiltered, None, message)
 }
 
 /// At most 500 bytes of a message, cut at a character boundary.
-pub fn truncate(mut text: String) -> String {
+pub(crate) fn truncate(mut text: String) -> String {
     if text.len() > MAX_MESSAGE {
         let mut end = MAX_MESSAGE;
         while !text.is_char_boundary(end) {
@@ -52,7 +52,7 @@ pub fn truncate(mut text: String) -> String {
 }
 
 /// Parses the assistant message's content as the output.
-pub fn parse_content(content: &str) -> Result<Completion, ProviderError> {
+pub(crate) fn parse_content(content: &str) -> Result<Completion, ProviderError> {
     match serde_json::from_str::<Value>(content) {
         Ok(output) => Ok(Completion { output, usage: None, provider_request_id: None }),
         Err(error) => {
@@ -65,7 +65,7 @@ pub fn parse_content(content: &str) -> Result<Completion, ProviderError> {
 }
 
 /// Adds the usage of a charged answer to its error.
-pub fn with_usage(mut error: ProviderError, usage: Option<crate::domain::Usage>) -> ProviderError {
+pub(crate) fn with_usage(mut error: ProviderError, usage: Option<crate::domain::Usage>) -> ProviderError {
     if usage.is_some() {
         error.facts.usage = usage;
     }

@@ -51,11 +51,11 @@ use crate::config::ProviderSettings;
 use crate::domain::Usage;
 
 /// The API version every request names.
-pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// Whether an output schema goes as a forced tool: a tool's input is an
 /// object, so only an object schema can (another is asked for as text).
-pub fn is_forced_tool(schema: &Value) -> bool {
+pub(crate) fn is_forced_tool(schema: &Value) -> bool {
     schema["type"] == "object"
 }
 
@@ -199,7 +199,7 @@ impl MessagesProvider {
 
 /// What a status from the Messages API means: its 529 (`overloaded_error`)
 /// is retryable, as 429 and 500 are; the rest as any provider's.
-pub fn classify(status: u16) -> FailureClass {
+pub(crate) fn classify(status: u16) -> FailureClass {
     match status {
         529 => FailureClass::Definitive { retryable: true },
         _ => classify_status(status),
@@ -221,7 +221,7 @@ fn error_message(body: &[u8]) -> String {
 /// The `usage` of a message: input and output tokens, both present and
 /// non-negative, or nothing. The prompt's tokens are all of its input:
 /// those Anthropic counts apart as written to or read from its cache too.
-pub fn parse_usage(message: &Value) -> Option<Usage> {
+pub(crate) fn parse_usage(message: &Value) -> Option<Usage> {
     let usage = message.get("usage")?;
     let tokens = |name: &str| usage.get(name)?.as_i64().filter(|n| *n >= 0);
     let (written, read) =
@@ -237,7 +237,7 @@ pub fn parse_usage(message: &Value) -> Option<Usage> {
 
 /// Reads a message down to its output: the forced tool's input, or the
 /// text parsed as JSON; or to the failure its stop reason means.
-pub fn parse_message(body: &[u8], tool: Option<&str>) -> Result<Completion, ProviderError> {
+pub(crate) fn parse_message(body: &[u8], tool: Option<&str>) -> Result<Completion, ProviderError> {
     let bad = |message: String| {
         ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::BadResponse, None, message)
     };

@@ -42,7 +42,7 @@ const CL100K_PATTERN: &str = concat!(
 );
 
 /// o200k_base, its index built on first use.
-pub static O200K_BASE: LazyLock<Encoding> = LazyLock::new(|| {
+pub(super) static O200K_BASE: LazyLock<Encoding> = LazyLock::new(|| {
     Encoding::new(
         include_bytes!(concat!(env!("OUT_DIR"), "/o200k_base.bytes")),
         include_bytes!(concat!(env!("OUT_DIR"), "/o200k_base.offsets")),
@@ -51,7 +51,7 @@ pub static O200K_BASE: LazyLock<Encoding> = LazyLock::new(|| {
 });
 
 /// cl100k_base, its index built on first use.
-pub static CL100K_BASE: LazyLock<Encoding> = LazyLock::new(|| {
+pub(super) static CL100K_BASE: LazyLock<Encoding> = LazyLock::new(|| {
     Encoding::new(
         include_bytes!(concat!(env!("OUT_DIR"), "/cl100k_base.bytes")),
         include_bytes!(concat!(env!("OUT_DIR"), "/cl100k_base.offsets")),
@@ -86,7 +86,7 @@ thread_local! {
 }
 
 /// One byte-pair encoding: its vocabulary, its index and its pattern.
-pub struct Encoding {
+pub(super) struct Encoding {
     /// The tokens' bytes, one after another in rank order.
     bytes: &'static [u8],
     /// Where token `r` starts, as the little-endian `u32` at `4 * r`; one
@@ -128,7 +128,7 @@ impl Encoding {
     /// Tokens in `text`. Should the pattern fail on a text (its lookahead
     /// has a backtracking limit), the text's length in bytes, which no
     /// count can exceed, answers instead.
-    pub fn count(&self, text: &str) -> usize {
+    pub(super) fn count(&self, text: &str) -> usize {
         let mut tokens = 0;
         for piece in self.pattern.find_iter(text) {
             let Ok(piece) = piece else { return text.len() };

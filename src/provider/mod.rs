@@ -11,14 +11,14 @@
 //! hands to its caller (a worker stores it on the attempt before anything
 //! else) and then asks the provider about until the response is done.
 
-pub mod answer;
-pub mod anthropic;
+pub(crate) mod answer;
+pub(crate) mod anthropic;
 mod bpe;
 mod failure;
 mod message_stream;
-pub mod openai;
+pub(crate) mod openai;
 mod response_stream;
-pub mod responses;
+pub(crate) mod responses;
 pub mod sim;
 mod stream;
 pub mod tokens;

@@ -28,7 +28,7 @@ use crate::config::{MaxTokensField, ProviderApi, ProviderSettings};
 /// The largest answer read from a provider, in bytes: about a million
 /// tokens of output, far more than any `max_output_tokens` allows. A larger
 /// answer is not buffered; reading stops at this size.
-pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 
 /// How much of an error answer is read (only its message is kept).
 pub(super) const MAX_ERROR_BYTES: usize = 64 * 1024;
@@ -164,7 +164,7 @@ pub(super) fn transport_error(error: reqwest::Error) -> ProviderError {
 /// The `usage` object of a chat completion: prompt and completion tokens,
 /// both present and non-negative, or nothing; with the prompt tokens
 /// served from OpenAI's prompt cache (`prompt_tokens_details.cached_tokens`).
-pub fn parse_usage(body: &Value) -> Option<crate::domain::Usage> {
+pub(crate) fn parse_usage(body: &Value) -> Option<crate::domain::Usage> {
     let usage = body.get("usage")?;
     let tokens = |name: &str| usage.get(name)?.as_i64().filter(|n| *n >= 0);
     let prompt_tokens = tokens("prompt_tokens")?;
@@ -178,7 +178,7 @@ pub fn parse_usage(body: &Value) -> Option<crate::domain::Usage> {
 }
 
 /// Reads a chat completion body down to its output.
-pub fn parse_completion(body: &[u8]) -> Result<Completion, ProviderError> {
+pub(crate) fn parse_completion(body: &[u8]) -> Result<Completion, ProviderError> {
     let bad = |message: &str| {
         ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::BadResponse, None, message)
     };

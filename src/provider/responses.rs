@@ -35,7 +35,7 @@ use crate::domain::Usage;
 /// messages as `instructions`, the others as `input`, in the background and
 /// stored (background mode needs both). The attempt id travels as
 /// metadata too, so that the response can be told apart on OpenAI's side.
-pub fn body(settings: &ProviderSettings, request: &ProviderRequest, simulated: bool) -> Value {
+pub(crate) fn body(settings: &ProviderSettings, request: &ProviderRequest, simulated: bool) -> Value {
     let (system, input): (Vec<&Value>, Vec<&Value>) = request.messages.iter().partition(|m| m["role"] == "system");
     let instructions: Vec<&str> = system.iter().filter_map(|m| m["content"].as_str()).collect();
     let mut body = json!({
@@ -68,7 +68,7 @@ pub fn body(settings: &ProviderSettings, request: &ProviderRequest, simulated: b
 /// The `usage` of a response object: input and output tokens, both
 /// present and non-negative, or nothing; with the input tokens served
 /// from OpenAI's prompt cache (`input_tokens_details.cached_tokens`).
-pub fn parse_usage(response: &Value) -> Option<Usage> {
+pub(crate) fn parse_usage(response: &Value) -> Option<Usage> {
     let usage = response.get("usage")?;
     let tokens = |name: &str| usage.get(name)?.as_i64().filter(|n| *n >= 0);
     let prompt_tokens = tokens("input_tokens")?;
@@ -84,7 +84,7 @@ pub fn parse_usage(response: &Value) -> Option<Usage> {
 /// What a response object says: its id and its status. A `completed` one
 /// is read down to its output (or to why it has none usable); the others
 /// carry their reason, and what they used.
-pub fn read(body: &[u8]) -> Result<(String, RequestStatus), ProviderError> {
+pub(crate) fn read(body: &[u8]) -> Result<(String, RequestStatus), ProviderError> {
     let response: Value = serde_json::from_slice(body).map_err(|e| {
         let message = format!("the answer is not a response object: {e}");
         ProviderError::new(FailureClass::Ambiguous, FailureKind::BadResponse, None, message)
@@ -93,7 +93,7 @@ pub fn read(body: &[u8]) -> Result<(String, RequestStatus), ProviderError> {
 }
 
 /// What a response object, already parsed, says (see [`read`]).
-pub fn read_object(response: &Value) -> Result<(String, RequestStatus), ProviderError> {
+pub(crate) fn read_object(response: &Value) -> Result<(String, RequestStatus), ProviderError> {
     let bad = |message: String| ProviderError::new(FailureClass::Ambiguous, FailureKind::BadResponse, None, message);
     let id = response
         .get("id")

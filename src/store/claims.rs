@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::{AttemptRef, ClaimedAttempt, Result, Store, Transition, UnknownAttempt, WaitingFacts, transitions};
 use crate::domain::Waiting;
-pub use crate::domain::limits::{Deferral, ProviderLimits};
+pub(crate) use crate::domain::limits::{Deferral, ProviderLimits};
 use crate::domain::{JobId, OwnerId};
 use crate::sync::LockAnyway;
 
@@ -118,14 +118,14 @@ impl WaitingFacts {
 
 /// A token bucket of `per_minute` refilled evenly over a minute: its level
 /// now, from the level last written (`None`: full) and the seconds since.
-pub fn refilled(level: Option<f64>, idle_seconds: f64, per_minute: u32) -> f64 {
+pub(crate) fn refilled(level: Option<f64>, idle_seconds: f64, per_minute: u32) -> f64 {
     let size = f64::from(per_minute);
     level.map_or(size, |level| (level + idle_seconds.max(0.0) * size / 60.0).min(size))
 }
 
 /// How long until a bucket of `per_minute` at `level` holds `needed`
 /// (at most a full bucket's worth).
-pub fn refill_wait(level: f64, needed: f64, per_minute: u32) -> Duration {
+pub(crate) fn refill_wait(level: f64, needed: f64, per_minute: u32) -> Duration {
     let size = f64::from(per_minute);
     let short = needed.min(size) - level;
     if short <= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(short * 60.0 / size) }

@@ -26,9 +26,9 @@ use uuid::Uuid;
 use super::*;
 use crate::domain::{Attempt, AttemptState, IdempotencyKey, Job, JobEvent, JobId, JobState, JobSummary, OwnerId};
 pub(super) use claiming::by_kind;
-pub use claiming::{Candidate, PendingOwner, ProviderGate, RunningCounts};
+pub(crate) use claiming::{Candidate, PendingOwner, ProviderGate, RunningCounts};
 pub(super) use values::LockedAttemptRow;
-pub use values::{AttemptHolder, AttemptOutcome, LockedAttempt, LockedJob, SettleWithOutput, SettledWithOutput};
+pub(crate) use values::{AttemptHolder, AttemptOutcome, LockedAttempt, LockedJob, SettleWithOutput, SettledWithOutput};
 
 /// A write transaction of one backend. Postgres holds the job's row lock
 /// from [`DriverTx::lock_job`] to commit; SQLite holds its one write lock
@@ -198,7 +198,7 @@ pub trait DriverTx: Send {
 }
 
 /// A transaction of any backend.
-pub type Tx = Box<dyn DriverTx>;
+pub(crate) type Tx = Box<dyn DriverTx>;
 
 /// The statements of a backend that run outside the transitions'
 /// transactions, and how to begin one.

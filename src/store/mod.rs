@@ -17,29 +17,29 @@
 //! ignored.
 
 mod admission;
-pub mod attempts;
-pub mod breakers;
-pub mod claims;
-pub mod driver;
+pub(crate) mod attempts;
+pub(crate) mod breakers;
+pub(crate) mod claims;
+pub(crate) mod driver;
 mod error;
 mod events;
 mod eviction;
 mod facade;
-pub mod groups;
-pub mod jobs;
-pub mod keys;
+pub(crate) mod groups;
+pub(crate) mod jobs;
+pub(crate) mod keys;
 pub mod output;
 pub mod postgres;
-pub mod purge;
-pub mod qualifications;
+pub(crate) mod purge;
+pub(crate) mod qualifications;
 pub mod retention;
 mod rows;
-pub mod sessions;
+pub(crate) mod sessions;
 mod shared;
 pub mod sqlite;
 mod transitions;
-pub mod usage;
-pub mod webhooks;
+pub(crate) mod usage;
+pub(crate) mod webhooks;
 
 pub use crate::domain::rules::TaskRules;
 pub use admission::Hedged;

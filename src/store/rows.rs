@@ -109,36 +109,38 @@ pub(crate) mod names {
     use crate::domain::retention::{FINISHED, OPEN};
     use crate::domain::{AttemptOrigin, AttemptState, EventKind, JobState};
 
-    pub const PENDING: &str = AttemptState::Pending.as_str();
-    pub const RUNNING: &str = AttemptState::Running.as_str();
-    pub const SUCCEEDED: &str = AttemptState::Succeeded.as_str();
-    pub const UNKNOWN: &str = AttemptState::Unknown.as_str();
-    pub const SUPERSEDED: &str = AttemptState::Superseded.as_str();
-    pub const CANCELED: &str = AttemptState::Canceled.as_str();
-    pub const JOB_QUEUED: &str = JobState::Queued.as_str();
-    pub const JOB_SUCCEEDED: &str = JobState::Succeeded.as_str();
-    pub const JOB_UNKNOWN: &str = JobState::Unknown.as_str();
-    pub const ORIGIN_CLIENT: &str = AttemptOrigin::Client.as_str();
-    pub const EVENT_JOB_CREATED: &str = EventKind::JobCreated.as_str();
-    pub const EVENT_ATTEMPT_CLAIMED: &str = EventKind::AttemptClaimed.as_str();
-    pub const EVENT_ATTEMPT_SUCCEEDED: &str = EventKind::AttemptSucceeded.as_str();
-    pub const EVENT_RACE_LOST: &str = EventKind::RaceLost.as_str();
+    pub(crate) const PENDING: &str = AttemptState::Pending.as_str();
+    pub(crate) const RUNNING: &str = AttemptState::Running.as_str();
+    pub(crate) const SUCCEEDED: &str = AttemptState::Succeeded.as_str();
+    pub(crate) const UNKNOWN: &str = AttemptState::Unknown.as_str();
+    pub(crate) const SUPERSEDED: &str = AttemptState::Superseded.as_str();
+    pub(crate) const CANCELED: &str = AttemptState::Canceled.as_str();
+    pub(crate) const JOB_QUEUED: &str = JobState::Queued.as_str();
+    pub(crate) const JOB_SUCCEEDED: &str = JobState::Succeeded.as_str();
+    pub(crate) const JOB_UNKNOWN: &str = JobState::Unknown.as_str();
+    pub(crate) const ORIGIN_CLIENT: &str = AttemptOrigin::Client.as_str();
+    pub(crate) const EVENT_JOB_CREATED: &str = EventKind::JobCreated.as_str();
+    pub(crate) const EVENT_ATTEMPT_CLAIMED: &str = EventKind::AttemptClaimed.as_str();
+    pub(crate) const EVENT_ATTEMPT_SUCCEEDED: &str = EventKind::AttemptSucceeded.as_str();
+    pub(crate) const EVENT_RACE_LOST: &str = EventKind::RaceLost.as_str();
 
     /// The job states that never change ([`JobState::is_terminal`]), for
     /// `state in (…)`: a job in one takes no winner and starts no attempt.
-    pub static JOB_TERMINAL: LazyLock<String> =
+    pub(crate) static JOB_TERMINAL: LazyLock<String> =
         LazyLock::new(|| quoted(JobState::ALL.iter().filter(|state| state.is_terminal()).map(|state| state.as_str())));
 
     /// The job states retention purges ([`FINISHED`]), for `state in (…)`.
-    pub static JOB_FINISHED: LazyLock<String> = LazyLock::new(|| quoted(FINISHED.iter().map(|state| state.as_str())));
+    pub(crate) static JOB_FINISHED: LazyLock<String> =
+        LazyLock::new(|| quoted(FINISHED.iter().map(|state| state.as_str())));
 
     /// The attempt states that keep a job from retention ([`OPEN`]), for
     /// `state in (…)`.
-    pub static ATTEMPT_OPEN: LazyLock<String> = LazyLock::new(|| quoted(OPEN.iter().map(|state| state.as_str())));
+    pub(crate) static ATTEMPT_OPEN: LazyLock<String> =
+        LazyLock::new(|| quoted(OPEN.iter().map(|state| state.as_str())));
 
     /// The job state a job of a started attempt takes, unless it has
     /// finished (a running attempt decides [`JobState::derive`]).
-    pub const JOB_WITH_RUNNING_ATTEMPT: &str = JobState::Running.as_str();
+    pub(crate) const JOB_WITH_RUNNING_ATTEMPT: &str = JobState::Running.as_str();
 
     /// Stored names as an SQL list: `'a', 'b'`.
     fn quoted<'a>(names: impl Iterator<Item = &'a str>) -> String {
@@ -481,7 +483,7 @@ pub(crate) struct QualificationStateRow {
 
 impl QualificationStateRow {
     /// What the latest row (if any) says of the provider for the task.
-    pub fn state(row: Option<Self>) -> super::QualificationState {
+    pub(super) fn state(row: Option<Self>) -> super::QualificationState {
         use super::QualificationState;
         let Some(row) = row else { return QualificationState::Never };
         let at = row.created_at.0;

@@ -236,13 +236,13 @@ pub(crate) struct TryRow {
 }
 
 /// The `webhook-id` of a delivery.
-pub fn message_id(id: Uuid) -> String {
+pub(crate) fn message_id(id: Uuid) -> String {
     format!("msg_{}", id.simple())
 }
 
 /// How long a claimed delivery stays claimed: its request's timeout, and
 /// as long again.
-pub fn claim_lease(timeout: Duration) -> Duration {
+pub(crate) fn claim_lease(timeout: Duration) -> Duration {
     timeout * 2
 }
 

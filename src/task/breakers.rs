@@ -19,7 +19,7 @@ use crate::store::breakers::{BreakerChange, StoredBreaker};
 use crate::store::{self, Store};
 
 /// How often each process reads the breakers.
-pub const REFRESH: Duration = Duration::from_secs(1);
+pub(crate) const REFRESH: Duration = Duration::from_secs(1);
 
 /// One breaker as this process sees it.
 #[derive(Clone, Debug)]
@@ -150,13 +150,13 @@ impl Breakers {
 }
 
 /// Reads every breaker into `breakers`.
-pub async fn refresh(store: &Store, breakers: &Breakers) -> store::Result<()> {
+pub(crate) async fn refresh(store: &Store, breakers: &Breakers) -> store::Result<()> {
     breakers.refreshed(&store.list_breakers().await?);
     Ok(())
 }
 
 /// Refreshes `breakers` every [`REFRESH`], for as long as it runs.
-pub async fn refresh_every_second(store: Store, breakers: std::sync::Arc<Breakers>) {
+pub(crate) async fn refresh_every_second(store: Store, breakers: std::sync::Arc<Breakers>) {
     loop {
         if let Err(error) = refresh(&store, &breakers).await {
             tracing::warn!(%error, "reading the providers' breakers failed; keeping the last view");
@@ -177,7 +177,7 @@ async fn apply(store: &Store, breakers: &Breakers, provider: &str, change: Break
 
 /// Asks to make an attempt on `provider` its breaker's probe, for at most
 /// `probe_for`: whether it is (no other process took it first).
-pub async fn take_probe(store: &Store, breakers: &Breakers, provider: &str, probe_for: Duration) -> bool {
+pub(crate) async fn take_probe(store: &Store, breakers: &Breakers, provider: &str, probe_for: Duration) -> bool {
     match apply(store, breakers, provider, BreakerChange::Probe { probe_for }).await {
         Ok(taken) => taken,
         Err(error) => {
@@ -190,7 +190,7 @@ pub async fn take_probe(store: &Store, breakers: &Breakers, provider: &str, prob
 /// Counts the outcome of a call to `provider` (`failed`: a definitive
 /// failure or a timeout); a probe's outcome closes or reopens the breaker,
 /// and a window that trips opens it.
-pub async fn record(store: &Store, breakers: &Breakers, provider: &str, failed: bool, probe: bool) {
+pub(crate) async fn record(store: &Store, breakers: &Breakers, provider: &str, failed: bool, probe: bool) {
     let Some(settings) = breakers.settings.get(provider).copied() else { return };
     let cool_down = Duration::from_millis(settings.cool_down_ms);
     let change = if probe {
@@ -212,7 +212,7 @@ pub async fn record(store: &Store, breakers: &Breakers, provider: &str, failed: 
 }
 
 /// An operator opens (`open`) or closes `provider`'s breaker, with why.
-pub async fn set_by_operator(
+pub(crate) async fn set_by_operator(
     store: &Store,
     breakers: &Breakers,
     provider: &str,

@@ -5,7 +5,7 @@
 //! contract and keeps the verdict, which failover requires (I5); [`breakers`]
 //! take a provider out of service while its calls mostly fail.
 
-pub mod breakers;
+pub(crate) mod breakers;
 pub mod catalog;
 pub mod contract;
 pub mod qualify;

@@ -23,9 +23,9 @@ use super::{PageError, PageSession, page};
 use crate::state::AppState;
 
 /// The provider the demo's job starts on: it answers after a visible stall.
-pub const SLOW: &str = "sim-slow";
+pub(crate) const SLOW: &str = "sim-slow";
 /// The provider of the fallback attempt.
-pub const FAST: &str = "sim-fast";
+pub(crate) const FAST: &str = "sim-fast";
 
 /// `GET /demo`.
 pub(crate) async fn show(

@@ -12,11 +12,11 @@
 //! ([`crate::jobs`]) as the JSON API, never through its handlers, so the
 //! dashboard keeps every invariant the API keeps.
 
-pub mod demo;
-pub mod events;
-pub mod pages;
+pub(crate) mod demo;
+pub(crate) mod events;
+pub(crate) mod pages;
 pub mod session;
-pub mod timeline;
+pub(crate) mod timeline;
 
 use std::sync::LazyLock;
 

@@ -34,7 +34,7 @@ fn when(at: DateTime<Utc>) -> String {
 }
 
 /// "4.2 s", "3 min 5 s", "2 h 10 min": an age for people.
-pub fn age(seconds: f64) -> String {
+pub(crate) fn age(seconds: f64) -> String {
     let seconds = seconds.max(0.0);
     if seconds < 60.0 {
         format!("{seconds:.1} s")
@@ -384,7 +384,7 @@ pub(crate) async fn timeline(
 
 /// Every kind of event, as the page's script listens for them on a job's
 /// event stream.
-pub fn event_kinds() -> String {
+pub(crate) fn event_kinds() -> String {
     EventKind::ALL.iter().map(|kind| kind.as_str()).collect::<Vec<_>>().join(" ")
 }
 

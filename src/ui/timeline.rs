@@ -21,7 +21,7 @@ const BAR: f64 = 18.0;
 const MIN_BAR: f64 = 3.0;
 
 /// Escapes text for an SVG (XML) element or attribute.
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -125,7 +125,7 @@ impl Scale {
 /// `data-winner="true"`; its bars are `rect.wait` (admitted, not yet
 /// started), `rect.run` (running, coloured by the attempt's state) and
 /// `rect.unknown-span` (its outcome unknown).
-pub fn render(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> String {
+pub(crate) fn render(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> String {
     let (start, seconds) = span(job, events, now);
     let scale = Scale { start, seconds };
     let height = AXIS + ROW * job.attempts.len().max(1) as f64 + 8.0;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use reqwest::Url;
 
 /// Why a URL may not be an endpoint.
-pub type Refusal = String;
+pub(crate) type Refusal = String;
 
 /// The hosts exempt from the checks.
 #[derive(Clone, Debug, Default)]
@@ -37,7 +37,7 @@ impl AllowedHosts {
 /// reserved, and the other special-purpose ranges of the IANA registries.
 /// An IPv6 address that carries an IPv4 one (IPv4-mapped, IPv4-translated,
 /// 6to4, Teredo) is judged by the IPv4 address it carries.
-pub fn is_internal(ip: IpAddr) -> bool {
+pub(crate) fn is_internal(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_internal_v4(v4),
         IpAddr::V6(v6) => {
@@ -108,7 +108,7 @@ fn is_internal_v4(ip: Ipv4Addr) -> bool {
 /// Checks an endpoint URL's form: `https://` with a host (`http://` too
 /// for an allowed host), no user name or password, and, for a host
 /// written as an address, a public one unless allowed.
-pub fn check_form(text: &str, allowed: &AllowedHosts) -> Result<Url, Refusal> {
+pub(crate) fn check_form(text: &str, allowed: &AllowedHosts) -> Result<Url, Refusal> {
     let url = Url::parse(text).map_err(|error| format!("not a URL: {error}"))?;
     let host = url.host_str().filter(|host| !host.is_empty()).ok_or("the URL has no host")?.to_owned();
     let exempt = allowed.allows(&host);
@@ -132,7 +132,7 @@ pub fn check_form(text: &str, allowed: &AllowedHosts) -> Result<Url, Refusal> {
 
 /// Checks an endpoint URL as [`check_form`] does, then resolves its host:
 /// every address must be public, unless the host is allowed.
-pub async fn check(text: &str, allowed: &AllowedHosts) -> Result<Url, Refusal> {
+pub(crate) async fn check(text: &str, allowed: &AllowedHosts) -> Result<Url, Refusal> {
     let url = check_form(text, allowed)?;
     let host = url.host_str().expect("checked above").to_owned();
     if allowed.allows(&host) || host.trim_matches(['[', ']']).parse::<IpAddr>().is_ok() {
@@ -157,7 +157,7 @@ pub async fn check(text: &str, allowed: &AllowedHosts) -> Result<Url, Refusal> {
 
 /// Why the sending client's resolver gave no address.
 #[derive(Debug)]
-pub enum Unresolved {
+pub(crate) enum Unresolved {
     /// The name does not resolve.
     NoAddress,
     /// Every address it resolves to is internal.
@@ -177,13 +177,13 @@ impl std::error::Error for Unresolved {}
 
 /// The sending client's resolver: a host's addresses, without the
 /// internal ones unless the host is allowed; none left is an error.
-pub struct PublicResolver {
+pub(crate) struct PublicResolver {
     allowed: AllowedHosts,
 }
 
 impl PublicResolver {
     /// Resolves as `webhooks.allow_hosts` says.
-    pub fn new(allowed: AllowedHosts) -> Self {
+    pub(crate) fn new(allowed: AllowedHosts) -> Self {
         Self { allowed }
     }
 }

@@ -9,10 +9,10 @@
 //! then the delivery is marked failed. Delivery is at least once: a
 //! receiver drops duplicates by `webhook-id`.
 
-pub mod address;
+pub(crate) mod address;
 mod endpoints;
 
-pub use endpoints::Endpoints;
+pub(crate) use endpoints::Endpoints;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -32,13 +32,13 @@ use crate::sync::LockAnyway;
 use address::{AllowedHosts, PublicResolver};
 
 /// How long the secret before a rotation keeps signing.
-pub const ROTATION_OVERLAP: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const ROTATION_OVERLAP: Duration = Duration::from_secs(24 * 3600);
 
 /// The most tries recorded in one transaction.
 const RECORD_BATCH: usize = 256;
 
 /// Sends the outbox's deliveries.
-pub struct Deliverer {
+pub(crate) struct Deliverer {
     store: Store,
     settings: WebhookSettings,
     allowed: AllowedHosts,
@@ -47,7 +47,7 @@ pub struct Deliverer {
 
 impl Deliverer {
     /// A deliverer for `store`'s outbox.
-    pub fn new(store: Store, settings: WebhookSettings) -> Self {
+    pub(crate) fn new(store: Store, settings: WebhookSettings) -> Self {
         let allowed = AllowedHosts::new(&settings.allow_hosts);
         // No proxy, whatever the environment says: through a proxy only the
         // proxy's address would be resolved, and the receiver's never checked.
@@ -68,7 +68,7 @@ impl Deliverer {
     /// a slow receiver holds up only its own, and no owner takes every place. The
     /// tries in flight then finish (each is bounded by the timeout), and
     /// the last ones are recorded.
-    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+    pub(crate) async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let poll = Duration::from_millis(self.settings.poll_interval_ms);
         let lease = claim_lease(Duration::from_millis(self.settings.timeout_ms));
         let places = Arc::new(Semaphore::new(self.settings.concurrency));
@@ -290,7 +290,7 @@ async fn record(store: Store, mut finished: mpsc::Receiver<DeliveryTry>) {
 /// The wait after the `number`th try: `retry_base_ms` doubled each try, at
 /// most `retry_max_ms`, and a random part of its second half (jitter), so
 /// that deliveries failed together do not all come back together.
-pub fn backoff(settings: &WebhookSettings, number: i32) -> Duration {
+pub(crate) fn backoff(settings: &WebhookSettings, number: i32) -> Duration {
     let doublings = u32::try_from(number.saturating_sub(1)).unwrap_or(0).min(30);
     let full = settings.retry_base_ms.saturating_mul(1u64 << doublings).min(settings.retry_max_ms);
     let mut random = [0u8; 8];

@@ -11,7 +11,7 @@
 mod attempt;
 mod finishes;
 mod hedge;
-pub mod output;
+pub(crate) mod output;
 mod purger;
 mod reaper;
 mod reconciler;

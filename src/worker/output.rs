@@ -31,13 +31,13 @@ use crate::store::output::Appended;
 use crate::store::{AttemptRef, GroupCommit, Store};
 
 /// The least time between two writes of one attempt's pieces.
-pub const BATCH: Duration = Duration::from_millis(50);
+pub(crate) const BATCH: Duration = Duration::from_millis(50);
 
 /// Tries of one write before its pieces are given up.
 const TRIES: u32 = 3;
 
 /// The most bytes of one attempt's answer stored.
-pub const MAX_BYTES: usize = crate::provider::openai::MAX_RESPONSE_BYTES;
+pub(crate) const MAX_BYTES: usize = crate::provider::openai::MAX_RESPONSE_BYTES;
 
 /// How long one attempt's answer may grow.
 #[derive(Clone, Copy, Debug)]

@@ -37,7 +37,7 @@ pub struct AttemptHolder {
 
 /// A job locked for a transition of one of its attempts, and who holds
 /// that attempt (`None` without the attempt).
-pub type LockedAttempt = (LockedJob, Option<AttemptHolder>);
+pub(crate) type LockedAttempt = (LockedJob, Option<AttemptHolder>);
 
 /// A row of [`super::DriverTx::lock_attempt_job`]: the job, and its attempt's
 /// holder (all null without the attempt).

@@ -88,7 +88,7 @@ pub(super) async fn replication(pool: &PgPool) -> Result<crate::store::Replicati
 }
 
 /// The hosts a URL names and the one connections go to now.
-pub struct Hosts {
+pub(super) struct Hosts {
     each: Vec<PgConnectOptions>,
     current: AtomicUsize,
     // The options of the current host, as every new connection takes them.

@@ -27,7 +27,7 @@ use crate::sync::LockAnyway;
 
 /// At most `max` connections, opened when first needed.
 #[derive(Debug)]
-pub struct DirectConnections {
+pub(super) struct DirectConnections {
     hosts: Arc<Hosts>,
     // Run on each new connection: the session's settings.
     session: String,
@@ -39,7 +39,7 @@ pub struct DirectConnections {
 
 /// A connection lent to one request. Dropped unless [`Lent::keep_after`]
 /// marked it reusable, the connection is closed rather than reused.
-pub struct Lent<'a> {
+pub(super) struct Lent<'a> {
     set: &'a DirectConnections,
     connection: Option<PgConnection>,
     opened: Instant,
@@ -51,7 +51,7 @@ impl DirectConnections {
     /// A set of at most `max` connections to the writable one of `hosts`,
     /// each given the `session` settings first; a request waits
     /// `acquire_timeout` at most for one.
-    pub fn new(hosts: Arc<Hosts>, session: String, max: u32, acquire_timeout: Duration) -> Self {
+    pub(super) fn new(hosts: Arc<Hosts>, session: String, max: u32, acquire_timeout: Duration) -> Self {
         Self {
             hosts,
             session,
@@ -62,14 +62,14 @@ impl DirectConnections {
     }
 
     /// How long a request waits for a connection before it is refused.
-    pub fn acquire_timeout(&self) -> Duration {
+    pub(super) fn acquire_timeout(&self) -> Duration {
         self.acquire_timeout
     }
 
     /// An idle connection, or a new one. Both the wait for a free slot and
     /// the connection attempt count against the acquire timeout; past it,
     /// the database is unavailable (503, retryable).
-    pub async fn acquire(&self) -> Result<Lent<'_>> {
+    pub(super) async fn acquire(&self) -> Result<Lent<'_>> {
         let deadline = tokio::time::Instant::now() + self.acquire_timeout;
         let permit = tokio::time::timeout_at(deadline, self.permits.acquire())
             .await
@@ -105,13 +105,13 @@ impl DirectConnections {
 
 impl Lent<'_> {
     /// The connection.
-    pub fn connection(&mut self) -> &mut PgConnection {
+    pub(super) fn connection(&mut self) -> &mut PgConnection {
         self.connection.as_mut().expect("a lease holds its connection until dropped")
     }
 
     /// Marks the connection reusable if the exchange that gave `result`
     /// ended cleanly: an answer, or an error the server sent.
-    pub fn keep_after<T>(&mut self, result: &std::result::Result<T, sqlx::Error>) {
+    pub(super) fn keep_after<T>(&mut self, result: &std::result::Result<T, sqlx::Error>) {
         self.reusable = matches!(result, Ok(_) | Err(sqlx::Error::Database(_) | sqlx::Error::RowNotFound));
     }
 }
