@@ -1,7 +1,7 @@
 //! The HTTP API: one file per resource, each exporting `router()`, whose
 //! routes and OpenAPI description come from one list ([`api`]). Handlers
 //! are thin: they extract and parse, call a use case (the jobs of
-//! [`crate::jobs`], keys, webhook endpoints, qualifications; never the
+//! `crate::jobs`, keys, webhook endpoints, qualifications; never the
 //! store), and map its typed outcome to a response.
 
 pub(crate) mod attempts;
@@ -72,7 +72,7 @@ fn operations() -> OpenApiRouter<AppState> {
 /// Serves `routes` (the API's and the dashboard's) with what every request
 /// gets: problem answers for unknown routes and methods, per-route metrics,
 /// the request deadline, the limit of requests in flight (one budget for
-/// every route, see [`in_flight`]), panics caught, and a span per request.
+/// every route, see `in_flight`), panics caught, and a span per request.
 pub fn serve_routes(routes: Router<AppState>, state: AppState) -> Router {
     let slots = in_flight::Slots::new(state.settings.max_concurrent_requests);
     routes

@@ -1,5 +1,5 @@
 //! What the running process needs around the product: its [`metrics`] (and
-//! their [`labels`]), its [`listener`]s, the in-process [`signals`]
+//! their `labels`), its `listener`s, the in-process `signals`
 //! (wake-ups) and its [`telemetry`] (logs and traces).
 
 pub(crate) mod labels;

@@ -1,6 +1,6 @@
 //! Providers: where attempts are sent. One HTTP client speaks OpenAI's
 //! chat completions and its Responses API (in background mode), another
-//! Anthropic's Messages API ([`anthropic`]), to real endpoints and to the
+//! Anthropic's Messages API (`anthropic`), to real endpoints and to the
 //! built-in simulator ([`sim`]) alike. Every failure says what
 //! it means for the attempt: definitive (nothing was done; retryable or
 //! not) or ambiguous (the provider may still be working: the attempt

@@ -15,10 +15,10 @@
 //! it is `canceled` from then on, charged for the prompt and for the part of
 //! its answer produced by then.
 //!
-//! A provider speaks chat completions by default ([`chat`]); one with
+//! A provider speaks chat completions by default (`chat`); one with
 //! `api = "responses"` speaks OpenAI's Responses API in background mode
-//! instead ([`responses`]), and one with `api = "messages"`
-//! Anthropic's Messages API ([`messages`]), with the same plans and faults.
+//! instead (`responses`), and one with `api = "messages"`
+//! Anthropic's Messages API (`messages`), with the same plans and faults.
 //! Either surface honours a strict JSON schema as OpenAI's structured
 //! outputs do: the schema must meet strict mode's rules (400 otherwise), and
 //! the answer then follows it, whatever the provider's `output` would have

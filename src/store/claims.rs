@@ -145,7 +145,7 @@ impl Store {
     /// Claims up to `max` due pending attempts for `worker`, fairly across
     /// owners (each owner's oldest first) and within the owners' and
     /// providers' limits, each under its provider's lease; they become
-    /// `running` (see the module [`crate::store::claims`]).
+    /// `running` (see the module `crate::store::claims`).
     #[tracing::instrument(level = "debug", skip(self, rules))]
     pub async fn claim_attempts(&self, worker: &str, max: u32, rules: &ClaimRules) -> Result<Claimed> {
         window::claim(self, worker, max, rules).await
@@ -153,7 +153,7 @@ impl Store {
 
     /// Puts a running attempt its provider refused before any work back to
     /// `pending` for `delay`, the same attempt, and pauses `pause` as long;
-    /// fenced by `worker`, at most `max` times (see [`transitions::requeue`]).
+    /// fenced by `worker`, at most `max` times (see `transitions::requeue`).
     #[tracing::instrument(level = "debug", skip_all, fields(job.id = %attempt.job_id, attempt.number = attempt.number))]
     pub async fn requeue_attempt(
         &self,

@@ -208,7 +208,7 @@ pub trait Driver: Send + Sync + 'static {
     async fn begin(&self) -> Result<Tx>;
 
     /// The turns in which groups of new jobs are written
-    /// ([`super::groups`]): a turn of their own on Postgres, the one
+    /// (`super::groups`): a turn of their own on Postgres, the one
     /// writer's on SQLite.
     fn creation_turns(&self) -> std::sync::Arc<tokio::sync::Semaphore>;
 

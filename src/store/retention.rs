@@ -1,5 +1,5 @@
 //! Purging finished jobs, written once for both databases over the
-//! statements of [`super::driver`]: a batch of jobs past their retention
+//! statements of `super::driver`: a batch of jobs past their retention
 //! (or one job an owner erases) is deleted with its attempts, events and
 //! webhook deliveries in one transaction, after what its attempts used and
 //! cost is added to the daily rollup the usage report reads, so that the

@@ -180,7 +180,7 @@ impl Qualifications {
     }
 
     /// An operator opens (until closed by hand) or closes `provider`'s
-    /// breaker (see [`super::breakers`]).
+    /// breaker (see `super::breakers`).
     pub async fn set_breaker(&self, provider: &str, open: bool, reason: &str) -> store::Result<()> {
         super::breakers::set_by_operator(&self.store, self.catalog.breakers(), provider, open, reason).await.map(drop)
     }

@@ -7,9 +7,9 @@
 //!
 //! What a session sees: a client key's session, its owner's jobs; an admin
 //! key's session, every owner's (the job list, job pages and unknown
-//! attempts), and the providers; a job's event stream (see [`events`]) is,
+//! attempts), and the providers; a job's event stream (see `events`) is,
 //! as in the API, its owner's alone. Changes go through the same use cases
-//! ([`crate::jobs`]) as the JSON API, never through its handlers, so the
+//! (`crate::jobs`) as the JSON API, never through its handlers, so the
 //! dashboard keeps every invariant the API keeps.
 
 pub(crate) mod demo;
@@ -62,7 +62,7 @@ fn listed(path: &'static str) -> &'static str {
 
 /// The dashboard's and the demo's routes (their sessions are in the store).
 /// The demo's changes, and its reading of a job's output, are the API's
-/// own handlers, acting for the session's owner ([`as_session_owner`]).
+/// own handlers, acting for the session's owner (`as_session_owner`).
 pub fn router(state: AppState) -> Router<AppState> {
     let as_the_api = Router::new()
         .route(listed("/ui/api/jobs"), post(crate::http::jobs::create_job))

@@ -6,7 +6,7 @@
 //! the key ends its sessions at once.
 //!
 //! Sessions live in the database (`dashboard_sessions`, see
-//! [`crate::store::sessions`]): every server sharing it honours a session,
+//! `crate::store::sessions`): every server sharing it honours a session,
 //! so a round-robin load balancer needs no sticky sessions, and a restart
 //! signs no one out. A request costs one look-up by an index; a session is
 //! marked used at most once every [`REFRESH`], not on every request. A

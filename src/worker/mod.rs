@@ -5,7 +5,7 @@
 //! (I3), a definitive failure as `failed` (then the retry policy), anything
 //! ambiguous as `unknown` (I4). Beside it run the reaper (expired leases →
 //! `unknown`), the reconciler (unknown attempts settled by asking the
-//! provider), the webhooks' deliverer ([`crate::webhooks`]) and the purger
+//! provider), the webhooks' deliverer (`crate::webhooks`) and the purger
 //! (finished jobs past their retention).
 
 mod attempt;
