@@ -67,15 +67,15 @@ pub fn open_store(settings: &Settings) -> Result<Store, StartError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let options = PostgresOptions {
             max_connections: database.max_connections,
-            acquire_timeout: Duration::from_millis(database.acquire_timeout_ms),
-            statement_timeout: Duration::from_millis(database.statement_timeout_ms),
+            acquire_timeout: database.acquire_timeout,
+            statement_timeout: database.statement_timeout,
         };
         Ok(Store::new(PostgresStore::connect_lazy(url, &options)?))
     } else if url.starts_with("sqlite:") {
         let options = SqliteOptions {
             max_connections: database.max_connections,
-            busy_timeout: Duration::from_millis(database.sqlite_busy_timeout_ms),
-            acquire_timeout: Duration::from_millis(database.acquire_timeout_ms),
+            busy_timeout: database.sqlite_busy_timeout,
+            acquire_timeout: database.acquire_timeout,
         };
         Ok(Store::new(SqliteStore::connect_lazy(url, &options)?))
     } else {
@@ -189,7 +189,7 @@ impl Application {
                 store.migrate().await
             };
             if settings.database.url().starts_with("postgres") {
-                let head_timeout = settings.server.request_timeout();
+                let head_timeout = settings.server.request_timeout;
                 database::wait_until_prepared(listener.as_mut(), head_timeout, prepare).await?;
             } else {
                 prepare().await?;
@@ -218,14 +218,12 @@ impl Application {
         let (providers, simulator) = start_providers(&settings).await?;
         let providers = Arc::new(providers);
         let (worker, qualifying) = start_worker(&settings, &store, &catalog, &providers, &signals, role);
-        let auth =
-            Arc::new(Authenticator::new(store.clone(), Duration::from_millis(settings.server.auth_cache_ttl_ms)));
-        let shutdown_grace = Duration::from_millis(settings.worker.shutdown_grace_ms);
+        let auth = Arc::new(Authenticator::new(store.clone(), settings.server.auth_cache_ttl));
+        let shutdown_grace = settings.worker.shutdown_grace;
         let limiter = rate_limiter(&settings);
         let limiter_sweep = limiter.clone().map(|limiter| AbortOnDrop(tokio::spawn(sweep_limiter(limiter))));
         let worker_heartbeat = worker.as_ref().map(|w| w.heartbeat.clone());
-        let worker_heartbeat_limit =
-            Duration::from_millis(settings.worker.poll_interval_ms.saturating_mul(10)).max(Duration::from_secs(15));
+        let worker_heartbeat_limit = settings.worker.poll_interval.saturating_mul(10).max(Duration::from_secs(15));
         let jobs = build_jobs(&settings, &store, &catalog, &signals);
         let key_follower = if role == Role::Worker { None } else { follow_key_changes(&store, &auth, &jobs).await };
         let (replication, replication_follower) = follow_replication(&store);
@@ -301,7 +299,7 @@ impl Application {
         let worker = self.worker.map(|worker| tokio::spawn(worker.run(stopped.clone())));
         if let Some(listener) = self.listener {
             let mut api_stopped = stopped.clone();
-            let head_timeout = self.state.settings.request_timeout();
+            let head_timeout = self.state.settings.request_timeout;
             let jobs = self.state.jobs.clone();
             let router = router(self.state);
             http::serve::serve(listener, router, head_timeout, async move {
@@ -373,12 +371,10 @@ fn rate_limiter(settings: &Settings) -> Option<Arc<governor::DefaultKeyedRateLim
 
 /// Builds the jobs' use cases with their long-poll intervals and claim limits.
 fn build_jobs(settings: &Settings, store: &Store, catalog: &Arc<Catalog>, signals: &Arc<Signals>) -> Arc<Jobs> {
-    let long_poll_interval = Duration::from_millis(settings.worker.long_poll_interval_ms);
+    let long_poll_interval = settings.worker.long_poll_interval;
     let long_polls_per_owner = settings.server.max_long_polls_per_owner;
-    let intervals = crate::jobs::Intervals {
-        long_poll: long_poll_interval,
-        event_stream: Duration::from_millis(settings.server.event_stream_interval_ms),
-    };
+    let intervals =
+        crate::jobs::Intervals { long_poll: long_poll_interval, event_stream: settings.server.event_stream_interval };
     let limits = crate::store::claims::ClaimLimits::new(
         settings.worker.max_in_flight_per_owner,
         settings.providers.iter().map(|(name, provider)| (name.clone(), provider.limits())),
@@ -393,7 +389,7 @@ fn build_jobs(settings: &Settings, store: &Store, catalog: &Arc<Catalog>, signal
             intervals,
             limits,
         )
-        .with_unknown_retry_after(settings.server.unknown_retry_after_secs),
+        .with_unknown_retry_after(settings.server.unknown_retry_after),
     )
 }
 

@@ -17,6 +17,7 @@ pub use provider::{
 pub use task::{ExampleSettings, HedgeSettings, PromptSettings, TaskSettings};
 
 mod breaker;
+pub(crate) mod duration;
 mod provider;
 mod sim;
 mod task;
@@ -125,15 +126,20 @@ pub struct WebhookSettings {
     /// or link-local. Empty: every endpoint is `https://` on a public address.
     pub allow_hosts: Vec<String>,
     /// How long one try may take, connecting and answering.
-    pub timeout_ms: u64,
+    #[serde(rename = "timeout_ms", with = "duration::millis")]
+    pub timeout: Duration,
     /// The wait before the second try; doubled each try after.
-    pub retry_base_ms: u64,
+    #[serde(rename = "retry_base_ms", with = "duration::millis")]
+    pub retry_base: Duration,
     /// The longest wait between two tries.
-    pub retry_max_ms: u64,
+    #[serde(rename = "retry_max_ms", with = "duration::millis")]
+    pub retry_max: Duration,
     /// How long a delivery is tried before it is marked failed.
-    pub retry_for_ms: u64,
+    #[serde(rename = "retry_for_ms", with = "duration::millis")]
+    pub retry_for: Duration,
     /// How often the outbox is looked at for due deliveries.
-    pub poll_interval_ms: u64,
+    #[serde(rename = "poll_interval_ms", with = "duration::millis")]
+    pub poll_interval: Duration,
     /// Deliveries claimed in one statement.
     pub batch_size: u32,
     /// Deliveries one process sends at once.
@@ -150,11 +156,11 @@ impl Default for WebhookSettings {
     fn default() -> Self {
         Self {
             allow_hosts: Vec::new(),
-            timeout_ms: 10_000,
-            retry_base_ms: 5_000,
-            retry_max_ms: 3_600_000,
-            retry_for_ms: 86_400_000,
-            poll_interval_ms: 500,
+            timeout: Duration::from_millis(10_000),
+            retry_base: Duration::from_millis(5_000),
+            retry_max: Duration::from_millis(3_600_000),
+            retry_for: Duration::from_millis(86_400_000),
+            poll_interval: Duration::from_millis(500),
             batch_size: 32,
             concurrency: 256,
             max_response_bytes: 4_096,
@@ -173,12 +179,15 @@ pub struct ServerSettings {
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
     /// Longest a request may take before it is answered 503.
-    pub request_timeout_ms: u64,
+    #[serde(rename = "request_timeout_ms", with = "duration::millis")]
+    pub request_timeout: Duration,
     /// How long an authenticated key is trusted without a new look-up, at
     /// most: the cache forgets a key as soon as its change is heard.
-    pub auth_cache_ttl_ms: u64,
+    #[serde(rename = "auth_cache_ttl_ms", with = "duration::millis")]
+    pub auth_cache_ttl: Duration,
     /// Retry-After of 409 `attempt-outcome-unknown`.
-    pub unknown_retry_after_secs: u64,
+    #[serde(rename = "unknown_retry_after_secs", with = "duration::secs")]
+    pub unknown_retry_after: Duration,
     /// Requests per second each owner may make to this process, on average
     /// (0: no limit). Each replica counts on its own: behind a load
     /// balancer spreading requests over N replicas an owner may make N
@@ -197,7 +206,8 @@ pub struct ServerSettings {
     pub max_long_polls_per_owner: usize,
     /// How often an event stream rereads its job's log for events
     /// committed by other processes (its own process's wake it at once).
-    pub event_stream_interval_ms: u64,
+    #[serde(rename = "event_stream_interval_ms", with = "duration::millis")]
+    pub event_stream_interval: Duration,
     /// Requests with an unknown or revoked API key one address may make to
     /// this process in a minute (0: no limit); past it, its requests that
     /// would look a key up are answered 429 at once, before any look-up.
@@ -217,25 +227,18 @@ impl Default for ServerSettings {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             max_body_bytes: 256 * 1024,
-            request_timeout_ms: 30_000,
-            auth_cache_ttl_ms: 10_000,
-            unknown_retry_after_secs: 5,
+            request_timeout: Duration::from_millis(30_000),
+            auth_cache_ttl: Duration::from_millis(10_000),
+            unknown_retry_after: Duration::from_secs(5),
             rate_limit_per_second: 200,
             rate_limit_burst: 400,
             max_concurrent_requests: 1024,
             max_long_polls_per_owner: 256,
-            event_stream_interval_ms: 500,
+            event_stream_interval: Duration::from_millis(500),
             auth_failures_per_minute: 60,
             replay_cache_keys: 100_000,
             trusted_proxies: Vec::new(),
         }
-    }
-}
-
-impl ServerSettings {
-    /// `request_timeout_ms` as a duration.
-    pub fn request_timeout(&self) -> Duration {
-        Duration::from_millis(self.request_timeout_ms)
     }
 }
 
@@ -251,13 +254,16 @@ pub struct DatabaseSettings {
     /// overrides it; [`DEFAULT_DATABASE_URL`] without either.
     pub url: Option<String>,
     /// SQLite: how long a writer waits for the write lock.
-    pub sqlite_busy_timeout_ms: u64,
+    #[serde(rename = "sqlite_busy_timeout_ms", with = "duration::millis")]
+    pub sqlite_busy_timeout: Duration,
     /// Pool size.
     pub max_connections: u32,
     /// How long to wait for a free connection.
-    pub acquire_timeout_ms: u64,
+    #[serde(rename = "acquire_timeout_ms", with = "duration::millis")]
+    pub acquire_timeout: Duration,
     /// The longest a statement may run.
-    pub statement_timeout_ms: u64,
+    #[serde(rename = "statement_timeout_ms", with = "duration::millis")]
+    pub statement_timeout: Duration,
     /// Whether `serve` applies migrations at start.
     pub migrate_on_start: bool,
 }
@@ -266,10 +272,10 @@ impl Default for DatabaseSettings {
     fn default() -> Self {
         Self {
             url: None,
-            sqlite_busy_timeout_ms: 5_000,
+            sqlite_busy_timeout: Duration::from_millis(5_000),
             max_connections: 16,
-            acquire_timeout_ms: 2_000,
-            statement_timeout_ms: 10_000,
+            acquire_timeout: Duration::from_millis(2_000),
+            statement_timeout: Duration::from_millis(10_000),
             migrate_on_start: true,
         }
     }
@@ -286,26 +292,35 @@ pub struct WorkerSettings {
     /// Attempts claimed in one statement.
     pub batch_size: u32,
     /// How often to look for work when nothing woke the worker.
-    pub poll_interval_ms: u64,
+    #[serde(rename = "poll_interval_ms", with = "duration::millis")]
+    pub poll_interval: Duration,
     /// Added to a provider's timeout to make the lease of its attempts.
-    pub lease_margin_ms: u64,
+    #[serde(rename = "lease_margin_ms", with = "duration::millis")]
+    pub lease_margin: Duration,
     /// How often the reaper looks for expired leases.
-    pub reaper_interval_ms: u64,
+    #[serde(rename = "reaper_interval_ms", with = "duration::millis")]
+    pub reaper_interval: Duration,
     /// How often the reconciler looks for unknown attempts.
-    pub reconcile_interval_ms: u64,
+    #[serde(rename = "reconcile_interval_ms", with = "duration::millis")]
+    pub reconcile_interval: Duration,
     /// First wait between two status lookups of one unknown attempt.
-    pub reconcile_backoff_ms: u64,
+    #[serde(rename = "reconcile_backoff_ms", with = "duration::millis")]
+    pub reconcile_backoff: Duration,
     /// Longest wait between two status lookups.
-    pub reconcile_backoff_max_ms: u64,
+    #[serde(rename = "reconcile_backoff_max_ms", with = "duration::millis")]
+    pub reconcile_backoff_max: Duration,
     /// How long in-flight attempts may finish after a shutdown signal.
-    pub shutdown_grace_ms: u64,
+    #[serde(rename = "shutdown_grace_ms", with = "duration::millis")]
+    pub shutdown_grace: Duration,
     /// How often a long-poll looks at the database for changes made by
     /// other processes.
-    pub long_poll_interval_ms: u64,
+    #[serde(rename = "long_poll_interval_ms", with = "duration::millis")]
+    pub long_poll_interval: Duration,
     /// How long a failed attempt waits, at most, for the verdict of a
     /// qualification of a failover provider still running in this process
     /// (within the attempt's lease), before its failover is decided.
-    pub failover_qualification_wait_ms: u64,
+    #[serde(rename = "failover_qualification_wait_ms", with = "duration::millis")]
+    pub failover_qualification_wait: Duration,
     /// Attempts of one owner running at once across the cluster (0: no
     /// limit); a key's own `max_in_flight` overrides it for its owner.
     pub max_in_flight_per_owner: u32,
@@ -322,15 +337,15 @@ impl Default for WorkerSettings {
             enabled: true,
             concurrency: 256,
             batch_size: 32,
-            poll_interval_ms: 500,
-            lease_margin_ms: 5_000,
-            reaper_interval_ms: 1_000,
-            reconcile_interval_ms: 500,
-            reconcile_backoff_ms: 500,
-            reconcile_backoff_max_ms: 30_000,
-            shutdown_grace_ms: 10_000,
-            long_poll_interval_ms: 1_000,
-            failover_qualification_wait_ms: 30_000,
+            poll_interval: Duration::from_millis(500),
+            lease_margin: Duration::from_millis(5_000),
+            reaper_interval: Duration::from_millis(1_000),
+            reconcile_interval: Duration::from_millis(500),
+            reconcile_backoff: Duration::from_millis(500),
+            reconcile_backoff_max: Duration::from_millis(30_000),
+            shutdown_grace: Duration::from_millis(10_000),
+            long_poll_interval: Duration::from_millis(1_000),
+            failover_qualification_wait: Duration::from_millis(30_000),
             max_in_flight_per_owner: 0,
             max_requeues: 20,
         }

@@ -41,15 +41,15 @@ async fn the_dashboard_and_the_demo_work_in_a_real_browser() {
     let app = TestApp::spawn_live(Backend::Sqlite, |settings| {
         // A stall long enough to see and to press the fallback during.
         let slow = settings.providers.get_mut("sim-slow").unwrap();
-        slow.latency_ms = 4_000;
-        slow.timeout_ms = 10_000;
+        slow.latency = Duration::from_millis(4_000);
+        slow.timeout = Duration::from_millis(10_000);
         // Its answer streams for about three seconds after the stall: long
         // enough to reload the demo mid-answer.
         slow.tokens_per_second = 8;
         settings.tasks.get_mut("summarize").unwrap().stream = true;
         // sim-hang's status lookup says "running" for this long: the
         // attempt stays unknown until the page resolves it.
-        settings.providers.get_mut("sim-hang").unwrap().hang_ms = Some(600_000);
+        settings.providers.get_mut("sim-hang").unwrap().hang = Some(Duration::from_millis(600_000));
     })
     .await;
     let screenshots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/browser-screenshots");

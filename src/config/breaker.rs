@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::duration;
+
 /// `[providers.NAME.breaker]`: when the provider is taken out of service,
 /// and for how long before a probe.
 #[derive(Clone, Copy, Debug, Deserialize)]
@@ -19,11 +21,11 @@ pub struct BreakerSettings {
     #[serde(default = "default_min_calls")]
     pub min_calls: u32,
     /// How far back calls count, in each process.
-    #[serde(default = "default_breaker_window_ms")]
-    pub window_ms: u64,
+    #[serde(default = "default_window", rename = "window_ms", with = "duration::millis")]
+    pub window: Duration,
     /// How long it stays open before a probe.
-    #[serde(default = "default_cool_down_ms")]
-    pub cool_down_ms: u64,
+    #[serde(default = "default_cool_down", rename = "cool_down_ms", with = "duration::millis")]
+    pub cool_down: Duration,
 }
 
 impl BreakerSettings {
@@ -32,7 +34,7 @@ impl BreakerSettings {
         crate::domain::breaker::Thresholds {
             failure_rate: self.failure_rate,
             min_calls: self.min_calls,
-            window: Duration::from_millis(self.window_ms),
+            window: self.window,
         }
     }
 
@@ -41,7 +43,7 @@ impl BreakerSettings {
         if !(self.failure_rate > 0.0 && self.failure_rate <= 1.0) {
             return Err(format!("providers.{name}.breaker.failure_rate must be above 0 and at most 1"));
         }
-        if self.min_calls == 0 || self.window_ms < 1_000 || self.cool_down_ms == 0 {
+        if self.min_calls == 0 || self.window < Duration::from_millis(1_000) || self.cool_down.is_zero() {
             return Err(format!(
                 "providers.{name}.breaker: min_calls and cool_down_ms must be at least 1, window_ms at least 1000"
             ));
@@ -58,10 +60,10 @@ fn default_min_calls() -> u32 {
     10
 }
 
-fn default_breaker_window_ms() -> u64 {
-    30_000
+fn default_window() -> Duration {
+    Duration::from_millis(30_000)
 }
 
-fn default_cool_down_ms() -> u64 {
-    30_000
+fn default_cool_down() -> Duration {
+    Duration::from_millis(30_000)
 }

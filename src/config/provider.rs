@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use super::breaker::BreakerSettings;
+use super::duration;
 pub use super::sim::{SimFault, SimOutput};
 pub use crate::domain::limits::ProviderLimits;
 
@@ -99,8 +100,8 @@ pub struct ProviderSettings {
     #[serde(default = "default_model")]
     pub model: String,
     /// The deadline of one attempt: connect, headers and body.
-    #[serde(default = "default_timeout_ms")]
-    pub timeout_ms: u64,
+    #[serde(default = "default_timeout", rename = "timeout_ms", with = "duration::millis")]
+    pub timeout: Duration,
     /// Sampling temperature.
     #[serde(default)]
     pub temperature: f64,
@@ -145,8 +146,8 @@ pub struct ProviderSettings {
     pub prompt_cache: bool,
     /// The Responses API: how often a background response is asked for
     /// while its attempt waits for it.
-    #[serde(default = "default_poll_interval_ms")]
-    pub poll_interval_ms: u64,
+    #[serde(default = "default_poll_interval", rename = "poll_interval_ms", with = "duration::millis")]
+    pub poll_interval: Duration,
     /// What its tokens cost; none: usage is counted, not costed.
     #[serde(default)]
     pub price: Option<crate::domain::Price>,
@@ -183,22 +184,22 @@ pub struct ProviderSettings {
     /// How long past the attempt's deadline the lookup must keep saying
     /// "no such request" before that is believed (a provider may index
     /// requests late).
-    #[serde(default = "default_absence_grace_ms")]
-    pub absence_grace_ms: u64,
+    #[serde(default = "default_absence_grace", rename = "absence_grace_ms", with = "duration::millis")]
+    pub absence_grace: Duration,
     /// sim: fixed latency before answering.
-    #[serde(default)]
-    pub latency_ms: u64,
+    #[serde(default, rename = "latency_ms", with = "duration::millis")]
+    pub latency: Duration,
     /// sim: random extra latency, up to this.
-    #[serde(default)]
-    pub jitter_ms: u64,
+    #[serde(default, rename = "jitter_ms", with = "duration::millis")]
+    pub jitter: Duration,
     /// sim: share of requests, 0 to 1, that take `tail_latency_ms`
     /// instead of `latency_ms`: the first of every `1 / tail_rate` in
     /// arrival order, so that a run's count of them is exact.
     #[serde(default)]
     pub tail_rate: f64,
     /// sim: the latency of the requests in the tail.
-    #[serde(default)]
-    pub tail_latency_ms: u64,
+    #[serde(default, rename = "tail_latency_ms", with = "duration::millis")]
+    pub tail_latency: Duration,
     /// sim: share of requests answered with `error_status`, 0 to 1.
     #[serde(default)]
     pub error_rate: f64,
@@ -207,14 +208,14 @@ pub struct ProviderSettings {
     pub error_status: u16,
     /// sim: every call (qualification calls aside) that arrives within this
     /// long of the simulator's start is answered with `error_status`.
-    #[serde(default)]
-    pub outage_ms: Option<u64>,
+    #[serde(default, rename = "outage_ms", with = "duration::option_millis")]
+    pub outage: Option<Duration>,
     /// sim: accept and never answer; status lookup says running this long.
-    #[serde(default)]
-    pub hang_ms: Option<u64>,
+    #[serde(default, rename = "hang_ms", with = "duration::option_millis")]
+    pub hang: Option<Duration>,
     /// sim: answer after this long.
-    #[serde(default)]
-    pub late_ms: Option<u64>,
+    #[serde(default, rename = "late_ms", with = "duration::option_millis")]
+    pub late: Option<Duration>,
     /// sim: what the answer looks like.
     #[serde(default)]
     pub output: SimOutput,
@@ -230,12 +231,12 @@ pub struct ProviderSettings {
     #[serde(default)]
     pub fault: Option<SimFault>,
     /// sim: the `Retry-After` (seconds) sent with the simulated error statuses.
-    #[serde(default)]
-    pub retry_after_secs: Option<u64>,
+    #[serde(default, rename = "retry_after_secs", with = "duration::option_secs")]
+    pub retry_after: Option<Duration>,
     /// sim, streamed answers: when the first token comes (by default
     /// `latency_ms` after the request).
-    #[serde(default)]
-    pub first_token_ms: Option<u64>,
+    #[serde(default, rename = "first_token_ms", with = "duration::option_millis")]
+    pub first_token: Option<Duration>,
     /// sim, streamed answers: how fast the rest comes, a chunk of a few
     /// characters counted as a token.
     #[serde(default = "default_tokens_per_second")]
@@ -295,16 +296,16 @@ fn default_max_output_tokens() -> u32 {
     1024
 }
 
-fn default_timeout_ms() -> u64 {
-    30_000
+fn default_timeout() -> Duration {
+    Duration::from_millis(30_000)
 }
 
-fn default_absence_grace_ms() -> u64 {
-    60_000
+fn default_absence_grace() -> Duration {
+    Duration::from_millis(60_000)
 }
 
-fn default_poll_interval_ms() -> u64 {
-    1000
+fn default_poll_interval() -> Duration {
+    Duration::from_millis(1000)
 }
 
 fn default_error_status() -> u16 {
@@ -312,11 +313,6 @@ fn default_error_status() -> u16 {
 }
 
 impl ProviderSettings {
-    /// The deadline of one attempt.
-    pub fn timeout(&self) -> Duration {
-        Duration::from_millis(self.timeout_ms)
-    }
-
     /// The surface it speaks.
     pub fn api(&self) -> ProviderApi {
         match self.kind {
@@ -346,11 +342,6 @@ impl ProviderSettings {
         })
     }
 
-    /// `poll_interval_ms`.
-    pub fn poll_interval(&self) -> Duration {
-        Duration::from_millis(self.poll_interval_ms)
-    }
-
     /// Whether the provider speaks OpenAI's API itself: its kind is not `sim`.
     fn is_real(&self) -> bool {
         self.kind != ProviderKind::Sim
@@ -375,11 +366,6 @@ impl ProviderSettings {
     /// Responses API: a response asked for by its id was received.
     pub fn absence_is_final(&self) -> bool {
         self.api() != ProviderApi::Responses && self.absence_is_final.unwrap_or(!self.is_real())
-    }
-
-    /// `absence_grace_ms`.
-    pub fn absence_grace(&self) -> Duration {
-        Duration::from_millis(self.absence_grace_ms)
     }
 
     /// Why these settings of provider `name` cannot be used, if they cannot.
@@ -409,7 +395,7 @@ impl ProviderSettings {
                 "providers.{name}: max_concurrent, requests_per_minute and tokens_per_minute must be at least 1"
             ));
         }
-        if self.timeout_ms == 0 || self.poll_interval_ms == 0 {
+        if self.timeout.is_zero() || self.poll_interval.is_zero() {
             return Err(format!("providers.{name}: timeout_ms and poll_interval_ms must be at least 1"));
         }
         Ok(())

@@ -2,10 +2,12 @@
 //! examples), where it runs and fails over to, and how many tries it may
 //! take.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use super::Span;
+use super::{Span, duration};
 
 /// `[tasks.NAME]`
 #[derive(Clone, Debug, Deserialize)]
@@ -31,8 +33,8 @@ pub struct TaskSettings {
     #[serde(default = "default_retries_per_provider")]
     pub retries_per_provider: u32,
     /// Backoff before the first retry; doubled for each further one.
-    #[serde(default = "default_retry_backoff_ms")]
-    pub retry_backoff_ms: u64,
+    #[serde(default = "default_retry_backoff", rename = "retry_backoff_ms", with = "duration::millis")]
+    pub retry_backoff: Duration,
     /// Whether a job's end (a win, or the owner's cancel) aborts the calls
     /// of its attempts still running, and cancels them at the provider
     /// where it has a cancel call; off, they run to their answer, which is
@@ -74,8 +76,8 @@ pub struct TaskSettings {
 pub struct HedgeSettings {
     /// Hedge an attempt sent this long ago without an answer (a streaming
     /// one: without its first piece stored).
-    #[serde(default)]
-    pub after_ms: Option<u64>,
+    #[serde(default, rename = "after_ms", with = "duration::option_millis")]
+    pub after: Option<Duration>,
     /// Or: after the provider's recent latency at this percentile (as this
     /// process measured its last answers).
     #[serde(default)]
@@ -96,8 +98,8 @@ impl HedgeSettings {
     /// When a running attempt is hedged.
     pub fn delay(&self) -> crate::domain::hedge::HedgeDelay {
         use crate::domain::hedge::HedgeDelay;
-        match (self.after_ms, self.after_percentile) {
-            (Some(ms), _) => HedgeDelay::Fixed(std::time::Duration::from_millis(ms)),
+        match (self.after, self.after_percentile) {
+            (Some(after), _) => HedgeDelay::Fixed(after),
             (None, Some(p)) => HedgeDelay::Percentile(p),
             (None, None) => unreachable!("checked: one of after_ms and after_percentile is set"),
         }
@@ -106,8 +108,8 @@ impl HedgeSettings {
     /// What serde cannot check; `task` names the task in the message.
     pub fn check(&self, task: &str, settings: &TaskSettings) -> Result<(), String> {
         let at = format!("tasks.{task}.hedge");
-        match (self.after_ms, self.after_percentile) {
-            (Some(0), None) => return Err(format!("{at}.after_ms must be at least 1")),
+        match (self.after, self.after_percentile) {
+            (Some(after), None) if after.is_zero() => return Err(format!("{at}.after_ms must be at least 1")),
             (Some(_), None) => {}
             (None, Some(p)) if p > 0.0 && p < 100.0 => {}
             (None, Some(_)) => return Err(format!("{at}.after_percentile must be above 0 and below 100")),
@@ -185,8 +187,8 @@ fn default_retries_per_provider() -> u32 {
     1
 }
 
-fn default_retry_backoff_ms() -> u64 {
-    200
+fn default_retry_backoff() -> Duration {
+    Duration::from_millis(200)
 }
 
 fn any_object_schema() -> Value {

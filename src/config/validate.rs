@@ -62,9 +62,9 @@ impl Settings {
     /// Checks the webhook deliverer's timings and sizes.
     fn check_webhooks(&self) -> Result<(), ConfigError> {
         let hooks = &self.webhooks;
-        if hooks.timeout_ms == 0
-            || hooks.retry_base_ms == 0
-            || hooks.poll_interval_ms == 0
+        if hooks.timeout.is_zero()
+            || hooks.retry_base.is_zero()
+            || hooks.poll_interval.is_zero()
             || hooks.batch_size == 0
             || hooks.concurrency == 0
         {
@@ -73,7 +73,7 @@ impl Settings {
                     .into(),
             );
         }
-        if hooks.retry_max_ms < hooks.retry_base_ms {
+        if hooks.retry_max < hooks.retry_base {
             return invalid("webhooks.retry_max_ms must be at least webhooks.retry_base_ms".into());
         }
         Ok(())
@@ -82,7 +82,7 @@ impl Settings {
     /// Checks the server's event streams, replay cache, long-polls and
     /// rate limit.
     fn check_server_limits(&self) -> Result<(), ConfigError> {
-        if self.server.event_stream_interval_ms == 0 {
+        if self.server.event_stream_interval.is_zero() {
             return invalid("server.event_stream_interval_ms must be at least 1".into());
         }
         if self.server.replay_cache_keys < 2 {

@@ -129,7 +129,7 @@ pub fn serve_routes(routes: Router<AppState>, state: AppState) -> Router {
 /// waiting for the client's body (a client trickling bytes, slowloris), 503
 /// `unavailable` otherwise.
 async fn deadline(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let mut limit = state.settings.request_timeout();
+    let mut limit = state.settings.request_timeout;
     // A long-poll, or a creation with `Prefer: wait`, may wait its full
     // time on top.
     if jobs::asks_to_wait(request.headers(), request.uri().query()) {

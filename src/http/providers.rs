@@ -88,7 +88,7 @@ pub(crate) async fn providers_report(app: &AppState) -> Result<Value, ApiError> 
             "name": name,
             "kind": settings.kind,
             "model": settings.model,
-            "timeout_ms": settings.timeout_ms,
+            "timeout_ms": crate::config::duration::saturating_millis(settings.timeout),
             "tokenizer": settings.tokenizer(),
             "context_tokens": settings.context_tokens,
             "max_output_tokens": settings.max_output_tokens,

@@ -86,7 +86,7 @@ pub struct Jobs {
     long_polls: LongPolls,
     intervals: Intervals,
     limits: crate::store::claims::ClaimLimits,
-    unknown_retry_after: u64,
+    unknown_retry_after: Duration,
 }
 
 /// How long a long-poll woken by a claim waits for the attempt's outcome
@@ -130,15 +130,15 @@ impl Jobs {
             long_polls: LongPolls::new(long_polls_per_owner),
             intervals,
             limits,
-            unknown_retry_after: crate::config::ServerSettings::default().unknown_retry_after_secs,
+            unknown_retry_after: crate::config::ServerSettings::default().unknown_retry_after,
         }
     }
 
-    /// These use cases, with `seconds` as the `Retry-After` of a refusal
+    /// These use cases, with `wait` as the `Retry-After` of a refusal
     /// while an attempt's outcome is unknown (`server.unknown_retry_after_secs`;
     /// its default until this is called).
-    pub fn with_unknown_retry_after(mut self, seconds: u64) -> Self {
-        self.unknown_retry_after = seconds;
+    pub fn with_unknown_retry_after(mut self, wait: Duration) -> Self {
+        self.unknown_retry_after = wait;
         self
     }
 
@@ -369,7 +369,8 @@ impl Jobs {
     /// An admission rule's refusal, with when to ask again where that is
     /// known: an unknown outcome's wait.
     fn refuse(&self, refusal: AdmissionRefusal, reason: Option<String>) -> JobError {
-        let retry_after = (refusal == AdmissionRefusal::AttemptOutcomeUnknown).then_some(self.unknown_retry_after);
+        let retry_after =
+            (refusal == AdmissionRefusal::AttemptOutcomeUnknown).then_some(self.unknown_retry_after.as_secs());
         JobError::Refused { refusal, reason, retry_after }
     }
 

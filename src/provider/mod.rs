@@ -203,7 +203,7 @@ pub async fn call(
     accepted(&id).await;
     let asked = RequestRef { client_id: &request.request_id, provider_id: Some(&id) };
     loop {
-        tokio::time::sleep(provider.settings().poll_interval()).await;
+        tokio::time::sleep(provider.settings().poll_interval).await;
         match provider.status(asked).await {
             Some(Ok(RequestStatus::Succeeded(completion))) => return Ok(completion),
             Some(Ok(RequestStatus::Failed(error))) => return Err(error),

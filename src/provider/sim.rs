@@ -55,7 +55,7 @@ use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::config::{ProviderKind, ProviderSettings, Settings, SimFault, SimOutput};
+use crate::config::{ProviderKind, ProviderSettings, Settings, SimFault, SimOutput, duration};
 use crate::provider::tokens;
 use crate::sync::LockAnyway;
 
@@ -311,15 +311,16 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
     let usage = (tokens::count_messages(tokenizer, messages), tokens::count(tokenizer, answered));
     let now = Instant::now();
     let fresh_plan = |in_tail: bool, in_outage: bool| {
-        let jitter = if provider.jitter_ms > 0 { (sim.roll() * provider.jitter_ms as f64) as u64 } else { 0 };
-        let latency = if in_tail { provider.tail_latency_ms } else { provider.latency_ms };
-        let ready = now + Duration::from_millis(latency + jitter);
-        if let Some(hang_ms) = provider.hang_ms {
-            Plan::Hang { gives_up_at: now + Duration::from_millis(hang_ms) }
+        let jitter_ms = duration::saturating_millis(provider.jitter);
+        let jitter = if jitter_ms > 0 { (sim.roll() * jitter_ms as f64) as u64 } else { 0 };
+        let latency = if in_tail { provider.tail_latency } else { provider.latency };
+        let ready = now + latency + Duration::from_millis(jitter);
+        if let Some(hang) = provider.hang {
+            Plan::Hang { gives_up_at: now + hang }
         } else if in_outage || (provider.error_rate > 0.0 && sim.roll() < provider.error_rate) {
             Plan::Error { at: ready, status: provider.error_status }
         } else {
-            let at = provider.late_ms.map_or(ready, |late| now + Duration::from_millis(late));
+            let at = provider.late.map_or(ready, |late| now + late);
             Plan::Answer { at, content, usage, ending }
         }
     };
@@ -328,17 +329,16 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
     let entry = log.get_or_insert_with(id, || {
         let qualification = id.starts_with("qualification-");
         let in_tail = !qualification && sim.in_tail(name, provider);
-        let in_outage = !qualification
-            && provider.outage_ms.is_some_and(|outage| sim.started.elapsed() < Duration::from_millis(outage));
-        let first_token_ms =
-            if in_tail { provider.tail_latency_ms } else { provider.first_token_ms.unwrap_or(provider.latency_ms) };
+        let in_outage = !qualification && provider.outage.is_some_and(|outage| sim.started.elapsed() < outage);
+        let first_token_after =
+            if in_tail { provider.tail_latency } else { provider.first_token.unwrap_or(provider.latency) };
         Entry {
             provider: name.to_owned(),
             received_at: chrono::Utc::now(),
             arrived: now,
             times: 0,
             plan: fresh_plan(in_tail, in_outage),
-            first_token_after: Duration::from_millis(first_token_ms),
+            first_token_after,
             closed_after: None,
             canceled_after: None,
             strict_schema: strict,
@@ -384,7 +384,7 @@ async fn receive<'s>(
 /// its arrival the first piece comes.
 fn pace_stream(sim: &SimState, id: &str, provider: &ProviderSettings, content: &str, arrived: Instant) -> Duration {
     let mut log = sim.log.lock_anyway();
-    let mut first_after = Duration::from_millis(provider.first_token_ms.unwrap_or(provider.latency_ms));
+    let mut first_after = provider.first_token.unwrap_or(provider.latency);
     if let Some(entry) = log.get_mut(id)
         && let Plan::Answer { at, .. } = &mut entry.plan
     {

@@ -192,7 +192,7 @@ pub(crate) async fn take_probe(store: &Store, breakers: &Breakers, provider: &st
 /// and a window that trips opens it.
 pub(crate) async fn record(store: &Store, breakers: &Breakers, provider: &str, failed: bool, probe: bool) {
     let Some(settings) = breakers.settings.get(provider).copied() else { return };
-    let cool_down = Duration::from_millis(settings.cool_down_ms);
+    let cool_down = settings.cool_down;
     let change = if probe {
         if failed { BreakerChange::Reopen { cool_down, reason: "its probe failed" } } else { BreakerChange::Close }
     } else {

@@ -165,7 +165,7 @@ impl TaskRules for Catalog {
             failover: &settings.failover,
             retries_per_provider: settings.retries_per_provider,
             max_attempts: settings.max_attempts,
-            backoff: std::time::Duration::from_millis(settings.retry_backoff_ms),
+            backoff: settings.retry_backoff,
         }
         .candidates(attempts)
         .into_iter()

@@ -50,7 +50,7 @@ const MOST_COUNTING: std::time::Duration = std::time::Duration::from_secs(5);
 /// long, the estimate decides, and the log says so.
 pub async fn counted(provider: &dyn crate::provider::Provider, prepared: &Prepared) -> Result<usize, ProviderError> {
     let settings = provider.settings();
-    let most = (settings.timeout() / 10).min(MOST_COUNTING);
+    let most = (settings.timeout / 10).min(MOST_COUNTING);
     let estimate = prepared.prompt_tokens;
     let tokens = match tokio::time::timeout(most, provider.count_tokens(&prepared.request)).await {
         Ok(Some(Ok(tokens))) => tokens,

@@ -111,9 +111,9 @@ async fn run_example(
         }
         let tokens = prepared.prompt_tokens;
         let calling = crate::provider::call(provider, &prepared.request, async |_: &str| {});
-        let completion = match tokio::time::timeout(settings.timeout(), calling).await {
+        let completion = match tokio::time::timeout(settings.timeout, calling).await {
             Ok(result) => result.map_err(|e| (Some(tokens), e))?,
-            Err(_) => return Err((Some(tokens), ProviderError::deadline(settings.timeout(), settings.timeout()))),
+            Err(_) => return Err((Some(tokens), ProviderError::deadline(settings.timeout, settings.timeout))),
         };
         Ok((tokens, completion.output))
     }

@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 
 use uuid::Uuid;
 
-use crate::config::WebhookSettings;
+use crate::config::{WebhookSettings, duration};
 use crate::domain::OwnerId;
 use crate::domain::webhook::signature;
 use crate::store::webhooks::{claim_lease, message_id};
@@ -54,7 +54,7 @@ impl Deliverer {
         let client = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_millis(settings.timeout_ms))
+            .timeout(settings.timeout)
             .dns_resolver(Arc::new(PublicResolver::new(allowed.clone())))
             .user_agent(concat!("onejob-webhooks/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -69,8 +69,8 @@ impl Deliverer {
     /// tries in flight then finish (each is bounded by the timeout), and
     /// the last ones are recorded.
     pub(crate) async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let poll = Duration::from_millis(self.settings.poll_interval_ms);
-        let lease = claim_lease(Duration::from_millis(self.settings.timeout_ms));
+        let poll = self.settings.poll_interval;
+        let lease = claim_lease(self.settings.timeout);
         let places = Arc::new(Semaphore::new(self.settings.concurrency));
         let owners = OwnersInFlight::new(self.settings.max_in_flight_per_owner);
         let mut idle = false;
@@ -218,11 +218,7 @@ impl Deliverer {
     fn retry_or_give_up(&self, delivery: &ClaimedDelivery) -> TryOutcome {
         let wait = backoff(&self.settings, delivery.number);
         let age = (chrono::Utc::now() - delivery.created_at).to_std().unwrap_or_default();
-        if age + wait > Duration::from_millis(self.settings.retry_for_ms) {
-            TryOutcome::GiveUp
-        } else {
-            TryOutcome::Retry(wait)
-        }
+        if age + wait > self.settings.retry_for { TryOutcome::GiveUp } else { TryOutcome::Retry(wait) }
     }
 }
 
@@ -292,7 +288,7 @@ async fn record(store: Store, mut finished: mpsc::Receiver<DeliveryTry>) {
 /// that deliveries failed together do not all come back together.
 pub(crate) fn backoff(settings: &WebhookSettings, number: i32) -> Duration {
     let doublings = u32::try_from(number.saturating_sub(1)).unwrap_or(0).min(30);
-    let full = settings.retry_base_ms.saturating_mul(1u64 << doublings).min(settings.retry_max_ms);
+    let full = duration::saturating_millis(settings.retry_base.saturating_mul(1 << doublings).min(settings.retry_max));
     let mut random = [0u8; 8];
     getrandom::fill(&mut random).expect("the operating system's random source");
     let half = full / 2;
@@ -362,7 +358,11 @@ mod tests {
 
     #[test]
     fn the_backoff_doubles_within_its_bounds_with_jitter_in_the_second_half() {
-        let settings = WebhookSettings { retry_base_ms: 1_000, retry_max_ms: 10_000, ..WebhookSettings::default() };
+        let settings = WebhookSettings {
+            retry_base: Duration::from_millis(1_000),
+            retry_max: Duration::from_millis(10_000),
+            ..WebhookSettings::default()
+        };
         for _ in 0..100 {
             let first = backoff(&settings, 1).as_millis();
             assert!((500..=1_000).contains(&first), "{first}");

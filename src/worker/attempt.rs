@@ -280,7 +280,7 @@ async fn stop_at_provider(
     let Some(provider) = worker.providers.get(&claimed.provider) else {
         return sent(CancelCall::None);
     };
-    let margin = Duration::from_millis(worker.settings.lease_margin_ms);
+    let margin = worker.settings.lease_margin;
     let left = lease_end.saturating_duration_since(Instant::now()).saturating_sub(margin).min(CANCEL_CALL_TIMEOUT);
     let client_id = claimed.id.to_string();
     let request = RequestRef { client_id: &client_id, provider_id: progress.provider_request_id.as_deref() };
@@ -419,8 +419,7 @@ impl<'a> Call<'a> {
         match breakers.passage(provider) {
             Passage::Go => Ok(false),
             Passage::Probe => {
-                let probe_for =
-                    self.provider.settings().timeout() + Duration::from_millis(worker.settings.lease_margin_ms);
+                let probe_for = self.provider.settings().timeout + worker.settings.lease_margin;
                 if !crate::task::breakers::take_probe(&worker.store, breakers, provider, probe_for).await {
                     return Err(provider_open("another attempt is its probe"));
                 }
@@ -464,7 +463,7 @@ impl<'a> Call<'a> {
     /// inside the lease, checked right before the send (`lease-lost` when
     /// the lease ran out).
     fn limit_to_lease(&self, lease_end: Instant) -> Result<Duration, ProviderError> {
-        let margin = Duration::from_millis(self.worker.settings.lease_margin_ms);
+        let margin = self.worker.settings.lease_margin;
         let left = lease_end.saturating_duration_since(Instant::now()).saturating_sub(margin);
         if left.is_zero() {
             let message = "the lease ran out before the request was sent";
@@ -475,7 +474,7 @@ impl<'a> Call<'a> {
                 message,
             ));
         }
-        Ok(self.provider.settings().timeout().min(left))
+        Ok(self.provider.settings().timeout.min(left))
     }
 
     /// Sends the request within `timeout` and follows it to its answer,
@@ -519,7 +518,7 @@ impl<'a> Call<'a> {
             biased;
             called = calling.instrument(call_span.clone()) => match called {
                 Ok(result) => result,
-                Err(_) => Err(ProviderError::deadline(settings.timeout(), timeout)),
+                Err(_) => Err(ProviderError::deadline(settings.timeout, timeout)),
             },
             () = super::hedge::hedge_while_running(worker, claimed, sent) => unreachable!("hedging ends with the call"),
             () = stopped => {

@@ -97,9 +97,9 @@ impl Worker {
     }
 
     fn claim_rules(&self) -> ClaimRules {
-        let margin = Duration::from_millis(self.settings.lease_margin_ms);
+        let margin = self.settings.lease_margin;
         let by_provider: Vec<(String, Duration)> =
-            self.providers.iter().map(|(name, p)| (name.clone(), p.settings().timeout() + margin)).collect();
+            self.providers.iter().map(|(name, p)| (name.clone(), p.settings().timeout + margin)).collect();
         let default = by_provider.iter().map(|(_, lease)| *lease).max().unwrap_or(margin);
         let providers = self.providers.iter().map(|(name, p)| (name.clone(), p.settings().limits()));
         let limits = crate::store::claims::ClaimLimits::new(self.settings.max_in_flight_per_owner, providers);
@@ -126,7 +126,7 @@ impl Worker {
     async fn claim_loop(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let rules = self.claim_rules();
         let permits = Arc::new(Semaphore::new(self.settings.concurrency));
-        let poll = Duration::from_millis(self.settings.poll_interval_ms);
+        let poll = self.settings.poll_interval;
         let mut in_flight = JoinSet::new();
         while !*shutdown.borrow() {
             self.heartbeat.store(chrono::Utc::now().timestamp(), std::sync::atomic::Ordering::Relaxed);
@@ -182,7 +182,7 @@ impl Worker {
         if running > 0 {
             tracing::info!(running, "stopped claiming; letting attempts in flight finish");
         }
-        let grace = tokio::time::sleep(Duration::from_millis(self.settings.shutdown_grace_ms));
+        let grace = tokio::time::sleep(self.settings.shutdown_grace);
         tokio::pin!(grace);
         loop {
             tokio::select! {
@@ -198,9 +198,8 @@ impl Worker {
 
     /// The exponential backoff of the `count`th status lookup.
     fn reconcile_backoff(&self, count: i32) -> Duration {
-        let base = self.settings.reconcile_backoff_ms;
-        let factor = 1u64 << u32::try_from(count.saturating_sub(1)).unwrap_or(0).min(20);
-        Duration::from_millis(base.saturating_mul(factor).min(self.settings.reconcile_backoff_max_ms))
+        let factor = 1u32 << u32::try_from(count.saturating_sub(1)).unwrap_or(0).min(20);
+        self.settings.reconcile_backoff.saturating_mul(factor).min(self.settings.reconcile_backoff_max)
     }
 }
 

@@ -8,14 +8,13 @@
 //! finish in this process would at once.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::Worker;
 
 pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>) {
-    let interval = Duration::from_millis(worker.settings.reaper_interval_ms);
+    let interval = worker.settings.reaper_interval;
     while !*shutdown.borrow() {
         match worker.store.expire_leases(100).await {
             Ok(expired) => {

@@ -20,11 +20,11 @@ use crate::provider::{Completion, FailureClass, FailureKind, Provider, ProviderE
 use crate::store::UnknownAttempt;
 
 pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>) {
-    let interval = Duration::from_millis(worker.settings.reconcile_interval_ms);
+    let interval = worker.settings.reconcile_interval;
     let askable: Vec<String> =
         worker.providers.iter().filter(|(_, p)| p.settings().has_status_lookup()).map(|(n, _)| n.clone()).collect();
     // While one lookup runs, no other reconciler takes the same attempt.
-    let hold = Duration::from_millis(worker.settings.reconcile_backoff_max_ms).max(Duration::from_secs(30));
+    let hold = worker.settings.reconcile_backoff_max.max(Duration::from_secs(30));
     while !*shutdown.borrow() {
         if !askable.is_empty() {
             match worker.store.claim_reconciliations(&askable, 32, hold).await {
@@ -95,7 +95,7 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
 /// timeout (a deadline error past it); `None` when there is nothing to ask
 /// by (a background request whose id never came back).
 async fn ask_status(provider: &dyn Provider, unknown: &UnknownAttempt) -> Option<Result<RequestStatus, ProviderError>> {
-    let timeout = provider.settings().timeout();
+    let timeout = provider.settings().timeout;
     let client_id = unknown.id.to_string();
     let asked = RequestRef { client_id: &client_id, provider_id: unknown.provider_request_id.as_deref() };
     match tokio::time::timeout(timeout, provider.status(asked)).await {
@@ -116,7 +116,7 @@ async fn wait_for_operator(worker: &Worker, unknown: &UnknownAttempt) {
              it stays unknown until an operator resolves it"
         );
     }
-    postpone(worker, unknown, Duration::from_millis(worker.settings.reconcile_backoff_max_ms)).await;
+    postpone(worker, unknown, worker.settings.reconcile_backoff_max).await;
 }
 
 /// Counts a status lookup of `provider` by what it answered.
@@ -158,7 +158,7 @@ async fn settle(worker: &Worker, unknown: &UnknownAttempt, outcome: Result<Compl
 /// becomes unknown no earlier than it started, so `unknown_for` past the
 /// deadline plus the grace is past both).
 fn absence_settles(settings: &crate::config::ProviderSettings, unknown_for: Duration) -> bool {
-    settings.absence_is_final() && unknown_for > settings.timeout() + settings.absence_grace()
+    settings.absence_is_final() && unknown_for > settings.timeout + settings.absence_grace
 }
 
 async fn postpone(worker: &Worker, unknown: &UnknownAttempt, delay: Duration) {

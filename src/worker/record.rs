@@ -60,9 +60,9 @@ async fn await_failover_qualifications(worker: &Worker, task: &str, claim: Optio
     if !failover.iter().any(|provider| running.is_running(provider, &task.name)) {
         return;
     }
-    let mut until = Instant::now() + Duration::from_millis(worker.settings.failover_qualification_wait_ms);
+    let mut until = Instant::now() + worker.settings.failover_qualification_wait;
     if let Some(claim) = claim {
-        let margin = Duration::from_millis(worker.settings.lease_margin_ms);
+        let margin = worker.settings.lease_margin;
         until = until.min(claim.lease_end.checked_sub(margin).unwrap_or(claim.lease_end));
     }
     tracing::info!("waiting for the qualification of a failover provider before deciding the failover");

@@ -112,6 +112,7 @@ macro_rules! on_both_backends {
 }
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use onejob::app::{Application, Role};
 use onejob::config::Settings;
@@ -395,32 +396,32 @@ impl TestApp {
 /// milliseconds, a worker and reconciler that look often.
 pub fn fast_timings(settings: &mut Settings) {
     let w = &mut settings.worker;
-    w.poll_interval_ms = 50;
-    w.lease_margin_ms = 500;
-    w.reaper_interval_ms = 100;
-    w.reconcile_interval_ms = 50;
-    w.reconcile_backoff_ms = 100;
-    w.reconcile_backoff_max_ms = 400;
-    w.shutdown_grace_ms = 5_000;
-    w.long_poll_interval_ms = 200;
+    w.poll_interval = Duration::from_millis(50);
+    w.lease_margin = Duration::from_millis(500);
+    w.reaper_interval = Duration::from_millis(100);
+    w.reconcile_interval = Duration::from_millis(50);
+    w.reconcile_backoff = Duration::from_millis(100);
+    w.reconcile_backoff_max = Duration::from_millis(400);
+    w.shutdown_grace = Duration::from_millis(5_000);
+    w.long_poll_interval = Duration::from_millis(200);
     let p = &mut settings.providers;
     for provider in p.values_mut() {
-        provider.absence_grace_ms = 200;
+        provider.absence_grace = Duration::from_millis(200);
     }
-    p.get_mut("sim-slow").unwrap().latency_ms = 1_500;
-    p.get_mut("sim-slow").unwrap().timeout_ms = 5_000;
+    p.get_mut("sim-slow").unwrap().latency = Duration::from_millis(1_500);
+    p.get_mut("sim-slow").unwrap().timeout = Duration::from_millis(5_000);
     // Qualifying sim-slow would hold every live test for its latency; a test
     // that falls over to it qualifies it with `TestApp::qualify`.
     p.get_mut("sim-slow").unwrap().qualify_on_start = false;
-    p.get_mut("sim-hang").unwrap().timeout_ms = 300;
-    p.get_mut("sim-hang").unwrap().hang_ms = Some(1_200);
-    p.get_mut("sim-late").unwrap().timeout_ms = 300;
-    p.get_mut("sim-late").unwrap().late_ms = Some(900);
-    settings.tasks.get_mut("summarize").unwrap().retry_backoff_ms = 50;
+    p.get_mut("sim-hang").unwrap().timeout = Duration::from_millis(300);
+    p.get_mut("sim-hang").unwrap().hang = Some(Duration::from_millis(1_200));
+    p.get_mut("sim-late").unwrap().timeout = Duration::from_millis(300);
+    p.get_mut("sim-late").unwrap().late = Some(Duration::from_millis(900));
+    settings.tasks.get_mut("summarize").unwrap().retry_backoff = Duration::from_millis(50);
     let hooks = &mut settings.webhooks;
-    hooks.poll_interval_ms = 50;
-    hooks.retry_base_ms = 100;
-    hooks.retry_max_ms = 400;
+    hooks.poll_interval = Duration::from_millis(50);
+    hooks.retry_base = Duration::from_millis(100);
+    hooks.retry_max = Duration::from_millis(400);
 }
 
 /// A provider from TOML, for tests that add their own.

@@ -87,8 +87,8 @@ async fn stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_wit
     let url = cluster.create_database("onejob").await;
     let app = Arc::new(
         TestApp::spawn_on(Backend::Postgres, &url, Role::All, |s| {
-            s.server.request_timeout_ms = REQUEST_TIMEOUT.as_millis() as u64;
-            s.database.acquire_timeout_ms = 500;
+            s.server.request_timeout = REQUEST_TIMEOUT;
+            s.database.acquire_timeout = Duration::from_millis(500);
             s.database.max_connections = 8;
             s.server.rate_limit_per_second = 0;
         })
@@ -182,8 +182,8 @@ async fn a_pool_held_by_blocked_statements_answers_503_within_the_acquire_timeou
     let app = Arc::new(
         TestApp::spawn_on(Backend::Postgres, &url, Role::Api, |s| {
             s.database.max_connections = 2;
-            s.database.acquire_timeout_ms = ACQUIRE_TIMEOUT.as_millis() as u64;
-            s.server.request_timeout_ms = 10_000;
+            s.database.acquire_timeout = ACQUIRE_TIMEOUT;
+            s.server.request_timeout = Duration::from_millis(10_000);
         })
         .await,
     );

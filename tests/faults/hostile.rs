@@ -226,7 +226,7 @@ async fn trickle(app: &TestApp, head: String, trickle: &'static [u8]) -> (String
 }
 
 async fn a_body_trickled_byte_by_byte_ends_in_a_timeout_answer_within_the_request_deadline(backend: Backend) {
-    let app = TestApp::spawn_with(backend, |s| s.server.request_timeout_ms = REQUEST_TIMEOUT.as_millis() as u64).await;
+    let app = TestApp::spawn_with(backend, |s| s.server.request_timeout = REQUEST_TIMEOUT).await;
     let head = format!(
         "POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nIdempotency-Key: slow\r\n\r\n",
         app.alice
@@ -238,7 +238,7 @@ async fn a_body_trickled_byte_by_byte_ends_in_a_timeout_answer_within_the_reques
 }
 
 async fn headers_trickled_byte_by_byte_end_in_a_closed_connection_within_the_request_deadline(backend: Backend) {
-    let app = TestApp::spawn_with(backend, |s| s.server.request_timeout_ms = REQUEST_TIMEOUT.as_millis() as u64).await;
+    let app = TestApp::spawn_with(backend, |s| s.server.request_timeout = REQUEST_TIMEOUT).await;
     let (answer, elapsed) = trickle(&app, "POST /jobs HTTP/1.1\r\nHost: x\r\n".to_owned(), b"X-Slow: a\r\n").await;
     assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(elapsed < REQUEST_TIMEOUT + Duration::from_millis(1_500), "closed after {elapsed:?}");

@@ -573,10 +573,12 @@ on_both_backends!(
 /// other refuses the key too (it confirmed it forgot it), well inside the
 /// cache's time to live.
 async fn a_revocation_reaches_every_server_sharing_the_database() {
-    let one = TestApp::spawn_with(Backend::Postgres, |s| s.server.auth_cache_ttl_ms = 600_000).await;
-    let two =
-        TestApp::spawn_on(Backend::Postgres, &one.database_url, Role::Api, |s| s.server.auth_cache_ttl_ms = 600_000)
-            .await;
+    let one =
+        TestApp::spawn_with(Backend::Postgres, |s| s.server.auth_cache_ttl = Duration::from_millis(600_000)).await;
+    let two = TestApp::spawn_on(Backend::Postgres, &one.database_url, Role::Api, |s| {
+        s.server.auth_cache_ttl = Duration::from_millis(600_000)
+    })
+    .await;
     let (id, token) = onejob::keys::create_key(one.store(), &owner("carol")).await.unwrap();
     for _ in 0..3 {
         assert_eq!(one.get(&token, "/jobs").await.status(), StatusCode::OK);
@@ -594,7 +596,8 @@ async fn a_revocation_reaches_every_server_sharing_the_database() {
 /// nobody listens: the server trusts no cached key until it listens again,
 /// and then forgets everything it had cached.
 async fn a_server_that_lost_its_listen_connection_trusts_no_cached_key() {
-    let app = TestApp::spawn_with(Backend::Postgres, |s| s.server.auth_cache_ttl_ms = 600_000).await;
+    let app =
+        TestApp::spawn_with(Backend::Postgres, |s| s.server.auth_cache_ttl = Duration::from_millis(600_000)).await;
     let (id, token) = onejob::keys::create_key(app.store(), &owner("carol")).await.unwrap();
     for _ in 0..3 {
         assert_eq!(app.get(&token, "/jobs").await.status(), StatusCode::OK);

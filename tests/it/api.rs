@@ -158,7 +158,7 @@ async fn another_owner_reading_or_adding_attempts_gets_404(backend: Backend) {
 async fn admission_matrix_answers_each_documented_refusal(backend: Backend) {
     let app = TestApp::spawn_with(backend, |s| {
         s.tasks.get_mut("summarize").unwrap().max_attempts = 3;
-        s.server.unknown_retry_after_secs = 7;
+        s.server.unknown_retry_after = Duration::from_secs(7);
     })
     .await;
     let job = app.create_job("k", Some("sim-slow")).await;
@@ -463,7 +463,7 @@ async fn an_unreachable_database_answers_503_with_retry_after(backend: Backend) 
     let app = TestApp::spawn_with(backend, |s| {
         s.database.url = Some(unreachable.into());
         s.database.migrate_on_start = false;
-        s.database.acquire_timeout_ms = 500;
+        s.database.acquire_timeout = Duration::from_millis(500);
     })
     .await;
     let started = std::time::Instant::now();
@@ -478,7 +478,7 @@ async fn an_unreachable_database_answers_503_with_retry_after(backend: Backend) 
 }
 
 async fn a_revoked_key_stops_working(backend: Backend) {
-    let app = TestApp::spawn_with(backend, |s| s.server.auth_cache_ttl_ms = 0).await;
+    let app = TestApp::spawn_with(backend, |s| s.server.auth_cache_ttl = Duration::ZERO).await;
     let owner = OwnerId::parse("carol").unwrap();
     let (id, token) = onejob::keys::create_key(app.store(), &owner).await.unwrap();
     assert_eq!(app.get(&token, "/jobs").await.status(), StatusCode::OK);

@@ -25,8 +25,8 @@ const SLOW_MS: u64 = 3_000;
 /// sim-slow without a cancel call.
 fn settings(s: &mut Settings) {
     let slow = s.providers.get_mut("sim-slow").unwrap();
-    slow.latency_ms = SLOW_MS;
-    slow.timeout_ms = 2 * SLOW_MS;
+    slow.latency = Duration::from_millis(SLOW_MS);
+    slow.timeout = Duration::from_millis(2 * SLOW_MS);
     let mut uncancelable = s.providers["sim-slow"].clone();
     uncancelable.cancel_call = Some(false);
     s.providers.insert("sim-slow-uncancelable".into(), uncancelable);

@@ -233,7 +233,7 @@ async fn qualification_of_an_unknown_provider_or_task_is_refused(backend: Backen
 fn failover_to_sim_slow_qualifying_at_start(settings: &mut onejob::config::Settings, wait_ms: u64) {
     settings.providers.get_mut("sim-slow").unwrap().qualify_on_start = true;
     settings.tasks.get_mut("summarize").unwrap().failover = vec!["sim-slow".into()];
-    settings.worker.failover_qualification_wait_ms = wait_ms;
+    settings.worker.failover_qualification_wait = std::time::Duration::from_millis(wait_ms);
 }
 
 async fn job_events(app: &TestApp, id: &str) -> Vec<onejob::domain::JobEvent> {

@@ -175,8 +175,8 @@ async fn an_event_committed_through_another_server_reaches_a_stream_within_a_sec
     // The stream is held on an API-only server; the job runs on another
     // server's worker, sharing the database: its events reach the stream
     // only by the stream's rereads, at the default interval.
-    let default_interval = onejob::config::Settings::builtin().server.event_stream_interval_ms;
-    let api = TestApp::spawn_with(backend, |s| s.server.event_stream_interval_ms = default_interval).await;
+    let default_interval = onejob::config::Settings::builtin().server.event_stream_interval;
+    let api = TestApp::spawn_with(backend, |s| s.server.event_stream_interval = default_interval).await;
     let _worker = TestApp::spawn_on(backend, &api.database_url, Role::All, |_| {}).await;
     let id = created(&api, "k", "sim-slow").await["id"].as_str().unwrap().to_owned();
     let received = read_to_end(open(&api, &api.alice, &id, "", None).await).await;
@@ -195,7 +195,10 @@ async fn streamed(app: &TestApp, id: &str, query: &str) -> Vec<Received> {
 }
 
 async fn after_a_race_and_after_a_cancel_a_stream_delivers_the_losers_cancellation_before_it_ends(backend: Backend) {
-    let app = TestApp::spawn_live(backend, |s| s.providers.get_mut("sim-slow").unwrap().latency_ms = 3_000).await;
+    let app = TestApp::spawn_live(backend, |s| {
+        s.providers.get_mut("sim-slow").unwrap().latency = Duration::from_millis(3_000)
+    })
+    .await;
     // A race: attempt 1 waits on sim-slow, the fallback on sim-fast wins,
     // and attempt 1's call is aborted after the win.
     let raced = created(&app, "raced", "sim-slow").await;

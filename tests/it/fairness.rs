@@ -88,8 +88,8 @@ fn peak_overlap(log: &[Value]) -> usize {
 
 fn with_latency(s: &mut Settings) {
     let fast = s.providers.get_mut("sim-fast").unwrap();
-    fast.latency_ms = LATENCY_MS;
-    fast.jitter_ms = 0;
+    fast.latency = Duration::from_millis(LATENCY_MS);
+    fast.jitter = Duration::ZERO;
 }
 
 async fn a_second_owners_jobs_all_start_before_half_of_the_first_owners_backlog_is_done(backend: Backend) {
@@ -239,7 +239,7 @@ async fn a_429_with_retry_after_2_pauses_the_provider_for_2_s_and_the_same_attem
     let app = TestApp::spawn_live(backend, |s| {
         let fast = s.providers.get_mut("sim-fast").unwrap();
         fast.refuse_first = 1;
-        fast.retry_after_secs = Some(2);
+        fast.retry_after = Some(Duration::from_secs(2));
     })
     .await;
     let first = app.create_job("refused", None).await;

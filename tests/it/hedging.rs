@@ -13,6 +13,8 @@
 //! 500 jobs under `max_share`) are `scripts/hedging-full.sh`'s; `HEDGED_JOBS` sets
 //! the size here.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -30,7 +32,7 @@ const AFTER_MS: u64 = 200;
 
 fn hedge(providers: &[&str], max_share: f64) -> HedgeSettings {
     HedgeSettings {
-        after_ms: Some(AFTER_MS),
+        after: Some(Duration::from_millis(AFTER_MS)),
         after_percentile: None,
         max_hedges: 1,
         providers: Some(providers.iter().map(|p| (*p).to_owned()).collect()),
@@ -234,9 +236,9 @@ async fn a_hedge_wins_while_its_primary_is_unknown_and_the_primary_settles_as_a_
         settings(s, TAIL_MS);
         // The primary's deadline passes 300 ms after its send (unknown);
         // its hedge, sent at 200 ms, answers 600 ms later.
-        s.providers.get_mut("sim-fast").unwrap().latency_ms = 600;
+        s.providers.get_mut("sim-fast").unwrap().latency = Duration::from_millis(600);
         let hang = s.providers.get_mut("sim-hang").unwrap();
-        (hang.timeout_ms, hang.hang_ms) = (300, Some(1_500));
+        (hang.timeout, hang.hang) = (Duration::from_millis(300), Some(Duration::from_millis(1_500)));
     })
     .await;
     let id = create(&app, "unknown", "sim-hang", None).await;
@@ -257,7 +259,7 @@ async fn a_percentile_delay_waits_for_twenty_answers_then_hedges_the_tail_after_
         // One call in ten in the tail (the 10th, the 20th, the 30th, ...).
         s.providers.get_mut("sim-tail").unwrap().tail_rate = 0.1;
         s.tasks.get_mut("summarize").unwrap().hedge = Some(HedgeSettings {
-            after_ms: None,
+            after: None,
             // Of twenty answers, two in the tail: the 90th percentile is
             // the slowest of the others.
             after_percentile: Some(90.0),

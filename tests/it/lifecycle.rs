@@ -305,8 +305,8 @@ async fn a_long_poll_answers_when_the_job_changes_and_304_when_the_client_is_up_
     // but the cancel below, so the reads before it see one version.
     let app = TestApp::spawn_live(backend, |s| {
         let slow = s.providers.get_mut("sim-slow").unwrap();
-        slow.latency_ms = 60_000;
-        slow.timeout_ms = 120_000;
+        slow.latency = std::time::Duration::from_millis(60_000);
+        slow.timeout = std::time::Duration::from_millis(120_000);
     })
     .await;
     let id = create(&app, "k", &summarize_on("sim-slow", "wait for it")).await;
@@ -364,10 +364,10 @@ async fn a_creation_that_prefers_to_wait_is_answered_with_its_job_finished_or_wh
     // request may take a second, and a wait on top.
     let app = TestApp::spawn_live(backend, |s| {
         s.server.max_long_polls_per_owner = 1;
-        s.server.request_timeout_ms = 1_000;
+        s.server.request_timeout = std::time::Duration::from_millis(1_000);
         let slow = s.providers.get_mut("sim-slow").unwrap();
-        slow.latency_ms = 3_000;
-        slow.timeout_ms = 10_000;
+        slow.latency = std::time::Duration::from_millis(3_000);
+        slow.timeout = std::time::Duration::from_millis(10_000);
     })
     .await;
     let prefer = |key: &str, body: &Value, preference: &str| {

@@ -34,8 +34,8 @@ async fn metrics_cover_every_documented_series(backend: Backend) {
         s.providers.get_mut("sim-slow").unwrap().breaker = Some(onejob::config::BreakerSettings {
             failure_rate: 1.0,
             min_calls: 1_000,
-            window_ms: 10_000,
-            cool_down_ms: 1_000,
+            window: Duration::from_millis(10_000),
+            cool_down: Duration::from_millis(1_000),
         });
     })
     .await;
@@ -396,7 +396,7 @@ async fn readiness_and_requests_answer_503_while_the_database_is_stopped() {
     let through_door = through_door.to_string();
     let app = TestApp::spawn_on(Backend::Postgres, &url, onejob::app::Role::All, |s| {
         s.database.url = Some(through_door.clone());
-        s.database.acquire_timeout_ms = 500;
+        s.database.acquire_timeout = Duration::from_millis(500);
     })
     .await;
     assert_eq!(app.client.get(app.url("/readyz")).send().await.unwrap().status(), StatusCode::OK);

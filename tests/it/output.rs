@@ -79,8 +79,8 @@ async fn a_reader_resumes_after_the_last_event_id_and_gets_nothing_twice(backend
 async fn a_job_that_can_change_no_more_without_a_result_ends_its_output_with_error(backend: Backend) {
     let app = TestApp::spawn_live(backend, |s| {
         let slow = s.providers.get_mut("sim-slow").unwrap();
-        slow.latency_ms = 60_000;
-        slow.timeout_ms = 120_000;
+        slow.latency = std::time::Duration::from_millis(60_000);
+        slow.timeout = std::time::Duration::from_millis(120_000);
     })
     .await;
     let id = create(&app, "k", "sim-slow").await;

@@ -278,7 +278,7 @@ async fn an_unknown_background_response_without_an_id_waits_for_an_operator(back
         // The create is taken and its answer never comes: no id to ask by.
         let mut lost = s.providers["resp-fast"].clone();
         lost.fault = Some(onejob::config::SimFault::NoHeaders);
-        lost.timeout_ms = 300;
+        lost.timeout = Duration::from_millis(300);
         s.providers.insert("resp-lost".into(), lost);
     })
     .await;

@@ -61,7 +61,7 @@ async fn a_finished_job_past_its_retention_is_purged_and_its_key_makes_a_new_job
         racing.cancel_losers = false;
         s.tasks.insert("summarize-racing".into(), racing);
         let slow = s.providers.get_mut("sim-slow").unwrap();
-        (slow.latency_ms, slow.timeout_ms) = (20_000, 40_000);
+        (slow.latency, slow.timeout) = (Duration::from_millis(20_000), Duration::from_millis(40_000));
         // Cache tokens too go through the rollup.
         s.providers.get_mut("sim-fast").unwrap().cache_read_tokens = 2;
     })

@@ -47,13 +47,13 @@ pub(super) async fn complete(
         // Refused before any work, as a provider over its rate limit does:
         // nothing is recorded, the status lookup knows nothing of it.
         let mut response = openai_error(429, &format!("simulated rate limit of {name}"));
-        if let Some(seconds) = provider.retry_after_secs {
-            response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
+        if let Some(wait) = provider.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, wait.as_secs().into());
         }
         return response;
     }
     let model = body["model"].as_str().unwrap_or(&provider.model).to_owned();
-    let ready = Instant::now() + Duration::from_millis(provider.latency_ms);
+    let ready = Instant::now() + provider.latency;
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let arrival = Arrival {
         name: &name,
@@ -85,7 +85,7 @@ pub(super) async fn complete(
     }
     // Dropped before the answer is made: the client closed the connection.
     let mut unanswered = Unanswered { sim: sim.clone(), id: id.clone(), armed: true };
-    let mut response = answer(&sim, &id, &name, &model, plan, provider.retry_after_secs).await;
+    let mut response = answer(&sim, &id, &name, &model, plan, provider.retry_after).await;
     unanswered.armed = false;
     if provider.cache_read_tokens > 0 && response.status().is_success() {
         response = with_cached_tokens(response, provider.cache_read_tokens).await;
@@ -113,7 +113,7 @@ async fn answer(
     name: &str,
     model: &str,
     plan: Plan,
-    retry_after_secs: Option<u64>,
+    retry_after: Option<Duration>,
 ) -> Response {
     let canceled = || {
         let log = sim.log.lock_anyway();
@@ -132,8 +132,8 @@ async fn answer(
         }
         Plan::Error { status, .. } => {
             let mut response = openai_error(status, &format!("simulated {status} from {name}"));
-            if let Some(seconds) = retry_after_secs {
-                response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
+            if let Some(wait) = retry_after {
+                response.headers_mut().insert(header::RETRY_AFTER, wait.as_secs().into());
             }
             response
         }

@@ -156,10 +156,10 @@ pub(super) async fn create(
     };
     if !id.starts_with("qualification-") && sim.refuses(&name, provider) {
         let response = anthropic_error(429, &format!("simulated rate limit of {name}"));
-        return identified(with_retry_after(response, provider.retry_after_secs), &id);
+        return identified(with_retry_after(response, provider.retry_after), &id);
     }
     let model = body["model"].as_str().unwrap_or(&provider.model).to_owned();
-    let ready = Instant::now() + Duration::from_millis(provider.latency_ms);
+    let ready = Instant::now() + provider.latency;
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let arrival = Arrival {
         name: &name,
@@ -254,16 +254,16 @@ async fn answer_when_due(plan: Plan, shape: &Shape<'_>, body: &Value, name: &str
             tokio::time::sleep_until(at).await;
             with_retry_after(
                 anthropic_error(status, &format!("simulated {status} from {name}")),
-                shape.provider.retry_after_secs,
+                shape.provider.retry_after,
             )
         }
         Plan::Hang { .. } => std::future::pending().await,
     }
 }
 
-fn with_retry_after(mut response: Response, seconds: Option<u64>) -> Response {
-    if let Some(seconds) = seconds {
-        response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
+fn with_retry_after(mut response: Response, retry_after: Option<Duration>) -> Response {
+    if let Some(wait) = retry_after {
+        response.headers_mut().insert(header::RETRY_AFTER, wait.as_secs().into());
     }
     response
 }

@@ -7,6 +7,7 @@
 //! response's status at any moment follows from its plan.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::connect_info::ConnectInfo;
@@ -90,7 +91,7 @@ pub(super) async fn create(
         return misbehave(fault, connection, &id, &model).await;
     }
     match plan {
-        Plan::Error { at, status } => error_answer(at, status, background, &name, provider.retry_after_secs).await,
+        Plan::Error { at, status } => error_answer(at, status, background, &name, provider.retry_after).await,
         Plan::Answer { .. } | Plan::Hang { .. } if body["stream"] == true => {
             stream_response(&sim, &id, &response_id, provider, &model)
         }
@@ -124,14 +125,14 @@ async fn error_answer(
     status: u16,
     background: bool,
     name: &str,
-    retry_after_secs: Option<u64>,
+    retry_after: Option<Duration>,
 ) -> Response {
     if !background {
         tokio::time::sleep_until(at).await;
     }
     let mut response = openai_error(status, &format!("simulated {status} from {name}"));
-    if let Some(seconds) = retry_after_secs {
-        response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
+    if let Some(wait) = retry_after {
+        response.headers_mut().insert(header::RETRY_AFTER, wait.as_secs().into());
     }
     response
 }
