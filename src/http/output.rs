@@ -1,6 +1,6 @@
 //! `GET /jobs/{id}/output`: a job's output as Server-Sent Events, resumable
 //! from any replica by the `id` of the last event read (`Last-Event-ID`,
-//! else `?after=`): a streaming task's pieces (`delta`, `restart`), then
+//! else `?after=`): a streaming task's pieces (`delta`, with `partial`, and `restart`), then
 //! the job's end (`result` or `error`). The stream is followed
 //! by [`crate::jobs::Jobs::follow_output`] and holds one of the owner's
 //! places for long-polls.
@@ -28,7 +28,7 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
            ("after" = Option<i64>, Query, description = "resume after this event id (the Last-Event-ID header, when sent, takes precedence)"),
            ("Last-Event-ID" = Option<i64>, Header, description = "resume after this event id, as a reconnecting EventSource sends it")),
     responses(
-        (status = 200, description = "the job's output (`text/event-stream`), each event with `id:` its place in the job's output (1 for the first), a durable cursor that any replica honours. For a streaming task, first the pieces as they are stored: `delta` (data: `attempt`, `text`) and `restart` (data: `attempt`: discard the text so far, that attempt's answer follows). Then the end: `result` (data: `attempt`, the winning attempt's number, and `result`, as `GET /jobs/{id}` shows it) when the job succeeded, or `error` (data: the job's `state`, its last `attempt`'s number and that attempt's `error`) when it can change no more without a result (canceled, or failed with its attempts used up); the stream then ends. It also ends when the job is erased, when the server stops and when the key is revoked; a comment every 15 s", body = String, content_type = "text/event-stream"),
+        (status = 200, description = "the job's output (`text/event-stream`), each event with `id:` its place in the job's output (1 for the first), a durable cursor that any replica honours. For a streaming task, first the pieces as they are stored: `delta` (data: `attempt`, `text`), each followed, when it changed the answer so far, by `partial` (the same `id`; data: `attempt`, `value`, the answer so far parsed as JSON with what is open closed, a key, number or literal not yet whole left out), and `restart` (data: `attempt`: discard the text so far, that attempt's answer follows). Then the end: `result` (data: `attempt`, the winning attempt's number, and `result`, as `GET /jobs/{id}` shows it) when the job succeeded, or `error` (data: the job's `state`, its last `attempt`'s number and that attempt's `error`) when it can change no more without a result (canceled, or failed with its attempts used up); the stream then ends. It also ends when the job is erased, when the server stops and when the key is revoked; a comment every 15 s", body = String, content_type = "text/event-stream"),
         (status = 422, description = "validation-failed: a bad `after` or `Last-Event-ID`", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors, crate::http::openapi::WaitingErrors
     ))]

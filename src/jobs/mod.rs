@@ -21,6 +21,7 @@ mod error;
 pub(crate) mod events;
 pub(crate) mod long_polls;
 pub(crate) mod output;
+mod partial;
 mod reads;
 pub(crate) mod replay;
 pub(crate) mod resolution;

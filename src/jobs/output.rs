@@ -3,7 +3,9 @@
 //! a reader that resumes after one gets what follows it, from any replica,
 //! after any restart, since every item is stored or derived from what the
 //! database holds. First the stored pieces of a streaming task's attempts
-//! (`delta`, `restart`: see [`crate::store::output`]); then, once the job
+//! (`delta`, `restart`: see [`crate::store::output`]), each `delta`
+//! followed by a `partial` (the answer so far parsed, `super::partial`)
+//! when it changed it, with the delta's id; then, once the job
 //! has ended, its end: `result` (the job succeeded: the winning attempt's
 //! validated output, after a `restart` when the pieces shown were not the
 //! winner's) or `error` (the job can change no more without a result:
@@ -29,7 +31,7 @@ use crate::store::output::OutputPiece;
 pub struct ShownOutput {
     /// Its place in the job's output (1 for the first): the cursor to resume after.
     pub id: i64,
-    /// `delta`, `restart`, `result` or `error`.
+    /// `delta`, `partial`, `restart`, `result` or `error`.
     pub kind: &'static str,
     /// The item as JSON.
     pub data: Value,
@@ -63,11 +65,12 @@ impl Jobs {
     ) {
         let owner = place.owner().clone();
         let watch = self.signals.watch_job(id);
+        let Some(mut partial) = self.partial_at(&owner, id, cursor).await else { return };
         loop {
             // Listening from before the reads, so that no change slips in between.
             let change = watch.next_change();
             let Some(pieces) = self.pieces(&owner, id, cursor).await else { return };
-            if !send_pieces(&sender, pieces, &mut cursor).await {
+            if !send_pieces(&sender, pieces, &mut cursor, &mut partial).await {
                 return;
             }
             let job = match self.get_job(&owner, id).await {
@@ -86,7 +89,7 @@ impl Jobs {
                 let Some(all) = self.pieces(&owner, id, 0).await else { return };
                 let ends = end_of(&job, &all);
                 let rest: Vec<OutputPiece> = all.into_iter().filter(|piece| piece.seq > cursor).collect();
-                if !send_pieces(&sender, rest, &mut cursor).await {
+                if !send_pieces(&sender, rest, &mut cursor, &mut partial).await {
                     return;
                 }
                 for end in ends.into_iter().filter(|end| end.id > cursor) {
@@ -107,6 +110,19 @@ impl Jobs {
         }
     }
 
+    /// The answer so far of the pieces up to `cursor`, which a reader
+    /// resuming there had, for its next `partial`; `None` when the pieces
+    /// cannot be read.
+    async fn partial_at(&self, owner: &crate::domain::OwnerId, id: JobId, cursor: i64) -> Option<Partial> {
+        let mut partial = Partial::default();
+        if cursor > 0 {
+            for piece in self.pieces(owner, id, 0).await?.iter().filter(|piece| piece.seq <= cursor) {
+                partial.add(piece);
+            }
+        }
+        Some(partial)
+    }
+
     /// The job's pieces after `after`; `None` when they cannot be read.
     async fn pieces(&self, owner: &crate::domain::OwnerId, id: JobId, after: i64) -> Option<Vec<OutputPiece>> {
         match self.store.list_output(owner, id, after).await {
@@ -120,16 +136,54 @@ impl Jobs {
     }
 }
 
-/// Sends `pieces` in order, moving `cursor` past each; `false` once the
-/// reader is gone.
-async fn send_pieces(sender: &mpsc::Sender<ShownOutput>, pieces: Vec<OutputPiece>, cursor: &mut i64) -> bool {
+/// Sends `pieces` in order, moving `cursor` past each, each `delta`
+/// followed by a `partial` when it changed the answer so far; `false` once
+/// the reader is gone.
+async fn send_pieces(
+    sender: &mpsc::Sender<ShownOutput>,
+    pieces: Vec<OutputPiece>,
+    cursor: &mut i64,
+    partial: &mut Partial,
+) -> bool {
     for piece in pieces {
         *cursor = piece.seq;
+        let grown = partial.add(&piece);
         if sender.send(shown(piece)).await.is_err() {
+            return false;
+        }
+        if let Some(grown) = grown
+            && sender.send(grown).await.is_err()
+        {
             return false;
         }
     }
     true
+}
+
+/// The answer of the current attempt so far, as its pieces come.
+#[derive(Default)]
+struct Partial {
+    text: String,
+    shown: Option<Value>,
+}
+
+impl Partial {
+    /// Adds `piece`: a `partial` item (with the piece's id) when a `delta`
+    /// made the answer so far another value; a `restart` starts over.
+    fn add(&mut self, piece: &OutputPiece) -> Option<ShownOutput> {
+        if piece.kind == "restart" {
+            *self = Partial::default();
+            return None;
+        }
+        self.text.push_str(&piece.text);
+        let value = super::partial::parse_partial(&self.text)?;
+        if self.shown.as_ref() == Some(&value) {
+            return None;
+        }
+        self.shown = Some(value.clone());
+        let data = json!({ "attempt": piece.attempt_number, "value": value });
+        Some(ShownOutput { id: piece.seq, kind: "partial", data })
+    }
 }
 
 /// A stored piece as a reader is shown it.

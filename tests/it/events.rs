@@ -17,6 +17,7 @@ use crate::common::{Backend, TestApp, expect_problem};
 use onejob::app::Role;
 
 /// One event as received, with when it arrived.
+#[derive(Clone)]
 pub(crate) struct Received {
     pub(crate) id: String,
     pub(crate) kind: String,

@@ -137,9 +137,16 @@ fn put_together(events: &[Received]) -> String {
     events.iter().filter(|e| e.kind == "delta").map(|e| e.data["text"].as_str().unwrap()).collect()
 }
 
-/// Every event's id is the one after the one before it, from `first`.
+/// The events but the `partial`s, each of which repeats the id of the
+/// `delta` before it.
+fn without_partials(events: &[Received]) -> Vec<Received> {
+    events.iter().filter(|e| e.kind != "partial").cloned().collect()
+}
+
+/// Every event's id (but a `partial`'s) is the one after the one before
+/// it, from `first`.
 fn numbered_from(events: &[Received], first: i64) {
-    let ids: Vec<i64> = events.iter().map(|e| e.id.parse().unwrap()).collect();
+    let ids: Vec<i64> = without_partials(events).iter().map(|e| e.id.parse().unwrap()).collect();
     let expected: Vec<i64> = (first..first + ids.len() as i64).collect();
     assert_eq!(ids, expected, "{:?}", kinds(events));
 }
@@ -148,7 +155,7 @@ async fn a_streamed_answer_reaches_a_reader_in_pieces_that_put_together_are_the_
     let app = TestApp::spawn_live(backend, streaming(100)).await;
     app.qualify("sim-stream").await;
     let id = create(&app, "k", "sim-stream").await;
-    let received = read_to_end(open(&app, &app.alice, &id, "", None).await).await;
+    let received = without_partials(&read_to_end(open(&app, &app.alice, &id, "", None).await).await);
     let job = ok_json(app.get(&app.alice, &format!("/jobs/{id}")).await).await;
     assert_eq!(job["state"], "succeeded", "{job:#}");
     let pieces = received.iter().filter(|e| e.kind == "delta").count();
@@ -159,6 +166,47 @@ async fn a_streamed_answer_reaches_a_reader_in_pieces_that_put_together_are_the_
     let whole: Value = serde_json::from_str(&put_together(&received)).unwrap();
     assert_eq!(whole, job["result"], "the pieces put together are the result");
     assert_eq!(received[pieces].data["result"], job["result"]);
+}
+
+/// A JSON answer's `partial` events: one after a `delta` that changed the
+/// answer so far, with that delta's id; each an object that holds all the
+/// one before it held (strings as long, or longer); the last one the result.
+async fn a_streamed_json_answer_sends_partial_objects_that_grow_and_end_as_the_result(backend: Backend) {
+    let app = TestApp::spawn_live(backend, streaming(100)).await;
+    app.qualify("sim-stream").await;
+    let id = create(&app, "k", "sim-stream").await;
+    let received = read_to_end(open(&app, &app.alice, &id, "", None).await).await;
+    let job = ok_json(app.get(&app.alice, &format!("/jobs/{id}")).await).await;
+    let partials: Vec<&Received> = received.iter().filter(|e| e.kind == "partial").collect();
+    assert!(partials.len() >= 3, "{:?}", kinds(&received));
+    for (before, partial) in received.iter().zip(&received[1..]).filter(|(_, e)| e.kind == "partial") {
+        assert_eq!((before.kind.as_str(), &before.id), ("delta", &partial.id), "a partial follows its delta");
+        assert_eq!(partial.data["attempt"], 1);
+    }
+    let mut last = json!({});
+    for partial in &partials {
+        let value = &partial.data["value"];
+        assert!(value.is_object() && holds(value, &last), "{last} then {value}");
+        last = value.clone();
+    }
+    assert_eq!(last, job["result"], "the last partial is the result");
+    // Resumed after a delta, the next partial is the answer so far, not
+    // only what follows.
+    let first = received.iter().find(|e| e.kind == "delta").expect("a delta");
+    let resumed = read_to_end(open(&app, &app.alice, &id, "", Some(&first.id)).await).await;
+    let next = resumed.iter().find(|e| e.kind == "partial").expect("a partial after the resumption");
+    let shown_then = partials.iter().find(|e| e.id == next.id).expect("the same partial, the first time");
+    assert_eq!(next.data, shown_then.data);
+}
+
+/// Whether `now` holds everything `before` held: each member, each string
+/// at least as long and starting the same.
+fn holds(now: &Value, before: &Value) -> bool {
+    match (before, now) {
+        (Value::String(a), Value::String(b)) => b.starts_with(a.as_str()),
+        (Value::Object(a), Value::Object(b)) => a.iter().all(|(k, v)| b.get(k).is_some_and(|now| holds(now, v))),
+        (a, b) => a == b,
+    }
 }
 
 /// The reader leaves after two pieces and comes back on another server
@@ -174,8 +222,10 @@ async fn a_reader_that_resumes_mid_stream_on_another_server_gets_every_piece_onc
     let mut stream = crate::events::events(open(&first, &first.alice, &id, "", None).await);
     while early.len() < 2 {
         let event = stream.next().await.expect("two pieces before the end");
-        assert_eq!(event.kind, "delta");
-        early.push(event);
+        if event.kind != "partial" {
+            assert_eq!(event.kind, "delta");
+            early.push(event);
+        }
     }
     drop(stream);
     let last = early.last().unwrap().id.clone();
@@ -213,8 +263,10 @@ async fn a_reader_whose_server_is_killed_and_restarted_mid_stream_resumes_there_
     let mut early = Vec::new();
     while early.len() < 2 {
         let event = stream.next().await.expect("two pieces before the kill");
-        assert_eq!(event.kind, "delta");
-        early.push(event);
+        if event.kind != "partial" {
+            assert_eq!(event.kind, "delta");
+            early.push(event);
+        }
     }
     reading.kill().await.unwrap(); // SIGKILL: the reader's connection drops with it
     reading.wait().await.unwrap();
@@ -263,7 +315,7 @@ async fn a_stream_broken_after_ten_pieces_restarts_and_the_next_attempt_answers_
 async fn a_responses_stream_broken_after_ten_pieces_resumes_with_no_restart_and_no_piece_twice(backend: Backend) {
     let app = TestApp::spawn_live(backend, streaming(200)).await;
     let id = create(&app, "k", "sim-responses-breaks").await;
-    let received = read_to_end(open(&app, &app.alice, &id, "", None).await).await;
+    let received = without_partials(&read_to_end(open(&app, &app.alice, &id, "", None).await).await);
     let job = ok_json(app.get(&app.alice, &format!("/jobs/{id}")).await).await;
     assert_eq!((&job["state"], &job["winning_attempt"]), (&json!("succeeded"), &json!(1)), "{job:#}");
     assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "{job:#}");
@@ -377,7 +429,7 @@ async fn a_stalled_stream_reconciled_from_the_provider_ends_with_a_restart_and_t
     })
     .await;
     let id = create(&app, "k", "sim-stalls").await;
-    let received = read_to_end(open(&app, &app.alice, &id, "", None).await).await;
+    let received = without_partials(&read_to_end(open(&app, &app.alice, &id, "", None).await).await);
     let job = ok_json(app.get(&app.alice, &format!("/jobs/{id}")).await).await;
     assert_eq!((&job["state"], &job["winning_attempt"]), (&json!("succeeded"), &json!(1)), "{job:#}");
     let n = received.len();
@@ -422,6 +474,7 @@ on_both_backends!(
     a_fallback_posted_while_an_answer_streams_is_refused_409_output_streaming,
     racing_streams_show_one_attempts_pieces_and_the_other_is_canceled_at_the_provider,
     a_streamed_answer_reaches_a_reader_in_pieces_that_put_together_are_the_result,
+    a_streamed_json_answer_sends_partial_objects_that_grow_and_end_as_the_result,
     a_reader_that_resumes_mid_stream_on_another_server_gets_every_piece_once,
     a_stream_broken_after_ten_pieces_restarts_and_the_next_attempt_answers_whole,
     a_reader_gets_one_result_event_when_a_job_that_does_not_stream_succeeds,

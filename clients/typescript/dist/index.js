@@ -268,7 +268,8 @@ export class OnejobClient {
     }
     /**
      * The job's output as it comes (`GET /jobs/{id}/output`): pieces of text
-     * to append, a `restart` when another attempt's answer replaces the text
+     * to append, each followed by the `partial` answer it made when it changed
+     * it, a `restart` when another attempt's answer replaces the text
      * so far, then the `result` or the `error`, after which it ends. A
      * dropped connection is resumed after the last event seen, so nothing
      * comes twice; a page that kept the last `id` it showed passes it as
@@ -283,6 +284,8 @@ export class OnejobClient {
                 const attempt = d.attempt;
                 if (kind === "delta")
                     yield { id, kind: "text", attempt, text: d.text };
+                else if (kind === "partial")
+                    yield { id, kind: "partial", attempt, value: d.value };
                 else if (kind === "restart")
                     yield { id, kind: "restart", attempt };
                 else if (kind === "result")

@@ -166,11 +166,15 @@ const TERMINAL = new Set<JobState>(["succeeded", "canceled"]);
 
 /**
  * One event of a job's output (`stream`), with `id`, its durable cursor:
- * `text` to append; `restart`: discard the text so far, another attempt's
- * answer follows; then `result` (the job's validated result) or `error`.
+ * `text` to append; `partial`: the answer so far parsed as JSON, with what
+ * is open closed (it comes after the `text` that changed it, with the same
+ * `id`, and holds everything the one before held); `restart`: discard the
+ * text so far, another attempt's answer follows; then `result` (the job's
+ * validated result) or `error`.
  */
 export type OutputEvent =
   | { id: string; kind: "text"; attempt: number; text: string }
+  | { id: string; kind: "partial"; attempt: number; value: unknown }
   | { id: string; kind: "restart"; attempt: number }
   | { id: string; kind: "result"; attempt: number; result: unknown }
   | { id: string; kind: "error"; state: string; attempt: number | null; error: unknown };
@@ -380,7 +384,8 @@ export class OnejobClient {
 
   /**
    * The job's output as it comes (`GET /jobs/{id}/output`): pieces of text
-   * to append, a `restart` when another attempt's answer replaces the text
+   * to append, each followed by the `partial` answer it made when it changed
+   * it, a `restart` when another attempt's answer replaces the text
    * so far, then the `result` or the `error`, after which it ends. A
    * dropped connection is resumed after the last event seen, so nothing
    * comes twice; a page that kept the last `id` it showed passes it as
@@ -394,6 +399,7 @@ export class OnejobClient {
         const d = data as Record<string, unknown>;
         const attempt = d.attempt as number;
         if (kind === "delta") yield { id, kind: "text", attempt, text: d.text as string };
+        else if (kind === "partial") yield { id, kind: "partial", attempt, value: d.value };
         else if (kind === "restart") yield { id, kind: "restart", attempt };
         else if (kind === "result") yield { id, kind: "result", attempt, result: d.result };
         else if (kind === "error") yield { id, kind: "error", state: d.state as string, attempt: d.attempt as number | null, error: d.error };

@@ -233,7 +233,7 @@ test("the package has no runtime dependency and ships only its build", () => {
   assert.ok(files.every((f) => f.startsWith("dist/") || f === "package.json" || f === "README.md"), files.join(" "));
 });
 
-test("stream gives a streaming task's text as it comes, resumes a dropped connection where it was, and ends with the result", async () => {
+test("stream gives a streaming task's text and partial answers as they come, resumes a dropped connection where it was, and ends with the result", async () => {
   const streaming = await startServer((text) =>
     text
       .replace(/^(\[tasks\.summarize\]\n)/m, "$1stream = true\n")
@@ -267,13 +267,17 @@ test("stream gives a streaming task's text as it comes, resumes a dropped connec
     const seen = [];
     for await (const event of onejob.stream(job.id, { signal: AbortSignal.timeout(30_000) })) seen.push(event);
     assert.ok(connections >= 2, "the cut connection was resumed");
-    const ids = seen.map((e) => Number(e.id));
+    // A partial has the id of the text before it.
+    const ids = seen.filter((e) => e.kind !== "partial").map((e) => Number(e.id));
     assert.deepEqual(ids, ids.map((_, i) => i + 1), "every event once, in order");
     assert.ok(seen.filter((e) => e.kind === "text").length > 3, seen.map((e) => e.kind).join(" "));
     const last = seen.at(-1);
     assert.equal(last.kind, "result");
     const text = seen.filter((e) => e.kind === "text").map((e) => e.text).join("");
     assert.deepEqual(JSON.parse(text), last.result, "the text put together is the result");
+    const partials = seen.filter((e) => e.kind === "partial");
+    assert.ok(partials.length > 1, seen.map((e) => e.kind).join(" "));
+    assert.deepEqual(partials.at(-1).value, last.result, "the last partial is the result");
     // A key nobody issued: a typed 401.
     await assert.rejects(
       (async () => {

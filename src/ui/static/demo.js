@@ -80,6 +80,8 @@ function run(demo) {
         if (event.kind === 'text') {
           answer.textContent += event.text;
           answer.dataset.state = 'streaming';
+        } else if (event.kind === 'partial') {
+          // The text already shows the answer so far.
         } else if (event.kind === 'restart') {
           answer.textContent = '';
           answer.dataset.restarts = String(Number(answer.dataset.restarts || 0) + 1);

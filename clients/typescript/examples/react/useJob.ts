@@ -11,6 +11,9 @@
 //   const { text, result } = useAnswer(client, job?.id);
 //   <p>{text}</p>
 //
+//   const { object } = usePartialObject<{ summary: string }>(client, job?.id);
+//   <p>{object?.summary}</p>
+//
 // renders the answer token by token as the job's output brings it (for a
 // task with `stream = true`; otherwise whole, at the end). After a reload,
 // the same intent finds the same job, and the text so far comes back from
@@ -70,6 +73,8 @@ export function useJob(client: OnejobClient, intent: string) {
 
 export function useAnswer(client: OnejobClient, jobId: string | undefined) {
   const [text, setText] = useState("");
+  // The answer so far parsed as JSON, as each piece changes it.
+  const [partial, setPartial] = useState<unknown>();
   const [result, setResult] = useState<unknown>();
   // The `error` event of a job that ended without a result, or what was thrown.
   const [failure, setFailure] = useState<OutputEvent | unknown>();
@@ -78,6 +83,7 @@ export function useAnswer(client: OnejobClient, jobId: string | undefined) {
     if (!jobId) return;
     const controller = new AbortController();
     setText("");
+    setPartial(undefined);
     setResult(undefined);
     setFailure(undefined);
     (async () => {
@@ -85,9 +91,12 @@ export function useAnswer(client: OnejobClient, jobId: string | undefined) {
         // A dropped connection is resumed by the client after its last event.
         for await (const event of client.stream(jobId, { signal: controller.signal })) {
           if (event.kind === "text") setText((soFar) => soFar + event.text);
+          else if (event.kind === "partial") setPartial(event.value);
           // Another attempt's answer replaces the text so far.
-          else if (event.kind === "restart") setText("");
-          else if (event.kind === "result") setResult(event.result);
+          else if (event.kind === "restart") {
+            setText("");
+            setPartial(undefined);
+          } else if (event.kind === "result") setResult(event.result);
           else setFailure(event);
         }
       } catch (e) {
@@ -97,5 +106,14 @@ export function useAnswer(client: OnejobClient, jobId: string | undefined) {
     return () => controller.abort();
   }, [client, jobId]);
 
-  return { text, result, failure };
+  return { text, partial, result, failure };
+}
+
+// A JSON answer's fields as they fill: each `partial` holds everything the
+// one before held (a string only grows; a number or `true` shows once
+// whole), and the result is the last one.
+export function usePartialObject<T>(client: OnejobClient, jobId: string | undefined) {
+  const { partial, result, failure } = useAnswer(client, jobId);
+  const object = (result ?? partial) as Partial<T> | undefined;
+  return { object, done: result !== undefined, failure };
 }
