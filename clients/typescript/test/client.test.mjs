@@ -5,7 +5,9 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { OnejobClient, OnejobError, SessionStorageKeyStore, retryAfterSeconds } from "../dist/index.js";
@@ -231,6 +233,34 @@ test("the package has no runtime dependency and ships only its build", () => {
   const files = packed.files.map((f) => f.path).sort();
   assert.ok(files.includes("dist/index.js") && files.includes("dist/index.d.ts"), files.join(" "));
   assert.ok(files.every((f) => f.startsWith("dist/") || f === "package.json" || f === "README.md"), files.join(" "));
+});
+
+test("installed from its folder into an empty project, the README's example type-checks under strict", () => {
+  const client = fileURLToPath(new URL("..", import.meta.url));
+  const project = mkdtempSync(join(tmpdir(), "onejob-client-app-"));
+  try {
+    writeFileSync(join(project, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
+    execFileSync("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", client], { cwd: project });
+    const readme = readFileSync(join(client, "README.md"), "utf8");
+    const example = readme.match(/```ts\n([\s\S]*?)```/)[1];
+    // The names the README leaves to the reader.
+    const declared = [
+      "declare const token: string;",
+      "declare const text: string;",
+      "declare function render(job: unknown): void;",
+      "declare function show(event: unknown): void;",
+      "declare function retryIn(seconds: number | undefined): void;",
+    ].join("\n");
+    writeFileSync(join(project, "app.ts"), `${declared}\n${example}\nexport {};\n`);
+    const options = { strict: true, noEmit: true, target: "ES2022", module: "ES2022", moduleResolution: "bundler", lib: ["ES2022", "DOM", "DOM.Iterable"] };
+    writeFileSync(join(project, "tsconfig.json"), JSON.stringify({ compilerOptions: options, files: ["app.ts"] }));
+    const tsc = join(client, "node_modules", "typescript", "bin", "tsc");
+    execFileSync(process.execPath, [tsc, "-p", project], { encoding: "utf8" });
+  } catch (error) {
+    assert.fail(`${error.message}\n${error.stdout ?? ""}`);
+  } finally {
+    rmSync(project, { recursive: true, force: true });
+  }
 });
 
 test("stream gives a streaming task's text and partial answers as they come, resumes a dropped connection where it was, and ends with the result", async () => {
