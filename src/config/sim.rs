@@ -14,6 +14,9 @@ pub enum SimOutput {
     ExtraTopLevelKey,
     /// Text that is not JSON.
     NotJson,
+    /// A text task's answer four times over (as long a JSON answer as
+    /// `valid`): past the task's `maxLength`.
+    Long,
     /// A refusal instead of an answer (`message.refusal`, or a `refusal`
     /// content part of a response).
     Refusal,

@@ -57,7 +57,8 @@ pub struct TaskSettings {
     /// JSON Schema (2020-12) of the input: a TOML table, or JSON text.
     #[serde(default = "any_object_schema", deserialize_with = "json_or_table")]
     pub input_schema: Value,
-    /// JSON Schema (2020-12) every output must meet before it may win.
+    /// JSON Schema (2020-12) every output must meet before it may win; a
+    /// string schema makes a text task (see [`crate::domain::OutputKind`]).
     #[serde(default = "any_object_schema", deserialize_with = "json_or_table")]
     pub output_schema: Value,
     /// How the input becomes chat messages.
@@ -158,7 +159,9 @@ pub struct PromptSettings {
 pub struct ExampleSettings {
     /// An input of the task.
     pub input: Value,
-    /// Members the output must have, with these values.
+    /// A JSON task's: members the output must have, with these values. A
+    /// text task's: `min_chars`, `max_chars`, `contains` and `excludes`
+    /// (lists of strings), its answer never empty.
     #[serde(default)]
     pub expect: serde_json::Map<String, Value>,
 }

@@ -65,7 +65,7 @@ fn cursor(headers: &HeaderMap, query: Option<&str>) -> Result<i64, Problem> {
            ("after" = Option<i64>, Query, description = "resume after this event id (the Last-Event-ID header, when sent, takes precedence)"),
            ("Last-Event-ID" = Option<i64>, Header, description = "resume after this event id, as a reconnecting EventSource sends it")),
     responses(
-        (status = 200, description = "a stream of the job's events (`text/event-stream`): each with `id:` its place in the job's log (1 for the first), `event:` its kind and `data:` its JSON (id, job_id, kind, at, job_state after it, the attempt it concerns with its number, id and provider, and detail); every event after the cursor, then live ones; it ends once the job can change no more (succeeded, canceled, or failed with its attempts used up, and no attempt open), when the job is erased, when the server stops and when the key is revoked; a comment every 15 s", body = String, content_type = "text/event-stream"),
+        (status = 200, description = "a stream of the job's events (`text/event-stream`): each with `id:` its place in the job's log (1 for the first), `event:` its kind and `data:` its JSON (id, job_id, kind, at, job_state after it, the attempt it concerns with its number, id and provider, and detail); every event after the cursor, then live ones; While the job waits for someone (failed with a new attempt still admissible, or an attempt unknown), `waiting` (the `id` of the item before it; data: the job's `state`, `waiting_for`: `client`, `operator` or `reconciliation`, the `attempt` it is about, and `next`, what may be done), once each time it comes to that;; it ends once the job can change no more (succeeded, canceled, or failed with its attempts used up, and no attempt open), when the job is erased, when the server stops and when the key is revoked; a comment every 15 s", body = String, content_type = "text/event-stream"),
         (status = 422, description = "validation-failed: a bad `after` or `Last-Event-ID`", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors, crate::http::openapi::WaitingErrors
     ))]
@@ -94,8 +94,7 @@ pub(crate) async fn stream_events(
     slot: Slot,
 ) -> Result<Response, ApiError> {
     let follow = |place, after| app.jobs.follow_events(place, id, after);
-    followed(app, caller, headers, query, slot, follow, |shown| (shown.id, shown.kind.as_str(), shown.data.to_string()))
-        .await
+    followed(app, caller, headers, query, slot, follow, |shown| (shown.id, shown.kind, shown.data.to_string())).await
 }
 
 /// A stream of what `follow` sends from the request's cursor (its

@@ -11,6 +11,10 @@
 //! lives. It is woken by the job's change notices in this process, and
 //! rereads the log every `server.event_stream_interval_ms` for events
 //! committed by other processes.
+//!
+//! One item is not a row: while the job waits for someone (see
+//! [`crate::domain::awaiting`]), a `waiting` says so, with the id of the
+//! event before it, once each time it starts waiting.
 
 use std::sync::Arc;
 
@@ -19,7 +23,7 @@ use tokio::sync::mpsc;
 
 use super::{JobError, Jobs, LongPoll};
 use crate::domain::job::can_change_no_more;
-use crate::domain::{AttemptState, EventKind, Job, JobEvent, JobId, JobState, TaskRules};
+use crate::domain::{AttemptState, Job, JobEvent, JobId, JobState, TaskRules};
 
 /// One event of a job's log as a follower shows it.
 #[derive(Clone, Debug)]
@@ -29,8 +33,8 @@ pub struct ShownEvent {
     /// owners' activity, and stable, since a job's events are appended under
     /// its row's lock and never removed but with the job.
     pub id: i64,
-    /// What happened.
-    pub kind: EventKind,
+    /// What happened: an [`EventKind`](crate::domain::EventKind)'s name, or `waiting`.
+    pub kind: &'static str,
     /// The event as JSON: its id, kind, time, the job's state after it, the
     /// attempt it concerns and its detail.
     pub data: Value,
@@ -64,6 +68,8 @@ impl Jobs {
         // Set once the job was seen unable to change: the log read after
         // that has every event, and is the last one read.
         let mut finished = false;
+        // What the job was last said to wait for, to say it once.
+        let mut said = None;
         loop {
             // Listening from before the read, so that no change slips in between.
             let change = watch.next_change();
@@ -107,14 +113,24 @@ impl Jobs {
             // A job that may have finished is read, for its attempts; when it
             // can change no more, its log is read once more, for the events
             // committed since the read above.
-            if state.is_some_and(|state| state.is_terminal() || state == JobState::Failed) {
+            // A job that may wait for someone is read too, to say so.
+            let mut waiting = None;
+            if state.is_some_and(|state| state.is_terminal() || matches!(state, JobState::Failed | JobState::Unknown)) {
                 let Ok(read) = self.get_job(&owner, id).await else { return };
                 let attempts: Vec<AttemptState> = read.attempts.iter().map(|attempt| attempt.state).collect();
                 if can_change_no_more(read.state, &attempts, self.catalog.limits(&read.task)) {
                     finished = true;
                     continue;
                 }
+                waiting = self.awaiting(&read);
             }
+            if let Some(now) = waiting.as_ref().filter(|now| said.as_ref() != Some(*now)) {
+                let data = serde_json::to_value(now).expect("a wait is JSON");
+                if sender.send(ShownEvent { id: cursor, kind: "waiting", data }).await.is_err() {
+                    return;
+                }
+            }
+            said = waiting;
             tokio::select! {
                 _ = change => {}
                 _ = tokio::time::sleep(self.intervals.event_stream) => {}
@@ -146,5 +162,5 @@ fn show(job: &Job, place: i64, event: JobEvent, state: Option<JobState>) -> Show
         "attempt": attempt,
         "detail": event.detail,
     });
-    ShownEvent { id: place, kind: event.kind, data }
+    ShownEvent { id: place, kind: event.kind.as_str(), data }
 }

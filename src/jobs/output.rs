@@ -3,9 +3,12 @@
 //! a reader that resumes after one gets what follows it, from any replica,
 //! after any restart, since every item is stored or derived from what the
 //! database holds. First the stored pieces of a streaming task's attempts
-//! (`delta`, `restart`: see [`crate::store::output`]), each `delta`
-//! followed by a `partial` (the answer so far parsed, `super::partial`)
-//! when it changed it, with the delta's id; then, once the job
+//! (`delta`, `restart`: see [`crate::store::output`]); for a JSON task each
+//! `delta` is followed by a `partial` (the answer so far parsed,
+//! `super::partial`) when it changed it, with the delta's id. While the job
+//! waits for someone (see [`crate::domain::awaiting`]) a `waiting` says so,
+//! with the id of the item before it, once each time it starts waiting: a
+//! new attempt's pieces follow it, after a `restart`. Once the job
 //! has ended, its end: `result` (the job succeeded: the winning attempt's
 //! validated output, after a `restart` when the pieces shown were not the
 //! winner's) or `error` (the job can change no more without a result:
@@ -23,7 +26,7 @@ use tokio::sync::mpsc;
 
 use super::{JobError, Jobs, LongPoll};
 use crate::domain::job::can_change_no_more;
-use crate::domain::{AttemptLimits, AttemptState, Job, JobId, JobState, TaskRules};
+use crate::domain::{AttemptLimits, AttemptState, Awaiting, Job, JobId, JobState, OutputKind, TaskRules};
 use crate::store::output::OutputPiece;
 
 /// One item of a job's output as a reader is shown it.
@@ -31,7 +34,7 @@ use crate::store::output::OutputPiece;
 pub struct ShownOutput {
     /// Its place in the job's output (1 for the first): the cursor to resume after.
     pub id: i64,
-    /// `delta`, `partial`, `restart`, `result` or `error`.
+    /// `delta`, `partial`, `restart`, `waiting`, `result` or `error`.
     pub kind: &'static str,
     /// The item as JSON.
     pub data: Value,
@@ -50,9 +53,10 @@ impl Jobs {
         id: JobId,
         after: i64,
     ) -> Result<mpsc::Receiver<ShownOutput>, JobError> {
-        self.get_job(place.owner(), id).await?;
+        let job = self.get_job(place.owner(), id).await?;
+        let output = self.catalog.output_of(&job.task);
         let (sender, receiver) = mpsc::channel(1);
-        tokio::spawn(self.clone().follow_output_of(place, id, after, sender));
+        tokio::spawn(self.clone().follow_output_of(place, id, (after, output), sender));
         Ok(receiver)
     }
 
@@ -60,12 +64,14 @@ impl Jobs {
         self: Arc<Self>,
         place: LongPoll,
         id: JobId,
-        mut cursor: i64,
+        (mut cursor, output): (i64, OutputKind),
         sender: mpsc::Sender<ShownOutput>,
     ) {
         let owner = place.owner().clone();
         let watch = self.signals.watch_job(id);
-        let Some(mut partial) = self.partial_at(&owner, id, cursor).await else { return };
+        let Some(mut partial) = self.partial_at(&owner, id, cursor, output).await else { return };
+        // What the job was last said to wait for, to say it once.
+        let mut said: Option<Awaiting> = None;
         loop {
             // Listening from before the reads, so that no change slips in between.
             let change = watch.next_change();
@@ -87,7 +93,7 @@ impl Jobs {
                 // Every piece was written before the job ended: read after
                 // its end, the output is whole.
                 let Some(all) = self.pieces(&owner, id, 0).await else { return };
-                let ends = end_of(&job, &all);
+                let ends = end_of(&job, &all, output);
                 let rest: Vec<OutputPiece> = all.into_iter().filter(|piece| piece.seq > cursor).collect();
                 if !send_pieces(&sender, rest, &mut cursor, &mut partial).await {
                     return;
@@ -99,6 +105,14 @@ impl Jobs {
                 }
                 return;
             }
+            let waiting = self.awaiting(&job);
+            if let Some(now) = waiting.as_ref().filter(|now| said.as_ref() != Some(*now)) {
+                let data = serde_json::to_value(now).expect("a wait is JSON");
+                if sender.send(ShownOutput { id: cursor, kind: "waiting", data }).await.is_err() {
+                    return;
+                }
+            }
+            said = waiting;
             tokio::select! {
                 _ = change => {}
                 _ = tokio::time::sleep(self.intervals.event_stream) => {}
@@ -113,14 +127,26 @@ impl Jobs {
     /// The answer so far of the pieces up to `cursor`, which a reader
     /// resuming there had, for its next `partial`; `None` when the pieces
     /// cannot be read.
-    async fn partial_at(&self, owner: &crate::domain::OwnerId, id: JobId, cursor: i64) -> Option<Partial> {
-        let mut partial = Partial::default();
+    async fn partial_at(
+        &self,
+        owner: &crate::domain::OwnerId,
+        id: JobId,
+        cursor: i64,
+        output: OutputKind,
+    ) -> Option<Partial> {
+        let mut partial = Partial::new(output);
         if cursor > 0 {
             for piece in self.pieces(owner, id, 0).await?.iter().filter(|piece| piece.seq <= cursor) {
                 partial.add(piece);
             }
         }
         Some(partial)
+    }
+
+    /// What `job` waits for, as both streams say it.
+    pub(super) fn awaiting(&self, job: &Job) -> Option<Awaiting> {
+        let reconcilable = |provider: &str| self.catalog.provider(provider).is_some_and(|p| p.has_status_lookup());
+        crate::domain::awaiting(job, self.catalog.limits(&job.task), reconcilable)
     }
 
     /// The job's pieces after `after`; `None` when they cannot be read.
@@ -161,18 +187,26 @@ async fn send_pieces(
 }
 
 /// The answer of the current attempt so far, as its pieces come.
-#[derive(Default)]
 struct Partial {
+    /// Whether the answer is JSON, and so has partial objects to show.
+    json: bool,
     text: String,
     shown: Option<Value>,
 }
 
 impl Partial {
+    fn new(output: OutputKind) -> Self {
+        Self { json: output == OutputKind::Json, text: String::new(), shown: None }
+    }
+
     /// Adds `piece`: a `partial` item (with the piece's id) when a `delta`
     /// made the answer so far another value; a `restart` starts over.
     fn add(&mut self, piece: &OutputPiece) -> Option<ShownOutput> {
         if piece.kind == "restart" {
-            *self = Partial::default();
+            *self = Partial { json: self.json, text: String::new(), shown: None };
+            return None;
+        }
+        if !self.json {
             return None;
         }
         self.text.push_str(&piece.text);
@@ -208,7 +242,7 @@ fn end_state(job: &Job, limits: AttemptLimits) -> bool {
 /// do not put together the result (another attempt won, or the winner was
 /// settled other than by its own stream: reconciled, resolved); or its
 /// `error`.
-pub(crate) fn end_of(job: &Job, pieces: &[OutputPiece]) -> Vec<ShownOutput> {
+pub(crate) fn end_of(job: &Job, pieces: &[OutputPiece], output: OutputKind) -> Vec<ShownOutput> {
     let mut id = pieces.last().map_or(0, |piece| piece.seq);
     let mut next = |kind: &'static str, data: Value| {
         id += 1;
@@ -219,7 +253,11 @@ pub(crate) fn end_of(job: &Job, pieces: &[OutputPiece]) -> Vec<ShownOutput> {
         let since_restart = pieces.iter().rev().take_while(|piece| piece.kind != "restart").collect::<Vec<_>>();
         let shown: String = since_restart.iter().rev().map(|piece| piece.text.as_str()).collect();
         let by_winner = since_restart.iter().all(|piece| Some(piece.attempt_number) == job.winning_attempt);
-        let whole = by_winner && serde_json::from_str::<Value>(&shown).ok().as_ref() == job.result.as_ref();
+        let put_together = match output {
+            OutputKind::Text => Some(Value::String(shown)),
+            OutputKind::Json => serde_json::from_str::<Value>(&shown).ok(),
+        };
+        let whole = by_winner && put_together.as_ref() == job.result.as_ref();
         if !pieces.is_empty() && !whole {
             ends.push(next("restart", json!({ "attempt": job.winning_attempt })));
         }

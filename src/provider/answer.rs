@@ -1,8 +1,10 @@
-//! What an answer means, on either OpenAI surface: its text parsed as the
-//! output, or the definitive failure it amounts to (a refusal, a cut-off, a
+//! What an answer means, on either OpenAI surface: its text as the output
+//! (parsed, for a JSON task), or the definitive failure it amounts to (a refusal, a cut-off, a
 //! withheld answer), with the usage a charged answer carries.
 
 use serde_json::Value;
+
+use crate::domain::OutputKind;
 
 use super::{Completion, FailureClass, FailureFacts, FailureKind, ProviderError};
 
@@ -51,8 +53,12 @@ pub(crate) fn truncate(mut text: String) -> String {
     text
 }
 
-/// Parses the assistant message's content as the output.
-pub(crate) fn parse_content(content: &str) -> Result<Completion, ProviderError> {
+/// The assistant message's content as the output: for a text task the
+/// text itself, for a JSON task the text parsed.
+pub(crate) fn parse_content(content: &str, kind: OutputKind) -> Result<Completion, ProviderError> {
+    if kind == OutputKind::Text {
+        return Ok(Completion { output: Value::String(content.to_owned()), usage: None, provider_request_id: None });
+    }
     match serde_json::from_str::<Value>(content) {
         Ok(output) => Ok(Completion { output, usage: None, provider_request_id: None }),
         Err(error) => {

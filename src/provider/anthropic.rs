@@ -48,6 +48,7 @@ use super::{
     RequestRef, RequestStatus, classify_status, millis,
 };
 use crate::config::ProviderSettings;
+use crate::domain::OutputKind;
 use crate::domain::Usage;
 
 /// The API version every request names.
@@ -142,7 +143,8 @@ impl MessagesProvider {
             body["stream"] = json!(true);
         }
         if self.simulated {
-            body["onejob_input"] = json!({ "task": request.task, "input": request.input });
+            body["onejob_input"] =
+                json!({ "task": request.task, "input": request.input, "output": request.output_kind().as_str() });
         }
         body
     }
@@ -236,8 +238,8 @@ pub(crate) fn parse_usage(message: &Value) -> Option<Usage> {
 }
 
 /// Reads a message down to its output: the forced tool's input, or the
-/// text parsed as JSON; or to the failure its stop reason means.
-pub(crate) fn parse_message(body: &[u8], tool: Option<&str>) -> Result<Completion, ProviderError> {
+/// text (parsed, for a JSON task); or to the failure its stop reason means.
+pub(crate) fn parse_message(body: &[u8], tool: Option<&str>, kind: OutputKind) -> Result<Completion, ProviderError> {
     let bad = |message: String| {
         ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::BadResponse, None, message)
     };
@@ -288,9 +290,9 @@ pub(crate) fn parse_message(body: &[u8], tool: Option<&str>) -> Result<Completio
     let used = tool.and_then(|name| blocks.iter().find(|b| b["type"] == "tool_use" && b["name"] == name));
     let completion = match used.map(|block| &block["input"]) {
         // A streamed input that did not parse comes as its text.
-        Some(Value::String(partial)) => super::answer::parse_content(partial),
+        Some(Value::String(partial)) => super::answer::parse_content(partial, OutputKind::Json),
         Some(input) => Ok(Completion { output: input.clone(), usage: None, provider_request_id: None }),
-        None => super::answer::parse_content(&text),
+        None => super::answer::parse_content(&text, kind),
     };
     match completion {
         Ok(completion) => Ok(Completion { usage, ..completion }),
@@ -332,7 +334,7 @@ impl Provider for MessagesProvider {
                 body
             }
         };
-        let completion = parse_message(&whole, tool).map_err(with_id)?;
+        let completion = parse_message(&whole, tool, request.output_kind()).map_err(with_id)?;
         Ok(Reply::Done(Completion { provider_request_id: request_id, ..completion }))
     }
 
@@ -390,13 +392,16 @@ mod tests {
             .into_bytes()
         };
         let tool = json!([{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {"a": 1}}]);
-        let done = parse_message(&message("tool_use", tool), Some("t")).unwrap();
+        let done = parse_message(&message("tool_use", tool), Some("t"), OutputKind::Json).unwrap();
         assert_eq!(done.output, json!({"a": 1}));
         let usage = done.usage.unwrap();
         assert_eq!((usage.prompt_tokens, usage.cache_read_tokens, usage.completion_tokens), (16, 6, 4));
         let text = json!([{"type": "text", "text": "{\"a\": 2}"}]);
         for stop in ["end_turn", "stop_sequence"] {
-            assert_eq!(parse_message(&message(stop, text.clone()), None).unwrap().output, json!({"a": 2}));
+            assert_eq!(
+                parse_message(&message(stop, text.clone()), None, OutputKind::Json).unwrap().output,
+                json!({"a": 2})
+            );
         }
         for (stop, kind, class) in [
             ("max_tokens", FailureKind::OutputTruncated, FailureClass::Definitive { retryable: false }),
@@ -409,7 +414,7 @@ mod tests {
             ("pause_turn", FailureKind::Incomplete, FailureClass::Definitive { retryable: true }),
             ("something_new", FailureKind::BadResponse, FailureClass::Definitive { retryable: false }),
         ] {
-            let error = parse_message(&message(stop, text.clone()), None).unwrap_err();
+            let error = parse_message(&message(stop, text.clone()), None, OutputKind::Json).unwrap_err();
             assert_eq!((error.kind, error.class), (kind, class), "{stop}");
             assert_eq!(error.facts.usage.map(|u| u.prompt_tokens), Some(16), "{stop}: charged");
         }

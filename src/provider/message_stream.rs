@@ -184,7 +184,7 @@ mod tests {
         }
         assert!(streamed.broken("reset").kind == FailureKind::StreamBroken, "pieces came: no resume");
         assert!(streamed.take(r#"{"type": "message_stop"}"#, &sender).unwrap());
-        let done = parse_message(&streamed.whole(), Some("t")).unwrap();
+        let done = parse_message(&streamed.whole(), Some("t"), crate::domain::OutputKind::Json).unwrap();
         assert_eq!(done.output, json!({"a": 1}));
         assert_eq!(done.usage.map(|u| (u.prompt_tokens, u.completion_tokens)), Some((9, 7)));
         let pieces: Vec<String> = std::iter::from_fn(|| receiver.try_recv().ok()).collect();
@@ -200,7 +200,7 @@ mod tests {
             }
             let ended = json!({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 3}});
             streamed.take(&ended.to_string(), &sender).unwrap();
-            parse_message(&streamed.whole(), Some("t")).unwrap_err()
+            parse_message(&streamed.whole(), Some("t"), crate::domain::OutputKind::Json).unwrap_err()
         };
         assert_eq!(cut("max_tokens").kind, FailureKind::OutputTruncated);
         let broken = cut("tool_use");

@@ -60,6 +60,13 @@ pub struct ProviderRequest {
     pub deltas: Option<Deltas>,
 }
 
+impl ProviderRequest {
+    /// What the task answers (by its output schema; JSON without one).
+    pub fn output_kind(&self) -> crate::domain::OutputKind {
+        self.output_schema.as_ref().map_or(crate::domain::OutputKind::Json, crate::domain::OutputKind::of_schema)
+    }
+}
+
 /// The receiving end of a streamed answer's pieces.
 pub type Deltas = tokio::sync::mpsc::UnboundedSender<String>;
 
@@ -95,6 +102,8 @@ pub struct RequestRef<'a> {
     pub client_id: &'a str,
     /// The provider's own id of the request.
     pub provider_id: Option<&'a str>,
+    /// What the request's task answers: how its output is read.
+    pub output: crate::domain::OutputKind,
 }
 
 /// A provider's first answer to a request.
@@ -201,7 +210,7 @@ pub async fn call(
         Reply::Accepted(id) => id,
     };
     accepted(&id).await;
-    let asked = RequestRef { client_id: &request.request_id, provider_id: Some(&id) };
+    let asked = RequestRef { client_id: &request.request_id, provider_id: Some(&id), output: request.output_kind() };
     loop {
         tokio::time::sleep(provider.settings().poll_interval).await;
         match provider.status(asked).await {

@@ -24,6 +24,7 @@ use super::{
     RequestRef, RequestStatus, classify_status, millis, responses,
 };
 use crate::config::{MaxTokensField, ProviderApi, ProviderSettings};
+use crate::domain::OutputKind;
 
 /// The largest answer read from a provider, in bytes: about a million
 /// tokens of output, far more than any `max_output_tokens` allows. A larger
@@ -110,7 +111,11 @@ impl HttpProvider {
             "temperature": request.temperature,
         });
         body[limit] = json!(self.settings.max_output_tokens);
-        if let Some(schema) = request.output_schema.as_ref().filter(|_| self.settings.response_format) {
+        if let Some(schema) = request
+            .output_schema
+            .as_ref()
+            .filter(|_| self.settings.response_format && request.output_kind() == OutputKind::Json)
+        {
             body["response_format"] = json!({
                 "type": "json_schema",
                 "json_schema": { "name": schema_name(&request.task), "schema": schema, "strict": true },
@@ -122,7 +127,8 @@ impl HttpProvider {
         }
         if self.simulated {
             // The simulator computes its answer from the job's input itself.
-            body["onejob_input"] = json!({ "task": request.task, "input": request.input });
+            body["onejob_input"] =
+                json!({ "task": request.task, "input": request.input, "output": request.output_kind().as_str() });
         }
         body
     }
@@ -178,7 +184,7 @@ pub(crate) fn parse_usage(body: &Value) -> Option<crate::domain::Usage> {
 }
 
 /// Reads a chat completion body down to its output.
-pub(crate) fn parse_completion(body: &[u8]) -> Result<Completion, ProviderError> {
+pub(crate) fn parse_completion(body: &[u8], kind: OutputKind) -> Result<Completion, ProviderError> {
     let bad = |message: &str| {
         ProviderError::new(FailureClass::Definitive { retryable: false }, FailureKind::BadResponse, None, message)
     };
@@ -206,7 +212,7 @@ pub(crate) fn parse_completion(body: &[u8]) -> Result<Completion, ProviderError>
     match message.get("content").and_then(Value::as_str) {
         // An answer that breaks the contract was still charged: its usage
         // travels with the error.
-        Some(content) => match parse_content(content) {
+        Some(content) => match parse_content(content, kind) {
             Ok(completion) => Ok(Completion { usage: parse_usage(&body), ..completion }),
             Err(error) => Err(with_usage(error, parse_usage(&body))),
         },
@@ -234,7 +240,7 @@ impl Provider for HttpProvider {
         let status = response.status().as_u16();
         if let (ProviderApi::ChatCompletions, Some(deltas)) = (self.api, &request.deltas) {
             let whole = super::stream::read(response, deltas, MAX_RESPONSE_BYTES).await?;
-            return parse_completion(&whole).map(Reply::Done);
+            return parse_completion(&whole, request.output_kind()).map(Reply::Done);
         }
         let (body, complete) =
             read_bounded(response, MAX_RESPONSE_BYTES).await.map_err(transport_error_after_answer)?;
@@ -251,8 +257,10 @@ impl Provider for HttpProvider {
             ));
         }
         match self.api {
-            ProviderApi::ChatCompletions | ProviderApi::Messages => parse_completion(&body).map(Reply::Done),
-            ProviderApi::Responses => match responses::read(&body)? {
+            ProviderApi::ChatCompletions | ProviderApi::Messages => {
+                parse_completion(&body, request.output_kind()).map(Reply::Done)
+            }
+            ProviderApi::Responses => match responses::read(&body, request.output_kind())? {
                 (id, RequestStatus::Running) => Ok(Reply::Accepted(id)),
                 (_, RequestStatus::Succeeded(completion)) => Ok(Reply::Done(completion)),
                 (_, RequestStatus::Failed(error)) => Err(error),
@@ -266,12 +274,12 @@ impl Provider for HttpProvider {
         match self.api {
             ProviderApi::ChatCompletions | ProviderApi::Messages => {
                 let url = self.status_url.as_ref()?.replace("{id}", request.client_id);
-                Some(self.lookup(&url).await)
+                Some(self.lookup(&url, request.output).await)
             }
             // Always askable: that is how its answer is read.
             ProviderApi::Responses => {
                 let url = format!("{}/{}", self.responses_url, response_id(request.provider_id?)?);
-                Some(self.read_response(self.client.get(url)).await)
+                Some(self.read_response(self.client.get(url), request.output).await)
             }
         }
     }
@@ -292,16 +300,19 @@ impl Provider for HttpProvider {
             }
             ProviderApi::Responses if self.settings.has_cancel_call() => {
                 let url = format!("{}/{}/cancel", self.responses_url, response_id(request.provider_id?)?);
-                let answer = self.read_response(self.client.post(url)).await.map(|status| match status {
-                    RequestStatus::Canceled(usage) => CancelAnswer { status: "canceled".into(), usage },
-                    RequestStatus::Succeeded(completion) => {
-                        CancelAnswer { status: "succeeded".into(), usage: completion.usage }
-                    }
-                    RequestStatus::Failed(error) => CancelAnswer { status: "failed".into(), usage: usage_in(&error) },
-                    RequestStatus::Running | RequestStatus::NotFound => {
-                        CancelAnswer { status: "running".into(), usage: None }
-                    }
-                });
+                let answer =
+                    self.read_response(self.client.post(url), request.output).await.map(|status| match status {
+                        RequestStatus::Canceled(usage) => CancelAnswer { status: "canceled".into(), usage },
+                        RequestStatus::Succeeded(completion) => {
+                            CancelAnswer { status: "succeeded".into(), usage: completion.usage }
+                        }
+                        RequestStatus::Failed(error) => {
+                            CancelAnswer { status: "failed".into(), usage: usage_in(&error) }
+                        }
+                        RequestStatus::Running | RequestStatus::NotFound => {
+                            CancelAnswer { status: "running".into(), usage: None }
+                        }
+                    });
                 Some(answer)
             }
             ProviderApi::Responses => None,
@@ -395,7 +406,11 @@ impl HttpProvider {
 
     /// Reads a response object from `GET /responses/{id}` or its cancel
     /// call; a 404 is [`RequestStatus::NotFound`].
-    async fn read_response(&self, builder: reqwest::RequestBuilder) -> Result<RequestStatus, ProviderError> {
+    async fn read_response(
+        &self,
+        builder: reqwest::RequestBuilder,
+        kind: OutputKind,
+    ) -> Result<RequestStatus, ProviderError> {
         let response = self.authorize(builder).send().await.map_err(transport_error)?;
         let status = response.status().as_u16();
         let (body, complete) =
@@ -406,7 +421,7 @@ impl HttpProvider {
         }
         match status {
             404 => Ok(RequestStatus::NotFound),
-            200..=299 => Ok(responses::read(&body)?.1),
+            200..=299 => Ok(responses::read(&body, kind)?.1),
             _ => Err(ProviderError::new(
                 classify_status(status),
                 FailureKind::ProviderError,
@@ -440,7 +455,7 @@ impl HttpProvider {
         Ok(CancelAnswer { status: truncate(said.to_owned()), usage: parse_usage(&report) })
     }
 
-    async fn lookup(&self, url: &str) -> Result<RequestStatus, ProviderError> {
+    async fn lookup(&self, url: &str, kind: OutputKind) -> Result<RequestStatus, ProviderError> {
         let response = self.authorize(self.client.get(url)).send().await.map_err(transport_error)?;
         let status = response.status().as_u16();
         let (body, complete) =
@@ -473,7 +488,7 @@ impl HttpProvider {
             Some("succeeded") => {
                 let content = report.get("content").and_then(Value::as_str).unwrap_or_default();
                 let usage = parse_usage(&report);
-                match parse_content(content) {
+                match parse_content(content, kind) {
                     Ok(completion) => Ok(RequestStatus::Succeeded(Completion { usage, ..completion })),
                     // The provider finished, but with an output that breaks the contract.
                     Err(error) => Ok(RequestStatus::Failed(with_usage(error, usage))),
@@ -517,32 +532,32 @@ mod tests {
     fn the_usage_object_is_read_and_travels_with_a_charged_contract_violation() {
         let body = br#"{"choices": [{"message": {"content": "{}"}}], "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}}"#;
         let usage = crate::domain::Usage { prompt_tokens: 12, completion_tokens: 3, ..Default::default() };
-        assert_eq!(parse_completion(body).unwrap().usage, Some(usage));
+        assert_eq!(parse_completion(body, OutputKind::Json).unwrap().usage, Some(usage));
         let not_json = br#"{"choices": [{"message": {"content": "Sure!"}}], "usage": {"prompt_tokens": 12, "completion_tokens": 3}}"#;
-        let error = parse_completion(not_json).unwrap_err();
+        let error = parse_completion(not_json, OutputKind::Json).unwrap_err();
         assert_eq!((error.facts.usage, error.facts.received_text.as_deref()), (Some(usage), Some("Sure!")));
         let cached = br#"{"choices": [{"message": {"content": "{}"}}], "usage": {"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 8}}}"#;
-        assert_eq!(parse_completion(cached).unwrap().usage.map(|u| u.cache_read_tokens), Some(8));
+        assert_eq!(parse_completion(cached, OutputKind::Json).unwrap().usage.map(|u| u.cache_read_tokens), Some(8));
         for partial in [r#"{"prompt_tokens": 12}"#, r#"{"prompt_tokens": -1, "completion_tokens": 3}"#, "null"] {
             let body = format!(r#"{{"choices": [{{"message": {{"content": "{{}}"}}}}], "usage": {partial}}}"#);
-            assert_eq!(parse_completion(body.as_bytes()).unwrap().usage, None, "{partial}");
+            assert_eq!(parse_completion(body.as_bytes(), OutputKind::Json).unwrap().usage, None, "{partial}");
         }
     }
 
     #[test]
     fn completions_are_read_down_to_their_json_output() {
         let body = br#"{"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "{\"summary\": \"hi\", \"word_count\": 1}"}, "finish_reason": "stop"}]}"#;
-        assert_eq!(parse_completion(body).unwrap().output, json!({"summary": "hi", "word_count": 1}));
+        assert_eq!(parse_completion(body, OutputKind::Json).unwrap().output, json!({"summary": "hi", "word_count": 1}));
         let not_json = br#"{"choices": [{"message": {"role": "assistant", "content": "Sure! Here is a summary"}}]}"#;
-        assert_eq!(parse_completion(not_json).unwrap_err().kind.as_str(), "contract-violation");
+        assert_eq!(parse_completion(not_json, OutputKind::Json).unwrap_err().kind.as_str(), "contract-violation");
         let refusal = br#"{"choices": [{"message": {"role": "assistant", "content": null, "refusal": "I can't"}}]}"#;
-        assert_eq!(parse_completion(refusal).unwrap_err().kind.as_str(), "refusal");
+        assert_eq!(parse_completion(refusal, OutputKind::Json).unwrap_err().kind.as_str(), "refusal");
         let cut =
             br#"{"choices": [{"message": {"role": "assistant", "content": "{\"summ"}, "finish_reason": "length"}]}"#;
-        assert_eq!(parse_completion(cut).unwrap_err().kind.as_str(), "output-truncated");
-        assert_eq!(parse_completion(b"<html>").unwrap_err().kind.as_str(), "bad-response");
+        assert_eq!(parse_completion(cut, OutputKind::Json).unwrap_err().kind.as_str(), "output-truncated");
+        assert_eq!(parse_completion(b"<html>", OutputKind::Json).unwrap_err().kind.as_str(), "bad-response");
         let error_in_200 = br#"{"error": {"message": "overloaded"}}"#;
-        assert_eq!(parse_completion(error_in_200).unwrap_err().kind.as_str(), "provider-error");
+        assert_eq!(parse_completion(error_in_200, OutputKind::Json).unwrap_err().kind.as_str(), "provider-error");
     }
 
     #[test]

@@ -38,6 +38,8 @@ struct Followed {
     characters: usize,
     /// Whether an event came without its sequence number.
     unnumbered: bool,
+    /// What the task answers.
+    output: crate::domain::OutputKind,
 }
 
 impl HttpProvider {
@@ -54,7 +56,7 @@ impl HttpProvider {
         };
         let body = responses::body(&self.settings, request, self.simulated);
         let mut next = Ok(self.post(&self.responses_url, &body, request).await?);
-        let mut followed = Followed::default();
+        let mut followed = Followed { output: request.output_kind(), ..Followed::default() };
         let mut started = Some(started);
         let lost =
             |message: String| ProviderError::new(FailureClass::Ambiguous, FailureKind::ConnectionLost, None, message);
@@ -130,7 +132,7 @@ impl Followed {
                 "response.created" | "response.in_progress" | "response.queued" => self.take_id(&event, started)?,
                 "response.output_text.delta" => self.take_delta(&event, deltas)?,
                 "response.completed" | "response.incomplete" | "response.failed" | "response.cancelled" => {
-                    return final_outcome(&event);
+                    return final_outcome(&event, self.output);
                 }
                 "error" => return Ok(Err(self.stream_error(&event))),
                 _ => {}
@@ -225,9 +227,12 @@ fn bad(message: String) -> Interrupted {
 
 /// How a final event's response ended, read as a background response's
 /// status is.
-fn final_outcome(event: &Value) -> Result<Result<Completion, ProviderError>, Interrupted> {
+fn final_outcome(
+    event: &Value,
+    kind: crate::domain::OutputKind,
+) -> Result<Result<Completion, ProviderError>, Interrupted> {
     let response = event.get("response").ok_or_else(|| bad("a final event without its response".into()))?;
-    Ok(match responses::read_object(response).map_err(Interrupted::Failed)?.1 {
+    Ok(match responses::read_object(response, kind).map_err(Interrupted::Failed)?.1 {
         RequestStatus::Succeeded(completion) => Ok(completion),
         RequestStatus::Failed(error) => Err(error),
         RequestStatus::Canceled(usage) => Err(ProviderError::canceled_at_provider(usage)),

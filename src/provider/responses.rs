@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use super::answer::{self, parse_content, truncated_output, with_usage};
 use super::{Completion, FailureClass, FailureKind, ProviderError, ProviderRequest, RequestStatus};
 use crate::config::ProviderSettings;
+use crate::domain::OutputKind;
 use crate::domain::Usage;
 
 /// The body of `POST /responses` for one attempt: the rendered system
@@ -54,13 +55,16 @@ pub(crate) fn body(settings: &ProviderSettings, request: &ProviderRequest, simul
     if !instructions.is_empty() {
         body["instructions"] = json!(instructions.join("\n\n"));
     }
-    if let Some(schema) = request.output_schema.as_ref().filter(|_| settings.response_format) {
+    if let Some(schema) =
+        request.output_schema.as_ref().filter(|_| settings.response_format && request.output_kind() == OutputKind::Json)
+    {
         body["text"] = json!({ "format": {
             "type": "json_schema", "name": answer::schema_name(&request.task), "schema": schema, "strict": true,
         }});
     }
     if simulated {
-        body["onejob_input"] = json!({ "task": request.task, "input": request.input });
+        body["onejob_input"] =
+            json!({ "task": request.task, "input": request.input, "output": request.output_kind().as_str() });
     }
     body
 }
@@ -84,16 +88,16 @@ pub(crate) fn parse_usage(response: &Value) -> Option<Usage> {
 /// What a response object says: its id and its status. A `completed` one
 /// is read down to its output (or to why it has none usable); the others
 /// carry their reason, and what they used.
-pub(crate) fn read(body: &[u8]) -> Result<(String, RequestStatus), ProviderError> {
+pub(crate) fn read(body: &[u8], kind: OutputKind) -> Result<(String, RequestStatus), ProviderError> {
     let response: Value = serde_json::from_slice(body).map_err(|e| {
         let message = format!("the answer is not a response object: {e}");
         ProviderError::new(FailureClass::Ambiguous, FailureKind::BadResponse, None, message)
     })?;
-    read_object(&response)
+    read_object(&response, kind)
 }
 
 /// What a response object, already parsed, says (see [`read`]).
-pub(crate) fn read_object(response: &Value) -> Result<(String, RequestStatus), ProviderError> {
+pub(crate) fn read_object(response: &Value, kind: OutputKind) -> Result<(String, RequestStatus), ProviderError> {
     let bad = |message: String| ProviderError::new(FailureClass::Ambiguous, FailureKind::BadResponse, None, message);
     let id = response
         .get("id")
@@ -103,7 +107,7 @@ pub(crate) fn read_object(response: &Value) -> Result<(String, RequestStatus), P
     let usage = parse_usage(response);
     let status = match response.get("status").and_then(Value::as_str) {
         Some("queued" | "in_progress") => RequestStatus::Running,
-        Some("completed") => match output_of(response) {
+        Some("completed") => match output_of(response, kind) {
             Ok(completion) => RequestStatus::Succeeded(Completion { usage, ..completion }),
             Err(error) => RequestStatus::Failed(with_usage(error, usage)),
         },
@@ -142,9 +146,9 @@ pub(crate) fn read_object(response: &Value) -> Result<(String, RequestStatus), P
     Ok((id, status))
 }
 
-/// The output of a completed response: its message's text parsed as JSON,
-/// or a refusal.
-fn output_of(response: &Value) -> Result<Completion, ProviderError> {
+/// The output of a completed response: its message's text (parsed, for a
+/// JSON task), or a refusal.
+fn output_of(response: &Value, kind: OutputKind) -> Result<Completion, ProviderError> {
     let parts = response
         .get("output")
         .and_then(Value::as_array)
@@ -170,7 +174,7 @@ fn output_of(response: &Value) -> Result<Completion, ProviderError> {
             message,
         ));
     }
-    parse_content(&text)
+    parse_content(&text, kind)
 }
 
 #[cfg(test)]
@@ -187,29 +191,43 @@ mod tests {
     #[test]
     fn response_statuses_mean_what_the_reference_says() {
         for running in ["queued", "in_progress"] {
-            assert_eq!(read(&response(running, json!({}))).unwrap(), ("resp_1".into(), RequestStatus::Running));
+            assert_eq!(
+                read(&response(running, json!({})), OutputKind::Json).unwrap(),
+                ("resp_1".into(), RequestStatus::Running)
+            );
         }
         let text = json!({"output": [{"type": "message", "role": "assistant",
                                       "content": [{"type": "output_text", "text": "{\"summary\": \"a\", \"word_count\": 1}"}]}]});
-        let RequestStatus::Succeeded(done) = read(&response("completed", text)).unwrap().1 else { panic!() };
+        let RequestStatus::Succeeded(done) = read(&response("completed", text), OutputKind::Json).unwrap().1 else {
+            panic!()
+        };
         assert_eq!(done.output, json!({"summary": "a", "word_count": 1}));
         assert_eq!(done.usage, Some(Usage { prompt_tokens: 30, completion_tokens: 7, ..Usage::default() }));
         let failed = json!({"error": {"code": "server_error", "message": "boom"}});
-        let RequestStatus::Failed(error) = read(&response("failed", failed)).unwrap().1 else { panic!() };
+        let RequestStatus::Failed(error) = read(&response("failed", failed), OutputKind::Json).unwrap().1 else {
+            panic!()
+        };
         assert_eq!(
             (error.class, error.kind.as_str()),
             (FailureClass::Definitive { retryable: true }, "provider-error")
         );
         let cut = json!({"incomplete_details": {"reason": "max_output_tokens"}});
-        let RequestStatus::Failed(error) = read(&response("incomplete", cut)).unwrap().1 else { panic!() };
+        let RequestStatus::Failed(error) = read(&response("incomplete", cut), OutputKind::Json).unwrap().1 else {
+            panic!()
+        };
         assert_eq!(error.kind.as_str(), "output-truncated");
         assert_eq!(error.facts.usage.map(|u| u.completion_tokens), Some(7), "a cut-off answer was charged");
         let refusal =
             json!({"output": [{"type": "message", "content": [{"type": "refusal", "refusal": "I can't help"}]}]});
-        let RequestStatus::Failed(error) = read(&response("completed", refusal)).unwrap().1 else { panic!() };
+        let RequestStatus::Failed(error) = read(&response("completed", refusal), OutputKind::Json).unwrap().1 else {
+            panic!()
+        };
         assert_eq!(error.kind.as_str(), "refusal");
-        assert!(matches!(read(&response("cancelled", json!({}))).unwrap().1, RequestStatus::Canceled(Some(_))));
-        assert_eq!(read(b"<html>").unwrap_err().class, FailureClass::Ambiguous);
-        assert_eq!(read(&response("thinking", json!({}))).unwrap_err().kind.as_str(), "bad-response");
+        assert!(matches!(
+            read(&response("cancelled", json!({})), OutputKind::Json).unwrap().1,
+            RequestStatus::Canceled(Some(_))
+        ));
+        assert_eq!(read(b"<html>", OutputKind::Json).unwrap_err().class, FailureClass::Ambiguous);
+        assert_eq!(read(&response("thinking", json!({})), OutputKind::Json).unwrap_err().kind.as_str(), "bad-response");
     }
 }

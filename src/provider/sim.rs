@@ -35,7 +35,7 @@ mod response_stream;
 mod responses;
 mod stream;
 
-use answers::{answer_for, ended_completion, openai_error, render, strict_schema, usage_json};
+use answers::{Answer, answer_for, ended_completion, openai_error, render, strict_schema, usage_json};
 use bounded::{Bounded, MOST_REQUESTS};
 use connection::{Connection, SimListener};
 use faults::{misbehave, reset};
@@ -281,6 +281,9 @@ struct Arrival<'a> {
     /// The chat messages (for the Responses API: its instructions and input as messages).
     messages: &'a [Value],
     strict: bool,
+    /// Whether it asks for an answer of a JSON schema (`response_format`,
+    /// the Responses API's `text.format`, a forced tool).
+    asked_json: bool,
     /// The Responses API: the request's background response id, if it is one.
     response_id: Option<String>,
     /// The `traceparent` header it came with.
@@ -291,7 +294,7 @@ struct Arrival<'a> {
 /// first plan (a provider that honours Idempotency-Key), and is counted.
 /// Returns the plan and, for a background response, its id.
 fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
-    let Arrival { name, provider, id, job, messages, strict, response_id, traceparent } = arrival;
+    let Arrival { name, provider, id, job, messages, strict, asked_json, response_id, traceparent } = arrival;
     // Under a strict schema the answer follows it, as structured outputs
     // make a model's do; a refusal or a cut-off still happen.
     let mode = match provider.output {
@@ -303,7 +306,7 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
         SimOutput::Truncated | SimOutput::ContextWindowExceeded => Ending::Truncated,
         _ => Ending::Complete,
     };
-    let content = render(answer_for(job, &Value::Array(messages.to_vec())), mode);
+    let content = render(answer_for(job, messages, asked_json), mode);
     // Counted once per request, as the provider's tokenizer counts (before
     // the clock starts: an encoding's first use takes a while to load).
     let answered = if ending == Ending::Refusal { REFUSAL } else { content.as_str() };

@@ -198,7 +198,9 @@ mod tests {
         for event in events {
             result = result.and_then(|()| answer.take(event, &sender));
         }
-        let result = result.and_then(|()| answer.finish()).and_then(|whole| parse_completion(&whole));
+        let result = result
+            .and_then(|()| answer.finish())
+            .and_then(|whole| parse_completion(&whole, crate::domain::OutputKind::Json));
         let mut pieces = Vec::new();
         while let Ok(piece) = receiver.try_recv() {
             pieces.push(piece);

@@ -117,6 +117,11 @@ impl Catalog {
         self.tasks.get(name)
     }
 
+    /// What task `name` answers (JSON for a task no longer configured).
+    pub fn output_of(&self, name: &str) -> crate::domain::OutputKind {
+        self.task(name).map_or(crate::domain::OutputKind::Json, |task| task.contract.output)
+    }
+
     /// A provider by name.
     pub fn provider(&self, name: &str) -> Option<&ProviderSettings> {
         self.providers.get(name)

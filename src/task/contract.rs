@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::config::{ExampleSettings, ProviderSettings, TaskSettings};
+use crate::domain::OutputKind;
 use crate::provider::{FailureClass, FailureFacts, FailureKind, ProviderError, ProviderRequest, tokens};
 
 /// A request ready to send, with its prompt's size.
@@ -79,8 +80,12 @@ pub struct Contract {
     output_validator: jsonschema::Validator,
     /// The qualification examples.
     pub examples: Vec<ExampleSettings>,
+    /// What each example expects of its output, in their order.
+    expectations: Vec<Expected>,
     /// The output schema, for `response_format`.
     pub output_schema: Value,
+    /// What the task answers, as its output schema says.
+    pub output: OutputKind,
     /// What the hash covers, in canonical form.
     canonical: Value,
 }
@@ -96,6 +101,15 @@ impl Contract {
         templates.add_template_owned("user", settings.prompt.user.clone()).map_err(|e| format!("prompt.user: {e}"))?;
         let output_validator =
             jsonschema::draft202012::new(&settings.output_schema).map_err(|e| format!("output_schema: {e}"))?;
+        let output = OutputKind::of_schema(&settings.output_schema);
+        let expectations = settings
+            .examples
+            .iter()
+            .enumerate()
+            .map(|(index, example)| {
+                Expected::new(output, &example.expect).map_err(|e| format!("examples[{index}].expect: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
         let canonical = json!({
             "prompt": settings.prompt,
             "input_schema": settings.input_schema,
@@ -107,7 +121,9 @@ impl Contract {
             has_system: settings.prompt.system.is_some(),
             output_validator,
             examples: settings.examples.clone(),
+            expectations,
             output_schema: settings.output_schema.clone(),
+            output,
             canonical,
         })
     }
@@ -208,6 +224,16 @@ impl Contract {
         violations
     }
 
+    /// Every way the output of qualification example `index` falls short:
+    /// the output schema's violations, then its expectations'.
+    pub fn check_example(&self, index: usize, output: &Value) -> Vec<String> {
+        let mut problems = self.check_output(output);
+        if let Some(expected) = self.expectations.get(index) {
+            expected.check(output, &mut problems);
+        }
+        problems
+    }
+
     /// The contract hash for a provider: SHA-256 over the canonical JSON
     /// (RFC 8785) of the prompt templates, both schemas, the examples, and
     /// the provider's model and qualification temperature.
@@ -219,6 +245,70 @@ impl Contract {
         });
         let bytes = serde_json_canonicalizer::to_vec(&whole).expect("canonical JSON of a JSON value");
         Sha256::digest(&bytes).into()
+    }
+}
+
+/// What a qualification example expects of its output, beyond the schema.
+enum Expected {
+    /// A JSON task's: these members, with these values.
+    Members(serde_json::Map<String, Value>),
+    /// A text task's: what can be checked of prose, never its exact text.
+    Text(TextExpected),
+}
+
+/// A text task's example's `expect`: the answer is never empty, and it
+/// keeps to these bounds and holds (or lacks) these strings.
+#[derive(Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TextExpected {
+    min_chars: Option<usize>,
+    max_chars: Option<usize>,
+    #[serde(default)]
+    contains: Vec<String>,
+    #[serde(default)]
+    excludes: Vec<String>,
+}
+
+impl Expected {
+    fn new(output: OutputKind, expect: &serde_json::Map<String, Value>) -> Result<Self, String> {
+        match output {
+            OutputKind::Json => Ok(Self::Members(expect.clone())),
+            OutputKind::Text => serde_json::from_value(Value::Object(expect.clone()))
+                .map(Self::Text)
+                .map_err(|e| format!("{e} (a text task's expect takes min_chars, max_chars, contains and excludes)")),
+        }
+    }
+
+    fn check(&self, output: &Value, problems: &mut Vec<String>) {
+        match self {
+            Self::Members(members) => {
+                for (name, wanted) in members {
+                    let got = output.get(name).unwrap_or(&Value::Null);
+                    if got != wanted {
+                        problems.push(format!("/{name}: expected {wanted}, got {got}"));
+                    }
+                }
+            }
+            Self::Text(expected) => {
+                let Some(text) = output.as_str() else { return };
+                let chars = text.chars().count();
+                if text.trim().is_empty() {
+                    problems.push("the answer is empty".to_owned());
+                }
+                if let Some(least) = expected.min_chars.filter(|least| chars < *least) {
+                    problems.push(format!("the answer has {chars} characters, fewer than {least}"));
+                }
+                if let Some(most) = expected.max_chars.filter(|most| chars > *most) {
+                    problems.push(format!("the answer has {chars} characters, more than {most}"));
+                }
+                for wanted in expected.contains.iter().filter(|wanted| !text.contains(wanted.as_str())) {
+                    problems.push(format!("the answer does not contain {wanted:?}"));
+                }
+                for unwanted in expected.excludes.iter().filter(|unwanted| text.contains(unwanted.as_str())) {
+                    problems.push(format!("the answer contains {unwanted:?}"));
+                }
+            }
+        }
     }
 }
 

@@ -278,7 +278,8 @@ async fn stop_at_provider(
     let margin = worker.settings.lease_margin;
     let left = lease_end.saturating_duration_since(Instant::now()).saturating_sub(margin).min(CANCEL_CALL_TIMEOUT);
     let client_id = claimed.id.to_string();
-    let request = RequestRef { client_id: &client_id, provider_id: progress.provider_request_id.as_deref() };
+    let output = worker.catalog.output_of(&claimed.task);
+    let request = RequestRef { client_id: &client_id, provider_id: progress.provider_request_id.as_deref(), output };
     match tokio::time::timeout(left, provider.cancel(request)).await {
         Ok(None) => sent(CancelCall::None),
         Ok(Some(Ok(answer))) => FailureFacts {

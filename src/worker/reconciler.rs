@@ -52,7 +52,8 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
     let attempt = &unknown.attempt;
     let Some(provider) = worker.providers.get(&unknown.provider) else { return };
     let later = worker.reconcile_backoff(unknown.reconcile_count);
-    let Some(answer) = ask_status(provider.as_ref(), &unknown).await else {
+    let output = worker.catalog.output_of(&unknown.task);
+    let Some(answer) = ask_status(provider.as_ref(), &unknown, output).await else {
         return wait_for_operator(worker, &unknown).await;
     };
     count_lookup(&unknown.provider, &answer);
@@ -94,10 +95,14 @@ async fn reconcile(worker: &Worker, unknown: UnknownAttempt) {
 /// The provider's status of the attempt's request, within the provider's
 /// timeout (a deadline error past it); `None` when there is nothing to ask
 /// by (a background request whose id never came back).
-async fn ask_status(provider: &dyn Provider, unknown: &UnknownAttempt) -> Option<Result<RequestStatus, ProviderError>> {
+async fn ask_status(
+    provider: &dyn Provider,
+    unknown: &UnknownAttempt,
+    output: crate::domain::OutputKind,
+) -> Option<Result<RequestStatus, ProviderError>> {
     let timeout = provider.settings().timeout;
     let client_id = unknown.id.to_string();
-    let asked = RequestRef { client_id: &client_id, provider_id: unknown.provider_request_id.as_deref() };
+    let asked = RequestRef { client_id: &client_id, provider_id: unknown.provider_request_id.as_deref(), output };
     match tokio::time::timeout(timeout, provider.status(asked)).await {
         Ok(answer) => answer,
         Err(_) => Some(Err(ProviderError::deadline(timeout, timeout))),

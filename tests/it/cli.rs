@@ -149,8 +149,8 @@ async fn the_printed_default_configuration_is_valid_and_complete() {
     assert_eq!(format!("{:?}", settings.webhooks), format!("{webhooks:?}"), "the printed [webhooks] is the default");
     assert_eq!(format!("{:?}", settings.retention), format!("{retention:?}"), "the printed [retention] is the default");
     assert!(text.lines().take(5).any(|line| line.contains("docs/configuration.md")), "{text}");
-    assert!(settings.tasks.contains_key("summarize"));
-    assert_eq!(settings.providers.len(), 6);
+    assert!(settings.tasks.contains_key("summarize") && settings.tasks["chat"].stream);
+    assert_eq!(settings.providers.len(), 7);
 }
 
 /// Which stream of a process a line came on.

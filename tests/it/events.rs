@@ -244,8 +244,12 @@ async fn a_stream_on_a_failed_job_lasts_while_it_may_take_a_fallback_and_ends_wh
     while seen.last().map(|event: &Received| event.kind.as_str()) != Some("attempt-failed") {
         seen.push(tokio::time::timeout(Duration::from_secs(10), live.next()).await.unwrap().expect("the log so far"));
     }
+    // Then it says what the job waits for, with the id of the event before.
+    let waiting = tokio::time::timeout(Duration::from_secs(1), live.next()).await.unwrap().expect("a waiting");
+    assert_eq!((waiting.kind.as_str(), &waiting.id), ("waiting", &seen.last().unwrap().id));
+    assert_eq!((&waiting.data["state"], &waiting.data["waiting_for"]), (&json!("failed"), &json!("client")));
     let more = tokio::time::timeout(Duration::from_millis(1_500), live.next()).await;
-    assert!(more.is_err(), "a failed job that may take a fallback keeps its stream open");
+    assert!(more.is_err(), "a failed job that may take a fallback keeps its stream open, and says so once");
     let erased = app.client.delete(app.url(&format!("/jobs/{id}"))).bearer_auth(&app.alice).send().await.unwrap();
     assert_eq!(erased.status(), StatusCode::NO_CONTENT);
     let end = tokio::time::timeout(Duration::from_secs(5), live.next()).await;

@@ -33,6 +33,7 @@ mod otel;
 mod output;
 mod pgbouncer;
 mod process;
+mod prose;
 mod responses;
 mod retention;
 mod schema;

@@ -253,7 +253,7 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
         (refused.class, refused.kind.as_str()),
         (FailureClass::Definitive { retryable: true }, "connection-failed")
     );
-    let asked = RequestRef { client_id: &request.request_id, provider_id: None };
+    let asked = RequestRef { client_id: &request.request_id, provider_id: None, output: request.output_kind() };
     assert!(providers["openai"].status(asked).await.is_none(), "chat completions have no status lookup");
 
     // A reasoning model's limit is max_completion_tokens; a strict schema
@@ -479,7 +479,7 @@ async fn recorded_responses_api_answers_are_classified_followed_and_canceled() {
     assert_eq!(canceled.class, FailureClass::Canceled);
 
     // The status lookup asks by the response id, and only by one.
-    let asked = |id| RequestRef { client_id: &request.request_id, provider_id: id };
+    let asked = |id| RequestRef { client_id: &request.request_id, provider_id: id, output: request.output_kind() };
     assert!(completes.status(asked(None)).await.is_none(), "no id: nothing to ask by");
     assert!(matches!(completes.status(asked(Some("resp_completes"))).await, Some(Ok(RequestStatus::Succeeded(_)))));
     assert_eq!(completes.status(asked(Some("resp_other"))).await.unwrap().unwrap(), RequestStatus::NotFound);

@@ -432,6 +432,10 @@ async fn a_stalled_stream_reconciled_from_the_provider_ends_with_a_restart_and_t
     let received = without_partials(&read_to_end(open(&app, &app.alice, &id, "", None).await).await);
     let job = ok_json(app.get(&app.alice, &format!("/jobs/{id}")).await).await;
     assert_eq!((&job["state"], &job["winning_attempt"]), (&json!("succeeded"), &json!(1)), "{job:#}");
+    // While unknown, the job waits for the reconciler, and said so if a
+    // reader looked before the reconciler settled it.
+    let (waits, received): (Vec<Received>, Vec<Received>) = received.into_iter().partition(|e| e.kind == "waiting");
+    assert!(waits.len() <= 1 && waits.iter().all(|e| e.data["waiting_for"] == "reconciliation"), "{:?}", kinds(&waits));
     let n = received.len();
     assert!(n >= 3 && kinds(&received[n - 2..]) == ["restart", "result"], "{:?}", kinds(&received));
     assert!(received[..n - 2].iter().all(|e| e.kind == "delta"), "{:?}", kinds(&received));

@@ -109,8 +109,9 @@ export type FallbackResult = {
  * `text` to append; `partial`: the answer so far parsed as JSON, with what
  * is open closed (it comes after the `text` that changed it, with the same
  * `id`, and holds everything the one before held); `restart`: discard the
- * text so far, another attempt's answer follows; then `result` (the job's
- * validated result) or `error`.
+ * text so far, another attempt's answer follows; `waiting`: nothing more
+ * happens unless someone acts (see `Awaiting`), and the stream goes on, since
+ * a fallback may come; then `result` (the job's validated result) or `error`.
  */
 export type OutputEvent = {
     id: string;
@@ -128,6 +129,10 @@ export type OutputEvent = {
     attempt: number;
 } | {
     id: string;
+    kind: "waiting";
+    awaiting: Awaiting;
+} | {
+    id: string;
     kind: "result";
     attempt: number;
     result: unknown;
@@ -137,6 +142,22 @@ export type OutputEvent = {
     state: string;
     attempt: number | null;
     error: unknown;
+};
+/**
+ * What a job waits for when nothing more happens to it on its own: `client`,
+ * it failed and may take the user's retry or fallback (or a cancel);
+ * `operator`, an attempt's outcome is unknown and only a person can
+ * resolve it; `reconciliation`, onejob asks the provider about it.
+ */
+export interface Awaiting {
+    state: JobState;
+    waiting_for: "client" | "operator" | "reconciliation";
+    attempt: number | null;
+    next: string;
+}
+/** A job as `watch` yields it: with what it waits for, when it waits. */
+export type WatchedJob = Job & {
+    awaiting?: Awaiting;
 };
 /** Seconds of a `Retry-After` header: delay-seconds or an HTTP date. */
 export declare function retryAfterSeconds(value: string | null): number | undefined;
@@ -186,17 +207,20 @@ export declare class OnejobClient {
      * The job's states as they change, from its event stream, or from
      * long-polls with `ETag` where a stream cannot be had; ends after a
      * terminal state (`succeeded`, `canceled`) or when `signal` aborts. Each
-     * change is the whole job, read after the event that changed it.
+     * change is the whole job, read after the event that changed it; when the
+     * stream says the job waits for someone, the job again with `awaiting`
+     * (and the watch goes on: a fallback may come).
      */
     watch(jobId: string, options?: {
         signal?: AbortSignal;
         stream?: boolean;
-    }): AsyncGenerator<Job>;
+    }): AsyncGenerator<WatchedJob>;
     /**
      * The job's output as it comes (`GET /jobs/{id}/output`): pieces of text
      * to append, each followed by the `partial` answer it made when it changed
-     * it, a `restart` when another attempt's answer replaces the text
-     * so far, then the `result` or the `error`, after which it ends. A
+     * it (for a JSON task), a `restart` when another attempt's answer replaces
+     * the text so far, a `waiting` when the job waits for someone, then the
+     * `result` or the `error`, after which it ends. A
      * dropped connection is resumed after the last event seen, so nothing
      * comes twice; a page that kept the last `id` it showed passes it as
      * `after` to go on from there.

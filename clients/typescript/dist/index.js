@@ -214,7 +214,9 @@ export class OnejobClient {
      * The job's states as they change, from its event stream, or from
      * long-polls with `ETag` where a stream cannot be had; ends after a
      * terminal state (`succeeded`, `canceled`) or when `signal` aborts. Each
-     * change is the whole job, read after the event that changed it.
+     * change is the whole job, read after the event that changed it; when the
+     * stream says the job waits for someone, the job again with `awaiting`
+     * (and the watch goes on: a fallback may come).
      */
     async *watch(jobId, options = {}) {
         const { signal } = options;
@@ -229,7 +231,11 @@ export class OnejobClient {
             if (TERMINAL.has(last.state))
                 return;
             if (options.stream !== false) {
-                for await (const _event of this.#events(jobId, signal)) {
+                for await (const event of this.#events(jobId, signal)) {
+                    if (event.kind === "waiting") {
+                        yield { ...last, awaiting: event.data };
+                        continue;
+                    }
                     const job = await this.getJob(jobId, { signal });
                     if (changed(job)) {
                         last = job;
@@ -269,8 +275,9 @@ export class OnejobClient {
     /**
      * The job's output as it comes (`GET /jobs/{id}/output`): pieces of text
      * to append, each followed by the `partial` answer it made when it changed
-     * it, a `restart` when another attempt's answer replaces the text
-     * so far, then the `result` or the `error`, after which it ends. A
+     * it (for a JSON task), a `restart` when another attempt's answer replaces
+     * the text so far, a `waiting` when the job waits for someone, then the
+     * `result` or the `error`, after which it ends. A
      * dropped connection is resumed after the last event seen, so nothing
      * comes twice; a page that kept the last `id` it showed passes it as
      * `after` to go on from there.
@@ -288,6 +295,8 @@ export class OnejobClient {
                     yield { id, kind: "partial", attempt, value: d.value };
                 else if (kind === "restart")
                     yield { id, kind: "restart", attempt };
+                else if (kind === "waiting")
+                    yield { id, kind: "waiting", awaiting: data };
                 else if (kind === "result")
                     yield { id, kind: "result", attempt, result: d.result };
                 else if (kind === "error")

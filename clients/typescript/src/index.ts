@@ -169,15 +169,33 @@ const TERMINAL = new Set<JobState>(["succeeded", "canceled"]);
  * `text` to append; `partial`: the answer so far parsed as JSON, with what
  * is open closed (it comes after the `text` that changed it, with the same
  * `id`, and holds everything the one before held); `restart`: discard the
- * text so far, another attempt's answer follows; then `result` (the job's
- * validated result) or `error`.
+ * text so far, another attempt's answer follows; `waiting`: nothing more
+ * happens unless someone acts (see `Awaiting`), and the stream goes on, since
+ * a fallback may come; then `result` (the job's validated result) or `error`.
  */
 export type OutputEvent =
   | { id: string; kind: "text"; attempt: number; text: string }
   | { id: string; kind: "partial"; attempt: number; value: unknown }
   | { id: string; kind: "restart"; attempt: number }
+  | { id: string; kind: "waiting"; awaiting: Awaiting }
   | { id: string; kind: "result"; attempt: number; result: unknown }
   | { id: string; kind: "error"; state: string; attempt: number | null; error: unknown };
+
+/**
+ * What a job waits for when nothing more happens to it on its own: `client`,
+ * it failed and may take the user's retry or fallback (or a cancel);
+ * `operator`, an attempt's outcome is unknown and only a person can
+ * resolve it; `reconciliation`, onejob asks the provider about it.
+ */
+export interface Awaiting {
+  state: JobState;
+  waiting_for: "client" | "operator" | "reconciliation";
+  attempt: number | null;
+  next: string;
+}
+
+/** A job as `watch` yields it: with what it waits for, when it waits. */
+export type WatchedJob = Job & { awaiting?: Awaiting };
 
 interface Sent {
   response: Response;
@@ -335,9 +353,11 @@ export class OnejobClient {
    * The job's states as they change, from its event stream, or from
    * long-polls with `ETag` where a stream cannot be had; ends after a
    * terminal state (`succeeded`, `canceled`) or when `signal` aborts. Each
-   * change is the whole job, read after the event that changed it.
+   * change is the whole job, read after the event that changed it; when the
+   * stream says the job waits for someone, the job again with `awaiting`
+   * (and the watch goes on: a fallback may come).
    */
-  async *watch(jobId: string, options: { signal?: AbortSignal; stream?: boolean } = {}): AsyncGenerator<Job> {
+  async *watch(jobId: string, options: { signal?: AbortSignal; stream?: boolean } = {}): AsyncGenerator<WatchedJob> {
     const { signal } = options;
     let last: Job | undefined;
     const changed = (job: Job) => !last || job.updated_at !== last.updated_at || job.state !== last.state;
@@ -349,7 +369,11 @@ export class OnejobClient {
       yield last;
       if (TERMINAL.has(last.state)) return;
       if (options.stream !== false) {
-        for await (const _event of this.#events(jobId, signal)) {
+        for await (const event of this.#events(jobId, signal)) {
+          if (event.kind === "waiting") {
+            yield { ...last, awaiting: event.data as Awaiting };
+            continue;
+          }
           const job = await this.getJob(jobId, { signal });
           if (changed(job)) {
             last = job;
@@ -385,8 +409,9 @@ export class OnejobClient {
   /**
    * The job's output as it comes (`GET /jobs/{id}/output`): pieces of text
    * to append, each followed by the `partial` answer it made when it changed
-   * it, a `restart` when another attempt's answer replaces the text
-   * so far, then the `result` or the `error`, after which it ends. A
+   * it (for a JSON task), a `restart` when another attempt's answer replaces
+   * the text so far, a `waiting` when the job waits for someone, then the
+   * `result` or the `error`, after which it ends. A
    * dropped connection is resumed after the last event seen, so nothing
    * comes twice; a page that kept the last `id` it showed passes it as
    * `after` to go on from there.
@@ -401,6 +426,7 @@ export class OnejobClient {
         if (kind === "delta") yield { id, kind: "text", attempt, text: d.text as string };
         else if (kind === "partial") yield { id, kind: "partial", attempt, value: d.value };
         else if (kind === "restart") yield { id, kind: "restart", attempt };
+        else if (kind === "waiting") yield { id, kind: "waiting", awaiting: data as Awaiting };
         else if (kind === "result") yield { id, kind: "result", attempt, result: d.result };
         else if (kind === "error") yield { id, kind: "error", state: d.state as string, attempt: d.attempt as number | null, error: d.error };
       }

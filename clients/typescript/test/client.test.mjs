@@ -321,3 +321,40 @@ test("stream gives a streaming task's text and partial answers as they come, res
     await streaming.stop();
   }
 });
+
+test("stream and watch say when a job waits for its user's fallback, and follow the fallback's prose to the result", async () => {
+  // The chat task starts on a provider that refuses every request (400),
+  // with no failover: only the user's fallback can go on.
+  const stuck = await startServer((text) =>
+    text.replace(/^(\[tasks\.chat\]\n)default_provider = "sim-chat"\nfailover = \["sim-fast"\]/m, '$1default_provider = "sim-refuses"\nfailover = []') +
+      '\n[providers.sim-refuses]\nkind = "sim"\nmodel = "sim-1"\ntokenizer = "o200k_base"\ncontext_tokens = 8192\nmax_output_tokens = 512\nlatency_ms = 5\nerror_rate = 1.0\nerror_status = 400\n',
+  );
+  try {
+    const onejob = new OnejobClient({ baseUrl: stuck.url, token: stuck.token });
+    const { job } = await onejob.createJob({ task: "chat", input: { message: "Tell me about fallbacks" } });
+    assert.equal(job.provider, "sim-refuses");
+    const signal = AbortSignal.timeout(30_000);
+    let awaiting;
+    for await (const watched of onejob.watch(job.id, { signal })) {
+      if (watched.awaiting) {
+        awaiting = watched.awaiting;
+        break;
+      }
+    }
+    assert.deepEqual([awaiting.state, awaiting.waiting_for, awaiting.attempt], ["failed", "client", 1]);
+    const seen = [];
+    for await (const event of onejob.stream(job.id, { signal })) {
+      seen.push(event);
+      if (event.kind === "waiting") assert.equal((await onejob.fallback(job.id, "sim-fast")).kind, "added");
+    }
+    const kinds = seen.map((event) => event.kind);
+    assert.equal(kinds[0], "waiting", kinds.join(" "));
+    assert.equal(kinds.at(-1), "result");
+    assert.ok(!kinds.includes("partial"), "prose has no partials");
+    const text = seen.filter((event) => event.kind === "text").map((event) => event.text).join("");
+    assert.equal(text, seen.at(-1).result, "the fallback's prose, put together, is the result");
+    assert.equal((await onejob.getJob(job.id)).winning_attempt, 2);
+  } finally {
+    await stuck.stop();
+  }
+});

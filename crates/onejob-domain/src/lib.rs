@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod awaiting;
 pub mod breaker;
 pub mod event;
 pub mod hedge;
@@ -14,6 +15,7 @@ pub mod ids;
 pub mod job;
 pub mod limits;
 pub mod money;
+pub mod output;
 pub mod policy;
 pub mod qualification;
 pub mod retention;
@@ -26,6 +28,7 @@ pub mod trace;
 pub mod webhook;
 
 pub use admission::{AdmissionFacts, Refused, budget_of, check_admission};
+pub use awaiting::{Awaiting, awaiting};
 pub use event::EventKind;
 pub use idempotency::{Fingerprint, IdempotencyKey, JobIntent};
 pub use ids::{AttemptId, JobId, OwnerId};
@@ -34,6 +37,7 @@ pub use job::{
     Resolution, Waiting, attempts_being_canceled, unapplied_output,
 };
 pub use money::{Cost, Money, Price, Usage, UsageFilter, UsageRow};
+pub use output::OutputKind;
 pub use qualification::QualificationState;
 pub use role::KeyRole;
 pub use rules::TaskRules;

@@ -62,6 +62,7 @@ pub(super) async fn complete(
         job: &body["onejob_input"],
         messages,
         strict,
+        asked_json: matches!(format["type"].as_str(), Some("json_schema" | "json_object")),
         response_id: None,
         traceparent,
     };

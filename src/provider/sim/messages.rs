@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use super::connection::Connection;
 use super::stream::{Cut, event_stream, pace, pieces};
-use super::{Arrival, Ending, Plan, SimState, Unanswered, admit, answer_for, misbehave, receive, request_id};
+use super::{Answer, Arrival, Ending, Plan, SimState, Unanswered, admit, answer_for, misbehave, receive, request_id};
 use crate::config::{ProviderSettings, SimFault, SimOutput};
 use crate::provider::tokens;
 
@@ -169,6 +169,7 @@ pub(super) async fn create(
         messages: &messages,
         // A forced tool's input is an object, whatever `output` would break.
         strict: tool.is_some() && provider.output == SimOutput::NotJson,
+        asked_json: tool.is_some(),
         response_id: None,
         traceparent,
     };
@@ -275,7 +276,13 @@ fn output_of(body: &Value, content: &str, tool: bool) -> Value {
     if !tool {
         return Value::String(content.to_owned());
     }
-    serde_json::from_str(content).unwrap_or_else(|_| answer_for(&body["onejob_input"], &body["messages"]))
+    serde_json::from_str(content).unwrap_or_else(|_| {
+        let messages = body["messages"].as_array().map_or(&[][..], Vec::as_slice);
+        match answer_for(&body["onejob_input"], messages, true) {
+            Answer::Json(output) => output,
+            Answer::Text(text) => Value::String(text),
+        }
+    })
 }
 
 /// What an answer is shaped by.

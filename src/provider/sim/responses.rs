@@ -81,6 +81,7 @@ pub(super) async fn create(
         job,
         messages: &messages,
         strict,
+        asked_json: body["text"]["format"]["type"] == "json_schema",
         response_id: Some(fresh),
         traceparent,
     };

@@ -28,6 +28,7 @@ fn exactly_one_request_in_twenty_takes_the_tail_at_a_tail_rate_of_five_percent()
             job: &job,
             messages: &messages,
             strict: false,
+            asked_json: true,
             response_id: None,
             traceparent: None,
         };
