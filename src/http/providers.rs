@@ -42,7 +42,7 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
 
 #[utoipa::path(get, path = "/providers", tag = "providers",
     responses(
-        (status = 200, description = "every provider with, per task, its qualification state (qualified, failed, stale, never), whether a qualification of it is running in the answering process (qualifying), the current contract hash, why it may not be used, and the last report's summary", body = Object),
+        (status = 200, description = "every provider with, per task, its qualification state (qualified, failed, stale, never), whether it is the task's default provider (whose jobs run on it whatever its qualification, which guards only failover, fallbacks and hedges), whether a qualification of it is running in the answering process (qualifying), the current contract hash, why it may not be used, and the last report's summary", body = Object),
         (status = 403, description = "forbidden: an operator route called with a client or admin key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
@@ -67,14 +67,23 @@ pub(crate) async fn providers_report(app: &AppState) -> Result<Value, ApiError> 
                 QualificationState::Qualified { at } => Some(*at),
                 _ => None,
             };
+            // A task's jobs run on its default provider (and on a provider a
+            // job names) whatever its qualification, which guards only
+            // failover, fallbacks and hedges.
+            let default_provider = task.settings.default_provider == *name;
+            let reason = state.refusal(name, &task.name).map(|why| match default_provider {
+                true => format!("{why}: it is the task's default provider, so its jobs run on it all the same; only failover, fallbacks and hedges to it wait for a passing qualification"),
+                false => format!("{why}: no failover, fallback or hedge goes to it until it passes one"),
+            });
             tasks.insert(
                 task.name.clone(),
                 json!({
                     "state": state.name(),
+                    "default_provider": default_provider,
                     "contract_hash": format!("sha256:{}", hex::encode(hash)),
                     "qualified_at": qualified_at,
                     "qualifying": app.catalog.qualifications().is_running(name, &task.name),
-                    "reason": state.refusal(name, &task.name),
+                    "reason": reason,
                     "last_report": last.map(|q| json!({
                         "passed": q.passed,
                         "at": q.created_at,

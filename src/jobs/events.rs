@@ -4,7 +4,7 @@
 //! win or a cancel are in the log by then), the job is erased, its follower's
 //! key changes, or the server stops. Nothing is made up for the stream: each item is
 //! one row of the log, with the job's state after it (see
-//! [`EventKind::job_state_after`]) and the facts of the attempt it
+//! [`EventKind::job_state_after`](crate::domain::EventKind::job_state_after)) and the facts of the attempt it
 //! concerns.
 //!
 //! A follower holds one of its owner's places for long-polls while it
@@ -13,7 +13,7 @@
 //! committed by other processes.
 //!
 //! One item is not a row: while the job waits for someone (see
-//! [`crate::domain::awaiting`]), a `waiting` says so, with the id of the
+//! [`crate::domain::awaiting()`]), a `waiting` says so, with the id of the
 //! event before it, once each time it starts waiting.
 
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! (`delta`, `restart`: see [`crate::store::output`]); for a JSON task each
 //! `delta` is followed by a `partial` (the answer so far parsed,
 //! `super::partial`) when it changed it, with the delta's id. While the job
-//! waits for someone (see [`crate::domain::awaiting`]) a `waiting` says so,
+//! waits for someone (see [`crate::domain::awaiting()`]) a `waiting` says so,
 //! with the id of the item before it, once each time it starts waiting: a
 //! new attempt's pieces follow it, after a `restart`. Once the job
 //! has ended, its end: `result` (the job succeeded: the winning attempt's

@@ -495,12 +495,12 @@ impl HttpProvider {
                 }
             }
             Some("failed") => {
-                let message = report.get("error").and_then(Value::as_str).unwrap_or("the provider reports a failure");
+                let said = report.get("error").and_then(Value::as_str).unwrap_or("no reason given");
                 let error = ProviderError::new(
                     FailureClass::Definitive { retryable: false },
                     FailureKind::ProviderError,
                     None,
-                    truncate(message.to_owned()),
+                    truncate(format!("the provider's status lookup says the request failed: {said}")),
                 );
                 Ok(RequestStatus::Failed(error))
             }

@@ -357,6 +357,9 @@ pub trait Driver: Send + Sync + 'static {
     /// The latest qualification run of `provider` for `task`, of any contract.
     async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>>;
 
+    /// Every (provider, task) pair with a qualification run, in order.
+    async fn list_qualified_pairs(&self) -> Result<Vec<(String, String)>>;
+
     /// Queue depth and unknown attempts, for the metrics gauges.
     async fn sample_gauges(&self) -> Result<Gauges>;
 

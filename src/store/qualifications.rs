@@ -70,4 +70,10 @@ impl Store {
     pub async fn latest_qualification(&self, provider: &str, task: &str) -> Result<Option<QualificationRecord>> {
         self.driver().latest_qualification(provider, task).await
     }
+
+    /// Every (provider, task) pair with a qualification run, in order: what
+    /// the database knows of providers and tasks.
+    pub async fn list_qualified_pairs(&self) -> Result<Vec<(String, String)>> {
+        self.driver().list_qualified_pairs().await
+    }
 }

@@ -236,6 +236,19 @@ where
     row.map(QualificationRecord::try_from).transpose()
 }
 
+/// Every (provider, task) pair with a qualification run, in order.
+pub(crate) async fn list_qualified_pairs<'e, DB>(
+    db: impl Executor<'e, Database = DB>,
+    sql: &'e str,
+) -> Result<Vec<(String, String)>>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    (String, String): for<'r> FromRow<'r, DB::Row>,
+{
+    Ok(sqlx::query_as(sql).fetch_all(db).await?)
+}
+
 /// The owner of job `job_id` whose attempt `number` is unknown.
 pub(crate) async fn find_unknown_attempt_owner<'e, DB>(
     db: impl Executor<'e, Database = DB>,

@@ -1,5 +1,5 @@
 //! The demo (`/demo`): the article's story for a person. "Generate" makes a
-//! job on the slow provider with one idempotency key per intent (made in
+//! `chat` job (prose, streamed) on the slow provider with one idempotency key per intent (made in
 //! the browser, reused by every click and retry of that intent); while it
 //! stalls, "Use fallback" adds an attempt on the fast provider with a key of
 //! its own; the live timeline shows the race and its one winner. The
@@ -26,6 +26,8 @@ use crate::state::AppState;
 pub(crate) const SLOW: &str = "sim-slow";
 /// The provider of the fallback attempt.
 pub(crate) const FAST: &str = "sim-fast";
+/// The demo's task: a text task that streams its prose answer.
+pub(crate) const TASK: &str = "chat";
 
 /// `GET /demo`.
 pub(crate) async fn show(
@@ -36,9 +38,10 @@ pub(crate) async fn show(
     let context = minijinja::context! {
         slow => SLOW,
         fast => FAST,
-        ready => configured(SLOW) && configured(FAST) && app.catalog.task("summarize").is_some(),
-        cancel_losers => app.catalog.task("summarize").is_some_and(|task| task.settings.cancel_losers),
-        streams => app.catalog.task("summarize").is_some_and(|task| task.settings.stream),
+        task => TASK,
+        ready => configured(SLOW) && configured(FAST) && app.catalog.task(TASK).is_some(),
+        cancel_losers => app.catalog.task(TASK).is_some_and(|task| task.settings.cancel_losers),
+        streams => app.catalog.task(TASK).is_some_and(|task| task.settings.stream),
         csrf => &session.csrf,
         event_kinds => super::pages::event_kinds(),
     };

@@ -64,13 +64,22 @@ pub(crate) struct NextQuery {
 struct SignInView<'a> {
     next: &'a str,
     message: Option<&'a str>,
+    /// What each role's key reaches, as `KeyRole::reaches` says.
+    roles: Vec<(&'static str, &'static str)>,
+}
+
+impl<'a> SignInView<'a> {
+    fn new(next: &'a str, message: Option<&'a str>) -> Self {
+        let roles = crate::domain::KeyRole::ALL.iter().map(|role| (role.as_str(), role.reaches())).collect();
+        Self { next, message, roles }
+    }
 }
 
 /// The sign-in form.
 pub(crate) async fn signin_form(RawQuery(query): RawQuery) -> Response {
     let query: NextQuery = serde_urlencoded::from_str(query.as_deref().unwrap_or_default()).unwrap_or_default();
     let next = safe_next(query.next.as_deref().unwrap_or("/ui"));
-    page(StatusCode::OK, None, "Sign in", "signin", "signin.html", ser(&SignInView { next, message: None }))
+    page(StatusCode::OK, None, "Sign in", "signin", "signin.html", ser(&SignInView::new(next, None)))
 }
 
 #[derive(Deserialize)]
@@ -108,7 +117,7 @@ pub(crate) async fn signin(State(app): State<AppState>, headers: HeaderMap, body
                 "Sign in",
                 "signin",
                 "signin.html",
-                ser(&SignInView { next, message }),
+                ser(&SignInView::new(next, message)),
             ))
         }
     }

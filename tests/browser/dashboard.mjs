@@ -3,7 +3,9 @@
 // wait has a deadline; nothing sleeps and hopes.
 //
 // Environment: ONEJOB_URL, ONEJOB_CLIENT_KEY (owner alice), ONEJOB_ADMIN_KEY
-// (owner ops), ONEJOB_SCREENSHOTS (a folder), CHROMIUM (the browser binary).
+// (owner ops), ONEJOB_SCREENSHOTS (a folder), CHROMIUM (the browser binary),
+// VITE_CHAT_URL (the built Vite example, clients/typescript/examples/vite-chat,
+// served by `vite preview` in front of the same server).
 
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
@@ -14,8 +16,9 @@ const base = process.env.ONEJOB_URL;
 const clientKey = process.env.ONEJOB_CLIENT_KEY;
 const adminKey = process.env.ONEJOB_ADMIN_KEY;
 const shots = process.env.ONEJOB_SCREENSHOTS;
+const viteChat = process.env.VITE_CHAT_URL;
 const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
-assert.ok(base && clientKey && adminKey && shots, 'ONEJOB_URL, ONEJOB_CLIENT_KEY, ONEJOB_ADMIN_KEY and ONEJOB_SCREENSHOTS are set');
+assert.ok(base && clientKey && adminKey && shots && viteChat, 'ONEJOB_URL, ONEJOB_CLIENT_KEY, ONEJOB_ADMIN_KEY, ONEJOB_SCREENSHOTS and VITE_CHAT_URL are set');
 mkdirSync(shots, { recursive: true });
 
 const WAIT = 20_000;
@@ -172,9 +175,11 @@ try {
 
   // The answer came from the job's output; the fallback's, whole.
   await page.locator('#answer[data-state="result"]').waitFor();
-  assert.equal(await page.locator('#answer').textContent(), JSON.stringify(job.body.result), 'the answer is the result');
+  // The task answers prose: the result is its text, a JSON string.
+  assert.equal(typeof job.body.result, 'string', 'the demo task answers prose');
+  assert.equal(await page.locator('#answer').textContent(), job.body.result, 'the answer is the result');
 
-  // A new intent on sim-slow, whose answer streams: reloaded at its first
+  // A new intent on sim-slow, whose prose streams: reloaded at its first
   // tokens, the page sends the tab's intent again with its key, finds the
   // same job, and reads its output from the start: the text so far, then
   // the rest, the whole answer once.
@@ -192,7 +197,7 @@ try {
   const streamed = await api(clientKey, `/jobs/${streamedJob}`);
   const whole = await page.locator('#answer').textContent();
   assert.ok(before.length > 0 && before.length < whole.length && whole.startsWith(before), `reloaded mid-stream: ${before} / ${whole}`);
-  assert.equal(whole, JSON.stringify(streamed.body.result), 'the whole answer, once');
+  assert.equal(whole, streamed.body.result, 'the whole prose answer, once');
   assert.equal(await page.locator('#answer').getAttribute('data-restarts'), null, 'one attempt streamed: no restart');
   assert.equal(streamed.body.attempts.length, 1, 'one inference');
   await page.screenshot({ path: join(shots, 'demo-stream.png'), fullPage: true });
@@ -296,6 +301,34 @@ try {
   assert.equal(await page.locator('section.provider[data-provider="sim-fast"] tr[data-task="summarize"]').getAttribute('data-state'), 'qualified');
   assert.equal(await page.locator('section.provider[data-provider="sim-bad-json"] tr[data-task="summarize"]').getAttribute('data-state'), 'failed');
   await page.screenshot({ path: join(shots, 'providers.png'), fullPage: true });
+
+  // The Vite example: a message's prose streams in; reloaded mid-answer,
+  // the page sends the message again with its key, finds the same job, and
+  // shows the text so far once, then the rest: the whole answer, once.
+  step('the Vite chat example');
+  const chat = await context.newPage();
+  chat.setDefaultTimeout(WAIT);
+  chat.on('pageerror', (error) => failures.push(`vite chat: ${error.message}`));
+  await chat.goto(viteChat);
+  await chat.fill('#token', clientKey);
+  await chat.locator('#token').dispatchEvent('change');
+  await chat.fill('#message', 'What does an idempotency key do, in a chat?');
+  await chat.click('#send');
+  await chat.locator('#answer[data-state="streaming"]').waitFor();
+  const firstJob = await chat.locator('body').getAttribute('data-job');
+  const soFar = await chat.locator('#answer').textContent();
+  await chat.reload();
+  await chat.locator('#answer[data-state="result"]').waitFor();
+  assert.equal(await chat.locator('body').getAttribute('data-replayed'), 'true', 'the reload sent the same intent again');
+  assert.equal(await chat.locator('body').getAttribute('data-job'), firstJob, 'and found the same job');
+  const chatJob = await api(clientKey, `/jobs/${firstJob}`);
+  const prose = await chat.locator('#answer').textContent();
+  assert.equal(typeof chatJob.body.result, 'string');
+  assert.equal(prose, chatJob.body.result, 'the whole prose answer, once');
+  assert.ok(soFar.length > 0 && soFar.length < prose.length && prose.startsWith(soFar), `reloaded mid-answer: ${soFar} / ${prose}`);
+  assert.equal(chatJob.body.attempts.length, 1, 'one inference');
+  await chat.screenshot({ path: join(shots, 'vite-chat.png'), fullPage: true });
+  await chat.close();
 
   assert.deepEqual(failures, [], 'no script errors');
   step('all passed');

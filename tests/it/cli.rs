@@ -517,3 +517,30 @@ on_postgres!(
     the_binary_serves_the_core_contract_after_migrate_and_keys_create,
     keys_create_on_a_database_never_migrated_says_to_migrate_once_and_makes_no_file
 );
+
+/// `providers list` says which configuration it reads, and warns when the
+/// database has qualifications of providers or tasks that configuration
+/// lacks (most likely, it is not the server's).
+#[tokio::test]
+async fn providers_list_says_which_configuration_it_reads_and_warns_of_names_it_lacks() {
+    let database_url = crate::common::sqlite::fresh_database();
+    assert!(onejob(&database_url, &["migrate"]).await.0);
+    let store = crate::common::open_store(&database_url);
+    let report = json!({"summary": "recorded by the test"});
+    store.insert_qualification("sim-fast", "summarize", &[0; 32], true, &report).await.unwrap();
+    let (ok, stdout, stderr) = onejob(&database_url, &["providers", "list"]).await;
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("reading the built-in configuration") && !stderr.contains("warning"), "{stderr}");
+    assert_eq!(stdout.lines().count(), 7 * 2, "each of the built-in providers for each task: {stdout}");
+
+    store.insert_qualification("gpt", "translate", &[0; 32], true, &report).await.unwrap();
+    let (ok, _, stderr) = onejob(&database_url, &["providers", "list"]).await;
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("warning: the database knows providers (gpt) and tasks (translate)"), "{stderr}");
+
+    let config = std::env::temp_dir().join(format!("onejob-{}.toml", uuid::Uuid::now_v7()));
+    std::fs::write(&config, onejob::config::DEFAULT_CONFIG).unwrap();
+    let (ok, _, stderr) = onejob(&database_url, &["providers", "list", "--config", config.to_str().unwrap()]).await;
+    let _ = std::fs::remove_file(&config);
+    assert!(ok && stderr.contains(&format!("reading the configuration in {}", config.display())), "{stderr}");
+}

@@ -290,7 +290,21 @@ async fn a_failover_that_waited_its_limit_skips_saying_the_provider_was_still_be
     .await;
 }
 
+/// `GET /providers` tells a task's default provider, whose jobs run on it
+/// whatever its qualification, apart from one no failover may go to.
+async fn the_providers_list_tells_a_tasks_default_provider_apart_from_one_not_qualified_for_failover(backend: Backend) {
+    // API only: no qualification runs at start.
+    let app = TestApp::spawn_with(backend, |_| {}).await;
+    let states = providers(&app).await;
+    let (default, other) = (&states["sim-fast"], &states["sim-slow"]);
+    assert_eq!((&default["state"], &default["default_provider"]), (&json!("never"), &json!(true)), "{default:#}");
+    assert!(default["reason"].as_str().unwrap().contains("its jobs run on it all the same"), "{default:#}");
+    assert_eq!((&other["state"], &other["default_provider"]), (&json!("never"), &json!(false)), "{other:#}");
+    assert!(other["reason"].as_str().unwrap().contains("no failover, fallback or hedge goes to it"), "{other:#}");
+}
+
 on_both_backends!(
+    the_providers_list_tells_a_tasks_default_provider_apart_from_one_not_qualified_for_failover,
     a_failover_waits_for_the_verdict_of_a_qualification_still_running,
     a_failover_that_waited_its_limit_skips_saying_the_provider_was_still_being_qualified,
     sim_bad_json_fails_qualification_naming_the_extra_key_and_is_never_failed_over_to,

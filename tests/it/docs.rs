@@ -551,3 +551,18 @@ fn the_code_map_rule_finds_a_missing_file() {
     ];
     assert_eq!(missing, expected, "{why:#?}");
 }
+
+/// One account of the roles: `KeyRole::reaches`, which the sign-in page
+/// renders, is the roles table of docs/api.md row by row, and the
+/// configuration and dashboard docs point at that table.
+#[test]
+fn the_roles_table_is_the_one_the_sign_in_page_shows_and_the_docs_point_at() {
+    let api = read("docs/api.md");
+    for role in onejob::domain::KeyRole::ALL {
+        let row = format!("| {} | {} |", role.as_str(), role.reaches());
+        assert!(api.lines().any(|line| line == row), "docs/api.md lacks the row {row}");
+    }
+    for file in ["docs/configuration.md", "docs/dashboard.md"] {
+        assert!(read(file).contains("(api.md#keys-roles-and-revocation)"), "{file} does not point at the roles table");
+    }
+}

@@ -90,6 +90,11 @@ async fn a_timeout_is_unknown_not_failed_and_blocks_new_attempts_until_reconcile
     // reconciler settles the attempt as failed, and a new attempt is admitted.
     let job = app.wait_for(&id, "reconciled", |j| j["state"] != "unknown").await;
     assert_eq!((job["state"].clone(), attempts(&job)[0]["state"].clone()), (json!("failed"), json!("failed")));
+    let message = attempts(&job)[0]["error"]["message"].as_str().unwrap().to_owned();
+    assert_eq!(
+        message, "the provider's status lookup says the request failed: gave up",
+        "says what the lookup answered"
+    );
     let admitted = app.post_attempt(&app.alice, &id, "retry-2", &json!({"provider": "sim-fast"})).await;
     assert_eq!(admitted.status(), StatusCode::CREATED);
     let job = app.wait_for(&id, "succeeded", |j| j["state"] == "succeeded").await;

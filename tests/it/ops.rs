@@ -257,7 +257,8 @@ async fn every_counter_whose_labels_the_configuration_names_is_exported_at_zero_
     // happens before the scrape), plus a provider without a price or a
     // status lookup and a second task on it.
     let (_simulator, config) = simulator_and_config_with(1_000, |table| {
-        for provider in ["sim-fast", "sim-slow", "sim-hang", "sim-late", "sim-flaky", "sim-bad-json"] {
+        let configured: Vec<String> = table["providers"].as_table().unwrap().keys().cloned().collect();
+        for provider in &configured {
             set(table, &["providers", provider, "qualify_on_start"], false.into());
         }
         set(table, &["providers", "gpt", "kind"], "openai".into());

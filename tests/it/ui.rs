@@ -84,7 +84,7 @@ async fn a_page_read_as_its_job_ends_shows_the_event_the_job_ended_with(backend:
 async fn the_demo_says_how_the_slow_attempt_ends_as_its_task_is_configured(backend: Backend) {
     for cancel_losers in [true, false] {
         let app = TestApp::spawn_with(backend, |settings| {
-            settings.tasks.get_mut("summarize").unwrap().cancel_losers = cancel_losers;
+            settings.tasks.get_mut("chat").unwrap().cancel_losers = cancel_losers;
         })
         .await;
         let (status, page) = sign_in(&app, &app.alice).await.page("/demo").await;
@@ -672,4 +672,20 @@ async fn a_session_follows_its_owners_job_on_the_dashboards_event_stream(backend
     let resumed =
         alice.client.get(alice.url(&path)).header(header::COOKIE, &alice.cookie).header("last-event-id", &last_event);
     assert_eq!(kinds(&read_to_end(resumed.send().await.unwrap()).await), ["job-canceled"]);
+}
+
+/// The sign-in page shows what each role reaches, as `KeyRole::reaches`
+/// (the roles table of docs/api.md) says it.
+#[tokio::test]
+async fn the_sign_in_page_shows_what_each_role_reaches() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |_| {}).await;
+    let page = app.client.get(app.url("/ui/signin")).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let page = page.text().await.unwrap();
+    // As the templates escape text for HTML.
+    let escaped =
+        |text: &str| text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('/', "&#x2f;");
+    for role in onejob::domain::KeyRole::ALL {
+        assert!(page.contains(&format!("<td>{}</td><td>{}</td>", role.as_str(), escaped(role.reaches()))), "{page}");
+    }
 }

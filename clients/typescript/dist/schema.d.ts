@@ -2041,7 +2041,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description every provider with, per task, its qualification state (qualified, failed, stale, never), whether a qualification of it is running in the answering process (qualifying), the current contract hash, why it may not be used, and the last report's summary */
+            /** @description every provider with, per task, its qualification state (qualified, failed, stale, never), whether it is the task's default provider (whose jobs run on it whatever its qualification, which guards only failover, fallbacks and hedges), whether a qualification of it is running in the answering process (qualifying), the current contract hash, why it may not be used, and the last report's summary */
             200: {
                 headers: {
                     [name: string]: unknown;

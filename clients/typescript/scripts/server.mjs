@@ -1,7 +1,9 @@
 // A real `onejob serve` on a fresh SQLite file, on a free loopback port,
 // for the tests and for generating the types from the served
-// specification. The binary is ONEJOB_BIN, or the debug build of this
-// repository (`cargo build`).
+// specification. The binary is ONEJOB_BIN, or else the debug build of this
+// repository, which `cargo build` brings up to date first (so that `npm
+// test` in a fresh clone, or after a change to the server, tests the server
+// of the sources).
 import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
@@ -10,7 +12,18 @@ import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
-export const BIN = process.env.ONEJOB_BIN ?? resolve(here, "../../../target/debug/onejob");
+export const BIN = process.env.ONEJOB_BIN ?? debugBuild();
+
+/** This repository's debug build of `onejob`, built or brought up to date. */
+function debugBuild() {
+  const root = resolve(here, "../../..");
+  try {
+    execFileSync("cargo", ["build", "--quiet", "--bin", "onejob"], { cwd: root, stdio: ["ignore", "ignore", "inherit"] });
+  } catch (error) {
+    throw new Error(`cannot build onejob with cargo in ${root} (or set ONEJOB_BIN to a built binary): ${error.message}`);
+  }
+  return resolve(root, "target/debug/onejob");
+}
 
 function freePort() {
   return new Promise((done, fail) => {

@@ -23,6 +23,31 @@ pub enum KeyRole {
 }
 
 impl KeyRole {
+    /// Every role, from the least to the most.
+    pub const ALL: [KeyRole; 3] = [KeyRole::Client, KeyRole::Admin, KeyRole::Operator];
+
+    /// What a key of this role reaches, through the API and the dashboard:
+    /// the one account of it, shown by the sign-in page and the roles table
+    /// of docs/api.md.
+    pub fn reaches(self) -> &'static str {
+        match self {
+            KeyRole::Client => {
+                "the jobs of its own owner: creating them, reading them with their events, output and usage, \
+                 retries and fallbacks, canceling and erasing them, resolving their unknown attempts; on the \
+                 dashboard, the jobs of its owner and the demo"
+            }
+            KeyRole::Admin => {
+                "all a client reaches, and the webhooks and keys of its own owner (registering endpoints, \
+                 revoking keys); nothing of any other owner"
+            }
+            KeyRole::Operator => {
+                "all an admin reaches for its own owner, and across owners: every owner on the dashboard, \
+                 resolving the unknown attempt of any owner, revoking any key, and the providers with their \
+                 qualifications and breakers (GET /providers, /ui/providers)"
+            }
+        }
+    }
+
     /// The stored and displayed name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -73,7 +98,7 @@ mod tests {
 
     #[test]
     fn roles_round_trip_through_their_names_and_nothing_else_parses() {
-        for role in [KeyRole::Client, KeyRole::Admin, KeyRole::Operator] {
+        for role in KeyRole::ALL {
             assert_eq!(role.as_str().parse::<KeyRole>().unwrap(), role);
         }
         assert!("Admin".parse::<KeyRole>().is_err());

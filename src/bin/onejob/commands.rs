@@ -167,7 +167,9 @@ async fn manage_keys(command: KeysCommand, config: Option<&Path>) -> Result<(), 
 /// Qualifies a provider now, or lists where each stands.
 async fn manage_providers(command: ProvidersCommand, config: Option<&Path>) -> Result<(), AnyError> {
     let settings = Settings::load(config)?;
+    say_which_configuration(config);
     let store = app::open_migrated_store(&settings).await?;
+    warn_of_names_it_lacks(&store, &settings).await?;
     let catalog = std::sync::Arc::new(onejob::task::catalog::Catalog::new(&settings)?);
     match command {
         ProvidersCommand::Qualify { name, task } => {
@@ -241,6 +243,40 @@ async fn probe(url: &str) -> Result<(), AnyError> {
     let status = client.get(url).send().await?.status();
     if !status.is_success() {
         return Err(format!("{url} answered {status}").into());
+    }
+    Ok(())
+}
+
+/// Says on standard error which configuration a command reads.
+fn say_which_configuration(path: Option<&Path>) {
+    match path {
+        Some(path) => eprintln!("onejob: reading the configuration in {}", path.display()),
+        None => eprintln!(
+            "onejob: reading the built-in configuration (no --config nor ONEJOB_CONFIG; `onejob config print-default` prints it)"
+        ),
+    }
+}
+
+/// Warns on standard error when the database has qualifications of
+/// providers or tasks that `settings` lacks: the command most likely reads
+/// another configuration than the server's.
+async fn warn_of_names_it_lacks(store: &onejob::store::Store, settings: &Settings) -> Result<(), AnyError> {
+    let pairs = store.list_qualified_pairs().await?;
+    let mut providers: Vec<&str> =
+        pairs.iter().map(|(provider, _)| provider.as_str()).filter(|p| !settings.providers.contains_key(*p)).collect();
+    let mut tasks: Vec<&str> =
+        pairs.iter().map(|(_, task)| task.as_str()).filter(|t| !settings.tasks.contains_key(*t)).collect();
+    for names in [&mut providers, &mut tasks] {
+        names.sort_unstable();
+        names.dedup();
+    }
+    if !providers.is_empty() || !tasks.is_empty() {
+        eprintln!(
+            "onejob: warning: the database knows providers ({}) and tasks ({}) that this configuration lacks: \
+             is it the one the server runs? Pass that one with --config",
+            providers.join(", "),
+            tasks.join(", ")
+        );
     }
     Ok(())
 }

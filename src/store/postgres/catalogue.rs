@@ -85,6 +85,7 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         sql::SET_KEY_MAX_IN_FLIGHT,
         sql::LIST_EVENTS,
         sql::LATEST_QUALIFICATION,
+        sql::LIST_QUALIFIED_PAIRS,
         sql::LIST_USAGE,
         sql::BROWSE_JOBS,
         sql::FIND_JOB_OWNER,

@@ -398,6 +398,10 @@ impl Driver for PostgresStore {
         shared::latest_qualification(&self.pool, sql::LATEST_QUALIFICATION, provider, task).await
     }
 
+    async fn list_qualified_pairs(&self) -> Result<Vec<(String, String)>> {
+        shared::list_qualified_pairs(&self.pool, sql::LIST_QUALIFIED_PAIRS).await
+    }
+
     async fn find_unknown_attempt_owner(&self, job_id: JobId, number: i32) -> Result<Option<OwnerId>> {
         shared::find_unknown_attempt_owner(&self.pool, &sql::FIND_UNKNOWN_ATTEMPT_OWNER, job_id, number).await
     }

@@ -175,6 +175,10 @@ pub(super) const LIST_OUTPUT: &str = r#"select seq, attempt_number, kind, text f
     where owner_id = ?1 and job_id = ?2 and seq > ?3 order by seq"#;
 
 /// The latest qualification of a provider for a task. Binds: provider, task.
+/// Every (provider, task) pair with a qualification run, in order.
+pub(super) const LIST_QUALIFIED_PAIRS: &str =
+    r#"select distinct provider, task from qualifications order by provider, task"#;
+
 pub(super) const LATEST_QUALIFICATION: &str = r#"select id, provider, task, contract_hash, passed, report, created_at
     from qualifications
     where provider = ?1 and task = ?2

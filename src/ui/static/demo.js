@@ -85,8 +85,13 @@ function run(demo) {
         } else if (event.kind === 'restart') {
           answer.textContent = '';
           answer.dataset.restarts = String(Number(answer.dataset.restarts || 0) + 1);
+        } else if (event.kind === 'waiting') {
+          // The job waits for someone: say so, and keep reading (a
+          // fallback's answer comes on this same stream).
+          answer.dataset.state = 'waiting';
+          status('The job ' + event.awaiting.state + ': ' + event.awaiting.next + '.', 'error');
         } else if (event.kind === 'result') {
-          if (!answer.textContent) answer.textContent = JSON.stringify(event.result);
+          if (!answer.textContent) answer.textContent = shown(event.result);
           answer.dataset.state = 'result';
         } else {
           answer.textContent = 'No answer: the job is ' + event.state + '.';
@@ -96,6 +101,11 @@ function run(demo) {
     } catch (error) {
       if (reading === controller) answer.dataset.state = 'unread';
     }
+  }
+
+  // A text task's result is its prose; any other is shown as JSON.
+  function shown(result) {
+    return typeof result === 'string' ? result : JSON.stringify(result);
   }
 
   function keep(sent) {
@@ -189,7 +199,7 @@ function run(demo) {
     keep(true);
     try {
       // Sent as often as it takes, always with the intent's key.
-      const created = await client.createJob({ task: 'summarize', input: { text: $('text').value }, provider: slow }, { intent: mine });
+      const created = await client.createJob({ task: demo.dataset.task, input: { message: $('text').value }, provider: slow }, { intent: mine });
       if (mine !== intent) return; // a new intent was started meanwhile
       job = created.job;
       if (!fallbackKey) fallbackKey = await client.keyFor('attempt:' + job.id + ':' + fast);
