@@ -355,6 +355,14 @@ impl ProviderSettings {
         self.status_lookup.unwrap_or(self.kind != ProviderKind::Openai && self.api() != ProviderApi::Messages)
     }
 
+    /// Whether the reconciler can ask the provider about a request whose
+    /// provider id is `provider_request_id`: with a status lookup, and, on
+    /// the Responses API, the response's id (which a lost answer may never
+    /// have brought).
+    pub fn can_be_asked_about(&self, provider_request_id: Option<&str>) -> bool {
+        self.has_status_lookup() && (self.api() != ProviderApi::Responses || provider_request_id.is_some())
+    }
+
     /// Whether an aborted call is followed by the provider's cancel call
     /// (the same default).
     pub fn has_cancel_call(&self) -> bool {

@@ -14,8 +14,8 @@ pub enum SimOutput {
     ExtraTopLevelKey,
     /// Text that is not JSON.
     NotJson,
-    /// A text task's answer four times over (as long a JSON answer as
-    /// `valid`): past the task's `maxLength`.
+    /// A text task's answer four times over, past its `maxLength`; for a
+    /// JSON task, the same as `valid`.
     Long,
     /// A refusal instead of an answer (`message.refusal`, or a `refusal`
     /// content part of a response).

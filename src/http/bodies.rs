@@ -78,10 +78,11 @@ pub(crate) enum Outcome {
 pub(crate) struct ResolveBody {
     /// What became of the attempt.
     pub outcome: Outcome,
-    /// The output, for `succeeded`; it must meet the task's output schema.
-    /// `null` is an output like any other (refused for `failed`), unlike
+    /// The output, for `succeeded`: any JSON value but `null` (an object
+    /// for a JSON task, a string for a text task), which must meet the
+    /// task's output schema. `null` is refused for either outcome, unlike
     /// leaving it out.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     #[serde(default, deserialize_with = "present")]
     pub output: Option<Value>,
     /// Why (1 to 1000 characters); kept in the job's events.
@@ -210,11 +211,13 @@ impl ResolveBody {
                     .push(Violation { pointer: "/output".into(), detail: "a failed outcome has no output".into() });
                 None
             }
-            (Outcome::Succeeded, Some(output)) if output.is_object() => Some(Resolution::Succeeded(output)),
+            // Any JSON value (an object for a JSON task, a string for a text
+            // task): the task's output schema judges it.
+            (Outcome::Succeeded, Some(output)) if !output.is_null() => Some(Resolution::Succeeded(output)),
             (Outcome::Succeeded, _) => {
                 violations.push(Violation {
                     pointer: "/output".into(),
-                    detail: "a succeeded outcome needs the output, a JSON object".into(),
+                    detail: "a succeeded outcome needs the output, as the task's output schema says".into(),
                 });
                 None
             }
@@ -272,10 +275,12 @@ mod tests {
     fn resolutions_need_an_outcome_a_reason_and_for_success_an_output() {
         assert!(parse_resolution(json!({"outcome": "failed", "reason": "provider says no"})).is_ok());
         assert!(parse_resolution(json!({"outcome": "succeeded", "output": {"a": 1}, "reason": "checked"})).is_ok());
+        // A text task's output is a string.
+        assert!(parse_resolution(json!({"outcome": "succeeded", "output": "the text", "reason": "checked"})).is_ok());
         for bad in [
             json!({"outcome": "failed"}),
             json!({"outcome": "succeeded", "reason": "r"}),
-            json!({"outcome": "succeeded", "output": "text", "reason": "r"}),
+            json!({"outcome": "succeeded", "output": null, "reason": "r"}),
             json!({"outcome": "failed", "output": {}, "reason": "r"}),
             json!({"outcome": "maybe", "reason": "r"}),
             json!({"outcome": "failed", "reason": "r", "extra": 1}),

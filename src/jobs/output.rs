@@ -56,7 +56,7 @@ impl Jobs {
         let job = self.get_job(place.owner(), id).await?;
         let output = self.catalog.output_of(&job.task);
         let (sender, receiver) = mpsc::channel(1);
-        tokio::spawn(self.clone().follow_output_of(place, id, (after, output), sender));
+        tokio::spawn(self.clone().follow_output_of(place, id, after, output, sender));
         Ok(receiver)
     }
 
@@ -64,7 +64,8 @@ impl Jobs {
         self: Arc<Self>,
         place: LongPoll,
         id: JobId,
-        (mut cursor, output): (i64, OutputKind),
+        mut cursor: i64,
+        output: OutputKind,
         sender: mpsc::Sender<ShownOutput>,
     ) {
         let owner = place.owner().clone();
@@ -145,7 +146,10 @@ impl Jobs {
 
     /// What `job` waits for, as both streams say it.
     pub(super) fn awaiting(&self, job: &Job) -> Option<Awaiting> {
-        let reconcilable = |provider: &str| self.catalog.provider(provider).is_some_and(|p| p.has_status_lookup());
+        let reconcilable = |attempt: &crate::domain::Attempt| {
+            let provider = self.catalog.provider(&attempt.provider);
+            provider.is_some_and(|p| p.can_be_asked_about(attempt.provider_request_id.as_deref()))
+        };
         crate::domain::awaiting(job, self.catalog.limits(&job.task), reconcilable)
     }
 

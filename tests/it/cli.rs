@@ -518,13 +518,15 @@ on_postgres!(
     keys_create_on_a_database_never_migrated_says_to_migrate_once_and_makes_no_file
 );
 
-/// `providers list` says which configuration it reads, and warns when the
-/// database has qualifications of providers or tasks that configuration
-/// lacks (most likely, it is not the server's).
+/// `migrate` and `providers list` say which configuration they read, and
+/// `providers list` warns when the database has qualifications of
+/// providers or tasks that configuration lacks (most likely, it is not the
+/// server's).
 #[tokio::test]
 async fn providers_list_says_which_configuration_it_reads_and_warns_of_names_it_lacks() {
     let database_url = crate::common::sqlite::fresh_database();
-    assert!(onejob(&database_url, &["migrate"]).await.0);
+    let (ok, _, stderr) = onejob(&database_url, &["migrate"]).await;
+    assert!(ok && stderr.contains("onejob: reading the built-in configuration"), "migrate says it too: {stderr}");
     let store = crate::common::open_store(&database_url);
     let report = json!({"summary": "recorded by the test"});
     store.insert_qualification("sim-fast", "summarize", &[0; 32], true, &report).await.unwrap();

@@ -184,8 +184,9 @@ export type OutputEvent =
 /**
  * What a job waits for when nothing more happens to it on its own: `client`,
  * it failed and may take the user's retry or fallback (or a cancel);
- * `operator`, an attempt's outcome is unknown and only a person can
- * resolve it; `reconciliation`, onejob asks the provider about it.
+ * `operator`, an attempt's outcome is unknown and its provider cannot be
+ * asked, so the job's owner or an operator resolves it; `reconciliation`,
+ * onejob asks the provider about it.
  */
 export interface Awaiting {
   state: JobState;

@@ -724,11 +724,12 @@ export interface components {
             /** @description What became of the attempt. */
             outcome: components["schemas"]["Outcome"];
             /**
-             * @description The output, for `succeeded`; it must meet the task's output schema.
-             *     `null` is an output like any other (refused for `failed`), unlike
+             * @description The output, for `succeeded`: any JSON value but `null` (an object
+             *     for a JSON task, a string for a text task), which must meet the
+             *     task's output schema. `null` is refused for either outcome, unlike
              *     leaving it out.
              */
-            output?: Record<string, never> | null;
+            output?: unknown;
             /** @description Why (1 to 1000 characters); kept in the job's events. */
             reason: string;
         };
@@ -1735,7 +1736,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description a stream of the job's events (`text/event-stream`): each with `id:` its place in the job's log (1 for the first), `event:` its kind and `data:` its JSON (id, job_id, kind, at, job_state after it, the attempt it concerns with its number, id and provider, and detail); every event after the cursor, then live ones; While the job waits for someone (failed with a new attempt still admissible, or an attempt unknown), `waiting` (the `id` of the item before it; data: the job's `state`, `waiting_for`: `client`, `operator` or `reconciliation`, the `attempt` it is about, and `next`, what may be done), once each time it comes to that;; it ends once the job can change no more (succeeded, canceled, or failed with its attempts used up, and no attempt open), when the job is erased, when the server stops and when the key is revoked; a comment every 15 s */
+            /** @description a stream of the job's events (`text/event-stream`): each with `id:` its place in the job's log (1 for the first), `event:` its kind and `data:` its JSON (id, job_id, kind, at, job_state after it, the attempt it concerns with its number, id and provider, and detail); every event after the cursor, then live ones; while the job waits for someone (failed with a new attempt still admissible, or an attempt unknown), `waiting` (the `id` of the item before it; data: the job's `state`, `waiting_for`: `client`, `operator` or `reconciliation`, the `attempt` it is about, and `next`, what may be done), once each time it comes to that; it ends once the job can change no more (succeeded, canceled, or failed with its attempts used up, and no attempt open), when the job is erased, when the server stops and when the key is revoked; a comment every 15 s */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -404,6 +404,32 @@ pub(crate) mod tests {
         }
     }
 
+    /// A job of owner `demo` in `state` whose attempts, numbered from 1,
+    /// are in `attempts`.
+    pub(crate) fn job_in(state: JobState, attempts: &[AttemptState]) -> Job {
+        let now = Utc::now();
+        Job {
+            id: JobId::new(),
+            owner: OwnerId::from_trusted("demo".into()),
+            idempotency_key: "k".into(),
+            fingerprint: Fingerprint([0; 32]),
+            task: "t".into(),
+            input: Value::Null,
+            provider: "p".into(),
+            state,
+            winning_attempt: None,
+            result: None,
+            created_at: now,
+            updated_at: now,
+            expires_at: None,
+            max_cost: None,
+            cost: None,
+            attempts: (1..).zip(attempts).map(|(number, &state)| Attempt { number, ..attempt(state) }).collect(),
+            waiting: None,
+            canceling: Vec::new(),
+        }
+    }
+
     fn costed(state: AttemptState, amount: Option<&str>, estimated: bool) -> Attempt {
         let cost =
             |amount: &str| Cost { amount: amount.parse().unwrap(), currency: "USD".into(), price_version: "v1".into() };

@@ -28,7 +28,7 @@ pub mod trace;
 pub mod webhook;
 
 pub use admission::{AdmissionFacts, Refused, budget_of, check_admission};
-pub use awaiting::{Awaiting, awaiting};
+pub use awaiting::{Awaiting, WaitingFor, awaiting};
 pub use event::EventKind;
 pub use idempotency::{Fingerprint, IdempotencyKey, JobIntent};
 pub use ids::{AttemptId, JobId, OwnerId};

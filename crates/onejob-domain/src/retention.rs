@@ -129,26 +129,7 @@ mod tests {
     }
 
     fn job(state: JobState, attempts: &[AttemptState], updated_at: DateTime<Utc>) -> Job {
-        Job {
-            id: crate::JobId::new(),
-            owner: crate::OwnerId::from_trusted("demo".into()),
-            idempotency_key: "k".into(),
-            fingerprint: crate::Fingerprint([0; 32]),
-            task: "t".into(),
-            input: serde_json::Value::Null,
-            provider: "p".into(),
-            state,
-            winning_attempt: None,
-            result: None,
-            created_at: updated_at,
-            updated_at,
-            expires_at: None,
-            max_cost: None,
-            cost: None,
-            attempts: attempts.iter().map(|&state| crate::job::tests::attempt(state)).collect(),
-            waiting: None,
-            canceling: Vec::new(),
-        }
+        Job { created_at: updated_at, updated_at, ..crate::job::tests::job_in(state, attempts) }
     }
 
     #[test]

@@ -14,6 +14,18 @@ pub(crate) type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Runs one command to its end.
 pub(crate) async fn run(command: Command, config: Option<&Path>) -> Result<(), AnyError> {
+    // Which configuration a command reads, said before it reads it: a
+    // command given none reads the built-in one, with its SQLite file in the
+    // working directory, whatever the server runs with.
+    match &command {
+        Command::Serve(_) | Command::Worker | Command::Sim { .. } => {
+            tracing::info!("reading {}", which_configuration(config))
+        }
+        Command::Purge { .. } | Command::Migrate | Command::Keys { .. } | Command::Providers { .. } => {
+            eprintln!("onejob: reading {}", which_configuration(config))
+        }
+        Command::Bench(_) | Command::BenchSql { .. } | Command::Probe { .. } | Command::Config { .. } => {}
+    }
     match command {
         Command::Serve(args) => serve(args, config).await,
         Command::Worker => work(config).await,
@@ -167,7 +179,6 @@ async fn manage_keys(command: KeysCommand, config: Option<&Path>) -> Result<(), 
 /// Qualifies a provider now, or lists where each stands.
 async fn manage_providers(command: ProvidersCommand, config: Option<&Path>) -> Result<(), AnyError> {
     let settings = Settings::load(config)?;
-    say_which_configuration(config);
     let store = app::open_migrated_store(&settings).await?;
     warn_of_names_it_lacks(&store, &settings).await?;
     let catalog = std::sync::Arc::new(onejob::task::catalog::Catalog::new(&settings)?);
@@ -247,13 +258,12 @@ async fn probe(url: &str) -> Result<(), AnyError> {
     Ok(())
 }
 
-/// Says on standard error which configuration a command reads.
-fn say_which_configuration(path: Option<&Path>) {
+/// Which configuration a command given `path` reads, in words.
+fn which_configuration(path: Option<&Path>) -> String {
     match path {
-        Some(path) => eprintln!("onejob: reading the configuration in {}", path.display()),
-        None => eprintln!(
-            "onejob: reading the built-in configuration (no --config nor ONEJOB_CONFIG; `onejob config print-default` prints it)"
-        ),
+        Some(path) => format!("the configuration in {}", path.display()),
+        None => "the built-in configuration (no --config nor ONEJOB_CONFIG; `onejob config print-default` prints it)"
+            .to_owned(),
     }
 }
 
@@ -270,12 +280,18 @@ async fn warn_of_names_it_lacks(store: &onejob::store::Store, settings: &Setting
         names.sort_unstable();
         names.dedup();
     }
-    if !providers.is_empty() || !tasks.is_empty() {
+    let mut lacking = Vec::new();
+    if !providers.is_empty() {
+        lacking.push(format!("providers ({})", providers.join(", ")));
+    }
+    if !tasks.is_empty() {
+        lacking.push(format!("tasks ({})", tasks.join(", ")));
+    }
+    if !lacking.is_empty() {
         eprintln!(
-            "onejob: warning: the database knows providers ({}) and tasks ({}) that this configuration lacks: \
-             is it the one the server runs? Pass that one with --config",
-            providers.join(", "),
-            tasks.join(", ")
+            "onejob: warning: the database knows {} that this configuration lacks: is it the one the server \
+             runs? Pass that one with --config",
+            lacking.join(" and ")
         );
     }
     Ok(())

@@ -174,11 +174,11 @@ pub(super) const INSERT_OUTPUT: &str = r#"insert into job_output (owner_id, job_
 pub(super) const LIST_OUTPUT: &str = r#"select seq, attempt_number, kind, text from job_output
     where owner_id = ?1 and job_id = ?2 and seq > ?3 order by seq"#;
 
-/// The latest qualification of a provider for a task. Binds: provider, task.
 /// Every (provider, task) pair with a qualification run, in order.
 pub(super) const LIST_QUALIFIED_PAIRS: &str =
     r#"select distinct provider, task from qualifications order by provider, task"#;
 
+/// The latest qualification of a provider for a task. Binds: provider, task.
 pub(super) const LATEST_QUALIFICATION: &str = r#"select id, provider, task, contract_hash, passed, report, created_at
     from qualifications
     where provider = ?1 and task = ?2
