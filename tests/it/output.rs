@@ -133,7 +133,7 @@ fn streaming(per_second: u32) -> impl FnOnce(&mut onejob::config::Settings) {
 }
 
 /// The texts of the `delta` events, put together.
-fn put_together(events: &[Received]) -> String {
+pub(crate) fn put_together(events: &[Received]) -> String {
     events.iter().filter(|e| e.kind == "delta").map(|e| e.data["text"].as_str().unwrap()).collect()
 }
 

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::common::{Backend, TestApp, ok_json, provider};
 use crate::events::{Received, events, kinds, read_to_end};
+use crate::output::put_together;
 
 async fn open(app: &TestApp, id: &str, stream: &str) -> reqwest::Response {
     app.client.get(app.url(&format!("/jobs/{id}/{stream}"))).bearer_auth(&app.alice).send().await.unwrap()
@@ -25,11 +26,6 @@ async fn chat(app: &TestApp, key: &str, message: &str) -> String {
     let response = app.post_job(key, &json!({"task": "chat", "input": {"message": message}})).await;
     assert_eq!(response.status(), StatusCode::CREATED);
     response.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned()
-}
-
-/// The texts of the `delta` events, put together.
-fn put_together(events: &[Received]) -> String {
-    events.iter().filter(|e| e.kind == "delta").map(|e| e.data["text"].as_str().unwrap()).collect()
 }
 
 async fn the_default_chat_task_streams_prose_in_ten_or_more_deltas_that_put_together_are_the_result(backend: Backend) {
