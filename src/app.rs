@@ -217,14 +217,17 @@ impl Application {
         let signals = Arc::new(Signals::default());
         let (providers, simulator) = start_providers(&settings).await?;
         let providers = Arc::new(providers);
-        let (worker, qualifying) = start_worker(&settings, &store, &catalog, &providers, &signals, role);
+        let outputs = worker_outputs(&settings, &store, listener.as_ref())?;
+        let files = outputs.files.clone();
+        let (recorder, worker, qualifying) =
+            start_worker(&settings, &store, &catalog, &providers, &signals, role, outputs);
         let auth = Arc::new(Authenticator::new(store.clone(), settings.server.auth_cache_ttl));
         let shutdown_grace = settings.worker.shutdown_grace;
         let limiter = rate_limiter(&settings);
         let limiter_sweep = limiter.clone().map(|limiter| AbortOnDrop(tokio::spawn(sweep_limiter(limiter))));
         let worker_heartbeat = worker.as_ref().map(|w| w.heartbeat.clone());
         let worker_heartbeat_limit = settings.worker.poll_interval.saturating_mul(10).max(Duration::from_secs(15));
-        let jobs = build_jobs(&settings, &store, &catalog, &signals);
+        let jobs = build_jobs(&settings, &store, &catalog, &signals, files);
         let key_follower = if role == Role::Worker { None } else { follow_key_changes(&store, &auth, &jobs).await };
         let (replication, replication_follower) = follow_replication(&store);
         let breaker_refresh = follow_breakers(&store, &catalog).await;
@@ -241,6 +244,7 @@ impl Application {
                 providers.clone(),
                 catalog.clone(),
             )),
+            callbacks: Arc::new(crate::callbacks::Callbacks::new(recorder)),
             catalog,
             jobs,
             providers,
@@ -333,8 +337,10 @@ fn bind_api(settings: &Settings, role: Role) -> Result<Option<TcpListener>, Star
     crate::process::listener::bind(addr).map(Some).map_err(|source| StartError::Bind { addr, source })
 }
 
-/// The worker and its qualifications at start (spawned now), unless `role`
-/// runs no worker.
+/// The worker, which records the outcomes of attempts whatever the role
+/// (a process that runs no worker loop still records callbacks by it),
+/// and, unless `role` runs no worker, the worker to run and its
+/// qualifications at start (spawned now).
 fn start_worker(
     settings: &Settings,
     store: &Store,
@@ -342,22 +348,46 @@ fn start_worker(
     providers: &Arc<Providers>,
     signals: &Arc<Signals>,
     role: Role,
-) -> (Option<Arc<Worker>>, Option<tokio::task::JoinHandle<()>>) {
+    outputs: crate::worker::Outputs,
+) -> (Arc<Worker>, Option<Arc<Worker>>, Option<tokio::task::JoinHandle<()>>) {
+    let worker =
+        Arc::new(Worker::new(store.clone(), catalog.clone(), providers.clone(), signals.clone(), settings, outputs));
     if role == Role::Api {
-        return (None, None);
+        return (worker, None, None);
     }
-    let worker = Worker::new(
-        store.clone(),
-        catalog.clone(),
-        providers.clone(),
-        signals.clone(),
-        settings.worker.clone(),
-        settings.webhooks.clone(),
-        settings.retention.clone(),
-    );
     let qualifying =
         tokio::spawn(crate::task::qualify::qualify_on_start(store.clone(), providers.clone(), catalog.clone()));
-    (Some(Arc::new(worker)), Some(qualifying))
+    (worker.clone(), Some(worker), Some(qualifying))
+}
+
+/// Where the worker's providers call back (the settings' public URL, else
+/// the API's own address), and where it keeps the files of outputs. A
+/// process that serves no API needs the public URL when a provider calls
+/// back.
+fn worker_outputs(
+    settings: &Settings,
+    store: &Store,
+    listener: Option<&TcpListener>,
+) -> Result<crate::worker::Outputs, StartError> {
+    let own = listener.and_then(|l| l.local_addr().ok()).map(|addr| {
+        let host = if addr.ip().is_unspecified() { std::net::IpAddr::from([127, 0, 0, 1]) } else { addr.ip() };
+        format!("http://{}", SocketAddr::new(host, addr.port()))
+    });
+    let base = settings.server.public_url.clone().or(own);
+    if base.is_none()
+        && let Some((name, _)) = settings.providers.iter().find(|(_, p)| p.answers_by_callback())
+    {
+        let message = format!(
+            "server.public_url: provider {name} calls back, and this process serves no API to call back to; \
+             set it to the API's public URL"
+        );
+        return Err(StartError::Config(crate::config::ConfigError::Invalid(message)));
+    }
+    let files_dir = settings.files.dir_for(settings.database.url());
+    Ok(crate::worker::Outputs {
+        callbacks: Arc::new(crate::worker::callback_urls::CallbackUrls::new(store.clone(), base)),
+        files: Arc::new(crate::files::Files::new(files_dir)),
+    })
 }
 
 /// The per-owner rate limiter the settings ask for, if any.
@@ -370,7 +400,13 @@ fn rate_limiter(settings: &Settings) -> Option<Arc<governor::DefaultKeyedRateLim
 }
 
 /// Builds the jobs' use cases with their long-poll intervals and claim limits.
-fn build_jobs(settings: &Settings, store: &Store, catalog: &Arc<Catalog>, signals: &Arc<Signals>) -> Arc<Jobs> {
+fn build_jobs(
+    settings: &Settings,
+    store: &Store,
+    catalog: &Arc<Catalog>,
+    signals: &Arc<Signals>,
+    files: Arc<crate::files::Files>,
+) -> Arc<Jobs> {
     let long_poll_interval = settings.worker.long_poll_interval;
     let long_polls_per_owner = settings.server.max_long_polls_per_owner;
     let intervals =
@@ -389,7 +425,8 @@ fn build_jobs(settings: &Settings, store: &Store, catalog: &Arc<Catalog>, signal
             intervals,
             limits,
         )
-        .with_unknown_retry_after(settings.server.unknown_retry_after),
+        .with_unknown_retry_after(settings.server.unknown_retry_after)
+        .with_files(files),
     )
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use crate::domain::retention::Span;
+pub use files::{FileRules, FilesSettings};
 pub use provider::{
     BreakerSettings, MaxTokensField, ProviderApi, ProviderKind, ProviderLimits, ProviderSettings, SimFault, SimOutput,
     Tokenizer,
@@ -18,6 +19,7 @@ pub use task::{ExampleSettings, HedgeSettings, PromptSettings, TaskSettings};
 
 mod breaker;
 pub(crate) mod duration;
+mod files;
 mod provider;
 mod sim;
 mod task;
@@ -81,6 +83,9 @@ pub struct Settings {
     /// How long finished jobs, and with them their keys, are kept.
     #[serde(default)]
     pub retention: RetentionSettings,
+    /// Where the files of outputs are kept.
+    #[serde(default)]
+    pub files: FilesSettings,
 }
 
 /// `[retention]`: spans are written `"30d"`, `"24h"`, `"90m"`, `"2s"`.
@@ -220,6 +225,10 @@ pub struct ServerSettings {
     /// one of these, the client's address is the last of its
     /// `X-Forwarded-For`. Empty: the connection's own address, always.
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// The URL at which providers reach this server's callbacks (a load
+    /// balancer's, or a proxy's); by default `http://` and the address
+    /// the API is bound to. A process that runs no API needs it.
+    pub public_url: Option<String>,
 }
 
 impl Default for ServerSettings {
@@ -238,6 +247,7 @@ impl Default for ServerSettings {
             auth_failures_per_minute: 60,
             replay_cache_keys: 100_000,
             trusted_proxies: Vec::new(),
+            public_url: None,
         }
     }
 }

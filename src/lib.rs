@@ -21,11 +21,13 @@
 //! - [`http`]: the OpenAPI description, the problem types, the JSON bodies;
 //! - [`ui`]: the pages' routes and their sessions' lifetimes;
 //! - [`process`]: metrics and telemetry;
-//! - [`worker`]: the worker and the purge.
+//! - [`worker`]: the worker and the purge;
+//! - [`files`]: the blob store of outputs' files.
 //!
 //! Within the crate only: the job use cases (`jobs`), the webhooks'
-//! endpoints and deliveries (`webhooks`), the handlers' shared state
-//! (`state`), `sync` and `failpoints`.
+//! endpoints and deliveries (`webhooks`), providers' callbacks
+//! (`callbacks`), the handlers' shared state (`state`), `sync` and
+//! `failpoints`.
 
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
@@ -33,7 +35,9 @@
 pub mod app;
 pub mod config;
 pub use onejob_domain as domain;
+mod callbacks;
 mod failpoints;
+pub mod files;
 pub mod http;
 mod jobs;
 pub mod keys;

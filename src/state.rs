@@ -28,6 +28,8 @@ pub struct AppState {
     pub sessions: Arc<Sessions>,
     /// Webhook endpoints.
     pub endpoints: Arc<Endpoints>,
+    /// Providers' callbacks.
+    pub(crate) callbacks: Arc<crate::callbacks::Callbacks>,
     /// Qualifications, read and run.
     pub qualifications: Arc<Qualifications>,
     /// The providers, for qualification runs.

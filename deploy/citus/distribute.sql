@@ -14,6 +14,7 @@ select create_reference_table('api_keys');
 select create_reference_table('dashboard_sessions');
 select create_reference_table('qualifications');
 select create_reference_table('bootstrap');
+select create_reference_table('server_secrets');
 -- One row per provider, shared by every worker (pauses, request and token
 -- buckets): written by the claims of limited providers, so each write goes
 -- to every node; with few providers and batched claims that stays small.

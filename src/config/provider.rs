@@ -7,6 +7,8 @@ use serde::Deserialize;
 
 pub use super::breaker::BreakerSettings;
 use super::duration;
+
+mod checks;
 pub use super::sim::{SimFault, SimOutput};
 pub use crate::domain::limits::ProviderLimits;
 
@@ -59,6 +61,9 @@ pub enum ProviderApi {
     Responses,
     /// Anthropic's `POST /v1/messages`, answered when the answer is ready.
     Messages,
+    /// A Cog server's `PUT /predictions/{id}`: accepted at once, its
+    /// outcome brought by a callback.
+    Predictions,
 }
 
 /// The name chat completions give the answer's token limit.
@@ -84,13 +89,15 @@ pub enum ProviderKind {
     OpenaiResponses,
     /// Anthropic's Messages API.
     Anthropic,
+    /// A Cog model server.
+    Cog,
 }
 
 /// `[providers.NAME]`
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderSettings {
-    /// `sim`, `openai`, `openai-responses` or `anthropic`.
+    /// `sim`, `openai`, `openai-responses`, `anthropic` or `cog`.
     pub kind: ProviderKind,
     /// sim: which surface the simulated provider speaks (the kind says it
     /// for the others).
@@ -320,6 +327,7 @@ impl ProviderSettings {
             ProviderKind::Openai => ProviderApi::ChatCompletions,
             ProviderKind::OpenaiResponses => ProviderApi::Responses,
             ProviderKind::Anthropic => ProviderApi::Messages,
+            ProviderKind::Cog => ProviderApi::Predictions,
         }
     }
 
@@ -352,7 +360,14 @@ impl ProviderSettings {
     /// simulator, which have no status lookup, and for the Messages API,
     /// which has none).
     pub fn has_status_lookup(&self) -> bool {
-        self.status_lookup.unwrap_or(self.kind != ProviderKind::Openai && self.api() != ProviderApi::Messages)
+        let none = self.kind == ProviderKind::Openai || self.answers_by_callback();
+        self.status_lookup.unwrap_or(!none && self.api() != ProviderApi::Messages)
+    }
+
+    /// Whether the outcome of a request this provider accepted comes by a
+    /// callback to onejob, not by asking (a Cog server's predictions).
+    pub fn answers_by_callback(&self) -> bool {
+        self.api() == ProviderApi::Predictions
     }
 
     /// Whether the reconciler can ask the provider about a request whose
@@ -375,117 +390,6 @@ impl ProviderSettings {
     pub fn absence_is_final(&self) -> bool {
         self.api() != ProviderApi::Responses && self.absence_is_final.unwrap_or(!self.is_real())
     }
-
-    /// Why these settings of provider `name` cannot be used, if they cannot.
-    pub fn check(&self, name: &str) -> Result<(), String> {
-        if let Some(breaker) = &self.breaker {
-            breaker.check(name)?;
-        }
-        self.check_ranges(name)?;
-        self.check_kind(name)?;
-        self.check_messages_api(name)?;
-        self.check_openai_calls(name)
-    }
-
-    /// Checks the shares, token counts, limits and intervals.
-    fn check_ranges(&self, name: &str) -> Result<(), String> {
-        if !(0.0..=1.0).contains(&self.tail_rate) {
-            return Err(format!("providers.{name}.tail_rate must be between 0 and 1"));
-        }
-        if !(0.0..=1.0).contains(&self.error_rate) {
-            return Err(format!("providers.{name}.error_rate must be between 0 and 1"));
-        }
-        if self.max_output_tokens == 0 || self.context_tokens <= self.max_output_tokens {
-            return Err(format!("providers.{name}: context_tokens must exceed max_output_tokens (at least 1)"));
-        }
-        if [self.max_concurrent, self.requests_per_minute, self.tokens_per_minute].contains(&Some(0)) {
-            return Err(format!(
-                "providers.{name}: max_concurrent, requests_per_minute and tokens_per_minute must be at least 1"
-            ));
-        }
-        if self.timeout.is_zero() || self.poll_interval.is_zero() {
-            return Err(format!("providers.{name}: timeout_ms and poll_interval_ms must be at least 1"));
-        }
-        Ok(())
-    }
-
-    /// Checks that the kind and the API agree: `api` only for a simulated
-    /// provider, a real one's endpoint and key, the Responses API's calls.
-    fn check_kind(&self, name: &str) -> Result<(), String> {
-        if self.api.is_some() && self.is_real() {
-            return Err(format!(
-                "providers.{name}.api is for sim providers; the kind says which API a real one speaks"
-            ));
-        }
-        if self.is_real() && (self.base_url.is_none() || self.api_key_env.is_none()) {
-            return Err(format!("providers.{name}: an {} provider needs base_url and api_key_env", self.kind.as_str()));
-        }
-        if self.kind == ProviderKind::OpenaiResponses && (self.status_url.is_some() || self.cancel_url.is_some()) {
-            return Err(format!(
-                "providers.{name}: the Responses API's status lookup and cancel call follow from base_url; \
-                 status_url and cancel_url are for openai providers"
-            ));
-        }
-        Ok(())
-    }
-
-    /// Checks what only the Messages API takes, and what it does not.
-    fn check_messages_api(&self, name: &str) -> Result<(), String> {
-        if self.api() == ProviderApi::Messages
-            && (self.status_url.is_some()
-                || self.cancel_url.is_some()
-                || self.status_lookup == Some(true)
-                || self.cancel_call == Some(true))
-        {
-            return Err(format!("providers.{name}: Anthropic's Messages API has no status lookup and no cancel call"));
-        }
-        let messages = self.api() == ProviderApi::Messages;
-        if messages && !(0.0..=1.0).contains(&self.temperature.max(self.qualification_temperature)) {
-            return Err(format!(
-                "providers.{name}: the Messages API takes a temperature between 0 and 1 \
-                 (temperature and qualification_temperature)"
-            ));
-        }
-        if self.kind == ProviderKind::Anthropic
-            && self.base_url.as_deref().is_some_and(|url| url.trim_end_matches('/').ends_with("/v1"))
-        {
-            return Err(format!(
-                "providers.{name}.base_url: give it as the SDK takes it (https://api.anthropic.com); \
-                 onejob adds /v1/messages"
-            ));
-        }
-        if messages && self.response_format {
-            return Err(format!(
-                "providers.{name}.response_format is for OpenAI's APIs; the Messages API always gets the \
-                 output schema as a forced tool"
-            ));
-        }
-        if (self.count_tokens || self.prompt_cache) && !messages {
-            return Err(format!(
-                "providers.{name}: count_tokens and prompt_cache are for the Messages API (kind = \"anthropic\")"
-            ));
-        }
-        let messages_only = matches!(self.output, SimOutput::PauseTurn | SimOutput::ContextWindowExceeded);
-        if (messages_only || self.cache_write_tokens > 0) && !messages {
-            return Err(format!(
-                "providers.{name}: output = \"pause_turn\" or \"context_window_exceeded\" and \
-                 cache_write_tokens are for simulated Messages API providers (api = \"messages\")"
-            ));
-        }
-        Ok(())
-    }
-
-    /// Checks that an openai provider's status lookup and cancel call have
-    /// their URLs.
-    fn check_openai_calls(&self, name: &str) -> Result<(), String> {
-        if self.kind == ProviderKind::Openai && self.status_lookup == Some(true) && self.status_url.is_none() {
-            return Err(format!("providers.{name}: status_lookup needs a status_url"));
-        }
-        if self.kind == ProviderKind::Openai && self.cancel_call == Some(true) && self.cancel_url.is_none() {
-            return Err(format!("providers.{name}: cancel_call needs a cancel_url"));
-        }
-        Ok(())
-    }
 }
 
 impl ProviderKind {
@@ -496,6 +400,7 @@ impl ProviderKind {
             ProviderKind::Openai => "openai",
             ProviderKind::OpenaiResponses => "openai-responses",
             ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Cog => "cog",
         }
     }
 }

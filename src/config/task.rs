@@ -64,6 +64,10 @@ pub struct TaskSettings {
     /// How the input becomes chat messages.
     #[serde(default)]
     pub prompt: PromptSettings,
+    /// The output holds files (`data:` URIs) that onejob keeps, and what
+    /// they may be; without it, the output is only JSON or text.
+    #[serde(default)]
+    pub files: Option<super::FileRules>,
     /// Inputs, and expected properties of their outputs, that qualification
     /// sends to a provider to prove it meets this contract.
     #[serde(default)]

@@ -85,6 +85,11 @@ impl Settings {
         if self.server.event_stream_interval.is_zero() {
             return invalid("server.event_stream_interval_ms must be at least 1".into());
         }
+        if let Some(url) = &self.server.public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return invalid(format!("server.public_url must be an http:// or https:// URL, not '{url}'"));
+        }
         if self.server.replay_cache_keys < 2 {
             return invalid("server.replay_cache_keys must be at least 2".into());
         }
@@ -126,6 +131,9 @@ impl Settings {
             }
             if let Some(hedge) = &task.hedge {
                 hedge.check(name, task).map_err(ConfigError::Invalid)?;
+            }
+            if let Some(files) = &task.files {
+                files.check(name).map_err(ConfigError::Invalid)?;
             }
         }
         Ok(())

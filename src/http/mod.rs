@@ -7,9 +7,11 @@
 pub(crate) mod attempts;
 pub(crate) mod auth;
 pub(crate) mod bodies;
+pub(crate) mod callbacks;
 pub mod error;
 pub(crate) mod events;
 pub(crate) mod extract;
+pub(crate) mod files;
 pub(crate) mod in_flight;
 pub(crate) mod jobs;
 pub mod json;
@@ -51,12 +53,14 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(with_access(Access::Client, jobs::router()))
         .merge(with_access(Access::Client, events::router()))
         .merge(with_access(Access::Client, output::router()))
+        .merge(with_access(Access::Client, files::router()))
         .merge(with_access(Access::Client, attempts::router()))
         .merge(with_access(Access::Client, usage::router()))
         .merge(with_access(Access::Operator, providers::router()))
         .merge(with_access(Access::Admin, keys::router()))
         .merge(with_access(Access::Admin, webhooks::router()))
         .merge(with_access(Access::Public, operations()))
+        .merge(with_access(Access::Public, callbacks::router()))
 }
 
 /// The routes for operators and tools, which need no key.

@@ -88,6 +88,8 @@ pub struct Jobs {
     intervals: Intervals,
     limits: crate::store::claims::ClaimLimits,
     unknown_retry_after: Duration,
+    /// Where the files of outputs are kept (none: no file is served).
+    files: Option<Arc<crate::files::Files>>,
 }
 
 /// How long a long-poll woken by a claim waits for the attempt's outcome
@@ -132,7 +134,14 @@ impl Jobs {
             intervals,
             limits,
             unknown_retry_after: crate::config::ServerSettings::default().unknown_retry_after,
+            files: None,
         }
+    }
+
+    /// These use cases, serving the files of outputs kept in `files`.
+    pub(crate) fn with_files(mut self, files: Arc<crate::files::Files>) -> Self {
+        self.files = Some(files);
+        self
     }
 
     /// These use cases, with `wait` as the `Retry-After` of a refusal
@@ -490,6 +499,9 @@ impl Jobs {
         match self.store.erase_job(owner, id).await? {
             Erasure::Erased => {
                 tracing::info!(owner = %owner, job.id = %id, "job erased");
+                if let Some(files) = &self.files {
+                    files.remove(&[id]).await;
+                }
                 metrics::purged(1);
                 self.signals.job_changed(id);
                 Ok(())

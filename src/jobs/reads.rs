@@ -25,6 +25,21 @@ impl Jobs {
         Ok(None)
     }
 
+    /// A kept file of one of `owner`'s jobs (`None`: no such job for this
+    /// owner, or no such file of it).
+    pub(crate) async fn job_file(
+        &self,
+        owner: &OwnerId,
+        id: JobId,
+        name: &str,
+    ) -> Result<Option<crate::files::KeptFile>, JobError> {
+        let Some(files) = &self.files else { return Ok(None) };
+        if self.store.get_job(owner, id).await?.is_none() {
+            return Ok(None);
+        }
+        Ok(files.find(id, name).await)
+    }
+
     /// One of `owner`'s jobs with its audit log, oldest first. The job is
     /// read after the log, so that it is at least as new as the last event
     /// (a page that follows the job's events from there misses no change).

@@ -446,6 +446,7 @@ mod tests {
             output_schema: Some(schema.clone()),
             trace: None,
             deltas: None,
+            callback_url: None,
         };
         let body = provider.body(&request);
         assert_eq!(provider.messages_url, "https://api.anthropic.com/v1/messages");

@@ -90,6 +90,13 @@ failure_kinds! {
     ProviderOpen => "provider-open",
     /// The provider has no record of the request: it never arrived.
     NotReceived => NOT_RECEIVED,
+    /// Not started: every slot of the provider was busy (a Cog server's
+    /// 409 "At capacity").
+    AtCapacity => "provider-at-capacity",
+    /// While its call waited for the provider's callback, the attempt was
+    /// settled elsewhere (by that callback, perhaps in another process, or
+    /// made `unknown` by the reaper): nothing is left to record.
+    SettledElsewhere => "settled-elsewhere",
 }
 
 impl std::fmt::Display for FailureKind {

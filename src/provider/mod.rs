@@ -14,6 +14,7 @@
 pub(crate) mod answer;
 pub(crate) mod anthropic;
 mod bpe;
+pub(crate) mod cog;
 mod failure;
 mod message_stream;
 pub(crate) mod openai;
@@ -32,6 +33,7 @@ use serde_json::Value;
 use crate::config::{ProviderKind, ProviderSettings, Settings};
 
 pub use anthropic::MessagesProvider;
+pub use cog::CogProvider;
 pub use failure::{CancelCall, FailureClass, FailureFacts, FailureKind, ProviderError, millis};
 pub use openai::HttpProvider;
 
@@ -58,6 +60,10 @@ pub struct ProviderRequest {
     /// Where the pieces of a streamed answer go as they come: with it, a
     /// chat completion is asked for with `stream: true`.
     pub deltas: Option<Deltas>,
+    /// Where a provider that answers by callback (a Cog server) sends the
+    /// outcome: the attempt's callback URL. Without it, such a provider is
+    /// asked to answer when it is done.
+    pub callback_url: Option<String>,
 }
 
 impl ProviderRequest {
@@ -176,6 +182,14 @@ pub trait Provider: Send + Sync {
     /// request no id to cancel it by).
     async fn cancel(&self, request: RequestRef<'_>) -> Option<Result<CancelAnswer, ProviderError>>;
 
+    /// What the provider says of itself (a Cog server's `/health-check`:
+    /// `READY`, `BUSY`), asked when the outcome of a request did not come
+    /// in time, as evidence for whoever settles it; `None` when it has
+    /// nothing to say.
+    async fn evidence(&self) -> Option<String> {
+        None
+    }
+
     /// The input tokens of `request` as the provider counts them; `None`
     /// when it has no token-counting endpoint.
     async fn count_tokens(&self, _request: &ProviderRequest) -> Option<Result<usize, ProviderError>> {
@@ -188,11 +202,15 @@ pub trait Provider: Send + Sync {
 /// asked every `poll_interval_ms` until the request is done (or, for one
 /// whose answer streams, followed by its stream). A lookup that
 /// fails or does not find the request yet says nothing of the request:
-/// the next one asks again. The caller enforces the deadline.
+/// the next one asks again. The outcome of a request accepted by a
+/// provider that answers by callback is awaited from `settled_by_callback`,
+/// which ends once that callback settled the attempt. The caller enforces
+/// the deadline.
 pub async fn call(
     provider: &dyn Provider,
     request: &ProviderRequest,
     accepted: impl AsyncFnOnce(&str),
+    settled_by_callback: impl Future<Output = ProviderError>,
 ) -> Result<Completion, ProviderError> {
     if request.deltas.is_some() && provider.settings().api() == crate::config::ProviderApi::Responses {
         // The id is kept while the stream goes on.
@@ -210,6 +228,9 @@ pub async fn call(
         Reply::Accepted(id) => id,
     };
     accepted(&id).await;
+    if provider.settings().answers_by_callback() {
+        return Err(settled_by_callback.await);
+    }
     let asked = RequestRef { client_id: &request.request_id, provider_id: Some(&id), output: request.output_kind() };
     loop {
         tokio::time::sleep(provider.settings().poll_interval).await;
@@ -255,6 +276,7 @@ pub fn build(settings: &Settings, simulator: Option<&str>) -> Result<Providers, 
                 Arc::new(HttpProvider::openai(name, provider.clone(), client.clone())?)
             }
             ProviderKind::Anthropic => Arc::new(MessagesProvider::anthropic(name, provider.clone(), client.clone())?),
+            ProviderKind::Cog => Arc::new(CogProvider::new(name, provider.clone(), client.clone())?),
         };
         providers.insert(name.clone(), built);
     }

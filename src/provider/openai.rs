@@ -232,8 +232,11 @@ impl Provider for HttpProvider {
 
     async fn send(&self, request: &ProviderRequest) -> Result<Reply, ProviderError> {
         let (url, body) = match self.api {
-            // (A Messages API provider is a `MessagesProvider`.)
-            ProviderApi::ChatCompletions | ProviderApi::Messages => (&self.chat_url, self.body(request)),
+            // (A Messages API provider is a `MessagesProvider`, a Cog
+            // server a `CogProvider`.)
+            ProviderApi::ChatCompletions | ProviderApi::Messages | ProviderApi::Predictions => {
+                (&self.chat_url, self.body(request))
+            }
             ProviderApi::Responses => (&self.responses_url, responses::body(&self.settings, request, self.simulated)),
         };
         let response = self.post(url, &body, request).await?;
@@ -257,7 +260,7 @@ impl Provider for HttpProvider {
             ));
         }
         match self.api {
-            ProviderApi::ChatCompletions | ProviderApi::Messages => {
+            ProviderApi::ChatCompletions | ProviderApi::Messages | ProviderApi::Predictions => {
                 parse_completion(&body, request.output_kind()).map(Reply::Done)
             }
             ProviderApi::Responses => match responses::read(&body, request.output_kind())? {
@@ -272,7 +275,7 @@ impl Provider for HttpProvider {
 
     async fn status(&self, request: RequestRef<'_>) -> Option<Result<RequestStatus, ProviderError>> {
         match self.api {
-            ProviderApi::ChatCompletions | ProviderApi::Messages => {
+            ProviderApi::ChatCompletions | ProviderApi::Messages | ProviderApi::Predictions => {
                 let url = self.status_url.as_ref()?.replace("{id}", request.client_id);
                 Some(self.lookup(&url, request.output).await)
             }
@@ -294,7 +297,7 @@ impl Provider for HttpProvider {
 
     async fn cancel(&self, request: RequestRef<'_>) -> Option<Result<CancelAnswer, ProviderError>> {
         match self.api {
-            ProviderApi::ChatCompletions | ProviderApi::Messages => {
+            ProviderApi::ChatCompletions | ProviderApi::Messages | ProviderApi::Predictions => {
                 let url = self.cancel_url.as_ref()?.replace("{id}", request.client_id);
                 Some(self.cancel_at(&url).await)
             }

@@ -393,6 +393,9 @@ pub trait Driver: Send + Sync + 'static {
     /// job it was given the id of.
     async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>>;
 
+    /// The key of the callbacks' tokens, which the migrations made.
+    async fn callback_secret(&self) -> Result<Option<String>>;
+
     /// The attempts whose outcome is unknown, of one owner or (`None`) of
     /// every owner, the longest unknown first, at most `limit`.
     async fn list_unknown_attempts(&self, owner: Option<&OwnerId>, limit: u32) -> Result<Vec<OpenUnknown>>;

@@ -179,4 +179,9 @@ impl Store {
     pub async fn find_job_owner(&self, id: JobId) -> Result<Option<OwnerId>> {
         self.driver().find_job_owner(id).await
     }
+
+    /// The key of the callbacks' tokens, which the migrations made.
+    pub async fn callback_secret(&self) -> Result<Option<String>> {
+        self.driver().callback_secret().await
+    }
 }

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{Result, corrupt};
-use crate::domain::{JobState, Money, OwnerId};
+use crate::domain::{JobId, JobState, Money, OwnerId};
 
 /// Which finished jobs one purge statement looks at: those of `task` (or,
 /// without one, of every task but `others`) whose last change is before
@@ -25,12 +25,12 @@ pub struct PurgeRule {
 pub const PURGE_LOCK: i64 = 0x6f6e_656a_6f62_7075;
 
 /// What one purge batch did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PurgeBatch {
     /// Another process is purging (its advisory lock is held): nothing done.
     Busy,
-    /// These many jobs were purged (0: none is due under the rule).
-    Purged(u64),
+    /// These jobs were purged (none: none is due under the rule).
+    Purged(Vec<JobId>),
 }
 
 /// What erasing one job did.

@@ -25,7 +25,7 @@ impl Store {
         // A read first: with nothing to purge, a purger takes no lock (on
         // SQLite, not the writer).
         if !self.driver().any_purgeable(rule).await? {
-            return Ok(PurgeBatch::Purged(0));
+            return Ok(PurgeBatch::Purged(Vec::new()));
         }
         let mut tx = self.begin().await?;
         if !tx.take_purge_lock().await? {
@@ -33,11 +33,11 @@ impl Store {
         }
         let jobs = tx.purgeable_jobs(rule, max).await?;
         if jobs.is_empty() {
-            return Ok(PurgeBatch::Purged(0));
+            return Ok(PurgeBatch::Purged(Vec::new()));
         }
-        let purged = remove(&mut tx, &jobs).await?;
+        remove(&mut tx, &jobs).await?;
         tx.commit().await?;
-        Ok(PurgeBatch::Purged(purged))
+        Ok(PurgeBatch::Purged(jobs.into_iter().map(|(_, id)| id).collect()))
     }
 
     /// How many finished jobs `rule` would purge now (nothing is changed).

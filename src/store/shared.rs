@@ -41,6 +41,9 @@ pub(crate) const MIGRATED_VERSION: &str = r#"select max(version) from _sqlx_migr
 /// Whether any key was ever made (the same SQL on both databases).
 pub(crate) const HAS_API_KEYS: &str = r#"select exists (select 1 from api_keys)"#;
 
+/// The key of the callbacks' tokens (the same SQL on both databases).
+pub(crate) const CALLBACK_SECRET: &str = r#"select secret from server_secrets where name = 'callbacks'"#;
+
 /// Pending attempts per owner and per provider, for the gauges (the same
 /// SQL on both databases).
 pub(crate) static PENDING_BY: LazyLock<String> = LazyLock::new(|| {
@@ -160,6 +163,16 @@ where
     (bool,): for<'r> FromRow<'r, DB::Row>,
 {
     Ok(sqlx::query_scalar(HAS_API_KEYS).fetch_one(db).await?)
+}
+
+/// The key of the callbacks' tokens, which the migrations made.
+pub(crate) async fn callback_secret<'e, DB>(db: impl Executor<'e, Database = DB>) -> Result<Option<String>>
+where
+    DB: Database,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    (String,): for<'r> FromRow<'r, DB::Row>,
+{
+    Ok(sqlx::query_scalar(CALLBACK_SECRET).fetch_optional(db).await?)
 }
 
 /// A job's output after piece `after`, in order.

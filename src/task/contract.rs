@@ -185,6 +185,7 @@ impl Contract {
             output_schema: Some(self.output_schema.clone()),
             trace: None,
             deltas: None,
+            callback_url: None,
         };
         Ok(Prepared { request, prompt_tokens })
     }

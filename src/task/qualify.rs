@@ -108,7 +108,7 @@ async fn run_example(
             prepared.prompt_tokens = super::contract::counted(provider, &prepared).await.map_err(|e| (None, e))?;
         }
         let tokens = prepared.prompt_tokens;
-        let calling = crate::provider::call(provider, &prepared.request, async |_: &str| {});
+        let calling = crate::provider::call(provider, &prepared.request, async |_: &str| {}, std::future::pending());
         let completion = match tokio::time::timeout(settings.timeout, calling).await {
             Ok(result) => result.map_err(|e| (Some(tokens), e))?,
             Err(_) => return Err((Some(tokens), ProviderError::deadline(settings.timeout, settings.timeout))),

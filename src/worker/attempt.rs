@@ -65,6 +65,12 @@ pub(super) async fn run(worker: &Worker, claimed: ClaimedAttempt, lease_end: Ins
             tracing::warn!("the attempt's lease ran out before its request was sent: not sent, left to the reaper");
             return;
         }
+        if let Err(error) = &outcome
+            && error.kind == FailureKind::SettledElsewhere
+        {
+            tracing::info!(%error, "the attempt was settled while its call waited for the provider's callback");
+            return;
+        }
         let refused = outcome.as_ref().err().and_then(|error| Some((error, refused_before_any_work(error)?)));
         // A refusal's request id is its error's; the attempt keeps the one
         // of the request that was answered.
@@ -204,7 +210,11 @@ async fn call(
     };
     let mut outcome = match answered {
         Some(outcome) => outcome,
-        None => Err(cancel_at_provider(worker, claimed, lease_end, &progress).await),
+        None => match call::settled_by_callback(worker, claimed).await {
+            // Its own callback ended the job: nothing to cancel.
+            Some(settled) => Err(settled),
+            None => Err(cancel_at_provider(worker, claimed, lease_end, &progress).await),
+        },
     };
     if let Err(error) = &mut outcome
         && progress.stopped

@@ -9,6 +9,7 @@
 //! (finished jobs past their retention).
 
 mod attempt;
+pub(crate) mod callback_urls;
 mod finishes;
 mod hedge;
 pub(crate) mod output;
@@ -60,19 +61,33 @@ pub struct Worker {
     appends: std::sync::Arc<output::Appends>,
     /// This process's provider latencies and hedge budgets.
     hedging: hedge::Hedging,
+    /// The callback URLs given to providers that call back.
+    pub(crate) callbacks: Arc<callback_urls::CallbackUrls>,
+    /// Where the files of outputs are kept.
+    pub(crate) files: Arc<crate::files::Files>,
+}
+
+/// Where a worker's providers call back, and where the files of outputs
+/// are kept.
+pub(crate) struct Outputs {
+    /// The callback URLs given to providers that call back.
+    pub(crate) callbacks: Arc<callback_urls::CallbackUrls>,
+    /// Where the files of outputs are kept.
+    pub(crate) files: Arc<crate::files::Files>,
 }
 
 impl Worker {
     /// A worker named after this host and process.
-    pub fn new(
+    pub(crate) fn new(
         store: Store,
         catalog: Arc<Catalog>,
         providers: Arc<Providers>,
         signals: Arc<Signals>,
-        settings: WorkerSettings,
-        webhooks: WebhookSettings,
-        retention: RetentionSettings,
+        settings: &crate::config::Settings,
+        outputs: Outputs,
     ) -> Self {
+        let (webhooks, retention) = (settings.webhooks.clone(), settings.retention.clone());
+        let settings = settings.worker.clone();
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let id = format!("{}-{}-{}", host.trim(), std::process::id(), &uuid::Uuid::now_v7().simple().to_string()[24..]);
         let heartbeat = Arc::new(std::sync::atomic::AtomicI64::new(chrono::Utc::now().timestamp()));
@@ -93,6 +108,8 @@ impl Worker {
             finishes,
             appends,
             hedging,
+            callbacks: outputs.callbacks,
+            files: outputs.files,
         }
     }
 

@@ -21,7 +21,10 @@ pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>
     let settings = worker.retention.clone();
     while !*shutdown.borrow() {
         let (by_rule, ending) =
-            purge_due(&worker.store, &worker.catalog, &settings, Pace::Background, || *shutdown.borrow()).await;
+            purge_due(&worker.store, &worker.catalog, &settings, &worker.files, Pace::Background, || {
+                *shutdown.borrow()
+            })
+            .await;
         match ending {
             Ending::Busy => tracing::debug!("another process is purging; this one waits for its next turn"),
             Ending::Failed(error) => {
@@ -89,11 +92,13 @@ pub enum Pace {
 /// Purges what is due under each of [`rules`], batch by batch at `pace`,
 /// until none is left, another process purges, `stop` says so, or a batch
 /// fails: how many jobs went under each rule reached, and why it ended.
-/// The worker's purger and `onejob purge` both run it.
+/// The files of the jobs purged go from `files` after each batch. The
+/// worker's purger and `onejob purge` both run it.
 pub async fn purge_due(
     store: &Store,
     catalog: &Catalog,
     settings: &RetentionSettings,
+    files: &crate::files::Files,
     pace: Pace,
     stop: impl Fn() -> bool,
 ) -> (Vec<(PurgeRule, u64)>, Ending) {
@@ -107,8 +112,10 @@ pub async fn purge_due(
             let started = std::time::Instant::now();
             match store.purge_batch(&rule, settings.batch_size).await {
                 Ok(PurgeBatch::Busy) => break Some(Ending::Busy),
-                Ok(PurgeBatch::Purged(0)) => break None,
-                Ok(PurgeBatch::Purged(jobs)) => {
+                Ok(PurgeBatch::Purged(ids)) if ids.is_empty() => break None,
+                Ok(PurgeBatch::Purged(ids)) => {
+                    files.remove(&ids).await;
+                    let jobs = ids.len() as u64;
                     purged += jobs;
                     crate::process::metrics::purged(jobs);
                     tracing::debug!(

@@ -91,6 +91,7 @@ pub(super) async fn record_metered_outcome(
     let holder = claim.map(|claim| claim.worker);
     let usage = meter_usage(worker, provider, &outcome, estimate);
     let (outcome, rejected) = check_output(worker, task, outcome);
+    let outcome = keep_files(worker, attempt, task, outcome).await;
     if matches!(&outcome, Err(error) if matches!(error.class, FailureClass::Definitive { .. })) {
         await_failover_qualifications(worker, task, claim).await;
     }
@@ -164,6 +165,51 @@ fn check_output(
         }
     });
     (outcome, rejected)
+}
+
+/// Keeps the files of a files task's output ([`crate::files`]): the
+/// outcome with the output naming the kept files, or a `contract-violation`
+/// when a file breaks the task's rules. A blob store that cannot be
+/// written is tried again, as a database that cannot record is; past that
+/// patience the outcome is `unknown` (the provider made it; an operator
+/// settles it).
+async fn keep_files(
+    worker: &Worker,
+    attempt: &AttemptRef,
+    task: &str,
+    outcome: Result<Completion, ProviderError>,
+) -> Result<Completion, ProviderError> {
+    let mut completion = outcome?;
+    let Some(rules) = worker.catalog.task(task).and_then(|task| task.settings.files.as_ref()) else {
+        return Ok(completion);
+    };
+    let started = tokio::time::Instant::now();
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match worker.files.keep(attempt.job_id, attempt.number, &completion.output, rules).await {
+            Ok(kept) => {
+                completion.output = kept;
+                return Ok(completion);
+            }
+            Err(crate::files::KeepError::Rejected(why)) => {
+                return Err(ProviderError::contract_violation(format!("the output's files break the contract: {why}")));
+            }
+            Err(error) if started.elapsed() < RECORD_PATIENCE => {
+                tracing::warn!(%error, "keeping the output's files failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(error) => {
+                tracing::error!(%error, "the output's files could not be kept: the attempt is left unknown");
+                return Err(ProviderError::new(
+                    FailureClass::Ambiguous,
+                    FailureKind::BadResponse,
+                    None,
+                    error.to_string(),
+                ));
+            }
+        }
+    }
 }
 
 /// [`record_once`]; when its transition is refused, the usage on its own.

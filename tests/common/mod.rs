@@ -4,6 +4,7 @@
 // Each test binary uses part of it.
 #![allow(dead_code)]
 
+pub mod cog;
 pub mod ha;
 pub mod postgres;
 pub mod processes;
@@ -193,6 +194,8 @@ pub struct TestApp {
     pub operator: String,
     /// The application's tasks and providers, for contract hashes.
     pub catalog: onejob::task::catalog::Catalog,
+    /// Where the application keeps the files of outputs.
+    pub files_dir: std::path::PathBuf,
 }
 
 impl TestApp {
@@ -249,8 +252,10 @@ impl TestApp {
         settings.server.listen = "127.0.0.1:0".parse().unwrap();
         settings.database.url = Some(database_url.clone());
         settings.database.max_connections = 20;
+        settings.files.dir = Some(std::env::temp_dir().join(format!("onejob-test-files-{}", uuid::Uuid::now_v7())));
         fast_timings(&mut settings);
         adjust(&mut settings);
+        let files_dir = settings.files.dir.clone().expect("set above");
         settings.validate().expect("the test's settings are valid");
         // The simulator runs in the test, so that tests can read its log.
         let simulator = if role == Role::Api {
@@ -279,7 +284,20 @@ impl TestApp {
         let ops = OwnerId::parse("ops").unwrap();
         let operator =
             onejob::keys::create_key_with_role(&store, &ops, onejob::domain::KeyRole::Operator).await.unwrap().1;
-        Self { addr, backend, db, simulator, client: Client::new(), store, database_url, alice, bob, operator, catalog }
+        Self {
+            addr,
+            backend,
+            db,
+            simulator,
+            client: Client::new(),
+            store,
+            database_url,
+            alice,
+            bob,
+            operator,
+            catalog,
+            files_dir,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {

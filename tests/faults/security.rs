@@ -52,6 +52,9 @@ async fn seed_alice(app: &TestApp) -> Seeded {
     };
     let job = create("walk-unknown-key").await;
     make_unknown(app, &job, 1).await;
+    // A file kept for it, as a files task's output would have.
+    std::fs::create_dir_all(app.files_dir.join(&job)).unwrap();
+    std::fs::write(app.files_dir.join(&job).join("1-0.png"), b"alice's image").unwrap();
     let other = create("walk-pending-key").await;
     let (key, _) = onejob::keys::create_key(app.store(), &owner("alice")).await.unwrap();
     let admin = app.admin_of("alice").await;
@@ -91,7 +94,13 @@ fn concrete(path: &str, seeded: &Seeded) -> String {
     } else {
         &seeded.job
     };
-    path.replace("{id}", id).replace("{number}", "1").replace("{name}", "sim-fast")
+    // A callback's token is one nobody was given.
+    let name = if path.contains("/files/") { "1-0.png" } else { "sim-fast" };
+    path.replace("{id}", id)
+        .replace("{job}", &seeded.job)
+        .replace("{number}", "1")
+        .replace("{name}", name)
+        .replace("{token}", &"0".repeat(64))
 }
 
 /// A body the route would accept from its rightful caller, so that an
@@ -105,6 +114,7 @@ fn valid_body(method: &str, path: &str) -> Option<Value> {
         ("post", "/providers/{name}/qualifications") => Some(json!({"task": "summarize"})),
         ("post", "/providers/{name}/breaker") => Some(json!({"state": "closed", "reason": "the walk"})),
         ("post", "/webhooks") => Some(webhook_body()),
+        ("post", "/callbacks/{job}/{number}/{token}") => Some(json!({"status": "failed", "error": "the walk"})),
         _ => None,
     }
 }
@@ -197,7 +207,8 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
             ("get", "/readyz"),
             ("get", "/metrics"),
             ("get", "/openapi.json"),
-            ("get", "/docs")
+            ("get", "/docs"),
+            ("post", "/callbacks/{job}/{number}/{token}"),
         ])
     );
 
@@ -209,6 +220,16 @@ async fn every_route_of_the_specification_keeps_owners_apart_and_admin_routes_fr
         let key = format!("walk-{n}");
         let anonymous = call(&app, method, path, None, &seeded, &key).await;
         match role.as_str() {
+            "public" if path.starts_with("/callbacks/") => {
+                // No key, but the attempt's own token: a made-up one is
+                // refused, with or without a key, and changes nothing.
+                assert_eq!(security, &json!([{}]), "{method} {path} is public in its security too");
+                let bob = call(&app, method, path, Some(&app.bob), &seeded, &key).await;
+                for (answer, who) in [(bob, "bob"), (anonymous, "nobody")] {
+                    let body = expect_problem(answer, StatusCode::UNAUTHORIZED, "unauthorized").await;
+                    assert!(!seeded.markers.iter().any(|m| body.to_string().contains(m.as_str())), "{who}: {body}");
+                }
+            }
             "public" => {
                 assert_eq!(security, &json!([{}]), "{method} {path} is public in its security too");
                 let bob = call(&app, method, path, Some(&app.bob), &seeded, &key).await;

@@ -98,6 +98,8 @@ fn the_configuration_reference_matches_the_settings() {
         ("[providers.q]\nkind = \"sim\"\nUNKNOWN", "providers.NAME."),
         ("[webhooks]\nUNKNOWN", "webhooks."),
         ("[retention]\nUNKNOWN", "retention."),
+        ("[files]\nUNKNOWN", "files."),
+        ("[tasks.t.files]\nUNKNOWN", "tasks.NAME.files."),
     ];
     for (text, documented) in tables {
         let fields = fields_of(text);

@@ -16,6 +16,7 @@ mod breakers;
 mod cancellation;
 mod citus;
 mod cli;
+mod cog;
 mod contract;
 mod deploys;
 mod docs;

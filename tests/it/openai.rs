@@ -177,10 +177,12 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
                 output_schema: Some(json!({"type": "object"})),
                 trace: None,
                 deltas: None,
+                callback_url: None,
             };
             (
                 request.request_id.clone(),
-                provider::call(providers["openai"].as_ref(), &request, async |_: &str| {}).await,
+                provider::call(providers["openai"].as_ref(), &request, async |_: &str| {}, std::future::pending())
+                    .await,
             )
         }
     };
@@ -247,6 +249,7 @@ async fn recorded_openai_answers_are_classified_and_the_attempt_id_travels() {
         output_schema: None,
         trace: None,
         deltas: None,
+        callback_url: None,
     };
     let refused = providers["openai"].send(&request).await.unwrap_err();
     assert_eq!(
@@ -418,6 +421,7 @@ async fn recorded_responses_api_answers_are_classified_followed_and_canceled() {
         output_schema: Some(json!({"type": "object", "properties": {}, "additionalProperties": false})),
         trace: None,
         deltas: None,
+        callback_url: None,
     };
     let provider_at = |scenario: &str| {
         let settings = provider_settings_of(
@@ -455,10 +459,15 @@ async fn recorded_responses_api_answers_are_classified_followed_and_canceled() {
     );
     assert!(body.get("onejob_input").is_none() && body.get("messages").is_none(), "{body}");
     let handed = Mutex::new(None);
-    let done = provider::call(completes.as_ref(), &request, async |id: &str| {
-        assert!(polls.lock().unwrap().iter().all(|p| p != id), "the id is handed over before the first read");
-        *handed.lock().unwrap() = Some(id.to_owned());
-    })
+    let done = provider::call(
+        completes.as_ref(),
+        &request,
+        async |id: &str| {
+            assert!(polls.lock().unwrap().iter().all(|p| p != id), "the id is handed over before the first read");
+            *handed.lock().unwrap() = Some(id.to_owned());
+        },
+        std::future::pending(),
+    )
     .await
     .unwrap();
     assert_eq!(handed.into_inner().unwrap().as_deref(), Some("resp_completes"));
@@ -472,10 +481,16 @@ async fn recorded_responses_api_answers_are_classified_followed_and_canceled() {
         ("refuses", FailureClass::Definitive { retryable: false }, "refusal"),
     ];
     for (scenario, class, kind) in ends {
-        let error = provider::call(provider_at(scenario).as_ref(), &request, async |_: &str| {}).await.unwrap_err();
+        let error =
+            provider::call(provider_at(scenario).as_ref(), &request, async |_: &str| {}, std::future::pending())
+                .await
+                .unwrap_err();
         assert_eq!((error.class, error.kind.as_str()), (class, kind), "{scenario}: {error}");
     }
-    let canceled = provider::call(provider_at("canceled").as_ref(), &request, async |_: &str| {}).await.unwrap_err();
+    let canceled =
+        provider::call(provider_at("canceled").as_ref(), &request, async |_: &str| {}, std::future::pending())
+            .await
+            .unwrap_err();
     assert_eq!(canceled.class, FailureClass::Canceled);
 
     // The status lookup asks by the response id, and only by one.

@@ -30,6 +30,7 @@ async fn the_specification_lists_every_route_the_router_serves() {
         ("delete", "/jobs/{id}"),
         ("get", "/jobs/{id}/events"),
         ("get", "/jobs/{id}/output"),
+        ("get", "/jobs/{id}/files/{name}"),
         ("post", "/jobs/{id}/cancel"),
         ("post", "/jobs/{id}/attempts"),
         ("post", "/jobs/{id}/attempts/{number}/resolve"),
@@ -48,6 +49,7 @@ async fn the_specification_lists_every_route_the_router_serves() {
         ("get", "/metrics"),
         ("get", "/openapi.json"),
         ("get", "/docs"),
+        ("post", "/callbacks/{job}/{number}/{token}"),
     ]
     .iter()
     .map(|(m, p)| (m.to_string(), p.to_string()))

@@ -38,8 +38,8 @@ async fn purge_all(app: &TestApp, rule: &PurgeRule) -> u64 {
     let mut purged = 0;
     loop {
         match app.store().purge_batch(rule, 2).await.unwrap() {
-            PurgeBatch::Purged(0) => return purged,
-            PurgeBatch::Purged(jobs) => purged += jobs,
+            PurgeBatch::Purged(jobs) if jobs.is_empty() => return purged,
+            PurgeBatch::Purged(jobs) => purged += jobs.len() as u64,
             PurgeBatch::Busy => panic!("nobody else purges in this test"),
         }
     }
@@ -189,7 +189,7 @@ async fn a_purge_while_another_server_purges_finds_it_busy_and_purges_nothing() 
         .execute(&mut other)
         .await
         .unwrap();
-    assert_eq!(app.store().purge_batch(&rule, 10).await.unwrap(), PurgeBatch::Purged(1));
+    assert!(matches!(app.store().purge_batch(&rule, 10).await.unwrap(), PurgeBatch::Purged(jobs) if jobs.len() == 1));
 }
 
 /// The worker purges by itself once a (short, for the test) retention has

@@ -1,4 +1,20 @@
 export interface paths {
+    "/callbacks/{job}/{number}/{token}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["provider_callback"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/docs": {
         parameters: {
             query?: never;
@@ -133,6 +149,22 @@ export interface paths {
             cookie?: never;
         };
         get: operations["job_events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{id}/files/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["job_file"];
         put?: never;
         post?: never;
         delete?: never;
@@ -910,6 +942,83 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    provider_callback: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the job */
+                job: string;
+                /** @description the attempt's number */
+                number: number;
+                /** @description the attempt's callback token, as onejob gave it */
+                token: string;
+            };
+            cookie?: never;
+        };
+        /** @description what the provider says of the request: a Cog prediction (`status`, `output`, `error`, `metrics`) */
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description received: `received` says what became of it (`settled`, `already-settled`, `not-final`, `job-gone`) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            /** @description unauthorized: the token is not this attempt's */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description not-found: the job has no such attempt, or its provider does not call back */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description payload-too-large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description validation-failed: the body is not JSON */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unavailable: the database cannot be reached; the sender should send it again */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     docs: {
         parameters: {
             query?: never;
@@ -1788,6 +1897,110 @@ export interface operations {
                 };
             };
             /** @description rate-limited: over the owner's request rate on this server; or too-many-long-polls: the owner holds `server.max_long_polls_per_owner` long-polls and event streams open on this server (a read without `wait` is never refused for it) */
+            429: {
+                headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unavailable: the database cannot be reached, or the server is at capacity; storage-full: the database's storage is full, nothing was written */
+            503: {
+                headers: {
+                    /** @description seconds to wait */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    job_file: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description one byte range (`bytes=0-1023`, `bytes=1024-`, `bytes=-512`) */
+                Range?: string | null;
+            };
+            path: {
+                /** @description the job's id */
+                id: string;
+                /** @description the file's name, as the job's result gives it (`file`) */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the file, as its provider made it (its `sha256` in the result); its media type in Content-Type */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": number[];
+                };
+            };
+            /** @description the range asked for, with Content-Range */
+            206: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": number[];
+                };
+            };
+            /** @description header-repeated: two Authorization headers */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description unauthorized: no bearer token, or not a live API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description not-found: no such job for this owner, or no such file of it */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description request-timeout: the request's body did not arrive within the request timeout */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description range-not-satisfiable: the range is past the file's end */
+            416: {
+                headers: {
+                    /** @description `bytes *\/{size}` */
+                    "Content-Range"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description rate-limited: over the owner's request rate on this server (each replica has its own) */
             429: {
                 headers: {
                     /** @description seconds to wait */

@@ -105,11 +105,10 @@ async fn purge(dry_run: bool, config: Option<&Path>) -> Result<(), AnyError> {
         }
         return Ok(());
     }
+    let files = onejob::files::Files::new(settings.files.dir_for(settings.database.url()));
+    let pace = onejob::worker::PurgePace::UntilEmpty;
     let (by_rule, ending) =
-        onejob::worker::purge_due(&store, &catalog, &settings.retention, onejob::worker::PurgePace::UntilEmpty, || {
-            false
-        })
-        .await;
+        onejob::worker::purge_due(&store, &catalog, &settings.retention, &files, pace, || false).await;
     for (rule, purged) in &by_rule {
         println!("{}: {purged} finished jobs purged", which(rule));
     }

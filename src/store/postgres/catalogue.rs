@@ -151,6 +151,7 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         retention::DELETE_JOBS,
         shared::MIGRATED_VERSION,
         shared::HAS_API_KEYS,
+        shared::CALLBACK_SECRET,
         shared::PENDING_BY,
         connect::READ_ONLY,
         connect::REPLICATION,

@@ -431,6 +431,10 @@ impl Driver for PostgresStore {
         shared::find_job_owner(&self.pool, sql::FIND_JOB_OWNER, id).await
     }
 
+    async fn callback_secret(&self) -> Result<Option<String>> {
+        shared::callback_secret(&self.pool).await
+    }
+
     async fn record_unapplied_output(&self, attempt: &AttemptRef, unapplied: &Value) -> Result<bool> {
         shared::record_unapplied_output(&self.pool, sql::RECORD_UNAPPLIED_OUTPUT, attempt, unapplied).await
     }

@@ -35,7 +35,7 @@ pub(super) async fn call_counted(
     let mut prepared = call.prepare().await?;
     let call_span = call.create_span();
     prepared.request.trace = crate::process::telemetry::outgoing(&call_span, claimed.trace.as_ref());
-    progress.estimate = Some(call.estimate(&prepared));
+    progress.estimate = call.estimate(&prepared);
     progress.probe = call.pass_breaker().await?;
     call.reserve_tokens(prepared.prompt_tokens).await?;
     if let Some(park) = crate::failpoints::parked_at("worker-before-send") {
@@ -47,6 +47,30 @@ pub(super) async fn call_counted(
     let result = call.send(&mut prepared, timeout, progress, &call_span).await;
     call.report(&result, &call_span, started, progress.probe).await;
     result
+}
+
+/// When the claimed attempt's provider calls back and the attempt is no
+/// longer `running` (settled by the callback, or made `unknown` by the
+/// reaper while its call waited), the failure that says so: nothing is
+/// left to record. `None` otherwise, and when the database cannot say.
+pub(super) async fn settled_by_callback(worker: &Worker, claimed: &ClaimedAttempt) -> Option<ProviderError> {
+    let provider = worker.providers.get(&claimed.provider)?;
+    if !provider.settings().answers_by_callback() {
+        return None;
+    }
+    let attempt = &claimed.attempt;
+    let job = match worker.store.get_job(&attempt.owner, attempt.job_id).await {
+        Ok(job) => job?,
+        Err(error) => {
+            tracing::debug!(%error, "reading the attempt while waiting for its callback failed");
+            return None;
+        }
+    };
+    let state = job.attempts.into_iter().find(|a| a.number == attempt.number)?.state;
+    (state != crate::domain::AttemptState::Running).then(|| {
+        let message = format!("the attempt was settled ({}) while its call waited", state.as_str());
+        ProviderError::new(FailureClass::Canceled, FailureKind::SettledElsewhere, None, message)
+    })
 }
 
 /// One attempt's call of its provider, as the steps of [`call_counted`]
@@ -93,7 +117,46 @@ impl<'a> Call<'a> {
         if settings.count_tokens {
             prepared.prompt_tokens = crate::task::contract::counted(self.provider, &prepared).await?;
         }
+        if settings.answers_by_callback() {
+            prepared.request.callback_url = self.callback_url().await?;
+        }
         Ok(prepared)
+    }
+
+    /// The attempt's callback URL; a failure before anything was sent when
+    /// it cannot be made (the database does not answer).
+    async fn callback_url(&self) -> Result<Option<String>, ProviderError> {
+        let attempt = &self.claimed.attempt;
+        self.worker.callbacks.url_for(attempt.job_id, attempt.number).await.map_err(|error| {
+            let message = format!("the attempt's callback URL could not be made: {error}");
+            let error = ProviderError::new(
+                FailureClass::Definitive { retryable: true },
+                FailureKind::NotConfigured,
+                None,
+                message,
+            );
+            error.with_facts(FailureFacts { sent: Some(false), ..FailureFacts::default() })
+        })
+    }
+
+    /// Resolves once the attempt is no longer `running` (its provider's
+    /// callback settled it, here or in another process, or the reaper made
+    /// it `unknown`): looked at on every change of the job this process
+    /// hears of, and every `poll_interval_ms` of the provider.
+    async fn settled_elsewhere(&self) -> ProviderError {
+        let (worker, attempt) = (self.worker, &self.claimed.attempt);
+        let watch = worker.signals.watch_job(attempt.job_id);
+        let interval = self.provider.settings().poll_interval;
+        loop {
+            let change = watch.next_change_but_a_claim();
+            if let Some(settled) = settled_by_callback(worker, self.claimed).await {
+                return settled;
+            }
+            tokio::select! {
+                () = change => {}
+                () = tokio::time::sleep(interval) => {}
+            }
+        }
     }
 
     /// The call's span, a client span of the attempt's trace.
@@ -121,14 +184,16 @@ impl<'a> Call<'a> {
         )
     }
 
-    /// The most the call can use: its prompt and the longest answer.
-    fn estimate(&self, prepared: &Prepared) -> Usage {
-        Usage {
+    /// The most the call can use: its prompt and the longest answer; none
+    /// for a provider that counts no tokens (a Cog server).
+    fn estimate(&self, prepared: &Prepared) -> Option<Usage> {
+        let settings = self.provider.settings();
+        (!settings.answers_by_callback()).then(|| Usage {
             prompt_tokens: i64::try_from(prepared.prompt_tokens).unwrap_or(i64::MAX),
-            completion_tokens: i64::from(self.provider.settings().max_output_tokens),
+            completion_tokens: i64::from(settings.max_output_tokens),
             estimated: true,
             ..Usage::default()
-        }
+        })
     }
 
     /// Whether the call is its provider's breaker's probe. A provider whose
@@ -232,14 +297,17 @@ impl<'a> Call<'a> {
                 std::future::pending::<()>().await;
             }
         };
-        let calling = tokio::time::timeout(timeout, crate::provider::call(self.provider, &prepared.request, accepted));
+        let calling = tokio::time::timeout(
+            timeout,
+            crate::provider::call(self.provider, &prepared.request, accepted, self.settled_elsewhere()),
+        );
         let sent = Instant::now();
         let mut stopped_here = false;
         let mut result = tokio::select! {
             biased;
             called = calling.instrument(call_span.clone()) => match called {
                 Ok(result) => result,
-                Err(_) => Err(ProviderError::deadline(settings.timeout, timeout)),
+                Err(_) => Err(self.past_deadline(timeout).await),
             },
             () = crate::worker::hedge::hedge_while_running(worker, claimed, sent) => unreachable!("hedging ends with the call"),
             () = stopped => {
@@ -262,6 +330,18 @@ impl<'a> Call<'a> {
             worker.hedging.answered(&claimed.provider, streamed, answered_at.saturating_duration_since(sent));
         }
         result
+    }
+
+    /// The failure of a call whose answer did not come within `timeout`,
+    /// with what the provider says of itself, where it says something.
+    async fn past_deadline(&self, timeout: Duration) -> ProviderError {
+        let mut error = ProviderError::deadline(self.provider.settings().timeout, timeout);
+        let asked = tokio::time::timeout(Duration::from_secs(3), self.provider.evidence()).await;
+        if let Ok(Some(evidence)) = asked {
+            error.message = format!("{}; {evidence}", error.message);
+            error.facts.provider_status = Some(evidence);
+        }
+        error
     }
 
     /// A streaming task's writer: the request's pieces go to the job's
@@ -303,6 +383,10 @@ impl<'a> Call<'a> {
                 call_span.record("error.type", error.kind.as_str());
             }
             Ok(_) => {}
+        }
+        if matches!(result, Err(error) if error.kind == FailureKind::SettledElsewhere) {
+            // Its callback told the breaker and the metrics.
+            return;
         }
         let outcome = match result {
             Ok(_) => "answered",

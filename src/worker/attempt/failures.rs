@@ -12,12 +12,13 @@ use crate::provider::{Completion, FailureClass, FailureFacts, FailureKind, Provi
 const MAX_PAUSE: Duration = Duration::from_secs(15 * 60);
 
 /// A refusal that did no work and says how long to wait: the provider's
-/// 429 with `Retry-After`, or this provider's tokens per minute spent
-/// before the send. How long (at most [`MAX_PAUSE`]), and the detail of
+/// 429 with `Retry-After`, a Cog server at capacity (its 409), or this
+/// provider's tokens per minute spent before the send. How long (at most [`MAX_PAUSE`]), and the detail of
 /// the `attempt-requeued` event.
 pub(super) fn refused_before_any_work(error: &ProviderError) -> Option<(Duration, Value)> {
     let reason = match (error.status, error.kind) {
         (Some(429), _) => "provider-rate-limited",
+        (_, FailureKind::AtCapacity) => FailureKind::AtCapacity.as_str(),
         (None, FailureKind::TokensSpent) => FailureKind::TokensSpent.as_str(),
         _ => return None,
     };

@@ -1,0 +1,9 @@
+-- The server's own secrets, each made once, here. `callbacks` keys the
+-- token of every attempt's callback URL (an HMAC of the attempt), so that
+-- only the provider given that URL can settle the attempt by it: an owner,
+-- who sees its attempts' ids, cannot forge it. 256 random bits.
+create table server_secrets (
+    name    text primary key,
+    secret  text not null
+);
+insert into server_secrets (name, secret) values ('callbacks', lower(hex(randomblob(32))));

@@ -1,0 +1,101 @@
+//! Provider callbacks. A provider that runs an attempt in the background
+//! and calls back with its outcome (a Cog server's webhook) is given the
+//! attempt's callback URL, `{public_url}/callbacks/{job}/{number}/{token}`.
+//! The token is an HMAC-SHA256 of the job and the attempt's number under
+//! the server's callback secret, which the migrations made, the same for
+//! every replica: whoever holds the URL was given it by onejob, and an
+//! owner, who sees its attempts' ids, cannot make one.
+//!
+//! A callback settles its attempt through the same guarded transitions as
+//! a worker's outcome or the reconciler's, whether the attempt is still
+//! `running` (its worker, in this process or another, sees it settled and
+//! stops waiting) or `unknown` (its worker gave up waiting, or died). A
+//! callback for an attempt already settled changes nothing and is answered
+//! all the same, so that its sender stops sending it.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tracing::Instrument;
+
+use crate::domain::{AttemptState, JobId};
+use crate::provider::{ProviderError, RequestStatus};
+use crate::store::{AttemptRef, StoreError};
+use crate::worker::Worker;
+
+/// What became of a callback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Received {
+    /// It told the attempt's outcome, which was recorded.
+    Settled,
+    /// The attempt had been settled before: nothing changed.
+    AlreadySettled,
+    /// It told of a prediction still running: nothing to record.
+    NotFinal,
+    /// The job is gone (purged or erased): nothing to record.
+    JobGone,
+}
+
+/// Why a callback was refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CallbackError {
+    /// The job has no such attempt, or its provider does not call back.
+    #[error("{0}")]
+    NotFound(String),
+    /// The database could not be used.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The callbacks' use case: verifies each, and records what it says.
+pub(crate) struct Callbacks {
+    worker: Arc<Worker>,
+}
+
+impl Callbacks {
+    /// Records through `worker`'s settlements (a process that runs no
+    /// worker loop still records callbacks this way).
+    pub(crate) fn new(worker: Arc<Worker>) -> Self {
+        Self { worker }
+    }
+
+    /// Whether `token` is that of the callback URL of attempt `number` of
+    /// `job`: asked before the callback's body is read.
+    pub(crate) async fn check(&self, job: JobId, number: i32, token: &str) -> Result<bool, StoreError> {
+        self.worker.callbacks.verify(job, number, token).await
+    }
+
+    /// Receives the callback of attempt `number` of `job` with `body`, its
+    /// token checked.
+    pub(crate) async fn receive(&self, job: JobId, number: i32, body: &Value) -> Result<Received, CallbackError> {
+        let worker = &self.worker;
+        let Some(owner) = worker.store.find_job_owner(job).await? else { return Ok(Received::JobGone) };
+        let Some(found) = worker.store.get_job(&owner, job).await? else { return Ok(Received::JobGone) };
+        let Some(attempt) = found.attempts.iter().find(|a| a.number == number) else {
+            return Err(CallbackError::NotFound(format!("job {job} has no attempt {number}")));
+        };
+        let Some(provider) = worker.providers.get(&attempt.provider).filter(|p| p.settings().answers_by_callback())
+        else {
+            return Err(CallbackError::NotFound(format!("attempt {number}'s provider does not call back")));
+        };
+        let outcome = match crate::provider::cog::read_prediction(body) {
+            RequestStatus::Running | RequestStatus::NotFound => return Ok(Received::NotFinal),
+            RequestStatus::Succeeded(completion) => Ok(completion),
+            RequestStatus::Failed(error) => Err(error),
+            RequestStatus::Canceled(usage) => Err(ProviderError::canceled_at_provider(usage)),
+        };
+        if !matches!(attempt.state, AttemptState::Running | AttemptState::Unknown) {
+            tracing::info!(job.id = %job, attempt.number = number, state = ?attempt.state,
+                "a callback came for an attempt already settled: nothing changed");
+            return Ok(Received::AlreadySettled);
+        }
+        let attempt_ref = AttemptRef { owner: owner.clone(), job_id: job, number };
+        let span = tracing::info_span!("callback", owner = %owner, job.id = %job, attempt.number = number,
+            provider = %provider.name(), attempt.state = tracing::field::Empty);
+        crate::worker::record_outcome(worker, &attempt_ref, &found.task, provider.name(), outcome)
+            .instrument(span)
+            .await;
+        Ok(Received::Settled)
+    }
+}
