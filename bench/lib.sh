@@ -127,6 +127,8 @@ sim_provider() {
 # simulated provider answering in 2 s for `inflight`; extra TOML appended.
 write_config() {
     "$BIN" config print-default | sed 's/^rate_limit_per_second = .*/rate_limit_per_second = 0/' > "$WORK/bench.toml"
+    # The files of outputs are kept in the run's own folder.
+    printf '\n[files]\ndir = "%s/files"\n' "$WORK" >> "$WORK/bench.toml"
     cat >> "$WORK/bench.toml" <<'TOML'
 
 [providers.sim-2s]

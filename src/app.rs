@@ -362,8 +362,8 @@ fn start_worker(
 
 /// Where the worker's providers call back (the settings' public URL, else
 /// the API's own address), and where it keeps the files of outputs. A
-/// process that serves no API needs the public URL when a provider calls
-/// back.
+/// provider that calls back from another host needs the public URL; a
+/// process that serves no API, without one, claims none of its attempts.
 fn worker_outputs(
     settings: &Settings,
     store: &Store,
@@ -374,20 +374,35 @@ fn worker_outputs(
         format!("http://{}", SocketAddr::new(host, addr.port()))
     });
     let base = settings.server.public_url.clone().or(own);
-    if base.is_none()
-        && let Some((name, _)) = settings.providers.iter().find(|(_, p)| p.answers_by_callback())
-    {
-        let message = format!(
-            "server.public_url: provider {name} calls back, and this process serves no API to call back to; \
-             set it to the API's public URL"
-        );
-        return Err(StartError::Config(crate::config::ConfigError::Invalid(message)));
+    for (name, provider) in settings.providers.iter().filter(|(_, p)| p.answers_by_callback()) {
+        let elsewhere = provider.base_url.as_deref().is_some_and(|url| !is_loopback_url(url));
+        if base.is_none() {
+            // This worker claims none of its attempts, and says why.
+            tracing::warn!(
+                provider = %name,
+                "provider {name} calls back, and this process serves no API to call back to: this worker leaves its \
+                 attempts to a process that can be called back, until server.public_url names the API's URL"
+            );
+        } else if elsewhere && settings.server.public_url.is_none() {
+            let message = format!(
+                "server.public_url: provider {name} calls back from another host, which cannot reach this server's \
+                 own loopback address; set it to the URL at which providers reach the API"
+            );
+            return Err(StartError::Config(crate::config::ConfigError::Invalid(message)));
+        }
     }
     let files_dir = settings.files.dir_for(settings.database.url());
     Ok(crate::worker::Outputs {
         callbacks: Arc::new(crate::worker::callback_urls::CallbackUrls::new(store.clone(), base)),
-        files: Arc::new(crate::files::Files::new(files_dir)),
+        files: Arc::new(crate::files::Files::new(files_dir, &settings.files.allow_hosts)),
     })
+}
+
+/// Whether `url` names this machine (`localhost` or a loopback address).
+fn is_loopback_url(url: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(url) else { return false };
+    let host = url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The per-owner rate limiter the settings ask for, if any.

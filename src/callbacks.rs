@@ -43,21 +43,37 @@ pub(crate) enum CallbackError {
     /// The job has no such attempt, or its provider does not call back.
     #[error("{0}")]
     NotFound(String),
-    /// The database could not be used.
+    /// The database could not be used, or the outcome could not be
+    /// recorded: the sender should send it again.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The outcome was not recorded in time (the database, or the files'
+    /// store, did not take it): the sender should send it again.
+    #[error("the outcome could not be recorded yet")]
+    NotRecorded,
 }
+
+/// How many callbacks' bodies are read at once: each may hold a prediction
+/// whose files come inline, tens of megabytes.
+const BODIES_AT_ONCE: usize = 4;
 
 /// The callbacks' use case: verifies each, and records what it says.
 pub(crate) struct Callbacks {
     worker: Arc<Worker>,
+    bodies: tokio::sync::Semaphore,
 }
 
 impl Callbacks {
     /// Records through `worker`'s settlements (a process that runs no
     /// worker loop still records callbacks this way).
     pub(crate) fn new(worker: Arc<Worker>) -> Self {
-        Self { worker }
+        Self { worker, bodies: tokio::sync::Semaphore::new(BODIES_AT_ONCE) }
+    }
+
+    /// A place to read a callback's body in, held until it is recorded:
+    /// at most a few are read at once.
+    pub(crate) async fn body_place(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.bodies.acquire().await.expect("the semaphore is never closed")
     }
 
     /// Whether `token` is that of the callback URL of attempt `number` of
@@ -68,7 +84,7 @@ impl Callbacks {
 
     /// Receives the callback of attempt `number` of `job` with `body`, its
     /// token checked.
-    pub(crate) async fn receive(&self, job: JobId, number: i32, body: &Value) -> Result<Received, CallbackError> {
+    pub(crate) async fn receive(&self, job: JobId, number: i32, body: Value) -> Result<Received, CallbackError> {
         let worker = &self.worker;
         let Some(owner) = worker.store.find_job_owner(job).await? else { return Ok(Received::JobGone) };
         let Some(found) = worker.store.get_job(&owner, job).await? else { return Ok(Received::JobGone) };
@@ -96,6 +112,15 @@ impl Callbacks {
         crate::worker::record_outcome(worker, &attempt_ref, &found.task, provider.name(), outcome)
             .instrument(span)
             .await;
-        Ok(Received::Settled)
+        // Answered 2xx only once the attempt is settled (by this callback,
+        // or anything else): otherwise the sender is to send it again.
+        let settled = worker.store.get_job(&owner, job).await?.and_then(|found| {
+            let state = found.attempts.iter().find(|a| a.number == number)?.state;
+            Some(!matches!(state, AttemptState::Running | AttemptState::Unknown))
+        });
+        match settled {
+            Some(false) => Err(CallbackError::NotRecorded),
+            Some(true) | None => Ok(Received::Settled),
+        }
     }
 }

@@ -461,7 +461,7 @@ mod tests {
         assert_eq!(summarize.failover, ["sim-slow"]);
         assert_eq!((summarize.max_attempts, summarize.max_in_flight), (5, 2));
         assert_eq!(summarize.input_schema["required"], serde_json::json!(["text"]));
-        for name in ["sim-fast", "sim-slow", "sim-hang", "sim-late", "sim-flaky", "sim-bad-json"] {
+        for name in ["sim-fast", "sim-slow", "sim-hang", "sim-late", "sim-flaky", "sim-bad-json", "sim-image"] {
             assert_eq!(settings.providers[name].kind, ProviderKind::Sim, "{name}");
         }
         assert_eq!(settings.server.listen.to_string(), "127.0.0.1:8080");

@@ -1,12 +1,14 @@
 //! The files of outputs, kept. A files task's output (`[tasks.NAME.files]`)
-//! holds its files as `data:` URIs, as a Cog server without an upload URL
-//! answers. Before the output is recorded, each is decoded, checked
-//! against the task's rules (media type, size) and written to the blob
-//! store, a directory with one folder per job, under a name of its own
-//! (`{attempt}-{index}.{extension}`); the output then holds, in its place,
-//! what names the kept file:
+//! holds its files as `data:` URIs (a Cog server without an upload URL) or
+//! as `http(s)://` URLs (one with an upload URL, a hosted API's delivery
+//! URL). Before the output is recorded, each is decoded or fetched
+//! (`fetch.rs`), checked against the task's rules (media type, size) and
+//! written to the blob store, a directory with one folder per job, under a
+//! name of its own (`{attempt}-{index}.{extension}`); the output then
+//! holds, in its place, what names the kept file:
 //! `{"file", "url", "content_type", "size", "sha256"}`, the `url` being
-//! `GET /jobs/{id}/files/{file}`.
+//! `GET /jobs/{id}/files/{file}`, and for a fetched one `source`, the URL
+//! it came from (which may expire).
 //!
 //! A file is written to a temporary name, flushed to disk and renamed, so
 //! that a result never names a file that is not whole. The folder of a job
@@ -21,10 +23,23 @@ use sha2::{Digest, Sha256};
 
 use crate::config::FileRules;
 use crate::domain::JobId;
+use crate::webhooks::address::AllowedHosts;
 
-/// The blob store: a directory.
+mod fetch;
+
+/// The blob store: a directory, and the client its files are fetched with.
 pub struct Files {
     dir: PathBuf,
+    client: reqwest::Client,
+    allowed: AllowedHosts,
+}
+
+/// A file of an output, as it comes.
+enum Source {
+    /// Inline (a `data:` URI): its media type and bytes.
+    Inline(String, Vec<u8>),
+    /// By URL, to fetch.
+    Url(reqwest::Url),
 }
 
 /// Why an output's files were not kept.
@@ -52,9 +67,11 @@ pub struct KeptFile {
 }
 
 impl Files {
-    /// The blob store in `dir`.
-    pub fn new(dir: PathBuf) -> Self {
-        Self { dir }
+    /// The blob store in `dir`, fetching from the hosts `allow_hosts`
+    /// lists although they are not public (`files.allow_hosts`).
+    pub fn new(dir: PathBuf, allow_hosts: &[String]) -> Self {
+        let allowed = AllowedHosts::new(allow_hosts);
+        Self { dir, client: fetch::client(&allowed), allowed }
     }
 
     fn job_dir(&self, job: JobId) -> PathBuf {
@@ -62,45 +79,68 @@ impl Files {
     }
 
     /// Keeps the files of `output`, attempt `number`'s of `job`, by
-    /// `rules`: the output with each `data:` URI replaced by what names
-    /// its kept file.
-    pub async fn keep(&self, job: JobId, number: i32, output: &Value, rules: &FileRules) -> Result<Value, KeepError> {
-        let mut found = Vec::new();
-        let mut kept = output.clone();
-        collect(&mut kept, &mut found);
-        if found.len() < rules.min_files as usize {
-            return Err(KeepError::Rejected(format!(
-                "the output holds {} file(s) as data: URIs; the task needs at least {}",
-                found.len(),
-                rules.min_files
-            )));
-        }
-        let mut decoded = Vec::with_capacity(found.len());
-        for (index, (pointer, uri)) in found.into_iter().enumerate() {
-            let (content_type, bytes) = decode(&uri).map_err(KeepError::Rejected)?;
-            check(rules, &content_type, bytes.len() as u64)
-                .map_err(|why| KeepError::Rejected(format!("{pointer}: {why}")))?;
-            let name = format!("{number}-{index}.{}", extension(&content_type));
-            decoded.push((pointer, name, content_type, bytes));
-        }
+    /// `rules`, and replaces each in it by what names its kept file; on an
+    /// error, `output` is as it was.
+    pub async fn keep(&self, job: JobId, number: i32, output: &mut Value, rules: &FileRules) -> Result<(), KeepError> {
+        let sources = sources(output, rules, &self.allowed).map_err(KeepError::Rejected)?;
         let dir = self.job_dir(job);
-        for (pointer, name, content_type, bytes) in decoded {
-            let sha256 = hex::encode(Sha256::digest(&bytes));
-            let size = bytes.len() as u64;
-            let (dir, file) = (dir.clone(), name.clone());
-            tokio::task::spawn_blocking(move || write_whole(&dir, &file, &bytes))
-                .await
-                .map_err(|e| std::io::Error::other(e.to_string()))??;
-            let named = json!({
-                "file": name,
-                "url": format!("/jobs/{job}/files/{name}"),
-                "content_type": content_type,
-                "size": size,
-                "sha256": sha256,
-            });
-            *kept.pointer_mut(&pointer).expect("the pointer was collected from this value") = named;
+        let mut named = Vec::with_capacity(sources.len());
+        let kept = self.keep_each(job, number, sources, &mut named, rules).await;
+        if let Err(error) = kept {
+            // What this output's refused or unfinished keep wrote goes.
+            for (_, file) in &named {
+                if let Some(name) = file.get("file").and_then(Value::as_str) {
+                    let _ = tokio::fs::remove_file(dir.join(name)).await;
+                }
+            }
+            return Err(error);
         }
-        Ok(kept)
+        for (pointer, file) in named {
+            *output.pointer_mut(&pointer).expect("the pointer was collected from this value") = file;
+        }
+        Ok(())
+    }
+
+    /// Keeps each of `sources`, pushing what names each kept file to
+    /// `named` as it goes.
+    async fn keep_each(
+        &self,
+        job: JobId,
+        number: i32,
+        sources: Vec<(String, Source)>,
+        named: &mut Vec<(String, Value)>,
+        rules: &FileRules,
+    ) -> Result<(), KeepError> {
+        let dir = self.job_dir(job);
+        for (index, (pointer, source)) in sources.into_iter().enumerate() {
+            let url = |name: &str| format!("/jobs/{job}/files/{name}");
+            let file = match source {
+                Source::Inline(content_type, bytes) => {
+                    let name = format!("{number}-{index}.{}", extension(&content_type));
+                    let sha256 = hex::encode(Sha256::digest(&bytes));
+                    let size = bytes.len() as u64;
+                    let (dir, file) = (dir.clone(), name.clone());
+                    tokio::task::spawn_blocking(move || write_whole(&dir, &file, &bytes))
+                        .await
+                        .map_err(|e| std::io::Error::other(e.to_string()))??;
+                    json!({"file": name, "url": url(&name), "content_type": content_type, "size": size, "sha256": sha256})
+                }
+                Source::Url(source) => {
+                    let stem = format!("{number}-{index}");
+                    let fetched = match fetch::fetch_to(&self.client, &source, &dir, &stem, rules).await {
+                        Ok(fetched) => fetched,
+                        Err(fetch::Fetch::Rejected(why)) => {
+                            return Err(KeepError::Rejected(format!("{pointer}: {why}")));
+                        }
+                        Err(fetch::Fetch::Again(why)) => return Err(KeepError::Io(std::io::Error::other(why))),
+                    };
+                    json!({"file": fetched.name, "url": url(&fetched.name), "content_type": fetched.content_type,
+                           "size": fetched.size, "sha256": fetched.sha256, "source": source.as_str()})
+                }
+            };
+            named.push((pointer, file));
+        }
+        Ok(())
     }
 
     /// The kept file `name` of `job`, if there is one. Its media type
@@ -111,6 +151,61 @@ impl Files {
         let path = self.job_dir(job).join(name);
         let size = tokio::fs::metadata(&path).await.ok().filter(std::fs::Metadata::is_file)?.len();
         Some(KeptFile { path, content_type: media_type_of(extension).to_owned(), size })
+    }
+
+    /// Whether this blob store is the one of the database `identity` names:
+    /// the first to ask marks it as its own (`.database`), and another
+    /// database sharing it is told no.
+    pub async fn is_of(&self, identity: &str) -> bool {
+        let marker = self.dir.join(".database");
+        match tokio::fs::read_to_string(&marker).await {
+            Ok(found) => found.trim() == identity,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                let marked = async {
+                    sync_new_dir(&self.dir).await?;
+                    tokio::fs::write(&marker, identity).await
+                };
+                match marked.await {
+                    Ok(()) => true,
+                    Err(error) => {
+                        tracing::warn!(%error, "the blob store could not be marked as this database's");
+                        false
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the blob store's mark could not be read");
+                false
+            }
+        }
+    }
+
+    /// The jobs with a folder of files unchanged for `age`: a sweep's
+    /// candidates (a folder whose job is gone was left by a crash between
+    /// the job's removal and its files').
+    pub async fn folders_older_than(&self, age: std::time::Duration) -> Vec<JobId> {
+        let dir = self.dir.clone();
+        let listed = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<JobId>> {
+            let mut jobs = Vec::new();
+            for entry in std::fs::read_dir(&dir)? {
+                let entry = entry?;
+                let old = entry.metadata()?.modified()?.elapsed().is_ok_and(|elapsed| elapsed >= age);
+                if let Some(job) = entry.file_name().to_str().and_then(JobId::parse).filter(|_| old) {
+                    jobs.push(job);
+                }
+            }
+            Ok(jobs)
+        })
+        .await;
+        match listed {
+            Ok(Ok(jobs)) => jobs,
+            Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "the files' folders could not be listed");
+                Vec::new()
+            }
+            Err(_) => Vec::new(),
+        }
     }
 
     /// Removes the files of `jobs` (purged or erased).
@@ -125,11 +220,74 @@ impl Files {
     }
 }
 
-/// Every `data:` URI in `value`, by its JSON pointer.
-fn collect(value: &mut Value, found: &mut Vec<(String, String)>) {
+/// The names of the kept images `value` (a job's result) names, in order:
+/// what a page shows as thumbnails.
+pub fn images_named(value: &Value) -> Vec<String> {
+    let image = |name: &String| name.rsplit_once('.').is_some_and(|(_, e)| media_type_of(e).starts_with("image/"));
+    named(value).into_iter().filter(image).collect()
+}
+
+/// The names of the kept files `value` (a job's result) names, in order.
+pub fn named(value: &Value) -> Vec<String> {
+    fn walk(value: &Value, names: &mut Vec<String>) {
+        match value {
+            Value::Object(fields) => match fields.get("file").and_then(Value::as_str) {
+                Some(name) if fields.contains_key("url") && kept_extension(name).is_some() => {
+                    names.push(name.to_owned())
+                }
+                _ => fields.values().for_each(|v| walk(v, names)),
+            },
+            Value::Array(items) => items.iter().for_each(|v| walk(v, names)),
+            _ => {}
+        }
+    }
+    let mut names = Vec::new();
+    walk(value, &mut names);
+    names
+}
+
+/// Whether `output`'s files meet `rules`, as far as can be told without
+/// fetching (a file by URL is checked when it is fetched): how many it
+/// holds, or why it breaks them.
+pub fn check(output: &Value, rules: &FileRules) -> Result<usize, String> {
+    // Any host: the address rules are the fetch's.
+    sources(output, rules, &AllowedHosts::every()).map(|files| files.len())
+}
+
+/// Every file of `output`, by its JSON pointer: a `data:` URI decoded and
+/// checked against `rules`, a URL checked against the address rules.
+fn sources(output: &Value, rules: &FileRules, allowed: &AllowedHosts) -> Result<Vec<(String, Source)>, String> {
+    let mut found = Vec::new();
+    collect(output, &mut found);
+    if found.len() < rules.min_files as usize {
+        return Err(format!(
+            "the output holds {} file(s) (data: URIs or URLs); the task needs at least {}",
+            found.len(),
+            rules.min_files
+        ));
+    }
+    let mut sources = Vec::with_capacity(found.len());
+    for (pointer, text) in found {
+        if text.starts_with("data:") {
+            let (content_type, bytes) = decode(&text)?;
+            check_one(rules, &content_type, bytes.len() as u64).map_err(|why| format!("{pointer}: {why}"))?;
+            sources.push((pointer, Source::Inline(content_type, bytes)));
+        } else {
+            let url = fetch::check_url(&text, allowed).map_err(|why| format!("{pointer}: {why}"))?;
+            sources.push((pointer, Source::Url(url)));
+        }
+    }
+    Ok(sources)
+}
+
+/// Every file of `value` (a `data:` URI, an `http(s)://` URL), by its JSON
+/// pointer.
+fn collect(value: &Value, found: &mut Vec<(String, String)>) {
     fn walk(value: &Value, at: String, found: &mut Vec<(String, String)>) {
         match value {
-            Value::String(text) if text.starts_with("data:") => found.push((at, text.clone())),
+            Value::String(text) if ["data:", "http://", "https://"].iter().any(|p| text.starts_with(p)) => {
+                found.push((at, text.clone()))
+            }
             Value::Array(items) => {
                 for (index, item) in items.iter().enumerate() {
                     walk(item, format!("{at}/{index}"), found);
@@ -163,7 +321,7 @@ fn decode(uri: &str) -> Result<(String, Vec<u8>), String> {
 }
 
 /// Whether a file of `content_type` and `size` meets `rules`.
-fn check(rules: &FileRules, content_type: &str, size: u64) -> Result<(), String> {
+fn check_one(rules: &FileRules, content_type: &str, size: u64) -> Result<(), String> {
     if !rules.allows(content_type) {
         return Err(format!(
             "a file of type {content_type}, which the task does not take ({})",
@@ -204,16 +362,34 @@ fn media_type_of(extension: &str) -> &'static str {
     EXTENSIONS.iter().find(|(_, e)| *e == extension).map_or("application/octet-stream", |(media_type, _)| media_type)
 }
 
-/// Writes `bytes` as `dir/name`, whole or not at all: a temporary file,
-/// flushed, renamed, and the directory flushed.
+/// Writes `bytes` as `dir/name`, whole or not at all: a temporary file of
+/// its own, flushed, renamed, and the directory (and, new, its parent)
+/// flushed.
 fn write_whole(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let partial = dir.join(format!(".{name}.partial"));
+    ensure_dir(dir)?;
+    let partial = dir.join(format!(".{name}.{}.partial", uuid::Uuid::now_v7().simple()));
     let mut file = std::fs::File::create(&partial)?;
     file.write_all(bytes)?;
     file.sync_all()?;
     std::fs::rename(&partial, dir.join(name))?;
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// Makes `dir` if it is missing, its parent flushed so that it stays.
+fn ensure_dir(dir: &Path) -> std::io::Result<()> {
+    if !dir.exists() {
+        std::fs::create_dir_all(dir)?;
+        if let Some(parent) = dir.parent() {
+            std::fs::File::open(parent)?.sync_all()?;
+        }
+    }
+    Ok(())
+}
+
+/// [`ensure_dir`], off the async threads.
+async fn sync_new_dir(dir: &Path) -> std::io::Result<()> {
+    let dir = dir.to_owned();
+    tokio::task::spawn_blocking(move || ensure_dir(&dir)).await.map_err(|e| std::io::Error::other(e.to_string()))?
 }
 
 /// The extension of `name` when it is a name [`Files::keep`] gives:
@@ -237,16 +413,18 @@ mod tests {
     #[tokio::test]
     async fn data_uris_are_kept_and_named_and_a_file_against_the_rules_is_refused() {
         let dir = std::env::temp_dir().join(format!("onejob-files-{}", uuid::Uuid::now_v7()));
-        let files = Files::new(dir.clone());
+        let files = Files::new(dir.clone(), &[]);
         let job = JobId(uuid::Uuid::now_v7());
         let png = base64::engine::general_purpose::STANDARD.encode(b"\x89PNG fake");
         let output = json!({"images": [format!("data:image/png;base64,{png}")], "seed": 7});
-        let kept = files.keep(job, 2, &output, &rules("types = [\"image/png\"]")).await.unwrap();
-        let named = &kept["images"][0];
-        assert_eq!(named["file"], "2-0.png");
-        assert_eq!(named["url"], format!("/jobs/{job}/files/2-0.png"));
-        assert_eq!(named["sha256"], hex::encode(Sha256::digest(b"\x89PNG fake")));
-        assert_eq!((named["size"].as_u64(), &kept["seed"]), (Some(9), &json!(7)));
+        let mut kept = output.clone();
+        files.keep(job, 2, &mut kept, &rules("types = [\"image/png\"]")).await.unwrap();
+        let file = &kept["images"][0];
+        assert_eq!(file["file"], "2-0.png");
+        assert_eq!(file["url"], format!("/jobs/{job}/files/2-0.png"));
+        assert_eq!(file["sha256"], hex::encode(Sha256::digest(b"\x89PNG fake")));
+        assert_eq!((file["size"].as_u64(), &kept["seed"]), (Some(9), &json!(7)));
+        assert_eq!(named(&kept), ["2-0.png"]);
         let found = files.find(job, "2-0.png").await.unwrap();
         assert_eq!(std::fs::read(&found.path).unwrap(), b"\x89PNG fake");
         assert_eq!((found.content_type.as_str(), found.size), ("image/png", 9));
@@ -256,15 +434,28 @@ mod tests {
         for (text, why) in
             [("types = [\"video/*\"]", "type"), ("max_bytes = 8", "bytes"), ("min_files = 2", "at least")]
         {
-            let error = files.keep(job, 3, &output, &rules(text)).await.unwrap_err();
+            let mut refused = output.clone();
+            let error = files.keep(job, 3, &mut refused, &rules(text)).await.unwrap_err();
             assert!(matches!(&error, KeepError::Rejected(m) if m.contains(why)), "{text}: {error}");
+            assert_eq!(refused, output, "left as it was");
         }
-        assert!(matches!(
-            files.keep(job, 4, &json!("data:image/png,raw"), &rules("")).await,
-            Err(KeepError::Rejected(_))
-        ));
+        let mut raw = json!("data:image/png,raw");
+        assert!(matches!(files.keep(job, 4, &mut raw, &rules("")).await, Err(KeepError::Rejected(_))));
+        // A URL: https on a public address unless its host is allowed.
+        let mut private = json!("http://127.0.0.1:9/out.png");
+        let refused = files.keep(job, 5, &mut private, &rules("")).await.unwrap_err();
+        assert!(refused.to_string().contains("files.allow_hosts"), "{refused}");
+        assert_eq!(
+            check(&json!(["https://example.com/a.png", "http://10.0.0.1/b.png"]), &rules("")),
+            Ok(2),
+            "the fetch checks addresses"
+        );
+        assert_eq!(check(&json!({"a": "https://example.com/a.png"}), &rules("")), Ok(1));
         files.remove(&[job]).await;
         assert!(!dir.join(job.to_string()).exists());
+        // The first database to ask owns the store; another is told no.
+        assert!(files.is_of("one").await && files.is_of("one").await);
+        assert!(!files.is_of("another").await, "a store shared with another database is not swept");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -13,6 +13,10 @@ pub struct FilesSettings {
     /// beside a SQLite database's file, and in the working directory for
     /// a Postgres database.
     pub dir: Option<PathBuf>,
+    /// Hosts a file's URL may name although they are not public: `http://`
+    /// is allowed for them and their addresses may be private or loopback
+    /// (as `webhooks.allow_hosts` for webhooks).
+    pub allow_hosts: Vec<String>,
 }
 
 impl FilesSettings {
@@ -43,7 +47,8 @@ pub struct FileRules {
     /// The fewest bytes a file may have.
     #[serde(default = "default_min_bytes")]
     pub min_bytes: u64,
-    /// The most bytes a file may have.
+    /// The most bytes a file may have (a prediction, files inline, is read
+    /// up to 64 MiB).
     #[serde(default = "default_max_bytes")]
     pub max_bytes: u64,
     /// The fewest files an output may hold.
@@ -87,7 +92,7 @@ fn default_min_bytes() -> u64 {
 }
 
 fn default_max_bytes() -> u64 {
-    100 * 1024 * 1024
+    32 * 1024 * 1024
 }
 
 fn default_min_files() -> u32 {

@@ -52,14 +52,19 @@ pub(crate) async fn provider_callback(
     if !app.callbacks.check(job, number, &token).await? {
         return Err(Problem::new(ProblemType::Unauthorized).detail("the token is not this attempt's").into());
     }
+    let _place = app.callbacks.body_place().await;
     let bytes = axum::body::to_bytes(body, MAX_CALLBACK_BYTES)
         .await
         .map_err(|_| Problem::new(ProblemType::PayloadTooLarge).detail(format!("over {MAX_CALLBACK_BYTES} bytes")))?;
     let body: Value = serde_json::from_slice(&bytes)
         .map_err(|e| Problem::new(ProblemType::ValidationFailed).detail(format!("the body is not JSON: {e}")))?;
-    match app.callbacks.receive(job, number, &body).await {
+    drop(bytes);
+    match app.callbacks.receive(job, number, body).await {
         Ok(received) => Ok(Json(json!({ "received": received })).into_response()),
         Err(CallbackError::NotFound(why)) => Err(Problem::not_found().detail(why).into()),
         Err(CallbackError::Store(error)) => Err(error.into()),
+        Err(CallbackError::NotRecorded) => {
+            Err(Problem::unavailable().detail("the outcome could not be recorded yet").into())
+        }
     }
 }

@@ -99,17 +99,18 @@ pub fn serve_routes(routes: Router<AppState>, state: AppState) -> Router {
                         .extensions()
                         .get::<axum::extract::MatchedPath>()
                         .map(axum::extract::MatchedPath::as_str);
+                    let path = logged_path(request.uri().path());
                     let span = tracing::info_span!(
                         "request",
                         method = %request.method(),
-                        path = %request.uri().path(),
+                        path = %path,
                         owner = tracing::field::Empty,
                         job.id = tracing::field::Empty,
                         trace_id = trace.as_ref().map(|t| t.trace_id()),
                         otel.name = %crate::process::telemetry::SpanName(request.method().as_str(), route.unwrap_or("")),
                         otel.kind = "server",
                         http.request.method = %request.method(),
-                        url.path = %request.uri().path(),
+                        url.path = %path,
                         http.route = route,
                         http.response.status_code = tracing::field::Empty,
                     );
@@ -126,6 +127,15 @@ pub fn serve_routes(routes: Router<AppState>, state: AppState) -> Router {
                 }),
         )
         .with_state(state)
+}
+
+/// A request's path as logs and traces show it: a callback's token (its
+/// last segment, which settles an attempt) left out.
+fn logged_path(path: &str) -> std::borrow::Cow<'_, str> {
+    let Some(rest) = path.strip_prefix("/callbacks/") else { return path.into() };
+    let mut segments = rest.splitn(3, '/');
+    let (job, number) = (segments.next().unwrap_or_default(), segments.next().unwrap_or_default());
+    format!("/callbacks/{job}/{number}/…").into()
 }
 
 /// Answers a request that outlives the configured timeout instead of
@@ -293,4 +303,20 @@ async fn record_request(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     crate::process::metrics::http_request(&route, method.as_str(), response.status().as_u16(), started.elapsed());
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::logged_path;
+
+    #[test]
+    fn a_callbacks_token_is_never_logged() {
+        let token = "ab".repeat(32);
+        let path = format!("/callbacks/0199aa00-0000-7000-8000-000000000000/1/{token}");
+        let logged = logged_path(&path);
+        assert!(!logged.contains(&token) && logged.ends_with("/1/…"), "{logged}");
+        let slashed = format!("{path}/");
+        assert!(!logged_path(&slashed).contains(&token), "a trailing slash too");
+        assert_eq!(logged_path("/jobs/x/output"), "/jobs/x/output");
+    }
 }

@@ -22,9 +22,10 @@ use super::{
 };
 use crate::config::ProviderSettings;
 
-/// The largest prediction read, in bytes: its files come inline as `data:`
-/// URIs when the server has no upload URL.
-pub(crate) const MAX_PREDICTION_BYTES: usize = 256 * 1024 * 1024;
+/// The largest prediction read, in bytes, a PUT's answer or a callback's
+/// body: its files come inline as `data:` URIs (a third larger than the
+/// files) when the server has no upload URL.
+pub(crate) const MAX_PREDICTION_BYTES: usize = 64 * 1024 * 1024;
 
 /// How long a server at capacity is left alone before the attempt is sent
 /// again (a Cog server says nothing of when a slot frees).
@@ -46,6 +47,13 @@ impl CogProvider {
         Ok(Self { name: name.to_owned(), settings, base, client })
     }
 
+    /// A `sim` provider with `api = "predictions"`, served by the
+    /// simulator at `base`.
+    pub fn simulated(name: &str, settings: ProviderSettings, base: &str, client: reqwest::Client) -> Self {
+        let base = format!("{}/providers/{name}", base.trim_end_matches('/'));
+        Self { name: name.to_owned(), settings, base, client }
+    }
+
     /// The URL of prediction `id`, when the id is one a path may carry.
     fn prediction_url(&self, id: &str) -> Result<String, ProviderError> {
         let safe = !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
@@ -64,27 +72,29 @@ impl CogProvider {
     /// why it could not be asked.
     async fn health(&self) -> String {
         let asked = self.client.get(format!("{}/health-check", self.base)).timeout(std::time::Duration::from_secs(2));
-        match asked.send().await {
-            Ok(answer) => match answer.json::<Value>().await {
-                Ok(body) => body.get("status").and_then(Value::as_str).unwrap_or("no status").to_owned(),
-                Err(error) => format!("unreadable: {}", truncate(error.to_string())),
-            },
-            Err(error) => format!("not answered: {}", truncate(error.to_string())),
-        }
+        let answer = match asked.send().await {
+            Ok(answer) => read_bounded(answer, MAX_ERROR_BYTES).await,
+            Err(error) => return format!("not answered: {}", truncate(error.to_string())),
+        };
+        let body = answer.ok().and_then(|(body, _)| serde_json::from_slice::<Value>(&body).ok());
+        let status = body.as_ref().and_then(|body| body.get("status")?.as_str().map(str::to_owned));
+        truncate(status.unwrap_or_else(|| "an answer without a status".to_owned()))
     }
 }
 
-/// Reads a prediction (a PUT's answer, or the body of a callback).
-pub(crate) fn read_prediction(body: &Value) -> RequestStatus {
-    let id = body.get("id").and_then(Value::as_str).map(str::to_owned);
-    match body.get("status").and_then(Value::as_str) {
+/// Reads a prediction (a PUT's answer, or the body of a callback), taking
+/// its output without a copy.
+pub(crate) fn read_prediction(body: Value) -> RequestStatus {
+    let Value::Object(mut fields) = body else { return RequestStatus::Running };
+    let id = fields.get("id").and_then(Value::as_str).map(str::to_owned);
+    match fields.get("status").and_then(Value::as_str) {
         Some("succeeded") => RequestStatus::Succeeded(Completion {
-            output: body.get("output").cloned().unwrap_or(Value::Null),
+            output: fields.remove("output").unwrap_or(Value::Null),
             usage: None,
             provider_request_id: id,
         }),
         Some("failed") => {
-            let said = body.get("error").and_then(Value::as_str).unwrap_or("the prediction failed");
+            let said = fields.get("error").and_then(Value::as_str).unwrap_or("the prediction failed");
             RequestStatus::Failed(ProviderError::new(
                 FailureClass::Definitive { retryable: false },
                 FailureKind::ProviderError,
@@ -94,6 +104,18 @@ pub(crate) fn read_prediction(body: &Value) -> RequestStatus {
         }
         Some("canceled") => RequestStatus::Canceled(None),
         _ => RequestStatus::Running,
+    }
+}
+
+/// What an error status answering a PUT means. A server that is not ready
+/// (503) and a refusal of the request (4xx) started nothing; any other
+/// (500, 502, a proxy's 504) may come after the prediction was queued: its
+/// outcome is unknown, and the PUT is never sent again.
+fn classify_put(status: u16) -> FailureClass {
+    match status {
+        503 => FailureClass::Definitive { retryable: true },
+        400..=499 if status != 408 => FailureClass::Definitive { retryable: false },
+        _ => FailureClass::Ambiguous,
     }
 }
 
@@ -132,7 +154,7 @@ impl Provider for CogProvider {
         let (said, complete) = read_bounded(response, limit).await.map_err(transport_error_after_answer)?;
         if !(200..300).contains(&status) {
             let message = truncate(String::from_utf8_lossy(&said).into_owned());
-            return Err(ProviderError::new(classify_status(status), FailureKind::ProviderError, Some(status), message));
+            return Err(ProviderError::new(classify_put(status), FailureKind::ProviderError, Some(status), message));
         }
         if !complete {
             return Err(ProviderError::new(
@@ -144,7 +166,7 @@ impl Provider for CogProvider {
         }
         let prediction: Value =
             serde_json::from_slice(&said).map_err(|e| not_a_prediction(status, &format!("not a prediction: {e}")))?;
-        match read_prediction(&prediction) {
+        match read_prediction(prediction) {
             RequestStatus::Running if request.callback_url.is_some() => Ok(Reply::Accepted(request.request_id.clone())),
             RequestStatus::Running => Err(not_a_prediction(status, "the prediction was not done when it was answered")),
             RequestStatus::Succeeded(completion) => Ok(Reply::Done(completion)),
@@ -174,6 +196,9 @@ impl Provider for CogProvider {
     }
 
     async fn cancel(&self, request: RequestRef<'_>) -> Option<Result<CancelAnswer, ProviderError>> {
+        if !self.settings.has_cancel_call() {
+            return None;
+        }
         let url = match self.prediction_url(request.client_id) {
             Ok(url) => format!("{url}/cancel"),
             Err(error) => return Some(Err(error)),
@@ -231,15 +256,20 @@ mod tests {
     fn a_prediction_reads_as_its_status_says_and_only_at_capacity_may_be_sent_again() {
         let done = json!({"id": "a", "status": "succeeded", "output": "data:image/png;base64,AA==",
             "metrics": {"predict_time": 0.3}});
-        let RequestStatus::Succeeded(completion) = read_prediction(&done) else { panic!("succeeded") };
+        let RequestStatus::Succeeded(completion) = read_prediction(done) else { panic!("succeeded") };
         assert_eq!(completion.output, json!("data:image/png;base64,AA=="));
         assert_eq!(completion.provider_request_id.as_deref(), Some("a"));
-        let RequestStatus::Failed(error) = read_prediction(&json!({"status": "failed", "error": "boom"})) else {
+        let RequestStatus::Failed(error) = read_prediction(json!({"status": "failed", "error": "boom"})) else {
             panic!("failed")
         };
         assert!(error.message.contains("boom") && error.class == FailureClass::Definitive { retryable: false });
-        assert_eq!(read_prediction(&json!({"status": "canceled"})), RequestStatus::Canceled(None));
-        assert_eq!(read_prediction(&json!({"status": "processing"})), RequestStatus::Running);
+        assert_eq!(read_prediction(json!({"status": "canceled"})), RequestStatus::Canceled(None));
+        assert_eq!(read_prediction(json!({"status": "processing"})), RequestStatus::Running);
+        assert_eq!(classify_put(503), FailureClass::Definitive { retryable: true });
+        assert_eq!(classify_put(422), FailureClass::Definitive { retryable: false });
+        for status in [500, 502, 504, 408] {
+            assert_eq!(classify_put(status), FailureClass::Ambiguous, "{status}: perhaps queued");
+        }
         let busy = refused(br#"{"error":"At capacity - all prediction slots busy","status":"failed"}"#);
         assert_eq!((busy.kind, busy.facts.retry_after_ms), (FailureKind::AtCapacity, Some(AT_CAPACITY_WAIT_MS)));
         let other = refused(br#"{"error":"prediction ID must match the ID supplied in the URL"}"#);

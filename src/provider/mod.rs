@@ -266,10 +266,16 @@ pub fn build(settings: &Settings, simulator: Option<&str>) -> Result<Providers, 
         let built = match provider.kind {
             ProviderKind::Sim => {
                 let base = simulator.ok_or_else(|| format!("provider {name} is simulated, but no simulator runs"))?;
-                if provider.api() == crate::config::ProviderApi::Messages {
-                    Arc::new(MessagesProvider::simulated(name, provider.clone(), base, client.clone()))
-                } else {
-                    Arc::new(HttpProvider::simulated(name, provider.clone(), base, client.clone())) as Arc<dyn Provider>
+                match provider.api() {
+                    crate::config::ProviderApi::Messages => {
+                        Arc::new(MessagesProvider::simulated(name, provider.clone(), base, client.clone()))
+                            as Arc<dyn Provider>
+                    }
+                    crate::config::ProviderApi::Predictions => {
+                        Arc::new(CogProvider::simulated(name, provider.clone(), base, client.clone()))
+                    }
+                    _ => Arc::new(HttpProvider::simulated(name, provider.clone(), base, client.clone()))
+                        as Arc<dyn Provider>,
                 }
             }
             ProviderKind::Openai | ProviderKind::OpenaiResponses => {

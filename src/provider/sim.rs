@@ -17,8 +17,10 @@
 //!
 //! A provider speaks chat completions by default (`chat`); one with
 //! `api = "responses"` speaks OpenAI's Responses API in background mode
-//! instead (`responses`), and one with `api = "messages"`
-//! Anthropic's Messages API (`messages`), with the same plans and faults.
+//! instead (`responses`), one with `api = "messages"`
+//! Anthropic's Messages API (`messages`), and one with `api =
+//! "predictions"` a Cog server's predictions, which draw images
+//! (`predictions`), with the same plans and faults.
 //! Either surface honours a strict JSON schema as OpenAI's structured
 //! outputs do: the schema must meet strict mode's rules (400 otherwise), and
 //! the answer then follows it, whatever the provider's `output` would have
@@ -29,7 +31,9 @@ mod bounded;
 mod chat;
 mod connection;
 mod faults;
+mod image;
 mod messages;
+mod predictions;
 mod response_object;
 mod response_stream;
 mod responses;
@@ -50,7 +54,7 @@ use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -222,6 +226,9 @@ pub fn router(providers: &std::collections::BTreeMap<String, ProviderSettings>) 
         .route("/providers/{name}/v1/responses", post(responses::create))
         .route("/providers/{name}/v1/responses/{id}", get(responses::retrieve))
         .route("/providers/{name}/v1/responses/{id}/cancel", post(responses::cancel))
+        .route("/providers/{name}/predictions/{id}", put(predictions::put))
+        .route("/providers/{name}/predictions/{id}/cancel", post(predictions::cancel))
+        .route("/providers/{name}/health-check", get(predictions::health))
         .route("/v1/requests/{id}", get(request_status))
         .route("/v1/requests/{id}/cancel", post(cancel_request))
         .route("/v1/requests", get(all_requests))
@@ -456,16 +463,23 @@ fn report(id: &str, entry: &Entry) -> Value {
 /// Stops request `id` if it has not finished: it is `canceled` from now
 /// on. Answers with its report either way (a finished one keeps its status).
 async fn cancel_request(State(sim): State<Arc<SimState>>, Path(id): Path<String>) -> Response {
-    let now = Instant::now();
-    let mut log = sim.log.lock_anyway();
-    match log.get_mut(&id) {
-        Some(entry) => {
-            if entry.working_at(now) {
-                entry.canceled_after = Some(now.saturating_duration_since(entry.arrived));
-            }
-            Json(report(&id, entry)).into_response()
-        }
+    match sim.cancel(&id) {
+        Some(report) => Json(report).into_response(),
         None => openai_error(404, "no request with that id"),
+    }
+}
+
+impl SimState {
+    /// Stops request `id` if it has not finished, as a cancel call does:
+    /// its report after, `None` for a request it does not have.
+    fn cancel(&self, id: &str) -> Option<Value> {
+        let now = Instant::now();
+        let mut log = self.log.lock_anyway();
+        let entry = log.get_mut(id)?;
+        if entry.working_at(now) {
+            entry.canceled_after = Some(now.saturating_duration_since(entry.arrived));
+        }
+        Some(report(id, entry))
     }
 }
 

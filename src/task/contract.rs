@@ -86,6 +86,8 @@ pub struct Contract {
     pub output_schema: Value,
     /// What the task answers, as its output schema says.
     pub output: OutputKind,
+    /// A files task's rules for its files.
+    files: Option<crate::config::FileRules>,
     /// What the hash covers, in canonical form.
     canonical: Value,
 }
@@ -110,12 +112,16 @@ impl Contract {
                 Expected::new(output, &example.expect).map_err(|e| format!("examples[{index}].expect: {e}"))
             })
             .collect::<Result<_, _>>()?;
-        let canonical = json!({
+        let mut canonical = json!({
             "prompt": settings.prompt,
             "input_schema": settings.input_schema,
             "output_schema": settings.output_schema,
             "examples": settings.examples,
         });
+        // Only a files task's hash covers its rules: other hashes stay.
+        if let Some(files) = &settings.files {
+            canonical["files"] = json!(files);
+        }
         Ok(Self {
             templates,
             has_system: settings.prompt.system.is_some(),
@@ -124,6 +130,7 @@ impl Contract {
             expectations,
             output_schema: settings.output_schema.clone(),
             output,
+            files: settings.files.clone(),
             canonical,
         })
     }
@@ -226,9 +233,15 @@ impl Contract {
     }
 
     /// Every way the output of qualification example `index` falls short:
-    /// the output schema's violations, then its expectations'.
+    /// the output schema's violations, a files task's files against its
+    /// rules, then its expectations'.
     pub fn check_example(&self, index: usize, output: &Value) -> Vec<String> {
         let mut problems = self.check_output(output);
+        if let Some(rules) = &self.files
+            && let Err(why) = crate::files::check(output, rules)
+        {
+            problems.push(why);
+        }
         if let Some(expected) = self.expectations.get(index) {
             expected.check(output, &mut problems);
         }

@@ -7,7 +7,9 @@
 //! handler of `GET /jobs/{id}/output`): token by token when the task
 //! streams. The intent (its key and text) is kept by the tab, so that a
 //! reload mid-answer sends the same request again, finds the same job and
-//! reads its output from the start.
+//! reads its output from the start. Below, "Draw" makes an `image` job
+//! (a files task on a provider that calls back): a double click or a
+//! reload finds the same job, and the picture onejob kept is shown.
 //!
 //! The page's script calls `/ui/api/jobs` and `/ui/api/jobs/{id}/attempts`
 //! with the session's cookie and CSRF token: they are the handlers of
@@ -28,6 +30,8 @@ pub(crate) const SLOW: &str = "sim-slow";
 pub(crate) const FAST: &str = "sim-fast";
 /// The demo's task: a text task that streams its prose answer.
 pub(crate) const TASK: &str = "chat";
+/// The demo's picture: a files task, on a provider that calls back.
+pub(crate) const IMAGE_TASK: &str = "image";
 
 /// `GET /demo`.
 pub(crate) async fn show(
@@ -42,6 +46,9 @@ pub(crate) async fn show(
         ready => configured(SLOW) && configured(FAST) && app.catalog.task(TASK).is_some(),
         cancel_losers => app.catalog.task(TASK).is_some_and(|task| task.settings.cancel_losers),
         streams => app.catalog.task(TASK).is_some_and(|task| task.settings.stream),
+        image_task => IMAGE_TASK,
+        image_provider => app.catalog.task(IMAGE_TASK).map(|task| task.settings.default_provider.clone()),
+        image_ready => app.catalog.task(IMAGE_TASK).is_some_and(|task| task.settings.files.is_some()),
         csrf => &session.csrf,
         event_kinds => super::pages::event_kinds(),
     };

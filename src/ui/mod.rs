@@ -51,6 +51,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/ui/api/jobs/{id}/attempts"),
     ("get", "/ui/api/jobs/{id}/events"),
     ("get", "/ui/api/jobs/{id}/output"),
+    ("get", "/ui/api/jobs/{id}/files/{name}"),
     ("get", "/demo"),
 ];
 
@@ -61,13 +62,15 @@ fn listed(path: &'static str) -> &'static str {
 }
 
 /// The dashboard's and the demo's routes (their sessions are in the store).
-/// The demo's changes, and its reading of a job's output, are the API's
-/// own handlers, acting for the session's owner (`as_session_owner`).
+/// The demo's changes, its reading of a job's output and the files the
+/// pages show are the API's own handlers, acting for the session's owner
+/// (`as_session_owner`).
 pub fn router(state: AppState) -> Router<AppState> {
     let as_the_api = Router::new()
         .route(listed("/ui/api/jobs"), post(crate::http::jobs::create_job))
         .route(listed("/ui/api/jobs/{id}/attempts"), post(crate::http::attempts::create_attempt))
         .route(listed("/ui/api/jobs/{id}/output"), get(crate::http::output::job_output))
+        .route(listed("/ui/api/jobs/{id}/files/{name}"), get(crate::http::files::job_file))
         .route_layer(axum::middleware::from_fn_with_state(state, as_session_owner));
     Router::new()
         .route(listed("/ui"), get(pages::jobs))

@@ -341,6 +341,7 @@ fn timeline_context(job: &Job, events: &[JobEvent], now: DateTime<Utc>) -> minij
         state => job.state.as_str(),
         winner => job.winning_attempt,
         result => job.result.as_ref().map(|r| serde_json::to_string_pretty(r).unwrap_or_default()),
+        files => job.result.as_ref().map(crate::files::images_named).unwrap_or_default(),
         svg => minijinja::Value::from_safe_string(timeline::render(job, events, now)),
         attempts => ser(&attempts),
         events => ser(&event_rows),

@@ -26,6 +26,19 @@ impl CallbackUrls {
         Self { store, base, secret: tokio::sync::OnceCell::new() }
     }
 
+    /// Whether this process knows a URL at which providers can call it back.
+    pub(crate) fn can_be_called_back(&self) -> bool {
+        self.base.is_some()
+    }
+
+    /// What names this database (a hash of its callback secret, which its
+    /// migrations made): how a blob store tells its own database apart.
+    pub(crate) async fn database_identity(&self) -> Result<String, StoreError> {
+        let mut mac = self.mac_of(b"the database's identity").await?;
+        mac.update(b"files");
+        Ok(hex::encode(&mac.finalize().into_bytes()[..16]))
+    }
+
     /// The callback URL of an attempt; `None` where this process knows no
     /// public URL for the API.
     pub(crate) async fn url_for(&self, job: JobId, number: i32) -> Result<Option<String>, StoreError> {
@@ -42,6 +55,11 @@ impl CallbackUrls {
     }
 
     async fn mac(&self, job: JobId, number: i32) -> Result<Hmac<Sha256>, StoreError> {
+        self.mac_of(format!("{job}/{number}").as_bytes()).await
+    }
+
+    /// An HMAC under the callback secret, begun with `message`.
+    async fn mac_of(&self, message: &[u8]) -> Result<Hmac<Sha256>, StoreError> {
         let secret = self
             .secret
             .get_or_try_init(|| async {
@@ -52,7 +70,7 @@ impl CallbackUrls {
             })
             .await?;
         let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes a key of any length");
-        mac.update(format!("{job}/{number}").as_bytes());
+        mac.update(message);
         Ok(mac)
     }
 }

@@ -113,10 +113,20 @@ impl Worker {
         }
     }
 
+    /// What this worker's claims go by. A provider that calls back is left
+    /// out when this process knows no URL to be called back at: its
+    /// attempts wait for a process that does.
     fn claim_rules(&self) -> ClaimRules {
         let margin = self.settings.lease_margin;
-        let by_provider: Vec<(String, Duration)> =
-            self.providers.iter().map(|(name, p)| (name.clone(), p.settings().timeout + margin)).collect();
+        let callable = |p: &Arc<dyn crate::provider::Provider>| {
+            !p.settings().answers_by_callback() || self.callbacks.can_be_called_back()
+        };
+        let by_provider: Vec<(String, Duration)> = self
+            .providers
+            .iter()
+            .filter(|(_, p)| callable(p))
+            .map(|(name, p)| (name.clone(), p.settings().timeout + margin))
+            .collect();
         let default = by_provider.iter().map(|(_, lease)| *lease).max().unwrap_or(margin);
         let providers = self.providers.iter().map(|(name, p)| (name.clone(), p.settings().limits()));
         let limits = crate::store::claims::ClaimLimits::new(self.settings.max_in_flight_per_owner, providers);

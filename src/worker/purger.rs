@@ -17,9 +17,20 @@ use crate::store::retention::{PurgeBatch, PurgeRule};
 use crate::store::{Store, StoreError};
 use crate::task::catalog::Catalog;
 
+/// How often the folders of files whose job is gone are swept, and how old
+/// a folder must be to be looked at (a job's first file is written before
+/// its result names it).
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+const SWEEP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>) {
     let settings = worker.retention.clone();
+    let mut swept: Option<std::time::Instant> = None;
     while !*shutdown.borrow() {
+        if swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
+            sweep_orphan_files(&worker).await;
+            swept = Some(std::time::Instant::now());
+        }
         let (by_rule, ending) =
             purge_due(&worker.store, &worker.catalog, &settings, &worker.files, Pace::Background, || {
                 *shutdown.borrow()
@@ -47,6 +58,37 @@ pub(super) async fn run(worker: Arc<Worker>, mut shutdown: watch::Receiver<bool>
             _ = tokio::time::sleep(settings.purge_interval.0) => {}
             _ = shutdown.changed() => {}
         }
+    }
+}
+
+/// Removes the folders of files whose job is gone (a crash between a
+/// job's removal and its files'), looking only at folders an hour old, and
+/// only in a blob store that this database's files alone are kept in.
+async fn sweep_orphan_files(worker: &Worker) {
+    let identity = match worker.callbacks.database_identity().await {
+        Ok(identity) => identity,
+        Err(error) => return tracing::warn!(%error, "sweeping the files of removed jobs waits for the database"),
+    };
+    if !worker.files.is_of(&identity).await {
+        return tracing::warn!(
+            "files.dir holds the files of another database too: its folders are not swept; give each database a \
+             files.dir of its own"
+        );
+    }
+    let mut orphans = Vec::new();
+    for job in worker.files.folders_older_than(SWEEP_AGE).await {
+        match worker.store.find_job_owner(job).await {
+            Ok(None) => orphans.push(job),
+            Ok(Some(_)) => {}
+            Err(error) => {
+                tracing::warn!(%error, "sweeping the files of removed jobs failed; trying again at the next sweep");
+                return;
+            }
+        }
+    }
+    if !orphans.is_empty() {
+        tracing::info!(folders = orphans.len(), "removed the files of jobs that are gone");
+        worker.files.remove(&orphans).await;
     }
 }
 

@@ -186,11 +186,8 @@ async fn keep_files(
     let started = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(100);
     loop {
-        match worker.files.keep(attempt.job_id, attempt.number, &completion.output, rules).await {
-            Ok(kept) => {
-                completion.output = kept;
-                return Ok(completion);
-            }
+        match worker.files.keep(attempt.job_id, attempt.number, &mut completion.output, rules).await {
+            Ok(()) => return Ok(completion),
             Err(crate::files::KeepError::Rejected(why)) => {
                 return Err(ProviderError::contract_violation(format!("the output's files break the contract: {why}")));
             }

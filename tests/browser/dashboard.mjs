@@ -202,6 +202,35 @@ try {
   assert.equal(streamed.body.attempts.length, 1, 'one inference');
   await page.screenshot({ path: join(shots, 'demo-stream.png'), fullPage: true });
 
+  // Draw, double-clicked, then reloaded while the picture is drawn: every
+  // request carries the picture intent's key, one job, one prediction, and
+  // the picture onejob kept is shown.
+  step('double-click Draw, reload while it draws');
+  const drawKey = await page.locator('#image-key').textContent();
+  const draws = [];
+  const onDraw = (request) => {
+    if (request.method() === 'POST' && request.url().endsWith('/ui/api/jobs') && request.postData().includes('"image"')) draws.push(request.headers()['idempotency-key']);
+  };
+  page.on('request', onDraw);
+  await page.dblclick('#draw');
+  await page.locator('#image-status', { hasText: 'drawing' }).waitFor();
+  await page.reload();
+  await page.locator('#picture img').waitFor({ timeout: WAIT });
+  page.off('request', onDraw);
+  assert.ok(draws.length >= 3 && draws.every((key) => key === drawKey), `two clicks and a reload, one key: ${draws}`);
+  const drawnJob = (await page.locator('#image-status').textContent()).match(/job ([0-9a-f-]{36})/)[1];
+  const drawn = await api(clientKey, `/jobs/${drawnJob}`);
+  assert.equal(drawn.body.state, 'succeeded');
+  assert.equal(drawn.body.attempts.length, 1, 'one prediction');
+  assert.equal(await page.locator('#picture img').getAttribute('data-sha256'), drawn.body.result.sha256);
+  assert.ok(await page.locator('#picture img').evaluate((img) => img.complete && img.naturalWidth > 0), 'the kept picture loads');
+  await page.screenshot({ path: join(shots, 'demo-image.png'), fullPage: true });
+  // Its job page shows it as a thumbnail.
+  await page.goto(`${base}/ui/jobs/${drawnJob}`);
+  await page.locator('#files img').waitFor();
+  assert.ok(await page.locator('#files img').evaluate((img) => img.complete && img.naturalWidth > 0), 'the thumbnail loads');
+  await page.goto(`${base}/demo`);
+
   // The job page: request, fingerprint, result, the timeline with both bars.
   step('job page');
   await page.goto(`${base}/ui/jobs/${jobId}`);

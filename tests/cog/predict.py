@@ -27,14 +27,14 @@ def record(event: str, tag: str) -> None:
             log.write(json.dumps({"event": event, "tag": tag, "at": time.time()}) + "\n")
 
 
-def png(size: int, rgb: bytes) -> bytes:
+def png(size: int, rgb: bytes, level: int = 6) -> bytes:
     def chunk(kind: bytes, data: bytes) -> bytes:
         body = kind + data
         return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
 
     rows = b"".join(b"\x00" + rgb * size for _ in range(size))
     header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows, level)) + chunk(b"IEND", b"")
 
 
 class Predictor(BasePredictor):
@@ -43,8 +43,9 @@ class Predictor(BasePredictor):
         tag: str = Input(default="", description="Named in the runs' log"),
         prompt: str = Input(default="", description="As an image model's; the tag when none is given"),
         seconds: float = Input(default=0.5, ge=0, le=600),
-        size: int = Input(default=8, ge=1, le=4096),
+        size: int = Input(default=8, ge=1, le=8192),
         fail: bool = Input(default=False, description="Raise instead of drawing"),
+        raw: bool = Input(default=False, description="Store the pixels uncompressed: a file of about 3 × size² bytes"),
     ) -> Path:
         tag = tag or prompt
         record("started", tag)
@@ -60,6 +61,6 @@ class Predictor(BasePredictor):
             record("failed", tag)
             raise ValueError(f"asked to fail ({tag})")
         out = Path(tempfile.mkdtemp()) / "out.png"
-        out.write_bytes(png(size, hashlib.sha256(tag.encode()).digest()[:3]))
+        out.write_bytes(png(size, hashlib.sha256(tag.encode()).digest()[:3], 0 if raw else 6))
         record("finished", tag)
         return out

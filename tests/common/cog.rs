@@ -23,6 +23,13 @@ impl CogServer {
     /// A server whose predictor sleeps `scale` times the seconds it is
     /// asked to (a faster server for the same input).
     pub async fn start_scaled(scale: f64) -> Self {
+        Self::start_with(scale, None).await
+    }
+
+    /// [`CogServer::start_scaled`], storing its output files at
+    /// `upload_url` (`--upload-url`: each file PUT there, and the output
+    /// its URL) when given.
+    pub async fn start_with(scale: f64, upload_url: Option<&str>) -> Self {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let venv = root.join("target/cog-venv");
         let python = venv.join("bin/python");
@@ -38,8 +45,12 @@ impl CogServer {
         // The server's worker process imports coglet from the environment's
         // own bin directory, so it comes first on PATH.
         let path = format!("{}:{}", venv.join("bin").display(), std::env::var("PATH").unwrap_or_default());
+        let mut args = vec!["-m", "cog.server.http", "--host", "127.0.0.1"];
+        if let Some(upload_url) = upload_url {
+            args.extend(["--upload-url", upload_url]);
+        }
         let process = tokio::process::Command::new(&python)
-            .args(["-m", "cog.server.http", "--host", "127.0.0.1"])
+            .args(args)
             .current_dir(root.join("tests/cog"))
             .env("PATH", path)
             .env("PORT", port.to_string())

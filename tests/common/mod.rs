@@ -435,6 +435,7 @@ pub fn fast_timings(settings: &mut Settings) {
     p.get_mut("sim-hang").unwrap().hang = Some(Duration::from_millis(1_200));
     p.get_mut("sim-late").unwrap().timeout = Duration::from_millis(300);
     p.get_mut("sim-late").unwrap().late = Some(Duration::from_millis(900));
+    p.get_mut("sim-image").unwrap().latency = Duration::from_millis(200);
     settings.tasks.get_mut("summarize").unwrap().retry_backoff = Duration::from_millis(50);
     let hooks = &mut settings.webhooks;
     hooks.poll_interval = Duration::from_millis(50);

@@ -150,7 +150,8 @@ async fn the_printed_default_configuration_is_valid_and_complete() {
     assert_eq!(format!("{:?}", settings.retention), format!("{retention:?}"), "the printed [retention] is the default");
     assert!(text.lines().take(5).any(|line| line.contains("docs/configuration.md")), "{text}");
     assert!(settings.tasks.contains_key("summarize") && settings.tasks["chat"].stream);
-    assert_eq!(settings.providers.len(), 7);
+    assert!(settings.tasks["image"].files.is_some());
+    assert_eq!(settings.providers.len(), 8);
 }
 
 /// Which stream of a process a line came on.
@@ -533,7 +534,7 @@ async fn providers_list_says_which_configuration_it_reads_and_warns_of_names_it_
     let (ok, stdout, stderr) = onejob(&database_url, &["providers", "list"]).await;
     assert!(ok, "{stderr}");
     assert!(stderr.contains("reading the built-in configuration") && !stderr.contains("warning"), "{stderr}");
-    assert_eq!(stdout.lines().count(), 7 * 2, "each of the built-in providers for each task: {stdout}");
+    assert_eq!(stdout.lines().count(), 8 * 3, "each of the built-in providers for each task: {stdout}");
 
     store.insert_qualification("gpt", "translate", &[0; 32], true, &report).await.unwrap();
     let (ok, _, stderr) = onejob(&database_url, &["providers", "list"]).await;

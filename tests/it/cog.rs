@@ -9,8 +9,10 @@
 //! capacity (409) is sent the attempt again later; a fallback racing a
 //! running prediction has it canceled at the server (the predictor saw
 //! the cancel); a callback with a token not the attempt's is refused and
-//! changes nothing, and a late one changes nothing either. On both
-//! backends.
+//! changes nothing, and a late one changes nothing either; a server killed
+//! (SIGKILL) while its prediction runs, then restarted, settles the job by
+//! the webhook, with one run. The simulator's predictions (the default
+//! configuration's `image` task) hold the same. On both backends.
 
 use std::time::Duration;
 
@@ -299,6 +301,167 @@ async fn a_callback_with_another_token_is_refused_and_a_late_one_changes_nothing
     assert_eq!(unchanged["result"], job["result"]);
 }
 
+async fn the_default_image_task_on_the_simulator_makes_one_prediction_per_intent_and_serves_its_png(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |_| {}).await;
+    let body = json!({"task": "image", "input": {"prompt": "a lighthouse at dusk"}});
+    let clicks = futures_util::future::join_all((0..10).map(|_| app.post_job("paint", &body))).await;
+    let mut ids = std::collections::BTreeSet::new();
+    for click in clicks {
+        ids.insert(ok_json(click).await["id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(ids.len(), 1);
+    let id = ids.pop_first().unwrap();
+    let job = ended(&app, &id).await;
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let attempt = job["attempts"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(app.simulator_log().await[&attempt]["received"], 1, "one prediction");
+    let served = app.get(&app.alice, job["result"]["url"].as_str().unwrap()).await;
+    let bytes = served.bytes().await.unwrap();
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"));
+    assert_eq!(hex::encode(sha2::Sha256::digest(&bytes)), job["result"]["sha256"].as_str().unwrap());
+}
+
+async fn with_every_answer_to_a_put_lost_each_attempt_is_one_prediction_settled_by_its_webhook(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| {
+        let image = s.providers.get_mut("sim-image").unwrap();
+        image.fault = Some(onejob::config::SimFault::ResetAfterRequest);
+    })
+    .await;
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let body = json!({"task": "image", "input": {"prompt": format!("picture {n}")}});
+        ids.push(ok_json(app.post_job(&format!("lost-{n}"), &body).await).await["id"].as_str().unwrap().to_owned());
+    }
+    let log = {
+        let mut jobs = Vec::new();
+        for id in &ids {
+            jobs.push(ended(&app, id).await);
+        }
+        let log = app.simulator_log().await;
+        for job in &jobs {
+            assert_eq!(job["state"], "succeeded", "settled by the webhook: {job:#}");
+            assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "{job:#}");
+        }
+        log
+    };
+    assert_eq!(log.len(), ids.len(), "one prediction per attempt");
+    assert!(log.values().all(|request| request["received"] == 1), "no PUT sent twice: {log:#?}");
+}
+
+async fn a_server_killed_while_its_prediction_runs_and_restarted_settles_it_by_the_webhook_with_one_run(
+    backend: Backend,
+) {
+    use crate::common::processes::{database, eventually, job, set};
+    let cog = CogServer::start().await;
+    // Providers call back through a proxy, which follows the server across
+    // its restart, as a load balancer would.
+    let public = Forwarder::start().await;
+    let mut table: toml::Table = onejob::config::DEFAULT_CONFIG.parse().unwrap();
+    set(&mut table, &["server", "public_url"], public.url.clone().into());
+    let files = std::env::temp_dir().join(format!("onejob-test-files-{}", uuid::Uuid::now_v7()));
+    set(&mut table, &["files", "dir"], files.display().to_string().into());
+    set(&mut table, &["providers", "cog", "kind"], "cog".into());
+    set(&mut table, &["providers", "cog", "base_url"], cog.url.clone().into());
+    set(&mut table, &["providers", "cog", "timeout_ms"], 30_000.into());
+    set(&mut table, &["tasks", "image", "default_provider"], "cog".into());
+    set(&mut table, &["tasks", "image", "input_schema"], "{\"type\": \"object\"}".into());
+    let config = std::env::temp_dir().join(format!("onejob-test-{}.toml", uuid::Uuid::now_v7().simple()));
+    std::fs::write(&config, toml::to_string(&table).unwrap()).unwrap();
+    let (database_url, _pool, token) = database(backend).await;
+    let client = reqwest::Client::new();
+
+    let (mut first, address) = crate::common::spawn_server(&database_url, Some(&config)).await;
+    public.point_at(&address);
+    let body = json!({"task": "image", "input": {"tag": "killed", "seconds": 2}});
+    let made = client.post(format!("http://{address}/jobs")).bearer_auth(&token).header("idempotency-key", "kill");
+    let id = ok_json(made.json(&body).send().await.unwrap()).await["id"].as_str().unwrap().to_owned();
+    eventually("the prediction runs", Duration::from_secs(20), || async { cog.started("killed") == 1 }).await;
+    first.kill().await.unwrap(); // SIGKILL: the worker waiting for the webhook is gone
+    first.wait().await.unwrap();
+
+    let (_second, address) = crate::common::spawn_server(&database_url, Some(&config)).await;
+    public.point_at(&address);
+    eventually("the webhook settles the job", Duration::from_secs(60), || async {
+        job(&client, &address, &token, &id).await["state"] == "succeeded"
+    })
+    .await;
+    let settled = job(&client, &address, &token, &id).await;
+    assert_eq!(settled["attempts"].as_array().unwrap().len(), 1, "{settled:#}");
+    assert_eq!(settled["result"]["content_type"], "image/png");
+    assert_eq!(cog.started("killed"), 1, "one run: {:?}", cog.runs());
+    let _ = std::fs::remove_file(config);
+    let _ = std::fs::remove_dir_all(files);
+}
+
+async fn a_purged_job_takes_its_files_with_it(backend: Backend) {
+    let app = TestApp::spawn_live(backend, |s| {
+        s.retention.allow_short = true;
+        s.retention.finished_jobs = "1s".parse().unwrap();
+        s.retention.purge_interval = "100ms".parse().unwrap();
+    })
+    .await;
+    let body = json!({"task": "image", "input": {"prompt": "gone soon"}});
+    let id = ok_json(app.post_job("purged", &body).await).await["id"].as_str().unwrap().to_owned();
+    let job = ended(&app, &id).await;
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let folder = app.files_dir.join(&id);
+    assert!(folder.join("1-0.png").exists());
+    wait_until("the purged job's files are gone", || !folder.exists()).await;
+    assert_eq!(app.get(&app.alice, &format!("/jobs/{id}")).await.status(), StatusCode::NOT_FOUND, "purged");
+}
+
+async fn the_files_of_a_job_that_is_gone_are_swept_once_an_hour_old(backend: Backend) {
+    // Left by a crash between a job's removal and its files': one folder an
+    // hour and a half old, one just written (its job may be committing).
+    let (old, young) = (uuid::Uuid::now_v7().to_string(), uuid::Uuid::now_v7().to_string());
+    let app = TestApp::spawn_live(backend, |s| {
+        let dir = s.files.dir.clone().unwrap();
+        for job in [&old, &young] {
+            std::fs::create_dir_all(dir.join(job)).unwrap();
+            std::fs::write(dir.join(job).join("1-0.png"), b"left behind").unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - Duration::from_secs(5400);
+        std::fs::File::open(dir.join(&old)).unwrap().set_modified(long_ago).unwrap();
+    })
+    .await;
+    wait_until("the old orphan is swept", || !app.files_dir.join(&old).exists()).await;
+    assert!(app.files_dir.join(&young).join("1-0.png").exists(), "a young folder is left alone");
+}
+
+async fn a_file_a_prediction_uploads_is_fetched_once_by_its_url_and_kept(backend: Backend) {
+    let store = UploadStore::start().await;
+    let cog = CogServer::start_with(1.0, Some(&store.url)).await;
+    let app = TestApp::spawn_live(backend, |s| {
+        s.files.allow_hosts = vec!["127.0.0.1".into()];
+        s.providers.insert("cog".into(), cog.provider(""));
+        s.tasks.insert("image".into(), image_task("cog", &[]));
+    })
+    .await;
+    let id = create(&app, "uploaded", json!({"tag": "uploaded", "seconds": 0.1, "size": 32})).await;
+    let job = ended(&app, &id).await;
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let file = &job["result"];
+    assert_eq!(file["source"], format!("{}out.png", store.url), "the URL it came from, kept");
+    let served = app.get(&app.alice, file["url"].as_str().unwrap()).await.bytes().await.unwrap();
+    assert_eq!(served, store.stored("/upload/out.png"), "the bytes the server made");
+    assert_eq!(hex::encode(sha2::Sha256::digest(&served)), file["sha256"].as_str().unwrap());
+    assert_eq!(store.reads(), 1, "fetched once");
+    assert_eq!(cog.started("uploaded"), 1);
+}
+
+async fn a_file_url_on_a_loopback_address_is_refused_unless_allowed(backend: Backend) {
+    let store = UploadStore::start().await;
+    let cog = CogServer::start_with(1.0, Some(&store.url)).await;
+    let app = TestApp::spawn_live(backend, on_cog(&cog, "")).await;
+    let id = create(&app, "not-allowed", json!({"tag": "private", "seconds": 0})).await;
+    let job = ended(&app, &id).await;
+    assert_eq!(job["state"], "failed", "{job:#}");
+    let error = &job["attempts"][0]["error"];
+    assert_eq!(error["type"], "contract-violation", "{error:#}");
+    assert!(error["message"].as_str().unwrap().contains("not in files.allow_hosts"), "{error:#}");
+    assert_eq!(store.reads(), 0, "never fetched");
+}
+
 /// Waits up to 30 s for `done`.
 async fn wait_until(what: &str, done: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -362,6 +525,92 @@ impl AnswerDropper {
     }
 }
 
+/// A proxy that forwards every connection to the address it is pointed at.
+struct Forwarder {
+    url: String,
+    target: std::sync::Arc<std::sync::Mutex<String>>,
+    _task: AbortOnDrop,
+}
+
+impl Forwarder {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let target = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let to = target.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let (mut client, _) = listener.accept().await.unwrap();
+                let address = to.lock().unwrap().clone();
+                tokio::spawn(async move {
+                    // A server that is down: the connection closes unanswered.
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(&address).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+            }
+        });
+        Self { url, target, _task: AbortOnDrop(task) }
+    }
+
+    fn point_at(&self, address: &str) {
+        *self.target.lock().unwrap() = address.to_owned();
+    }
+}
+
+/// Files by path, each with its media type.
+type Kept = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (String, Vec<u8>)>>>;
+
+/// Where a Cog server started with `--upload-url` puts its files: every
+/// PUT kept by path, served back by GET (with its type), the reads counted.
+struct UploadStore {
+    url: String,
+    files: Kept,
+    reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    _task: AbortOnDrop,
+}
+
+impl UploadStore {
+    async fn start() -> Self {
+        use axum::extract::{Path, State};
+        use axum::http::{HeaderMap, StatusCode};
+        let files: Kept = Default::default();
+        let reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let put = |State((files, _)): State<(Kept, std::sync::Arc<std::sync::atomic::AtomicUsize>)>,
+                   Path(name): Path<String>,
+                   headers: HeaderMap,
+                   body: axum::body::Bytes| async move {
+            let kind = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+            files.lock().unwrap().insert(format!("/upload/{name}"), (kind, body.to_vec()));
+            StatusCode::CREATED
+        };
+        let get = |State((files, reads)): State<(Kept, std::sync::Arc<std::sync::atomic::AtomicUsize>)>,
+                   Path(name): Path<String>| async move {
+            reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            match files.lock().unwrap().get(&format!("/upload/{name}")) {
+                Some((kind, bytes)) => ([("content-type", kind.clone())], bytes.clone()).into_response(),
+                None => StatusCode::NOT_FOUND.into_response(),
+            }
+        };
+        use axum::response::IntoResponse as _;
+        let router = axum::Router::new()
+            .route("/upload/{name}", axum::routing::put(put).get(get))
+            .with_state((files.clone(), reads.clone()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/upload/", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        Self { url, files, reads, _task: AbortOnDrop(task) }
+    }
+
+    fn stored(&self, path: &str) -> Vec<u8> {
+        self.files.lock().unwrap()[path].1.clone()
+    }
+
+    fn reads(&self) -> usize {
+        self.reads.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// A task that stops when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -380,4 +629,11 @@ on_both_backends!(
     a_callback_with_another_token_is_refused_and_a_late_one_changes_nothing,
     a_file_over_the_tasks_cap_fails_the_attempt_and_is_not_kept,
     the_documented_configuration_works_as_written_once_its_base_url_is_changed,
+    the_default_image_task_on_the_simulator_makes_one_prediction_per_intent_and_serves_its_png,
+    with_every_answer_to_a_put_lost_each_attempt_is_one_prediction_settled_by_its_webhook,
+    a_server_killed_while_its_prediction_runs_and_restarted_settles_it_by_the_webhook_with_one_run,
+    the_files_of_a_job_that_is_gone_are_swept_once_an_hour_old,
+    a_purged_job_takes_its_files_with_it,
+    a_file_a_prediction_uploads_is_fetched_once_by_its_url_and_kept,
+    a_file_url_on_a_loopback_address_is_refused_unless_allowed,
 );

@@ -278,13 +278,13 @@ async fn every_counter_whose_labels_the_configuration_names_is_exported_at_zero_
         assert_eq!(value(&samples, name, labels), Some(0.0), "{name} {labels:?} is exported at zero from start");
     };
     let tasks: Vec<&str> = settings.tasks.keys().map(String::as_str).collect();
-    assert_eq!(tasks, ["chat", "echo", "summarize"]);
+    assert_eq!(tasks, ["chat", "echo", "image", "summarize"]);
     for task in &tasks {
         for name in ["onejob_jobs_created_total", "onejob_jobs_replayed_total", "onejob_jobs_conflicted_total"] {
             zero(name, &[("task", task)]);
         }
     }
-    assert_eq!(settings.providers.len(), 8);
+    assert_eq!(settings.providers.len(), 9);
     for (provider, provider_settings) in &settings.providers {
         zero("onejob_races_lost_total", &[("provider", provider)]);
         for outcome in SETTLED {

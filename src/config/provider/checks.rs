@@ -40,11 +40,6 @@ impl ProviderSettings {
     /// Checks that the kind and the API agree: `api` only for a simulated
     /// provider, a real one's endpoint and key, the Responses API's calls.
     fn check_kind(&self, name: &str) -> Result<(), String> {
-        if self.api == Some(ProviderApi::Predictions) {
-            return Err(format!(
-                "providers.{name}.api: the simulator does not serve Cog's predictions; kind = \"cog\" names a Cog server"
-            ));
-        }
         if self.api.is_some() && self.is_real() {
             return Err(format!(
                 "providers.{name}.api is for sim providers; the kind says which API a real one speaks"

@@ -235,6 +235,8 @@ function run(demo) {
     }
   });
 
+  if ($('image-demo')) drawing(client, $('image-demo').dataset.task);
+
   $('again').addEventListener('click', () => startIntent(null));
   // A reload carries on with the tab's intent: sent already, it is sent
   // again with its key, and finds its job.
@@ -244,5 +246,79 @@ function run(demo) {
   } catch (e) { /* nothing kept */ }
   startIntent(restored && restored.intent ? restored : null).then(() => {
     if (restored && restored.sent) generate();
+  });
+}
+
+// The picture: one `image` job per prompt intent, its key made once by the
+// client and kept by the tab (a reload sends the same request again and
+// finds the same job); the picture is the result's file, which onejob
+// kept, read through the demo's route for the session's owner.
+function drawing(client, task) {
+  const kept = 'onejob:demo:image'; // the tab's picture intent: {intent, prompt, sent}
+  let intent;
+  let sends = 0;
+
+  function status(text, kind) {
+    const line = $('image-status');
+    line.textContent = text;
+    line.className = 'status' + (kind ? ' ' + kind : '');
+  }
+
+  async function start(restored) {
+    intent = restored ? restored.intent : crypto.randomUUID();
+    if (restored) $('prompt').value = restored.prompt;
+    $('image-key').textContent = await client.keyFor('create:' + intent);
+    $('picture').innerHTML = '';
+    delete $('picture').dataset.job;
+    sends = 0;
+    status('Nothing drawn yet.');
+  }
+
+  async function draw() {
+    const mine = intent;
+    sessionStorage.setItem(kept, JSON.stringify({ intent, prompt: $('prompt').value, sent: true }));
+    sends += 1;
+    try {
+      const created = await client.createJob({ task, input: { prompt: $('prompt').value } }, { intent: mine });
+      if (mine !== intent) return;
+      const id = created.job.id;
+      const picture = $('picture');
+      status((created.replayed ? 'The same job ' : 'Job ') + id + (sends > 1 ? ', after ' + sends + ' clicks' : '') + ': drawing…');
+      if (picture.dataset.job === id) return; // already followed
+      picture.dataset.job = id;
+      for await (const event of client.stream(id)) {
+        if (mine !== intent) return;
+        if (event.kind === 'result') {
+          const file = event.result;
+          const img = document.createElement('img');
+          img.src = '/ui/api' + file.url;
+          img.alt = $('prompt').value;
+          img.dataset.sha256 = file.sha256;
+          picture.replaceChildren(img);
+          status('Drawn once: job ' + id + ', ' + file.size + ' bytes of ' + file.content_type + ', kept by onejob.', 'done');
+        } else if (event.kind === 'error') {
+          status('No picture: the job is ' + event.state + '.', 'error');
+        }
+      }
+    } catch (error) {
+      status(String(error.detail || error) + '. Click Draw again: it sends the same key.', 'error');
+    }
+  }
+
+  $('draw').addEventListener('click', draw);
+  // Another prompt is another intent, with a key of its own.
+  $('prompt').addEventListener('input', () => {
+    if (sends > 0) start(null);
+  });
+  $('image-again').addEventListener('click', () => {
+    sessionStorage.removeItem(kept);
+    start(null);
+  });
+  let restored = null;
+  try {
+    restored = JSON.parse(sessionStorage.getItem(kept));
+  } catch (e) { /* nothing kept */ }
+  start(restored && restored.intent ? restored : null).then(() => {
+    if (restored && restored.sent) draw();
   });
 }

@@ -69,7 +69,9 @@ pub(super) async fn settled_by_callback(worker: &Worker, claimed: &ClaimedAttemp
     let state = job.attempts.into_iter().find(|a| a.number == attempt.number)?.state;
     (state != crate::domain::AttemptState::Running).then(|| {
         let message = format!("the attempt was settled ({}) while its call waited", state.as_str());
-        ProviderError::new(FailureClass::Canceled, FailureKind::SettledElsewhere, None, message)
+        let error = ProviderError::new(FailureClass::Canceled, FailureKind::SettledElsewhere, None, message);
+        // What became of it, for the breaker.
+        error.with_facts(FailureFacts { provider_status: Some(state.as_str().to_owned()), ..FailureFacts::default() })
     })
 }
 
@@ -118,25 +120,29 @@ impl<'a> Call<'a> {
             prepared.prompt_tokens = crate::task::contract::counted(self.provider, &prepared).await?;
         }
         if settings.answers_by_callback() {
-            prepared.request.callback_url = self.callback_url().await?;
+            prepared.request.callback_url = Some(self.callback_url().await?);
         }
         Ok(prepared)
     }
 
     /// The attempt's callback URL; a failure before anything was sent when
-    /// it cannot be made (the database does not answer).
-    async fn callback_url(&self) -> Result<Option<String>, ProviderError> {
+    /// it cannot be made: the database does not answer (retryable), or this
+    /// process knows no URL of the API (`server.public_url`).
+    async fn callback_url(&self) -> Result<String, ProviderError> {
         let attempt = &self.claimed.attempt;
-        self.worker.callbacks.url_for(attempt.job_id, attempt.number).await.map_err(|error| {
-            let message = format!("the attempt's callback URL could not be made: {error}");
-            let error = ProviderError::new(
-                FailureClass::Definitive { retryable: true },
-                FailureKind::NotConfigured,
-                None,
-                message,
-            );
+        let unsent = |retryable, message: String| {
+            let class = FailureClass::Definitive { retryable };
+            let error = ProviderError::new(class, FailureKind::NotConfigured, None, message);
             error.with_facts(FailureFacts { sent: Some(false), ..FailureFacts::default() })
-        })
+        };
+        match self.worker.callbacks.url_for(attempt.job_id, attempt.number).await {
+            Ok(Some(url)) => Ok(url),
+            Ok(None) => Err(unsent(
+                false,
+                "the provider calls back, and this worker knows no URL of the API: set server.public_url".into(),
+            )),
+            Err(error) => Err(unsent(true, format!("the attempt's callback URL could not be made: {error}"))),
+        }
     }
 
     /// Resolves once the attempt is no longer `running` (its provider's
@@ -336,7 +342,9 @@ impl<'a> Call<'a> {
     /// with what the provider says of itself, where it says something.
     async fn past_deadline(&self, timeout: Duration) -> ProviderError {
         let mut error = ProviderError::deadline(self.provider.settings().timeout, timeout);
-        let asked = tokio::time::timeout(Duration::from_secs(3), self.provider.evidence()).await;
+        // Within half the lease's margin, which the outcome's record needs.
+        let patience = (self.worker.settings.lease_margin / 2).min(Duration::from_secs(1));
+        let asked = tokio::time::timeout(patience, self.provider.evidence()).await;
         if let Ok(Some(evidence)) = asked {
             error.message = format!("{}; {evidence}", error.message);
             error.facts.provider_status = Some(evidence);
@@ -384,8 +392,21 @@ impl<'a> Call<'a> {
             }
             Ok(_) => {}
         }
-        if matches!(result, Err(error) if error.kind == FailureKind::SettledElsewhere) {
-            // Its callback told the breaker and the metrics.
+        if let Err(error) = result
+            && error.kind == FailureKind::SettledElsewhere
+        {
+            // Its callback settled it: the breaker hears what became of it
+            // (an answer, or a failure of the provider's), the probe's
+            // verdict included.
+            let failed = match error.facts.provider_status.as_deref() {
+                Some("succeeded" | "superseded") => Some(false),
+                Some("failed" | "unknown") => Some(true),
+                _ => None,
+            };
+            if let Some(failed) = failed {
+                let breakers = self.worker.catalog.breakers();
+                crate::task::breakers::record(&self.worker.store, breakers, provider, failed, probe).await;
+            }
             return;
         }
         let outcome = match result {

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Images through onejob: `picture` jobs on a provider that speaks Cog's
+# predictions (the simulator's, `onejob sim` in a process of its own on
+# SIM_PORT, 19090), each drawing a PNG of SIDE pixels a side after
+# LATENCY_MS and calling onejob back with it inline. IMAGES jobs, CALLERS
+# at a time, then every kept file read back the same way. It reports:
+#   - settlement: from the simulator's completion of a prediction (its
+#     request log's finished_at) to the attempt's settlement by the webhook
+#     (its finished_at): the callback's own cost, the file kept included;
+#   - create → settled, as a caller sees it (the provider's latency in it);
+#   - reading the kept files: MB/s, and each read's p50 / p99;
+#   - the server's peak RSS.
+#
+#   bench/images.sh [postgres|sqlite]
+#   IMAGES=200 CALLERS=32 SIDE=512 LATENCY_MS=500 bench/images.sh postgres
+source "$(dirname "$0")/lib.sh"
+BACKEND=${1:-postgres}
+export BACKEND
+IMAGES=${IMAGES:-200}
+CALLERS=${CALLERS:-32}
+SIDE=${SIDE:-512}
+LATENCY_MS=${LATENCY_MS:-500}
+
+build
+[ "$BACKEND" = postgres ] && start_postgres
+
+write_config "$(cat <<TOML
+[tasks.picture]
+default_provider = "sim-picture"
+max_attempts = 1
+input_schema = '{ "type": "object" }'
+output_schema = '{ "type": "string" }'
+
+[tasks.picture.files]
+types = ["image/png"]
+max_bytes = 16000000
+
+[providers.sim-picture]
+kind = "sim"
+api = "predictions"
+timeout_ms = 60000
+latency_ms = $LATENCY_MS
+TOML
+)"
+start_sim "$WORK/bench.toml"
+SIM_URL=http://127.0.0.1:${SIM_PORT:-19090}
+export ONEJOB_SIM_URL=$SIM_URL
+new_database onejob_images
+start_server
+
+log "$IMAGES pictures of $SIDE × $SIDE, $CALLERS at a time, on $BACKEND"
+python3 - "http://127.0.0.1:$PORT" "$TOKEN" "$SIM_URL" "$IMAGES" "$CALLERS" "$SIDE" "$SERVER_PID" <<'PY'
+import concurrent.futures, datetime, json, sys, time, urllib.request
+
+api, token, sim, images, callers, side, pid = sys.argv[1:]
+images, callers, side = int(images), int(callers), int(side)
+auth = {"Authorization": f"Bearer {token}"}
+
+def call(method, url, body=None, headers=None):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={**auth, **(headers or {})})
+    if data:
+        request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        return answer.read()
+
+def stamp(text):
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+def peak_rss_mib():
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+def one(n):
+    started = time.monotonic()
+    made = json.loads(call("POST", f"{api}/jobs", {"task": "picture", "input": {"prompt": f"picture {n}", "size": side}},
+                           {"Idempotency-Key": f"picture-{n}"}))
+    job = made
+    while job["state"] in ("queued", "running"):
+        job = json.loads(call("GET", f"{api}/jobs/{made['id']}?wait=30"))
+    return job, time.monotonic() - started
+
+def pct(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p / 100 * len(values)))] if values else float("nan")
+
+began = time.monotonic()
+with concurrent.futures.ThreadPoolExecutor(callers) as pool:
+    done = list(pool.map(one, range(images)))
+made_in = time.monotonic() - began
+failed = [job for job, _ in done if job["state"] != "succeeded"]
+if failed:
+    sys.exit(f"{len(failed)} jobs did not succeed, the first: {json.dumps(failed[0])[:400]}")
+log = {r["id"]: r for r in json.loads(call("GET", f"{sim}/v1/requests"))["requests"]}
+settle = []
+for job, _ in done:
+    attempt = job["attempts"][0]
+    request = log[attempt["id"]]
+    settle.append((stamp(attempt["finished_at"]) - stamp(request["finished_at"])) * 1000)
+whole = [seconds * 1000 for _, seconds in done]
+if any(log[job["attempts"][0]["id"]]["received"] != 1 for job, _ in done):
+    sys.exit("a prediction was sent twice")
+
+def read(job):
+    started = time.monotonic()
+    size = len(call("GET", api + job["result"]["url"]))
+    return size, time.monotonic() - started
+
+began = time.monotonic()
+with concurrent.futures.ThreadPoolExecutor(callers) as pool:
+    reads = list(pool.map(read, [job for job, _ in done]))
+read_in = time.monotonic() - began
+total = sum(size for size, _ in reads)
+print(f"settlement by webhook after the provider's completion: p50 {pct(settle, 50):.1f} ms, p99 {pct(settle, 99):.1f} ms")
+print(f"create → settled: p50 {pct(whole, 50):.0f} ms, p99 {pct(whole, 99):.0f} ms; {images / made_in:.1f} jobs/s")
+print(f"files read: {total / 1e6:.1f} MB in {read_in:.2f} s, {total / 1e6 / read_in:.1f} MB/s; each p50 "
+      f"{pct([s * 1000 for _, s in reads], 50):.1f} ms, p99 {pct([s * 1000 for _, s in reads], 99):.1f} ms")
+print(f"server's peak RSS: {peak_rss_mib():.0f} MiB")
+PY
