@@ -329,7 +329,8 @@ async fn every_counter_whose_labels_the_configuration_names_is_exported_at_zero_
 /// the database "stops" for the application behind it.
 struct Door {
     addr: std::net::SocketAddr,
-    tasks: tokio::task::JoinSet<()>,
+    accept: tokio::task::JoinHandle<()>,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
 
 /// Where a [`Door`] leads: the throwaway cluster's Unix socket, or the TCP
@@ -344,13 +345,13 @@ impl Door {
     async fn open(behind: Behind) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut tasks = tokio::task::JoinSet::new();
-        tasks.spawn(async move {
-            let mut connections = tokio::task::JoinSet::new();
+        let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let opened = connections.clone();
+        let accept = tokio::spawn(async move {
             loop {
                 let (mut inbound, _) = listener.accept().await.unwrap();
                 let behind = behind.clone();
-                connections.spawn(async move {
+                let connection = tokio::spawn(async move {
                     match behind {
                         Behind::Socket(path) => {
                             if let Ok(mut outbound) = tokio::net::UnixStream::connect(&path).await {
@@ -364,14 +365,23 @@ impl Door {
                         }
                     }
                 });
+                opened.lock().unwrap().push(connection);
             }
         });
-        Self { addr, tasks }
+        Self { addr, accept, connections }
     }
 
-    fn close(&mut self) {
-        // Dropping the accept loop drops its listener and every connection.
-        self.tasks.abort_all();
+    /// Closes the listener and every connection through it, and returns
+    /// once they are closed: an abort only asks, and a request sent before
+    /// the aborted tasks are dropped would still get through.
+    async fn close(&mut self) {
+        self.accept.abort();
+        let _ = (&mut self.accept).await;
+        let connections = std::mem::take(&mut *self.connections.lock().unwrap());
+        for connection in connections {
+            connection.abort();
+            let _ = connection.await;
+        }
     }
 }
 
@@ -402,7 +412,7 @@ async fn readiness_and_requests_answer_503_while_the_database_is_stopped() {
     .await;
     assert_eq!(app.client.get(app.url("/readyz")).send().await.unwrap().status(), StatusCode::OK);
 
-    door.close();
+    door.close().await;
     let started = std::time::Instant::now();
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
     expect_problem(ready, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
