@@ -19,7 +19,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::domain::{AttemptState, JobId};
-use crate::provider::{ProviderError, RequestStatus};
+use crate::provider::{CallbackRefusal, ProviderError, RequestStatus};
 use crate::store::{AttemptRef, StoreError};
 use crate::worker::Worker;
 
@@ -43,6 +43,16 @@ pub(crate) enum CallbackError {
     /// The job has no such attempt, or its provider does not call back.
     #[error("{0}")]
     NotFound(String),
+    /// The provider signs its callbacks, and this one is not signed by it.
+    #[error("{0}")]
+    NotSigned(String),
+    /// Its signature could not be checked now: the sender should send it
+    /// again.
+    #[error("{0}")]
+    CannotVerify(String),
+    /// Its body is not JSON.
+    #[error("the body is not JSON: {0}")]
+    NotJson(String),
     /// The database could not be used, or the outcome could not be
     /// recorded: the sender should send it again.
     #[error(transparent)]
@@ -82,9 +92,16 @@ impl Callbacks {
         self.worker.callbacks.verify(job, number, token).await
     }
 
-    /// Receives the callback of attempt `number` of `job` with `body`, its
-    /// token checked.
-    pub(crate) async fn receive(&self, job: JobId, number: i32, body: Value) -> Result<Received, CallbackError> {
+    /// Receives the callback of attempt `number` of `job` with `headers`
+    /// and `body`, its token checked: verified by the provider where it
+    /// signs its callbacks, then recorded.
+    pub(crate) async fn receive(
+        &self,
+        job: JobId,
+        number: i32,
+        headers: &axum::http::HeaderMap,
+        body: bytes::Bytes,
+    ) -> Result<Received, CallbackError> {
         let worker = &self.worker;
         let Some(owner) = worker.store.find_job_owner(job).await? else { return Ok(Received::JobGone) };
         let Some(found) = worker.store.get_job(&owner, job).await? else { return Ok(Received::JobGone) };
@@ -95,7 +112,14 @@ impl Callbacks {
         else {
             return Err(CallbackError::NotFound(format!("attempt {number}'s provider does not call back")));
         };
-        let outcome = match crate::provider::cog::read_prediction(body) {
+        provider.verify_callback(headers, &body).await.map_err(|refusal| match refusal {
+            CallbackRefusal::NotSigned(why) => CallbackError::NotSigned(why),
+            CallbackRefusal::CannotVerify(why) => CallbackError::CannotVerify(why),
+        })?;
+        let prediction: Value = serde_json::from_slice(&body).map_err(|e| CallbackError::NotJson(e.to_string()))?;
+        drop(body);
+        let said_id = prediction.get("id").and_then(Value::as_str).filter(|id| is_an_id(id)).map(str::to_owned);
+        let outcome = match crate::provider::cog::read_prediction(prediction) {
             RequestStatus::Running | RequestStatus::NotFound => return Ok(Received::NotFinal),
             RequestStatus::Succeeded(completion) => Ok(completion),
             RequestStatus::Failed(error) => Err(error),
@@ -107,6 +131,11 @@ impl Callbacks {
             return Ok(Received::AlreadySettled);
         }
         let attempt_ref = AttemptRef { owner: owner.clone(), job_id: job, number };
+        // The provider's id of the request, which a lost answer to the
+        // create did not bring (Replicate's), is kept first.
+        if let (None, Some(id)) = (&attempt.provider_request_id, &said_id) {
+            worker.store.record_provider_request(&attempt_ref, id).await?;
+        }
         let span = tracing::info_span!("callback", owner = %owner, job.id = %job, attempt.number = number,
             provider = %provider.name(), attempt.state = tracing::field::Empty);
         crate::worker::record_outcome(worker, &attempt_ref, &found.task, provider.name(), outcome)
@@ -123,4 +152,10 @@ impl Callbacks {
             Some(true) | None => Ok(Received::Settled),
         }
     }
+}
+
+/// Whether `id` may be kept as a provider's id of a request: short, of
+/// the characters providers' ids use.
+fn is_an_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
 }

@@ -64,6 +64,10 @@ pub enum ProviderApi {
     /// A Cog server's `PUT /predictions/{id}`: accepted at once, its
     /// outcome brought by a callback.
     Predictions,
+    /// Replicate's `POST /v1/predictions` (or a model's, or a
+    /// deployment's): accepted at once under Replicate's id, its outcome
+    /// brought by a signed callback or asked for by that id.
+    Replicate,
 }
 
 /// The name chat completions give the answer's token limit.
@@ -91,13 +95,15 @@ pub enum ProviderKind {
     Anthropic,
     /// A Cog model server.
     Cog,
+    /// Replicate's hosted predictions.
+    Replicate,
 }
 
 /// `[providers.NAME]`
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderSettings {
-    /// `sim`, `openai`, `openai-responses`, `anthropic` or `cog`.
+    /// `sim`, `openai`, `openai-responses`, `anthropic`, `cog` or `replicate`.
     pub kind: ProviderKind,
     /// sim: which surface the simulated provider speaks (the kind says it
     /// for the others).
@@ -237,6 +243,10 @@ pub struct ProviderSettings {
     /// sim: a transport fault instead of a well-formed answer.
     #[serde(default)]
     pub fault: Option<SimFault>,
+    /// sim, predictions: never sends a prediction's webhook (its outcome is
+    /// then known only to the status lookup).
+    #[serde(default)]
+    pub drop_webhooks: bool,
     /// sim: the `Retry-After` (seconds) sent with the simulated error statuses.
     #[serde(default, rename = "retry_after_secs", with = "duration::option_secs")]
     pub retry_after: Option<Duration>,
@@ -328,6 +338,7 @@ impl ProviderSettings {
             ProviderKind::OpenaiResponses => ProviderApi::Responses,
             ProviderKind::Anthropic => ProviderApi::Messages,
             ProviderKind::Cog => ProviderApi::Predictions,
+            ProviderKind::Replicate => ProviderApi::Replicate,
         }
     }
 
@@ -360,14 +371,15 @@ impl ProviderSettings {
     /// simulator, which have no status lookup, and for the Messages API,
     /// which has none).
     pub fn has_status_lookup(&self) -> bool {
-        let none = self.kind == ProviderKind::Openai || self.answers_by_callback();
+        let none = self.kind == ProviderKind::Openai || self.api() == ProviderApi::Predictions;
         self.status_lookup.unwrap_or(!none && self.api() != ProviderApi::Messages)
     }
 
     /// Whether the outcome of a request this provider accepted comes by a
-    /// callback to onejob, not by asking (a Cog server's predictions).
+    /// callback to onejob: a Cog server's predictions (which cannot be
+    /// asked about), Replicate's (which can be, too).
     pub fn answers_by_callback(&self) -> bool {
-        self.api() == ProviderApi::Predictions
+        matches!(self.api(), ProviderApi::Predictions | ProviderApi::Replicate)
     }
 
     /// Whether the reconciler can ask the provider about a request whose
@@ -375,7 +387,8 @@ impl ProviderSettings {
     /// the Responses API, the response's id (which a lost answer may never
     /// have brought).
     pub fn can_be_asked_about(&self, provider_request_id: Option<&str>) -> bool {
-        self.has_status_lookup() && (self.api() != ProviderApi::Responses || provider_request_id.is_some())
+        let by_own_id = matches!(self.api(), ProviderApi::Responses | ProviderApi::Replicate);
+        self.has_status_lookup() && (!by_own_id || provider_request_id.is_some())
     }
 
     /// Whether an aborted call is followed by the provider's cancel call
@@ -388,7 +401,41 @@ impl ProviderSettings {
     /// attempt as never received (see `absence_is_final`). Never for the
     /// Responses API: a response asked for by its id was received.
     pub fn absence_is_final(&self) -> bool {
-        self.api() != ProviderApi::Responses && self.absence_is_final.unwrap_or(!self.is_real())
+        !matches!(self.api(), ProviderApi::Responses | ProviderApi::Replicate)
+            && self.absence_is_final.unwrap_or(!self.is_real())
+    }
+}
+
+/// What a `replicate` provider's `model` names: where its predictions are
+/// created.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplicateModel {
+    /// `owner/name`: an official model's latest version.
+    Model(String),
+    /// `owner/name:version`: that version of a model.
+    Version(String),
+    /// `deployments/owner/name`: a deployment.
+    Deployment(String),
+}
+
+impl ReplicateModel {
+    /// What `model` names, when it has one of the three shapes.
+    pub fn of(model: &str) -> Option<ReplicateModel> {
+        let segment = |s: &str| {
+            s.bytes().any(|b| b != b'.')
+                && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        };
+        let pair = |s: &str| s.split_once('/').filter(|(o, n)| segment(o) && segment(n)).is_some();
+        if let Some(deployment) = model.strip_prefix("deployments/") {
+            return pair(deployment).then(|| ReplicateModel::Deployment(deployment.to_owned()));
+        }
+        match model.split_once(':') {
+            Some((named, version)) if pair(named) && segment(version) => {
+                Some(ReplicateModel::Version(version.to_owned()))
+            }
+            None if pair(model) => Some(ReplicateModel::Model(model.to_owned())),
+            _ => None,
+        }
     }
 }
 
@@ -401,6 +448,7 @@ impl ProviderKind {
             ProviderKind::OpenaiResponses => "openai-responses",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Cog => "cog",
+            ProviderKind::Replicate => "replicate",
         }
     }
 }

@@ -10,7 +10,7 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::json;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -31,18 +31,19 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
     params(("job" = uuid::Uuid, Path, description = "the job"),
            ("number" = i32, Path, description = "the attempt's number"),
            ("token" = String, Path, description = "the attempt's callback token, as onejob gave it")),
-    request_body(content = Object, description = "what the provider says of the request: a Cog prediction (`status`, `output`, `error`, `metrics`)"),
+    request_body(content = Object, description = "what the provider says of the request: a Cog or Replicate prediction (`id`, `status`, `output`, `error`, `metrics`)"),
     responses(
         (status = 200, description = "received: `received` says what became of it (`settled`, `already-settled`, `not-final`, `job-gone`)", body = Object),
         (status = 422, description = "validation-failed: the body is not JSON", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized: the token is not this attempt's", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: the token is not this attempt's, or the callback is not signed by the attempt's provider (Replicate's Standard Webhooks signature)", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 404, description = "not-found: the job has no such attempt, or its provider does not call back", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 413, description = "payload-too-large", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "unavailable: the database cannot be reached; the sender should send it again", body = crate::http::openapi::Problem, content_type = "application/problem+json")
+        (status = 503, description = "unavailable: the database cannot be reached, or the provider's signing secret cannot be had; the sender should send it again", body = crate::http::openapi::Problem, content_type = "application/problem+json")
     ))]
 pub(crate) async fn provider_callback(
     State(app): State<AppState>,
     Path((job, number, token)): Path<(String, String, String)>,
+    headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let (Some(job), Ok(number)) = (JobId::parse(&job), number.parse::<i32>()) else {
@@ -56,12 +57,16 @@ pub(crate) async fn provider_callback(
     let bytes = axum::body::to_bytes(body, MAX_CALLBACK_BYTES)
         .await
         .map_err(|_| Problem::new(ProblemType::PayloadTooLarge).detail(format!("over {MAX_CALLBACK_BYTES} bytes")))?;
-    let body: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| Problem::new(ProblemType::ValidationFailed).detail(format!("the body is not JSON: {e}")))?;
-    drop(bytes);
-    match app.callbacks.receive(job, number, body).await {
+    match app.callbacks.receive(job, number, &headers, bytes).await {
         Ok(received) => Ok(Json(json!({ "received": received })).into_response()),
         Err(CallbackError::NotFound(why)) => Err(Problem::not_found().detail(why).into()),
+        Err(CallbackError::NotSigned(why)) => Err(Problem::new(ProblemType::Unauthorized)
+            .detail(format!("the callback is not signed by the attempt's provider: {why}"))
+            .into()),
+        Err(error @ CallbackError::CannotVerify(_)) => Err(Problem::unavailable().detail(error.to_string()).into()),
+        Err(error @ CallbackError::NotJson(_)) => {
+            Err(Problem::new(ProblemType::ValidationFailed).detail(error.to_string()).into())
+        }
         Err(CallbackError::Store(error)) => Err(error.into()),
         Err(CallbackError::NotRecorded) => {
             Err(Problem::unavailable().detail("the outcome could not be recorded yet").into())

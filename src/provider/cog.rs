@@ -103,6 +103,13 @@ pub(crate) fn read_prediction(body: Value) -> RequestStatus {
             ))
         }
         Some("canceled") => RequestStatus::Canceled(None),
+        // Replicate's: ended before it started (its deadline passed).
+        Some("aborted") => RequestStatus::Failed(ProviderError::new(
+            FailureClass::Definitive { retryable: true },
+            FailureKind::ProviderError,
+            None,
+            "the prediction was aborted before it started".to_owned(),
+        )),
         _ => RequestStatus::Running,
     }
 }

@@ -18,6 +18,7 @@ pub(crate) mod cog;
 mod failure;
 mod message_stream;
 pub(crate) mod openai;
+pub(crate) mod replicate;
 mod response_stream;
 pub(crate) mod responses;
 pub mod sim;
@@ -36,6 +37,7 @@ pub use anthropic::MessagesProvider;
 pub use cog::CogProvider;
 pub use failure::{CancelCall, FailureClass, FailureFacts, FailureKind, ProviderError, millis};
 pub use openai::HttpProvider;
+pub use replicate::ReplicateProvider;
 
 /// One attempt's request.
 #[derive(Clone, Debug)]
@@ -148,6 +150,16 @@ pub struct CancelAnswer {
     pub usage: Option<crate::domain::Usage>,
 }
 
+/// Why a callback said to come from a provider was not taken as its.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallbackRefusal {
+    /// It is not signed by the provider.
+    NotSigned(String),
+    /// Its signature could not be checked now (the provider's signing
+    /// secret could not be had): the sender should send it again.
+    CannotVerify(String),
+}
+
 /// A configured provider.
 #[async_trait]
 pub trait Provider: Send + Sync {
@@ -190,6 +202,18 @@ pub trait Provider: Send + Sync {
         None
     }
 
+    /// Whether a callback with `headers` and `body` comes from this
+    /// provider, by its signature where it signs them (Replicate). The
+    /// callback URL's token has been checked first; a provider that does
+    /// not sign has nothing more to check.
+    async fn verify_callback(
+        &self,
+        _headers: &reqwest::header::HeaderMap,
+        _body: &[u8],
+    ) -> Result<(), CallbackRefusal> {
+        Ok(())
+    }
+
     /// The input tokens of `request` as the provider counts them; `None`
     /// when it has no token-counting endpoint.
     async fn count_tokens(&self, _request: &ProviderRequest) -> Option<Result<usize, ProviderError>> {
@@ -228,10 +252,23 @@ pub async fn call(
         Reply::Accepted(id) => id,
     };
     accepted(&id).await;
-    if provider.settings().answers_by_callback() {
+    let settings = provider.settings();
+    if settings.answers_by_callback() && !settings.has_status_lookup() {
         return Err(settled_by_callback.await);
     }
+    // Where the outcome may come by callback too, whichever comes first.
     let asked = RequestRef { client_id: &request.request_id, provider_id: Some(&id), output: request.output_kind() };
+    let callback =
+        async { if settings.answers_by_callback() { settled_by_callback.await } else { std::future::pending().await } };
+    tokio::select! {
+        error = callback => Err(error),
+        outcome = follow(provider, asked, &id) => outcome,
+    }
+}
+
+/// Asks the provider about background request `id` every `poll_interval_ms`
+/// until it is done.
+async fn follow(provider: &dyn Provider, asked: RequestRef<'_>, id: &str) -> Result<Completion, ProviderError> {
     loop {
         tokio::time::sleep(provider.settings().poll_interval).await;
         match provider.status(asked).await {
@@ -274,6 +311,9 @@ pub fn build(settings: &Settings, simulator: Option<&str>) -> Result<Providers, 
                     crate::config::ProviderApi::Predictions => {
                         Arc::new(CogProvider::simulated(name, provider.clone(), base, client.clone()))
                     }
+                    crate::config::ProviderApi::Replicate => {
+                        Arc::new(ReplicateProvider::simulated(name, provider.clone(), base, client.clone()))
+                    }
                     _ => Arc::new(HttpProvider::simulated(name, provider.clone(), base, client.clone()))
                         as Arc<dyn Provider>,
                 }
@@ -283,6 +323,7 @@ pub fn build(settings: &Settings, simulator: Option<&str>) -> Result<Providers, 
             }
             ProviderKind::Anthropic => Arc::new(MessagesProvider::anthropic(name, provider.clone(), client.clone())?),
             ProviderKind::Cog => Arc::new(CogProvider::new(name, provider.clone(), client.clone())?),
+            ProviderKind::Replicate => Arc::new(ReplicateProvider::new(name, provider.clone(), client.clone())?),
         };
         providers.insert(name.clone(), built);
     }

@@ -234,9 +234,10 @@ impl Provider for HttpProvider {
         let (url, body) = match self.api {
             // (A Messages API provider is a `MessagesProvider`, a Cog
             // server a `CogProvider`.)
-            ProviderApi::ChatCompletions | ProviderApi::Messages | ProviderApi::Predictions => {
-                (&self.chat_url, self.body(request))
-            }
+            ProviderApi::ChatCompletions
+            | ProviderApi::Messages
+            | ProviderApi::Predictions
+            | ProviderApi::Replicate => (&self.chat_url, self.body(request)),
             ProviderApi::Responses => (&self.responses_url, responses::body(&self.settings, request, self.simulated)),
         };
         let response = self.post(url, &body, request).await?;
@@ -260,9 +261,10 @@ impl Provider for HttpProvider {
             ));
         }
         match self.api {
-            ProviderApi::ChatCompletions | ProviderApi::Messages | ProviderApi::Predictions => {
-                parse_completion(&body, request.output_kind()).map(Reply::Done)
-            }
+            ProviderApi::ChatCompletions
+            | ProviderApi::Messages
+            | ProviderApi::Predictions
+            | ProviderApi::Replicate => parse_completion(&body, request.output_kind()).map(Reply::Done),
             ProviderApi::Responses => match responses::read(&body, request.output_kind())? {
                 (id, RequestStatus::Running) => Ok(Reply::Accepted(id)),
                 (_, RequestStatus::Succeeded(completion)) => Ok(Reply::Done(completion)),
@@ -275,7 +277,10 @@ impl Provider for HttpProvider {
 
     async fn status(&self, request: RequestRef<'_>) -> Option<Result<RequestStatus, ProviderError>> {
         match self.api {
-            ProviderApi::ChatCompletions | ProviderApi::Messages | ProviderApi::Predictions => {
+            ProviderApi::ChatCompletions
+            | ProviderApi::Messages
+            | ProviderApi::Predictions
+            | ProviderApi::Replicate => {
                 let url = self.status_url.as_ref()?.replace("{id}", request.client_id);
                 Some(self.lookup(&url, request.output).await)
             }
@@ -297,7 +302,10 @@ impl Provider for HttpProvider {
 
     async fn cancel(&self, request: RequestRef<'_>) -> Option<Result<CancelAnswer, ProviderError>> {
         match self.api {
-            ProviderApi::ChatCompletions | ProviderApi::Messages | ProviderApi::Predictions => {
+            ProviderApi::ChatCompletions
+            | ProviderApi::Messages
+            | ProviderApi::Predictions
+            | ProviderApi::Replicate => {
                 let url = self.cancel_url.as_ref()?.replace("{id}", request.client_id);
                 Some(self.cancel_at(&url).await)
             }

@@ -20,7 +20,8 @@
 //! instead (`responses`), one with `api = "messages"`
 //! Anthropic's Messages API (`messages`), and one with `api =
 //! "predictions"` a Cog server's predictions, which draw images
-//! (`predictions`), with the same plans and faults.
+//! (`predictions`), and one with `api = "replicate"` Replicate's
+//! (`replicate`), with the same plans and faults.
 //! Either surface honours a strict JSON schema as OpenAI's structured
 //! outputs do: the schema must meet strict mode's rules (400 otherwise), and
 //! the answer then follows it, whatever the provider's `output` would have
@@ -34,6 +35,7 @@ mod faults;
 mod image;
 mod messages;
 mod predictions;
+mod replicate;
 mod response_object;
 mod response_stream;
 mod responses;
@@ -161,6 +163,10 @@ struct SimState {
     arrivals: Mutex<HashMap<String, u64>>,
     /// When it started, for `outage_ms`.
     started: Instant,
+    /// Replicate's predictions, by id (as many as `log`).
+    predictions: Mutex<Bounded<replicate::Created>>,
+    /// The secret Replicate's webhooks are signed with (`whsec_…`).
+    signing_secret: String,
 }
 
 impl SimState {
@@ -218,6 +224,8 @@ pub fn router(providers: &std::collections::BTreeMap<String, ProviderSettings>) 
         refused: Mutex::new(HashMap::new()),
         arrivals: Mutex::new(HashMap::new()),
         started: Instant::now(),
+        predictions: Mutex::new(Bounded::new(MOST_REQUESTS)),
+        signing_secret: crate::domain::webhook::new_secret(),
     });
     Router::new()
         .route("/providers/{name}/v1/chat/completions", post(chat::complete))
@@ -229,6 +237,12 @@ pub fn router(providers: &std::collections::BTreeMap<String, ProviderSettings>) 
         .route("/providers/{name}/predictions/{id}", put(predictions::put))
         .route("/providers/{name}/predictions/{id}/cancel", post(predictions::cancel))
         .route("/providers/{name}/health-check", get(predictions::health))
+        .route("/providers/{name}/v1/predictions", post(replicate::create_version).get(replicate::list))
+        .route("/providers/{name}/v1/models/{owner}/{model}/predictions", post(replicate::create_named))
+        .route("/providers/{name}/v1/deployments/{owner}/{model}/predictions", post(replicate::create_named))
+        .route("/providers/{name}/v1/predictions/{id}", get(replicate::get))
+        .route("/providers/{name}/v1/predictions/{id}/cancel", post(replicate::cancel))
+        .route("/providers/{name}/v1/webhooks/default/secret", get(replicate::secret))
         .route("/v1/requests/{id}", get(request_status))
         .route("/v1/requests/{id}/cancel", post(cancel_request))
         .route("/v1/requests", get(all_requests))

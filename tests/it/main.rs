@@ -35,6 +35,7 @@ mod output;
 mod pgbouncer;
 mod process;
 mod prose;
+mod replicate;
 mod responses;
 mod retention;
 mod schema;

@@ -956,7 +956,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        /** @description what the provider says of the request: a Cog prediction (`status`, `output`, `error`, `metrics`) */
+        /** @description what the provider says of the request: a Cog or Replicate prediction (`id`, `status`, `output`, `error`, `metrics`) */
         requestBody: {
             content: {
                 "application/json": Record<string, never>;
@@ -972,7 +972,7 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
-            /** @description unauthorized: the token is not this attempt's */
+            /** @description unauthorized: the token is not this attempt's, or the callback is not signed by the attempt's provider (Replicate's Standard Webhooks signature) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1008,7 +1008,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description unavailable: the database cannot be reached; the sender should send it again */
+            /** @description unavailable: the database cannot be reached, or the provider's signing secret cannot be had; the sender should send it again */
             503: {
                 headers: {
                     [name: string]: unknown;

@@ -99,6 +99,32 @@ pub fn signature(secrets: &[&str], id: &str, timestamp: i64, body: &[u8]) -> Str
     signed.join(" ")
 }
 
+/// How far a signed message's `webhook-timestamp` may be from now, in
+/// seconds, for its signature to be taken: an older one may be a replay.
+pub const SIGNATURE_TOLERANCE_SECS: i64 = 5 * 60;
+
+/// Whether `signatures` (a `webhook-signature` value) holds a signature of
+/// the message `id`, `timestamp`, `body` under `secret` (`whsec_` and the
+/// base64 of the key; Replicate's signing secret is one), compared in
+/// constant time, with `timestamp` within [`SIGNATURE_TOLERANCE_SECS`] of
+/// `now`. Why not, otherwise.
+pub fn verify(secret: &str, id: &str, timestamp: &str, signatures: &str, body: &[u8], now: i64) -> Result<(), String> {
+    use subtle::ConstantTimeEq;
+    let Ok(sent_at) = timestamp.parse::<i64>() else { return Err("webhook-timestamp is not a number".into()) };
+    if (now - sent_at).abs() > SIGNATURE_TOLERANCE_SECS {
+        return Err(format!("webhook-timestamp is {} s from now", now - sent_at));
+    }
+    let expected = signature(&[secret], id, sent_at, body);
+    let Some(expected) = expected.strip_prefix("v1,") else {
+        return Err("the signing secret is not whsec_ and base64".into());
+    };
+    let matches = signatures
+        .split(' ')
+        .filter_map(|signed| signed.strip_prefix("v1,"))
+        .any(|signed| bool::from(signed.as_bytes().ct_eq(expected.as_bytes())));
+    if matches { Ok(()) } else { Err("no signature in webhook-signature is the message's".into()) }
+}
+
 /// An endpoint to store.
 #[derive(Clone)]
 pub struct NewEndpoint {
@@ -162,6 +188,25 @@ mod tests {
             signature(&[&new_secret(), secret], "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, br#"{"test": 2432232314}"#);
         assert!(both.ends_with(" v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="), "{both}");
         assert_eq!(signature(&["not-a-secret"], "id", 1, b""), "");
+    }
+
+    #[test]
+    fn a_signature_is_verified_only_for_its_message_its_secret_and_a_recent_time() {
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let (id, at, body) = ("msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", br#"{"test": 2432232314}"#.as_slice());
+        let signed = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+        assert_eq!(verify(secret, id, at, signed, body, 1614265330), Ok(()));
+        assert_eq!(
+            verify(secret, id, at, &format!("v1,AAAA {signed}"), body, 1614265330 + 299),
+            Ok(()),
+            "any of several"
+        );
+        assert!(verify(secret, id, at, signed, b"{\"test\": 1}", 1614265330).is_err(), "another body");
+        assert!(verify(secret, "msg_other", at, signed, body, 1614265330).is_err(), "another id");
+        assert!(verify(&new_secret(), id, at, signed, body, 1614265330).is_err(), "another secret");
+        assert!(verify(secret, id, at, signed, body, 1614265330 + 301).unwrap_err().contains("from now"), "too old");
+        assert!(verify(secret, id, at, "v2,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", body, 1614265330).is_err());
+        assert!(verify(secret, id, "soon", signed, body, 1614265330).is_err());
     }
 
     #[test]

@@ -48,6 +48,9 @@ impl ProviderSettings {
         if self.kind == ProviderKind::Cog {
             return self.check_cog(name);
         }
+        if self.kind == ProviderKind::Replicate {
+            return self.check_replicate(name);
+        }
         if self.is_real() && (self.base_url.is_none() || self.api_key_env.is_none()) {
             return Err(format!("providers.{name}: an {} provider needs base_url and api_key_env", self.kind.as_str()));
         }
@@ -70,6 +73,35 @@ impl ProviderSettings {
             return Err(format!(
                 "providers.{name}: a Cog server has no status lookup (its outcome comes by callback), and its \
                  cancel call follows from base_url"
+            ));
+        }
+        if self.response_format || self.count_tokens || self.prompt_cache {
+            return Err(format!(
+                "providers.{name}: response_format, count_tokens and prompt_cache are for chat models"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks Replicate's settings: its address, its token, a model it
+    /// can create predictions of, and none of what a chat model takes.
+    fn check_replicate(&self, name: &str) -> Result<(), String> {
+        if self.base_url.is_none() || self.api_key_env.is_none() {
+            return Err(format!(
+                "providers.{name}: a replicate provider needs base_url (https://api.replicate.com/v1) and \
+                 api_key_env (the variable holding its API token)"
+            ));
+        }
+        if super::ReplicateModel::of(&self.model).is_none() {
+            return Err(format!(
+                "providers.{name}.model: give Replicate's model as owner/name, a version as owner/name:version, \
+                 or a deployment as deployments/owner/name"
+            ));
+        }
+        if self.status_lookup == Some(false) || self.status_url.is_some() || self.cancel_url.is_some() {
+            return Err(format!(
+                "providers.{name}: Replicate's status lookup and cancel call follow from base_url, by the \
+                 prediction's id"
             ));
         }
         if self.response_format || self.count_tokens || self.prompt_cache {

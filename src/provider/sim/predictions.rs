@@ -106,7 +106,7 @@ fn asks_async(headers: &HeaderMap) -> bool {
 /// The output of a succeeded prediction of `input`: a PNG (`size` or
 /// `width` pixels a side, 8 to 512, 64 by default) for output `valid`, a
 /// text file otherwise.
-fn picture(provider: &ProviderSettings, input: &Value) -> Value {
+pub(super) fn picture(provider: &ProviderSettings, input: &Value) -> Value {
     let engine = base64::engine::general_purpose::STANDARD;
     if provider.output != SimOutput::Valid {
         return json!(format!("data:text/plain;base64,{}", engine.encode("not an image")));
@@ -118,7 +118,7 @@ fn picture(provider: &ProviderSettings, input: &Value) -> Value {
 }
 
 /// The prediction `id` once it is done (or canceled): its final form.
-async fn settled(sim: &SimState, id: &str, plan: &Plan, arrived: Instant, output: Value) -> Value {
+pub(super) async fn settled(sim: &SimState, id: &str, plan: &Plan, arrived: Instant, output: Value) -> Value {
     loop {
         if let Some(done) = final_state(sim, id, plan, arrived, &output) {
             return done;
@@ -128,7 +128,7 @@ async fn settled(sim: &SimState, id: &str, plan: &Plan, arrived: Instant, output
 }
 
 /// The prediction's final form, when it is done or canceled by now.
-fn final_state(sim: &SimState, id: &str, plan: &Plan, arrived: Instant, output: &Value) -> Option<Value> {
+pub(super) fn final_state(sim: &SimState, id: &str, plan: &Plan, arrived: Instant, output: &Value) -> Option<Value> {
     let now = Instant::now();
     let seconds = |at: Instant| at.saturating_duration_since(arrived).as_secs_f64();
     let canceled = sim.log.lock_anyway().get(id).and_then(|entry| entry.canceled_after);
@@ -149,13 +149,31 @@ fn final_state(sim: &SimState, id: &str, plan: &Plan, arrived: Instant, output: 
     }
 }
 
-/// Waits for the prediction's end and sends it to `webhook`, tried again
-/// with doubling waits while it is not answered 2xx.
+/// Waits for the prediction's end and sends it to `webhook`.
 async fn follow(sim: Arc<SimState>, id: String, plan: Plan, arrived: Instant, output: Value, webhook: String) {
     let done = settled(&sim, &id, &plan, arrived, output).await;
+    send_webhook(&webhook, &id, &done, None).await;
+}
+
+/// Sends prediction `id`'s final form `done` to `webhook`, signed the
+/// Standard Webhooks way with `secret` if given (as Replicate signs), tried
+/// again with doubling waits while it is not answered 2xx.
+pub(super) async fn send_webhook(webhook: &str, id: &str, done: &Value, secret: Option<&str>) {
+    let body = done.to_string();
     let mut wait = WEBHOOK_FIRST_WAIT;
     for _ in 0..WEBHOOK_TRIES {
-        match WEBHOOKS.post(&webhook).json(&done).send().await {
+        let mut post = WEBHOOKS.post(webhook).header("content-type", "application/json").body(body.clone());
+        if let Some(secret) = secret {
+            // One message, one id, however many times it is sent.
+            let message = format!("msg_{id}");
+            let timestamp = chrono::Utc::now().timestamp();
+            let signed = crate::domain::webhook::signature(&[secret], &message, timestamp, body.as_bytes());
+            post = post
+                .header("webhook-id", message)
+                .header("webhook-timestamp", timestamp.to_string())
+                .header("webhook-signature", signed);
+        }
+        match post.send().await {
             Ok(answer) if answer.status().is_success() => return,
             Ok(answer) => tracing::debug!(status = answer.status().as_u16(), prediction = %id, "a webhook was refused"),
             Err(error) => tracing::debug!(%error, prediction = %id, "a webhook was not answered"),

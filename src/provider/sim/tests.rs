@@ -15,6 +15,8 @@ fn exactly_one_request_in_twenty_takes_the_tail_at_a_tail_rate_of_five_percent()
         refused: Mutex::new(HashMap::new()),
         arrivals: Mutex::new(HashMap::new()),
         started: tokio::time::Instant::now(),
+        predictions: Mutex::new(Bounded::new(MOST_REQUESTS)),
+        signing_secret: String::new(),
     };
     let job = json!({"task": "summarize", "input": {"text": "a b"}});
     let messages = [json!({"role": "user", "content": "a b"})];
