@@ -2,17 +2,21 @@
 # Images through onejob: `picture` jobs on a provider that speaks Cog's
 # predictions (the simulator's, `onejob sim` in a process of its own on
 # SIM_PORT, 19090), each drawing a PNG of SIDE pixels a side after
-# LATENCY_MS and calling onejob back with it inline. IMAGES jobs, CALLERS
-# at a time, then every kept file read back the same way. It reports:
+# LATENCY_MS and calling onejob back with it inline. With API=replicate,
+# the simulator's Replicate API instead (signed webhooks; with
+# DROP_WEBHOOKS=true none, so that each prediction is settled by asking
+# for it every POLL_MS). IMAGES jobs, CALLERS at a time, then every kept
+# file read back the same way. It reports:
 #   - settlement: from the simulator's completion of a prediction (its
 #     request log's finished_at) to the attempt's settlement by the webhook
-#     (its finished_at): the callback's own cost, the file kept included;
+#     or the lookup (its finished_at), the file kept included;
 #   - create → settled, as a caller sees it (the provider's latency in it);
 #   - reading the kept files: MB/s, and each read's p50 / p99;
 #   - the server's peak RSS.
 #
 #   bench/images.sh [postgres|sqlite]
 #   IMAGES=200 CALLERS=32 SIDE=512 LATENCY_MS=500 bench/images.sh postgres
+#   API=replicate DROP_WEBHOOKS=true POLL_MS=1000 bench/images.sh postgres
 source "$(dirname "$0")/lib.sh"
 BACKEND=${1:-postgres}
 export BACKEND
@@ -20,6 +24,14 @@ IMAGES=${IMAGES:-200}
 CALLERS=${CALLERS:-32}
 SIDE=${SIDE:-512}
 LATENCY_MS=${LATENCY_MS:-500}
+API=${API:-predictions}
+DROP_WEBHOOKS=${DROP_WEBHOOKS:-false}
+POLL_MS=${POLL_MS:-1000}
+case "$API" in
+    predictions) OUTPUT='{ "type": "string" }' ;;
+    replicate) OUTPUT='{ "type": "array", "items": { "type": "string" } }' ;;
+    *) echo "API is predictions or replicate" >&2; exit 2 ;;
+esac
 
 build
 [ "$BACKEND" = postgres ] && start_postgres
@@ -29,7 +41,7 @@ write_config "$(cat <<TOML
 default_provider = "sim-picture"
 max_attempts = 1
 input_schema = '{ "type": "object" }'
-output_schema = '{ "type": "string" }'
+output_schema = '$OUTPUT'
 
 [tasks.picture.files]
 types = ["image/png"]
@@ -37,9 +49,12 @@ max_bytes = 16000000
 
 [providers.sim-picture]
 kind = "sim"
-api = "predictions"
+api = "$API"
+model = "bench/painter"
 timeout_ms = 60000
 latency_ms = $LATENCY_MS
+poll_interval_ms = $POLL_MS
+drop_webhooks = $DROP_WEBHOOKS
 TOML
 )"
 start_sim "$WORK/bench.toml"
@@ -48,11 +63,11 @@ export ONEJOB_SIM_URL=$SIM_URL
 new_database onejob_images
 start_server
 
-log "$IMAGES pictures of $SIDE × $SIDE, $CALLERS at a time, on $BACKEND"
-python3 - "http://127.0.0.1:$PORT" "$TOKEN" "$SIM_URL" "$IMAGES" "$CALLERS" "$SIDE" "$SERVER_PID" <<'PY'
+log "$IMAGES pictures of $SIDE × $SIDE, $CALLERS at a time, on $BACKEND, $API (webhooks dropped: $DROP_WEBHOOKS)"
+python3 - "http://127.0.0.1:$PORT" "$TOKEN" "$SIM_URL" "$IMAGES" "$CALLERS" "$SIDE" "$SERVER_PID" "$API" "$DROP_WEBHOOKS" <<'PY'
 import concurrent.futures, datetime, json, sys, time, urllib.request
 
-api, token, sim, images, callers, side, pid = sys.argv[1:]
+api, token, sim, images, callers, side, pid, surface, dropped = sys.argv[1:]
 images, callers, side = int(images), int(callers), int(side)
 auth = {"Authorization": f"Bearer {token}"}
 
@@ -94,18 +109,23 @@ failed = [job for job, _ in done if job["state"] != "succeeded"]
 if failed:
     sys.exit(f"{len(failed)} jobs did not succeed, the first: {json.dumps(failed[0])[:400]}")
 log = {r["id"]: r for r in json.loads(call("GET", f"{sim}/v1/requests"))["requests"]}
+# The simulator logs a Cog prediction by the attempt's id, Replicate's by
+# its own, which the attempt keeps.
+key = "provider_request_id" if surface == "replicate" else "id"
 settle = []
 for job, _ in done:
     attempt = job["attempts"][0]
-    request = log[attempt["id"]]
+    request = log[attempt[key]]
     settle.append((stamp(attempt["finished_at"]) - stamp(request["finished_at"])) * 1000)
 whole = [seconds * 1000 for _, seconds in done]
-if any(log[job["attempts"][0]["id"]]["received"] != 1 for job, _ in done):
-    sys.exit("a prediction was sent twice")
+pictures = [r for r in log.values() if r["provider"] == "sim-picture"]
+if len(pictures) != images or any(r["received"] != 1 for r in pictures):
+    sys.exit(f"{len(pictures)} predictions for {images} jobs, or one sent twice")
 
 def read(job):
     started = time.monotonic()
-    size = len(call("GET", api + job["result"]["url"]))
+    file = job["result"][0] if surface == "replicate" else job["result"]
+    size = len(call("GET", api + file["url"]))
     return size, time.monotonic() - started
 
 began = time.monotonic()
@@ -113,7 +133,8 @@ with concurrent.futures.ThreadPoolExecutor(callers) as pool:
     reads = list(pool.map(read, [job for job, _ in done]))
 read_in = time.monotonic() - began
 total = sum(size for size, _ in reads)
-print(f"settlement by webhook after the provider's completion: p50 {pct(settle, 50):.1f} ms, p99 {pct(settle, 99):.1f} ms")
+by = "lookup" if dropped == "true" else "webhook"
+print(f"settlement by {by} after the provider's completion: p50 {pct(settle, 50):.1f} ms, p99 {pct(settle, 99):.1f} ms")
 print(f"create → settled: p50 {pct(whole, 50):.0f} ms, p99 {pct(whole, 99):.0f} ms; {images / made_in:.1f} jobs/s")
 print(f"files read: {total / 1e6:.1f} MB in {read_in:.2f} s, {total / 1e6 / read_in:.1f} MB/s; each p50 "
       f"{pct([s * 1000 for _, s in reads], 50):.1f} ms, p99 {pct([s * 1000 for _, s in reads], 99):.1f} ms")

@@ -60,6 +60,9 @@ pub(crate) struct UsageTotals {
     pub cache_write_tokens: i64,
     /// Of their prompt tokens, those read from the provider's prompt cache.
     pub cache_read_tokens: i64,
+    /// Their providers' compute time, in milliseconds (GPU providers'
+    /// `predict_time`).
+    pub predict_ms: i64,
     /// Attempts whose usage is an estimate (never reported by the provider).
     pub estimated_attempts: u64,
     /// Every counted attempt's cost, by currency.
@@ -74,6 +77,8 @@ pub(crate) struct UsageTotals {
     pub waste_cost: BTreeMap<String, Money>,
     /// The tokens of those attempts.
     pub waste_tokens: i64,
+    /// Their compute time, in milliseconds.
+    pub waste_predict_ms: i64,
 }
 
 impl UsageTotals {
@@ -85,9 +90,11 @@ impl UsageTotals {
         self.completion_tokens += row.usage.completion_tokens;
         self.cache_write_tokens += row.usage.cache_write_tokens;
         self.cache_read_tokens += row.usage.cache_read_tokens;
+        self.predict_ms += row.usage.predict_ms;
         self.estimated_attempts += u64::try_from(row.estimated_attempts).unwrap_or(0);
         if !winner {
             self.waste_tokens += tokens;
+            self.waste_predict_ms += row.usage.predict_ms;
         }
         if let Some(cost) = &row.cost {
             *self.cost.entry(cost.currency.clone()).or_default() += cost.amount;

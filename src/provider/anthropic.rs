@@ -233,7 +233,7 @@ pub(crate) fn parse_usage(message: &Value) -> Option<Usage> {
         completion_tokens: tokens("output_tokens")?,
         cache_write_tokens: written,
         cache_read_tokens: read,
-        estimated: false,
+        ..Usage::default()
     })
 }
 

@@ -87,22 +87,24 @@ impl CogProvider {
 pub(crate) fn read_prediction(body: Value) -> RequestStatus {
     let Value::Object(mut fields) = body else { return RequestStatus::Running };
     let id = fields.get("id").and_then(Value::as_str).map(str::to_owned);
+    let usage = compute_time(&fields);
     match fields.get("status").and_then(Value::as_str) {
         Some("succeeded") => RequestStatus::Succeeded(Completion {
             output: fields.remove("output").unwrap_or(Value::Null),
-            usage: None,
+            usage,
             provider_request_id: id,
         }),
         Some("failed") => {
             let said = fields.get("error").and_then(Value::as_str).unwrap_or("the prediction failed");
-            RequestStatus::Failed(ProviderError::new(
+            let error = ProviderError::new(
                 FailureClass::Definitive { retryable: false },
                 FailureKind::ProviderError,
                 None,
                 truncate(format!("the prediction failed: {said}")),
-            ))
+            );
+            RequestStatus::Failed(error.with_facts(FailureFacts { usage, ..FailureFacts::default() }))
         }
-        Some("canceled") => RequestStatus::Canceled(None),
+        Some("canceled") => RequestStatus::Canceled(usage),
         // Replicate's: ended before it started (its deadline passed).
         Some("aborted") => RequestStatus::Failed(ProviderError::new(
             FailureClass::Definitive { retryable: true },
@@ -112,6 +114,14 @@ pub(crate) fn read_prediction(body: Value) -> RequestStatus {
         )),
         _ => RequestStatus::Running,
     }
+}
+
+/// The compute time a prediction reports (`metrics.predict_time`, in
+/// seconds), by which GPU providers bill; none when it reports none.
+fn compute_time(fields: &serde_json::Map<String, Value>) -> Option<crate::domain::Usage> {
+    let seconds = fields.get("metrics")?.get("predict_time")?.as_f64().filter(|s| s.is_finite() && *s >= 0.0)?;
+    let predict_ms = (seconds * 1000.0).round().min(i64::MAX as f64) as i64;
+    Some(crate::domain::Usage { predict_ms, ..crate::domain::Usage::default() })
 }
 
 /// What an error status answering a PUT means. A server that is not ready
@@ -266,11 +276,17 @@ mod tests {
         let RequestStatus::Succeeded(completion) = read_prediction(done) else { panic!("succeeded") };
         assert_eq!(completion.output, json!("data:image/png;base64,AA=="));
         assert_eq!(completion.provider_request_id.as_deref(), Some("a"));
+        assert_eq!(completion.usage.map(|u| (u.predict_ms, u.prompt_tokens)), Some((300, 0)), "its compute time");
         let RequestStatus::Failed(error) = read_prediction(json!({"status": "failed", "error": "boom"})) else {
             panic!("failed")
         };
         assert!(error.message.contains("boom") && error.class == FailureClass::Definitive { retryable: false });
         assert_eq!(read_prediction(json!({"status": "canceled"})), RequestStatus::Canceled(None));
+        let canceled = read_prediction(json!({"status": "canceled", "metrics": {"predict_time": 1.25}}));
+        assert_eq!(
+            canceled,
+            RequestStatus::Canceled(Some(crate::domain::Usage { predict_ms: 1250, ..Default::default() }))
+        );
         assert_eq!(read_prediction(json!({"status": "processing"})), RequestStatus::Running);
         assert_eq!(classify_put(503), FailureClass::Definitive { retryable: true });
         assert_eq!(classify_put(422), FailureClass::Definitive { retryable: false });

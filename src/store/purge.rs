@@ -77,6 +77,8 @@ pub struct RollupTotals {
     pub cache_write_tokens: i64,
     /// Of the prompt tokens, read from the provider's cache.
     pub cache_read_tokens: i64,
+    /// The providers' compute time, in milliseconds.
+    pub predict_ms: i64,
     /// Cost, in `currency` (zero when not priced).
     pub cost: Money,
 }
@@ -89,24 +91,29 @@ impl RollupTotals {
         self.completion_tokens += other.completion_tokens;
         self.cache_write_tokens += other.cache_write_tokens;
         self.cache_read_tokens += other.cache_read_tokens;
+        self.predict_ms += other.predict_ms;
         self.cost = self.cost.checked_add(other.cost).ok_or_else(|| corrupt("a rollup's cost overflows"))?;
         Ok(())
     }
 }
 
+/// A rollup row's sums as [`totals_from`] reads them.
+pub(crate) type StoredTotals = (i64, i64, i64, i64, i64, i64, i64, String);
+
 /// A rollup row's sums as stored: attempts, estimated ones, prompt,
-/// completion, cache-write and cache-read tokens, and the cost as decimal
-/// text.
+/// completion, cache-write and cache-read tokens, compute time, and the
+/// cost as decimal text.
 pub(crate) fn totals_from(
-    (attempts, estimated_attempts, prompt_tokens, completion_tokens, cache_write_tokens, cache_read_tokens, cost): (
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        String,
-    ),
+    (
+        attempts,
+        estimated_attempts,
+        prompt_tokens,
+        completion_tokens,
+        cache_write_tokens,
+        cache_read_tokens,
+        predict_ms,
+        cost,
+    ): StoredTotals,
 ) -> Result<RollupTotals> {
     Ok(RollupTotals {
         attempts,
@@ -115,6 +122,7 @@ pub(crate) fn totals_from(
         completion_tokens,
         cache_write_tokens,
         cache_read_tokens,
+        predict_ms,
         cost: cost.parse().map_err(corrupt)?,
     })
 }
@@ -122,7 +130,7 @@ pub(crate) fn totals_from(
 /// Binds a rollup row's key (owner, day, task, provider, state, currency)
 /// to a statement, and its sums after it when given (attempts, estimated
 /// attempts, prompt and completion tokens, cost as decimal text, cache-write
-/// and cache-read tokens).
+/// and cache-read tokens, compute time).
 macro_rules! bind_rollup {
     ($query:expr, $key:expr) => {
         $query
@@ -142,6 +150,7 @@ macro_rules! bind_rollup {
             .bind($totals.cost.to_string())
             .bind($totals.cache_write_tokens)
             .bind($totals.cache_read_tokens)
+            .bind($totals.predict_ms)
     };
 }
 pub(crate) use bind_rollup;

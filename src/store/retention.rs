@@ -102,6 +102,7 @@ fn rollup_of(owner: OwnerId, row: &UsageRow) -> Result<(RollupKey, RollupTotals)
         completion_tokens: row.usage.completion_tokens,
         cache_write_tokens: row.usage.cache_write_tokens,
         cache_read_tokens: row.usage.cache_read_tokens,
+        predict_ms: row.usage.predict_ms,
         cost: row.cost.as_ref().map_or(Money::ZERO, |c| c.amount),
     };
     Ok((key, totals))

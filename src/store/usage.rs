@@ -24,12 +24,14 @@ pub struct AttemptUsage {
 pub use crate::domain::money::{UsageFilter, UsageRow};
 
 /// An attempt's stored usage columns: tokens in, out, written to and read
-/// from the provider's cache (none: 0), and whether they are estimated.
+/// from the provider's cache (none: 0), the provider's compute time (none:
+/// 0), and whether they are estimated.
 pub(crate) struct StoredUsage {
     pub prompt: Option<i64>,
     pub completion: Option<i64>,
     pub cache_write: Option<i64>,
     pub cache_read: Option<i64>,
+    pub predict_ms: Option<i64>,
     pub estimated: Option<bool>,
 }
 
@@ -40,6 +42,7 @@ pub(crate) fn read_usage(stored: StoredUsage) -> Option<Usage> {
         completion_tokens: stored.completion?,
         cache_write_tokens: stored.cache_write.unwrap_or(0),
         cache_read_tokens: stored.cache_read.unwrap_or(0),
+        predict_ms: stored.predict_ms.unwrap_or(0),
         estimated: stored.estimated?,
     })
 }
@@ -58,7 +61,7 @@ pub(crate) fn read_cost(
 }
 
 /// The assignments of a settling `update` that record an attempt's usage:
-/// when the flag bound at `{sigil}{flag}` is true, the eight values bound
+/// when the flag bound at `{sigil}{flag}` is true, the nine values bound
 /// after it (see [`bind_usage`]); the columns as they were otherwise.
 /// `cost_cast` types the cost (`::numeric` on Postgres).
 pub(crate) fn usage_assignments(sigil: char, flag: usize, cost_cast: &str) -> String {
@@ -86,7 +89,7 @@ pub(crate) fn assignments_of(
 }
 
 /// The columns [`bind_counts`] binds, in its order.
-pub(crate) const USAGE_COLUMNS: [&str; 8] = [
+pub(crate) const USAGE_COLUMNS: [&str; 9] = [
     "prompt_tokens",
     "completion_tokens",
     "usage_estimated",
@@ -95,11 +98,12 @@ pub(crate) const USAGE_COLUMNS: [&str; 8] = [
     "price_version",
     "cache_write_tokens",
     "cache_read_tokens",
+    "predict_ms",
 ];
 
 /// Binds what [`usage_assignments`] reads: whether there is a usage to
 /// record, then its tokens in and out, whether they are estimated, its
-/// cost, currency and price version, and its cached tokens.
+/// cost, currency and price version, its cached tokens and compute time.
 pub(crate) fn bind_usage<'q, DB: Database>(
     query: Query<'q, DB, <DB as Database>::Arguments<'q>>,
     usage: Option<&AttemptUsage>,
@@ -115,8 +119,8 @@ where
 
 /// Binds `usage`'s [`USAGE_COLUMNS`]: tokens in and out, whether they are
 /// estimated, its cost, currency and price version, and the prompt's
-/// tokens written to and read from the provider's cache (each null
-/// without it).
+/// tokens written to and read from the provider's cache, and the
+/// provider's compute time (each null without it).
 pub(crate) fn bind_counts<'q, DB: Database>(
     query: Query<'q, DB, <DB as Database>::Arguments<'q>>,
     usage: Option<&AttemptUsage>,
@@ -136,6 +140,7 @@ where
         .bind(cost.map(|c| c.price_version.clone()))
         .bind(usage.map(|u| u.usage.cache_write_tokens))
         .bind(usage.map(|u| u.usage.cache_read_tokens))
+        .bind(usage.map(|u| u.usage.predict_ms))
 }
 
 /// A job's budget and input from its stored `max_cost` (decimal text) and

@@ -91,6 +91,8 @@ async fn fifty_creates_of_one_intent_make_one_run_settled_by_the_webhook_with_th
     let job = ended(&app, &id).await;
     assert_eq!(job["state"], "succeeded", "{job:#}");
     assert_eq!(cog.started("double-click"), 1, "one run at the server: {:?}", cog.runs());
+    let predict_ms = job["attempts"][0]["usage"]["predict_ms"].as_i64().unwrap_or(0);
+    assert!(predict_ms >= 300, "the server's predict_time is the attempt's compute time: {job:#}");
     let file = &job["result"];
     assert_eq!(file["file"], "1-0.png");
     assert_eq!(file["content_type"], "image/png");

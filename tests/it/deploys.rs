@@ -27,6 +27,7 @@ fn after_the_deploy(settings: &mut Settings) {
             output_per_million: "6000".parse().unwrap(),
             cache_write_per_million: None,
             cache_read_per_million: None,
+            per_second: None,
             currency: "USD".into(),
         });
     }

@@ -144,6 +144,29 @@ async fn a_callback_not_signed_by_the_provider_answers_401_and_changes_nothing(b
     assert_eq!(job["attempts"][0]["state"], "failed", "{job:#}");
 }
 
+async fn a_prediction_costs_its_compute_time_at_the_price_per_second_and_the_report_counts_it(backend: Backend) {
+    let app = TestApp::spawn_live(
+        backend,
+        on_replicate("latency_ms = 400\nprice = { per_second = \"0.0014\", currency = \"USD\" }"),
+    )
+    .await;
+    let body = json!({"task": "image", "input": {"prompt": "billed by the second"}});
+    let id = ok_json(app.post_job("billed", &body).await).await["id"].as_str().unwrap().to_owned();
+    let job = ended(&app, &id).await;
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let attempt = &job["attempts"][0];
+    // The simulator reports the time from the create to the end.
+    let predict_ms = attempt["usage"]["predict_ms"].as_i64().expect("its compute time");
+    assert!((400..2_000).contains(&predict_ms), "{attempt:#}");
+    let rate: onejob::domain::Money = "0.0014".parse().unwrap();
+    let expected = onejob::domain::Money::from_units(rate.units() / 1_000 * i128::from(predict_ms));
+    assert_eq!(attempt["cost"]["amount"], expected.to_string(), "{attempt:#}");
+    assert_eq!(job["cost"]["winner"], expected.to_string(), "{job:#}");
+    let report = ok_json(app.get(&app.alice, "/usage?group_by=provider").await).await;
+    assert_eq!(report["total"]["predict_ms"], predict_ms, "{report:#}");
+    assert_eq!(report["total"]["cost"]["USD"], expected.to_string(), "{report:#}");
+}
+
 /// docs/providers.md's Replicate configuration, pointed at the
 /// simulator's copy of Replicate's API (served for `sim-replicate`), its
 /// token from a variable every test process has.
@@ -203,4 +226,5 @@ on_both_backends!(
     a_prediction_whose_webhook_never_comes_is_settled_by_asking_for_it,
     a_callback_not_signed_by_the_provider_answers_401_and_changes_nothing,
     the_documented_configuration_works_as_written_once_its_base_url_is_changed,
+    a_prediction_costs_its_compute_time_at_the_price_per_second_and_the_report_counts_it,
 );

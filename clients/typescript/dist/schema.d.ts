@@ -820,6 +820,13 @@ export interface components {
             estimated: boolean;
             /**
              * Format: int64
+             * @description The provider's compute time, in milliseconds, by which a GPU
+             *     provider bills (Cog's and Replicate's `metrics.predict_time`); 0 for
+             *     a provider that bills by tokens, and then not shown.
+             */
+            predict_ms?: number;
+            /**
+             * Format: int64
              * @description Prompt (input) tokens.
              */
             prompt_tokens: number;
@@ -889,6 +896,12 @@ export interface components {
             estimated_attempts: number;
             /**
              * Format: int64
+             * @description Their providers' compute time, in milliseconds (GPU providers'
+             *     `predict_time`).
+             */
+            predict_ms: number;
+            /**
+             * Format: int64
              * @description Their prompt tokens.
              */
             prompt_tokens: number;
@@ -899,6 +912,11 @@ export interface components {
             waste_cost: {
                 [key: string]: string;
             };
+            /**
+             * Format: int64
+             * @description Their compute time, in milliseconds.
+             */
+            waste_predict_ms: number;
             /**
              * Format: int64
              * @description The tokens of those attempts.

@@ -823,6 +823,13 @@ export interface components {
             estimated: boolean;
             /**
              * Format: int64
+             * @description The provider's compute time, in milliseconds, by which a GPU
+             *     provider bills (Cog's and Replicate's `metrics.predict_time`); 0 for
+             *     a provider that bills by tokens, and then not shown.
+             */
+            predict_ms?: number;
+            /**
+             * Format: int64
              * @description Prompt (input) tokens.
              */
             prompt_tokens: number;
@@ -892,6 +899,12 @@ export interface components {
             estimated_attempts: number;
             /**
              * Format: int64
+             * @description Their providers' compute time, in milliseconds (GPU providers'
+             *     `predict_time`).
+             */
+            predict_ms: number;
+            /**
+             * Format: int64
              * @description Their prompt tokens.
              */
             prompt_tokens: number;
@@ -902,6 +915,11 @@ export interface components {
             waste_cost: {
                 [key: string]: string;
             };
+            /**
+             * Format: int64
+             * @description Their compute time, in milliseconds.
+             */
+            waste_predict_ms: number;
             /**
              * Format: int64
              * @description The tokens of those attempts.

@@ -161,20 +161,32 @@ pub struct Usage {
     /// (Anthropic's `cache_read_input_tokens`, OpenAI's `cached_tokens`).
     #[serde(default)]
     pub cache_read_tokens: i64,
+    /// The provider's compute time, in milliseconds, by which a GPU
+    /// provider bills (Cog's and Replicate's `metrics.predict_time`); 0 for
+    /// a provider that bills by tokens, and then not shown.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub predict_ms: i64,
     /// Not reported by the provider: the rendered prompt's tokens and the
     /// provider's `max_output_tokens`, the most it could have charged.
     pub estimated: bool,
 }
 
-/// A provider's price, per million tokens, from the configuration.
+fn is_zero(value: &i64) -> bool {
+    *value == 0
+}
+
+/// A provider's price, per million tokens and per second of compute, from
+/// the configuration (a GPU provider's may give only `per_second`).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
-    /// Per million prompt tokens: a decimal string, at most 12 decimals.
-    #[serde(deserialize_with = "price_amount")]
+    /// Per million prompt tokens: a decimal string, at most 12 decimals
+    /// (0 when not given).
+    #[serde(default, deserialize_with = "price_amount")]
     pub input_per_million: Money,
-    /// Per million completion tokens: a decimal string, at most 12 decimals.
-    #[serde(deserialize_with = "price_amount")]
+    /// Per million completion tokens: a decimal string, at most 12 decimals
+    /// (0 when not given).
+    #[serde(default, deserialize_with = "price_amount")]
     pub output_per_million: Money,
     /// Per million prompt tokens written to the provider's prompt cache;
     /// without it, `input_per_million`.
@@ -184,6 +196,10 @@ pub struct Price {
     /// without it, `input_per_million`.
     #[serde(default, deserialize_with = "optional_price_amount")]
     pub cache_read_per_million: Option<Money>,
+    /// Per second of the provider's compute time (`predict_ms`), as GPU
+    /// providers bill; without it, compute time costs nothing.
+    #[serde(default, deserialize_with = "optional_price_amount")]
+    pub per_second: Option<Money>,
     /// The currency, such as `USD`.
     pub currency: String,
 }
@@ -234,7 +250,9 @@ impl Price {
             per_million(uncached, input)
                 + per_million(written, self.cache_write_per_million.unwrap_or(self.input_per_million))
                 + per_million(read, self.cache_read_per_million.unwrap_or(self.input_per_million))
-                + per_million(usage.completion_tokens, self.output_per_million),
+                + per_million(usage.completion_tokens, self.output_per_million)
+                // Exact: a price has at most 12 decimals, a unit is 10⁻¹⁸.
+                + self.per_second.map_or(0, |rate| i128::from(usage.predict_ms.max(0)) * (rate.units() / 1_000)),
         );
         Cost { amount, currency: self.currency.clone(), price_version: self.version() }
     }
@@ -246,6 +264,9 @@ impl Price {
         if self.cache_write_per_million.is_some() || self.cache_read_per_million.is_some() {
             let rate = |rate: Option<Money>| rate.map_or_else(String::new, |r| r.to_string());
             text += &format!("|{}|{}", rate(self.cache_write_per_million), rate(self.cache_read_per_million));
+        }
+        if let Some(rate) = self.per_second {
+            text += &format!("|s{rate}");
         }
         let digest = Sha256::digest(text.as_bytes());
         format!("sha256:{}", hex::encode(&digest[..8]))
@@ -349,6 +370,7 @@ mod tests {
             output_per_million: Money::parse_with_scale("3.000000000007", PRICE_SCALE).unwrap(),
             cache_write_per_million: None,
             cache_read_per_million: None,
+            per_second: None,
             currency: "USD".into(),
         };
         let cost = price.cost(&Usage { prompt_tokens: 1_234_567, completion_tokens: 7, ..Usage::default() });
@@ -358,12 +380,26 @@ mod tests {
     }
 
     #[test]
+    fn compute_time_costs_its_price_per_second_to_the_millisecond() {
+        let price: Price = serde_json::from_str(r#"{"per_second": "0.001400000001", "currency": "USD"}"#).unwrap();
+        assert_eq!((price.input_per_million, price.output_per_million), (Money::ZERO, Money::ZERO));
+        let cost = price.cost(&Usage { predict_ms: 2_345, ..Usage::default() });
+        // 2.345 s × 0.001400000001, by hand:
+        assert_eq!(cost.amount.to_string(), "0.003283000002345");
+        assert_eq!(price.cost(&Usage { prompt_tokens: 1_000, ..Usage::default() }).amount, Money::ZERO);
+        let tokens_only = Price { per_second: None, ..price.clone() };
+        assert_ne!(price.version(), tokens_only.version(), "the rate is part of the price's version");
+        assert_eq!(tokens_only.cost(&Usage { predict_ms: 2_345, ..Usage::default() }).amount, Money::ZERO);
+    }
+
+    #[test]
     fn totals_over_ten_thousand_attempts_equal_the_sum_of_their_parts_to_the_last_digit() {
         let price = Price {
             input_per_million: Money::parse_with_scale("0.150000000001", PRICE_SCALE).unwrap(),
             output_per_million: Money::parse_with_scale("0.600000000003", PRICE_SCALE).unwrap(),
             cache_write_per_million: None,
             cache_read_per_million: None,
+            per_second: None,
             currency: "USD".into(),
         };
         let mut total = Money::ZERO;
@@ -387,6 +423,7 @@ mod tests {
             output_per_million: money("2"),
             cache_write_per_million: None,
             cache_read_per_million: None,
+            per_second: None,
             currency: "USD".into(),
         };
         let mut b = a.clone();
@@ -411,6 +448,7 @@ mod tests {
             completion_tokens: 200,
             cache_write_tokens: 300,
             cache_read_tokens: 100,
+            predict_ms: 0,
             estimated: false,
         };
         // 600 × 3 + 300 × 3.75 + 100 × 0.3 + 200 × 15 = 5,955 per million.

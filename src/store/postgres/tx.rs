@@ -205,6 +205,7 @@ impl DriverTx for PgTx {
             .bind(costs.iter().map(|c| c.map(|c| c.price_version.clone())).collect::<Vec<_>>())
             .bind(usages.iter().map(|u| u.map(|u| u.usage.cache_write_tokens)).collect::<Vec<_>>())
             .bind(usages.iter().map(|u| u.map(|u| u.usage.cache_read_tokens)).collect::<Vec<_>>())
+            .bind(usages.iter().map(|u| u.map(|u| u.usage.predict_ms)).collect::<Vec<_>>())
             .fetch_all(&mut *self.tx)
             .await?;
         if rows.len() != settlements.len() {

@@ -72,7 +72,8 @@ pub(super) async fn usage_of_jobs(
     for (owner, id) in jobs {
         let rows = sqlx::query(
             r#"select j.task, a.provider, a.state, a.created_at, a.prompt_tokens, a.completion_tokens,
-                      a.usage_estimated, a.cache_write_tokens, a.cache_read_tokens, a.cost, a.currency,
+                      a.usage_estimated, a.cache_write_tokens, a.cache_read_tokens, a.predict_ms, a.cost,
+                      a.currency,
                       a.price_version,
                       1 as attempts, coalesce(a.usage_estimated, 0) as estimated_attempts
                from jobs j join attempts a on a.owner_id = j.owner_id and a.job_id = j.id
@@ -91,7 +92,7 @@ pub(super) async fn usage_of_jobs(
 /// Adds to a rollup row: read, summed exactly here (the cost is decimal
 /// text), written back; the write transaction is the only writer.
 pub(super) async fn add_to_rollup(tx: &mut SqliteTransaction, key: &RollupKey, totals: &RollupTotals) -> Result<()> {
-    let row: Option<(i64, i64, i64, i64, i64, i64, String)> =
+    let row: Option<crate::store::purge::StoredTotals> =
         bind_rollup!(sqlx::query_as(super::sql::ROLLUP_ROW), key).fetch_optional(&mut **tx).await?;
     let mut sum = row.map(crate::store::purge::totals_from).transpose()?.unwrap_or_default();
     sum.add(totals)?;
