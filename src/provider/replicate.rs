@@ -247,14 +247,17 @@ impl Provider for ReplicateProvider {
             Ok(url) => url,
             Err(error) => return Some(Err(error)),
         };
+        // The prediction as the cancel left it, with the compute time it
+        // was charged.
         Some(self.read(self.client.post(url)).await.map(|said| {
-            let status = match said {
-                RequestStatus::Running | RequestStatus::Canceled(_) => "canceled",
-                RequestStatus::Succeeded(_) => "succeeded",
-                RequestStatus::Failed(_) => "failed",
-                RequestStatus::NotFound => "not found",
+            let (status, usage) = match said {
+                RequestStatus::Running => ("canceling", None),
+                RequestStatus::Canceled(usage) => ("canceled", usage),
+                RequestStatus::Succeeded(completion) => ("succeeded", completion.usage),
+                RequestStatus::Failed(error) => ("failed", error.facts.usage),
+                RequestStatus::NotFound => ("not found", None),
             };
-            CancelAnswer { status: status.to_owned(), usage: None }
+            CancelAnswer { status: status.to_owned(), usage }
         }))
     }
 

@@ -39,6 +39,13 @@ pub struct ExampleResult {
     /// What the provider answered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
+    /// What the provider says the call used (tokens, or a GPU provider's
+    /// compute time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::domain::Usage>,
+    /// What that cost at the provider's price: each example is a paid call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::domain::Cost>,
 }
 
 /// Why a qualification could not run.
@@ -81,10 +88,16 @@ pub async fn run(
     if let Some((index, failure)) = results.iter().enumerate().find(|(_, r)| !r.passed) {
         summary.push_str(&format!("; example {}: {}", index + 1, failure.reason.as_deref().unwrap_or("failed")));
     }
+    // What the examples cost, where the provider is priced.
+    let cost = provider.settings().price.as_ref().map(|price| {
+        let amount = results.iter().filter_map(|r| r.cost.as_ref()).map(|c| c.amount).sum::<crate::domain::Money>();
+        json!({"amount": amount, "currency": price.currency})
+    });
     let report = json!({
         "summary": summary,
         "temperature": provider.settings().qualification_temperature,
         "model": provider.settings().model,
+        "cost": cost,
         "examples": results,
     });
     Ok((passed, report))
@@ -101,7 +114,7 @@ async fn run_example(
     let settings = provider.settings();
     let contract = &catalog.task(task).expect("the task exists").contract;
     let id = format!("qualification-{}", uuid::Uuid::now_v7());
-    let outcome: Result<(usize, Value), (Option<usize>, ProviderError)> = async {
+    let outcome: Result<(usize, crate::provider::Completion), (Option<usize>, ProviderError)> = async {
         let mut prepared =
             contract.prepare(task, settings, id, &input, settings.qualification_temperature).map_err(|e| (None, e))?;
         if settings.count_tokens {
@@ -113,28 +126,40 @@ async fn run_example(
             Ok(result) => result.map_err(|e| (Some(tokens), e))?,
             Err(_) => return Err((Some(tokens), ProviderError::deadline(settings.timeout, settings.timeout))),
         };
-        Ok((tokens, completion.output))
+        Ok((tokens, completion))
     }
     .await;
+    let priced = |usage: Option<crate::domain::Usage>| {
+        let cost = settings.price.as_ref().zip(usage.as_ref()).map(|(price, usage)| price.cost(usage));
+        (usage, cost)
+    };
     let latency_ms = started.elapsed().as_millis() as u64;
     match outcome {
-        Err((prompt_tokens, error)) => ExampleResult {
-            input,
-            passed: false,
-            reason: Some(format!("{}: {}", error.kind, error.message)),
-            latency_ms,
-            prompt_tokens,
-            output: None,
-        },
-        Ok((tokens, output)) => {
-            let problems = contract.check_example(index, &output);
+        Err((prompt_tokens, error)) => {
+            let (usage, cost) = priced(error.facts.usage);
+            ExampleResult {
+                input,
+                passed: false,
+                reason: Some(format!("{}: {}", error.kind, error.message)),
+                latency_ms,
+                prompt_tokens,
+                output: None,
+                usage,
+                cost,
+            }
+        }
+        Ok((tokens, completion)) => {
+            let problems = contract.check_example(index, &completion.output);
+            let (usage, cost) = priced(completion.usage);
             ExampleResult {
                 input,
                 passed: problems.is_empty(),
                 reason: (!problems.is_empty()).then(|| problems.join("; ")),
                 latency_ms,
                 prompt_tokens: Some(tokens),
-                output: Some(output),
+                output: Some(completion.output),
+                usage,
+                cost,
             }
         }
     }

@@ -167,6 +167,37 @@ async fn a_prediction_costs_its_compute_time_at_the_price_per_second_and_the_rep
     assert_eq!(report["total"]["cost"]["USD"], expected.to_string(), "{report:#}");
 }
 
+async fn a_winning_fallback_has_the_running_prediction_canceled_and_charged_what_replicate_reports(backend: Backend) {
+    let price = "price = { per_second = \"0.0014\", currency = \"USD\" }";
+    let app = TestApp::spawn_live(backend, |s| {
+        on_replicate("latency_ms = 20000\nprice = { per_second = \"0.0014\", currency = \"USD\" }")(s);
+        let fast = format!("kind = \"sim\"\napi = \"replicate\"\nlatency_ms = 200\npoll_interval_ms = 200\n{price}");
+        s.providers.insert("sim-replicate-fast".into(), crate::common::provider(&fast));
+        s.tasks.get_mut("image").unwrap().failover = vec!["sim-replicate-fast".into()];
+    })
+    .await;
+    let qualify = app.client.post(app.url("/providers/sim-replicate-fast/qualifications")).bearer_auth(&app.operator);
+    let report = ok_json(qualify.json(&json!({"task": "image"})).send().await.unwrap()).await;
+    assert_eq!(report["passed"], true, "{report:#}");
+    let body = json!({"task": "image", "input": {"prompt": "a race"}});
+    let id = ok_json(app.post_job("race", &body).await).await["id"].as_str().unwrap().to_owned();
+    app.wait_for(&id, "the slow prediction runs", |j| j["attempts"][0]["provider_request_id"].is_string()).await;
+    let fallback = app.post_attempt(&app.alice, &id, "fallback", &json!({"provider": "sim-replicate-fast"})).await;
+    assert!(fallback.status().is_success(), "{}", fallback.status());
+    let job = app
+        .wait_for(&id, "the loser is canceled", |j| {
+            j["state"] == "succeeded" && j["attempts"][0]["state"] == "canceled"
+        })
+        .await;
+    assert_eq!(job["winning_attempt"], 2, "{job:#}");
+    let loser = &job["attempts"][0];
+    assert_eq!(loser["error"]["detail"]["cancel_call"], "made", "{job:#}");
+    let slow = app.simulator_log().await.remove(loser["provider_request_id"].as_str().unwrap()).unwrap();
+    assert!(slow["canceled_after_ms"].is_u64(), "canceled at the simulator: {slow:#}");
+    let charged = loser["usage"]["predict_ms"].as_i64().expect("the compute time Replicate reports");
+    assert!(charged > 0 && loser["cost"]["amount"] != "0", "{loser:#}");
+}
+
 /// docs/providers.md's Replicate configuration, pointed at the
 /// simulator's copy of Replicate's API (served for `sim-replicate`), its
 /// token from a variable every test process has.
@@ -194,6 +225,10 @@ async fn the_documented_configuration_works_as_written_once_its_base_url_is_chan
     let qualify = app.client.post(app.url("/providers/flux/qualifications")).bearer_auth(&app.operator);
     let report = ok_json(qualify.json(&json!({"task": "image"})).send().await.unwrap()).await;
     assert_eq!(report["passed"], true, "the documented example qualifies: {report:#}");
+    let example = &report["report"]["examples"][0];
+    assert!(example["usage"]["predict_ms"].as_i64() > Some(0), "{report:#}");
+    assert_eq!(report["report"]["cost"], json!({"amount": example["cost"]["amount"], "currency": "USD"}));
+    assert_ne!(example["cost"]["amount"], "0", "a paid prediction, its cost shown: {report:#}");
     let response = app.post_job("fox", &json!({"task": "image", "input": {"prompt": "a red fox"}})).await;
     let id = ok_json(response).await["id"].as_str().unwrap().to_owned();
     let job = ended(&app, &id).await;
@@ -227,4 +262,5 @@ on_both_backends!(
     a_callback_not_signed_by_the_provider_answers_401_and_changes_nothing,
     the_documented_configuration_works_as_written_once_its_base_url_is_changed,
     a_prediction_costs_its_compute_time_at_the_price_per_second_and_the_report_counts_it,
+    a_winning_fallback_has_the_running_prediction_canceled_and_charged_what_replicate_reports,
 );
