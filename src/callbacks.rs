@@ -119,18 +119,29 @@ impl Callbacks {
         let prediction: Value = serde_json::from_slice(&body).map_err(|e| CallbackError::NotJson(e.to_string()))?;
         drop(body);
         let said_id = prediction.get("id").and_then(Value::as_str).filter(|id| is_an_id(id)).map(str::to_owned);
+        // Signed by the provider is not enough: it must be of the attempt's
+        // own prediction, where the attempt knows it.
+        if let Some(known) = &attempt.provider_request_id
+            && said_id.as_ref() != Some(known)
+        {
+            let said = said_id.as_deref().unwrap_or("without an id");
+            return Err(CallbackError::NotFound(format!(
+                "the callback is of prediction {said}, not attempt {number}'s"
+            )));
+        }
         let outcome = match crate::provider::cog::read_prediction(prediction) {
             RequestStatus::Running | RequestStatus::NotFound => return Ok(Received::NotFinal),
             RequestStatus::Succeeded(completion) => Ok(completion),
             RequestStatus::Failed(error) => Err(error),
             RequestStatus::Canceled(usage) => Err(ProviderError::canceled_at_provider(usage)),
         };
+        let attempt_ref = AttemptRef { owner: owner.clone(), job_id: job, number };
         if !matches!(attempt.state, AttemptState::Running | AttemptState::Unknown) {
             tracing::info!(job.id = %job, attempt.number = number, state = ?attempt.state,
-                "a callback came for an attempt already settled: nothing changed");
+                "a callback came for an attempt already settled: nothing changed but its usage, if it had none");
+            self.keep_late_usage(&attempt_ref, attempt, provider.as_ref(), &outcome).await?;
             return Ok(Received::AlreadySettled);
         }
-        let attempt_ref = AttemptRef { owner: owner.clone(), job_id: job, number };
         // The provider's id of the request, which a lost answer to the
         // create did not bring (Replicate's), is kept first.
         if let (None, Some(id)) = (&attempt.provider_request_id, &said_id) {
@@ -151,6 +162,29 @@ impl Callbacks {
             Some(false) => Err(CallbackError::NotRecorded),
             Some(true) | None => Ok(Received::Settled),
         }
+    }
+}
+
+impl Callbacks {
+    /// Records the usage a callback reports for an attempt settled
+    /// without one (a loser canceled before its provider said what it
+    /// used, or whose create's answer was lost, so that it could not be
+    /// canceled and ran to its end): what it was charged.
+    async fn keep_late_usage(
+        &self,
+        attempt_ref: &AttemptRef,
+        attempt: &crate::domain::Attempt,
+        provider: &dyn crate::provider::Provider,
+        outcome: &Result<crate::provider::Completion, ProviderError>,
+    ) -> Result<(), StoreError> {
+        let reported = match outcome {
+            Ok(completion) => completion.usage,
+            Err(error) => error.facts.usage,
+        };
+        let (None, Some(usage)) = (attempt.usage, reported) else { return Ok(()) };
+        let cost = provider.settings().price.as_ref().map(|price| price.cost(&usage));
+        self.worker.store.record_usage(attempt_ref, &crate::store::AttemptUsage { usage, cost }).await?;
+        Ok(())
     }
 }
 

@@ -120,7 +120,8 @@ pub(crate) fn read_prediction(body: Value) -> RequestStatus {
 /// seconds), by which GPU providers bill; none when it reports none.
 fn compute_time(fields: &serde_json::Map<String, Value>) -> Option<crate::domain::Usage> {
     let seconds = fields.get("metrics")?.get("predict_time")?.as_f64().filter(|s| s.is_finite() && *s >= 0.0)?;
-    let predict_ms = (seconds * 1000.0).round().min(i64::MAX as f64) as i64;
+    // At most a year: a figure past it is not a prediction's.
+    let predict_ms = (seconds * 1000.0).round().min(365.0 * 24.0 * 3_600_000.0) as i64;
     Some(crate::domain::Usage { predict_ms, ..crate::domain::Usage::default() })
 }
 

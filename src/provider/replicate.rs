@@ -35,6 +35,10 @@ use crate::config::ReplicateModel as Target;
 /// inline as `data:` URIs.
 const MAX_PREDICTION_BYTES: usize = super::cog::MAX_PREDICTION_BYTES;
 
+/// How long after fetching the signing secret a signature that does not
+/// match it has it fetched again.
+const SECRET_REFETCH_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How long a create without a callback asks to be held for its outcome
 /// (`Prefer: wait`, at most 60 s on Replicate).
 const WAIT_SECS: u64 = 60;
@@ -57,8 +61,8 @@ pub struct ReplicateProvider {
     target: Target,
     token: Option<String>,
     client: reqwest::Client,
-    /// The account's webhook signing secret, once fetched.
-    secret: tokio::sync::Mutex<Option<String>>,
+    /// The account's webhook signing secret, and when it was fetched.
+    secret: tokio::sync::Mutex<Option<(String, std::time::Instant)>>,
 }
 
 impl ReplicateProvider {
@@ -132,10 +136,14 @@ impl ReplicateProvider {
     }
 
     /// The account's signing secret: the one fetched before, unless
-    /// `again` (a signature did not match it).
+    /// `again` (a signature did not match it, the secret may have been
+    /// rotated) and that was over a minute ago: callbacks with bad
+    /// signatures cannot make onejob ask for it at their pace.
     async fn signing_secret(&self, again: bool) -> Result<String, String> {
         let mut kept = self.secret.lock().await;
-        if let Some(secret) = kept.as_ref().filter(|_| !again) {
+        if let Some((secret, fetched)) = kept.as_ref()
+            && (!again || fetched.elapsed() < SECRET_REFETCH_AFTER)
+        {
             return Ok(secret.clone());
         }
         let asked = self.authorize(self.client.get(format!("{}/webhooks/default/secret", self.base)));
@@ -145,7 +153,7 @@ impl ReplicateProvider {
         let key =
             serde_json::from_slice::<Value>(&said).ok().and_then(|body| body.get("key")?.as_str().map(str::to_owned));
         let key = key.filter(|_| status == 200).ok_or_else(|| format!("its signing secret was answered {status}"))?;
-        *kept = Some(key.clone());
+        *kept = Some((key.clone(), std::time::Instant::now()));
         Ok(key)
     }
 }

@@ -153,9 +153,12 @@ impl TaskRules for Catalog {
         let settings = self.provider(provider)?;
         let price = settings.price.as_ref()?;
         let prompt_tokens = self.task(task)?.contract.prompt_tokens(settings, input)?;
+        // At most its whole deadline of compute time, for a provider that
+        // bills by it.
         let usage = Usage {
             prompt_tokens: i64::try_from(prompt_tokens).ok()?,
             completion_tokens: i64::from(settings.max_output_tokens),
+            predict_ms: i64::try_from(settings.timeout.as_millis()).unwrap_or(i64::MAX),
             estimated: true,
             ..Usage::default()
         };

@@ -281,7 +281,8 @@ async fn a_callback_with_another_token_is_refused_and_a_late_one_changes_nothing
     let id = create(&app, "tokens", json!({"tag": "tokens", "seconds": 0.1})).await;
     let job = ended(&app, &id).await;
     assert_eq!(job["state"], "succeeded");
-    let forged = json!({"status": "failed", "error": "forged"});
+    // A Cog server's webhook names its prediction: the attempt's id.
+    let forged = json!({"id": job["attempts"][0]["id"], "status": "failed", "error": "forged"});
     let bad = app.client.post(app.url(&format!("/callbacks/{id}/1/{}", "ab".repeat(32)))).json(&forged).send();
     let bad = bad.await.unwrap();
     assert_eq!(bad.status(), StatusCode::UNAUTHORIZED);

@@ -79,7 +79,8 @@ async fn a_callback_not_signed_by_the_provider_answers_401_and_changes_nothing(b
     let app = TestApp::spawn_live(backend, on_replicate("drop_webhooks = true\nlatency_ms = 5000")).await;
     let body = json!({"task": "image", "input": {"prompt": "forged"}});
     let id = ok_json(app.post_job("forged", &body).await).await["id"].as_str().unwrap().to_owned();
-    app.wait_for(&id, "the attempt runs", |j| j["attempts"][0]["state"] == "running").await;
+    let job = app.wait_for(&id, "the prediction runs", |j| j["attempts"][0]["provider_request_id"].is_string()).await;
+    let prediction = job["attempts"][0]["provider_request_id"].as_str().unwrap().to_owned();
     // The attempt's own URL, made as the server makes it from its secret.
     let secret: String = sqlx::query_scalar("select secret from server_secrets where name = 'callbacks'")
         .fetch_one(&app.db)
@@ -88,8 +89,15 @@ async fn a_callback_not_signed_by_the_provider_answers_401_and_changes_nothing(b
     let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(format!("{id}/1").as_bytes());
     let url = app.url(&format!("/callbacks/{id}/1/{}", hex::encode(mac.finalize().into_bytes())));
-    let forged = json!({"id": "forged", "status": "failed", "error": "forged"}).to_string();
+    let forged = json!({"id": prediction, "status": "failed", "error": "forged"}).to_string();
     let now = chrono::Utc::now().timestamp();
+    let send_body = |body: String, headers: Vec<(&'static str, String)>| {
+        let mut post = app.client.post(&url).header("content-type", "application/json").body(body);
+        for (name, value) in headers {
+            post = post.header(name, value);
+        }
+        post.send()
+    };
     let send = |headers: Vec<(&'static str, String)>| {
         let mut post = app.client.post(&url).header("content-type", "application/json").body(forged.clone());
         for (name, value) in headers {
@@ -130,9 +138,18 @@ async fn a_callback_not_signed_by_the_provider_answers_401_and_changes_nothing(b
         ("webhook-signature", replayed),
     ];
     assert_eq!(send(headers).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    // Signed with it now, but of another prediction of the account.
+    let other = json!({"id": "another", "status": "succeeded", "output": ["data:image/png;base64,AA=="]}).to_string();
+    let signed = onejob::domain::webhook::signature(&[key], "msg_other", now, other.as_bytes());
+    let headers = vec![
+        ("webhook-id", "msg_other".to_owned()),
+        ("webhook-timestamp", now.to_string()),
+        ("webhook-signature", signed),
+    ];
+    assert_eq!(send_body(other, headers).await.unwrap().status(), StatusCode::NOT_FOUND);
     let job = ok_json(app.get(&app.alice, &format!("/jobs/{id}")).await).await;
     assert_eq!(job["attempts"][0]["state"], "running", "nothing changed: {job:#}");
-    // Signed with it now: taken.
+    // Of its own prediction, signed with it now: taken.
     let signed = onejob::domain::webhook::signature(&[key], "msg_forged", now, forged.as_bytes());
     let headers = vec![
         ("webhook-id", "msg_forged".to_owned()),
@@ -198,6 +215,29 @@ async fn a_winning_fallback_has_the_running_prediction_canceled_and_charged_what
     assert!(charged > 0 && loser["cost"]["amount"] != "0", "{loser:#}");
 }
 
+async fn a_prediction_settled_before_its_webhook_came_is_charged_what_the_webhook_reports(backend: Backend) {
+    // The create's answer is lost: the attempt is unknown, without an id
+    // to cancel by, and its owner resolves it before the webhook comes.
+    let app = TestApp::spawn_live(
+        backend,
+        on_replicate("latency_ms = 1500\nfault = \"reset_after_request\"\nprice = { per_second = \"0.0014\", currency = \"USD\" }"),
+    )
+    .await;
+    let body = json!({"task": "image", "input": {"prompt": "resolved first"}});
+    let id = ok_json(app.post_job("resolved", &body).await).await["id"].as_str().unwrap().to_owned();
+    app.wait_for(&id, "the attempt is unknown", |j| j["attempts"][0]["state"] == "unknown").await;
+    let resolve = app.client.post(app.url(&format!("/jobs/{id}/attempts/1/resolve"))).bearer_auth(&app.alice);
+    let resolved = resolve.json(&json!({"outcome": "failed", "reason": "given up"})).send().await.unwrap();
+    let job = ok_json(resolved).await;
+    assert_eq!((job["attempts"][0]["state"].as_str(), &job["attempts"][0]["usage"]), (Some("failed"), &Value::Null));
+    let job = app
+        .wait_for(&id, "the webhook's compute time is kept", |j| j["attempts"][0]["usage"]["predict_ms"].is_i64())
+        .await;
+    let loser = &job["attempts"][0];
+    assert_eq!(loser["state"], "failed", "the late webhook changed nothing else: {job:#}");
+    assert!(loser["usage"]["predict_ms"].as_i64() >= Some(1_500) && loser["cost"]["amount"] != "0", "{loser:#}");
+}
+
 /// docs/providers.md's Replicate configuration, pointed at the
 /// simulator's copy of Replicate's API (served for `sim-replicate`), its
 /// token from a variable every test process has.
@@ -222,7 +262,7 @@ async fn the_documented_configuration_works_as_written_once_its_base_url_is_chan
         s.tasks.extend(documented.tasks);
     })
     .await;
-    let qualify = app.client.post(app.url("/providers/flux/qualifications")).bearer_auth(&app.operator);
+    let qualify = app.client.post(app.url("/providers/sdxl/qualifications")).bearer_auth(&app.operator);
     let report = ok_json(qualify.json(&json!({"task": "image"})).send().await.unwrap()).await;
     assert_eq!(report["passed"], true, "the documented example qualifies: {report:#}");
     let example = &report["report"]["examples"][0];
@@ -263,4 +303,5 @@ on_both_backends!(
     the_documented_configuration_works_as_written_once_its_base_url_is_changed,
     a_prediction_costs_its_compute_time_at_the_price_per_second_and_the_report_counts_it,
     a_winning_fallback_has_the_running_prediction_canceled_and_charged_what_replicate_reports,
+    a_prediction_settled_before_its_webhook_came_is_charged_what_the_webhook_reports,
 );

@@ -176,32 +176,65 @@ fn is_zero(value: &i64) -> bool {
 }
 
 /// A provider's price, per million tokens and per second of compute, from
-/// the configuration (a GPU provider's may give only `per_second`).
+/// the configuration: the token rates, or `per_second` (a GPU provider's,
+/// whose token rates are then 0), or both.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "PriceFields")]
 pub struct Price {
-    /// Per million prompt tokens: a decimal string, at most 12 decimals
-    /// (0 when not given).
-    #[serde(default, deserialize_with = "price_amount")]
+    /// Per million prompt tokens: a decimal string, at most 12 decimals.
     pub input_per_million: Money,
-    /// Per million completion tokens: a decimal string, at most 12 decimals
-    /// (0 when not given).
-    #[serde(default, deserialize_with = "price_amount")]
+    /// Per million completion tokens: a decimal string, at most 12 decimals.
     pub output_per_million: Money,
     /// Per million prompt tokens written to the provider's prompt cache;
     /// without it, `input_per_million`.
-    #[serde(default, deserialize_with = "optional_price_amount")]
     pub cache_write_per_million: Option<Money>,
     /// Per million prompt tokens read from the provider's prompt cache;
     /// without it, `input_per_million`.
-    #[serde(default, deserialize_with = "optional_price_amount")]
     pub cache_read_per_million: Option<Money>,
     /// Per second of the provider's compute time (`predict_ms`), as GPU
     /// providers bill; without it, compute time costs nothing.
-    #[serde(default, deserialize_with = "optional_price_amount")]
     pub per_second: Option<Money>,
     /// The currency, such as `USD`.
     pub currency: String,
+}
+
+/// A price as the configuration gives it, before it is checked.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriceFields {
+    #[serde(default, deserialize_with = "optional_price_amount")]
+    input_per_million: Option<Money>,
+    #[serde(default, deserialize_with = "optional_price_amount")]
+    output_per_million: Option<Money>,
+    #[serde(default, deserialize_with = "optional_price_amount")]
+    cache_write_per_million: Option<Money>,
+    #[serde(default, deserialize_with = "optional_price_amount")]
+    cache_read_per_million: Option<Money>,
+    #[serde(default, deserialize_with = "optional_price_amount")]
+    per_second: Option<Money>,
+    currency: String,
+}
+
+impl TryFrom<PriceFields> for Price {
+    type Error = String;
+
+    fn try_from(fields: PriceFields) -> Result<Self, String> {
+        let tokens = match (fields.input_per_million, fields.output_per_million, fields.per_second) {
+            (Some(input), Some(output), _) => (input, output),
+            (None, None, Some(_)) => (Money::ZERO, Money::ZERO),
+            _ => {
+                return Err("a price gives input_per_million and output_per_million, per_second, or all three".into());
+            }
+        };
+        Ok(Price {
+            input_per_million: tokens.0,
+            output_per_million: tokens.1,
+            cache_write_per_million: fields.cache_write_per_million,
+            cache_read_per_million: fields.cache_read_per_million,
+            per_second: fields.per_second,
+            currency: fields.currency,
+        })
+    }
 }
 
 fn optional_price_amount<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Money>, D::Error> {
@@ -390,6 +423,9 @@ mod tests {
         let tokens_only = Price { per_second: None, ..price.clone() };
         assert_ne!(price.version(), tokens_only.version(), "the rate is part of the price's version");
         assert_eq!(tokens_only.cost(&Usage { predict_ms: 2_345, ..Usage::default() }).amount, Money::ZERO);
+        for incomplete in [r#"{"currency": "USD"}"#, r#"{"input_per_million": "1", "currency": "USD"}"#] {
+            assert!(serde_json::from_str::<Price>(incomplete).is_err(), "{incomplete}: costs nothing by mistake");
+        }
     }
 
     #[test]

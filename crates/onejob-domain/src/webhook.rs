@@ -111,8 +111,9 @@ pub const SIGNATURE_TOLERANCE_SECS: i64 = 5 * 60;
 pub fn verify(secret: &str, id: &str, timestamp: &str, signatures: &str, body: &[u8], now: i64) -> Result<(), String> {
     use subtle::ConstantTimeEq;
     let Ok(sent_at) = timestamp.parse::<i64>() else { return Err("webhook-timestamp is not a number".into()) };
-    if (now - sent_at).abs() > SIGNATURE_TOLERANCE_SECS {
-        return Err(format!("webhook-timestamp is {} s from now", now - sent_at));
+    let off = now.abs_diff(sent_at);
+    if off > SIGNATURE_TOLERANCE_SECS.unsigned_abs() {
+        return Err(format!("webhook-timestamp is {off} s from now"));
     }
     let expected = signature(&[secret], id, sent_at, body);
     let Some(expected) = expected.strip_prefix("v1,") else {
