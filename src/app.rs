@@ -214,6 +214,11 @@ impl Application {
         role: Role,
         listener: Option<TcpListener>,
     ) -> Result<Self, StartError> {
+        // First: whatever starts next may record a metric, and a sample
+        // recorded before the recorder is installed is lost (the first
+        // read of the replication settings, whose gauge would be missing
+        // until the next read a minute later).
+        let (metrics, metrics_upkeep) = start_metrics(&settings);
         let signals = Arc::new(Signals::default());
         let (providers, simulator) = start_providers(&settings).await?;
         let providers = Arc::new(providers);
@@ -231,7 +236,6 @@ impl Application {
         let key_follower = if role == Role::Worker { None } else { follow_key_changes(&store, &auth, &jobs).await };
         let (replication, replication_follower) = follow_replication(&store);
         let breaker_refresh = follow_breakers(&store, &catalog).await;
-        let (metrics, metrics_upkeep) = start_metrics(&settings);
         let state = AppState {
             keys: Arc::new(crate::keys::Keys::new(store.clone())),
             sessions: Arc::new(crate::keys::sessions::Sessions::new(store.clone())),

@@ -10,8 +10,9 @@
 //! a worker's outcome or the reconciler's, whether the attempt is still
 //! `running` (its worker, in this process or another, sees it settled and
 //! stops waiting) or `unknown` (its worker gave up waiting, or died). A
-//! callback for an attempt already settled changes nothing and is answered
-//! all the same, so that its sender stops sending it.
+//! callback for an attempt already settled changes nothing (but that the
+//! usage it reports is kept on an attempt settled without any) and is
+//! answered all the same, so that its sender stops sending it.
 
 use std::sync::Arc;
 
@@ -163,9 +164,7 @@ impl Callbacks {
             Some(true) | None => Ok(Received::Settled),
         }
     }
-}
 
-impl Callbacks {
     /// Records the usage a callback reports for an attempt settled
     /// without one (a loser canceled before its provider said what it
     /// used, or whose create's answer was lost, so that it could not be

@@ -4,7 +4,7 @@
 //! token in the URL is the attempt's own ([`crate::callbacks`]), checked
 //! before the body is read. The outcome is recorded before the answer, so
 //! that a sender that got a 2xx may forget it; a callback for an attempt
-//! already settled is answered 200 and changes nothing.
+//! already settled is answered 200 and changes nothing but a missing usage.
 
 use axum::Json;
 use axum::body::Body;
