@@ -63,24 +63,7 @@ pub(super) async fn put(
         return cog_error(409, "At capacity - all prediction slots busy");
     }
     let input = body.get("input").cloned().unwrap_or(Value::Null);
-    let job = json!({"task": "", "input": input, "output": "json"});
-    let arrival = Arrival {
-        name: &name,
-        provider,
-        id: &id,
-        job: &job,
-        messages: &[],
-        strict: false,
-        asked_json: false,
-        response_id: None,
-        traceparent: None,
-    };
-    let (plan, _) = admit(&sim, arrival);
-    let (arrived, times, working) = {
-        let log = sim.log.lock_anyway();
-        let entry = log.get(&id).expect("admitted just now");
-        (entry.arrived, entry.times, entry.working_at(Instant::now()))
-    };
+    let Admitted { plan, arrived, times, working } = admit_prediction(&sim, &name, provider, &id, &input);
     let output = picture(provider, &input);
     let webhook = body.get("webhook").and_then(Value::as_str).filter(|_| asks_async(&headers));
     let Some(webhook) = webhook else {
@@ -96,6 +79,43 @@ pub(super) async fn put(
     }
     let status = if times == 1 || !working { "starting" } else { "processing" };
     (StatusCode::ACCEPTED, Json(json!({"id": id, "status": status}))).into_response()
+}
+
+/// A prediction as the simulator's log has it once admitted.
+pub(super) struct Admitted {
+    pub(super) plan: Plan,
+    pub(super) arrived: Instant,
+    /// How many times its id was sent.
+    pub(super) times: u32,
+    /// Whether it is still being worked on.
+    pub(super) working: bool,
+}
+
+/// Logs prediction `id` of `input` and plans it as any request (a
+/// repeated id keeps its first plan).
+pub(super) fn admit_prediction(
+    sim: &SimState,
+    name: &str,
+    provider: &ProviderSettings,
+    id: &str,
+    input: &Value,
+) -> Admitted {
+    let job = json!({"task": "", "input": input, "output": "json"});
+    let arrival = Arrival {
+        name,
+        provider,
+        id,
+        job: &job,
+        messages: &[],
+        strict: false,
+        asked_json: false,
+        response_id: None,
+        traceparent: None,
+    };
+    let (plan, _) = admit(sim, arrival);
+    let log = sim.log.lock_anyway();
+    let entry = log.get(id).expect("admitted just now");
+    Admitted { plan, arrived: entry.arrived, times: entry.times, working: entry.working_at(Instant::now()) }
 }
 
 /// Whether the request asks to be answered at once (`Prefer: respond-async`).

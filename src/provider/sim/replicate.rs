@@ -27,8 +27,8 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::connection::Connection;
-use super::predictions::{final_state, picture, send_webhook, settled};
-use super::{Arrival, Plan, SimState, admit, receive, reset};
+use super::predictions::{Admitted, admit_prediction, final_state, picture, send_webhook, settled};
+use super::{SimState, receive, reset};
 use crate::config::SimFault;
 use crate::sync::LockAnyway;
 
@@ -36,14 +36,12 @@ use crate::sync::LockAnyway;
 const LONGEST_WAIT: Duration = Duration::from_secs(60);
 
 /// A prediction as created: what never changes, and its output when it
-/// succeeds.
+/// succeeds (its plan and arrival are in the simulator's log, by its id).
 pub(super) struct Created {
     /// The prediction object's fields that never change (`id`, `model`,
     /// `version`, `input`, `created_at`, `urls`).
     fields: Value,
     output: Value,
-    plan: Plan,
-    arrived: Instant,
 }
 
 /// An error as Replicate answers one.
@@ -109,26 +107,13 @@ async fn create(
         return refused;
     }
     let id = new_id();
-    let job = json!({"task": "", "input": input, "output": "json"});
-    let arrival = Arrival {
-        name: &name,
-        provider,
-        id: &id,
-        job: &job,
-        messages: &[],
-        strict: false,
-        asked_json: false,
-        response_id: None,
-        traceparent: None,
-    };
-    let (plan, _) = admit(&sim, arrival);
-    let arrived = Instant::now();
+    let Admitted { plan, arrived, .. } = admit_prediction(&sim, &name, provider, &id, &input);
     let base = format!("/providers/{name}/v1/predictions/{id}");
     let fields = json!({"id": id, "model": model.as_deref().unwrap_or("sim/versioned"), "version": version.unwrap_or("sim"),
         "input": input, "created_at": chrono::Utc::now(), "data_removed": false,
         "urls": {"get": base, "cancel": format!("{base}/cancel"), "web": format!("https://replicate.com/p/{id}")}});
     // A list of files, as most of Replicate's image models answer.
-    let created = Created { fields, output: json!([picture(provider, &input)]), plan: plan.clone(), arrived };
+    let created = Created { fields, output: json!([picture(provider, &input)]) };
     let output = created.output.clone();
     let fields = created.fields.clone();
     sim.predictions.lock_anyway().get_or_insert_with(&id, || created);
@@ -186,10 +171,11 @@ fn merged(sim: &SimState, id: &str, state: Value) -> Value {
 
 /// Prediction `id` as it is now.
 fn current(sim: &SimState, id: &str) -> Option<Value> {
-    let (plan, arrived, output) = {
-        let predictions = sim.predictions.lock_anyway();
-        let created = predictions.get(id)?;
-        (created.plan.clone(), created.arrived, created.output.clone())
+    let output = sim.predictions.lock_anyway().get(id)?.output.clone();
+    let (plan, arrived) = {
+        let log = sim.log.lock_anyway();
+        let entry = log.get(id)?;
+        (entry.plan.clone(), entry.arrived)
     };
     let state = final_state(sim, id, &plan, arrived, &output)
         .unwrap_or_else(|| json!({"status": "processing", "output": null, "error": null, "logs": ""}));
@@ -227,8 +213,7 @@ pub(super) async fn list(State(sim): State<Arc<SimState>>, Path(name): Path<Stri
         let predictions = sim.predictions.lock_anyway();
         predictions
             .iter()
-            .filter(|(id, _)| log.get(id).is_some_and(|e| e.provider == name))
-            .map(|(id, created)| (created.arrived, id.clone()))
+            .filter_map(|(id, _)| log.get(id).filter(|e| e.provider == name).map(|e| (e.arrived, id.clone())))
             .collect()
     };
     ids.sort_unstable_by(|a, b| b.cmp(a));
