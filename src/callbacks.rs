@@ -119,7 +119,8 @@ impl Callbacks {
         })?;
         let prediction: Value = serde_json::from_slice(&body).map_err(|e| CallbackError::NotJson(e.to_string()))?;
         drop(body);
-        let said_id = prediction.get("id").and_then(Value::as_str).filter(|id| is_an_id(id)).map(str::to_owned);
+        let (said_id, status) = provider.read_callback(prediction).await;
+        let said_id = said_id.filter(|id| is_an_id(id));
         // Signed by the provider is not enough: it must be of the attempt's
         // own prediction, where the attempt knows it.
         if let Some(known) = &attempt.provider_request_id
@@ -130,7 +131,7 @@ impl Callbacks {
                 "the callback is of prediction {said}, not attempt {number}'s"
             )));
         }
-        let outcome = match crate::provider::cog::read_prediction(prediction) {
+        let outcome = match status {
             RequestStatus::Running | RequestStatus::NotFound => return Ok(Received::NotFinal),
             RequestStatus::Succeeded(completion) => Ok(completion),
             RequestStatus::Failed(error) => Err(error),

@@ -12,8 +12,8 @@ use serde::Deserialize;
 pub use crate::domain::retention::Span;
 pub use files::{FileRules, FilesSettings};
 pub use provider::{
-    BreakerSettings, MaxTokensField, ProviderApi, ProviderKind, ProviderLimits, ProviderSettings, ReplicateModel,
-    SimFault, SimOutput, Tokenizer,
+    BreakerSettings, JobApi, JobCall, JobMethod, JobReading, JobSignature, JobState, MaxTokensField, ProviderApi,
+    ProviderKind, ProviderLimits, ProviderSettings, ReplicateModel, SignatureScheme, SimFault, SimOutput, Tokenizer,
 };
 pub use task::{ExampleSettings, HedgeSettings, PromptSettings, TaskSettings};
 

@@ -9,8 +9,10 @@ pub use super::breaker::BreakerSettings;
 use super::duration;
 
 mod checks;
+mod job;
 pub use super::sim::{SimFault, SimOutput};
 pub use crate::domain::limits::ProviderLimits;
+pub use job::{JobApi, JobCall, JobMethod, JobReading, JobSignature, JobState, SignatureScheme};
 
 /// How a provider counts tokens.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -68,6 +70,14 @@ pub enum ProviderApi {
     /// deployment's): accepted at once under Replicate's id, its outcome
     /// brought by a signed callback or asked for by that id.
     Replicate,
+    /// An asynchronous job API described by the provider's `job` table:
+    /// submitted, then asked for by the provider's id or called back.
+    HttpJob,
+    /// The simulator's copy of fal's queue API (spoken by the `job` table).
+    Fal,
+    /// The simulator's copy of RunPod's serverless API (spoken by the `job`
+    /// table).
+    Runpod,
 }
 
 /// The name chat completions give the answer's token limit.
@@ -97,13 +107,18 @@ pub enum ProviderKind {
     Cog,
     /// Replicate's hosted predictions.
     Replicate,
+    /// An asynchronous job API described by a `job` table (fal's queue,
+    /// RunPod serverless).
+    #[serde(rename = "http-job")]
+    HttpJob,
 }
 
 /// `[providers.NAME]`
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderSettings {
-    /// `sim`, `openai`, `openai-responses`, `anthropic`, `cog` or `replicate`.
+    /// `sim`, `openai`, `openai-responses`, `anthropic`, `cog`, `replicate`
+    /// or `http-job`.
     pub kind: ProviderKind,
     /// sim: which surface the simulated provider speaks (the kind says it
     /// for the others).
@@ -284,6 +299,9 @@ pub struct ProviderSettings {
     /// Its breaker: taken out of service while its calls mostly fail.
     #[serde(default)]
     pub breaker: Option<BreakerSettings>,
+    /// http-job (and the simulator's fal and RunPod): how its API is spoken.
+    #[serde(default)]
+    pub job: Option<JobApi>,
 }
 
 impl ProviderSettings {
@@ -339,6 +357,7 @@ impl ProviderSettings {
             ProviderKind::Anthropic => ProviderApi::Messages,
             ProviderKind::Cog => ProviderApi::Predictions,
             ProviderKind::Replicate => ProviderApi::Replicate,
+            ProviderKind::HttpJob => ProviderApi::HttpJob,
         }
     }
 
@@ -379,7 +398,13 @@ impl ProviderSettings {
     /// callback to onejob: a Cog server's predictions (which cannot be
     /// asked about), Replicate's (which can be, too).
     pub fn answers_by_callback(&self) -> bool {
-        matches!(self.api(), ProviderApi::Predictions | ProviderApi::Replicate)
+        matches!(self.api(), ProviderApi::Predictions | ProviderApi::Replicate) || self.speaks_jobs()
+    }
+
+    /// Whether it speaks a job API by its `job` table (`http-job`, and the
+    /// simulator's fal and RunPod).
+    pub fn speaks_jobs(&self) -> bool {
+        matches!(self.api(), ProviderApi::HttpJob | ProviderApi::Fal | ProviderApi::Runpod)
     }
 
     /// Whether the reconciler can ask the provider about a request whose
@@ -387,21 +412,26 @@ impl ProviderSettings {
     /// the Responses API, the response's id (which a lost answer may never
     /// have brought).
     pub fn can_be_asked_about(&self, provider_request_id: Option<&str>) -> bool {
-        let by_own_id = matches!(self.api(), ProviderApi::Responses | ProviderApi::Replicate);
+        let by_own_id = matches!(self.api(), ProviderApi::Responses | ProviderApi::Replicate) || self.speaks_jobs();
         self.has_status_lookup() && (!by_own_id || provider_request_id.is_some())
     }
 
     /// Whether an aborted call is followed by the provider's cancel call
     /// (the same default).
     pub fn has_cancel_call(&self) -> bool {
+        if self.speaks_jobs() {
+            return self.job.as_ref().is_some_and(|job| job.cancel.is_some());
+        }
         self.cancel_call.unwrap_or(self.kind != ProviderKind::Openai && self.api() != ProviderApi::Messages)
     }
 
     /// Whether a "no such request" from the status lookup may settle an
     /// attempt as never received (see `absence_is_final`). Never for the
-    /// Responses API: a response asked for by its id was received.
+    /// Responses API, nor for the job APIs: a request asked for by its
+    /// own id was received (and RunPod forgets a job 30 minutes after it).
     pub fn absence_is_final(&self) -> bool {
         !matches!(self.api(), ProviderApi::Responses | ProviderApi::Replicate)
+            && !self.speaks_jobs()
             && self.absence_is_final.unwrap_or(!self.is_real())
     }
 }
@@ -449,6 +479,7 @@ impl ProviderKind {
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Cog => "cog",
             ProviderKind::Replicate => "replicate",
+            ProviderKind::HttpJob => "http-job",
         }
     }
 }

@@ -120,9 +120,14 @@ pub(crate) fn read_prediction(body: Value) -> RequestStatus {
 /// seconds), by which GPU providers bill; none when it reports none.
 fn compute_time(fields: &serde_json::Map<String, Value>) -> Option<crate::domain::Usage> {
     let seconds = fields.get("metrics")?.get("predict_time")?.as_f64().filter(|s| s.is_finite() && *s >= 0.0)?;
-    // At most a year: a figure past it is not a prediction's.
-    let predict_ms = (seconds * 1000.0).round().min(365.0 * 24.0 * 3_600_000.0) as i64;
-    Some(crate::domain::Usage { predict_ms, ..crate::domain::Usage::default() })
+    Some(compute_usage(seconds * 1000.0))
+}
+
+/// The usage of a GPU job that reports `ms` milliseconds of compute time
+/// (finite, not negative), at most a year: a figure past it is not a job's.
+pub(crate) fn compute_usage(ms: f64) -> crate::domain::Usage {
+    let predict_ms = ms.round().min(365.0 * 24.0 * 3_600_000.0) as i64;
+    crate::domain::Usage { predict_ms, ..crate::domain::Usage::default() }
 }
 
 /// What an error status answering a PUT means. A server that is not ready

@@ -16,6 +16,8 @@ pub(crate) mod anthropic;
 mod bpe;
 pub(crate) mod cog;
 mod failure;
+mod fal_signature;
+pub(crate) mod http_job;
 mod message_stream;
 pub(crate) mod openai;
 pub(crate) mod replicate;
@@ -36,6 +38,7 @@ use crate::config::{ProviderKind, ProviderSettings, Settings};
 pub use anthropic::MessagesProvider;
 pub use cog::CogProvider;
 pub use failure::{CancelCall, FailureClass, FailureFacts, FailureKind, ProviderError, millis};
+pub use http_job::HttpJobProvider;
 pub use openai::HttpProvider;
 pub use replicate::ReplicateProvider;
 
@@ -202,6 +205,13 @@ pub trait Provider: Send + Sync {
         None
     }
 
+    /// What a callback's body says: the provider's id of the request it is
+    /// of, and its status (a Cog prediction, by default).
+    async fn read_callback(&self, body: Value) -> (Option<String>, RequestStatus) {
+        let id = body.get("id").and_then(Value::as_str).map(str::to_owned);
+        (id, cog::read_prediction(body))
+    }
+
     /// Whether a callback with `headers` and `body` comes from this
     /// provider, by its signature where it signs them (Replicate). The
     /// callback URL's token has been checked first; a provider that does
@@ -314,6 +324,9 @@ pub fn build(settings: &Settings, simulator: Option<&str>) -> Result<Providers, 
                     crate::config::ProviderApi::Replicate => {
                         Arc::new(ReplicateProvider::simulated(name, provider.clone(), base, client.clone()))
                     }
+                    crate::config::ProviderApi::Fal | crate::config::ProviderApi::Runpod => {
+                        Arc::new(HttpJobProvider::simulated(name, provider.clone(), base, client.clone()))
+                    }
                     _ => Arc::new(HttpProvider::simulated(name, provider.clone(), base, client.clone()))
                         as Arc<dyn Provider>,
                 }
@@ -324,6 +337,7 @@ pub fn build(settings: &Settings, simulator: Option<&str>) -> Result<Providers, 
             ProviderKind::Anthropic => Arc::new(MessagesProvider::anthropic(name, provider.clone(), client.clone())?),
             ProviderKind::Cog => Arc::new(CogProvider::new(name, provider.clone(), client.clone())?),
             ProviderKind::Replicate => Arc::new(ReplicateProvider::new(name, provider.clone(), client.clone())?),
+            ProviderKind::HttpJob => Arc::new(HttpJobProvider::new(name, provider.clone(), client.clone())?),
         };
         providers.insert(name.clone(), built);
     }

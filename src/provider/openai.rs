@@ -237,7 +237,10 @@ impl Provider for HttpProvider {
             ProviderApi::ChatCompletions
             | ProviderApi::Messages
             | ProviderApi::Predictions
-            | ProviderApi::Replicate => (&self.chat_url, self.body(request)),
+            | ProviderApi::Replicate
+            | ProviderApi::HttpJob
+            | ProviderApi::Fal
+            | ProviderApi::Runpod => (&self.chat_url, self.body(request)),
             ProviderApi::Responses => (&self.responses_url, responses::body(&self.settings, request, self.simulated)),
         };
         let response = self.post(url, &body, request).await?;
@@ -264,7 +267,10 @@ impl Provider for HttpProvider {
             ProviderApi::ChatCompletions
             | ProviderApi::Messages
             | ProviderApi::Predictions
-            | ProviderApi::Replicate => parse_completion(&body, request.output_kind()).map(Reply::Done),
+            | ProviderApi::Replicate
+            | ProviderApi::HttpJob
+            | ProviderApi::Fal
+            | ProviderApi::Runpod => parse_completion(&body, request.output_kind()).map(Reply::Done),
             ProviderApi::Responses => match responses::read(&body, request.output_kind())? {
                 (id, RequestStatus::Running) => Ok(Reply::Accepted(id)),
                 (_, RequestStatus::Succeeded(completion)) => Ok(Reply::Done(completion)),
@@ -280,7 +286,10 @@ impl Provider for HttpProvider {
             ProviderApi::ChatCompletions
             | ProviderApi::Messages
             | ProviderApi::Predictions
-            | ProviderApi::Replicate => {
+            | ProviderApi::Replicate
+            | ProviderApi::HttpJob
+            | ProviderApi::Fal
+            | ProviderApi::Runpod => {
                 let url = self.status_url.as_ref()?.replace("{id}", request.client_id);
                 Some(self.lookup(&url, request.output).await)
             }
@@ -305,7 +314,10 @@ impl Provider for HttpProvider {
             ProviderApi::ChatCompletions
             | ProviderApi::Messages
             | ProviderApi::Predictions
-            | ProviderApi::Replicate => {
+            | ProviderApi::Replicate
+            | ProviderApi::HttpJob
+            | ProviderApi::Fal
+            | ProviderApi::Runpod => {
                 let url = self.cancel_url.as_ref()?.replace("{id}", request.client_id);
                 Some(self.cancel_at(&url).await)
             }

@@ -162,12 +162,26 @@ impl ReplicateProvider {
 /// nothing, and a 429 may be sent again after its wait; a 5xx or a
 /// proxy's timeout may come after the prediction was created: its outcome
 /// is unknown, and the create is never sent again.
-fn classify_create(status: u16) -> FailureClass {
+pub(super) fn classify_create(status: u16) -> FailureClass {
     match status {
         429 => FailureClass::Definitive { retryable: true },
         400..=499 if status != 408 => FailureClass::Definitive { retryable: false },
         _ => FailureClass::Ambiguous,
     }
+}
+
+/// The failure of a create (a `what`) answered with an error status, by
+/// [`classify_create`], with its `Retry-After`.
+pub(super) async fn refused_create(response: reqwest::Response, what: &str) -> ProviderError {
+    let status = response.status().as_u16();
+    let wait = retry_after(response.headers());
+    let said = match read_bounded(response, MAX_ERROR_BYTES).await {
+        Ok((said, _)) => said,
+        Err(error) => return transport_error_after_answer(error),
+    };
+    let message = truncate(format!("the {what} was answered {status}: {}", String::from_utf8_lossy(&said)));
+    let error = ProviderError::new(classify_create(status), FailureKind::ProviderError, Some(status), message);
+    error.with_facts(FailureFacts { retry_after_ms: wait.map(millis), ..FailureFacts::default() })
 }
 
 /// The failure of an answer that is not a prediction: what was done is
@@ -204,11 +218,7 @@ impl Provider for ReplicateProvider {
         let response = self.authorize(create.json(&body)).send().await.map_err(transport_error)?;
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
-            let wait = retry_after(response.headers());
-            let (said, _) = read_bounded(response, MAX_ERROR_BYTES).await.map_err(transport_error_after_answer)?;
-            let message = truncate(format!("the create was answered {status}: {}", String::from_utf8_lossy(&said)));
-            let error = ProviderError::new(classify_create(status), FailureKind::ProviderError, Some(status), message);
-            return Err(error.with_facts(FailureFacts { retry_after_ms: wait.map(millis), ..FailureFacts::default() }));
+            return Err(refused_create(response, "create").await);
         }
         let (said, complete) =
             read_bounded(response, MAX_PREDICTION_BYTES).await.map_err(transport_error_after_answer)?;

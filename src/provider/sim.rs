@@ -21,7 +21,8 @@
 //! Anthropic's Messages API (`messages`), and one with `api =
 //! "predictions"` a Cog server's predictions, which draw images
 //! (`predictions`), and one with `api = "replicate"` Replicate's
-//! (`replicate`), with the same plans and faults.
+//! (`replicate`), and ones with `api = "fal"` or `"runpod"` fal's queue
+//! and RunPod's serverless jobs (`jobs`), with the same plans and faults.
 //! Either surface honours a strict JSON schema as OpenAI's structured
 //! outputs do: the schema must meet strict mode's rules (400 otherwise), and
 //! the answer then follows it, whatever the provider's `output` would have
@@ -33,6 +34,7 @@ mod chat;
 mod connection;
 mod faults;
 mod image;
+mod jobs;
 mod messages;
 mod predictions;
 mod replicate;
@@ -167,9 +169,34 @@ struct SimState {
     predictions: Mutex<Bounded<replicate::Created>>,
     /// The secret Replicate's webhooks are signed with (`whsec_…`).
     signing_secret: String,
+    /// fal's and RunPod's jobs, by id (as many as `log`).
+    jobs: Mutex<Bounded<jobs::Submitted>>,
+    /// The key fal's webhooks are signed with.
+    fal_key: ring::signature::Ed25519KeyPair,
 }
 
 impl SimState {
+    /// A simulator of `providers`, with nothing logged yet.
+    fn new(providers: HashMap<String, ProviderSettings>) -> Self {
+        let mut seed = [0u8; 8];
+        getrandom::fill(&mut seed).expect("the operating system's random source");
+        let mut key_seed = [0u8; 32];
+        getrandom::fill(&mut key_seed).expect("the operating system's random source");
+        SimState {
+            providers,
+            log: Mutex::new(Bounded::new(MOST_REQUESTS)),
+            responses: Mutex::new(Bounded::new(MOST_REQUESTS)),
+            random: Mutex::new(u64::from_le_bytes(seed) | 1),
+            refused: Mutex::new(HashMap::new()),
+            arrivals: Mutex::new(HashMap::new()),
+            started: Instant::now(),
+            predictions: Mutex::new(Bounded::new(MOST_REQUESTS)),
+            signing_secret: crate::domain::webhook::new_secret(),
+            jobs: Mutex::new(Bounded::new(MOST_REQUESTS)),
+            fal_key: ring::signature::Ed25519KeyPair::from_seed_unchecked(&key_seed).expect("any 32 bytes are a seed"),
+        }
+    }
+
     /// Whether provider `name` refuses this request before any work: one of
     /// its first `refuse_first`.
     fn refuses(&self, name: &str, provider: &ProviderSettings) -> bool {
@@ -210,23 +237,9 @@ impl SimState {
 
 /// The simulator's routes for the `sim` providers of `providers`.
 pub fn router(providers: &std::collections::BTreeMap<String, ProviderSettings>) -> Router {
-    let mut seed = [0u8; 8];
-    getrandom::fill(&mut seed).expect("the operating system's random source");
-    let state = Arc::new(SimState {
-        providers: providers
-            .iter()
-            .filter(|(_, p)| p.kind == ProviderKind::Sim)
-            .map(|(n, p)| (n.clone(), p.clone()))
-            .collect(),
-        log: Mutex::new(Bounded::new(MOST_REQUESTS)),
-        responses: Mutex::new(Bounded::new(MOST_REQUESTS)),
-        random: Mutex::new(u64::from_le_bytes(seed) | 1),
-        refused: Mutex::new(HashMap::new()),
-        arrivals: Mutex::new(HashMap::new()),
-        started: Instant::now(),
-        predictions: Mutex::new(Bounded::new(MOST_REQUESTS)),
-        signing_secret: crate::domain::webhook::new_secret(),
-    });
+    let state = Arc::new(SimState::new(
+        providers.iter().filter(|(_, p)| p.kind == ProviderKind::Sim).map(|(n, p)| (n.clone(), p.clone())).collect(),
+    ));
     Router::new()
         .route("/providers/{name}/v1/chat/completions", post(chat::complete))
         .route("/providers/{name}/v1/messages", post(messages::create))
@@ -243,6 +256,15 @@ pub fn router(providers: &std::collections::BTreeMap<String, ProviderSettings>) 
         .route("/providers/{name}/v1/predictions/{id}", get(replicate::get))
         .route("/providers/{name}/v1/predictions/{id}/cancel", post(replicate::cancel))
         .route("/providers/{name}/v1/webhooks/default/secret", get(replicate::secret))
+        .route("/providers/{name}/fal/.well-known/jwks.json", get(jobs::fal_keys))
+        .route("/providers/{name}/fal/{owner}/{alias}", post(jobs::fal_submit))
+        .route("/providers/{name}/fal/{owner}/{alias}/{path}", post(jobs::fal_submit_path))
+        .route("/providers/{name}/fal/{owner}/{alias}/requests/{id}", get(jobs::fal_result))
+        .route("/providers/{name}/fal/{owner}/{alias}/requests/{id}/status", get(jobs::fal_status))
+        .route("/providers/{name}/fal/{owner}/{alias}/requests/{id}/cancel", put(jobs::fal_cancel))
+        .route("/providers/{name}/v2/{endpoint}/run", post(jobs::runpod_run))
+        .route("/providers/{name}/v2/{endpoint}/status/{id}", get(jobs::runpod_get))
+        .route("/providers/{name}/v2/{endpoint}/cancel/{id}", post(jobs::runpod_cancel))
         .route("/v1/requests/{id}", get(request_status))
         .route("/v1/requests/{id}/cancel", post(cancel_request))
         .route("/v1/requests", get(all_requests))

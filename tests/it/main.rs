@@ -23,6 +23,7 @@ mod docs;
 mod events;
 mod fairness;
 mod hedging;
+mod jobs;
 mod lifecycle;
 mod lint;
 mod memory;

@@ -45,11 +45,19 @@ impl ProviderSettings {
                 "providers.{name}.api is for sim providers; the kind says which API a real one speaks"
             ));
         }
+        if self.api == Some(ProviderApi::HttpJob) {
+            return Err(format!(
+                "providers.{name}.api: http-job is a kind of real provider; the simulator's job APIs are fal and runpod"
+            ));
+        }
         if self.kind == ProviderKind::Cog {
             return self.check_cog(name);
         }
         if self.kind == ProviderKind::Replicate {
             return self.check_replicate(name);
+        }
+        if self.speaks_jobs() || self.job.is_some() {
+            return self.check_job(name);
         }
         if self.is_real() && (self.base_url.is_none() || self.api_key_env.is_none()) {
             return Err(format!("providers.{name}: an {} provider needs base_url and api_key_env", self.kind.as_str()));
@@ -102,6 +110,36 @@ impl ProviderSettings {
             return Err(format!(
                 "providers.{name}: Replicate's status lookup and cancel call follow from base_url, by the \
                  prediction's id"
+            ));
+        }
+        if self.response_format || self.count_tokens || self.prompt_cache {
+            return Err(format!(
+                "providers.{name}: response_format, count_tokens and prompt_cache are for chat models"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks a job API's settings: its `job` table, its address and key,
+    /// and none of what a chat model takes.
+    fn check_job(&self, name: &str) -> Result<(), String> {
+        let Some(job) = self.job.as_ref().filter(|_| self.speaks_jobs()) else {
+            return Err(format!(
+                "providers.{name}.job is how an http-job provider (or a simulated fal or runpod one) speaks its \
+                 API: give it for those, and only for those"
+            ));
+        };
+        job.check(name)?;
+        if self.is_real() && (self.base_url.is_none() || self.api_key_env.is_none()) {
+            return Err(format!(
+                "providers.{name}: an http-job provider needs base_url and api_key_env (the variable holding its key)"
+            ));
+        }
+        let lookup_set = self.status_lookup.is_some() || self.cancel_call.is_some();
+        if lookup_set || self.status_url.is_some() || self.cancel_url.is_some() {
+            return Err(format!(
+                "providers.{name}: a job API's status and cancel calls are in its job table \
+                 (job.status, job.cancel)"
             ));
         }
         if self.response_format || self.count_tokens || self.prompt_cache {

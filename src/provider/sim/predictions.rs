@@ -176,22 +176,30 @@ async fn follow(sim: Arc<SimState>, id: String, plan: Plan, arrived: Instant, ou
 }
 
 /// Sends prediction `id`'s final form `done` to `webhook`, signed the
-/// Standard Webhooks way with `secret` if given (as Replicate signs), tried
-/// again with doubling waits while it is not answered 2xx.
+/// Standard Webhooks way with `secret` if given (as Replicate signs).
 pub(super) async fn send_webhook(webhook: &str, id: &str, done: &Value, secret: Option<&str>) {
     let body = done.to_string();
+    let mut headers = Vec::new();
+    if let Some(secret) = secret {
+        // One message, one id, however many times it is sent.
+        let message = format!("msg_{id}");
+        let timestamp = chrono::Utc::now().timestamp();
+        let signed = crate::domain::webhook::signature(&[secret], &message, timestamp, body.as_bytes());
+        headers.push(("webhook-id", message));
+        headers.push(("webhook-timestamp", timestamp.to_string()));
+        headers.push(("webhook-signature", signed));
+    }
+    deliver(webhook, id, &body, &headers).await;
+}
+
+/// Posts `body` with `headers` to `webhook` (of job or prediction `id`),
+/// tried again with doubling waits while it is not answered 2xx.
+pub(super) async fn deliver(webhook: &str, id: &str, body: &str, headers: &[(&'static str, String)]) {
     let mut wait = WEBHOOK_FIRST_WAIT;
     for _ in 0..WEBHOOK_TRIES {
-        let mut post = WEBHOOKS.post(webhook).header("content-type", "application/json").body(body.clone());
-        if let Some(secret) = secret {
-            // One message, one id, however many times it is sent.
-            let message = format!("msg_{id}");
-            let timestamp = chrono::Utc::now().timestamp();
-            let signed = crate::domain::webhook::signature(&[secret], &message, timestamp, body.as_bytes());
-            post = post
-                .header("webhook-id", message)
-                .header("webhook-timestamp", timestamp.to_string())
-                .header("webhook-signature", signed);
+        let mut post = WEBHOOKS.post(webhook).header("content-type", "application/json").body(body.to_owned());
+        for (name, value) in headers {
+            post = post.header(*name, value);
         }
         match post.send().await {
             Ok(answer) if answer.status().is_success() => return,

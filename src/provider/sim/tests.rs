@@ -7,17 +7,8 @@ fn exactly_one_request_in_twenty_takes_the_tail_at_a_tail_rate_of_five_percent()
     let provider: ProviderSettings =
         toml::from_str("kind = \"sim\"\nmodel = \"sim-1\"\nlatency_ms = 5\ntail_rate = 0.05\ntail_latency_ms = 4000")
             .unwrap();
-    let sim = SimState {
-        providers: HashMap::from([("sim-tail".to_owned(), provider.clone())]),
-        log: Mutex::new(Bounded::new(MOST_REQUESTS)),
-        responses: Mutex::new(Bounded::new(MOST_REQUESTS)),
-        random: Mutex::new(1),
-        refused: Mutex::new(HashMap::new()),
-        arrivals: Mutex::new(HashMap::new()),
-        started: tokio::time::Instant::now(),
-        predictions: Mutex::new(Bounded::new(MOST_REQUESTS)),
-        signing_secret: String::new(),
-    };
+    let mut sim = SimState::new(HashMap::from([("sim-tail".to_owned(), provider.clone())]));
+    sim.random = Mutex::new(1);
     let job = json!({"task": "summarize", "input": {"text": "a b"}});
     let messages = [json!({"role": "user", "content": "a b"})];
     let mut tails = Vec::new();
