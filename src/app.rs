@@ -395,10 +395,11 @@ fn worker_outputs(
             return Err(StartError::Config(crate::config::ConfigError::Invalid(message)));
         }
     }
-    let files_dir = settings.files.dir_for(settings.database.url());
+    let files = crate::files::Files::of(&settings.files, settings.database.url())
+        .map_err(|why| StartError::Config(crate::config::ConfigError::Invalid(why)))?;
     Ok(crate::worker::Outputs {
         callbacks: Arc::new(crate::worker::callback_urls::CallbackUrls::new(store.clone(), base)),
-        files: Arc::new(crate::files::Files::new(files_dir, &settings.files.allow_hosts)),
+        files: Arc::new(files),
     })
 }
 

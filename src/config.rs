@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use crate::domain::retention::Span;
-pub use files::{FileRules, FilesSettings};
+pub use files::{FileRules, FilesSettings, S3Settings};
 pub use provider::{
     BreakerSettings, JobApi, JobCall, JobMethod, JobReading, JobSignature, JobState, MaxTokensField, ProviderApi,
     ProviderKind, ProviderLimits, ProviderSettings, ReplicateModel, SignatureScheme, SimFault, SimOutput, Tokenizer,

@@ -11,8 +11,10 @@
 //! it came from (which may expire).
 //!
 //! A file is written to a temporary name, flushed to disk and renamed, so
-//! that a result never names a file that is not whole. The folder of a job
-//! goes with the job when it is purged or erased.
+//! that a result never names a file that is not whole. With `[files.s3]`,
+//! it is then uploaded to the bucket (`remote.rs`) before the output is
+//! recorded, and removed from the directory. The folder of a job goes with
+//! the job when it is purged or erased.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -26,10 +28,13 @@ use crate::domain::JobId;
 use crate::webhooks::address::AllowedHosts;
 
 mod fetch;
+mod remote;
 
-/// The blob store: a directory, and the client its files are fetched with.
+/// The blob store: a directory (or a bucket, the directory holding each
+/// file until it is uploaded), and the client its files are fetched with.
 pub struct Files {
     dir: PathBuf,
+    remote: Option<std::sync::Arc<remote::Remote>>,
     client: reqwest::Client,
     allowed: AllowedHosts,
 }
@@ -56,14 +61,48 @@ pub enum KeepError {
 }
 
 /// A kept file, as `GET /jobs/{id}/files/{name}` serves it.
-#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeptFile {
-    /// Where it is.
-    pub path: PathBuf,
     /// Its media type.
     pub content_type: String,
     /// Its size in bytes.
     pub size: u64,
+    place: Place,
+}
+
+/// Where a kept file is.
+enum Place {
+    Local(PathBuf),
+    Remote(std::sync::Arc<remote::Remote>, JobId, String),
+}
+
+impl KeptFile {
+    /// Bytes `start` up to `end` of the file, as they come (never read whole).
+    pub async fn read(
+        &self,
+        start: u64,
+        end: u64,
+    ) -> std::io::Result<futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>> {
+        use futures_util::StreamExt as _;
+        use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
+        match &self.place {
+            Place::Remote(remote, job, name) => remote.read(*job, name, start, end).await,
+            Place::Local(path) => {
+                let mut file = tokio::fs::File::open(path).await?;
+                file.seek(std::io::SeekFrom::Start(start)).await?;
+                let chunks = futures_util::stream::unfold(
+                    (file.take(end.saturating_sub(start)), vec![0; 64 * 1024]),
+                    |(mut file, mut buf)| async {
+                        match file.read(&mut buf).await {
+                            Ok(0) => None,
+                            Ok(read) => Some((Ok(bytes::Bytes::copy_from_slice(&buf[..read])), (file, buf))),
+                            Err(error) => Some((Err(error), (file, buf))),
+                        }
+                    },
+                );
+                Ok(chunks.boxed())
+            }
+        }
+    }
 }
 
 impl Files {
@@ -71,7 +110,17 @@ impl Files {
     /// lists although they are not public (`files.allow_hosts`).
     pub fn new(dir: PathBuf, allow_hosts: &[String]) -> Self {
         let allowed = AllowedHosts::new(allow_hosts);
-        Self { dir, client: fetch::client(&allowed), allowed }
+        Self { dir, remote: None, client: fetch::client(&allowed), allowed }
+    }
+
+    /// The blob store `settings` describe, for the database at
+    /// `database_url`: a bucket where `[files.s3]` names one.
+    pub fn of(settings: &crate::config::FilesSettings, database_url: &str) -> Result<Self, String> {
+        let mut files = Self::new(settings.dir_for(database_url), &settings.allow_hosts);
+        if let Some(s3) = &settings.s3 {
+            files.remote = Some(std::sync::Arc::new(remote::Remote::new(s3)?));
+        }
+        Ok(files)
     }
 
     fn job_dir(&self, job: JobId) -> PathBuf {
@@ -85,7 +134,12 @@ impl Files {
         let sources = sources(output, rules, &self.allowed).map_err(KeepError::Rejected)?;
         let dir = self.job_dir(job);
         let mut named = Vec::with_capacity(sources.len());
-        let kept = self.keep_each(job, number, sources, &mut named, rules).await;
+        let mut kept = self.keep_each(job, number, sources, &mut named, rules).await;
+        if kept.is_ok()
+            && let Some(remote) = &self.remote
+        {
+            kept = upload(remote, job, &dir, &named).await.map_err(KeepError::Io);
+        }
         if let Err(error) = kept {
             // What this output's refused or unfinished keep wrote goes.
             for (_, file) in &named {
@@ -147,16 +201,31 @@ impl Files {
     /// follows from its name, which [`Files::keep`] gave it: nothing an
     /// output says is trusted to serve it.
     pub async fn find(&self, job: JobId, name: &str) -> Option<KeptFile> {
-        let extension = kept_extension(name)?;
+        let content_type = media_type_of(kept_extension(name)?).to_owned();
+        if let Some(remote) = &self.remote {
+            let size = remote.size(job, name).await?;
+            return Some(KeptFile { content_type, size, place: Place::Remote(remote.clone(), job, name.to_owned()) });
+        }
         let path = self.job_dir(job).join(name);
         let size = tokio::fs::metadata(&path).await.ok().filter(std::fs::Metadata::is_file)?.len();
-        Some(KeptFile { path, content_type: media_type_of(extension).to_owned(), size })
+        Some(KeptFile { content_type, size, place: Place::Local(path) })
     }
 
     /// Whether this blob store is the one of the database `identity` names:
     /// the first to ask marks it as its own (`.database`), and another
     /// database sharing it is told no.
     pub async fn is_of(&self, identity: &str) -> bool {
+        if let Some(remote) = &self.remote {
+            let marked = match remote.mark().await {
+                Ok(Some(found)) => Ok(found == identity),
+                Ok(None) => remote.set_mark(identity).await.map(|()| true),
+                Err(error) => Err(error),
+            };
+            return marked.unwrap_or_else(|error| {
+                tracing::warn!(%error, "the bucket's mark could not be read or written");
+                false
+            });
+        }
         let marker = self.dir.join(".database");
         match tokio::fs::read_to_string(&marker).await {
             Ok(found) => found.trim() == identity,
@@ -184,6 +253,17 @@ impl Files {
     /// candidates (a folder whose job is gone was left by a crash between
     /// the job's removal and its files').
     pub async fn folders_older_than(&self, age: std::time::Duration) -> Vec<JobId> {
+        let mut jobs = self.local_folders_older_than(age).await;
+        if let Some(remote) = &self.remote {
+            match remote.folders_older_than(age).await {
+                Ok(more) => jobs.extend(more.into_iter().filter(|job| !jobs.contains(job)).collect::<Vec<_>>()),
+                Err(error) => tracing::warn!(%error, "the bucket's folders could not be listed"),
+            }
+        }
+        jobs
+    }
+
+    async fn local_folders_older_than(&self, age: std::time::Duration) -> Vec<JobId> {
         let dir = self.dir.clone();
         let listed = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<JobId>> {
             let mut jobs = Vec::new();
@@ -216,8 +296,31 @@ impl Files {
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
                 Err(error) => tracing::warn!(%error, job.id = %job, "the files of a removed job could not be removed"),
             }
+            if let Some(remote) = &self.remote
+                && let Err(error) = remote.remove(*job).await
+            {
+                tracing::warn!(%error, job.id = %job, "the files of a removed job could not be removed from the bucket");
+            }
         }
     }
+}
+
+/// Uploads each of `named` (kept in `dir`) to `remote`, then removes it
+/// from `dir`; on an error, what was uploaded of them goes.
+async fn upload(remote: &remote::Remote, job: JobId, dir: &Path, named: &[(String, Value)]) -> std::io::Result<()> {
+    let names: Vec<&str> = named.iter().filter_map(|(_, file)| file.get("file")?.as_str()).collect();
+    for (done, name) in names.iter().enumerate() {
+        if let Err(error) = remote.upload(job, name, &dir.join(name)).await {
+            for uploaded in &names[..done] {
+                let _ = remote.remove_one(job, uploaded).await;
+            }
+            return Err(error);
+        }
+    }
+    for name in names {
+        let _ = tokio::fs::remove_file(dir.join(name)).await;
+    }
+    Ok(())
 }
 
 /// The names of the kept images `value` (a job's result) names, in order:
@@ -426,7 +529,9 @@ mod tests {
         assert_eq!((file["size"].as_u64(), &kept["seed"]), (Some(9), &json!(7)));
         assert_eq!(named(&kept), ["2-0.png"]);
         let found = files.find(job, "2-0.png").await.unwrap();
-        assert_eq!(std::fs::read(&found.path).unwrap(), b"\x89PNG fake");
+        let read: Vec<bytes::Bytes> =
+            futures_util::TryStreamExt::try_collect(found.read(0, 9).await.unwrap()).await.unwrap();
+        assert_eq!(read.concat(), b"\x89PNG fake");
         assert_eq!((found.content_type.as_str(), found.size), ("image/png", 9));
         for name in ["../2-0.png", "2-0.png/", "2-0.html", "2-9.png", "x-0.png"] {
             assert!(files.find(job, name).await.is_none(), "{name}: only a name keep gave, of a file kept");

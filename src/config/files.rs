@@ -17,6 +17,75 @@ pub struct FilesSettings {
     /// is allowed for them and their addresses may be private or loopback
     /// (as `webhooks.allow_hosts` for webhooks).
     pub allow_hosts: Vec<String>,
+    /// An S3-compatible bucket the files are kept in instead, `dir` then
+    /// holding each only until it is uploaded: for several replicas (each
+    /// serves every file), or a store of its own.
+    pub s3: Option<S3Settings>,
+}
+
+/// `[files.s3]`: an S3-compatible bucket (AWS S3, MinIO, Ceph, R2…).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct S3Settings {
+    /// The bucket, which must exist.
+    pub bucket: String,
+    /// The store's endpoint; by default AWS S3's for `region`.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// The region.
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// The folder of the bucket the files go under (`onejob/`), or none.
+    #[serde(default)]
+    pub prefix: String,
+    /// Whether an `http://` endpoint may be used (a store on this
+    /// machine or a private network).
+    #[serde(default)]
+    pub allow_http: bool,
+    /// The environment variable holding the access key id.
+    #[serde(default = "default_access_key_env")]
+    pub access_key_env: String,
+    /// The environment variable holding the secret access key.
+    #[serde(default = "default_secret_key_env")]
+    pub secret_key_env: String,
+}
+
+impl S3Settings {
+    /// What serde cannot check.
+    pub fn check(&self) -> Result<(), String> {
+        if self.bucket.is_empty() {
+            return Err("files.s3.bucket: name the bucket".into());
+        }
+        if let Some(endpoint) = &self.endpoint {
+            let http = endpoint.starts_with("http://");
+            if !(endpoint.starts_with("https://") || http) {
+                return Err(format!("files.s3.endpoint: an http(s) URL, not '{endpoint}'"));
+            }
+            if http && !self.allow_http {
+                return Err("files.s3.endpoint: an http:// endpoint needs allow_http = true".into());
+            }
+        }
+        let prefix = self.prefix.trim_end_matches('/');
+        if self.prefix.starts_with('/') || prefix.split('/').any(|part| part == "." || part == "..") {
+            return Err(format!(
+                "files.s3.prefix: a folder of the bucket (no leading '/', '.' or '..'), not '{}'",
+                self.prefix
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn default_region() -> String {
+    "us-east-1".to_owned()
+}
+
+fn default_access_key_env() -> String {
+    "AWS_ACCESS_KEY_ID".to_owned()
+}
+
+fn default_secret_key_env() -> String {
+    "AWS_SECRET_ACCESS_KEY".to_owned()
 }
 
 impl FilesSettings {
@@ -115,6 +184,17 @@ mod tests {
         assert!(rules.check("t").is_ok());
         for bad in ["types = []", "types = [\"png\"]", "max_bytes = 0", "min_bytes = 9\nmax_bytes = 8"] {
             assert!(toml::from_str::<FileRules>(bad).unwrap().check("t").is_err(), "{bad}");
+        }
+        let bucket = |text: &str| toml::from_str::<S3Settings>(&format!("bucket = \"b\"\n{text}")).unwrap().check();
+        assert!(bucket("endpoint = \"https://s3.example.com\"\nprefix = \"onejob/\"").is_ok());
+        assert!(bucket("endpoint = \"http://127.0.0.1:9000\"\nallow_http = true").is_ok());
+        for bad in [
+            "endpoint = \"http://127.0.0.1:9000\"",
+            "endpoint = \"s3.example.com\"",
+            "prefix = \"/a\"",
+            "prefix = \"a/../b\"",
+        ] {
+            assert!(bucket(bad).is_err(), "{bad}");
         }
     }
 }

@@ -85,6 +85,9 @@ impl Settings {
         if self.server.event_stream_interval.is_zero() {
             return invalid("server.event_stream_interval_ms must be at least 1".into());
         }
+        if let Some(s3) = &self.files.s3 {
+            s3.check().map_err(ConfigError::Invalid)?;
+        }
         if let Some(url) = &self.server.public_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {

@@ -8,7 +8,6 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -53,16 +52,11 @@ pub(crate) async fn job_file(
             return Ok(answer);
         }
     };
-    let mut file = tokio::fs::File::open(&kept.path).await.map_err(|_| Problem::not_found())?;
-    file.seek(std::io::SeekFrom::Start(start)).await.map_err(|e| internal(&e))?;
-    let chunks =
-        futures_util::stream::unfold((file.take(end - start), vec![0; 64 * 1024]), |(mut file, mut buf)| async {
-            match file.read(&mut buf).await {
-                Ok(0) => None,
-                Ok(read) => Some((Ok::<_, std::io::Error>(bytes::Bytes::copy_from_slice(&buf[..read])), (file, buf))),
-                Err(error) => Some((Err(error), (file, buf))),
-            }
-        });
+    let chunks = kept.read(start, end).await.map_err(|error| match error.kind() {
+        // Removed since it was found: the job was purged or erased.
+        std::io::ErrorKind::NotFound => Problem::not_found().into(),
+        _ => internal(&error),
+    })?;
     let mut answer = Response::new(Body::from_stream(chunks));
     *answer.status_mut() = status;
     let set = answer.headers_mut();

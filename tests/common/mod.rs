@@ -9,6 +9,7 @@ pub mod ha;
 pub mod postgres;
 pub mod processes;
 pub mod prometheus;
+pub mod s3;
 pub mod sqlite;
 
 /// Which database a test runs on.

@@ -12,6 +12,7 @@ mod anthropic;
 mod api;
 mod batches;
 mod bench;
+mod blobs;
 mod breakers;
 mod cancellation;
 mod citus;

@@ -105,7 +105,7 @@ async fn purge(dry_run: bool, config: Option<&Path>) -> Result<(), AnyError> {
         }
         return Ok(());
     }
-    let files = onejob::files::Files::new(settings.files.dir_for(settings.database.url()), &settings.files.allow_hosts);
+    let files = onejob::files::Files::of(&settings.files, settings.database.url())?;
     let pace = onejob::worker::PurgePace::UntilEmpty;
     let (by_rule, ending) =
         onejob::worker::purge_due(&store, &catalog, &settings.retention, &files, pace, || false).await;
