@@ -141,7 +141,7 @@ impl Callbacks {
         if !matches!(attempt.state, AttemptState::Running | AttemptState::Unknown) {
             tracing::info!(job.id = %job, attempt.number = number, state = ?attempt.state,
                 "a callback came for an attempt already settled: nothing changed but its usage, if it had none");
-            self.keep_late_usage(&attempt_ref, attempt, provider.as_ref(), &outcome).await?;
+            self.keep_late_usage(&attempt_ref, attempt, provider.as_ref(), &found.task, &outcome).await?;
             return Ok(Received::AlreadySettled);
         }
         // The provider's id of the request, which a lost answer to the
@@ -175,12 +175,21 @@ impl Callbacks {
         attempt_ref: &AttemptRef,
         attempt: &crate::domain::Attempt,
         provider: &dyn crate::provider::Provider,
+        task: &str,
         outcome: &Result<crate::provider::Completion, ProviderError>,
     ) -> Result<(), StoreError> {
-        let reported = match outcome {
+        let mut reported = match outcome {
             Ok(completion) => completion.usage,
             Err(error) => error.facts.usage,
         };
+        // The files its output held, which a provider billing per output
+        // charged for although they were not kept.
+        let rules = self.worker.catalog.task(task).and_then(|task| task.settings.files.as_ref());
+        if let (Ok(completion), Some(rules)) = (outcome, rules)
+            && let Ok(files) = crate::files::check(&completion.output, rules)
+        {
+            reported.get_or_insert_with(crate::domain::Usage::default).outputs = i64::try_from(files).unwrap_or(0);
+        }
         let (None, Some(usage)) = (attempt.usage, reported) else { return Ok(()) };
         let cost = provider.settings().price.as_ref().map(|price| price.cost(&usage));
         self.worker.store.record_usage(attempt_ref, &crate::store::AttemptUsage { usage, cost }).await?;

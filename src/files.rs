@@ -369,6 +369,12 @@ fn sources(output: &Value, rules: &FileRules, allowed: &AllowedHosts) -> Result<
             rules.min_files
         ));
     }
+    if let Some(most) = rules.max_files.filter(|most| found.len() > *most as usize) {
+        return Err(format!(
+            "the output holds {} files (data: URIs or URLs); the task takes at most {most}",
+            found.len()
+        ));
+    }
     let mut sources = Vec::with_capacity(found.len());
     for (pointer, text) in found {
         if text.starts_with("data:") {
@@ -536,6 +542,10 @@ mod tests {
         for name in ["../2-0.png", "2-0.png/", "2-0.html", "2-9.png", "x-0.png"] {
             assert!(files.find(job, name).await.is_none(), "{name}: only a name keep gave, of a file kept");
         }
+        let too_many =
+            json!({"images": [format!("data:image/png;base64,{png}"), format!("data:image/png;base64,{png}")]});
+        let error = files.keep(job, 3, &mut too_many.clone(), &rules("max_files = 1")).await.unwrap_err();
+        assert!(error.to_string().contains("at most 1"), "{error}");
         for (text, why) in
             [("types = [\"video/*\"]", "type"), ("max_bytes = 8", "bytes"), ("min_files = 2", "at least")]
         {

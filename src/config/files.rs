@@ -123,6 +123,10 @@ pub struct FileRules {
     /// The fewest files an output may hold.
     #[serde(default = "default_min_files")]
     pub min_files: u32,
+    /// The most files an output may hold; a budget's worst case counts
+    /// them (without it, `min_files`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_files: Option<u32>,
 }
 
 impl FileRules {
@@ -147,6 +151,9 @@ impl FileRules {
         }
         if self.max_bytes == 0 || self.min_bytes > self.max_bytes {
             return Err(format!("tasks.{task}.files: max_bytes must be at least 1 and at least min_bytes"));
+        }
+        if self.max_files.is_some_and(|most| most == 0 || most < self.min_files) {
+            return Err(format!("tasks.{task}.files: max_files must be at least 1 and at least min_files"));
         }
         Ok(())
     }
@@ -182,7 +189,11 @@ mod tests {
         assert!(rules.allows("image/png") && rules.allows("IMAGE/webp") && rules.allows("video/mp4"));
         assert!(!rules.allows("video/webm") && !rules.allows("text/html") && !rules.allows("image"));
         assert!(rules.check("t").is_ok());
-        for bad in ["types = []", "types = [\"png\"]", "max_bytes = 0", "min_bytes = 9\nmax_bytes = 8"] {
+        let bad_counts = ["max_files = 0", "min_files = 3\nmax_files = 2"];
+        for bad in ["types = []", "types = [\"png\"]", "max_bytes = 0", "min_bytes = 9\nmax_bytes = 8"]
+            .into_iter()
+            .chain(bad_counts)
+        {
             assert!(toml::from_str::<FileRules>(bad).unwrap().check("t").is_err(), "{bad}");
         }
         let bucket = |text: &str| toml::from_str::<S3Settings>(&format!("bucket = \"b\"\n{text}")).unwrap().check();

@@ -63,6 +63,8 @@ pub(crate) struct UsageTotals {
     /// Their providers' compute time, in milliseconds (GPU providers'
     /// `predict_time`).
     pub predict_ms: i64,
+    /// The files of their outputs (images, clips).
+    pub outputs: i64,
     /// Attempts whose usage is an estimate (never reported by the provider).
     pub estimated_attempts: u64,
     /// Every counted attempt's cost, by currency.
@@ -79,6 +81,8 @@ pub(crate) struct UsageTotals {
     pub waste_tokens: i64,
     /// Their compute time, in milliseconds.
     pub waste_predict_ms: i64,
+    /// The files of their outputs.
+    pub waste_outputs: i64,
 }
 
 impl UsageTotals {
@@ -91,10 +95,12 @@ impl UsageTotals {
         self.cache_write_tokens += row.usage.cache_write_tokens;
         self.cache_read_tokens += row.usage.cache_read_tokens;
         self.predict_ms += row.usage.predict_ms;
+        self.outputs += row.usage.outputs;
         self.estimated_attempts += u64::try_from(row.estimated_attempts).unwrap_or(0);
         if !winner {
             self.waste_tokens += tokens;
             self.waste_predict_ms += row.usage.predict_ms;
+            self.waste_outputs += row.usage.outputs;
         }
         if let Some(cost) = &row.cost {
             *self.cost.entry(cost.currency.clone()).or_default() += cost.amount;

@@ -79,6 +79,8 @@ pub struct RollupTotals {
     pub cache_read_tokens: i64,
     /// The providers' compute time, in milliseconds.
     pub predict_ms: i64,
+    /// The files of their outputs.
+    pub outputs: i64,
     /// Cost, in `currency` (zero when not priced).
     pub cost: Money,
 }
@@ -92,17 +94,18 @@ impl RollupTotals {
         self.cache_write_tokens += other.cache_write_tokens;
         self.cache_read_tokens += other.cache_read_tokens;
         self.predict_ms += other.predict_ms;
+        self.outputs += other.outputs;
         self.cost = self.cost.checked_add(other.cost).ok_or_else(|| corrupt("a rollup's cost overflows"))?;
         Ok(())
     }
 }
 
 /// A rollup row's sums as [`totals_from`] reads them.
-pub(crate) type StoredTotals = (i64, i64, i64, i64, i64, i64, i64, String);
+pub(crate) type StoredTotals = (i64, i64, i64, i64, i64, i64, i64, i64, String);
 
 /// A rollup row's sums as stored: attempts, estimated ones, prompt,
-/// completion, cache-write and cache-read tokens, compute time, and the
-/// cost as decimal text.
+/// completion, cache-write and cache-read tokens, compute time, outputs,
+/// and the cost as decimal text.
 pub(crate) fn totals_from(
     (
         attempts,
@@ -112,6 +115,7 @@ pub(crate) fn totals_from(
         cache_write_tokens,
         cache_read_tokens,
         predict_ms,
+        outputs,
         cost,
     ): StoredTotals,
 ) -> Result<RollupTotals> {
@@ -123,6 +127,7 @@ pub(crate) fn totals_from(
         cache_write_tokens,
         cache_read_tokens,
         predict_ms,
+        outputs,
         cost: cost.parse().map_err(corrupt)?,
     })
 }
@@ -130,7 +135,7 @@ pub(crate) fn totals_from(
 /// Binds a rollup row's key (owner, day, task, provider, state, currency)
 /// to a statement, and its sums after it when given (attempts, estimated
 /// attempts, prompt and completion tokens, cost as decimal text, cache-write
-/// and cache-read tokens, compute time).
+/// and cache-read tokens, compute time, outputs).
 macro_rules! bind_rollup {
     ($query:expr, $key:expr) => {
         $query
@@ -151,6 +156,7 @@ macro_rules! bind_rollup {
             .bind($totals.cache_write_tokens)
             .bind($totals.cache_read_tokens)
             .bind($totals.predict_ms)
+            .bind($totals.outputs)
     };
 }
 pub(crate) use bind_rollup;

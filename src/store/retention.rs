@@ -103,6 +103,7 @@ fn rollup_of(owner: OwnerId, row: &UsageRow) -> Result<(RollupKey, RollupTotals)
         cache_write_tokens: row.usage.cache_write_tokens,
         cache_read_tokens: row.usage.cache_read_tokens,
         predict_ms: row.usage.predict_ms,
+        outputs: row.usage.outputs,
         cost: row.cost.as_ref().map_or(Money::ZERO, |c| c.amount),
     };
     Ok((key, totals))

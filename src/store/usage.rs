@@ -32,6 +32,7 @@ pub(crate) struct StoredUsage {
     pub cache_write: Option<i64>,
     pub cache_read: Option<i64>,
     pub predict_ms: Option<i64>,
+    pub outputs: Option<i64>,
     pub estimated: Option<bool>,
 }
 
@@ -43,6 +44,7 @@ pub(crate) fn read_usage(stored: StoredUsage) -> Option<Usage> {
         cache_write_tokens: stored.cache_write.unwrap_or(0),
         cache_read_tokens: stored.cache_read.unwrap_or(0),
         predict_ms: stored.predict_ms.unwrap_or(0),
+        outputs: stored.outputs.unwrap_or(0),
         estimated: stored.estimated?,
     })
 }
@@ -61,7 +63,7 @@ pub(crate) fn read_cost(
 }
 
 /// The assignments of a settling `update` that record an attempt's usage:
-/// when the flag bound at `{sigil}{flag}` is true, the nine values bound
+/// when the flag bound at `{sigil}{flag}` is true, the ten values bound
 /// after it (see [`bind_usage`]); the columns as they were otherwise.
 /// `cost_cast` types the cost (`::numeric` on Postgres).
 pub(crate) fn usage_assignments(sigil: char, flag: usize, cost_cast: &str) -> String {
@@ -89,7 +91,7 @@ pub(crate) fn assignments_of(
 }
 
 /// The columns [`bind_counts`] binds, in its order.
-pub(crate) const USAGE_COLUMNS: [&str; 9] = [
+pub(crate) const USAGE_COLUMNS: [&str; 10] = [
     "prompt_tokens",
     "completion_tokens",
     "usage_estimated",
@@ -99,11 +101,13 @@ pub(crate) const USAGE_COLUMNS: [&str; 9] = [
     "cache_write_tokens",
     "cache_read_tokens",
     "predict_ms",
+    "outputs",
 ];
 
 /// Binds what [`usage_assignments`] reads: whether there is a usage to
 /// record, then its tokens in and out, whether they are estimated, its
-/// cost, currency and price version, its cached tokens and compute time.
+/// cost, currency and price version, its cached tokens, compute time and
+/// outputs.
 pub(crate) fn bind_usage<'q, DB: Database>(
     query: Query<'q, DB, <DB as Database>::Arguments<'q>>,
     usage: Option<&AttemptUsage>,
@@ -141,6 +145,7 @@ where
         .bind(usage.map(|u| u.usage.cache_write_tokens))
         .bind(usage.map(|u| u.usage.cache_read_tokens))
         .bind(usage.map(|u| u.usage.predict_ms))
+        .bind(usage.map(|u| u.usage.outputs))
 }
 
 /// A job's budget and input from its stored `max_cost` (decimal text) and

@@ -154,11 +154,13 @@ impl TaskRules for Catalog {
         let price = settings.price.as_ref()?;
         let prompt_tokens = self.task(task)?.contract.prompt_tokens(settings, input)?;
         // At most its whole deadline of compute time, for a provider that
-        // bills by it.
+        // bills by it, and the most files the task takes.
+        let files = self.task(task)?.settings.files.as_ref();
         let usage = Usage {
             prompt_tokens: i64::try_from(prompt_tokens).ok()?,
             completion_tokens: i64::from(settings.max_output_tokens),
             predict_ms: i64::try_from(settings.timeout.as_millis()).unwrap_or(i64::MAX),
+            outputs: files.map_or(0, |rules| i64::from(rules.max_files.unwrap_or(rules.min_files))),
             estimated: true,
             ..Usage::default()
         };

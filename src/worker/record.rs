@@ -89,9 +89,14 @@ pub(super) async fn record_metered_outcome(
     claim: Option<Claim<'_>>,
 ) -> Option<SettledAs> {
     let holder = claim.map(|claim| claim.worker);
-    let usage = meter_usage(worker, provider, &outcome, estimate);
+    let mut usage = usage_of(&outcome, estimate);
     let (outcome, rejected) = check_output(worker, task, outcome);
-    let outcome = keep_files(worker, attempt, task, outcome).await;
+    let (outcome, outputs) = keep_files(worker, attempt, task, outcome).await;
+    if outputs > 0 {
+        // What a provider billing per output charges for.
+        usage.get_or_insert_with(Usage::default).outputs = outputs;
+    }
+    let usage = meter_usage(worker, provider, usage);
     if matches!(&outcome, Err(error) if matches!(error.class, FailureClass::Definitive { .. })) {
         await_failover_qualifications(worker, task, claim).await;
     }
@@ -119,13 +124,8 @@ pub(super) async fn record_metered_outcome(
 
 /// What the outcome used (see [`usage_of`]), with its cost at the
 /// provider's price.
-fn meter_usage(
-    worker: &Worker,
-    provider: &str,
-    outcome: &Result<Completion, ProviderError>,
-    estimate: Option<Usage>,
-) -> Option<AttemptUsage> {
-    usage_of(outcome, estimate).map(|usage| AttemptUsage {
+fn meter_usage(worker: &Worker, provider: &str, usage: Option<Usage>) -> Option<AttemptUsage> {
+    usage.map(|usage| AttemptUsage {
         usage,
         cost: worker.providers.get(provider).and_then(|p| p.settings().price.as_ref()).map(|price| price.cost(&usage)),
     })
@@ -168,8 +168,8 @@ fn check_output(
 }
 
 /// Keeps the files of a files task's output ([`crate::files`]): the
-/// outcome with the output naming the kept files, or a `contract-violation`
-/// when a file breaks the task's rules. A blob store that cannot be
+/// outcome with the output naming the kept files (and how many), or a
+/// `contract-violation` when a file breaks the task's rules. A blob store that cannot be
 /// written is tried again, as a database that cannot record is; past that
 /// patience the outcome is `unknown` (the provider made it; an operator
 /// settles it).
@@ -178,18 +178,25 @@ async fn keep_files(
     attempt: &AttemptRef,
     task: &str,
     outcome: Result<Completion, ProviderError>,
-) -> Result<Completion, ProviderError> {
-    let mut completion = outcome?;
+) -> (Result<Completion, ProviderError>, i64) {
+    let mut completion = match outcome {
+        Ok(completion) => completion,
+        Err(error) => return (Err(error), 0),
+    };
     let Some(rules) = worker.catalog.task(task).and_then(|task| task.settings.files.as_ref()) else {
-        return Ok(completion);
+        return (Ok(completion), 0);
     };
     let started = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(100);
     loop {
         match worker.files.keep(attempt.job_id, attempt.number, &mut completion.output, rules).await {
-            Ok(()) => return Ok(completion),
+            Ok(()) => {
+                let outputs = i64::try_from(crate::files::named(&completion.output).len()).unwrap_or(i64::MAX);
+                return (Ok(completion), outputs);
+            }
             Err(crate::files::KeepError::Rejected(why)) => {
-                return Err(ProviderError::contract_violation(format!("the output's files break the contract: {why}")));
+                let why = format!("the output's files break the contract: {why}");
+                return (Err(ProviderError::contract_violation(why)), 0);
             }
             Err(error) if started.elapsed() < RECORD_PATIENCE => {
                 tracing::warn!(%error, "keeping the output's files failed; retrying");
@@ -198,12 +205,9 @@ async fn keep_files(
             }
             Err(error) => {
                 tracing::error!(%error, "the output's files could not be kept: the attempt is left unknown");
-                return Err(ProviderError::new(
-                    FailureClass::Ambiguous,
-                    FailureKind::BadResponse,
-                    None,
-                    error.to_string(),
-                ));
+                let error =
+                    ProviderError::new(FailureClass::Ambiguous, FailureKind::BadResponse, None, error.to_string());
+                return (Err(error), 0);
             }
         }
     }

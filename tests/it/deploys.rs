@@ -28,6 +28,7 @@ fn after_the_deploy(settings: &mut Settings) {
             cache_write_per_million: None,
             cache_read_per_million: None,
             per_second: None,
+            per_output: None,
             currency: "USD".into(),
         });
     }

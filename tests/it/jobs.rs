@@ -153,6 +153,21 @@ async fn a_job_whose_callback_never_comes_is_settled_by_the_status_call(backend:
     }
 }
 
+async fn a_job_costs_its_images_at_the_price_per_output_and_the_report_counts_them(backend: Backend) {
+    // As documented, fal's price is per image: its picture task keeps one.
+    let settings = Surface::Fal.simulated("flux", 200, "price = { per_output = \"0.003\", currency = \"USD\" }");
+    let app = app_with(backend, vec![settings]).await;
+    let id = post_picture(&app, "billed", "billed per image").await;
+    let job = ended(&app, &id).await;
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    let attempt = &job["attempts"][0];
+    assert_eq!(attempt["usage"]["outputs"], 1, "{attempt:#}");
+    assert_eq!(attempt["cost"]["amount"], "0.003", "{attempt:#}");
+    let report = ok_json(app.get(&app.alice, "/usage?group_by=provider").await).await;
+    assert_eq!((report["total"]["outputs"].as_i64(), report["total"]["waste_outputs"].as_i64()), (Some(1), Some(0)));
+    assert_eq!(report["total"]["cost"]["USD"], "0.003", "{report:#}");
+}
+
 async fn a_fal_callback_not_signed_by_its_published_keys_answers_401_and_changes_nothing(backend: Backend) {
     // The job takes a while and sends no callback of its own, so the
     // attempt runs while the test calls back.
@@ -305,6 +320,7 @@ async fn the_official_fal_and_runpod_sdks_use_the_simulators_jobs() {
 on_both_backends!(
     with_every_submit_answer_lost_each_attempt_is_one_job_settled_by_its_callback,
     a_job_whose_callback_never_comes_is_settled_by_the_status_call,
+    a_job_costs_its_images_at_the_price_per_output_and_the_report_counts_them,
     a_fal_callback_not_signed_by_its_published_keys_answers_401_and_changes_nothing,
     a_winning_fallback_has_the_running_job_canceled_at_its_provider,
     the_documented_configurations_work_as_written_once_their_base_url_is_changed,

@@ -820,6 +820,12 @@ export interface components {
             estimated: boolean;
             /**
              * Format: int64
+             * @description The files its output held (images, clips), by which a provider may
+             *     bill per output; 0 for an output without files, and then not shown.
+             */
+            outputs?: number;
+            /**
+             * Format: int64
              * @description The provider's compute time, in milliseconds, by which a GPU
              *     provider bills (Cog's and Replicate's `metrics.predict_time`); 0 for
              *     a provider that bills by tokens, and then not shown.
@@ -896,6 +902,11 @@ export interface components {
             estimated_attempts: number;
             /**
              * Format: int64
+             * @description The files of their outputs (images, clips).
+             */
+            outputs: number;
+            /**
+             * Format: int64
              * @description Their providers' compute time, in milliseconds (GPU providers'
              *     `predict_time`).
              */
@@ -912,6 +923,11 @@ export interface components {
             waste_cost: {
                 [key: string]: string;
             };
+            /**
+             * Format: int64
+             * @description The files of their outputs.
+             */
+            waste_outputs: number;
             /**
              * Format: int64
              * @description Their compute time, in milliseconds.

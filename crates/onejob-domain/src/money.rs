@@ -166,6 +166,10 @@ pub struct Usage {
     /// a provider that bills by tokens, and then not shown.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub predict_ms: i64,
+    /// The files its output held (images, clips), by which a provider may
+    /// bill per output; 0 for an output without files, and then not shown.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub outputs: i64,
     /// Not reported by the provider: the rendered prompt's tokens and the
     /// provider's `max_output_tokens`, the most it could have charged.
     pub estimated: bool,
@@ -175,9 +179,9 @@ fn is_zero(value: &i64) -> bool {
     *value == 0
 }
 
-/// A provider's price, per million tokens and per second of compute, from
-/// the configuration: the token rates, or `per_second` (a GPU provider's,
-/// whose token rates are then 0), or both.
+/// A provider's price, per million tokens, per second of compute and per
+/// output, from the configuration: the token rates, or `per_second` or
+/// `per_output` (a GPU provider's, whose token rates are then 0), or both.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(try_from = "PriceFields")]
 pub struct Price {
@@ -194,6 +198,9 @@ pub struct Price {
     /// Per second of the provider's compute time (`predict_ms`), as GPU
     /// providers bill; without it, compute time costs nothing.
     pub per_second: Option<Money>,
+    /// Per file of its output (`outputs`), as providers billing per image
+    /// bill; without it, outputs cost nothing.
+    pub per_output: Option<Money>,
     /// The currency, such as `USD`.
     pub currency: String,
 }
@@ -212,6 +219,8 @@ struct PriceFields {
     cache_read_per_million: Option<Money>,
     #[serde(default, deserialize_with = "optional_price_amount")]
     per_second: Option<Money>,
+    #[serde(default, deserialize_with = "optional_price_amount")]
+    per_output: Option<Money>,
     currency: String,
 }
 
@@ -219,11 +228,14 @@ impl TryFrom<PriceFields> for Price {
     type Error = String;
 
     fn try_from(fields: PriceFields) -> Result<Self, String> {
-        let tokens = match (fields.input_per_million, fields.output_per_million, fields.per_second) {
-            (Some(input), Some(output), _) => (input, output),
-            (None, None, Some(_)) => (Money::ZERO, Money::ZERO),
+        let gpu = fields.per_second.is_some() || fields.per_output.is_some();
+        let tokens = match (fields.input_per_million, fields.output_per_million) {
+            (Some(input), Some(output)) => (input, output),
+            (None, None) if gpu => (Money::ZERO, Money::ZERO),
             _ => {
-                return Err("a price gives input_per_million and output_per_million, per_second, or all three".into());
+                return Err("a price gives input_per_million and output_per_million, per_second or per_output, \
+                            or them all"
+                    .into());
             }
         };
         Ok(Price {
@@ -232,6 +244,7 @@ impl TryFrom<PriceFields> for Price {
             cache_write_per_million: fields.cache_write_per_million,
             cache_read_per_million: fields.cache_read_per_million,
             per_second: fields.per_second,
+            per_output: fields.per_output,
             currency: fields.currency,
         })
     }
@@ -285,7 +298,8 @@ impl Price {
                 + per_million(read, self.cache_read_per_million.unwrap_or(self.input_per_million))
                 + per_million(usage.completion_tokens, self.output_per_million)
                 // Exact: a price has at most 12 decimals, a unit is 10⁻¹⁸.
-                + self.per_second.map_or(0, |rate| i128::from(usage.predict_ms.max(0)) * (rate.units() / 1_000)),
+                + self.per_second.map_or(0, |rate| i128::from(usage.predict_ms.max(0)) * (rate.units() / 1_000))
+                + self.per_output.map_or(0, |rate| i128::from(usage.outputs.max(0)) * rate.units()),
         );
         Cost { amount, currency: self.currency.clone(), price_version: self.version() }
     }
@@ -300,6 +314,9 @@ impl Price {
         }
         if let Some(rate) = self.per_second {
             text += &format!("|s{rate}");
+        }
+        if let Some(rate) = self.per_output {
+            text += &format!("|o{rate}");
         }
         let digest = Sha256::digest(text.as_bytes());
         format!("sha256:{}", hex::encode(&digest[..8]))
@@ -404,6 +421,7 @@ mod tests {
             cache_write_per_million: None,
             cache_read_per_million: None,
             per_second: None,
+            per_output: None,
             currency: "USD".into(),
         };
         let cost = price.cost(&Usage { prompt_tokens: 1_234_567, completion_tokens: 7, ..Usage::default() });
@@ -429,6 +447,23 @@ mod tests {
     }
 
     #[test]
+    fn outputs_cost_their_price_per_output_beside_compute_time() {
+        let text = r#"{"per_second": "0.001", "per_output": "0.003000000001", "currency": "USD"}"#;
+        let price: Price = serde_json::from_str(text).unwrap();
+        let cost = price.cost(&Usage { predict_ms: 1_500, outputs: 4, ..Usage::default() });
+        // 1.5 s × 0.001 + 4 × 0.003000000001, by hand:
+        assert_eq!(cost.amount.to_string(), "0.013500000004");
+        let per_image: Price = serde_json::from_str(r#"{"per_output": "0.003", "currency": "USD"}"#).unwrap();
+        assert_eq!(
+            per_image.cost(&Usage { outputs: 2, predict_ms: 9_000, ..Usage::default() }).amount.to_string(),
+            "0.006"
+        );
+        let without = Price { per_output: None, ..price.clone() };
+        assert_ne!(price.version(), without.version(), "the rate is part of the price's version");
+        assert_eq!(serde_json::to_value(Usage::default()).unwrap().get("outputs"), None, "no outputs, not shown");
+    }
+
+    #[test]
     fn totals_over_ten_thousand_attempts_equal_the_sum_of_their_parts_to_the_last_digit() {
         let price = Price {
             input_per_million: Money::parse_with_scale("0.150000000001", PRICE_SCALE).unwrap(),
@@ -436,6 +471,7 @@ mod tests {
             cache_write_per_million: None,
             cache_read_per_million: None,
             per_second: None,
+            per_output: None,
             currency: "USD".into(),
         };
         let mut total = Money::ZERO;
@@ -460,6 +496,7 @@ mod tests {
             cache_write_per_million: None,
             cache_read_per_million: None,
             per_second: None,
+            per_output: None,
             currency: "USD".into(),
         };
         let mut b = a.clone();
@@ -485,6 +522,7 @@ mod tests {
             cache_write_tokens: 300,
             cache_read_tokens: 100,
             predict_ms: 0,
+            outputs: 0,
             estimated: false,
         };
         // 600 × 3 + 300 × 3.75 + 100 × 0.3 + 200 × 15 = 5,955 per million.

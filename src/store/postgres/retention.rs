@@ -54,7 +54,7 @@ pub(super) static COUNT_PURGEABLE: LazyLock<String> = LazyLock::new(|| purgeable
 
 /// The usage of a batch of jobs' attempts. Binds: owners, job ids.
 pub(super) const USAGE_OF_JOBS: &str = r#"select a.owner_id, j.task, a.provider, a.state, a.created_at, a.prompt_tokens,
-        a.completion_tokens, a.usage_estimated, a.cache_write_tokens, a.cache_read_tokens, a.predict_ms,
+        a.completion_tokens, a.usage_estimated, a.cache_write_tokens, a.cache_read_tokens, a.predict_ms, a.outputs,
         a.cost::text as cost, a.currency, a.price_version,
         1::bigint as attempts, (case when a.usage_estimated then 1 else 0 end)::bigint as estimated_attempts
     from unnest($1::text[], $2::uuid[]) as v(owner_id, id)

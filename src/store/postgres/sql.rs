@@ -117,10 +117,10 @@ pub(super) static SETTLE_OUTPUTS: LazyLock<String> = LazyLock::new(|| {
     with input as (
         select * from unnest($2::uuid[], $3::int[], $4::jsonb[], $6::jsonb[], $7::jsonb[], $8::bool[], $9::int8[],
                              $10::int8[], $11::bool[], $12::text[], $13::text[], $14::text[], $15::int8[], $16::int8[],
-                             $17::int8[])
+                             $17::int8[], $18::int8[])
             with ordinality as i(job_id, number, output, won_detail, lost_detail, has_usage, prompt_tokens,
                                  completion_tokens, usage_estimated, cost, currency, price_version,
-                                 cache_write_tokens, cache_read_tokens, predict_ms, n)
+                                 cache_write_tokens, cache_read_tokens, predict_ms, outputs, n)
     ), won as (
         update jobs j set state = '{JOB_SUCCEEDED}', winning_attempt = i.number, result = i.output, updated_at = now()
         from input i
@@ -310,7 +310,7 @@ pub(super) const LATEST_QUALIFICATION: &str = r#"select id, provider, task, cont
 /// An owner's attempts with usage created in a range. Binds: owner, from, to.
 /// With them, the rollup of purged attempts, a row per day (its start in range).
 pub(super) const LIST_USAGE: &str = r#"select j.task, a.provider, a.state, a.created_at, a.prompt_tokens,
-           a.completion_tokens, a.usage_estimated, a.cache_write_tokens, a.cache_read_tokens, a.predict_ms,
+           a.completion_tokens, a.usage_estimated, a.cache_write_tokens, a.cache_read_tokens, a.predict_ms, a.outputs,
            a.cost::text as cost, a.currency, a.price_version,
            1::bigint as attempts, (case when a.usage_estimated then 1 else 0 end)::bigint as estimated_attempts
     from attempts a
@@ -318,7 +318,7 @@ pub(super) const LIST_USAGE: &str = r#"select j.task, a.provider, a.state, a.cre
     where a.owner_id = $1 and a.created_at >= $2 and a.created_at < $3 and a.prompt_tokens is not null
     union all
     select r.task, r.provider, r.state, r.day, r.prompt_tokens, r.completion_tokens, r.estimated_attempts > 0,
-           r.cache_write_tokens, r.cache_read_tokens, r.predict_ms,
+           r.cache_write_tokens, r.cache_read_tokens, r.predict_ms, r.outputs,
            case when r.currency = '' then null else r.cost::text end, nullif(r.currency, ''),
            case when r.currency = '' then null else 'rollup' end, r.attempts, r.estimated_attempts
     from usage_rollup r
@@ -443,11 +443,11 @@ pub(super) const INSERT_QUALIFICATION: &str = r#"insert into qualifications (id,
 
 /// A settled attempt's usage and cost. Binds: owner, job, number, prompt
 /// and completion tokens, estimated, cost or null, currency, price version,
-/// cache-write and cache-read tokens, compute time.
+/// cache-write and cache-read tokens, compute time, outputs.
 pub(super) const RECORD_USAGE: &str = r#"update attempts
     set prompt_tokens = $4, completion_tokens = $5, usage_estimated = $6,
         cost = $7::numeric, currency = $8, price_version = $9, cache_write_tokens = $10, cache_read_tokens = $11,
-        predict_ms = $12
+        predict_ms = $12, outputs = $13
     where owner_id = $1 and job_id = $2 and number = $3"#;
 
 /// Locks a job's row for a transition, reading whether its owner has any
@@ -466,7 +466,7 @@ pub(super) const JOB_BUDGET: &str = r#"select max_cost::text, input from jobs wh
 /// counted, zero cost if it was priced. Binds: owner, job, number.
 pub(super) const FORGET_USAGE: &str = r#"update attempts
     set prompt_tokens = 0, completion_tokens = 0, usage_estimated = false, cache_write_tokens = 0,
-        cache_read_tokens = 0, predict_ms = 0, cost = case when cost is null then null else 0 end
+        cache_read_tokens = 0, predict_ms = 0, outputs = 0, cost = case when cost is null then null else 0 end
     where owner_id = $1 and job_id = $2 and number = $3 and prompt_tokens is not null"#;
 
 /// Keeps an unapplied output on its attempt. Binds: owner, job, number, the output's record.
@@ -498,11 +498,11 @@ pub(super) static COUNT_UNKNOWN_SINCE: LazyLock<String> =
 /// added by the statement, so concurrent purges and erasures add up.
 /// Binds: owner, day, task, provider, state, currency, attempts, estimated
 /// attempts, prompt and completion tokens, cost, cache-write and cache-read
-/// tokens, compute time.
+/// tokens, compute time, outputs.
 pub(super) const ADD_TO_ROLLUP: &str = r#"insert into usage_rollup (owner_id, day, task, provider, state, currency,
         attempts, estimated_attempts, prompt_tokens, completion_tokens, cost, cache_write_tokens,
-        cache_read_tokens, predict_ms)
-    values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::numeric, $12, $13, $14)
+        cache_read_tokens, predict_ms, outputs)
+    values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::numeric, $12, $13, $14, $15)
     on conflict (owner_id, day, task, provider, state, currency) do update
     set attempts = usage_rollup.attempts + excluded.attempts,
         estimated_attempts = usage_rollup.estimated_attempts + excluded.estimated_attempts,
@@ -511,4 +511,5 @@ pub(super) const ADD_TO_ROLLUP: &str = r#"insert into usage_rollup (owner_id, da
         cache_write_tokens = usage_rollup.cache_write_tokens + excluded.cache_write_tokens,
         cache_read_tokens = usage_rollup.cache_read_tokens + excluded.cache_read_tokens,
         predict_ms = usage_rollup.predict_ms + excluded.predict_ms,
+        outputs = usage_rollup.outputs + excluded.outputs,
         cost = usage_rollup.cost + excluded.cost"#;

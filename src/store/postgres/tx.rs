@@ -206,6 +206,7 @@ impl DriverTx for PgTx {
             .bind(usages.iter().map(|u| u.map(|u| u.usage.cache_write_tokens)).collect::<Vec<_>>())
             .bind(usages.iter().map(|u| u.map(|u| u.usage.cache_read_tokens)).collect::<Vec<_>>())
             .bind(usages.iter().map(|u| u.map(|u| u.usage.predict_ms)).collect::<Vec<_>>())
+            .bind(usages.iter().map(|u| u.map(|u| u.usage.outputs)).collect::<Vec<_>>())
             .fetch_all(&mut *self.tx)
             .await?;
         if rows.len() != settlements.len() {

@@ -72,7 +72,7 @@ pub(super) async fn usage_of_jobs(
     for (owner, id) in jobs {
         let rows = sqlx::query(
             r#"select j.task, a.provider, a.state, a.created_at, a.prompt_tokens, a.completion_tokens,
-                      a.usage_estimated, a.cache_write_tokens, a.cache_read_tokens, a.predict_ms, a.cost,
+                      a.usage_estimated, a.cache_write_tokens, a.cache_read_tokens, a.predict_ms, a.outputs, a.cost,
                       a.currency,
                       a.price_version,
                       1 as attempts, coalesce(a.usage_estimated, 0) as estimated_attempts

@@ -187,7 +187,7 @@ pub(super) const LATEST_QUALIFICATION: &str = r#"select id, provider, task, cont
 
 /// An owner's attempts with usage created in a range. Binds: owner, from, to.
 pub(super) const LIST_USAGE: &str = r#"select j.task, a.provider, a.state, a.created_at, a.prompt_tokens,
-           a.completion_tokens, a.usage_estimated, a.cache_write_tokens, a.cache_read_tokens, a.predict_ms,
+           a.completion_tokens, a.usage_estimated, a.cache_write_tokens, a.cache_read_tokens, a.predict_ms, a.outputs,
            a.cost as cost, a.currency, a.price_version,
            1 as attempts, coalesce(a.usage_estimated, 0) as estimated_attempts
     from attempts a
@@ -195,7 +195,7 @@ pub(super) const LIST_USAGE: &str = r#"select j.task, a.provider, a.state, a.cre
     where a.owner_id = ?1 and a.created_at >= ?2 and a.created_at < ?3 and a.prompt_tokens is not null
     union all
     select r.task, r.provider, r.state, r.day, r.prompt_tokens, r.completion_tokens, r.estimated_attempts > 0,
-           r.cache_write_tokens, r.cache_read_tokens, r.predict_ms,
+           r.cache_write_tokens, r.cache_read_tokens, r.predict_ms, r.outputs,
            case when r.currency = '' then null else r.cost end, nullif(r.currency, ''),
            case when r.currency = '' then null else 'rollup' end, r.attempts, r.estimated_attempts
     from usage_rollup r
@@ -244,7 +244,7 @@ pub(super) const JOB_BUDGET: &str = r#"select max_cost, input from jobs where ow
 /// counted, zero cost if it was priced. Binds: owner, job, number.
 pub(super) const FORGET_USAGE: &str = r#"update attempts
     set prompt_tokens = 0, completion_tokens = 0, usage_estimated = 0, cache_write_tokens = 0, cache_read_tokens = 0,
-        predict_ms = 0, cost = case when cost is null then null else '0' end
+        predict_ms = 0, outputs = 0, cost = case when cost is null then null else '0' end
     where owner_id = ?1 and job_id = ?2 and number = ?3 and prompt_tokens is not null"#;
 
 /// Keeps an unapplied output on its attempt. Binds: owner, job, number, the output's record.
@@ -302,21 +302,21 @@ pub(super) static COUNT_UNKNOWN_SINCE: LazyLock<String> =
 
 /// A row of the usage rollup. Binds: owner, day, task, provider, state, currency.
 pub(super) const ROLLUP_ROW: &str = r#"select attempts, estimated_attempts, prompt_tokens, completion_tokens,
-        cache_write_tokens, cache_read_tokens, predict_ms, cost from usage_rollup
+        cache_write_tokens, cache_read_tokens, predict_ms, outputs, cost from usage_rollup
     where owner_id = ?1 and day = ?2 and task = ?3 and provider = ?4 and state = ?5 and currency = ?6"#;
 
 /// Writes a row of the usage rollup. Binds: its key (as [`ROLLUP_ROW`]),
 /// attempts, estimated attempts, prompt and completion tokens, cost,
-/// cache-write and cache-read tokens, compute time.
+/// cache-write and cache-read tokens, compute time, outputs.
 pub(super) const ADD_TO_ROLLUP: &str = r#"insert into usage_rollup (owner_id, day, task, provider, state, currency,
         attempts, estimated_attempts, prompt_tokens, completion_tokens, cost, cache_write_tokens, cache_read_tokens,
-        predict_ms)
-    values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+        predict_ms, outputs)
+    values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
     on conflict (owner_id, day, task, provider, state, currency) do update
     set attempts = excluded.attempts, estimated_attempts = excluded.estimated_attempts,
         prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens, cost = excluded.cost,
         cache_write_tokens = excluded.cache_write_tokens, cache_read_tokens = excluded.cache_read_tokens,
-        predict_ms = excluded.predict_ms"#;
+        predict_ms = excluded.predict_ms, outputs = excluded.outputs"#;
 
 /// Stores a job's state. Binds: state, time, owner, job.
 pub(super) const SET_JOB_STATE: &str = r#"update jobs set state = ?, updated_at = ? where owner_id = ? and id = ?"#;
@@ -365,5 +365,5 @@ pub(super) const INSERT_QUALIFICATION: &str = r#"insert into qualifications
 /// the counts of [`crate::store::usage::bind_counts`].
 pub(super) const RECORD_USAGE: &str = r#"update attempts
     set prompt_tokens = ?4, completion_tokens = ?5, usage_estimated = ?6, cost = ?7, currency = ?8,
-        price_version = ?9, cache_write_tokens = ?10, cache_read_tokens = ?11, predict_ms = ?12
+        price_version = ?9, cache_write_tokens = ?10, cache_read_tokens = ?11, predict_ms = ?12, outputs = ?13
     where owner_id = ?1 and job_id = ?2 and number = ?3"#;

@@ -1,0 +1,5 @@
+-- The files an attempt's output held (images, clips), which a price may
+-- cost per output (null where the attempt recorded no usage).
+alter table attempts add column outputs integer check (outputs >= 0);
+
+alter table usage_rollup add column outputs integer not null default 0 check (outputs >= 0);
