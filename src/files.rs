@@ -28,6 +28,7 @@ use crate::domain::JobId;
 use crate::webhooks::address::AllowedHosts;
 
 mod fetch;
+mod guard;
 mod remote;
 
 /// The blob store: a directory (or a bucket, the directory holding each
@@ -37,6 +38,7 @@ pub struct Files {
     remote: Option<std::sync::Arc<remote::Remote>>,
     client: reqwest::Client,
     allowed: AllowedHosts,
+    keeps: guard::Keeps,
 }
 
 /// A file of an output, as it comes.
@@ -110,7 +112,7 @@ impl Files {
     /// lists although they are not public (`files.allow_hosts`).
     pub fn new(dir: PathBuf, allow_hosts: &[String]) -> Self {
         let allowed = AllowedHosts::new(allow_hosts);
-        Self { dir, remote: None, client: fetch::client(&allowed), allowed }
+        Self { dir, remote: None, client: fetch::client(&allowed), allowed, keeps: guard::Keeps::default() }
     }
 
     /// The blob store `settings` describe, for the database at
@@ -129,8 +131,22 @@ impl Files {
 
     /// Keeps the files of `output`, attempt `number`'s of `job`, by
     /// `rules`, and replaces each in it by what names its kept file; on an
-    /// error, `output` is as it was.
+    /// error, `output` is as it was. One keep of an attempt runs at a time,
+    /// and the same output kept again takes the first keep's names.
     pub async fn keep(&self, job: JobId, number: i32, output: &mut Value, rules: &FileRules) -> Result<(), KeepError> {
+        let slot = self.keeps.slot(job, number);
+        let mut kept_before = slot.lock().await;
+        let source = guard::digest(output);
+        if let Some(kept) = kept_before.as_ref().and_then(|kept| kept.of(source)) {
+            *output = kept.clone();
+            return Ok(());
+        }
+        self.keep_once(job, number, output, rules).await?;
+        *kept_before = Some(guard::Kept::new(source, output));
+        Ok(())
+    }
+
+    async fn keep_once(&self, job: JobId, number: i32, output: &mut Value, rules: &FileRules) -> Result<(), KeepError> {
         let sources = sources(output, rules, &self.allowed).map_err(KeepError::Rejected)?;
         let dir = self.job_dir(job);
         let mut named = Vec::with_capacity(sources.len());
