@@ -3,9 +3,10 @@
 # predictions (the simulator's, `onejob sim` in a process of its own on
 # SIM_PORT, 19090), each drawing a PNG of SIDE pixels a side after
 # LATENCY_MS and calling onejob back with it inline. With API=replicate,
-# the simulator's Replicate API instead (signed webhooks; with
-# DROP_WEBHOOKS=true none, so that each prediction is settled by asking
-# for it every POLL_MS). IMAGES jobs, CALLERS at a time, then every kept
+# the simulator's Replicate API instead (signed webhooks), with API=fal or
+# API=runpod its job APIs, spoken by the job tables docs/providers.md gives
+# (with DROP_WEBHOOKS=true no webhook, so that each prediction is settled
+# by asking for it every POLL_MS). IMAGES jobs, CALLERS at a time, then every kept
 # file read back the same way. It reports:
 #   - settlement: from the simulator's completion of a prediction (its
 #     request log's finished_at) to the attempt's settlement by the webhook
@@ -17,6 +18,7 @@
 #   bench/images.sh [postgres|sqlite]
 #   IMAGES=200 CALLERS=32 SIDE=512 LATENCY_MS=500 bench/images.sh postgres
 #   API=replicate DROP_WEBHOOKS=true POLL_MS=1000 bench/images.sh postgres
+#   API=fal bench/images.sh postgres
 source "$(dirname "$0")/lib.sh"
 BACKEND=${1:-postgres}
 export BACKEND
@@ -27,10 +29,27 @@ LATENCY_MS=${LATENCY_MS:-500}
 API=${API:-predictions}
 DROP_WEBHOOKS=${DROP_WEBHOOKS:-false}
 POLL_MS=${POLL_MS:-1000}
+JOB_TABLE=
 case "$API" in
     predictions) OUTPUT='{ "type": "string" }' ;;
     replicate) OUTPUT='{ "type": "array", "items": { "type": "string" } }' ;;
-    *) echo "API is predictions or replicate" >&2; exit 2 ;;
+    fal | runpod)
+        OUTPUT='{ "type": "object", "required": ["images"] }'
+        # The documented configuration's job table, as the simulator's
+        # provider's (fal's is the first TOML block of the section, RunPod's
+        # the second).
+        JOB_TABLE=$(python3 - "$API" "$(dirname "$0")/../docs/providers.md" <<'PY'
+import re, sys
+api, path = sys.argv[1:]
+section = open(path).read().split("\n## fal, RunPod and other job APIs\n")[1]
+block = section.split("```toml\n")[1 if api == "fal" else 2].split("```")[0]
+table = block[block.index("[providers."):]
+table = table[table.index("\n[providers.") + 1:table.index("\n[tasks.")]
+print(re.sub(r"\[providers\.[a-z]+\.job", "[providers.sim-picture.job", table))
+PY
+        )
+        ;;
+    *) echo "API is predictions, replicate, fal or runpod" >&2; exit 2 ;;
 esac
 
 build
@@ -55,6 +74,8 @@ timeout_ms = 60000
 latency_ms = $LATENCY_MS
 poll_interval_ms = $POLL_MS
 drop_webhooks = $DROP_WEBHOOKS
+
+$JOB_TABLE
 TOML
 )"
 start_sim "$WORK/bench.toml"
@@ -109,9 +130,9 @@ failed = [job for job, _ in done if job["state"] != "succeeded"]
 if failed:
     sys.exit(f"{len(failed)} jobs did not succeed, the first: {json.dumps(failed[0])[:400]}")
 log = {r["id"]: r for r in json.loads(call("GET", f"{sim}/v1/requests"))["requests"]}
-# The simulator logs a Cog prediction by the attempt's id, Replicate's by
-# its own, which the attempt keeps.
-key = "provider_request_id" if surface == "replicate" else "id"
+# The simulator logs a Cog prediction by the attempt's id, the hosted
+# APIs' by their own, which the attempt keeps.
+key = "id" if surface == "predictions" else "provider_request_id"
 settle = []
 for job, _ in done:
     attempt = job["attempts"][0]
@@ -124,7 +145,8 @@ if len(pictures) != images or any(r["received"] != 1 for r in pictures):
 
 def read(job):
     started = time.monotonic()
-    file = job["result"][0] if surface == "replicate" else job["result"]
+    file = {"replicate": lambda r: r[0], "fal": lambda r: r["images"][0]["url"],
+            "runpod": lambda r: r["images"][0]}.get(surface, lambda r: r)(job["result"])
     size = len(call("GET", api + file["url"]))
     return size, time.monotonic() - started
 

@@ -58,7 +58,7 @@ impl HttpJobProvider {
     pub fn simulated(name: &str, settings: ProviderSettings, base: &str, client: reqwest::Client) -> Self {
         let base = base.trim_end_matches('/');
         let base = match settings.api() {
-            ProviderApi::Runpod => format!("{base}/providers/{name}/v2/{}", settings.model),
+            ProviderApi::Runpod => format!("{base}/providers/{name}/v2/{}", settings.model.replace('/', "-")),
             _ => format!("{base}/providers/{name}/fal"),
         };
         let job = settings.job.clone().expect("checked: a simulated job API has its job table");
