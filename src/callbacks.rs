@@ -119,7 +119,10 @@ impl Callbacks {
         })?;
         let prediction: Value = serde_json::from_slice(&body).map_err(|e| CallbackError::NotJson(e.to_string()))?;
         drop(body);
-        let (said_id, status) = provider.read_callback(prediction).await;
+        let (said_id, status) = provider.read_callback(prediction).await.map_err(|error| {
+            tracing::warn!(%error, job.id = %job, attempt.number = number, "a callback's outcome could not be read yet");
+            CallbackError::NotRecorded
+        })?;
         let said_id = said_id.filter(|id| is_an_id(id));
         // Signed by the provider is not enough: it must be of the attempt's
         // own prediction, where the attempt knows it.

@@ -231,17 +231,21 @@ impl Files {
     /// the first to ask marks it as its own (`.database`), and another
     /// database sharing it is told no.
     pub async fn is_of(&self, identity: &str) -> bool {
-        if let Some(remote) = &self.remote {
-            let marked = match remote.mark().await {
-                Ok(Some(found)) => Ok(found == identity),
-                Ok(None) => remote.set_mark(identity).await.map(|()| true),
-                Err(error) => Err(error),
-            };
-            return marked.unwrap_or_else(|error| {
-                tracing::warn!(%error, "the bucket's mark could not be read or written");
-                false
-            });
-        }
+        // The directory is swept too, with a bucket: both must be its own.
+        let Some(remote) = &self.remote else { return self.dir_is_of(identity).await };
+        let marked = match remote.mark().await {
+            Ok(Some(found)) => Ok(found == identity),
+            Ok(None) => remote.set_mark(identity).await.map(|()| true),
+            Err(error) => Err(error),
+        };
+        let bucket = marked.unwrap_or_else(|error| {
+            tracing::warn!(%error, "the bucket's mark could not be read or written");
+            false
+        });
+        bucket && self.dir_is_of(identity).await
+    }
+
+    async fn dir_is_of(&self, identity: &str) -> bool {
         let marker = self.dir.join(".database");
         match tokio::fs::read_to_string(&marker).await {
             Ok(found) => found.trim() == identity,
@@ -322,16 +326,12 @@ impl Files {
 }
 
 /// Uploads each of `named` (kept in `dir`) to `remote`, then removes it
-/// from `dir`; on an error, what was uploaded of them goes.
+/// from `dir`. On an error, what was uploaded stays (another replica's
+/// keep of the same outcome may name it), until its job goes.
 async fn upload(remote: &remote::Remote, job: JobId, dir: &Path, named: &[(String, Value)]) -> std::io::Result<()> {
     let names: Vec<&str> = named.iter().filter_map(|(_, file)| file.get("file")?.as_str()).collect();
-    for (done, name) in names.iter().enumerate() {
-        if let Err(error) = remote.upload(job, name, &dir.join(name)).await {
-            for uploaded in &names[..done] {
-                let _ = remote.remove_one(job, uploaded).await;
-            }
-            return Err(error);
-        }
+    for name in &names {
+        remote.upload(job, name, &dir.join(name)).await?;
     }
     for name in names {
         let _ = tokio::fs::remove_file(dir.join(name)).await;

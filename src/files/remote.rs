@@ -18,7 +18,7 @@ use crate::domain::JobId;
 
 /// A bucket, under a prefix.
 pub(crate) struct Remote {
-    store: Arc<dyn ObjectStore>,
+    bucket: Arc<dyn ObjectStore>,
     prefix: String,
 }
 
@@ -49,7 +49,7 @@ impl Remote {
             "" => String::new(),
             folder => format!("{folder}/"),
         };
-        Ok(Self { store: Arc::new(store), prefix })
+        Ok(Self { bucket: Arc::new(store), prefix })
     }
 
     fn folder(&self, job: JobId) -> ObjectPath {
@@ -63,7 +63,7 @@ impl Remote {
     /// Uploads the local file `from` as `name` of `job`, in parts.
     pub(super) async fn upload(&self, job: JobId, name: &str, from: &std::path::Path) -> std::io::Result<()> {
         let mut file = tokio::fs::File::open(from).await?;
-        let mut writer = object_store::buffered::BufWriter::new(self.store.clone(), self.path(job, name));
+        let mut writer = object_store::buffered::BufWriter::new(self.bucket.clone(), self.path(job, name));
         let copied = async {
             tokio::io::copy(&mut file, &mut writer).await?;
             writer.shutdown().await
@@ -77,7 +77,7 @@ impl Remote {
 
     /// The size of file `name` of `job`, if it is kept.
     pub(super) async fn size(&self, job: JobId, name: &str) -> Option<u64> {
-        match self.store.head(&self.path(job, name)).await {
+        match self.bucket.head(&self.path(job, name)).await {
             Ok(meta) => Some(meta.size),
             Err(object_store::Error::NotFound { .. }) => None,
             Err(error) => {
@@ -99,22 +99,17 @@ impl Remote {
             return Ok(futures_util::stream::empty().boxed());
         }
         let options = GetOptions { range: Some(GetRange::Bounded(start..end)), ..GetOptions::default() };
-        let found = self.store.get_opts(&self.path(job, name), options).await.map_err(|error| match error {
+        let found = self.bucket.get_opts(&self.path(job, name), options).await.map_err(|error| match error {
             object_store::Error::NotFound { .. } => std::io::Error::new(std::io::ErrorKind::NotFound, error),
             error => std::io::Error::other(error),
         })?;
         Ok(found.into_stream().map_err(std::io::Error::other).boxed())
     }
 
-    /// Removes file `name` of `job`.
-    pub(super) async fn remove_one(&self, job: JobId, name: &str) -> Result<(), object_store::Error> {
-        self.store.delete(&self.path(job, name)).await
-    }
-
     /// Removes the files of `job`.
     pub(super) async fn remove(&self, job: JobId) -> Result<(), object_store::Error> {
-        let listed = self.store.list(Some(&self.folder(job))).map_ok(|meta| meta.location).boxed();
-        let mut removed = self.store.delete_stream(listed);
+        let listed = self.bucket.list(Some(&self.folder(job))).map_ok(|meta| meta.location).boxed();
+        let mut removed = self.bucket.delete_stream(listed);
         while let Some(gone) = removed.next().await {
             match gone {
                 Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
@@ -127,7 +122,7 @@ impl Remote {
     /// The jobs with files in the bucket none of which changed for `age`.
     pub(super) async fn folders_older_than(&self, age: std::time::Duration) -> Result<Vec<JobId>, object_store::Error> {
         let prefix = (!self.prefix.is_empty()).then(|| ObjectPath::from(self.prefix.trim_end_matches('/')));
-        let mut listed = self.store.list(prefix.as_ref());
+        let mut listed = self.bucket.list(prefix.as_ref());
         let mut newest = std::collections::HashMap::<JobId, chrono::DateTime<chrono::Utc>>::new();
         while let Some(meta) = listed.next().await {
             let meta = meta?;
@@ -142,7 +137,7 @@ impl Remote {
 
     /// The bucket's mark of the database it belongs to, if it has one.
     pub(super) async fn mark(&self) -> Result<Option<String>, object_store::Error> {
-        match self.store.get(&ObjectPath::from(format!("{}.database", self.prefix))).await {
+        match self.bucket.get(&ObjectPath::from(format!("{}.database", self.prefix))).await {
             Ok(found) => Ok(Some(String::from_utf8_lossy(&found.bytes().await?).trim().to_owned())),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(error) => Err(error),
@@ -152,6 +147,6 @@ impl Remote {
     /// Marks the bucket as `identity`'s.
     pub(super) async fn set_mark(&self, identity: &str) -> Result<(), object_store::Error> {
         let payload = PutPayload::from(identity.to_owned());
-        self.store.put(&ObjectPath::from(format!("{}.database", self.prefix)), payload).await.map(|_| ())
+        self.bucket.put(&ObjectPath::from(format!("{}.database", self.prefix)), payload).await.map(|_| ())
     }
 }

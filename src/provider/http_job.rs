@@ -105,11 +105,12 @@ impl HttpJobProvider {
     }
 
     /// What an answer (a status, or a callback's body) says of its job, by
-    /// `reading`; a succeeded job's output is fetched by the result call
+    /// `reading`. A succeeded job's output is fetched by the result call
     /// where there is one, unless the answer is a callback's read by its
-    /// own reading (which holds the output).
+    /// own reading and holds the output (fal's webhook carries none when
+    /// its payload could not be sent).
     async fn read(&self, mut answer: Value, reading: &JobReading, id: &str) -> Result<RequestStatus, ProviderError> {
-        let result = self.job.result.as_ref().filter(|_| std::ptr::eq(reading, &self.job.read));
+        let is_status = std::ptr::eq(reading, &self.job.read);
         let state = text_at(&answer, &reading.state).unwrap_or_default();
         let usage = compute_time(&answer, reading);
         let error = reading.error.as_deref().and_then(|pointer| answer.pointer(pointer)).filter(|e| !is_empty(e));
@@ -130,12 +131,13 @@ impl HttpJobProvider {
             JobState::Failed => failed(error),
             JobState::Succeeded if error.is_some() => failed(error),
             JobState::Succeeded => {
-                let output = match result {
-                    Some(call) => match self.result(call, id).await? {
-                        Ok(result) => value_at(result, &reading.output),
-                        Err(said) => return Ok(failed(Some(&said))),
-                    },
-                    None => answer.pointer_mut(&reading.output).map(Value::take).unwrap_or(Value::Null),
+                let inline = match (&self.job.result, is_status) {
+                    (Some(_), true) => Value::Null,
+                    _ => answer.pointer_mut(&reading.output).map(Value::take).unwrap_or(Value::Null),
+                };
+                let output = match (&self.job.result, inline) {
+                    (Some(call), Value::Null) => value_at(self.result(call, id).await?, &self.job.read.output),
+                    (_, inline) => inline,
                 };
                 let completion = Completion { output, usage, provider_request_id: Some(id.to_owned()) };
                 RequestStatus::Succeeded(completion)
@@ -143,20 +145,17 @@ impl HttpJobProvider {
         })
     }
 
-    /// The result call's answer for job `id`, or what it said of a job
-    /// that failed (a refusal: 4xx but 404, 408 and 429).
-    async fn result(&self, call: &JobCall, id: &str) -> Result<Result<Value, Value>, ProviderError> {
+    /// The result call's answer for job `id`, whose status said it
+    /// succeeded: anything but JSON with 2xx says nothing yet (a key being
+    /// rotated, a proxy's error), and the job is asked about again, never
+    /// failed for it.
+    async fn result(&self, call: &JobCall, id: &str) -> Result<Value, ProviderError> {
         let (status, answer) = self.exchange(self.request(call, Some(id))?).await?;
-        match status {
-            200..=299 => Ok(Ok(answer)),
-            400..=499 if ![404, 408, 429].contains(&status) => Ok(Err(answer)),
-            _ => Err(ProviderError::new(
-                FailureClass::Ambiguous,
-                FailureKind::ProviderError,
-                Some(status),
-                format!("the job's result was answered {status}"),
-            )),
+        if (200..300).contains(&status) && !answer.is_null() {
+            return Ok(answer);
         }
+        let message = truncate(format!("the succeeded job's result was answered {status}: {answer}"));
+        Err(ProviderError::new(FailureClass::Ambiguous, FailureKind::ProviderError, Some(status), message))
     }
 }
 
@@ -218,7 +217,8 @@ impl Provider for HttpJobProvider {
         if let (Some(parameter), Some(callback)) = (&self.job.callback_query, callback) {
             submit = submit.query(&[(parameter.as_str(), callback)]);
         }
-        let response = submit.json(&body).send().await.map_err(transport_error)?;
+        // The callback URL may be in the query: an error never shows it.
+        let response = submit.json(&body).send().await.map_err(|e| transport_error(e.without_url()))?;
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             // A 5xx or a proxy's timeout may come after the job was queued.
@@ -268,10 +268,18 @@ impl Provider for HttpJobProvider {
         let (call, id) = (self.job.cancel.as_ref()?, request.provider_id?);
         let asked = async {
             let (status, answer) = self.exchange(self.request(call, Some(id))?).await?;
+            if !(200..300).contains(&status) {
+                let message = truncate(format!("the cancel call was answered {status}: {answer}"));
+                return Err(ProviderError::new(
+                    FailureClass::Ambiguous,
+                    FailureKind::ProviderError,
+                    Some(status),
+                    message,
+                ));
+            }
             let state = text_at(&answer, &self.job.read.state);
             let usage = compute_time(&answer, &self.job.read);
             let said = match state.as_deref().map(|state| self.job.read.meaning(state)) {
-                _ if !(200..300).contains(&status) => format!("answered {status}"),
                 Some(JobState::Canceled) => "canceled".to_owned(),
                 Some(JobState::Succeeded) => "succeeded".to_owned(),
                 Some(JobState::Failed) => "failed".to_owned(),
@@ -282,19 +290,13 @@ impl Provider for HttpJobProvider {
         Some(asked.await)
     }
 
-    async fn read_callback(&self, body: Value) -> (Option<String>, RequestStatus) {
+    async fn read_callback(&self, body: Value) -> Result<(Option<String>, RequestStatus), ProviderError> {
         let reading = self.job.read_callback.as_ref().unwrap_or(&self.job.read);
-        let id = reading.id.as_deref().and_then(|pointer| text_at(&body, pointer));
-        let Some(known) = id.clone() else { return (None, RequestStatus::Running) };
-        let known: String = known;
-        match self.read(body, reading, &known).await {
-            Ok(status) => (id, status),
-            // The output could not be fetched yet: the sender sends again.
-            Err(error) => {
-                tracing::debug!(%error, "a callback's job output could not be fetched");
-                (id, RequestStatus::Running)
-            }
-        }
+        let Some(id) = reading.id.as_deref().and_then(|pointer| text_at(&body, pointer)) else {
+            return Ok((None, RequestStatus::Running));
+        };
+        let status = self.read(body, reading, &id).await?;
+        Ok((Some(id), status))
     }
 
     async fn verify_callback(&self, headers: &reqwest::header::HeaderMap, body: &[u8]) -> Result<(), CallbackRefusal> {
@@ -308,6 +310,51 @@ impl Provider for HttpJobProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A provider of `body` on a port nothing listens on.
+    fn unreachable(body: &str) -> HttpJobProvider {
+        let settings: ProviderSettings = toml::from_str(&format!(
+            "kind = \"http-job\"\nbase_url = \"http://127.0.0.1:1\"\napi_key_env = \"CARGO_PKG_NAME\"\n\
+             [job]\nsubmit = {{ method = \"POST\", path = \"/run\" }}\ncallback_query = \"hook\"\nid = \"/id\"\n\
+             body = '{body}'\nstatus = {{ method = \"GET\", path = \"/status/{{id}}\" }}\n\
+             [job.read]\nid = \"/id\"\nstate = \"/status\"\nsucceeded = [\"COMPLETED\"]"
+        ))
+        .unwrap();
+        settings.check("p").unwrap();
+        HttpJobProvider::new("p", settings, reqwest::Client::new()).unwrap()
+    }
+
+    fn request(input: Value) -> ProviderRequest {
+        ProviderRequest {
+            request_id: "attempt".into(),
+            task: "picture".into(),
+            input,
+            messages: Vec::new(),
+            temperature: 0.0,
+            output_schema: None,
+            trace: None,
+            deltas: None,
+            callback_url: Some("https://onejob.example/callbacks/job/1/the-secret-token".into()),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_submit_that_fails_never_shows_the_callback_url_of_its_query() {
+        let error = unreachable("{{ input | tojson }}").send(&request(serde_json::json!({}))).await.unwrap_err();
+        assert!(!format!("{error} {error:?}").contains("the-secret-token"), "{error:?}");
+        assert_eq!(error.class, FailureClass::Definitive { retryable: true }, "refused: nothing was sent");
+    }
+
+    #[tokio::test]
+    async fn a_body_reads_the_input_and_one_that_does_not_render_to_json_is_not_sent() {
+        let provider = unreachable("{\"prompt\": {{ input.prompt | tojson }}}");
+        let sent = provider.send(&request(serde_json::json!({"prompt": "a fox"}))).await.unwrap_err();
+        assert_ne!(sent.kind, FailureKind::NotConfigured, "rendered, then refused by the closed port: {sent}");
+        let bare = unreachable("{{ input.prompt }}").send(&request(serde_json::json!({"prompt": "a fox"}))).await;
+        let error = bare.unwrap_err();
+        assert_eq!(error.kind, FailureKind::NotConfigured, "{error}");
+        assert_eq!(error.class, FailureClass::Definitive { retryable: false }, "never sent, never retried");
+    }
 
     #[test]
     fn an_answer_is_read_by_its_pointers() {

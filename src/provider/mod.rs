@@ -206,10 +206,12 @@ pub trait Provider: Send + Sync {
     }
 
     /// What a callback's body says: the provider's id of the request it is
-    /// of, and its status (a Cog prediction, by default).
-    async fn read_callback(&self, body: Value) -> (Option<String>, RequestStatus) {
+    /// of, and its status (a Cog prediction, by default); an error when
+    /// what it tells cannot be had yet (its output is to be fetched, and
+    /// could not be).
+    async fn read_callback(&self, body: Value) -> Result<(Option<String>, RequestStatus), ProviderError> {
         let id = body.get("id").and_then(Value::as_str).map(str::to_owned);
-        (id, cog::read_prediction(body))
+        Ok((id, cog::read_prediction(body)))
     }
 
     /// Whether a callback with `headers` and `body` comes from this

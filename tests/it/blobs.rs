@@ -32,6 +32,7 @@ async fn a_file_kept_in_a_bucket_is_served_ranged_to_its_owner_and_goes_with_its
     assert_eq!(served.status(), StatusCode::OK);
     assert_eq!(served.headers()["content-type"], "image/png");
     let bytes = served.bytes().await.unwrap();
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "the simulator's PNG");
     assert_eq!(hex::encode(sha2::Sha256::digest(&bytes)), file["sha256"].as_str().unwrap(), "the provider's bytes");
     let ranged = app.client.get(app.url(url)).bearer_auth(&app.alice).header("range", "bytes=1-3").send().await;
     let ranged = ranged.unwrap();

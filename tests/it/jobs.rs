@@ -238,10 +238,17 @@ async fn a_winning_fallback_has_the_running_job_canceled_at_its_provider(backend
             })
             .await;
         assert_eq!(job["winning_attempt"], 2, "{surface:?}: {job:#}");
+        // Settled canceled by the worker's cancel call, or by the
+        // provider's callback telling of it, whichever is recorded first.
         let loser = &job["attempts"][0];
-        assert_eq!(loser["error"]["detail"]["cancel_call"], "made", "{job:#}");
         let slow = app.simulator_log().await.remove(loser["provider_request_id"].as_str().unwrap()).unwrap();
         assert!(slow["canceled_after_ms"].is_u64(), "{surface:?}: canceled at the simulator: {slow:#}");
+        // RunPod's cancel answers the worker time the job was billed; fal's
+        // says nothing of it.
+        if let Surface::Runpod = surface {
+            let charged = loser["usage"]["predict_ms"].as_i64().expect("the compute time its provider reports");
+            assert!(charged > 0 && loser["cost"]["amount"] != "0", "{surface:?}: {loser:#}");
+        }
     }
 }
 

@@ -210,8 +210,16 @@ impl JobApi {
         {
             return Err(format!("providers.{name}.job.signature.jwks_url: an http(s) URL"));
         }
-        let probe = self.render_body(&serde_json::json!({}), "attempt", Some("https://example.com/cb"));
-        probe.map(|_| ()).map_err(|why| format!("providers.{name}.job.body: {why}"))
+        let calling_back = self.read_callback.as_ref().unwrap_or(&self.read);
+        if calling_back.id.is_none() {
+            return Err(format!(
+                "providers.{name}.job: a callback names its job by its id: give read_callback.id (or read.id, \
+                 where callbacks are read as status answers)"
+            ));
+        }
+        // Its syntax; what it makes of an input is known when it is sent.
+        let environment = minijinja::Environment::new();
+        environment.template_from_str(&self.body).map(|_| ()).map_err(|e| format!("providers.{name}.job.body: {e}"))
     }
 
     /// The submit's body for `input`: the template rendered, as JSON.
@@ -257,6 +265,38 @@ impl JobMethod {
             JobMethod::Post => reqwest::Method::POST,
             JobMethod::Put => reqwest::Method::PUT,
             JobMethod::Delete => reqwest::Method::DELETE,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(read: &str, more: &str) -> JobApi {
+        toml::from_str(&format!(
+            "submit = {{ method = \"POST\", path = \"/run\" }}\nid = \"/id\"\n\
+             status = {{ method = \"GET\", path = \"/status/{{id}}\" }}\n{more}\n[read]\n{read}"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_job_table_is_checked_for_what_its_calls_and_callbacks_need() {
+        let read = "id = \"/id\"\nstate = \"/status\"\nsucceeded = [\"COMPLETED\"]";
+        assert_eq!(job(read, "body = '{\"prompt\": {{ input.prompt | tojson }}}'").check("p"), Ok(()));
+        let no_id = "state = \"/status\"\nsucceeded = [\"COMPLETED\"]";
+        assert!(job(no_id, "").check("p").unwrap_err().contains("read_callback.id"), "a callback could not be placed");
+        let refused = [
+            (read, "body = '{{ input'"),
+            (read, "cancel = { method = \"POST\", path = \"/cancel\" }"),
+            (read, "result = { method = \"GET\", path = \"../{id}\" }"),
+            (read, "key_header = \"not a header\""),
+            ("id = \"/id\"\nstate = \"status\"\nsucceeded = [\"OK\"]", ""),
+            ("id = \"/id\"\nstate = \"/s\"\nsucceeded = [\"OK\"]\nfailed = [\"OK\"]", ""),
+        ];
+        for (read, more) in refused {
+            assert!(job(read, more).check("p").is_err(), "{read} {more}");
         }
     }
 }
