@@ -13,6 +13,7 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::auth::Admin;
 use super::error::{ApiError, Problem};
+use crate::keys::Revocation;
 
 /// The routes of this resource.
 pub(crate) fn router() -> OpenApiRouter<AppState> {
@@ -23,7 +24,7 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
     params(("id" = uuid::Uuid, Path, description = "the key's id, as `onejob keys create` and `onejob keys list` print it")),
     responses(
         (status = 204, description = "revoked: no server accepts the key's token any more"),
-        (status = 403, description = "forbidden: an admin route called with a client key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "forbidden: an admin route called with a client key, or an owner's admin revoking its owner's operator key", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         (status = 404, description = "not-found: no live key with this id (never made, or revoked already)", body = crate::http::openapi::Problem, content_type = "application/problem+json"),
         crate::http::openapi::CommonErrors
     ))]
@@ -33,15 +34,21 @@ pub(crate) async fn revoke_key(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = Uuid::try_parse(&id).map_err(|_| Problem::not_found())?;
-    // An admin revokes its own owner's keys; another owner's id is as
-    // missing as an unknown one. An operator revokes any.
+    // An admin revokes its own owner's keys of its role or below; another
+    // owner's id is as missing as an unknown one. An operator revokes any.
     let scope = (!admin.role.spans_owners()).then_some(&admin.owner);
-    let revoked = app.keys.revoke(id, scope).await?;
+    let revoked = app.keys.revoke(id, scope, admin.role).await?;
     // Forgotten here whether or not it was live: the cache never outlives the
     // store.
     app.auth.forget_key(id);
-    if !revoked {
-        return Err(Problem::not_found().detail("no live API key has this id").into());
+    match revoked {
+        Revocation::Revoked => {}
+        Revocation::NotFound => return Err(Problem::not_found().detail("no live API key has this id").into()),
+        Revocation::Outranked => {
+            return Err(
+                Problem::forbidden("a key revokes keys of its own role or below: this one is an operator's").into()
+            );
+        }
     }
     // What it holds open here ends (every other replica hears of it through
     // the key-change follower); a refused revocation ends nothing.

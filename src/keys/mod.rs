@@ -77,6 +77,17 @@ pub async fn create_first_run_key(store: &Store) -> store::Result<Option<(Uuid, 
     Ok(made.then_some((id, token)))
 }
 
+/// What became of a revocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Revocation {
+    /// The key is revoked.
+    Revoked,
+    /// No live key has this id (of the owner asked for).
+    NotFound,
+    /// The key is of a role above the revoker's: nothing changed.
+    Outranked,
+}
+
 /// API keys as the API and the first run manage them.
 pub struct Keys {
     store: Store,
@@ -88,10 +99,21 @@ impl Keys {
         Self { store }
     }
 
-    /// Revokes a live key of `owner` (of any owner: `None`); `false` when
-    /// no such live key has this id.
-    pub async fn revoke(&self, id: Uuid, owner: Option<&OwnerId>) -> store::Result<bool> {
-        self.store.revoke_api_key(id, owner).await
+    /// Revokes, for a key of role `by`, a live key of `owner` (of any
+    /// owner: `None`) whose role is not above `by`'s: an owner's admin
+    /// cannot revoke the operator key its owner holds.
+    pub async fn revoke(&self, id: Uuid, owner: Option<&OwnerId>, by: KeyRole) -> store::Result<Revocation> {
+        if let Some(owner) = owner {
+            let keys = self.store.list_api_keys(Some(owner)).await?;
+            let target = keys.iter().find(|key| key.id == id && key.revoked_at.is_none());
+            if target.is_some_and(|key| key.role.rank() > by.rank()) {
+                return Ok(Revocation::Outranked);
+            }
+        }
+        match self.store.revoke_api_key(id, owner).await? {
+            true => Ok(Revocation::Revoked),
+            false => Ok(Revocation::NotFound),
+        }
     }
 
     /// See [`create_first_run_key`].

@@ -491,6 +491,14 @@ async fn a_key_revoked_through_the_api_is_refused_at_once_and_only_its_owners_ad
     let carols_admin = app.admin_of("carol").await;
     assert_eq!(revoke(&carols_admin, second.to_string()).await.unwrap().status(), StatusCode::NO_CONTENT);
     expect_problem(app.get(&carols, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    // A key revokes keys of its own role or below: not its owner's operator key.
+    let (staff, staffs) =
+        onejob::keys::create_key_with_role(app.store(), &owner("carol"), onejob::domain::KeyRole::Operator)
+            .await
+            .unwrap();
+    expect_problem(revoke(&carols_admin, staff.to_string()).await.unwrap(), StatusCode::FORBIDDEN, "forbidden").await;
+    assert_eq!(app.get(&staffs, "/jobs").await.status(), StatusCode::OK, "the operator key still works");
+    assert_eq!(revoke(&app.operator, staff.to_string()).await.unwrap().status(), StatusCode::NO_CONTENT);
 
     assert_eq!(revoke(&app.operator, id.to_string()).await.unwrap().status(), StatusCode::NO_CONTENT);
     expect_problem(app.get(&token, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;

@@ -2194,7 +2194,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description forbidden: an admin route called with a client key */
+            /** @description forbidden: an admin route called with a client key, or an owner's admin revoking its owner's operator key */
             403: {
                 headers: {
                     [name: string]: unknown;

@@ -38,7 +38,7 @@ impl KeyRole {
             }
             KeyRole::Admin => {
                 "all a client reaches, and the webhooks and keys of its own owner (registering endpoints, \
-                 revoking keys); nothing of any other owner"
+                 revoking its client and admin keys); nothing of any other owner"
             }
             KeyRole::Operator => {
                 "all an admin reaches for its own owner, and across owners: every owner on the dashboard, \
@@ -65,6 +65,11 @@ impl KeyRole {
     /// Whether the key reaches every owner (an operator).
     pub fn spans_owners(self) -> bool {
         self == KeyRole::Operator
+    }
+
+    /// Its place among the roles, from 0 for the least ([`KeyRole::ALL`]).
+    pub fn rank(self) -> usize {
+        KeyRole::ALL.iter().position(|role| *role == self).expect("every role is in ALL")
     }
 }
 
