@@ -149,18 +149,18 @@ pub(crate) async fn check(text: &str, allowed: &AllowedHosts) -> Result<Url, Ref
         return Ok(url);
     }
     let port = url.port_or_known_default().unwrap_or(443);
-    let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
-        .await
-        .map_err(|error| format!("the host '{host}' cannot be resolved: {error}"))?
-        .collect();
-    if let Some(internal) = addresses.iter().find(|address| is_internal(address.ip())) {
-        return Err(format!(
-            "the host '{host}' resolves to {}, a private, loopback or link-local address",
-            internal.ip()
-        ));
-    }
-    if addresses.is_empty() {
-        return Err(format!("the host '{host}' resolves to no address"));
+    // One answer whatever the resolver said: what an internal name
+    // resolves to, or whether it resolves at all, is not told.
+    let refused = || format!("the host '{host}' does not resolve to a public address");
+    let addresses: Vec<SocketAddr> = match tokio::net::lookup_host((host.as_str(), port)).await {
+        Ok(addresses) => addresses.collect(),
+        Err(error) => {
+            tracing::debug!(%error, host = %host, "an endpoint's host could not be resolved");
+            return Err(refused());
+        }
+    };
+    if addresses.is_empty() || addresses.iter().any(|address| is_internal(address.ip())) {
+        return Err(refused());
     }
     Ok(url)
 }

@@ -223,13 +223,18 @@ async fn an_endpoint_must_be_https_on_a_public_address_and_is_its_owners_alone(b
         ("https://10.1.2.3/in", "private"),
         ("https://[::1]/in", "private"),
         ("https://169.254.169.254/latest", "private"),
-        ("https://localhost/in", "private"),
+        ("https://localhost/in", "does not resolve to a public address"),
+        ("https://no-such-host.invalid/in", "does not resolve to a public address"),
         ("https://user:secret@hooks.example.com/in", "password"),
     ] {
         let refused = register(&app.client, &address, &admin, url, &["job.succeeded"]).await;
         let problem = expect_problem(refused, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
         assert!(problem.to_string().contains(why), "{url}: {problem}");
         assert!(!problem.to_string().contains("secret@"), "the URL's password is not echoed: {problem}");
+        // What a name resolves to, or the resolver's own words, are not told.
+        let told = problem.to_string();
+        assert!(url.contains("127.0.0.1") || !told.contains("127.0.0.1"), "{url}: {told}");
+        assert!(!told.contains("failed to lookup") && !told.contains("Name or service"), "{url}: {told}");
     }
     let unknown = register(&app.client, &address, &admin, "https://8.8.8.8/in", &["job.done"]).await;
     expect_problem(unknown, StatusCode::UNPROCESSABLE_ENTITY, "validation-failed").await;
