@@ -456,7 +456,7 @@ impl Jobs {
         let resolved = Resolved { reason, key, role: Some(caller.role) };
         let transition = self.store.resolve_unknown(&attempt, &resolution, &resolved, self.catalog.as_ref()).await?;
         tracing::info!(owner = %owner, by = %caller.owner, role = %caller.role, key = %caller.key, job.id = %job_id,
-                       attempt.number = number, outcome = ?transition, %reason, "operator resolved an unknown attempt");
+                       attempt.number = number, outcome = ?transition, %reason, "an unknown attempt was resolved by hand");
         match transition {
             Transition::NotFound => return Err(JobError::NotFound),
             Transition::Stale(state) | Transition::Fenced(state) => return Err(JobError::AttemptNotUnknown(state)),

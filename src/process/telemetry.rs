@@ -79,7 +79,10 @@ pub fn init(format: LogFormat) -> Telemetry {
     });
     let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Pretty => Box::new(
-            tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()),
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
+                .fmt_fields(escaped_fields()),
         ),
         LogFormat::Json => Box::new(
             tracing_subscriber::fmt::layer()
@@ -94,6 +97,35 @@ pub fn init(format: LogFormat) -> Telemetry {
         opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
     }
     Telemetry { provider }
+}
+
+/// Fields as the pretty format writes them (`name=value`, the message
+/// bare), their control characters escaped: a value a caller sent (a
+/// resolve's reason) can neither start a line of its own nor colour a
+/// terminal. The JSON format escapes them as JSON does.
+fn escaped_fields() -> impl for<'writer> tracing_subscriber::fmt::FormatFields<'writer> + Send + Sync + 'static {
+    use tracing_subscriber::field::MakeExt as _;
+    tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+        let text = escape_controls(&format!("{value:?}"));
+        match field.name() {
+            "message" => write!(writer, "{text}"),
+            name => write!(writer, "{name}={text}"),
+        }
+    })
+    .delimited(" ")
+}
+
+/// `text` with its control characters (a newline, ESC) written as escapes.
+fn escape_controls(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            escaped.extend(c.escape_default());
+        } else {
+            escaped.push(c);
+        }
+    }
+    escaped
 }
 
 fn tracer_provider() -> Result<SdkTracerProvider, String> {
@@ -195,5 +227,46 @@ pub struct SpanName<'a>(pub &'a str, pub &'a str);
 impl std::fmt::Display for SpanName<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.1.is_empty() { f.write_str(self.0) } else { write!(f, "{} {}", self.0, self.1) }
+    }
+}
+
+#[cfg(test)]
+mod log_tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    /// Where a test's log lines go.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_value_a_caller_sent_cannot_forge_a_line_or_colour_the_pretty_format() {
+        let lines = Lines::default();
+        let written = lines.clone();
+        let layer = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(move || written.clone())
+            .fmt_fields(super::escaped_fields());
+        let forged = "given up\n2026-12-07T00:00:00.000000Z  INFO onejob: operator resolved \x1b[31mall\x1b[0m";
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            tracing::info!(reason = %forged, role = "client", "an unknown attempt was resolved by hand");
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "one record, one line: {text}");
+        assert!(!text.contains('\x1b'), "no escape byte reaches the terminal: {text:?}");
+        assert!(text.contains(r"given up\n2026") && text.contains(r"\u{1b}[31m"), "{text}");
+        assert!(text.contains("an unknown attempt was resolved by hand") && text.contains("role=\"client\""), "{text}");
     }
 }
