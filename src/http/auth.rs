@@ -22,13 +22,29 @@ use crate::state::AppState;
 /// The client's address: the connection's, or for a connection from a
 /// trusted proxy the last address of its `X-Forwarded-For`.
 fn client_address(parts: &Parts, state: &AppState) -> Option<IpAddr> {
-    let peer = parts.extensions.get::<Peer>()?.0.ip();
+    address_of(parts.extensions.get::<Peer>(), &parts.headers, state)
+}
+
+/// [`client_address`] of a connection's `peer` and a request's `headers`.
+pub(crate) fn address_of(peer: Option<&Peer>, headers: &header::HeaderMap, state: &AppState) -> Option<IpAddr> {
+    let peer = peer?.0.ip();
     if !state.settings.trusted_proxies.contains(&peer) {
         return Some(peer);
     }
-    let forwarded = parts.headers.get_all("x-forwarded-for").iter().filter_map(|value| value.to_str().ok());
+    let forwarded = headers.get_all("x-forwarded-for").iter().filter_map(|value| value.to_str().ok());
     let last = forwarded.flat_map(|value| value.split(',')).filter_map(|entry| entry.trim().parse().ok()).next_back();
     Some(last.unwrap_or(peer))
+}
+
+/// Refuses an `address` that sent too many unknown keys lately (API
+/// requests and dashboard sign-ins alike), before a look-up.
+pub(crate) fn refuse_failing(address: Option<IpAddr>, state: &AppState) -> Result<(), ApiError> {
+    let Some(wait) = address.and_then(|address| state.auth_failures.wait(address)) else { return Ok(()) };
+    crate::process::metrics::rate_limited();
+    Err(Problem::new(ProblemType::RateLimited)
+        .detail("too many requests with an unknown API key from this address; retry after the time given")
+        .retry_after(wait.as_secs_f64().ceil().max(1.0) as u64)
+        .into())
 }
 
 /// Authenticates a request and applies the owner's rate limit of this
@@ -53,13 +69,7 @@ async fn authenticate_request(parts: &Parts, state: &AppState) -> Result<Identit
         Some(identity) => identity,
         None => {
             let address = client_address(parts, state);
-            if let Some(wait) = address.and_then(|address| state.auth_failures.wait(address)) {
-                crate::process::metrics::rate_limited();
-                return Err(Problem::new(ProblemType::RateLimited)
-                    .detail("too many requests with an unknown API key from this address; retry after the time given")
-                    .retry_after(wait.as_secs_f64().ceil().max(1.0) as u64)
-                    .into());
-            }
+            refuse_failing(address, state)?;
             let found = match &hash {
                 Some(hash) => state.auth.authenticate_hash(hash).await,
                 None => Err(AuthError::NotAKey),

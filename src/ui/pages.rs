@@ -93,10 +93,18 @@ pub(crate) struct SignInForm {
 /// The key's token travels in the form's body only, and is neither logged
 /// nor kept: the session names the key by its id. The session's own token
 /// goes to the cookie only; the database keeps its SHA-256.
-pub(crate) async fn signin(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Result<Response, PageError> {
+pub(crate) async fn signin(
+    State(app): State<AppState>,
+    peer: Option<axum::Extension<crate::http::serve::Peer>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, PageError> {
     if !session::same_origin(&headers) {
         return Err(PageError::Forbidden);
     }
+    // Bad tokens count as they do on the API.
+    let address = crate::http::auth::address_of(peer.as_deref(), &headers, &app);
+    crate::http::auth::refuse_failing(address, &app)?;
     let form: SignInForm = read_form(body).await?;
     let next = safe_next(&form.next);
     let token = form.token.trim();
@@ -110,6 +118,9 @@ pub(crate) async fn signin(State(app): State<AppState>, headers: HeaderMap, body
         }
         Err(AuthError::Store(error)) => Err(ApiError::from(error).into()),
         Err(_) => {
+            if let Some(address) = address {
+                app.auth_failures.record(address);
+            }
             let message = Some("That is not a live API key.");
             Ok(page(
                 StatusCode::UNAUTHORIZED,

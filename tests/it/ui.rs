@@ -24,6 +24,7 @@ use reqwest::{Client, StatusCode, header};
 use serde_json::{Value, json};
 
 on_both_backends!(
+    sign_ins_with_unknown_keys_count_as_the_apis_do_and_are_refused_past_the_limit,
     every_dashboard_route_needs_a_live_session,
     a_client_session_sees_only_its_owners_jobs_and_an_operator_session_sees_every_owners,
     every_change_needs_the_sessions_csrf_token_and_the_same_origin,
@@ -384,6 +385,27 @@ async fn every_change_needs_the_sessions_csrf_token_and_the_same_origin(backend:
         .unwrap();
     assert_eq!(cross.status(), StatusCode::FORBIDDEN);
     assert!(cross.headers().get(header::SET_COOKIE).is_none());
+}
+
+/// A sign-in with an unknown key counts against its address as an API
+/// request with one does: past `auth_failures_per_minute`, both answer 429.
+async fn sign_ins_with_unknown_keys_count_as_the_apis_do_and_are_refused_past_the_limit(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.server.auth_failures_per_minute = 3).await;
+    let fake = format!("oj_{}", "0".repeat(64));
+    let sign_in = || {
+        no_redirects()
+            .post(app.url("/ui/signin"))
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(format!("token={fake}"))
+            .send()
+    };
+    for _ in 0..3 {
+        assert_eq!(sign_in().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    }
+    let refused = sign_in().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().get(header::SET_COOKIE).is_none());
+    assert_eq!(app.get(&fake, "/jobs").await.status(), StatusCode::TOO_MANY_REQUESTS, "one count for both");
 }
 
 async fn the_session_cookie_holds_no_token_and_ends_on_sign_out_or_revocation(backend: Backend) {
