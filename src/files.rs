@@ -132,17 +132,16 @@ impl Files {
     /// Keeps the files of `output`, attempt `number`'s of `job`, by
     /// `rules`, and replaces each in it by what names its kept file; on an
     /// error, `output` is as it was. One keep of an attempt runs at a time,
-    /// and the same output kept again takes the first keep's names.
+    /// and a second keep of it takes the first one's result.
     pub async fn keep(&self, job: JobId, number: i32, output: &mut Value, rules: &FileRules) -> Result<(), KeepError> {
         let slot = self.keeps.slot(job, number);
         let mut kept_before = slot.lock().await;
-        let source = guard::digest(output);
-        if let Some(kept) = kept_before.as_ref().and_then(|kept| kept.of(source)) {
+        if let Some(kept) = kept_before.as_ref() {
             *output = kept.clone();
             return Ok(());
         }
         self.keep_once(job, number, output, rules).await?;
-        *kept_before = Some(guard::Kept::new(source, output));
+        *kept_before = Some(output.clone());
         Ok(())
     }
 

@@ -3,15 +3,15 @@
 //! once (a provider's webhook and the worker's lookup of the same
 //! prediction); both write the same names, so a second keep whose fetch
 //! failed would remove the files the first one's recorded output names.
-//! A keep of an output already kept for the attempt takes that keep's
-//! result instead, and fetches nothing.
+//! An attempt is one provider job, whose output is the same however it is
+//! told: a second keep of an attempt takes the first one's result instead,
+//! and fetches nothing.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sha2::{Digest as _, Sha256};
 
 use crate::domain::JobId;
 use crate::sync::LockAnyway as _;
@@ -19,53 +19,45 @@ use crate::sync::LockAnyway as _;
 /// How long an attempt's kept output is remembered after its last keep.
 const REMEMBER: Duration = Duration::from_secs(600);
 
-/// What an attempt's keep made: the digest of the output it was given, and
-/// that output with its files named.
-pub(super) struct Kept {
-    source: [u8; 32],
-    output: Value,
-}
+/// How often slots past [`REMEMBER`] are looked for.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
-impl Kept {
-    /// The keep of the output whose [`digest`] is `source` that made `output`.
-    pub(super) fn new(source: [u8; 32], output: &Value) -> Self {
-        Self { source, output: output.clone() }
-    }
-
-    /// The output this keep made of the output whose digest is `source`,
-    /// if it was given that.
-    pub(super) fn of(&self, source: [u8; 32]) -> Option<&Value> {
-        (self.source == source).then_some(&self.output)
-    }
-}
-
-/// A slot per attempt being kept, or kept lately.
-pub(super) type Slot = Arc<tokio::sync::Mutex<Option<Kept>>>;
+/// A slot per attempt being kept, or kept lately: the output its keep
+/// made, its files named.
+pub(super) type Slot = Arc<tokio::sync::Mutex<Option<Value>>>;
 
 /// The attempts' slots.
-#[derive(Default)]
 pub(super) struct Keeps {
-    slots: std::sync::Mutex<HashMap<(JobId, i32), (Slot, Instant)>>,
+    slots: std::sync::Mutex<Slots>,
+}
+
+/// Each attempt's slot with when it was last used, and when slots were
+/// last pruned.
+struct Slots {
+    by_attempt: HashMap<(JobId, i32), (Slot, Instant)>,
+    pruned: Instant,
+}
+
+impl Default for Keeps {
+    fn default() -> Self {
+        Self { slots: std::sync::Mutex::new(Slots { by_attempt: HashMap::new(), pruned: Instant::now() }) }
+    }
 }
 
 impl Keeps {
     /// The slot of attempt `number` of `job`; slots unused for
-    /// [`REMEMBER`] that nobody holds are forgotten.
+    /// [`REMEMBER`] that nobody holds are forgotten, looked for at most
+    /// once a minute.
     pub(super) fn slot(&self, job: JobId, number: i32) -> Slot {
         let mut slots = self.slots.lock_anyway();
-        slots.retain(|_, (slot, used)| used.elapsed() < REMEMBER || Arc::strong_count(slot) > 1);
-        let (slot, used) = slots.entry((job, number)).or_insert_with(|| (Slot::default(), Instant::now()));
+        if slots.pruned.elapsed() >= PRUNE_EVERY {
+            slots.by_attempt.retain(|_, (slot, used)| used.elapsed() < REMEMBER || Arc::strong_count(slot) > 1);
+            slots.pruned = Instant::now();
+        }
+        let (slot, used) = slots.by_attempt.entry((job, number)).or_insert_with(|| (Slot::default(), Instant::now()));
         *used = Instant::now();
         slot.clone()
     }
-}
-
-/// The SHA-256 of `output` as JSON, hashed as it is written (an output
-/// may hold tens of megabytes of files inline).
-pub(super) fn digest(output: &Value) -> [u8; 32] {
-    let mut hasher = Sha256::new();
-    serde_json::to_writer(&mut hasher, output).expect("a JSON value is written");
-    hasher.finalize().into()
 }
 
 #[cfg(test)]

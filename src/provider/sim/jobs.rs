@@ -213,6 +213,16 @@ fn fal_webhook(sim: &SimState, id: &str, done: &Value, output: &Value) -> (Value
     (body, headers)
 }
 
+/// fal job `id` as [`ended`] tells it, for a request with a key; the
+/// status and detail of the error answering one without, or for no such
+/// job, otherwise.
+fn fal_job(sim: &SimState, headers: &HeaderMap, id: &str) -> Result<(Option<Value>, Value), (u16, &'static str)> {
+    if !authorized(headers) {
+        return Err((401, "No authorization header"));
+    }
+    ended(sim, id).map_err(|()| (404, "Request not found"))
+}
+
 /// `GET /providers/{name}/fal/{owner}/{alias}/requests/{id}/status`: 202
 /// until done.
 pub(super) async fn fal_status(
@@ -220,11 +230,8 @@ pub(super) async fn fal_status(
     Path((_, _, _, id)): Path<(String, String, String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&headers) {
-        return error(401, "No authorization header");
-    }
-    match ended(&sim, &id) {
-        Err(()) => error(404, "Request not found"),
+    match fal_job(&sim, &headers, &id) {
+        Err((status, detail)) => error(status, detail),
         Ok((None, _)) => (StatusCode::ACCEPTED, Json(json!({"status": "IN_PROGRESS", "request_id": id, "logs": null})))
             .into_response(),
         Ok((Some(done), _)) => {
@@ -243,11 +250,8 @@ pub(super) async fn fal_result(
     Path((_, _, _, id)): Path<(String, String, String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&headers) {
-        return error(401, "No authorization header");
-    }
-    match ended(&sim, &id) {
-        Err(()) => error(404, "Request not found"),
+    match fal_job(&sim, &headers, &id) {
+        Err((status, detail)) => error(status, detail),
         Ok((None, _)) => error(400, "Request is still in progress"),
         Ok((Some(done), output)) if done["status"] == "succeeded" => Json(output).into_response(),
         Ok((Some(done), _)) => error(422, done["error"].as_str().unwrap_or("the request was canceled")),
@@ -260,11 +264,8 @@ pub(super) async fn fal_cancel(
     Path((_, _, _, id)): Path<(String, String, String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&headers) {
-        return error(401, "No authorization header");
-    }
-    match ended(&sim, &id) {
-        Err(()) => error(404, "Request not found"),
+    match fal_job(&sim, &headers, &id) {
+        Err((status, detail)) => error(status, detail),
         Ok((Some(_), _)) => (StatusCode::BAD_REQUEST, Json(json!({"status": "ALREADY_COMPLETED"}))).into_response(),
         Ok((None, _)) => {
             sim.cancel(&id);
