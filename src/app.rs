@@ -176,33 +176,39 @@ impl Application {
     /// Builds only the parts `role` names. The tasks' schemas and
     /// templates are compiled first, so that a broken one stops the process
     /// before it touches the database.
-    /// A Postgres database that is unreachable or a standby is waited for
-    /// when the migrations are applied at start, the API answering 503
-    /// meanwhile (`app::database`).
+    /// A Postgres database that is unreachable or a standby is waited for,
+    /// whether the migrations are applied at start or not, the API
+    /// answering 503 meanwhile (`app::database`).
     pub async fn build_as(settings: Settings, role: Role) -> Result<Self, StartError> {
         let catalog = Arc::new(Catalog::new(&settings)?);
         let store = open_store(&settings)?;
         let mut listener = bind_api(&settings, role)?;
-        if settings.database.migrate_on_start {
-            let prepare = || async {
-                store.check_session_pooling().await?;
-                store.migrate().await
-            };
-            if settings.database.url().starts_with("postgres") {
-                let head_timeout = settings.server.request_timeout;
-                database::wait_until_prepared(listener.as_mut(), head_timeout, prepare).await?;
-            } else {
-                prepare().await?;
+        // First: whatever starts next may record a metric, and a sample
+        // recorded before the recorder is installed is lost (a connection
+        // refused while waiting, the first read of the replication
+        // settings, whose gauge would be missing until the next read a
+        // minute later).
+        let metrics = start_metrics(&settings);
+        let migrate = settings.database.migrate_on_start;
+        let postgres = settings.database.url().starts_with("postgres");
+        let prepare = || async {
+            store.check_session_pooling().await?;
+            match (migrate, postgres) {
+                (true, _) => store.migrate().await,
+                // Without migrating, a pool connection's first check: a
+                // standby or a read-only server is waited for as when
+                // migrating.
+                (false, true) => store.check_ready().await,
+                (false, false) => Ok(()),
             }
+        };
+        if postgres {
+            let head_timeout = settings.server.request_timeout;
+            database::wait_until_prepared(listener.as_mut(), head_timeout, prepare).await?;
         } else {
-            match store.check_session_pooling().await {
-                Err(error) if error.is_unavailable() => {
-                    tracing::warn!(%error, "the database is unavailable: its connection pooling is checked when it answers")
-                }
-                checked => checked?,
-            }
+            prepare().await?;
         }
-        Self::build_with_catalog(settings, store, catalog, role, listener).await
+        Self::build_with_catalog(settings, store, catalog, role, listener, metrics).await
     }
 
     /// Builds the rest around the open store and the compiled catalog: the
@@ -213,12 +219,8 @@ impl Application {
         catalog: Arc<Catalog>,
         role: Role,
         listener: Option<TcpListener>,
+        (metrics, metrics_upkeep): (metrics_exporter_prometheus::PrometheusHandle, AbortOnDrop),
     ) -> Result<Self, StartError> {
-        // First: whatever starts next may record a metric, and a sample
-        // recorded before the recorder is installed is lost (the first
-        // read of the replication settings, whose gauge would be missing
-        // until the next read a minute later).
-        let (metrics, metrics_upkeep) = start_metrics(&settings);
         let signals = Arc::new(Signals::default());
         let (providers, simulator) = start_providers(&settings).await?;
         let providers = Arc::new(providers);
@@ -466,6 +468,7 @@ fn start_metrics(settings: &Settings) -> (metrics_exporter_prometheus::Prometheu
     crate::store::report_database_failures_to(|failure| match failure {
         crate::store::DatabaseFailure::StorageFull => crate::process::metrics::storage_full(),
         crate::store::DatabaseFailure::Unreachable => crate::process::metrics::database_unavailable(),
+        crate::store::DatabaseFailure::ConnectionRefused => crate::process::metrics::connection_refused(),
     });
     let upkeep = AbortOnDrop(tokio::spawn(crate::process::metrics::keep_up(metrics.clone())));
     crate::process::metrics::start_at_zero(settings);

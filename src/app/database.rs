@@ -5,7 +5,8 @@
 //! failover in progress, a URL that names a node directly) does not exit:
 //! it answers `/healthz`, answers everything else 503 with `Retry-After`
 //! (its log says why), and tries again until the database takes writes;
-//! then it applies the migrations and serves. A Postgres server only: a
+//! then it applies the migrations (unless started with `--no-migrate`,
+//! which checks that they are applied) and serves. A Postgres server only: a
 //! SQLite file that cannot be opened is a mistake to stop at, not a wait.
 //!
 //! Whether a commit waits for a synchronous standby decides what a failover

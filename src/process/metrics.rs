@@ -78,6 +78,9 @@ pub const STORAGE_FULL: &str = "onejob_storage_full_total";
 /// Database errors that said it is unavailable (unreachable, a standby,
 /// going away, no connection to spare).
 pub const DATABASE_UNAVAILABLE: &str = "onejob_database_unavailable_total";
+/// New database connections refused by onejob's first check: the server
+/// was a standby or read-only, or its session settings failed.
+pub const CONNECTIONS_REFUSED: &str = "onejob_database_connections_refused_total";
 /// 1 when the database's commits wait for a synchronous standby, 0 when not
 /// (Postgres only: absent on SQLite, so not in [`ALL`]).
 pub const COMMIT_WAITS_FOR_STANDBY: &str = "onejob_database_commit_waits_for_standby";
@@ -133,6 +136,7 @@ pub const ALL: &[&str] = &[
     PURGED_JOBS,
     STORAGE_FULL,
     DATABASE_UNAVAILABLE,
+    CONNECTIONS_REFUSED,
     UNKNOWN_PAST_RETENTION,
     CLAIMS_DEFERRED,
     ATTEMPT_WAIT,
@@ -211,6 +215,7 @@ fn describe() {
     metrics::describe_counter!(PURGED_JOBS, "finished jobs purged past their retention");
     metrics::describe_counter!(STORAGE_FULL, "database errors that said its storage is full");
     metrics::describe_counter!(DATABASE_UNAVAILABLE, "database errors that said it is unavailable");
+    metrics::describe_counter!(CONNECTIONS_REFUSED, "new database connections refused: a standby, or read-only");
     metrics::describe_gauge!(COMMIT_WAITS_FOR_STANDBY, "1 when the database's commits wait for a synchronous standby");
     metrics::describe_gauge!(UNKNOWN_PAST_RETENTION, "jobs unknown for longer than the shortest retention (kept)");
     metrics::describe_counter!(CLAIMS_DEFERRED, "owners or providers a claim held back because of a limit, by limit");
@@ -308,6 +313,7 @@ pub fn start_at_zero(settings: &crate::config::Settings) {
     counter!(PURGED_JOBS).increment(0);
     counter!(STORAGE_FULL).increment(0);
     counter!(DATABASE_UNAVAILABLE).increment(0);
+    counter!(CONNECTIONS_REFUSED).increment(0);
     for why in Deferral::ALL {
         counter!(CLAIMS_DEFERRED, "limit" => why.as_str()).increment(0);
     }
@@ -392,6 +398,11 @@ pub fn storage_full() {
 /// Counts a database error that said it is unavailable.
 pub fn database_unavailable() {
     counter!(DATABASE_UNAVAILABLE).increment(1);
+}
+
+/// Counts a new database connection refused.
+pub fn connection_refused() {
+    counter!(CONNECTIONS_REFUSED).increment(1);
 }
 
 /// Whether the database's commits wait for a synchronous standby.

@@ -56,10 +56,23 @@ fn exporting_asked() -> bool {
     !disabled && (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 }
 
+/// What is logged: `RUST_LOG`, or `info` and sqlx's warnings. Unless
+/// `RUST_LOG` names it, the pool's own line for each connection refused by
+/// onejob's first check (an ERROR per try, many a second against a standby)
+/// is left out: the store logs those, counted, every 10 seconds.
+fn log_filter() -> EnvFilter {
+    const REFUSED_BY_POOL: &str = "sqlx_core::pool::inner=off";
+    let asked = std::env::var("RUST_LOG").ok().filter(|asked| !asked.trim().is_empty());
+    let named = asked.as_deref().is_some_and(|asked| asked.contains("sqlx_core::pool"));
+    let filter =
+        asked.and_then(|asked| EnvFilter::try_new(asked).ok()).unwrap_or_else(|| EnvFilter::new("info,sqlx=warn"));
+    if named { filter } else { filter.add_directive(REFUSED_BY_POOL.parse().expect("a valid directive")) }
+}
+
 /// Installs the subscriber, and the trace exporter when the environment
 /// names an endpoint; call once, first thing, inside the runtime.
 pub fn init(format: LogFormat) -> Telemetry {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let filter = log_filter();
     let provider = if exporting_asked() {
         match tracer_provider() {
             Ok(provider) => Some(provider),

@@ -14,6 +14,9 @@ pub enum DatabaseFailure {
     /// connection, or none could be had in time (not a statement that lost
     /// a race for a lock or ran out of time).
     Unreachable,
+    /// A new connection was refused by onejob's first check: the server is a
+    /// standby or read-only, or its session settings failed.
+    ConnectionRefused,
 }
 
 static LISTENER: OnceLock<fn(DatabaseFailure)> = OnceLock::new();
@@ -24,7 +27,7 @@ pub fn report_database_failures_to(listener: fn(DatabaseFailure)) {
     let _ = LISTENER.set(listener);
 }
 
-fn report(failure: DatabaseFailure) {
+pub(crate) fn report(failure: DatabaseFailure) {
     if let Some(listener) = LISTENER.get() {
         listener(failure);
     }

@@ -315,9 +315,87 @@ async fn pooled_connections_cut_while_idle_cost_at_most_one_503_each_and_the_poo
     assert!(failed <= POOL, "at most one failure per dead pooled connection ({failed})");
 }
 
+/// Sets `default_transaction_read_only` for new sessions of the database of
+/// `url`: its new connections find it read-only, as they would a standby.
+async fn set_read_only(url: &str, on: bool) {
+    let mut connection = PgConnection::connect(url).await.unwrap();
+    sqlx::query("set default_transaction_read_only = off").execute(&mut connection).await.unwrap();
+    let name: String = sqlx::query_scalar("select current_database()").fetch_one(&mut connection).await.unwrap();
+    let setting = if on { "set default_transaction_read_only = on" } else { "reset default_transaction_read_only" };
+    sqlx::query(&format!(r#"alter database "{name}" {setting}"#)).execute(&mut connection).await.unwrap();
+    connection.close().await.ok();
+}
+
+/// A replica started without migrating (`serve --no-migrate`, as
+/// production starts them) on a database that takes no writes: it answers
+/// `/healthz` at once and everything else 503 with `Retry-After`, logs the
+/// refused connections once per 10 seconds with a count (never the pool's
+/// ERROR per try), and serves once the database takes writes, without a
+/// restart.
+async fn a_replica_started_without_migrating_on_a_read_only_database_listens_at_once_and_waits() {
+    let url = postgres::fresh_database_direct().await;
+    set_read_only(&url, true).await;
+    let (_server, address, mut log) = crate::common::spawn_server_logged(&url, None, &["--no-worker"], &[]).await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    let health = http.get(format!("http://{address}/healthz")).send().await.expect("an answer, not a hang");
+    assert_eq!(health.status(), StatusCode::OK, "a waiting server is alive");
+    let create = || {
+        http.post(format!("http://{address}/jobs"))
+            .bearer_auth("any-token")
+            .header("idempotency-key", "k")
+            .json(&json!({"task": "summarize", "input": {"text": "read-only"}}))
+            .send()
+    };
+    let refused = create().await.expect("an answer, not a hang");
+    assert!(refused.headers().contains_key("retry-after"), "{:?}", refused.text().await);
+    expect_problem(refused, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
+
+    // Two lines about refused connections, 10 s apart, and nothing else
+    // about them.
+    let mut lines_at = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while lines_at.len() < 2 {
+        let line = tokio::time::timeout_at(deadline.into(), log.recv()).await.expect("two lines within 40 s").unwrap();
+        assert!(!line.contains("after_connect"), "the pool's line for each try: {line}");
+        if line.contains("new database connections refused") {
+            let count: u64 =
+                line.split("refused=").nth(1).and_then(|c| c.split_whitespace().next()?.parse().ok()).unwrap();
+            assert!(count >= 1, "{line}");
+            lines_at.push((Instant::now(), count));
+        }
+    }
+    let apart = lines_at[1].0 - lines_at[0].0;
+    assert!(apart >= Duration::from_millis(9500), "lines {apart:?} apart");
+    assert!(lines_at[1].1 > 1, "the second line counts the tries since the first: {}", lines_at[1].1);
+
+    set_read_only(&url, false).await;
+    let store = crate::common::open_store(&url);
+    let owner = onejob::domain::OwnerId::parse("alice").unwrap();
+    let (_, token) = onejob::keys::create_key(&store, &owner).await.unwrap();
+    eventually("the server serves once the database takes writes", Duration::from_secs(30), || async {
+        let response = http
+            .post(format!("http://{address}/jobs"))
+            .bearer_auth(&token)
+            .header("idempotency-key", "after")
+            .json(&json!({"task": "summarize", "input": {"text": "writable"}}))
+            .send()
+            .await;
+        response.is_ok_and(|r| r.status() == StatusCode::CREATED)
+    })
+    .await;
+    let metrics = http.get(format!("http://{address}/metrics")).send().await.unwrap().text().await.unwrap();
+    let samples = crate::common::prometheus::parse(&metrics);
+    let counted = crate::common::prometheus::value(&samples, "onejob_database_connections_refused_total", &[])
+        .expect("the counter is exported");
+    assert!(counted >= lines_at[0].1 as f64 + lines_at[1].1 as f64, "counted {counted}");
+}
+
 on_postgres!(
     a_pool_held_by_blocked_statements_answers_503_within_the_acquire_timeout,
     pooled_connections_cut_while_idle_cost_at_most_one_503_each_and_the_pool_heals
 );
 
-on_postgres!(direct: stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_without_a_restart);
+on_postgres!(
+    direct: stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_without_a_restart,
+    a_replica_started_without_migrating_on_a_read_only_database_listens_at_once_and_waits
+);

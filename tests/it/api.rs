@@ -451,29 +451,53 @@ async fn listing_pages_newest_first_and_filters(backend: Backend) {
     assert_eq!(queued["jobs"], json!([]));
 }
 
+/// A database that cannot be reached answers 503 with `Retry-After`,
+/// promptly; the server stays alive. On Postgres the server is a process
+/// started that way without migrating, as replicas start: it listens at
+/// once and waits for the database (`app::database`).
 async fn an_unreachable_database_answers_503_with_retry_after(backend: Backend) {
-    let unreachable = match backend {
+    // Whichever serves, kept until the test ends.
+    let (mut _process, mut _app) = (None, None);
+    let (base, token) = match backend {
         // A socket directory where no server listens.
-        Backend::Postgres => "postgres://postgres@localhost/onejob?host=/nonexistent-onejob-socket-dir",
-        // A file in a directory that does not exist.
-        Backend::Sqlite => "sqlite:///nonexistent-onejob-dir/onejob.db",
+        Backend::Postgres => {
+            let unreachable = "postgres://postgres@localhost/onejob?host=/nonexistent-onejob-socket-dir";
+            let started = std::time::Instant::now();
+            let (child, address) = crate::common::spawn_server_with(unreachable, None, &[]).await;
+            assert!(started.elapsed() < Duration::from_secs(10), "listening at once, not after the database");
+            _process = Some(child);
+            (format!("http://{address}"), "not-checked".to_owned())
+        }
+        // A file in a directory that does not exist. The test's own keys go
+        // to the test database, so the tokens are well-formed but unverifiable.
+        Backend::Sqlite => {
+            let app = TestApp::spawn_with(backend, |s| {
+                s.database.url = Some("sqlite:///nonexistent-onejob-dir/onejob.db".into());
+                s.database.migrate_on_start = false;
+                s.database.acquire_timeout = Duration::from_millis(500);
+            })
+            .await;
+            let served = (app.url(""), app.alice.clone());
+            _app = Some(app);
+            served
+        }
     };
-    // The application's database cannot be reached; the test's own keys go
-    // to the test database, so the tokens are well-formed but unverifiable.
-    let app = TestApp::spawn_with(backend, |s| {
-        s.database.url = Some(unreachable.into());
-        s.database.migrate_on_start = false;
-        s.database.acquire_timeout = Duration::from_millis(500);
-    })
-    .await;
+    let http = reqwest::Client::new();
     let started = std::time::Instant::now();
-    let response = app.post_job("k", &summarize("x")).await;
+    let response = http
+        .post(format!("{base}/jobs"))
+        .bearer_auth(&token)
+        .header("idempotency-key", "k")
+        .json(&json!({"task": "summarize", "input": {"text": "x"}}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.headers()["retry-after"], "1");
     expect_problem(response, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
     assert!(started.elapsed() < Duration::from_secs(5), "answered promptly, not after a hang");
-    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    let ready = http.get(format!("{base}/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let alive = app.client.get(app.url("/healthz")).send().await.unwrap();
+    let alive = http.get(format!("{base}/healthz")).send().await.unwrap();
     assert_eq!(alive.status(), StatusCode::OK);
 }
 

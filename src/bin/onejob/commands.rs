@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 
 use onejob::app::{self, Application, Role};
 use onejob::config::Settings;
@@ -60,11 +61,35 @@ async fn serve(args: ServeArgs, config: Option<&Path>) -> Result<(), AnyError> {
     }
     let role = if no_worker || !settings.worker.enabled { Role::Api } else { Role::All };
     let application = Application::build_as(settings, role).await?;
-    if let Some(addr) = application.local_addr() {
+    // The first run's key is made beside serving: nothing holds the
+    // listener back. A check that fails for another reason than a database
+    // briefly away (one never migrated) stops the server, as it would have
+    // stopped its start.
+    let (failed, mut first_run_failed) = tokio::sync::watch::channel(None::<String>);
+    let first_run = application.local_addr().map(|addr| {
         tracing::info!(address = %addr, "listening on http://{addr}");
-        first_run_key(&application.state().keys, addr).await?;
+        let keys = application.state().keys.clone();
+        tokio::spawn(async move {
+            if let Err(error) = first_run_key(keys, addr).await {
+                let _ = failed.send(Some(error));
+            }
+        })
+    });
+    let failure = first_run_failed.clone();
+    let stop = async move {
+        tokio::select! {
+            () = shutdown_signal() => {}
+            // A sender dropped (the check is done) disables this branch.
+            Ok(_) = first_run_failed.wait_for(Option::is_some) => {}
+        }
+    };
+    application.run_until(stop).await?;
+    if let Some(first_run) = first_run {
+        first_run.abort();
     }
-    application.run_until(shutdown_signal()).await?;
+    if let Some(error) = failure.borrow().clone() {
+        return Err(format!("cannot check for the first run's key: {error}").into());
+    }
     tracing::info!("stopped");
     Ok(())
 }
@@ -308,19 +333,22 @@ fn load_checked(path: Option<&Path>) -> Result<Settings, AnyError> {
 /// admin key for owner `demo` (see [`keys::create_first_run_key`]) and shows
 /// it once on standard error, written there directly and never as a log
 /// event, with a request to try. Of replicas starting together on an empty
-/// database, one makes and shows it; the database decides which.
-async fn first_run_key(keys: &keys::Keys, addr: SocketAddr) -> Result<(), AnyError> {
-    // At start the pool may be briefly exhausted (the qualifications at
-    // start, the worker's loops, a loaded machine): a database that is only
-    // busy must not stop the server. Give it 30 seconds.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+/// database, one makes and shows it; the database decides which. A database
+/// that is only busy or briefly away is asked again until it answers, with
+/// a line in the log every 30 seconds.
+async fn first_run_key(keys: Arc<keys::Keys>, addr: SocketAddr) -> Result<(), String> {
+    let mut warned_at: Option<tokio::time::Instant> = None;
     let made = loop {
         match keys.create_first_run_key().await {
-            Err(error) if error.is_unavailable() && tokio::time::Instant::now() < deadline => {
-                tracing::warn!(%error, "cannot yet check for the first run's key; trying again");
+            Err(error) if error.is_unavailable() => {
+                if warned_at.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(30)) {
+                    tracing::warn!(%error, "cannot yet check for the first run's key; trying again");
+                    warned_at = Some(tokio::time::Instant::now());
+                }
                 tokio::time::sleep(std::time::Duration::from_millis(250)).await;
             }
-            answer => break answer?,
+            Err(error) => return Err(error.to_string()),
+            Ok(made) => break made,
         }
     };
     let Some((_, token)) = made else {

@@ -25,8 +25,8 @@
 //! (and coming round), and moves every set to the first writable one.
 
 use std::str::FromStr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
@@ -35,6 +35,7 @@ use tokio::sync::Notify;
 
 use super::super::eviction::evict;
 use super::super::{Result, StoreError};
+use crate::sync::LockAnyway;
 
 /// Whether the server refuses writes: a standby, or read-only by setting.
 pub(super) const READ_ONLY: &str = "select pg_is_in_recovery() or current_setting('transaction_read_only') = 'on'";
@@ -47,6 +48,19 @@ pub(super) const REPLICATION: &str = "select current_setting('synchronous_commit
 
 /// How long the watcher of several hosts waits for one to answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The shortest time between two log lines about refused connections.
+const REFUSALS_LOGGED_EVERY: Duration = Duration::from_secs(10);
+
+/// Refused connections not yet logged, and when the last line was written:
+/// a pool tries a standby many times a second, and one line per try would
+/// bury the log.
+struct Refusals {
+    unlogged: u64,
+    logged_at: Option<std::time::Instant>,
+}
+
+static REFUSALS: Mutex<Refusals> = Mutex::new(Refusals { unlogged: 0, logged_at: None });
 
 /// The error a connection to a server that does not accept writes ends
 /// with: an I/O error to sqlx (its pool then backs off and tries again, and
@@ -149,10 +163,43 @@ impl Hosts {
         session: &str,
     ) -> std::result::Result<(), sqlx::Error> {
         let prepared = prepare(connection, session).await;
-        if prepared.is_err() {
-            self.recheck.notify_one();
+        match &prepared {
+            Ok(()) => log_refusals(None),
+            Err(error) => {
+                self.recheck.notify_one();
+                log_refusals(Some(error));
+            }
         }
         prepared
+    }
+}
+
+/// Counts a refused connection (`Some`) and logs, at most once per
+/// [`REFUSALS_LOGGED_EVERY`], how many were refused since the last line; an
+/// accepted one (`None`) logs those still unlogged.
+fn log_refusals(refused: Option<&sqlx::Error>) {
+    if refused.is_some() {
+        crate::store::error::report(crate::store::DatabaseFailure::ConnectionRefused);
+    }
+    let mut refusals = REFUSALS.lock_anyway();
+    let due = refusals.logged_at.is_none_or(|at| at.elapsed() >= REFUSALS_LOGGED_EVERY);
+    match refused {
+        Some(error) => {
+            refusals.unlogged += 1;
+            if due {
+                let refused = std::mem::take(&mut refusals.unlogged);
+                refusals.logged_at = Some(std::time::Instant::now());
+                drop(refusals);
+                tracing::warn!(%error, refused, "new database connections refused since the last such line");
+            }
+        }
+        None if refusals.unlogged > 0 => {
+            let refused = std::mem::take(&mut refusals.unlogged);
+            refusals.logged_at = None;
+            drop(refusals);
+            tracing::info!(refused, "a new database connection was accepted, after more were refused");
+        }
+        None => {}
     }
 }
 
