@@ -13,7 +13,8 @@ pub use crate::domain::retention::Span;
 pub use files::{FileRules, FilesSettings, S3Settings};
 pub use provider::{
     BreakerSettings, JobApi, JobCall, JobMethod, JobReading, JobSignature, JobState, MaxTokensField, ProviderApi,
-    ProviderKind, ProviderLimits, ProviderSettings, ReplicateModel, SignatureScheme, SimFault, SimOutput, Tokenizer,
+    ProviderKind, ProviderLimits, ProviderSettings, Redirects, ReplicateModel, SignatureScheme, SimFault, SimOutput,
+    Tokenizer,
 };
 pub use task::{ExampleSettings, HedgeSettings, PromptSettings, TaskSettings};
 

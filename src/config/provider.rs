@@ -80,6 +80,19 @@ pub enum ProviderApi {
     Runpod,
 }
 
+/// Which redirects a provider's calls follow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Redirects {
+    /// None: a 3xx is the call's answer (a failure; 303 leaves the attempt
+    /// `unknown`).
+    #[default]
+    None,
+    /// Up to 5 to the same scheme, host and port as the call's URL; one
+    /// elsewhere is the call's answer.
+    SameOrigin,
+}
+
 /// The name chat completions give the answer's token limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -140,6 +153,14 @@ pub struct ProviderSettings {
     /// openai: the environment variable holding the API key.
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// Which redirects its calls follow: `none` (the default) or
+    /// `same-origin`.
+    #[serde(default)]
+    pub redirects: Redirects,
+    /// The HTTP proxy its calls go through (`http://host:port`); none by
+    /// default, whatever `HTTP_PROXY` or `HTTPS_PROXY` say.
+    #[serde(default)]
+    pub proxy: Option<String>,
     /// How the provider counts tokens; by default the encoding of its
     /// model's family (see [`Tokenizer::for_model`]).
     #[serde(default)]

@@ -173,3 +173,56 @@ async fn stream_into(
         Err(error) => Err(error),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A server on loopback answering every request with `answer`; how
+    /// many connections it took.
+    async fn answering(answer: String) -> (u16, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let taken = Arc::new(AtomicUsize::new(0));
+        let counted = taken.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let mut head = vec![0; 16 * 1024];
+                let _ = stream.read(&mut head).await;
+                let _ = stream.write_all(answer.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            }
+        });
+        (port, taken)
+    }
+
+    #[tokio::test]
+    async fn a_file_whose_url_redirects_is_rejected_and_the_redirect_not_followed() {
+        let png = "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: 4\r\n\r\n\u{89}PNG";
+        let (elsewhere, asked_elsewhere) = answering(png.to_owned()).await;
+        let moved = format!(
+            "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{elsewhere}/out.png\r\nContent-Length: 0\r\n\r\n"
+        );
+        let (origin, asked_origin) = answering(moved).await;
+        let allowed = AllowedHosts::new(&["127.0.0.1".to_owned()]);
+        let url = check_url(&format!("http://127.0.0.1:{origin}/out.png"), &allowed).unwrap();
+        let dir = std::env::temp_dir().join(format!("onejob-fetch-{}", uuid::Uuid::now_v7().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let rules: FileRules = toml::from_str("types = [\"image/png\"]").unwrap();
+        let fetched = fetch_to(&client(&allowed), &url, &dir, "out", &rules).await;
+        let _ = std::fs::remove_dir_all(&dir);
+        match fetched {
+            Err(Fetch::Rejected(why)) => assert!(why.contains("302") && why.contains("not followed"), "{why}"),
+            Err(Fetch::Again(why)) => panic!("rejected for good, not to try again: {why}"),
+            Ok(_) => panic!("a redirect was followed"),
+        }
+        assert_eq!(asked_origin.load(Ordering::SeqCst), 1);
+        assert_eq!(asked_elsewhere.load(Ordering::SeqCst), 0, "the redirect's target was never asked");
+    }
+}

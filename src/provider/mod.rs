@@ -33,7 +33,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::config::{ProviderKind, ProviderSettings, Settings};
+use crate::config::{ProviderKind, ProviderSettings, Redirects, Settings};
 
 pub use anthropic::MessagesProvider;
 pub use cog::CogProvider;
@@ -98,6 +98,10 @@ pub fn classify_status(status: u16) -> FailureClass {
     match status {
         429 | 500 | 502 | 503 => FailureClass::Definitive { retryable: true },
         408 | 504 => FailureClass::Ambiguous,
+        // A redirect not followed: the request was not taken here; but 303
+        // ("see the result there") may follow work done.
+        303 => FailureClass::Ambiguous,
+        300..=399 => FailureClass::Definitive { retryable: false },
         400..=499 => FailureClass::Definitive { retryable: false },
         // Other server errors say nothing about whether the work was done.
         _ => FailureClass::Ambiguous,
@@ -300,18 +304,44 @@ async fn follow(provider: &dyn Provider, asked: RequestRef<'_>, id: &str) -> Res
     }
 }
 
+/// What a redirect not followed is said to be.
+pub(crate) const REDIRECT_NOT_FOLLOWED: &str = "a redirect, which is not followed (see the provider's `redirects`)";
+
+/// The most redirects a call follows where its provider allows them.
+const MOST_REDIRECTS: usize = 5;
+
+/// The client of providers' calls: no proxy but the one configured, whatever
+/// the environment says, and no redirect unless allowed, then only to the
+/// call's own origin (a prompt, its key and its Idempotency-Key go nowhere
+/// the configuration does not name).
+fn client(redirects: Redirects, proxy: Option<&str>) -> Result<reqwest::Client, String> {
+    let policy = match redirects {
+        Redirects::None => reqwest::redirect::Policy::none(),
+        Redirects::SameOrigin => reqwest::redirect::Policy::custom(|attempt| {
+            let same = attempt.previous().first().is_some_and(|first| first.origin() == attempt.url().origin());
+            if same && attempt.previous().len() <= MOST_REDIRECTS { attempt.follow() } else { attempt.stop() }
+        }),
+    };
+    let mut builder = reqwest::Client::builder().pool_max_idle_per_host(256).no_proxy().redirect(policy);
+    if let Some(proxy) = proxy {
+        builder = builder.proxy(reqwest::Proxy::all(proxy).map_err(|e| format!("the proxy {proxy}: {e}"))?);
+    }
+    builder.build().map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
 /// Every configured provider by name.
 pub type Providers = HashMap<String, Arc<dyn Provider>>;
 
 /// Builds the providers of the settings. `simulator` is the base URL of the
 /// simulator that serves the `sim` providers.
 pub fn build(settings: &Settings, simulator: Option<&str>) -> Result<Providers, String> {
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(256)
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let shared = client(Redirects::None, None)?;
     let mut providers = Providers::new();
     for (name, provider) in &settings.providers {
+        let client = match (provider.redirects, &provider.proxy) {
+            (Redirects::None, None) => shared.clone(),
+            (redirects, proxy) => client(redirects, proxy.as_deref()).map_err(|e| format!("providers.{name}: {e}"))?,
+        };
         let built = match provider.kind {
             ProviderKind::Sim => {
                 let base = simulator.ok_or_else(|| format!("provider {name} is simulated, but no simulator runs"))?;
@@ -352,13 +382,13 @@ mod tests {
 
     #[test]
     fn statuses_are_classified_as_the_design_says() {
-        for status in [400, 401, 403, 404, 422] {
+        for status in [301, 302, 307, 308, 400, 401, 403, 404, 422] {
             assert_eq!(classify_status(status), FailureClass::Definitive { retryable: false }, "{status}");
         }
         for status in [429, 500, 502, 503] {
             assert_eq!(classify_status(status), FailureClass::Definitive { retryable: true }, "{status}");
         }
-        for status in [408, 504] {
+        for status in [303, 408, 504] {
             assert_eq!(classify_status(status), FailureClass::Ambiguous, "{status}");
         }
     }

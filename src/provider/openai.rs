@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 
 use super::answer::{content_filtered, parse_content, refused, schema_name, truncate, truncated_output, with_usage};
 use super::{
-    CancelAnswer, Completion, FailureClass, FailureFacts, FailureKind, Provider, ProviderError, ProviderRequest, Reply,
-    RequestRef, RequestStatus, classify_status, millis, responses,
+    CancelAnswer, Completion, FailureClass, FailureFacts, FailureKind, Provider, ProviderError, ProviderRequest,
+    REDIRECT_NOT_FOLLOWED, Reply, RequestRef, RequestStatus, classify_status, millis, responses,
 };
 use crate::config::{MaxTokensField, ProviderApi, ProviderSettings};
 use crate::domain::OutputKind;
@@ -421,8 +421,8 @@ impl HttpProvider {
         let retry_after = retry_after(response.headers());
         // The request was received; losing the body now leaves the outcome unknown.
         let (body, _) = read_bounded(response, MAX_ERROR_BYTES).await.map_err(transport_error_after_answer)?;
-        let error =
-            ProviderError::new(classify_status(status), FailureKind::ProviderError, Some(status), error_message(&body));
+        let message = if (300..400).contains(&status) { REDIRECT_NOT_FOLLOWED.into() } else { error_message(&body) };
+        let error = ProviderError::new(classify_status(status), FailureKind::ProviderError, Some(status), message);
         let facts = FailureFacts { retry_after_ms: retry_after.map(millis), ..FailureFacts::default() };
         Err(error.with_facts(facts))
     }

@@ -409,6 +409,30 @@ impl PrivateCluster {
         admin.close().await.ok();
         self.url(name)
     }
+
+    /// Creates an empty database whose files are all in `dir` (an empty
+    /// directory, given to the `postgres` user), a tablespace of its own:
+    /// its tables, indexes and temporary files live there, while the
+    /// write-ahead log and the cluster's shared files stay in the data
+    /// directory. Returns its URL.
+    pub async fn create_database_in(&self, name: &str, dir: &Path) -> String {
+        chown_to_postgres(dir);
+        let mut admin = PgConnection::connect(&self.url("postgres")).await.expect("connect to the private cluster");
+        let space = format!("{name}_space");
+        let location = dir.display().to_string().replace('\'', "''");
+        sqlx::query(&format!(r#"create tablespace "{space}" location '{location}'"#))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        sqlx::query(&format!(r#"create database "{name}" tablespace "{space}""#)).execute(&mut admin).await.unwrap();
+        admin.close().await.ok();
+        self.url(name)
+    }
+
+    /// What the server logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.base.join("server.log")).unwrap_or_default()
+    }
 }
 
 impl Drop for PrivateCluster {

@@ -290,3 +290,122 @@ on_both_backends!(
     an_error_object_in_a_200_answer_fails_the_attempt_as_a_provider_error,
     a_429_with_retry_after_requeues_the_attempt_max_requeues_times_then_fails_it_retryable_and_the_retry_waits_as_asked,
 );
+
+/// A server on loopback answering each request with `answer(its port, the
+/// request's target)`, and the targets asked, in order.
+async fn scripted(
+    answer: impl Fn(u16, &str) -> String + Send + Sync + 'static,
+) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (answer, seen) = (std::sync::Arc::new(answer), asked.clone());
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let (answer, seen) = (answer.clone(), seen.clone());
+            tokio::spawn(async move {
+                let mut head = vec![0; 64 * 1024];
+                let read = stream.read(&mut head).await.unwrap_or(0);
+                let text = String::from_utf8_lossy(&head[..read]).into_owned();
+                let target = text.split_whitespace().nth(1).unwrap_or("").to_owned();
+                let reply = answer(port, &target);
+                seen.lock().unwrap().push(target);
+                let _ = stream.write_all(reply.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    (port, asked)
+}
+
+fn redirect_to(location: &str) -> String {
+    format!("HTTP/1.1 307 Temporary Redirect\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+}
+
+/// A provider answering with a redirect: its call follows none to another
+/// origin (where the prompt and its keys would go), even where redirects
+/// are allowed (`same-origin`), and fails, not retryable; the proxies of
+/// the environment (`HTTP_PROXY`) are never used, a configured one is.
+async fn provider_calls_follow_no_redirect_off_their_origin_and_no_proxy_of_the_environment() {
+    let refuse = |_: u16, _: &str| "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n".to_owned();
+    let (elsewhere, elsewhere_asked) = scripted(refuse).await;
+    let (environment_proxy, environment_proxy_asked) = scripted(refuse).await;
+    let (configured_proxy, configured_proxy_asked) = scripted(refuse).await;
+    let away = format!("http://127.0.0.1:{elsewhere}/v1/chat/completions");
+    let (cross, cross_asked) = scripted({
+        let away = away.clone();
+        move |_, _| redirect_to(&away)
+    })
+    .await;
+    // `/v1/…` → `/v2/…` on the same origin, which redirects away.
+    let (same, same_asked) = scripted(move |own, target| match target.starts_with("/v1/") {
+        true => redirect_to(&format!("http://127.0.0.1:{own}/v2/chat/completions")),
+        false => redirect_to(&away),
+    })
+    .await;
+    let hop = |port: u16, more: &str| {
+        let text = format!(
+            "kind = \"openai\"\nmodel = \"gpt-4o-mini\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\n\
+             api_key_env = \"ONEJOB_TEST_HOP_KEY\"\n{more}"
+        );
+        toml::Value::Table(text.parse().unwrap())
+    };
+    let proxied = format!("proxy = \"http://127.0.0.1:{configured_proxy}\"");
+    let (_simulator, config) = crate::common::processes::simulator_and_config_with(200, |t| {
+        crate::common::processes::set(t, &["providers", "hop-cross"], hop(cross, ""));
+        crate::common::processes::set(t, &["providers", "hop-same"], hop(same, "redirects = \"same-origin\""));
+        crate::common::processes::set(t, &["providers", "hop-proxied"], hop(cross, &proxied));
+    })
+    .await;
+    let url = crate::common::postgres::fresh_database().await;
+    let proxy = format!("http://127.0.0.1:{environment_proxy}");
+    let env = [("ONEJOB_TEST_HOP_KEY", "k"), ("HTTP_PROXY", &proxy), ("http_proxy", &proxy), ("ALL_PROXY", &proxy)];
+    let (_server, address, _log) = crate::common::spawn_server_logged(&url, Some(&config), &[], &env).await;
+    let store = crate::common::open_store(&url);
+    let (_, token) = onejob::keys::create_key(&store, &onejob::domain::OwnerId::parse("alice").unwrap()).await.unwrap();
+    let http = reqwest::Client::new();
+    for provider in ["hop-cross", "hop-same", "hop-proxied"] {
+        let body = json!({"task": "summarize", "input": {"text": "redirected"}, "provider": provider});
+        let created = http
+            .post(format!("http://{address}/jobs"))
+            .bearer_auth(&token)
+            .header("idempotency-key", provider)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), StatusCode::CREATED);
+        let id = created.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+        let url = format!("http://{address}/jobs/{id}?wait=5");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let job = loop {
+            let job: Value = http.get(&url).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+            if first_attempt(&job)["state"] == "failed" || std::time::Instant::now() > deadline {
+                break job;
+            }
+        };
+        let attempt = first_attempt(&job);
+        assert_eq!(attempt["state"], "failed", "{provider}: {job:#}");
+        if provider != "hop-proxied" {
+            assert_eq!(attempt["error"]["detail"]["retryable"], false, "{provider}: {attempt:#}");
+            assert_eq!(attempt["error"]["detail"]["status"], 307, "{provider}: {attempt:#}");
+            assert!(
+                attempt["error"]["message"].as_str().unwrap().contains("redirect, which is not followed"),
+                "{attempt:#}"
+            );
+        }
+    }
+    assert_eq!(*cross_asked.lock().unwrap(), ["/v1/chat/completions"], "asked once, never again");
+    assert_eq!(*same_asked.lock().unwrap(), ["/v1/chat/completions", "/v2/chat/completions"], "same origin followed");
+    assert!(elsewhere_asked.lock().unwrap().is_empty(), "nothing reached another origin");
+    assert!(environment_proxy_asked.lock().unwrap().is_empty(), "the environment's proxy was never used");
+    let through_proxy = configured_proxy_asked.lock().unwrap().clone();
+    assert!(
+        !through_proxy.is_empty()
+            && through_proxy.iter().all(|t| t == &format!("http://127.0.0.1:{cross}/v1/chat/completions")),
+        "the configured proxy carried the call: {through_proxy:?}"
+    );
+}
+
+on_postgres!(direct: provider_calls_follow_no_redirect_off_their_origin_and_no_proxy_of_the_environment);

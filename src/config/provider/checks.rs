@@ -10,9 +10,19 @@ impl ProviderSettings {
             breaker.check(name)?;
         }
         self.check_ranges(name)?;
+        self.check_proxy(name)?;
         self.check_kind(name)?;
         self.check_messages_api(name)?;
         self.check_openai_calls(name)
+    }
+
+    /// Checks that a proxy is an `http://` or `https://` URL with a host.
+    fn check_proxy(&self, name: &str) -> Result<(), String> {
+        let Some(proxy) = &self.proxy else { return Ok(()) };
+        match reqwest::Url::parse(proxy) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Ok(()),
+            _ => Err(format!("providers.{name}.proxy must be an http:// or https:// URL with a host")),
+        }
     }
 
     /// Checks the shares, token counts, limits and intervals.

@@ -39,10 +39,15 @@ async fn insert_owners_jobs(direct: &DirectConnections, same: Vec<Creation>) {
             }
         }
         // Alone, or the database unavailable: one by one would fail alike.
-        // The first gets the error; the others are as retryable (503).
+        // The first gets the error; the others are as retryable (503), and
+        // told the storage was full when it was.
         Err(error) if same.len() == 1 || error.is_unavailable() => {
-            let mut errors = std::iter::once(error).chain(std::iter::repeat_with(|| {
-                StoreError::Interrupted("the database was unavailable for this request's group of creations")
+            let full = matches!(error, StoreError::StorageFull(_));
+            let mut errors = std::iter::once(error).chain(std::iter::repeat_with(move || match full {
+                true => StoreError::StorageFull(sqlx::Error::Protocol(
+                    "the database's storage was full for this request's group of creations".into(),
+                )),
+                false => StoreError::Interrupted("the database was unavailable for this request's group of creations"),
             }));
             for creation in same {
                 creation.answer(Err(errors.next().unwrap_or_else(interrupted)));

@@ -103,8 +103,18 @@ pub(super) static SETTLE_WITH_OUTPUT: LazyLock<String> = LazyLock::new(|| {
 /// job locked and its attempt's state checked: for each, the
 /// compare-and-swap on its job, its attempt settled (with its usage), a
 /// winner's pending siblings canceled, its event; the answers in the order
-/// given (`n`). Each table is read by the job ids as an index condition
-/// (`= any($2)`). Binds: owner, then one array each, an output an element:
+/// given (`n`). The outputs end in `limit cardinality($2)`: every one, and
+/// a row count the planner reads as one (a limit it cannot read from a
+/// generic plan counts for a tenth of its input, an array bound to one for
+/// ten elements), so that they drive a nested loop that updates each row
+/// found by its primary key. Without it, a generic plan made on tables
+/// never analyzed reads all of the owner's jobs and attempts once and joins
+/// them to the batch: thousands of rows to settle fifty. (A plan made while
+/// a table was nearly empty, before its first ANALYZE, sees any owner's
+/// rows as one, as cheap as one lookup, and may read them all, once, until
+/// an ANALYZE has it made again: an UPDATE cannot take its rows from a
+/// subquery run once a row, as [`LOCK_ATTEMPT_JOBS`] does.) Binds: owner,
+/// then one array each, an output an element:
 /// job ids, attempt numbers, outputs; the states they may settle from (one
 /// list for all); then arrays of the `attempt-succeeded` details (without
 /// `canceled`), the `race-lost` details, whether there is a usage, and the
@@ -121,23 +131,24 @@ pub(super) static SETTLE_OUTPUTS: LazyLock<String> = LazyLock::new(|| {
             with ordinality as i(job_id, number, output, won_detail, lost_detail, has_usage, prompt_tokens,
                                  completion_tokens, usage_estimated, cost, currency, price_version,
                                  cache_write_tokens, cache_read_tokens, predict_ms, outputs, n)
+        limit cardinality($2)
     ), won as (
         update jobs j set state = '{JOB_SUCCEEDED}', winning_attempt = i.number, result = i.output, updated_at = now()
         from input i
-        where j.owner_id = $1 and j.id = any($2) and j.id = i.job_id and j.state not in ({terminal})
+        where j.owner_id = $1 and j.id = i.job_id and j.state not in ({terminal})
         returning j.id
     ), settled as (
         update attempts a
         set state = case when a.job_id in (select id from won) then '{SUCCEEDED}' else '{SUPERSEDED}' end,
             output = i.output, finished_at = now(), lease_until = null, reconcile_after = null, {usage}
         from input i
-        where a.owner_id = $1 and a.job_id = any($2) and a.job_id = i.job_id and a.number = i.number
+        where a.owner_id = $1 and a.job_id = i.job_id and a.number = i.number
           and a.state = any($5)
         returning a.job_id
     ), canceled as (
         update attempts a set state = '{CANCELED}', finished_at = now()
         from input i
-        where a.owner_id = $1 and a.job_id = any($2) and a.job_id = i.job_id and a.number <> i.number
+        where a.owner_id = $1 and a.job_id = i.job_id and a.number <> i.number
           and a.state = '{PENDING}' and a.job_id in (select id from won)
         returning a.job_id, a.number
     ), event as (
@@ -381,16 +392,26 @@ pub(super) const LOCK_ATTEMPT_JOB: &str = r#"select j.state, j.task, j.provider,
 
 /// [`LOCK_ATTEMPT_JOB`] for several attempts of one owner's distinct
 /// jobs, skipping a job locked by another transaction; the jobs are locked
-/// in the order given (`n`, the rows' order: a lock is taken as a row is
-/// returned, after the sort). Each table is read by the job ids as an index
-/// condition (`= any($2)`), whatever join the planner picks. Binds: owner,
-/// job ids, numbers.
+/// in the order given (`n`: each is read and locked by a subquery run once
+/// a row of the batch, in its order). Each table is read by its primary
+/// key whatever the plan or the statistics: in a subquery run once a row,
+/// the key is a condition of the scan itself, which every index path on
+/// the key uses whole, where a join to the batch could be planned as one
+/// read of all of the owner's rows. Binds: owner, job ids, numbers.
 pub(super) const LOCK_ATTEMPT_JOBS: &str = r#"select s.n, j.state, j.task, j.provider, j.winning_attempt,
            exists (select from webhook_subscriptions w where w.owner_id = $1) as hooked,
            a.state as attempt_state, a.worker, coalesce(a.lease_until > now(), false) as lease_live
     from unnest($2::uuid[], $3::int[]) with ordinality as s(job_id, number, n)
-    join jobs j on j.owner_id = $1 and j.id = any($2) and j.id = s.job_id
-    left join attempts a on a.owner_id = $1 and a.job_id = any($2) and a.job_id = s.job_id and a.number = s.number
+    cross join lateral (
+        select j.state, j.task, j.provider, j.winning_attempt from jobs j
+        where j.owner_id = $1 and j.id = s.job_id
+        offset 0
+    ) j
+    left join lateral (
+        select a.state, a.worker, a.lease_until from attempts a
+        where a.owner_id = $1 and a.job_id = s.job_id and a.number = s.number
+        offset 0
+    ) a on true
     order by s.n
     for no key update of j skip locked"#;
 
