@@ -188,6 +188,7 @@ impl Application {
         // refused while waiting, the first read of the replication
         // settings, whose gauge would be missing until the next read a
         // minute later).
+        crate::process::metrics::key_owner_labels(owner_label_key(&settings)?);
         let metrics = start_metrics(&settings);
         let migrate = settings.database.migrate_on_start;
         let postgres = settings.database.url().starts_with("postgres");
@@ -463,6 +464,19 @@ fn follow_replication(store: &Store) -> (crate::state::ReplicationSlot, AbortOnD
 /// Installs the metrics' recorder, starts folding its samples into their
 /// buckets, has the store's database failures counted, and sets the
 /// settings' series at zero.
+/// The key of `server.metrics_owner_key_env`, when it names one; a name
+/// whose variable is unset or empty stops the start.
+fn owner_label_key(settings: &Settings) -> Result<Option<Vec<u8>>, StartError> {
+    let Some(name) = &settings.server.metrics_owner_key_env else { return Ok(None) };
+    match std::env::var(name) {
+        Ok(key) if !key.is_empty() => Ok(Some(key.into_bytes())),
+        _ => {
+            let unset = format!("server.metrics_owner_key_env names {name}, which is unset or empty");
+            Err(crate::config::ConfigError::Invalid(unset).into())
+        }
+    }
+}
+
 fn start_metrics(settings: &Settings) -> (metrics_exporter_prometheus::PrometheusHandle, AbortOnDrop) {
     let metrics = crate::process::metrics::install();
     crate::store::report_database_failures_to(|failure| match failure {

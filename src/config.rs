@@ -230,6 +230,10 @@ pub struct ServerSettings {
     /// balancer's, or a proxy's); by default `http://` and the address
     /// the API is bound to. A process that runs no API needs it.
     pub public_url: Option<String>,
+    /// The environment variable holding the key `/metrics` names owners
+    /// with (an HMAC of the owner's id); every replica should share it.
+    /// Without it, each process takes a random key of its own.
+    pub metrics_owner_key_env: Option<String>,
 }
 
 impl Default for ServerSettings {
@@ -249,6 +253,7 @@ impl Default for ServerSettings {
             replay_cache_keys: 100_000,
             trusted_proxies: Vec::new(),
             public_url: None,
+            metrics_owner_key_env: None,
         }
     }
 }

@@ -478,12 +478,33 @@ pub fn attempt_waited(provider: &str, waited: Duration) {
     histogram!(ATTEMPT_WAIT, "provider" => provider.to_owned()).record(waited.as_secs_f64());
 }
 
+/// The key [`owner_label`] names owners with: set at start, once a
+/// process; a random one where none is configured.
+static OWNER_KEY: OnceLock<Vec<u8>> = OnceLock::new();
+
+/// Sets the key owners are named with on `/metrics` (the first call of a
+/// process wins); `None`: a random key, this process's alone.
+pub fn key_owner_labels(key: Option<Vec<u8>>) {
+    let _ = OWNER_KEY.set(key.unwrap_or_else(random_key));
+}
+
+fn random_key() -> Vec<u8> {
+    let mut key = vec![0; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key).expect("the system's random bytes");
+    key
+}
+
 /// How [`PENDING_BY_OWNER`] names an owner: the first 12 hex digits of the
-/// SHA-256 of its id (`printf %s OWNER | sha256sum | cut -c1-12`), so that
-/// the page, which needs no key, names no tenant.
+/// HMAC-SHA256 of its id under the key of `server.metrics_owner_key_env`
+/// (`printf %s OWNER | openssl dgst -sha256 -hmac "$KEY" | awk '{print
+/// substr($NF, 1, 12)}'`), so that the page, which needs no key, names no
+/// tenant, and no one without the key can tell which owner a label is.
 pub fn owner_label(owner: &str) -> String {
-    use sha2::Digest;
-    hex::encode(&sha2::Sha256::digest(owner.as_bytes())[..6])
+    use hmac::Mac;
+    let key = OWNER_KEY.get_or_init(random_key);
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+    mac.update(owner.as_bytes());
+    hex::encode(&mac.finalize().into_bytes()[..6])
 }
 
 /// The next [`PENDING_BY_OWNER`] report after `last`: the owners with the

@@ -688,8 +688,54 @@ async fn a_revocation_waits_for_a_silent_listener_two_seconds_at_most() {
     expect_problem(app.get(&token, "/jobs").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
 }
 
+/// `/metrics` needs no key, so it names owners by a keyed hash: the
+/// configured key's (`server.metrics_owner_key_env`), which the documented
+/// recipe computes with `openssl`; never the plain SHA-256 of the id, which
+/// anyone could compute for a guessed owner.
+async fn metrics_name_owners_by_a_hash_under_the_configured_key() {
+    let (_simulator, config) = crate::common::processes::simulator_and_config_with(200, |t| {
+        crate::common::processes::set(t, &["server", "metrics_owner_key_env"], "ONEJOB_TEST_METRICS_KEY".into());
+    })
+    .await;
+    let url = crate::common::postgres::fresh_database().await;
+    let key = [("ONEJOB_TEST_METRICS_KEY", "a shared secret")];
+    let (_server, address, _log) = crate::common::spawn_server_logged(&url, Some(&config), &[], &key).await;
+    let store = crate::common::open_store(&url);
+    // One attempt at once, on a provider that never answers: the next three wait.
+    let (id, token) = onejob::keys::create_key(&store, &owner("acme-corp")).await.unwrap();
+    store.set_key_max_in_flight(id, Some(1)).await.unwrap();
+    let http = reqwest::Client::new();
+    for i in 0..4 {
+        let created = http
+            .post(format!("http://{address}/jobs"))
+            .bearer_auth(&token)
+            .header("idempotency-key", format!("backlog-{i}"))
+            .json(&json!({"task": "summarize", "input": {"text": "pending"}, "provider": "sim-hang"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), StatusCode::CREATED);
+    }
+    // The recipe of docs/operations.md.
+    let recipe = "printf %s acme-corp | openssl dgst -sha256 -hmac \"$ONEJOB_TEST_METRICS_KEY\" | awk '{print substr($NF, 1, 12)}'";
+    let out = std::process::Command::new("sh").args(["-c", recipe]).envs(key).output().unwrap();
+    let label = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_eq!(label.len(), 12, "the recipe prints a label: {out:?}");
+    let series = format!(r#"onejob_pending_attempts_by_owner{{owner="{label}"}} 3"#);
+    let page = || async { http.get(format!("http://{address}/metrics")).send().await.unwrap().text().await.unwrap() };
+    crate::common::processes::eventually("the backlog under the keyed label", Duration::from_secs(20), || async {
+        page().await.contains(&series)
+    })
+    .await;
+    let text = page().await;
+    use sha2::Digest;
+    let unkeyed = hex::encode(&sha2::Sha256::digest(b"acme-corp")[..6]);
+    assert!(!text.contains(&unkeyed) && !text.contains("acme-corp"), "a guessed owner is not confirmed:\n{text}");
+}
+
 on_postgres!(
     a_revocation_reaches_every_server_sharing_the_database,
     a_server_that_lost_its_listen_connection_trusts_no_cached_key,
-    a_revocation_waits_for_a_silent_listener_two_seconds_at_most
+    a_revocation_waits_for_a_silent_listener_two_seconds_at_most,
+    metrics_name_owners_by_a_hash_under_the_configured_key
 );
