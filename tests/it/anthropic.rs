@@ -57,7 +57,9 @@ fn usage_of(attempt: &Value) -> Usage {
 }
 
 async fn a_job_on_the_messages_api_succeeds_through_the_forced_tool_with_usage_cost_and_request_id(backend: Backend) {
-    let app = TestApp::spawn_live(backend, on_claude(&[])).await;
+    // `claude-prose` answers a text request in prose, never JSON: only a
+    // request that forces the tool gets the tool's input from it.
+    let app = TestApp::spawn_live(backend, on_claude(&[("claude-prose", "output = \"not_json\"")])).await;
     let id = create(&app, "k", "the quick brown fox", "claude").await;
     let job = ended(&app, &id).await;
     assert_eq!(job["state"], "succeeded", "{job:#}");
@@ -79,9 +81,16 @@ async fn a_job_on_the_messages_api_succeeds_through_the_forced_tool_with_usage_c
     let report = ok_json(app.get(&app.alice, "/usage").await).await;
     assert_eq!((&report["total"]["cache_write_tokens"], &report["total"]["cache_read_tokens"]), (&json!(3), &json!(4)));
     assert_eq!(report["total"]["cost"]["USD"], json!(by_hand.to_string()), "{report:#}");
-    // Asked for through the forced tool, as the Messages API takes it.
+    // Asked for through the forced tool, as the Messages API takes it: a
+    // provider that answers text in prose answers the tool's input (the
+    // simulator logs a forced tool as a strict schema).
+    let prose = create(&app, "prose", "the quick brown fox", "claude-prose").await;
+    let through_the_tool = ended(&app, &prose).await;
+    assert_eq!(through_the_tool["result"], job["result"], "{through_the_tool:#}");
     let log = app.simulator_log().await;
     assert_eq!(log[attempt["id"].as_str().unwrap()]["received"], 1);
+    let forced = &log[through_the_tool["attempts"][0]["id"].as_str().unwrap()];
+    assert_eq!((&forced["received"], &forced["strict_schema"]), (&json!(1), &json!(true)), "{forced:#}");
 }
 
 async fn each_stop_reason_and_error_status_lands_in_its_documented_outcome(backend: Backend) {
@@ -235,6 +244,8 @@ async fn a_prompt_the_estimate_finds_too_long_is_sent_when_the_provider_counts_i
         let sized = format!("{CLAUDE}\nmax_output_tokens = 256\ncontext_tokens = {context}");
         s.providers.insert("estimated".into(), provider(&sized));
         s.providers.insert("counted".into(), provider(&format!("{sized}\ncount_tokens = true")));
+        let lost = format!("{sized}\ncount_tokens = true\nfault = \"reset_after_request\"");
+        s.providers.insert("counted-lost".into(), provider(&lost));
     })
     .await;
     let create = |key: &'static str, provider: &'static str| {
@@ -253,6 +264,17 @@ async fn a_prompt_the_estimate_finds_too_long_is_sent_when_the_provider_counts_i
     assert!(app.simulator_log().await.is_empty(), "not sent");
     let job = ended(&app, &create("counted", "counted").await).await;
     assert_eq!(job["state"], "succeeded", "counted {counted}, it fits: {job:#}");
+    let log = app.simulator_log().await;
+    let sent = &log[job["attempts"][0]["id"].as_str().unwrap()];
+    assert_eq!((&sent["provider"], &sent["received"]), (&json!("counted"), &json!(1)), "sent once: {sent:#}");
+    // Sent, the answer lost: the attempt is charged the prompt as the
+    // provider counted it, not as estimated.
+    let job = ended(&app, &create("counted-lost", "counted-lost").await).await;
+    let attempt = &job["attempts"][0];
+    assert_eq!((&job["state"], &attempt["error"]["type"]), (&json!("unknown"), &json!("connection-lost")), "{job:#}");
+    let usage = usage_of(attempt);
+    assert_eq!((usage.prompt_tokens, usage.estimated), (counted as i64, true), "{counted} not {estimate}: {usage:?}");
+    assert_eq!(app.simulator_log().await[attempt["id"].as_str().unwrap()]["received"], 1, "sent");
 }
 
 async fn a_task_fails_over_from_an_openai_shaped_provider_to_an_anthropic_shaped_one_only_once_qualified(

@@ -1,19 +1,25 @@
 //! The tests' own lint: the shapes that let a test pass without checking
 //! what its name says, refused in every `.rs` file under `tests/`.
 //!
-//! - A test that reaches Postgres sits in a module named `postgres` (made
+//! - A test that reaches Postgres (directly, or through functions of its
+//!   file or public ones of other files under `tests/`) sits in a module
+//!   named `postgres` (made
 //!   by `on_both_backends!`), `postgres_only`, `postgres_direct` or
 //!   `postgres_cluster` (made by `on_postgres!`): the PgBouncer pass of
 //!   `.ci/run` selects the first two by name, so a Postgres test elsewhere
 //!   would silently skip it.
-//! - No test guards every one of its assertions with an `if`, and no `if`
-//!   that asks whether something was seen (`> 0`, `!x.is_empty()`) holds
-//!   nothing but assertions: when nothing was seen, nothing is checked.
+//! - No test guards every one of its assertions (calls of the file's
+//!   functions and closures that assert count as assertions; an
+//!   `assert!(true)` does not) with an `if`, and no `if` that asks whether
+//!   something was seen (`> 0`, `>= 1`, `!= 0`, `!x.is_empty()`,
+//!   `.is_some()`, `.any(…)`) holds nothing but assertions:
+//!   when nothing was seen, nothing is checked.
 //! - No helper returns JSON read from an HTTP answer without looking at the
 //!   status: an error's body indexed by a missing field is a `null` that
 //!   compares equal to another `null`.
 //! - No test returns early, unless it is running itself in a process of its
-//!   own (`in_a_process_of_its_own`, `in_a_child…`) or is `#[ignore]`d.
+//!   own (`in_a_process_of_its_own`, `in_a_child…`); an `#[ignore]`d one
+//!   neither, since `--include-ignored` runs it and counts it passed.
 //!
 //! The files (this one aside: its examples are what it refuses) are read
 //! as text, with comments and the contents of string and
@@ -22,6 +28,13 @@
 //! measures the functions of `src/` (`structure.rs`).
 
 use std::path::{Path, PathBuf};
+
+#[path = "lint_cases.rs"]
+mod cases;
+#[path = "lint_postgres.rs"]
+mod reach;
+
+use reach::{listed_tests, modules_around, public_functions_reaching_postgres, reaching_postgres};
 
 /// Offsets of a source text that are code: `code` has comments blanked,
 /// `bare` has comments and literal contents blanked, both as long as the text.
@@ -147,14 +160,12 @@ pub(super) struct Function {
     pub(super) open: usize,
     pub(super) close: usize,
     attributes: Vec<String>,
+    public: bool,
 }
 
 impl Function {
     fn is_test(&self) -> bool {
         self.attributes.iter().any(|a| a.starts_with("#[test]") || a.starts_with("#[tokio::test"))
-    }
-    fn is_ignored(&self) -> bool {
-        self.attributes.iter().any(|a| a.starts_with("#[ignore"))
     }
 }
 
@@ -169,8 +180,11 @@ pub(super) fn functions(source: &Source) -> Vec<Function> {
             continue;
         }
         let mut before = bare[..at].trim_end();
+        let mut public = false;
         for word in ["async", "pub(crate)", "pub"] {
-            before = before.strip_suffix(word).unwrap_or(before).trim_end();
+            let stripped = before.strip_suffix(word);
+            public |= stripped.is_some() && word != "async";
+            before = stripped.unwrap_or(before).trim_end();
         }
         let mut attributes = Vec::new();
         while before.ends_with(']') {
@@ -178,7 +192,7 @@ pub(super) fn functions(source: &Source) -> Vec<Function> {
             attributes.push(before[start..].to_owned());
             before = before[..start].trim_end();
         }
-        found.push(Function { name, at, open, close: closing(bare, open), attributes });
+        found.push(Function { name, at, open, close: closing(bare, open), attributes, public });
     }
     found
 }
@@ -198,75 +212,9 @@ fn signature_end(signature: &str) -> Option<usize> {
     None
 }
 
-/// The names of the modules (`mod NAME { … }`) around `offset`.
-fn modules_around(bare: &str, offset: usize) -> Vec<String> {
-    words(bare, "mod")
-        .filter_map(|at| {
-            let rest = bare[at + 3..].trim_start();
-            let name: String = rest.bytes().take_while(|&b| is_ident(b)).map(char::from).collect();
-            let open = at + 3 + (bare[at + 3..].len() - rest.len()) + name.len();
-            let open = open + bare[open..].find(|c: char| !c.is_whitespace())?;
-            (bare.as_bytes()[open] == b'{' && open < offset && offset < closing(bare, open)).then_some(name)
-        })
-        .collect()
-}
-
-/// Names that `on_both_backends!` or `on_postgres!` turn into tests.
-fn listed_tests(bare: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    for macro_name in ["on_both_backends!", "on_both_backends_with_a_receiver!", "on_postgres!"] {
-        for (at, _) in bare.match_indices(macro_name) {
-            let open = at + bare[at..].find('(').unwrap();
-            let close = open + bare[open..].find(");").unwrap();
-            let list = &bare[open + 1..close];
-            let list = list.rsplit(';').next().unwrap();
-            for name in list.split([',', '[', ']', ':']) {
-                let name = name.trim();
-                if !name.is_empty()
-                    && name.bytes().all(is_ident)
-                    && !matches!(name, "direct" | "cluster" | "receiver" | "plain")
-                {
-                    names.push(name.to_owned());
-                }
-            }
-        }
-    }
-    names
-}
-
-/// What says that code reaches Postgres.
-fn postgres_marks(source: &Source) -> Vec<String> {
-    let mut marks: Vec<String> = [
-        "Backend::Postgres",
-        "postgres::fresh_database",
-        "postgres::empty_database",
-        "postgres_store(",
-        "PrivateCluster",
-        "Bouncer",
-        "PgPool",
-        "PgConnection",
-        "\"postgres://",
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    // Names imported from the Postgres helpers (`use crate::common::postgres::{fresh_database, …}`).
-    for (at, _) in source.bare.match_indices("common::postgres::") {
-        let rest = &source.bare[at + "common::postgres::".len()..];
-        let list = match rest.strip_prefix('{') {
-            Some(group) => &group[..group.find('}').unwrap()],
-            None => &rest[..rest.find(';').unwrap_or(0)],
-        };
-        for name in list.split(',').map(str::trim) {
-            if !name.is_empty() && name != "self" && name.bytes().all(is_ident) {
-                marks.push(format!("{name}("));
-            }
-        }
-    }
-    marks
-}
-
-/// Problems of one file's text, each as `LINE: what`.
-fn lint(text: &str) -> Vec<String> {
+/// Problems of one file's text, each as `LINE: what`; `elsewhere` names
+/// the public functions of other files that reach Postgres, by module.
+fn lint(text: &str, elsewhere: &[(String, String)]) -> Vec<String> {
     let source = lex(text);
     let bare = &source.bare;
     let functions = functions(&source);
@@ -274,29 +222,10 @@ fn lint(text: &str) -> Vec<String> {
     let line = |offset: usize| bare[..offset].matches('\n').count() + 1;
     let mut problems = Vec::new();
 
-    // Which functions reach Postgres, directly or through another of the file.
-    let marks = postgres_marks(&source);
-    let mut reaching: Vec<bool> = functions
-        .iter()
-        .map(|f| marks.iter().any(|mark| source.code[f.open..f.close].contains(mark.as_str())))
-        .collect();
-    loop {
-        let mut more = false;
-        for (i, function) in functions.iter().enumerate() {
-            let body = &bare[function.open..function.close];
-            let calls =
-                |callee: &Function| words(body, &callee.name).any(|at| body[at + callee.name.len()..].starts_with('('));
-            if !reaching[i] && functions.iter().zip(&reaching).any(|(callee, &r)| r && calls(callee)) {
-                reaching[i] = true;
-                more = true;
-            }
-        }
-        if !more {
-            break;
-        }
-    }
+    let reaching = reaching_postgres(&source, &functions, elsewhere, true);
+    let checkers = checkers(bare, &functions);
 
-    for (function, reaches) in functions.iter().zip(reaching) {
+    for (function, &reaches) in functions.iter().zip(&reaching) {
         let body = &bare[function.open..=function.close];
         let is_test = function.is_test() || listed.contains(&function.name);
         if function.is_test() && reaches {
@@ -313,7 +242,7 @@ fn lint(text: &str) -> Vec<String> {
             }
         }
         if is_test {
-            let assertions = assertions(body);
+            let assertions = checks(body, &checkers);
             if !assertions.is_empty() && assertions.iter().all(|&at| inside_an_if(body, at)) {
                 problems.push(format!(
                     "{}: every assertion of test {} is inside an if",
@@ -321,11 +250,9 @@ fn lint(text: &str) -> Vec<String> {
                     function.name
                 ));
             }
-            if !function.is_ignored() {
-                for at in words(body, "return") {
-                    if !returns_from_a_closure(body, at) && !runs_elsewhere(body, at) {
-                        problems.push(format!("{}: test {} returns early", line(function.open + at), function.name));
-                    }
+            for at in words(body, "return") {
+                if !returns_from_a_closure(body, at) && !runs_elsewhere(body, at) {
+                    problems.push(format!("{}: test {} returns early", line(function.open + at), function.name));
                 }
             }
         } else if reads_json_unchecked(&source.code[function.at..function.open], body) {
@@ -338,12 +265,12 @@ fn lint(text: &str) -> Vec<String> {
     }
 
     // `if` blocks that only check, asked whether something was seen.
-    let checkers = checkers(bare, &functions);
     for at in words(bare, "if") {
         let Some(open) = block_after(bare, at) else { continue };
         let condition = &bare[at + 2..open];
         let close = closing(bare, open);
-        let seen = condition.contains("> 0") || condition.contains(">= 1") || condition.contains(".is_empty()");
+        let asks = ["> 0", ">= 1", "!= 0", ".is_empty()", ".is_some()", ".any("];
+        let seen = asks.iter().any(|asked| condition.contains(asked));
         if seen && only_checks(&bare[open + 1..close], &checkers) {
             problems.push(format!("{}: an if asks whether something was seen and only checks", line(at)));
         }
@@ -424,6 +351,16 @@ fn only_checks(inside: &str, checkers: &[String]) -> bool {
                 _ => false,
             }
         })
+}
+
+/// Where `body` checks something: its assertions but those that hold
+/// whatever happened (`assert!(true)`), and its calls of `checkers`.
+fn checks(body: &str, checkers: &[String]) -> Vec<usize> {
+    let trivial = |at: usize| body[at..].starts_with("assert!(true)");
+    let calls = checkers.iter().flat_map(|name| {
+        words(body, name).filter(move |&at| body[at + name.len()..].starts_with('(') && !body[..at].ends_with("fn "))
+    });
+    assertions(body).into_iter().filter(|&at| !trivial(at)).chain(calls).collect()
 }
 
 fn assertions(body: &str) -> Vec<usize> {
@@ -515,47 +452,36 @@ fn test_files() -> Vec<PathBuf> {
 #[test]
 fn every_test_file_passes_the_tests_lint() {
     let mut problems = Vec::new();
-    // This file's examples are the shapes it refuses.
-    for file in test_files().into_iter().filter(|file| !file.ends_with("it/lint.rs")) {
-        let text = std::fs::read_to_string(&file).unwrap();
-        problems.extend(lint(&text).into_iter().map(|p| format!("{}:{p}", file.display())));
+    // This file's examples (and its parts', `lint_*.rs`) are the shapes it refuses.
+    let files: Vec<PathBuf> = test_files().into_iter().filter(|f| !f.to_string_lossy().contains("/it/lint")).collect();
+    let texts: Vec<String> = files.iter().map(|file| std::fs::read_to_string(file).unwrap()).collect();
+    // A file's module is named after it (a `mod.rs`, after its folder).
+    let module = |file: &PathBuf| {
+        let named =
+            if file.ends_with("mod.rs") { file.parent().unwrap().to_path_buf() } else { file.with_extension("") };
+        named.file_name().unwrap().to_string_lossy().into_owned()
+    };
+    for (n, file) in files.iter().enumerate() {
+        let others: Vec<(String, &String)> =
+            files.iter().zip(&texts).enumerate().filter(|(m, _)| *m != n).map(|(_, (f, t))| (module(f), t)).collect();
+        let elsewhere = public_functions_reaching_postgres(&others);
+        problems.extend(lint(&texts[n], &elsewhere).into_iter().map(|p| format!("{}:{p}", file.display())));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]
 fn the_tests_lint_finds_each_shape_it_refuses() {
-    let postgres = "#[tokio::test]\nasync fn a() { let url = common::postgres::fresh_database().await; }";
-    assert!(lint(postgres)[0].contains("reaches Postgres"), "{:?}", lint(postgres));
-    let through = "async fn open() -> String { postgres::fresh_database().await }\n#[tokio::test]\nasync fn a() { open().await; }";
-    assert!(lint(through)[0].contains("test a reaches Postgres"), "{:?}", lint(through));
-    let placed = "mod postgres_only {\n#[tokio::test]\nasync fn a() { postgres::fresh_database().await; }\n}";
-    assert_eq!(lint(placed), Vec::<String>::new());
-
-    let guarded = "#[test]\nfn a() { let n = count(); if n > 3 { assert_eq!(n, 4); } }";
-    assert!(lint(guarded)[0].contains("every assertion of test a is inside an if"), "{:?}", lint(guarded));
-    let seen = "#[test]\nfn a() { assert!(true); if spans.len() > 0 { assert_eq!(spans[0], 1); } }";
-    assert!(lint(seen)[0].contains("whether something was seen"), "{:?}", lint(seen));
-    let through = "#[test]\nfn a() { let check = |n: &str| { assert!(n.is_empty()); }; assert!(true);\n\
-                   for name in names { if count(name) > 0 { check(name); } } }";
-    assert!(lint(through)[0].contains("whether something was seen"), "{:?}", lint(through));
-    let fine = "#[test]\nfn a() { if backend == Backend::Sqlite { assert!(x); } assert!(y); }";
-    assert_eq!(lint(fine), Vec::<String>::new());
-
-    let null = "async fn usage(app: &App) -> Value { app.get(\"/usage\").await.json().await.unwrap() }";
-    assert!(lint(null)[0].contains("usage returns JSON"), "{:?}", lint(null));
-    let checked = "async fn usage(app: &App) -> Value { ok_json(app.get(\"/usage\").await).await }";
-    assert_eq!(lint(checked), Vec::<String>::new());
-
-    let early = "#[tokio::test]\nasync fn a() { if std::env::var(\"X\").is_err() { return; } assert!(b()); }";
-    assert!(lint(early)[0].contains("test a returns early"), "{:?}", lint(early));
-    let elsewhere =
-        "#[tokio::test]\nasync fn a() { if !in_a_process_of_its_own(\"a\").await { return; } assert!(b()); }";
-    assert_eq!(lint(elsewhere), Vec::<String>::new());
-    let listed = "async fn a(backend: Backend) { if x { return; } assert!(b()); }\non_both_backends!(a);";
-    assert!(lint(listed)[0].contains("test a returns early"), "{:?}", lint(listed));
-    let closure = "#[tokio::test]\nasync fn a() { let f = async { if x { return 1; } 2 }; assert_eq!(f.await, 2); }";
-    assert_eq!(lint(closure), Vec::<String>::new());
-    let text = "#[test]\nfn a() { let s = \"{ fn b() { return; } \"; let c = '{'; assert!(s.len() > 0 && c == '{'); }";
-    assert_eq!(lint(text), Vec::<String>::new());
+    let helpers = [("helpers".to_owned(), &cases::HELPERS.to_owned())];
+    let elsewhere = public_functions_reaching_postgres(&helpers);
+    assert_eq!(elsewhere, [("helpers".to_owned(), "pg_url".to_owned())], "given its backend, url_of is not");
+    for (source, expected) in cases::CASES {
+        let found = lint(source, &elsewhere);
+        match expected {
+            Some(problem) => {
+                assert!(found.first().is_some_and(|p| p.contains(problem)), "{problem}: {found:?} in {source}")
+            }
+            None => assert_eq!(found, Vec::<String>::new(), "{source}"),
+        }
+    }
 }

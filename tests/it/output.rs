@@ -209,14 +209,46 @@ fn holds(now: &Value, before: &Value) -> bool {
     }
 }
 
+/// Reads a stream resumed at `resumed_at` to its end, checking that the
+/// resumption came mid-answer: its first piece came while the job was still
+/// running, and the provider produced its last pieces (the simulator's
+/// pacing says when) after the resumption, so they reached the reader live.
+async fn resumed_mid_answer(
+    app: &TestApp,
+    id: &str,
+    response: reqwest::Response,
+    resumed_at: chrono::DateTime<chrono::Utc>,
+) -> Vec<Received> {
+    use futures_util::StreamExt;
+    let mut stream = crate::events::events(response);
+    let mut received = Vec::new();
+    while received.iter().all(|e: &Received| e.kind != "delta") {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(30), stream.next()).await;
+        received.push(next.expect("an event within 30 s").expect("a piece after the resumption"));
+    }
+    let then = ok_json(app.get(&app.alice, &format!("/jobs/{id}")).await).await;
+    assert_eq!(then["state"], "running", "the first piece after the resumption came mid-answer: {then:#}");
+    let rest: Vec<Received> = tokio::time::timeout(std::time::Duration::from_secs(30), stream.collect()).await.unwrap();
+    received.extend(rest);
+    let job = ok_json(app.get(&app.alice, &format!("/jobs/{id}")).await).await;
+    let call = &app.simulator_log().await[job["attempts"][0]["id"].as_str().unwrap()];
+    let at = |field: &str| call[field].as_str().unwrap().parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+    let every = chrono::Duration::microseconds(call["stream_piece_interval_us"].as_i64().unwrap());
+    assert!(
+        at("finished_at") > resumed_at + every,
+        "the provider's last two pieces came after the resumption at {resumed_at}: {call:#}"
+    );
+    received
+}
+
 /// The reader leaves after two pieces and comes back on another server
 /// (the job's worker runs on neither), after the last id it read.
 async fn a_reader_that_resumes_mid_stream_on_another_server_gets_every_piece_once(backend: Backend) {
     use futures_util::StreamExt;
-    let worker = TestApp::spawn_live(backend, streaming(20)).await;
+    let worker = TestApp::spawn_live(backend, streaming(10)).await;
     worker.qualify("sim-stream").await;
-    let first = TestApp::spawn_on(backend, &worker.database_url, Role::Api, streaming(20)).await;
-    let second = TestApp::spawn_on(backend, &worker.database_url, Role::Api, streaming(20)).await;
+    let first = TestApp::spawn_on(backend, &worker.database_url, Role::Api, streaming(10)).await;
+    let second = TestApp::spawn_on(backend, &worker.database_url, Role::Api, streaming(10)).await;
     let id = create(&first, "k", "sim-stream").await;
     let mut early = Vec::new();
     let mut stream = crate::events::events(open(&first, &first.alice, &id, "", None).await);
@@ -229,13 +261,10 @@ async fn a_reader_that_resumes_mid_stream_on_another_server_gets_every_piece_onc
     }
     drop(stream);
     let last = early.last().unwrap().id.clone();
-    let rest = read_to_end(open(&second, &second.alice, &id, "", Some(&last)).await).await;
+    let resumed_at = chrono::Utc::now();
+    let resumed = open(&second, &second.alice, &id, "", Some(&last)).await;
+    let rest = resumed_mid_answer(&worker, &id, resumed, resumed_at).await;
     let job = ok_json(second.get(&second.alice, &format!("/jobs/{id}")).await).await;
-    assert!(
-        rest.iter().filter(|e| e.kind == "delta").count() > 2,
-        "the answer was still streaming: {:?}",
-        kinds(&rest)
-    );
     assert_eq!(kinds(&rest).last(), Some(&"result"));
     let all: Vec<Received> = early.into_iter().chain(rest).collect();
     numbered_from(&all, 1);
@@ -273,9 +302,10 @@ async fn a_reader_whose_server_is_killed_and_restarted_mid_stream_resumes_there_
     drop(stream);
     let (_restarted, address) = serve().await;
     let last = early.last().unwrap().id.clone();
-    let rest = read_to_end(output(&address).header("last-event-id", &last).send().await.unwrap()).await;
+    let resumed_at = chrono::Utc::now();
+    let resumed = output(&address).header("last-event-id", &last).send().await.unwrap();
+    let rest = resumed_mid_answer(&worker, &id, resumed, resumed_at).await;
     let job = ok_json(worker.get(&worker.alice, &format!("/jobs/{id}")).await).await;
-    assert!(rest.iter().filter(|e| e.kind == "delta").count() > 2, "still streaming: {:?}", kinds(&rest));
     assert_eq!(kinds(&rest).last(), Some(&"result"));
     let all: Vec<Received> = early.into_iter().chain(rest).collect();
     numbered_from(&all, 1);
@@ -359,9 +389,11 @@ async fn a_streamed_answer_past_max_output_tokens_is_stopped_and_fails_response_
     let at_provider = &app.simulator_log().await[attempt["id"].as_str().unwrap()];
     assert!(at_provider["canceled_after_ms"].is_u64(), "stopped at the provider mid-answer: {at_provider:#}");
     assert_eq!(kinds(&received).last(), Some(&"error"));
+    // What was stored: the answer up to its bound, past max_output_tokens
+    // (8) and within its margin (16), never more.
     let shown = put_together(&received);
     let tokens = onejob::provider::tokens::count(onejob::config::Tokenizer::O200kBase, &shown);
-    assert!(tokens <= 16, "stored up to the bound only: {tokens} tokens in {shown:?}");
+    assert!((8..=16).contains(&tokens), "stored up to the bound only: {tokens} tokens in {shown:?}");
     assert!(attempt["usage"]["completion_tokens"].as_i64() > Some(0), "charged what it streamed: {attempt:#}");
 }
 
