@@ -4,6 +4,7 @@
 // Each test binary uses part of it.
 #![allow(dead_code)]
 
+pub mod blackhole;
 pub mod cog;
 pub mod ha;
 pub mod postgres;

@@ -4,6 +4,8 @@
 //! anything after which the provider may have done the work is `unknown`.
 //! The tests wait by long-polling, never by sleeping.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -408,4 +410,74 @@ async fn provider_calls_follow_no_redirect_off_their_origin_and_no_proxy_of_the_
     );
 }
 
+/// Creates a summarize job with key `key` on the server at `address`,
+/// answered within 2 s; its id.
+async fn create_quickly(http: &reqwest::Client, address: &str, token: &str, key: &str) -> String {
+    let started = std::time::Instant::now();
+    let body = json!({"task": "summarize", "input": {"text": key}});
+    let request = http.post(format!("http://{address}/jobs")).bearer_auth(token).header("idempotency-key", key);
+    let created = request.json(&body).send().await.unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED, "{key}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2), "{key} answered in {:?}", started.elapsed());
+    created.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned()
+}
+
+/// The network between onejob and its provider goes silent (packets
+/// dropped, no reset) under load: creates and reads still answer at once;
+/// an attempt in flight becomes `unknown` at its deadline, never `failed`
+/// or `succeeded` on a guess; once traffic flows again, every attempt is
+/// settled without a restart, every job succeeds, none has two winners,
+/// and no attempt id reached the provider twice.
+async fn a_provider_cut_off_silently_leaves_attempts_unknown_until_it_answers_again() {
+    let (simulator, config) = crate::common::processes::simulator_and_config_with(200, |t| {
+        crate::common::processes::set(t, &["providers", "sim-fast", "timeout_ms"], 1000.into());
+    })
+    .await;
+    let cut = crate::common::blackhole::Blackhole::start(simulator.addr).await;
+    let mut table: toml::Table = std::fs::read_to_string(&config).unwrap().parse().unwrap();
+    crate::common::processes::set(&mut table, &["simulator", "url"], format!("http://{}", cut.addr).into());
+    std::fs::write(&config, toml::to_string(&table).unwrap()).unwrap();
+    let url = crate::common::postgres::fresh_database().await;
+    let (_server, address, _log) = crate::common::spawn_server_logged(&url, Some(&config), &[], &[]).await;
+    let store = crate::common::open_store(&url);
+    let (_, token) = onejob::keys::create_key(&store, &onejob::domain::OwnerId::parse("alice").unwrap()).await.unwrap();
+    let pool = crate::common::any_pool(&url).await;
+    let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(10)).build().unwrap();
+    for i in 0..10 {
+        create_quickly(&http, &address, &token, &format!("before-{i}")).await;
+    }
+    cut.silence(true);
+    let mut silent = Vec::new();
+    for i in 0..10 {
+        silent.push(create_quickly(&http, &address, &token, &format!("silent-{i}")).await);
+    }
+    let count = |sql: &'static str| {
+        let pool = pool.clone();
+        async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&pool).await.unwrap() }
+    };
+    crate::common::processes::eventually("attempts unknown past their deadline", Duration::from_secs(15), || async {
+        count("select count(*) from attempts where state = 'unknown'").await >= 1
+    })
+    .await;
+    for id in &silent {
+        let job = crate::common::processes::job(&http, &address, &token, id).await;
+        assert!(
+            ["queued", "running", "unknown"].contains(&job["state"].as_str().unwrap()),
+            "nothing settled on a guess: {job:#}"
+        );
+    }
+    cut.silence(false);
+    crate::common::processes::every_attempt_settles(&pool, Duration::from_secs(60)).await;
+    for id in &silent {
+        let job = crate::common::processes::job(&http, &address, &token, id).await;
+        assert_eq!(job["state"], "succeeded", "{job:#}");
+    }
+    let two_winners = "select count(*) from (select job_id from attempts where state = 'succeeded' group by job_id having count(*) > 1) t";
+    assert_eq!(count(two_winners).await, 0, "no job has two winners");
+    let log = crate::common::processes::simulator_log(&http, &simulator).await;
+    let twice: Vec<&Value> = log.iter().filter(|r| r["received"].as_i64() != Some(1)).collect();
+    assert!(twice.is_empty(), "attempts that reached the provider other than once: {twice:?}");
+}
+
 on_postgres!(direct: provider_calls_follow_no_redirect_off_their_origin_and_no_proxy_of_the_environment);
+on_postgres!(a_provider_cut_off_silently_leaves_attempts_unknown_until_it_answers_again);
