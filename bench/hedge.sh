@@ -18,6 +18,11 @@
 # sim-second; `bench e2e` for OUTAGE_S s without a breaker and with
 # [providers.sim-fast.breaker] (half of 10 calls in 10 s, 5 s cool-down).
 #
+# Exit status 1 when a target is missed (the hedged p99 at most a tenth of
+# the unhedged one, a hedged job's extra cost at most 10 %), when the hedged
+# run hedged no job or lost every hedge, or when a run saw errors or ran
+# no job (the outage's jobs fail over: none fails).
+#
 #   bench/hedge.sh postgres|sqlite
 #   E2E_DURATION=60 CONNECTIONS=64 TAIL_RATE=0.05 TAIL_MS=4000 AFTER_MS=200 OUTAGE_S=30 bench/hedge.sh postgres
 source "$(dirname "$0")/lib.sh"
@@ -126,6 +131,18 @@ for name, (r, jobs, hedged, won, per_job) in rows.items():
 ratio = h["p99_ms"] / u["p99_ms"] if u["p99_ms"] else float("nan")
 extra = (h_cost / u_cost - 1) if u_cost else Decimal("NaN")
 print(f"p99 hedged / unhedged: {ratio:.3f} (target <= 0.1); extra cost a job: {float(extra):+.2%} (target <= 10 %)")
+failures = []
+if not ratio <= 0.1:
+    failures.append(f"the hedged p99 is {ratio:.3f} of the unhedged one (target <= 0.1)")
+if not extra <= Decimal("0.10"):
+    failures.append(f"a hedged job costs {float(extra):+.2%} more (target <= 10 %)")
+_, _, hedged_jobs, hedges_won, _ = rows["hedged"]
+if hedged_jobs == 0 or hedges_won == 0:
+    failures.append(f"the hedged run hedged {hedged_jobs} jobs, {hedges_won} hedges won")
+for name in ("unhedged", "hedged", "plain", "always", "unbroken", "breaker"):
+    report = json.load(open(f"{work}/{name}.json"))
+    if report["errors"] or not report["ok"]:
+        failures.append(f"{name}: {report['ok']} jobs, {report['errors']} errors")
 # What a lost hedge costs: CPU (Postgres + server, the simulator in the
 # server) and WAL a job, every job hedged against none, over the share of
 # jobs hedged.
@@ -148,4 +165,7 @@ for name in ("unbroken", "breaker"):
     r = json.load(open(f"{work}/{name}.json"))
     label = "no breaker" if name == "unbroken" else "breaker"
     print(f"{label:>10} {r['ok']:>6} {r['errors']:>6} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['p999_ms']:>9.1f}")
+if failures:
+    print("\nFAILED: " + "; ".join(failures))
+    sys.exit(1)
 PY

@@ -12,6 +12,10 @@
 #   Postgres: the rows and WAL written per 1,000 streamed tokens, against
 #   the same jobs answered whole (`bench e2e`, the task not streaming).
 #
+# Exit status 1 when a run's requests or streams failed (through onejob, or
+# straight from the simulator), or a run timed none: `onejob bench` reports
+# its errors and exits 0 all the same.
+#
 #   bench/tokens.sh postgres|sqlite
 #   DURATION=10 CONNECTIONS=64 STREAMS=1000 STREAMS_DURATION=20 bench/tokens.sh postgres
 source "$(dirname "$0")/lib.sh"
@@ -86,6 +90,21 @@ fi
 python3 - "$WORK" "$BACKEND" "$TICKS" <<'PY'
 import json, os, sys
 work, backend, ticks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+# Every run's failures: its errors through onejob and straight from the
+# simulator (each caller's first stream is not timed, but its failure is
+# counted), and a run that timed nothing (the streams run aside: in a
+# seconds-long run each caller's one stream is its first).
+failures = []
+for name in ("one", "many", "streams", "whole"):
+    if not os.path.exists(f"{work}/{name}.json"):
+        continue
+    r = json.load(open(f"{work}/{name}.json"))
+    x = r.get("extra") or {}
+    if r["errors"] or x.get("direct_errors"):
+        failures.append(f"{name}: {r['errors']} errors through onejob, {x.get('direct_errors', 0)} straight from "
+                        f"the simulator; the first: {x.get('first_error')}")
+    elif name != "streams" and (r["ok"] == 0 or x.get("direct_first_token", {}).get("count", 1) == 0):
+        failures.append(f"{name}: nothing timed through onejob or straight from the simulator")
 print(f"\n{backend}: time to first token (ms), through onejob beside the simulator's own")
 print(f"{'run':8} {'callers':>7} {'streams':>7} {'errors':>6} {'onejob p50':>10} {'p99':>8} {'direct p50':>10} {'p99':>8} {'added p50':>9} {'p99':>8}  piece->caller p50 / p99 / max  peak RSS MiB")
 for name in ("one", "many", "streams"):
@@ -109,4 +128,7 @@ if os.path.exists(f"{work}/many.wal"):
     wpg, wserver = (int(x) / ticks * 1e3 for x in open(f"{work}/whole.cpu").read().split())
     print(f"CPU, ms: streamed {1000 * pg / tokens:.2f} Postgres + {1000 * server / tokens:.2f} server per 1,000 tokens, "
           f"{pg / jobs:.3f} + {server / jobs:.3f} a job; whole {wpg / wjobs:.3f} + {wserver / wjobs:.3f} a job")
+if failures:
+    print("\nFAILED: " + "; ".join(failures))
+    sys.exit(1)
 PY

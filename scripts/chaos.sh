@@ -15,7 +15,8 @@
 # on 503, 429 and transport errors until it is acknowledged. After each
 # round, once every attempt has settled: one job per key, every acknowledged
 # key holds the job it was told, no job with two winners, no attempt id sent
-# to the provider twice; and a kill must have caught attempts in flight
+# to the provider twice (the simulator counts a repeat of any id of the run,
+# up to 3,500,000 distinct ids, and a round past that fails); and a kill must have caught attempts in flight
 # (reaped: leases of the dead node turned unknown by a survivor). A table at
 # the end; exit status 1 when a check failed.
 #
@@ -208,14 +209,28 @@ counts = json.load(open(f"{work}/{round_name}.client"))
 acks = dict(line.split() for line in open(f"{work}/{round_name}.acks") if line.strip())
 stored = dict(line.split() for line in open(f"{work}/{round_name}.stored") if line.strip())
 lost = sum(1 for key, job_id in acks.items() if stored.get(key) != job_id)
-sim = json.load(open(f"{work}/{round_name}.sim"))["requests"]
-sent_twice = sum(1 for r in sim if not r["id"].startswith("qualification-") and r["received"] > 1)
+# Sent twice: the simulator's `repeats` counts every arrival of an id it
+# saw before, also one its log (the latest 20,000 requests) forgot; it is the
+# run's, so this round's are those since the last round's check. Past
+# `most_ids_seen` distinct ids it cannot see repeats: the round fails.
+sim = json.load(open(f"{work}/{round_name}.sim"))
+try:
+    before = int(open(f"{work}/repeats").read())
+except FileNotFoundError:
+    before = 0
+open(f"{work}/repeats", "w").write(str(sim["repeats"]))
+sent_twice = sim["repeats"] - before
+unremembered = sim["ids_unremembered"]
+if sent_twice:
+    print(f"{round_name}: ids sent twice (the latest): {sim['repeated_ids'][-sent_twice:]}", file=sys.stderr)
+if unremembered:
+    print(f"{round_name}: {unremembered} ids past the simulator's {sim['most_ids_seen']}: repeats unseen", file=sys.stderr)
 counts.pop("acknowledged")
 row = dict(round=round_name, fault=fault, acknowledged=len(acks), succeeded=int(succeeded), **counts,
            settled_s=int(settled), duplicate_keys=int(duplicate_keys), two_winners=int(two_winners) + int(bad_winner),
-           lost=lost, sent_twice=sent_twice, reaped=int(reaped))
+           lost=lost, sent_twice=sent_twice, ids_unremembered=unremembered, reaped=int(reaped))
 row["ok"] = (row["settled_s"] >= 0 and row["duplicate_keys"] == 0 and row["two_winners"] == 0 and lost == 0
-             and sent_twice == 0 and counts["server_errors"] == 0 and counts["other"] == 0
+             and sent_twice == 0 and unremembered == 0 and counts["server_errors"] == 0 and counts["other"] == 0
              # a kill that caught no attempt in flight proved nothing
              and (fault != "kill" or row["reaped"] > 0))
 print(json.dumps(row))

@@ -44,7 +44,7 @@ mod responses;
 mod stream;
 
 use answers::{Answer, answer_for, ended_completion, openai_error, render, strict_schema, usage_json};
-use bounded::{Bounded, MOST_REQUESTS};
+use bounded::{Bounded, MOST_IDS_SEEN, MOST_REQUESTS, Seen};
 use connection::{Connection, SimListener};
 use faults::{misbehave, reset};
 
@@ -155,6 +155,9 @@ struct SimState {
     providers: HashMap<String, ProviderSettings>,
     /// The latest [`MOST_REQUESTS`] requests, by id.
     log: Mutex<Bounded<Entry>>,
+    /// Every request id seen (up to [`MOST_IDS_SEEN`]): a repeat is counted
+    /// even once `log` forgot the id.
+    seen: Mutex<Seen>,
     /// Background responses' ids, to their requests' ids in `log` (as many).
     responses: Mutex<Bounded<String>>,
     random: Mutex<u64>,
@@ -185,6 +188,7 @@ impl SimState {
         SimState {
             providers,
             log: Mutex::new(Bounded::new(MOST_REQUESTS)),
+            seen: Mutex::new(Seen::new(MOST_IDS_SEEN)),
             responses: Mutex::new(Bounded::new(MOST_REQUESTS)),
             random: Mutex::new(u64::from_le_bytes(seed) | 1),
             refused: Mutex::new(HashMap::new()),
@@ -370,6 +374,7 @@ fn admit(sim: &SimState, arrival: Arrival<'_>) -> (Plan, Option<String>) {
             Plan::Answer { at, content, usage, ending }
         }
     };
+    sim.seen.lock_anyway().arrived(id);
     let mut log = sim.log.lock_anyway();
     // Planned only for a request not seen before: a repeated id keeps its plan.
     let entry = log.get_or_insert_with(id, || {
@@ -527,10 +532,15 @@ async fn request_status(State(sim): State<Arc<SimState>>, Path(id): Path<String>
     }
 }
 
+/// `GET /v1/requests`: the requests in the log, and the counts of every id
+/// seen ([`Seen::report`]: `repeats` counts an id that came again even
+/// after the log forgot it).
 async fn all_requests(State(sim): State<Arc<SimState>>) -> Json<Value> {
     let log = sim.log.lock_anyway();
     let requests: Vec<Value> = log.iter().map(|(id, entry)| report(id, entry)).collect();
-    Json(json!({ "requests": requests }))
+    let mut answer = sim.seen.lock_anyway().report();
+    answer["requests"] = Value::Array(requests);
+    Json(answer)
 }
 
 #[cfg(test)]

@@ -90,17 +90,42 @@ impl HaCluster {
     }
 
     /// Waits until Patroni names a leader other than `old` and the proxy
-    /// reaches it; the moment it did.
+    /// reaches it: a session through HAProxy lands on that node's Postgres,
+    /// which is not in recovery and takes a write. The moment it did.
     pub async fn wait_for_new_leader(&self, old: &str, limit: Duration) -> Instant {
         let started = Instant::now();
         loop {
             let leader = run_quietly(&["leader".to_owned(), self.dir.display().to_string()]).await;
-            if leader.as_deref().is_some_and(|leader| !leader.trim().is_empty() && leader.trim() != old) {
+            let leader = leader.as_deref().map(str::trim).filter(|leader| !leader.is_empty() && *leader != old);
+            if let Some(leader) = leader
+                && self.proxy_reaches(leader).await
+            {
                 return Instant::now();
             }
-            assert!(started.elapsed() < limit, "no new leader within {limit:?}");
+            assert!(started.elapsed() < limit, "no new leader reached through the proxy within {limit:?}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Whether a session through HAProxy reaches node `leader`'s Postgres
+    /// (its port), out of recovery, and a write there succeeds (a temporary
+    /// table: refused on a standby or a read-only server, gone with the
+    /// session). Each try within 2 s.
+    pub async fn proxy_reaches(&self, leader: &str) -> bool {
+        use sqlx::Connection as _;
+        let port: i32 = self.var(&format!("{}_PORT", leader.to_uppercase())).parse().unwrap();
+        let url = self.proxied_url();
+        let reached = tokio::time::timeout(Duration::from_secs(2), async move {
+            let mut session = sqlx::PgConnection::connect(&url).await?;
+            let (recovering, reached): (bool, i32) =
+                sqlx::query_as("select pg_is_in_recovery(), inet_server_port()").fetch_one(&mut session).await?;
+            sqlx::query("create temporary table proxy_probe (at timestamptz)").execute(&mut session).await?;
+            sqlx::query("insert into proxy_probe values (now())").execute(&mut session).await?;
+            let _ = session.close().await;
+            Ok::<_, sqlx::Error>(!recovering && reached == port)
+        })
+        .await;
+        matches!(reached, Ok(Ok(true)))
     }
 
     /// Waits until node `name` is a streaming standby.

@@ -3,6 +3,8 @@
 //! and what it says of the database's replication, the per-owner rate
 //! limit, and logs that never carry a secret.
 
+mod alerts;
+
 use std::time::Duration;
 
 use crate::common::processes::in_a_process_of_its_own;
