@@ -324,7 +324,7 @@ fn client(redirects: Redirects, proxy: Option<&str>) -> Result<reqwest::Client, 
     };
     let mut builder = reqwest::Client::builder().pool_max_idle_per_host(256).no_proxy().redirect(policy);
     if let Some(proxy) = proxy {
-        builder = builder.proxy(reqwest::Proxy::all(proxy).map_err(|e| format!("the proxy {proxy}: {e}"))?);
+        builder = builder.proxy(reqwest::Proxy::all(proxy).map_err(|e| format!("its proxy: {e}"))?);
     }
     builder.build().map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
