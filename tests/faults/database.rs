@@ -172,6 +172,90 @@ async fn stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_wit
     assert_eq!(winners, stored.len() as i64, "one winner per job");
 }
 
+/// The network between onejob and Postgres carries nothing for 8 s and
+/// resets nothing (a proxy that stops reading: what was sent waits, as TCP
+/// keeps it, and flows once the network carries again), under four clients
+/// that retry each key: every answer is 2xx or 503 `unavailable` with
+/// `Retry-After` within the request's deadline, never a hang; once traffic
+/// flows, creates pass again without a restart, every acknowledged key holds
+/// its job, and every job runs to one winner, no attempt sent twice.
+async fn cut_off_silently_for_eight_seconds_under_load_answers_503_in_time_and_recovers_without_a_restart() {
+    const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+    let direct = postgres::fresh_database_direct().await;
+    let (base, query) = direct.split_once('?').unwrap();
+    let name = base.rsplit('/').next().unwrap().to_owned();
+    let dir = query.split('&').find_map(|p| p.strip_prefix("host=")).unwrap();
+    let cut = crate::common::blackhole::Blackhole::start_unix(format!("{dir}/.s.PGSQL.5432").into()).await;
+    let url = format!("postgres://postgres@127.0.0.1:{}/{name}", cut.addr.port());
+    let app = Arc::new(
+        TestApp::spawn_on(Backend::Postgres, &url, Role::All, |s| {
+            s.server.request_timeout = REQUEST_TIMEOUT;
+            s.database.acquire_timeout = Duration::from_millis(500);
+            s.database.max_connections = 8;
+            s.server.rate_limit_per_second = 0;
+        })
+        .await,
+    );
+    let running = Arc::new(AtomicBool::new(true));
+    let clients: Vec<_> = (0..4).map(|i| tokio::spawn(load(app.clone(), i, running.clone()))).collect();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    cut.pause(true);
+    let silent = Instant::now();
+    while silent.elapsed() < Duration::from_secs(8) {
+        let asked = Instant::now();
+        assert_eq!(readiness(&app).await, StatusCode::SERVICE_UNAVAILABLE, "not ready while cut off");
+        assert!(asked.elapsed() < REQUEST_TIMEOUT + Duration::from_secs(1), "readiness answered within the deadline");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    cut.pause(false);
+    let flowing = Instant::now();
+    eventually("readiness back to 200", Duration::from_secs(15), || async { readiness(&app).await == StatusCode::OK })
+        .await;
+    let back_in = flowing.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    running.store(false, Ordering::Relaxed);
+
+    let (mut acknowledged, mut unavailable, mut slowest) = (HashMap::new(), vec![], Duration::ZERO);
+    for client in clients {
+        let seen = client.await.unwrap();
+        acknowledged.extend(seen.acknowledged);
+        unavailable.extend(seen.unavailable);
+        slowest = slowest.max(seen.slowest);
+    }
+    eprintln!(
+        "{} keys acknowledged, {} answers 503, slowest {slowest:?}, ready {back_in:?} after",
+        acknowledged.len(),
+        unavailable.len()
+    );
+    assert!(unavailable.iter().any(|at| *at > silent && *at < flowing), "requests were answered 503 while cut off");
+    assert!(
+        slowest < REQUEST_TIMEOUT + Duration::from_millis(1_500),
+        "every answer came within the deadline: {slowest:?}"
+    );
+
+    let pool = PgPool::connect(&direct).await.unwrap();
+    let jobs: Vec<(String, String)> =
+        sqlx::query_as("select idempotency_key, id::text from jobs").fetch_all(&pool).await.unwrap();
+    let stored: HashMap<String, String> = jobs.iter().cloned().collect();
+    assert!(acknowledged.len() > 20, "the load made progress ({} keys)", acknowledged.len());
+    for (key, id) in &acknowledged {
+        assert_eq!(stored.get(key), Some(id), "acknowledged key {key} holds the job it was told");
+    }
+    eventually("every job succeeding", Duration::from_secs(30), || async {
+        let open: i64 =
+            sqlx::query_scalar("select count(*) from jobs where state <> 'succeeded'").fetch_one(&pool).await.unwrap();
+        open == 0
+    })
+    .await;
+    let winners: i64 =
+        sqlx::query_scalar("select count(*) from attempts where state = 'succeeded'").fetch_one(&pool).await.unwrap();
+    assert_eq!(winners, stored.len() as i64, "one winner per job");
+    let log = app.simulator_log().await;
+    let twice: Vec<&Value> = log.values().filter(|r| r["received"].as_i64() != Some(1)).collect();
+    assert!(twice.is_empty(), "attempts that reached the provider other than once: {twice:?}");
+}
+
 async fn a_pool_held_by_blocked_statements_answers_503_within_the_acquire_timeout() {
     const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(300);
     // Nothing is stopped here: a fresh database on the shared cluster will do.
@@ -397,5 +481,6 @@ on_postgres!(
 
 on_postgres!(
     direct: stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_without_a_restart,
+    cut_off_silently_for_eight_seconds_under_load_answers_503_in_time_and_recovers_without_a_restart,
     a_replica_started_without_migrating_on_a_read_only_database_listens_at_once_and_waits
 );
