@@ -81,22 +81,81 @@ async fn readiness(app: &TestApp) -> StatusCode {
     app.client.get(app.url("/readyz")).send().await.unwrap().status()
 }
 
+/// The deadline of the loaded servers' requests.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Four clients creating jobs on a live server on `url` until stopped.
+struct Loaded {
+    app: Arc<TestApp>,
+    running: Arc<AtomicBool>,
+    clients: Vec<tokio::task::JoinHandle<Seen>>,
+}
+
+impl Loaded {
+    /// A live server on `url` (requests bounded by [`REQUEST_TIMEOUT`], a
+    /// pool of 8), loaded for 1.5 s before this returns.
+    async fn start(url: &str) -> Self {
+        let app = Arc::new(
+            TestApp::spawn_on(Backend::Postgres, url, Role::All, |s| {
+                s.server.request_timeout = REQUEST_TIMEOUT;
+                s.database.acquire_timeout = Duration::from_millis(500);
+                s.database.max_connections = 8;
+                s.server.rate_limit_per_second = 0;
+            })
+            .await,
+        );
+        let running = Arc::new(AtomicBool::new(true));
+        let clients = (0..4).map(|i| tokio::spawn(load(app.clone(), i, running.clone()))).collect();
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        Self { app, running, clients }
+    }
+
+    /// Stops the clients: what they saw, together.
+    async fn finish(self) -> Seen {
+        self.running.store(false, Ordering::Relaxed);
+        let mut all = Seen::default();
+        for client in self.clients {
+            let seen = client.await.unwrap();
+            all.acknowledged.extend(seen.acknowledged);
+            all.unavailable.extend(seen.unavailable);
+            all.slowest = all.slowest.max(seen.slowest);
+        }
+        all
+    }
+}
+
+/// The jobs of the database at `pool` by key, each acknowledged key
+/// holding the job it was told.
+async fn acknowledged_jobs_stored(pool: &PgPool, acknowledged: &HashMap<String, String>) -> HashMap<String, String> {
+    let jobs: Vec<(String, String)> =
+        sqlx::query_as("select idempotency_key, id::text from jobs").fetch_all(pool).await.unwrap();
+    let stored: HashMap<String, String> = jobs.iter().cloned().collect();
+    assert_eq!(stored.len(), jobs.len(), "one job per key");
+    assert!(acknowledged.len() > 20, "the load made progress ({} keys)", acknowledged.len());
+    for (key, id) in acknowledged {
+        assert_eq!(stored.get(key), Some(id), "acknowledged key {key} holds the job it was told");
+    }
+    stored
+}
+
+/// Waits until every job succeeded, each with one winner.
+async fn every_job_succeeds_once(pool: &PgPool, jobs: usize) {
+    eventually("every job succeeding", Duration::from_secs(30), || async {
+        let open: i64 =
+            sqlx::query_scalar("select count(*) from jobs where state <> 'succeeded'").fetch_one(pool).await.unwrap();
+        open == 0
+    })
+    .await;
+    let winners: i64 =
+        sqlx::query_scalar("select count(*) from attempts where state = 'succeeded'").fetch_one(pool).await.unwrap();
+    assert_eq!(winners, jobs as i64, "one winner per job");
+}
+
 async fn stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_without_a_restart() {
-    const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
     let cluster = PrivateCluster::start().await;
     let url = cluster.create_database("onejob").await;
-    let app = Arc::new(
-        TestApp::spawn_on(Backend::Postgres, &url, Role::All, |s| {
-            s.server.request_timeout = REQUEST_TIMEOUT;
-            s.database.acquire_timeout = Duration::from_millis(500);
-            s.database.max_connections = 8;
-            s.server.rate_limit_per_second = 0;
-        })
-        .await,
-    );
-    let running = Arc::new(AtomicBool::new(true));
-    let clients: Vec<_> = (0..4).map(|i| tokio::spawn(load(app.clone(), i, running.clone()))).collect();
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let loaded = Loaded::start(&url).await;
+    let app = loaded.app.clone();
 
     cluster.stop().await;
     let stopped = Instant::now();
@@ -115,17 +174,7 @@ async fn stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_wit
     let ready = Instant::now();
     let recovered_in = started.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    running.store(false, Ordering::Relaxed);
-
-    let mut acknowledged = HashMap::new();
-    let mut unavailable = vec![];
-    let mut slowest = Duration::ZERO;
-    for client in clients {
-        let seen = client.await.unwrap();
-        acknowledged.extend(seen.acknowledged);
-        unavailable.extend(seen.unavailable);
-        slowest = slowest.max(seen.slowest);
-    }
+    let Seen { acknowledged, unavailable, slowest, .. } = loaded.finish().await;
     let after_start = unavailable.iter().filter(|at| **at > started).count();
     eprintln!(
         "{} keys acknowledged, {} answers 503 ({after_start} after Postgres started again), slowest {slowest:?}, ready {recovered_in:?} after Postgres",
@@ -146,14 +195,7 @@ async fn stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_wit
 
     // Every acknowledged key names exactly one job, the one it was told.
     let pool = PgPool::connect(&url).await.unwrap();
-    let jobs: Vec<(String, String)> =
-        sqlx::query_as("select idempotency_key, id::text from jobs").fetch_all(&pool).await.unwrap();
-    let stored: HashMap<String, String> = jobs.iter().cloned().collect();
-    assert_eq!(stored.len(), jobs.len(), "one job per key");
-    assert!(acknowledged.len() > 20, "the load made progress ({} keys)", acknowledged.len());
-    for (key, id) in &acknowledged {
-        assert_eq!(stored.get(key), Some(id), "acknowledged key {key} holds the job it was told");
-    }
+    let stored = acknowledged_jobs_stored(&pool, &acknowledged).await;
     assert_eq!(
         stored.len(),
         acknowledged.len(),
@@ -161,15 +203,7 @@ async fn stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_wit
     );
     // The worker and the reconciler recover too: every job runs to one winner,
     // those whose outcome could not be recorded during the outage included.
-    eventually("every job succeeding", Duration::from_secs(20), || async {
-        let open: i64 =
-            sqlx::query_scalar("select count(*) from jobs where state <> 'succeeded'").fetch_one(&pool).await.unwrap();
-        open == 0
-    })
-    .await;
-    let winners: i64 =
-        sqlx::query_scalar("select count(*) from attempts where state = 'succeeded'").fetch_one(&pool).await.unwrap();
-    assert_eq!(winners, stored.len() as i64, "one winner per job");
+    every_job_succeeds_once(&pool, stored.len()).await;
 }
 
 /// The network between onejob and Postgres carries nothing for 8 s and
@@ -180,25 +214,13 @@ async fn stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_wit
 /// flows, creates pass again without a restart, every acknowledged key holds
 /// its job, and every job runs to one winner, no attempt sent twice.
 async fn cut_off_silently_for_eight_seconds_under_load_answers_503_in_time_and_recovers_without_a_restart() {
-    const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
     let direct = postgres::fresh_database_direct().await;
     let (base, query) = direct.split_once('?').unwrap();
     let name = base.rsplit('/').next().unwrap().to_owned();
     let dir = query.split('&').find_map(|p| p.strip_prefix("host=")).unwrap();
     let cut = crate::common::blackhole::Blackhole::start_unix(format!("{dir}/.s.PGSQL.5432").into()).await;
-    let url = format!("postgres://postgres@127.0.0.1:{}/{name}", cut.addr.port());
-    let app = Arc::new(
-        TestApp::spawn_on(Backend::Postgres, &url, Role::All, |s| {
-            s.server.request_timeout = REQUEST_TIMEOUT;
-            s.database.acquire_timeout = Duration::from_millis(500);
-            s.database.max_connections = 8;
-            s.server.rate_limit_per_second = 0;
-        })
-        .await,
-    );
-    let running = Arc::new(AtomicBool::new(true));
-    let clients: Vec<_> = (0..4).map(|i| tokio::spawn(load(app.clone(), i, running.clone()))).collect();
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let loaded = Loaded::start(&format!("postgres://postgres@127.0.0.1:{}/{name}", cut.addr.port())).await;
+    let app = loaded.app.clone();
 
     cut.pause(true);
     let silent = Instant::now();
@@ -214,15 +236,7 @@ async fn cut_off_silently_for_eight_seconds_under_load_answers_503_in_time_and_r
         .await;
     let back_in = flowing.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    running.store(false, Ordering::Relaxed);
-
-    let (mut acknowledged, mut unavailable, mut slowest) = (HashMap::new(), vec![], Duration::ZERO);
-    for client in clients {
-        let seen = client.await.unwrap();
-        acknowledged.extend(seen.acknowledged);
-        unavailable.extend(seen.unavailable);
-        slowest = slowest.max(seen.slowest);
-    }
+    let Seen { acknowledged, unavailable, slowest, .. } = loaded.finish().await;
     eprintln!(
         "{} keys acknowledged, {} answers 503, slowest {slowest:?}, ready {back_in:?} after",
         acknowledged.len(),
@@ -235,22 +249,8 @@ async fn cut_off_silently_for_eight_seconds_under_load_answers_503_in_time_and_r
     );
 
     let pool = PgPool::connect(&direct).await.unwrap();
-    let jobs: Vec<(String, String)> =
-        sqlx::query_as("select idempotency_key, id::text from jobs").fetch_all(&pool).await.unwrap();
-    let stored: HashMap<String, String> = jobs.iter().cloned().collect();
-    assert!(acknowledged.len() > 20, "the load made progress ({} keys)", acknowledged.len());
-    for (key, id) in &acknowledged {
-        assert_eq!(stored.get(key), Some(id), "acknowledged key {key} holds the job it was told");
-    }
-    eventually("every job succeeding", Duration::from_secs(30), || async {
-        let open: i64 =
-            sqlx::query_scalar("select count(*) from jobs where state <> 'succeeded'").fetch_one(&pool).await.unwrap();
-        open == 0
-    })
-    .await;
-    let winners: i64 =
-        sqlx::query_scalar("select count(*) from attempts where state = 'succeeded'").fetch_one(&pool).await.unwrap();
-    assert_eq!(winners, stored.len() as i64, "one winner per job");
+    let stored = acknowledged_jobs_stored(&pool, &acknowledged).await;
+    every_job_succeeds_once(&pool, stored.len()).await;
     let log = app.simulator_log().await;
     let twice: Vec<&Value> = log.values().filter(|r| r["received"].as_i64() != Some(1)).collect();
     assert!(twice.is_empty(), "attempts that reached the provider other than once: {twice:?}");
