@@ -461,9 +461,6 @@ fn follow_replication(store: &Store) -> (crate::state::ReplicationSlot, AbortOnD
     (replication, follower)
 }
 
-/// Installs the metrics' recorder, starts folding its samples into their
-/// buckets, has the store's database failures counted, and sets the
-/// settings' series at zero.
 /// The key of `server.metrics_owner_key_env`, when it names one; a name
 /// whose variable is unset or empty stops the start.
 fn owner_label_key(settings: &Settings) -> Result<Option<Vec<u8>>, StartError> {
@@ -477,6 +474,9 @@ fn owner_label_key(settings: &Settings) -> Result<Option<Vec<u8>>, StartError> {
     }
 }
 
+/// Installs the metrics' recorder, starts folding its samples into their
+/// buckets, has the store's database failures counted, and sets the
+/// settings' series at zero.
 fn start_metrics(settings: &Settings) -> (metrics_exporter_prometheus::PrometheusHandle, AbortOnDrop) {
     let metrics = crate::process::metrics::install();
     crate::store::report_database_failures_to(|failure| match failure {
