@@ -58,23 +58,16 @@ impl Blackhole {
             while let Ok((client, _)) = listener.accept().await {
                 let (state, target) = (shared.clone(), target.clone());
                 tokio::spawn(async move {
-                    let (client_read, client_write) = client.into_split();
                     match target {
                         Target::Tcp(addr) => {
-                            let Ok(server) = TcpStream::connect(addr).await else { return };
-                            let (server_read, server_write) = server.into_split();
-                            tokio::join!(
-                                forward(client_read, server_write, state.clone()),
-                                forward(server_read, client_write, state)
-                            );
+                            if let Ok(server) = TcpStream::connect(addr).await {
+                                relay(client, server, state).await;
+                            }
                         }
                         Target::Unix(path) => {
-                            let Ok(server) = UnixStream::connect(path).await else { return };
-                            let (server_read, server_write) = server.into_split();
-                            tokio::join!(
-                                forward(client_read, server_write, state.clone()),
-                                forward(server_read, client_write, state)
-                            );
+                            if let Ok(server) = UnixStream::connect(path).await {
+                                relay(client, server, state).await;
+                            }
                         }
                     }
                 });
@@ -100,6 +93,13 @@ impl Drop for Blackhole {
     fn drop(&mut self) {
         self.accepting.abort();
     }
+}
+
+/// Forwards both ways between `client` and `server`.
+async fn relay(client: TcpStream, server: impl AsyncRead + AsyncWrite + Unpin, state: Arc<State>) {
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = tokio::io::split(server);
+    tokio::join!(forward(client_read, server_write, state.clone()), forward(server_read, client_write, state));
 }
 
 /// Copies `from` to `to` until either closes: reading nothing while

@@ -124,6 +124,17 @@ impl Loaded {
     }
 }
 
+/// Asks for readiness every 250 ms for `span`: each answer a prompt 503.
+async fn not_ready_for(app: &TestApp, span: Duration, why: &str) {
+    let since = Instant::now();
+    while since.elapsed() < span {
+        let asked = Instant::now();
+        assert_eq!(readiness(app).await, StatusCode::SERVICE_UNAVAILABLE, "{why}");
+        assert!(asked.elapsed() < REQUEST_TIMEOUT + Duration::from_secs(1), "readiness answered within the deadline");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// The jobs of the database at `pool` by key, each acknowledged key
 /// holding the job it was told.
 async fn acknowledged_jobs_stored(pool: &PgPool, acknowledged: &HashMap<String, String>) -> HashMap<String, String> {
@@ -160,12 +171,7 @@ async fn stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_wit
     cluster.stop().await;
     let stopped = Instant::now();
     // While it is down, readiness says so, promptly.
-    while stopped.elapsed() < Duration::from_secs(10) {
-        let asked = Instant::now();
-        assert_eq!(readiness(&app).await, StatusCode::SERVICE_UNAVAILABLE, "not ready while Postgres is stopped");
-        assert!(asked.elapsed() < REQUEST_TIMEOUT + Duration::from_secs(1), "readiness answered within the deadline");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    not_ready_for(&app, Duration::from_secs(10), "not ready while Postgres is stopped").await;
     cluster.start_again().await;
     let started = Instant::now();
     // Back by itself: no restart of onejob.
@@ -224,12 +230,7 @@ async fn cut_off_silently_for_eight_seconds_under_load_answers_503_in_time_and_r
 
     cut.pause(true);
     let silent = Instant::now();
-    while silent.elapsed() < Duration::from_secs(8) {
-        let asked = Instant::now();
-        assert_eq!(readiness(&app).await, StatusCode::SERVICE_UNAVAILABLE, "not ready while cut off");
-        assert!(asked.elapsed() < REQUEST_TIMEOUT + Duration::from_secs(1), "readiness answered within the deadline");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    not_ready_for(&app, Duration::from_secs(8), "not ready while cut off").await;
     cut.pause(false);
     let flowing = Instant::now();
     eventually("readiness back to 200", Duration::from_secs(15), || async { readiness(&app).await == StatusCode::OK })
