@@ -110,6 +110,10 @@ impl Settings {
         if self.database.max_connections == 0 {
             return invalid("database.max_connections must be at least 1".into());
         }
+        // It also bounds onejob's wait for an answer (`store::postgres::bounded`).
+        if self.database.statement_timeout.is_zero() {
+            return invalid("database.statement_timeout_ms must be at least 1".into());
+        }
         if self.worker.concurrency == 0 || self.worker.batch_size == 0 {
             return invalid("worker.concurrency and worker.batch_size must be at least 1".into());
         }

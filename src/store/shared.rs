@@ -455,8 +455,8 @@ where
 /// The latest `limit` deliveries to an owner's endpoint with their tries;
 /// `None` when it has no such endpoint. Its statements: whether the owner
 /// has the endpoint, the deliveries, their tries.
-pub(crate) async fn list_webhook_deliveries<DB>(
-    pool: &sqlx::Pool<DB>,
+pub(crate) async fn list_webhook_deliveries<'e, DB>(
+    pool: impl Executor<'e, Database = DB> + Copy,
     [endpoint_exists, deliveries, tries]: [&str; 3],
     owner: &OwnerId,
     endpoint: Uuid,
@@ -464,7 +464,6 @@ pub(crate) async fn list_webhook_deliveries<DB>(
 ) -> Result<Option<Vec<Delivery>>>
 where
     DB: Database,
-    for<'c> &'c sqlx::Pool<DB>: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     Uuid: for<'q> Encode<'q, DB> + Type<DB>,

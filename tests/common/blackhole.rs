@@ -28,6 +28,8 @@ enum Target {
 struct State {
     silent: AtomicBool,
     paused: tokio::sync::watch::Sender<bool>,
+    // Each connection's own silence (`Blackhole::silence_open`).
+    connections: std::sync::Mutex<Vec<Arc<AtomicBool>>>,
 }
 
 /// A proxy on loopback to one target; dropped, it stops accepting.
@@ -52,7 +54,11 @@ impl Blackhole {
     async fn start_to(target: Target) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let state = Arc::new(State { silent: AtomicBool::new(false), paused: tokio::sync::watch::Sender::new(false) });
+        let state = Arc::new(State {
+            silent: AtomicBool::new(false),
+            paused: tokio::sync::watch::Sender::new(false),
+            connections: Default::default(),
+        });
         let shared = state.clone();
         let accepting = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -82,6 +88,14 @@ impl Blackhole {
         self.state.silent.store(silent, Ordering::SeqCst);
     }
 
+    /// Silences the connections open now for good, as a NAT or a firewall
+    /// that forgot them would; later ones are carried.
+    pub fn silence_open(&self) {
+        for connection in self.state.connections.lock().unwrap().iter() {
+            connection.store(true, Ordering::SeqCst);
+        }
+    }
+
     /// Stops reading (`true`) or reads and forwards again (`false`); what
     /// was sent meanwhile is forwarded then.
     pub fn pause(&self, paused: bool) {
@@ -97,14 +111,25 @@ impl Drop for Blackhole {
 
 /// Forwards both ways between `client` and `server`.
 async fn relay(client: TcpStream, server: impl AsyncRead + AsyncWrite + Unpin, state: Arc<State>) {
+    let own = Arc::new(AtomicBool::new(false));
+    state.connections.lock().unwrap().push(own.clone());
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = tokio::io::split(server);
-    tokio::join!(forward(client_read, server_write, state.clone()), forward(server_read, client_write, state));
+    tokio::join!(
+        forward(client_read, server_write, state.clone(), own.clone()),
+        forward(server_read, client_write, state, own)
+    );
 }
 
 /// Copies `from` to `to` until either closes: reading nothing while
-/// paused, dropping what it reads while silent.
-async fn forward(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin, state: Arc<State>) {
+/// paused, dropping what it reads while silent (all, or this connection).
+async fn forward(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    state: Arc<State>,
+    own: Arc<AtomicBool>,
+) {
+    let silent = || state.silent.load(Ordering::SeqCst) || own.load(Ordering::SeqCst);
     let mut buffer = vec![0; 64 * 1024];
     let mut paused = state.paused.subscribe();
     loop {
@@ -120,14 +145,14 @@ async fn forward(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unp
             Ok(0) | Err(_) => break,
             Ok(read) => read,
         };
-        if state.silent.load(Ordering::SeqCst) {
+        if silent() {
             continue;
         }
         if to.write_all(&buffer[..read]).await.is_err() {
             break;
         }
     }
-    if state.silent.load(Ordering::SeqCst) {
+    if silent() {
         // A silent network carries no FIN either: the other end stays open.
         std::future::pending::<()>().await;
     }

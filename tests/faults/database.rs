@@ -212,6 +212,15 @@ async fn stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_wit
     every_job_succeeds_once(&pool, stored.len()).await;
 }
 
+/// How a silent network loses what is sent (see `common::blackhole`).
+#[derive(Clone, Copy)]
+enum Silence {
+    /// Held back, then delivered once the network carries again.
+    Held,
+    /// Dropped for good.
+    Dropped,
+}
+
 /// The network between onejob and Postgres carries nothing for 8 s and
 /// resets nothing (a proxy that stops reading: what was sent waits, as TCP
 /// keeps it, and flows once the network carries again), under four clients
@@ -220,6 +229,19 @@ async fn stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_wit
 /// flows, creates pass again without a restart, every acknowledged key holds
 /// its job, and every job runs to one winner, no attempt sent twice.
 async fn cut_off_silently_for_eight_seconds_under_load_answers_503_in_time_and_recovers_without_a_restart() {
+    cut_off_silently_under_load(Silence::Held).await;
+}
+
+/// As above, but what each connection sent while cut off is lost for good,
+/// as by a middlebox that dropped it: the answers those connections wait for
+/// never come, and onejob's own deadlines must give them up (the pool's
+/// places, the background tasks' statements, the session that listens for
+/// key changes: a key revoked while cut off is refused afterwards).
+async fn cut_off_by_a_network_that_drops_what_was_sent_answers_503_in_time_and_recovers_without_a_restart() {
+    cut_off_silently_under_load(Silence::Dropped).await;
+}
+
+async fn cut_off_silently_under_load(silence: Silence) {
     let direct = postgres::fresh_database_direct().await;
     let (base, query) = direct.split_once('?').unwrap();
     let name = base.rsplit('/').next().unwrap().to_owned();
@@ -227,16 +249,31 @@ async fn cut_off_silently_for_eight_seconds_under_load_answers_503_in_time_and_r
     let cut = crate::common::blackhole::Blackhole::start_unix(format!("{dir}/.s.PGSQL.5432").into()).await;
     let loaded = Loaded::start(&format!("postgres://postgres@127.0.0.1:{}/{name}", cut.addr.port())).await;
     let app = loaded.app.clone();
+    // A key the server has checked and cached, revoked while cut off: the
+    // notification of it crosses the cut.
+    let pool = PgPool::connect(&direct).await.unwrap();
+    let owner = onejob::domain::OwnerId::parse("alice").unwrap();
+    let (revoked, token) = onejob::keys::create_key(&crate::common::open_store(&direct), &owner).await.unwrap();
+    let lists = || app.client.get(app.url("/jobs")).bearer_auth(&token).send();
+    assert_eq!(lists().await.unwrap().status(), StatusCode::OK, "the key is checked and cached");
 
-    cut.pause(true);
+    let quiet = |on| match silence {
+        Silence::Held => cut.pause(on),
+        Silence::Dropped => cut.silence(on),
+    };
+    quiet(true);
     let silent = Instant::now();
+    sqlx::query("update api_keys set revoked_at = now() where id = $1").bind(revoked).execute(&pool).await.unwrap();
     not_ready_for(&app, Duration::from_secs(8), "not ready while cut off").await;
-    cut.pause(false);
+    quiet(false);
     let flowing = Instant::now();
     eventually("readiness back to 200", Duration::from_secs(15), || async { readiness(&app).await == StatusCode::OK })
         .await;
     let back_in = flowing.elapsed();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    eventually("the key revoked while cut off refused", Duration::from_secs(20), || async {
+        lists().await.is_ok_and(|r| r.status() == StatusCode::UNAUTHORIZED)
+    })
+    .await;
     let Seen { acknowledged, unavailable, slowest, .. } = loaded.finish().await;
     eprintln!(
         "{} keys acknowledged, {} answers 503, slowest {slowest:?}, ready {back_in:?} after",
@@ -249,12 +286,44 @@ async fn cut_off_silently_for_eight_seconds_under_load_answers_503_in_time_and_r
         "every answer came within the deadline: {slowest:?}"
     );
 
-    let pool = PgPool::connect(&direct).await.unwrap();
     let stored = acknowledged_jobs_stored(&pool, &acknowledged).await;
     every_job_succeeds_once(&pool, stored.len()).await;
     let log = app.simulator_log().await;
     let twice: Vec<&Value> = log.values().filter(|r| r["received"].as_i64() != Some(1)).collect();
     assert!(twice.is_empty(), "attempts that reached the provider other than once: {twice:?}");
+}
+
+/// The session that listens for key changes, cut off alone and for good
+/// (as by a NAT or a firewall that forgot it while it sat idle): no error
+/// comes, but it is checked after a few seconds of quiet, found out, and
+/// replaced; the store reports the changes lost meanwhile (so that the key
+/// cache forgets what it holds) and then follows again.
+async fn a_listening_session_cut_off_alone_is_found_out_and_replaced() {
+    let direct = postgres::fresh_database_direct().await;
+    let (base, query) = direct.split_once('?').unwrap();
+    let name = base.rsplit('/').next().unwrap().to_owned();
+    let dir = query.split('&').find_map(|p| p.strip_prefix("host=")).unwrap();
+    let cut = crate::common::blackhole::Blackhole::start_unix(format!("{dir}/.s.PGSQL.5432").into()).await;
+    let mut settings = onejob::config::Settings::builtin();
+    settings.database.url = Some(format!("postgres://postgres@127.0.0.1:{}/{name}", cut.addr.port()));
+    settings.database.statement_timeout = Duration::from_millis(1_000);
+    let store = onejob::app::open_store(&settings).unwrap();
+    let mut changes = store.follow_key_changes().expect("Postgres follows key changes");
+    assert_eq!(next_change(&mut changes).await, onejob::store::KeyChange::Following);
+
+    cut.silence_open();
+    let silenced = Instant::now();
+    assert_eq!(next_change(&mut changes).await, onejob::store::KeyChange::Lost, "the cut session found out");
+    let found_in = silenced.elapsed();
+    assert_eq!(next_change(&mut changes).await, onejob::store::KeyChange::Following, "following on a new session");
+    eprintln!("the cut session found out in {found_in:?}");
+    assert!(found_in < Duration::from_secs(5 + 2 + 1), "within the check's interval and patience: {found_in:?}");
+}
+
+/// The next key change a follower reports, within 20 s.
+async fn next_change(changes: &mut tokio::sync::mpsc::Receiver<onejob::store::KeyChange>) -> onejob::store::KeyChange {
+    let next = tokio::time::timeout(Duration::from_secs(20), changes.recv()).await;
+    next.expect("a change reported in time").expect("the follower runs")
 }
 
 async fn a_pool_held_by_blocked_statements_answers_503_within_the_acquire_timeout() {
@@ -483,5 +552,7 @@ on_postgres!(
 on_postgres!(
     direct: stopped_for_ten_seconds_under_load_answers_503_in_time_and_recovers_without_a_restart,
     cut_off_silently_for_eight_seconds_under_load_answers_503_in_time_and_recovers_without_a_restart,
+    cut_off_by_a_network_that_drops_what_was_sent_answers_503_in_time_and_recovers_without_a_restart,
+    a_listening_session_cut_off_alone_is_found_out_and_replaced,
     a_replica_started_without_migrating_on_a_read_only_database_listens_at_once_and_waits
 );

@@ -2,7 +2,6 @@
 //! ([`crate::store::breakers`]): one row per provider that ever changed,
 //! every change one guarded statement.
 
-use sqlx::PgPool;
 use sqlx::Row;
 
 use crate::domain::breaker::BreakerState;
@@ -50,7 +49,7 @@ pub(super) const SET_BREAKER: &str = r#"insert into provider_breakers
     set state = excluded.state, since = now(), until = null, probe_until = null, changed_by = 'operator',
         reason = excluded.reason"#;
 
-pub(super) async fn list_breakers(pool: &PgPool) -> Result<Vec<StoredBreaker>> {
+pub(super) async fn list_breakers(pool: &super::bounded::Pool) -> Result<Vec<StoredBreaker>> {
     let rows = sqlx::query(READ_BREAKERS).fetch_all(pool).await?;
     rows.iter()
         .map(|row| {
@@ -68,7 +67,11 @@ pub(super) async fn list_breakers(pool: &PgPool) -> Result<Vec<StoredBreaker>> {
         .collect()
 }
 
-pub(super) async fn change_breaker(pool: &PgPool, provider: &str, change: BreakerChange<'_>) -> Result<bool> {
+pub(super) async fn change_breaker(
+    pool: &super::bounded::Pool,
+    provider: &str,
+    change: BreakerChange<'_>,
+) -> Result<bool> {
     let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX) as f64;
     let query = match change {
         BreakerChange::Trip { cool_down, reason } => {

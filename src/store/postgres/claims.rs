@@ -177,16 +177,20 @@ pub(super) static WAITING_FACTS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-pub(super) async fn waiting_facts(pool: &sqlx::PgPool, owner: &str, job: uuid::Uuid) -> Result<Option<WaitingFacts>> {
+pub(super) async fn waiting_facts(
+    pool: &super::bounded::Pool,
+    owner: &str,
+    job: uuid::Uuid,
+) -> Result<Option<WaitingFacts>> {
     Ok(sqlx::query_as(WAITING_FACTS.as_str()).bind(owner).bind(job).fetch_optional(pool).await?)
 }
 
 pub(super) async fn lock_claims(tx: &mut PgTransaction, owners: &[String], providers: &[String]) -> Result<()> {
     if !providers.is_empty() {
-        sqlx::query(LOCK_PROVIDERS).bind(providers).execute(&mut **tx).await?;
+        sqlx::query(LOCK_PROVIDERS).bind(providers).execute(&mut *tx).await?;
     }
     if !owners.is_empty() {
-        sqlx::query(LOCK_OWNERS).bind(owners).execute(&mut **tx).await?;
+        sqlx::query(LOCK_OWNERS).bind(owners).execute(&mut *tx).await?;
     }
     Ok(())
 }
@@ -197,12 +201,12 @@ pub(super) async fn running_counts(
     providers: &[String],
 ) -> Result<RunningCounts> {
     let rows: Vec<(String, String, i64)> =
-        sqlx::query_as(RUNNING_COUNTS.as_str()).bind(owners).bind(providers).fetch_all(&mut **tx).await?;
+        sqlx::query_as(RUNNING_COUNTS.as_str()).bind(owners).bind(providers).fetch_all(&mut *tx).await?;
     Ok(RunningCounts::from_rows(rows))
 }
 
 pub(super) async fn provider_gates(tx: &mut PgTransaction, providers: &[String]) -> Result<Vec<ProviderGate>> {
-    Ok(sqlx::query_as(PROVIDER_GATES).bind(providers).fetch_all(&mut **tx).await?)
+    Ok(sqlx::query_as(PROVIDER_GATES).bind(providers).fetch_all(&mut *tx).await?)
 }
 
 pub(super) async fn claim_candidates(
@@ -215,7 +219,7 @@ pub(super) async fn claim_candidates(
         .bind(owner)
         .bind(providers)
         .bind(i64::from(max))
-        .fetch_all(&mut **tx)
+        .fetch_all(&mut *tx)
         .await?;
     rows.iter().map(candidate).collect()
 }
@@ -249,7 +253,7 @@ pub(super) async fn start_attempts(
         .bind(&jobs)
         .bind(&numbers)
         .bind(&seconds)
-        .fetch_all(&mut **tx)
+        .fetch_all(&mut *tx)
         .await?;
     // Each candidate was locked by this transaction: every one started.
     candidates
@@ -264,12 +268,12 @@ pub(super) async fn start_attempts(
 }
 
 pub(super) async fn put_requests(tx: &mut PgTransaction, provider: &str, level: f64) -> Result<()> {
-    sqlx::query(PUT_REQUESTS).bind(provider).bind(level).execute(&mut **tx).await?;
+    sqlx::query(PUT_REQUESTS).bind(provider).bind(level).execute(&mut *tx).await?;
     Ok(())
 }
 
 pub(super) async fn pause_provider(tx: &mut PgTransaction, provider: &str, pause: Duration) -> Result<()> {
-    sqlx::query(PAUSE_PROVIDER).bind(provider).bind(pause.as_secs_f64()).execute(&mut **tx).await?;
+    sqlx::query(PAUSE_PROVIDER).bind(provider).bind(pause.as_secs_f64()).execute(&mut *tx).await?;
     Ok(())
 }
 
@@ -283,7 +287,7 @@ pub(super) async fn requeue_attempt(
         .bind_attempt(attempt)
         .bind(delay.as_secs_f64())
         .bind(max.map(i64::from))
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
     Ok(done.rows_affected())
 }
@@ -291,7 +295,7 @@ pub(super) async fn requeue_attempt(
 /// Takes `tokens` from the provider's bucket of `per_minute`: `None` when
 /// taken, else how long until the bucket holds them.
 pub(super) async fn reserve_tokens(
-    pool: &sqlx::PgPool,
+    pool: &super::bounded::Pool,
     provider: &str,
     tokens: u64,
     per_minute: u32,

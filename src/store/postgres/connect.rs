@@ -93,7 +93,7 @@ async fn takes_writes(connection: &mut PgConnection, session: &str) -> std::resu
 }
 
 /// What a Postgres server says of its replication.
-pub(super) async fn replication(pool: &PgPool) -> Result<crate::store::Replication> {
+pub(super) async fn replication(pool: &super::bounded::Pool) -> Result<crate::store::Replication> {
     let (synchronous_commit, standby_names, standbys): (String, String, i64) =
         sqlx::query_as(REPLICATION).fetch_one(pool).await?;
     let commit_waits_for_standby = matches!(synchronous_commit.as_str(), "on" | "remote_write" | "remote_apply")

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::bounded::answered;
 use super::direct::DirectConnections;
 use super::sql::CREATE_JOBS;
 use crate::store::groups::{Creation, interrupted};
@@ -73,7 +74,7 @@ async fn create_jobs(direct: &DirectConnections, news: &[&NewJob]) -> Result<Has
     let trace = |new: &NewJob| new.trace.as_ref().map(|t| t.traceparent.clone());
     let state = |new: &NewJob| new.trace.as_ref().and_then(|t| t.tracestate.clone());
     let mut lent = direct.acquire().await?;
-    let rows: std::result::Result<Vec<(Uuid, DateTime<Utc>)>, _> = sqlx::query_as(CREATE_JOBS.as_str())
+    let inserting = sqlx::query_as(CREATE_JOBS.as_str())
         .bind(first.owner.as_str())
         .bind(news.iter().map(|new| new.id.0).collect::<Vec<_>>())
         .bind(news.iter().map(|new| new.idempotency_key.as_str()).collect::<Vec<_>>())
@@ -86,8 +87,8 @@ async fn create_jobs(direct: &DirectConnections, news: &[&NewJob]) -> Result<Has
         .bind(column(&trace))
         .bind(column(&state))
         .bind(news.iter().map(|new| new.first_attempt_provider()).collect::<Vec<_>>())
-        .fetch_all(lent.connection())
-        .await;
+        .fetch_all(lent.connection());
+    let rows: std::result::Result<Vec<(Uuid, DateTime<Utc>)>, _> = answered(direct.patience(), inserting).await;
     lent.keep_after(&rows);
     Ok(rows?.into_iter().collect())
 }

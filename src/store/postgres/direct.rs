@@ -35,6 +35,8 @@ pub(super) struct DirectConnections {
     idle: Mutex<Vec<(Instant, PgConnection)>>,
     permits: Semaphore,
     acquire_timeout: Duration,
+    // The longest a statement's answer is waited for (`bounded::answered`).
+    patience: Duration,
 }
 
 /// A connection lent to one request. Dropped unless [`Lent::keep_after`]
@@ -50,15 +52,23 @@ pub(super) struct Lent<'a> {
 impl DirectConnections {
     /// A set of at most `max` connections to the writable one of `hosts`,
     /// each given the `session` settings first; a request waits
-    /// `acquire_timeout` at most for one.
-    pub(super) fn new(hosts: Arc<Hosts>, session: String, max: u32, acquire_timeout: Duration) -> Self {
+    /// `acquire_timeout` at most for one, and `patience` at most for the
+    /// answer to its statement.
+    pub(super) fn new(hosts: Arc<Hosts>, session: String, max: u32, waits: (Duration, Duration)) -> Self {
+        let (acquire_timeout, patience) = waits;
         Self {
             hosts,
             session,
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(max.max(1) as usize),
             acquire_timeout,
+            patience,
         }
+    }
+
+    /// How long a statement's answer is waited for.
+    pub(super) fn patience(&self) -> Duration {
+        self.patience
     }
 
     /// How long a request waits for a connection before it is refused.

@@ -4,8 +4,11 @@
 
 use std::time::Duration;
 
+use sqlx::Executor;
 use sqlx::Postgres;
-use sqlx::postgres::{PgArguments, PgListener, PgPool};
+use sqlx::postgres::{PgArguments, PgListener};
+
+use super::bounded::answered;
 use sqlx::query::Query;
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -36,11 +39,19 @@ pub(super) fn insert_api_key<'a>(key: &NewKey<'a>) -> Query<'a, Postgres, PgArgu
     sqlx::query(INSERT_API_KEY).bind(key.owner.as_str()).bind(key.id).bind(key.role).bind(&key.token_hash[..])
 }
 
+/// How long the listening connection may stay quiet before it is asked for
+/// an answer: a network that lost it gives no error, and a notification it
+/// lost would leave a revoked key cached.
+const LISTENER_CHECKED_EVERY: Duration = Duration::from_secs(5);
+
 /// LISTENs on [`KEY_CHANNEL`] over a connection of its own and reports what
-/// it hears, reconnecting (and saying so) whenever the connection is lost or
-/// the store's connections were evicted (the server may have become a
-/// standby, `connect`), until `changes` is closed.
-pub(super) async fn follow_key_changes(pool: PgPool, changes: mpsc::Sender<KeyChange>) {
+/// it hears, reconnecting (and saying so) whenever the connection is lost,
+/// does not answer a check within the pool's patience after
+/// [`LISTENER_CHECKED_EVERY`] of quiet, or the store's connections were
+/// evicted (the server may have become a standby, `connect`), until
+/// `changes` is closed.
+pub(super) async fn follow_key_changes(bounded: super::bounded::Pool, changes: mpsc::Sender<KeyChange>) {
+    let pool = bounded.sqlx().clone();
     const FIRST_RETRY: Duration = Duration::from_millis(100);
     let mut retry = FIRST_RETRY;
     loop {
@@ -65,6 +76,15 @@ pub(super) async fn follow_key_changes(pool: PgPool, changes: mpsc::Sender<KeyCh
                     let next = tokio::select! {
                         () = changes.closed() => return,
                         next = listener.try_recv() => next,
+                        () = tokio::time::sleep(LISTENER_CHECKED_EVERY) => {
+                            match answered(bounded.patience(), listener.execute("select 1")).await {
+                                Ok(_) => continue,
+                                Err(error) => {
+                                    tracing::warn!(%error, "the connection that listens for key changes does not answer; reconnecting");
+                                    break;
+                                }
+                            }
+                        }
                         _ = evictions.changed() => {
                             tracing::info!("the connection that listens for key changes was evicted; reconnecting");
                             break;
@@ -113,12 +133,12 @@ pub(super) async fn follow_key_changes(pool: PgPool, changes: mpsc::Sender<KeyCh
 /// Revokes key `id` and waits until every listening server confirmed it
 /// forgot the key (or [`KEY_ACK_TIMEOUT`] passed); `false` when there is no
 /// such live key.
-pub(super) async fn revoke_api_key(pool: &PgPool, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {
+pub(super) async fn revoke_api_key(pool: &super::bounded::Pool, id: Uuid, owner: Option<&OwnerId>) -> Result<bool> {
     // Every serving process caches checked keys and LISTENs for changes;
     // each forgets the key when the trigger's notification reaches it and
     // confirms on KEY_ACK_CHANNEL. Waiting for those confirmations makes
     // "revoked" mean that no listening server accepts the key any more.
-    let mut confirmations = PgListener::connect_with(pool).await?;
+    let mut confirmations = PgListener::connect_with(pool.sqlx()).await?;
     confirmations.listen(KEY_ACK_CHANNEL).await?;
     let listening: i64 =
         sqlx::query_scalar(COUNT_LISTENERS).bind(format!(r#"LISTEN "{KEY_CHANNEL}""#)).fetch_one(pool).await?;
@@ -145,7 +165,7 @@ pub(super) async fn revoke_api_key(pool: &PgPool, id: Uuid, owner: Option<&Owner
 }
 
 /// Tells a revoker that this process forgot key `id`.
-pub(super) async fn confirm_key_forgotten(pool: &PgPool, id: Uuid) -> Result<()> {
+pub(super) async fn confirm_key_forgotten(pool: &super::bounded::Pool, id: Uuid) -> Result<()> {
     sqlx::query(NOTIFY).bind(KEY_ACK_CHANNEL).bind(id.to_string()).execute(pool).await?;
     Ok(())
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Postgres, Row};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -39,6 +39,7 @@ use crate::store::rows::BindAttempt;
 use direct::DirectConnections;
 use tx::PgTx;
 
+mod bounded;
 mod breakers;
 mod catalogue;
 mod claims;
@@ -58,7 +59,7 @@ pub use catalogue::{CROSS_OWNER, HotStatement, statements};
 use sql::{CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, SAMPLE_GAUGES};
 
 /// A transaction on Postgres.
-type PgTransaction = Transaction<'static, Postgres>;
+type PgTransaction = bounded::Transaction;
 
 /// The embedded migrations of `migrations/postgres`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -78,7 +79,7 @@ pub struct PostgresOptions {
 /// The Postgres [`super::Driver`], which a [`super::Store`] runs on.
 #[derive(Clone, Debug)]
 pub struct PostgresStore {
-    pool: PgPool,
+    pool: bounded::Pool,
     // The one-statement requests of the hot path (see `direct`).
     direct: Arc<DirectConnections>,
     // The turn of writing a group of new jobs (see `creates`).
@@ -104,6 +105,7 @@ impl PostgresStore {
             connect.application_name("onejob").extra_float_digits(None)
         })?);
         let session = session_settings(options);
+        let patience = bounded::answer_patience(options.statement_timeout);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
@@ -114,6 +116,7 @@ impl PostgresStore {
             // connection opened before it stale, dropped here when asked for.
             .test_before_acquire(false)
             .before_acquire(|_, meta| Box::pin(async move { Ok(!super::eviction::is_stale_by_age(meta.age)) }))
+            .after_release(move |connection, _| Box::pin(bounded::check_released(connection, patience)))
             .after_connect({
                 let session: Arc<str> = session.clone().into();
                 let hosts = hosts.clone();
@@ -123,10 +126,11 @@ impl PostgresStore {
                 }
             })
             .connect_lazy_with(hosts.options());
-        let direct =
-            DirectConnections::new(hosts.clone(), session.clone(), options.max_connections, options.acquire_timeout);
+        let pool = bounded::Pool::new(pool, patience);
+        let waits = (options.acquire_timeout, patience);
+        let direct = DirectConnections::new(hosts.clone(), session.clone(), options.max_connections, waits);
         let watcher = (hosts.several())
-            .then(|| tokio::spawn(connect::watch_hosts(hosts.clone(), pool.clone(), session)))
+            .then(|| tokio::spawn(connect::watch_hosts(hosts.clone(), pool.sqlx().clone(), session)))
             .map(|task| Arc::new(AbortOnDrop(task)));
         Ok(Self {
             pool,
@@ -141,14 +145,13 @@ impl PostgresStore {
     pub fn from_pool(pool: PgPool) -> Self {
         let options = pool.options();
         let hosts = Arc::new(connect::Hosts::one((*pool.connect_options()).clone()));
-        let direct = DirectConnections::new(
-            hosts.clone(),
-            String::new(),
-            options.get_max_connections(),
-            options.get_acquire_timeout(),
-        );
+        // The server's own statement timeout is left as it is set there;
+        // answers are waited for as long as by default.
+        let patience = bounded::answer_patience(crate::config::DatabaseSettings::default().statement_timeout);
+        let waits = (options.get_acquire_timeout(), patience);
+        let direct = DirectConnections::new(hosts.clone(), String::new(), options.get_max_connections(), waits);
         Self {
-            pool,
+            pool: bounded::Pool::new(pool, patience),
             direct: Arc::new(direct),
             creation_turns: Arc::new(tokio::sync::Semaphore::new(1)),
             hosts,
@@ -158,7 +161,7 @@ impl PostgresStore {
 
     /// The pool, for tests that look at the tables directly.
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        self.pool.sqlx()
     }
 }
 
@@ -176,8 +179,8 @@ where
     T: 'q + Send + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>,
 {
     let mut lent = direct.acquire().await?;
-    let rows: std::result::Result<Vec<PgRow>, _> =
-        sqlx::query(sql).bind(owner.as_str()).bind(key).fetch_all(lent.connection()).await;
+    let reading = sqlx::query(sql).bind(owner.as_str()).bind(key).fetch_all(lent.connection());
+    let rows: std::result::Result<Vec<PgRow>, _> = bounded::answered(direct.patience(), reading).await;
     lent.keep_after(&rows);
     job_from_rows(&rows?)
 }
@@ -209,7 +212,7 @@ impl Driver for PostgresStore {
     }
 
     async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.pool).await.map_err(super::error::migration_error)?;
+        MIGRATOR.run(self.pool.sqlx()).await.map_err(super::error::migration_error)?;
         Ok(())
     }
 
@@ -349,7 +352,7 @@ impl Driver for PostgresStore {
         // One statement per settled attempt: on the hot path's connections.
         let mut lent = self.direct.acquire().await?;
         let query = bind_counts(sqlx::query(sql::RECORD_USAGE).bind_attempt(attempt), Some(usage));
-        let changed = query.execute(lent.connection()).await;
+        let changed = bounded::answered(self.direct.patience(), query.execute(lent.connection())).await;
         lent.keep_after(&changed);
         Ok(changed?.rows_affected() == 1)
     }

@@ -21,7 +21,7 @@ use crate::store::purge::PURGE_LOCK;
 pub(super) const TAKE_PURGE_LOCK: &str = "select pg_try_advisory_xact_lock($1)";
 
 pub(super) async fn take_purge_lock(tx: &mut PgTransaction) -> Result<bool> {
-    Ok(sqlx::query_scalar(TAKE_PURGE_LOCK).bind(PURGE_LOCK).fetch_one(&mut **tx).await?)
+    Ok(sqlx::query_scalar(TAKE_PURGE_LOCK).bind(PURGE_LOCK).fetch_one(&mut *tx).await?)
 }
 
 /// The finished jobs a rule may purge (binds: cutoff, task or null, the
@@ -88,12 +88,12 @@ pub(super) async fn purgeable_jobs(
         .bind(rule.task.as_deref())
         .bind(&rule.others)
         .bind(i64::from(max))
-        .fetch_all(&mut **tx)
+        .fetch_all(&mut *tx)
         .await?;
     Ok(rows.into_iter().map(|(owner, id)| (OwnerId::from_trusted(owner), JobId(id))).collect())
 }
 
-pub(super) async fn any_purgeable(pool: &sqlx::PgPool, rule: &PurgeRule) -> Result<bool> {
+pub(super) async fn any_purgeable(pool: &super::bounded::Pool, rule: &PurgeRule) -> Result<bool> {
     let query = sqlx::query_scalar(ANY_PURGEABLE.as_str()).bind(Stamp(rule.before)).bind(rule.task.as_deref());
     Ok(query.bind(&rule.others).fetch_one(pool).await?)
 }
@@ -103,7 +103,7 @@ pub(super) async fn count_purgeable_jobs(tx: &mut PgTransaction, rule: &PurgeRul
         .bind(Stamp(rule.before))
         .bind(rule.task.as_deref())
         .bind(&rule.others)
-        .fetch_one(&mut **tx)
+        .fetch_one(&mut *tx)
         .await?;
     Ok(u64::try_from(count).unwrap_or(0))
 }
@@ -117,7 +117,7 @@ pub(super) async fn usage_of_jobs(
     jobs: &[(OwnerId, JobId)],
 ) -> Result<Vec<(OwnerId, UsageRow)>> {
     let (owners, ids) = arrays(jobs);
-    let rows = sqlx::query(USAGE_OF_JOBS).bind(&owners).bind(&ids).fetch_all(&mut **tx).await?;
+    let rows = sqlx::query(USAGE_OF_JOBS).bind(&owners).bind(&ids).fetch_all(&mut *tx).await?;
     let owners: Vec<String> =
         rows.iter().map(|row| sqlx::Row::try_get(row, "owner_id")).collect::<std::result::Result<_, _>>()?;
     let usage: Vec<UsageRow> = read_all::<_, UsageReportRow, _>(&rows)?;
@@ -125,18 +125,18 @@ pub(super) async fn usage_of_jobs(
 }
 
 pub(super) async fn add_to_rollup(tx: &mut PgTransaction, key: &RollupKey, totals: &RollupTotals) -> Result<()> {
-    bind_rollup!(sqlx::query(super::sql::ADD_TO_ROLLUP), key, totals).execute(&mut **tx).await?;
+    bind_rollup!(sqlx::query(super::sql::ADD_TO_ROLLUP), key, totals).execute(&mut *tx).await?;
     Ok(())
 }
 
 pub(super) async fn delete_jobs(tx: &mut PgTransaction, jobs: &[(OwnerId, JobId)]) -> Result<u64> {
     let (owners, ids) = arrays(jobs);
-    sqlx::query(PURGING_ON).execute(&mut **tx).await?;
+    sqlx::query(PURGING_ON).execute(&mut *tx).await?;
     for statement in [DELETE_DELIVERIES_OF_JOBS, DELETE_EVENTS_OF_JOBS, DELETE_OUTPUT_OF_JOBS, DELETE_ATTEMPTS_OF_JOBS]
     {
-        sqlx::query(statement).bind(&owners).bind(&ids).execute(&mut **tx).await?;
+        sqlx::query(statement).bind(&owners).bind(&ids).execute(&mut *tx).await?;
     }
-    let deleted = sqlx::query(DELETE_JOBS).bind(&owners).bind(&ids).execute(&mut **tx).await?;
-    sqlx::query(PURGING_OFF).execute(&mut **tx).await?;
+    let deleted = sqlx::query(DELETE_JOBS).bind(&owners).bind(&ids).execute(&mut *tx).await?;
+    sqlx::query(PURGING_OFF).execute(&mut *tx).await?;
     Ok(deleted.rows_affected())
 }

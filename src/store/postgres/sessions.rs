@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::PgPool;
 use uuid::Uuid;
 
 use super::super::sessions::{NewSession, SessionRow, StoredSession};
@@ -42,7 +41,7 @@ pub(super) const CLAIM_FIRST_RUN: &str = r#"insert into bootstrap (id, first_key
     on conflict (id) do nothing
     returning first_key_id"#;
 
-pub(super) async fn insert_dashboard_session(pool: &PgPool, session: &NewSession) -> Result<()> {
+pub(super) async fn insert_dashboard_session(pool: &super::bounded::Pool, session: &NewSession) -> Result<()> {
     sqlx::query(INSERT_SESSION)
         .bind(session.owner.as_str())
         .bind(session.key_id)
@@ -53,35 +52,38 @@ pub(super) async fn insert_dashboard_session(pool: &PgPool, session: &NewSession
     Ok(())
 }
 
-pub(super) async fn find_dashboard_session(pool: &PgPool, token_hash: &[u8; 32]) -> Result<Option<StoredSession>> {
+pub(super) async fn find_dashboard_session(
+    pool: &super::bounded::Pool,
+    token_hash: &[u8; 32],
+) -> Result<Option<StoredSession>> {
     let row: Option<SessionRow> = sqlx::query_as(FIND_SESSION).bind(&token_hash[..]).fetch_optional(pool).await?;
     row.map(StoredSession::try_from).transpose()
 }
 
-pub(super) async fn touch_dashboard_session(pool: &PgPool, token_hash: &[u8; 32]) -> Result<()> {
+pub(super) async fn touch_dashboard_session(pool: &super::bounded::Pool, token_hash: &[u8; 32]) -> Result<()> {
     sqlx::query(TOUCH_SESSION).bind(&token_hash[..]).execute(pool).await?;
     Ok(())
 }
 
-pub(super) async fn delete_dashboard_session(pool: &PgPool, token_hash: &[u8; 32]) -> Result<bool> {
+pub(super) async fn delete_dashboard_session(pool: &super::bounded::Pool, token_hash: &[u8; 32]) -> Result<bool> {
     Ok(sqlx::query(DELETE_SESSION).bind(&token_hash[..]).execute(pool).await?.rows_affected() > 0)
 }
 
-pub(super) async fn delete_expired_dashboard_sessions(pool: &PgPool, idle: Duration) -> Result<u64> {
+pub(super) async fn delete_expired_dashboard_sessions(pool: &super::bounded::Pool, idle: Duration) -> Result<u64> {
     Ok(sqlx::query(DELETE_EXPIRED_SESSIONS).bind(idle.as_secs_f64()).execute(pool).await?.rows_affected())
 }
 
 pub(super) async fn insert_first_run_key(store: &PostgresStore, key: &NewKey<'_>) -> Result<bool> {
     let mut tx = store.pool.begin().await?;
     let claimed: Option<Option<Uuid>> =
-        sqlx::query_scalar(CLAIM_FIRST_RUN).bind(key.id).fetch_optional(&mut *tx).await?;
+        sqlx::query_scalar(CLAIM_FIRST_RUN).bind(key.id).fetch_optional(&mut tx).await?;
     if claimed != Some(Some(key.id)) {
         // Keys existed (the row says so, and is kept), or another process
         // had the first run.
         tx.commit().await?;
         return Ok(false);
     }
-    super::keys::insert_api_key(key).execute(&mut *tx).await?;
+    super::keys::insert_api_key(key).execute(&mut tx).await?;
     tx.commit().await?;
     Ok(true)
 }

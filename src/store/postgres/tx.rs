@@ -85,7 +85,7 @@ impl DriverTx for PgTx {
     }
 
     async fn set_job_state(&mut self, owner: &OwnerId, job_id: JobId, state: JobState) -> Result<()> {
-        sqlx::query(sql::SET_JOB_STATE).bind(owner.as_str()).bind(job_id.0).bind(state).execute(&mut *self.tx).await?;
+        sqlx::query(sql::SET_JOB_STATE).bind(owner.as_str()).bind(job_id.0).bind(state).execute(&mut self.tx).await?;
         Ok(())
     }
 
@@ -100,7 +100,7 @@ impl DriverTx for PgTx {
             .bind(AttemptState::Pending)
             .bind(new.trace.as_ref().map(|t| t.traceparent.as_str()))
             .bind(new.trace.as_ref().and_then(|t| t.tracestate.as_deref()))
-            .fetch_all(&mut *self.tx)
+            .fetch_all(&mut self.tx)
             .await?;
         attempts_from_rows(&rows)?.pop().ok_or_else(|| corrupt("an inserted attempt returned no row"))
     }
@@ -112,7 +112,7 @@ impl DriverTx for PgTx {
             .bind(event.kind)
             .bind(event.attempt_number)
             .bind(event.detail)
-            .execute(&mut *self.tx)
+            .execute(&mut self.tx)
             .await?;
         Ok(())
     }
@@ -123,7 +123,7 @@ impl DriverTx for PgTx {
             .bind(message.job_id.0)
             .bind(message.event.as_str())
             .bind(&message.payload)
-            .execute(&mut *self.tx)
+            .execute(&mut self.tx)
             .await?;
         Ok(())
     }
@@ -131,7 +131,7 @@ impl DriverTx for PgTx {
     async fn lock_attempt_job(&mut self, attempt: &AttemptRef, skip_locked: bool) -> Result<Option<LockedAttempt>> {
         let statement = if skip_locked { sql::LOCK_ATTEMPT_JOB_SKIP_LOCKED.as_str() } else { sql::LOCK_ATTEMPT_JOB };
         let row: Option<LockedAttemptRow> =
-            sqlx::query_as(statement).bind_attempt(attempt).fetch_optional(&mut *self.tx).await?;
+            sqlx::query_as(statement).bind_attempt(attempt).fetch_optional(&mut self.tx).await?;
         Ok(row.map(Into::into))
     }
 
@@ -143,7 +143,7 @@ impl DriverTx for PgTx {
             .bind(first.owner.as_str())
             .bind(&jobs)
             .bind(&numbers)
-            .fetch_all(&mut *self.tx)
+            .fetch_all(&mut self.tx)
             .await?;
         let mut locked: Vec<Option<LockedAttempt>> = vec![None; attempts.len()];
         for row in &rows {
@@ -162,7 +162,7 @@ impl DriverTx for PgTx {
             .bind(Json(outcome.error))
             .bind(state_names(outcome.from))
             .bind(outcome.to == AttemptState::Unknown);
-        Ok(bind_usage(query, outcome.usage).execute(&mut *self.tx).await?.rows_affected())
+        Ok(bind_usage(query, outcome.usage).execute(&mut self.tx).await?.rows_affected())
     }
 
     async fn settle_with_output(&mut self, settlement: &SettleWithOutput<'_>) -> Result<SettledWithOutput> {
@@ -176,7 +176,7 @@ impl DriverTx for PgTx {
             .bind(state_names(settlement.from))
             .bind(&settlement.won)
             .bind(&settlement.lost);
-        let row = bind_usage(query, settlement.usage).fetch_one(&mut *self.tx).await?;
+        let row = bind_usage(query, settlement.usage).fetch_one(&mut self.tx).await?;
         settled_row(&row)
     }
 
@@ -207,7 +207,7 @@ impl DriverTx for PgTx {
             .bind(usages.iter().map(|u| u.map(|u| u.usage.cache_read_tokens)).collect::<Vec<_>>())
             .bind(usages.iter().map(|u| u.map(|u| u.usage.predict_ms)).collect::<Vec<_>>())
             .bind(usages.iter().map(|u| u.map(|u| u.usage.outputs)).collect::<Vec<_>>())
-            .fetch_all(&mut *self.tx)
+            .fetch_all(&mut self.tx)
             .await?;
         if rows.len() != settlements.len() {
             return Err(corrupt("a settlement of several outputs answered for another number of them"));
@@ -220,54 +220,54 @@ impl DriverTx for PgTx {
             .bind(owner.as_str())
             .bind(job_id.0)
             .bind(JobState::Canceled)
-            .execute(&mut *self.tx)
+            .execute(&mut self.tx)
             .await?;
         Ok(sqlx::query_scalar(sql::CANCEL_PENDING_ATTEMPTS)
             .bind(owner.as_str())
             .bind(job_id.0)
             .bind(AttemptState::Pending)
             .bind(AttemptState::Canceled)
-            .fetch_all(&mut *self.tx)
+            .fetch_all(&mut self.tx)
             .await?)
     }
     async fn lock_job(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Option<LockedJob>> {
-        shared::lock_job(&mut *self.tx, sql::LOCK_JOB, owner, job_id).await
+        shared::lock_job(&mut self.tx, sql::LOCK_JOB, owner, job_id).await
     }
 
     async fn job_budget(&mut self, owner: &OwnerId, job_id: JobId) -> Result<(Option<String>, Value)> {
-        shared::job_budget(&mut *self.tx, sql::JOB_BUDGET, owner, job_id).await
+        shared::job_budget(&mut self.tx, sql::JOB_BUDGET, owner, job_id).await
     }
 
     async fn forget_usage(&mut self, attempt: &AttemptRef) -> Result<()> {
-        shared::forget_usage(&mut *self.tx, sql::FORGET_USAGE, attempt).await
+        shared::forget_usage(&mut self.tx, sql::FORGET_USAGE, attempt).await
     }
 
     async fn lock_output(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Option<OutputLock>> {
-        shared::lock_output(&mut *self.tx, sql::LOCK_OUTPUT, owner, job_id).await
+        shared::lock_output(&mut self.tx, sql::LOCK_OUTPUT, owner, job_id).await
     }
 
     async fn set_output_attempt(&mut self, owner: &OwnerId, job_id: JobId, number: i32) -> Result<()> {
-        shared::set_output_attempt(&mut *self.tx, sql::SET_OUTPUT_ATTEMPT, owner, job_id, number).await
+        shared::set_output_attempt(&mut self.tx, sql::SET_OUTPUT_ATTEMPT, owner, job_id, number).await
     }
 
     async fn insert_output(&mut self, owner: &OwnerId, job_id: JobId, piece: &OutputPiece) -> Result<()> {
-        shared::insert_output(&mut *self.tx, sql::INSERT_OUTPUT, owner, job_id, piece).await
+        shared::insert_output(&mut self.tx, sql::INSERT_OUTPUT, owner, job_id, piece).await
     }
 
     async fn attempt_state(&mut self, attempt: &AttemptRef) -> Result<Option<AttemptState>> {
-        shared::attempt_state(&mut *self.tx, sql::ATTEMPT_STATE, attempt).await
+        shared::attempt_state(&mut self.tx, sql::ATTEMPT_STATE, attempt).await
     }
 
     async fn attempt_states(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<AttemptState>> {
-        shared::attempt_states(&mut *self.tx, sql::ATTEMPT_STATES, owner, job_id).await
+        shared::attempt_states(&mut self.tx, sql::ATTEMPT_STATES, owner, job_id).await
     }
 
     async fn read_attempts(&mut self, owner: &OwnerId, job_id: JobId) -> Result<Vec<Attempt>> {
-        shared::read_attempts(&mut *self.tx, &sql::READ_ATTEMPTS, owner, job_id).await
+        shared::read_attempts(&mut self.tx, &sql::READ_ATTEMPTS, owner, job_id).await
     }
 
     async fn qualification_state(&mut self, provider: &str, task: &str, hash: &[u8; 32]) -> Result<QualificationState> {
-        shared::qualification_state(&mut *self.tx, sql::QUALIFICATION_STATE, provider, task, hash).await
+        shared::qualification_state(&mut self.tx, sql::QUALIFICATION_STATE, provider, task, hash).await
     }
 
     async fn purgeable_jobs(&mut self, rule: &PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>> {

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::PgPool;
 use uuid::Uuid;
 
 use super::super::Result;
@@ -113,15 +112,15 @@ pub(super) const DISABLE_ENDPOINT: &str = r#"update webhook_endpoints set disabl
     where owner_id = $1 and id = $2 and disabled_at is null"#;
 
 pub(super) async fn insert_webhook_endpoint(
-    pool: &PgPool,
+    pool: &super::bounded::Pool,
     new: &NewEndpoint,
     max_per_owner: u32,
 ) -> Result<Option<Endpoint>> {
     check_events(&new.events)?;
     let mut tx = pool.begin().await?;
     // Under the owner's lock, the count holds until commit.
-    sqlx::query(LOCK_OWNER_ENDPOINTS).bind(new.owner.as_str()).execute(&mut *tx).await?;
-    let held: i64 = sqlx::query_scalar(COUNT_ENDPOINTS).bind(new.owner.as_str()).fetch_one(&mut *tx).await?;
+    sqlx::query(LOCK_OWNER_ENDPOINTS).bind(new.owner.as_str()).execute(&mut tx).await?;
+    let held: i64 = sqlx::query_scalar(COUNT_ENDPOINTS).bind(new.owner.as_str()).fetch_one(&mut tx).await?;
     if held >= i64::from(max_per_owner) {
         return Ok(None);
     }
@@ -131,30 +130,30 @@ pub(super) async fn insert_webhook_endpoint(
         .bind(&new.url)
         .bind(&new.description)
         .bind(&new.secret)
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?;
     for event in &new.events {
         sqlx::query(INSERT_SUBSCRIPTION)
             .bind(new.owner.as_str())
             .bind(new.id)
             .bind(event.as_str())
-            .execute(&mut *tx)
+            .execute(&mut tx)
             .await?;
     }
     let row: EndpointRow =
-        sqlx::query_as(LIST_ENDPOINTS).bind(new.owner.as_str()).bind(new.id).fetch_one(&mut *tx).await?;
+        sqlx::query_as(LIST_ENDPOINTS).bind(new.owner.as_str()).bind(new.id).fetch_one(&mut tx).await?;
     tx.commit().await?;
     Ok(Some(row.into()))
 }
 
-pub(super) async fn list_webhook_endpoints(pool: &PgPool, owner: &OwnerId) -> Result<Vec<Endpoint>> {
+pub(super) async fn list_webhook_endpoints(pool: &super::bounded::Pool, owner: &OwnerId) -> Result<Vec<Endpoint>> {
     let rows: Vec<EndpointRow> =
         sqlx::query_as(LIST_ENDPOINTS).bind(owner.as_str()).bind(None::<Uuid>).fetch_all(pool).await?;
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
 pub(super) async fn rotate_webhook_secret(
-    pool: &PgPool,
+    pool: &super::bounded::Pool,
     owner: &OwnerId,
     id: Uuid,
     secret: &str,
@@ -175,7 +174,7 @@ pub(super) async fn rotate_webhook_secret(
 }
 
 pub(super) async fn claim_webhook_deliveries(
-    pool: &PgPool,
+    pool: &super::bounded::Pool,
     max: u32,
     lease: Duration,
     skip: &[String],
@@ -185,11 +184,15 @@ pub(super) async fn claim_webhook_deliveries(
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
-pub(super) async fn has_due_webhook_deliveries(pool: &PgPool) -> Result<bool> {
+pub(super) async fn has_due_webhook_deliveries(pool: &super::bounded::Pool) -> Result<bool> {
     Ok(sqlx::query_scalar(ANY_DUE_DELIVERY).fetch_one(pool).await?)
 }
 
-pub(super) async fn release_webhook_deliveries(pool: &PgPool, owner: &OwnerId, ids: &[Uuid]) -> Result<()> {
+pub(super) async fn release_webhook_deliveries(
+    pool: &super::bounded::Pool,
+    owner: &OwnerId,
+    ids: &[Uuid],
+) -> Result<()> {
     sqlx::query(RELEASE_DELIVERIES).bind(owner.as_str()).bind(ids).execute(pool).await?;
     Ok(())
 }
@@ -197,7 +200,7 @@ pub(super) async fn release_webhook_deliveries(pool: &PgPool, owner: &OwnerId, i
 /// Records a batch of tries: every try in one statement, every delivery's
 /// next state in another, and the endpoints that answered 410 disabled,
 /// in one transaction.
-pub(super) async fn record_webhook_tries(pool: &PgPool, done: &[DeliveryTry]) -> Result<()> {
+pub(super) async fn record_webhook_tries(pool: &super::bounded::Pool, done: &[DeliveryTry]) -> Result<()> {
     if done.is_empty() {
         return Ok(());
     }
@@ -225,7 +228,7 @@ pub(super) async fn record_webhook_tries(pool: &PgPool, done: &[DeliveryTry]) ->
         .bind(&statuses)
         .bind(&latencies)
         .bind(&errors)
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?;
     let disable: Vec<(String, Uuid)> = sqlx::query_as(SETTLE_DELIVERIES)
         .bind(&owners)
@@ -235,7 +238,7 @@ pub(super) async fn record_webhook_tries(pool: &PgPool, done: &[DeliveryTry]) ->
         .bind(&errors)
         .bind(&retry_in)
         .bind(&gone)
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut tx)
         .await?
         .into_iter()
         .filter_map(|(owner, endpoint, gone): (String, Uuid, bool)| gone.then_some((owner, endpoint)))
@@ -245,7 +248,7 @@ pub(super) async fn record_webhook_tries(pool: &PgPool, done: &[DeliveryTry]) ->
             .bind(owner)
             .bind(endpoint)
             .bind("the receiver answered 410 Gone")
-            .execute(&mut *tx)
+            .execute(&mut tx)
             .await?;
     }
     tx.commit().await?;
