@@ -487,6 +487,15 @@ mod tests {
     }
 
     #[test]
+    fn a_statement_timeout_of_zero_is_rejected() {
+        // Zero would let a statement run for ever on the server, and onejob
+        // waits for an answer only that long and a second.
+        let settings = Settings::parse("[database]\nstatement_timeout_ms = 0\n").unwrap();
+        let error = settings.validate().unwrap_err();
+        assert!(error.to_string().contains("statement_timeout_ms must be at least 1"), "{error}");
+    }
+
+    #[test]
     fn schemas_may_be_tables_or_json_text() {
         let text = r#"
             [providers.p]

@@ -8,7 +8,8 @@
 //   request is sent, and whichever answers are lost, the intent makes one job.
 // - Retries that are safe because of that key: network errors, 408, 429 and
 //   5xx, with full-jitter exponential backoff, honouring `Retry-After`,
-//   bounded in tries and in time. No other 4xx is retried.
+//   bounded in tries and in time. No other 4xx is retried, and no answer
+//   that says `x-should-retry: false`.
 // - Following a job: the event stream, or long-polls with `ETag` where a
 //   stream cannot be had, to a terminal state.
 // - Fallbacks as results, not exceptions: the 409s that say "not now" come
@@ -417,7 +418,9 @@ export class OnejobClient {
                     return { response, tries };
                 wait = retryAfterSeconds(response.headers.get("retry-after"));
                 failure = new OnejobError(response.status, await problemOf(response), wait);
-                const retryable = response.status === 408 || response.status === 429 || response.status >= 500;
+                // The server's word wins (`x-should-retry`); otherwise 408, 429 and 5xx.
+                const said = response.headers.get("x-should-retry");
+                const retryable = said === "true" || (said !== "false" && (response.status === 408 || response.status === 429 || response.status >= 500));
                 if (!retryable)
                     throw failure;
             }

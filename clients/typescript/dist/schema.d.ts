@@ -425,8 +425,11 @@ export interface components {
             number: number;
             /** @description Who started it. */
             origin: components["schemas"]["AttemptOrigin"];
-            /** @description The output, for succeeded and superseded attempts. */
-            output?: Record<string, never> | null;
+            /**
+             * @description The output, for succeeded and superseded attempts: an object, or
+             *     for a prose task a string.
+             */
+            output?: unknown;
             /** @description The provider it runs on. */
             provider: string;
             /**
@@ -606,8 +609,11 @@ export interface components {
             max_cost?: string | null;
             /** @description The primary provider. */
             provider: string;
-            /** @description The winner's output. */
-            result?: Record<string, never> | null;
+            /**
+             * @description The winner's output: an object, or for a task whose output schema
+             *     is a string schema (prose), a string.
+             */
+            result?: unknown;
             /** @description The derived, stored state. */
             state: components["schemas"]["JobState"];
             /** @description The task's name. */

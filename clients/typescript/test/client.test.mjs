@@ -94,6 +94,28 @@ test("503 and 429 are retried no sooner than their Retry-After, with the same ke
   assert.equal(created.replayed, false);
 });
 
+test("an answer that says x-should-retry: false is not retried, whatever its status; onejob says it of a reused key", async () => {
+  let calls = 0;
+  const refusing = async () => {
+    calls += 1;
+    return new Response(JSON.stringify({ type: "unavailable", title: "Unavailable", status: 503 }), {
+      status: 503,
+      headers: { "content-type": "application/problem+json", "x-should-retry": "false" },
+    });
+  };
+  await assert.rejects(client({ fetch: refusing }).createJob(summarize("not again")), (error) => error.status === 503);
+  assert.equal(calls, 1, "sent once");
+  const onejob = client();
+  const first = await onejob.createJob(summarize("held"), { intent: "held-by-one" });
+  const reused = await fetch(`${server.url}/jobs`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${server.token}`, "idempotency-key": first.key, "content-type": "application/json" },
+    body: JSON.stringify(summarize("another payload")),
+  });
+  assert.equal(reused.status, 409);
+  assert.equal(reused.headers.get("x-should-retry"), "false");
+});
+
 test("the server's own 429 is waited out", async () => {
   const limited = await startServer((text) =>
     text.replace(/^rate_limit_per_second = .*$/m, "rate_limit_per_second = 1").replace(/^rate_limit_burst = .*$/m, "rate_limit_burst = 1"),

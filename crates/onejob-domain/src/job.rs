@@ -33,8 +33,8 @@ pub struct Job {
     pub state: JobState,
     /// The number of the attempt that won, once one has.
     pub winning_attempt: Option<i32>,
-    /// The winner's output.
-    #[schema(value_type = Option<Object>)]
+    /// The winner's output: an object, or for a task whose output schema
+    /// is a string schema (prose), a string.
     pub result: Option<Value>,
     /// When the job was accepted.
     pub created_at: DateTime<Utc>,
@@ -236,8 +236,8 @@ pub struct Attempt {
     pub worker: Option<String>,
     /// Until when that worker's claim holds.
     pub lease_until: Option<DateTime<Utc>>,
-    /// The output, for succeeded and superseded attempts.
-    #[schema(value_type = Option<Object>)]
+    /// The output, for succeeded and superseded attempts: an object, or
+    /// for a prose task a string.
     pub output: Option<Value>,
     /// What went wrong, for failed and unknown attempts: `{type, message, detail}`.
     #[schema(value_type = Option<Object>)]
