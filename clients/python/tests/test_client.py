@@ -167,9 +167,18 @@ def test_watch_sees_an_unknown_attempt_and_a_fallback_is_told_to_wait_meanwhile(
     assert str(reconciled[-1].job.attempts[0].state) == "failed", "the provider's lookup said it failed"
 
 
-def test_watch_long_polls_where_the_event_stream_cannot_be_had(server: Server, connect: Connect) -> None:
+@pytest.mark.parametrize("refusal", ["cut", "503"])
+def test_watch_long_polls_where_the_event_stream_cannot_be_had(server: Server, connect: Connect, refusal: str) -> None:
     port = int(server.url.rsplit(":", 1)[1])
-    proxy = CuttingProxy(port, lambda request, seen: 0 if request.path.endswith("/events") else None)
+
+    def events(request: Request) -> bool:
+        return request.path.endswith("/events")
+
+    proxy = CuttingProxy(
+        port,
+        cut=lambda request, seen: 0 if refusal == "cut" and events(request) else None,
+        answer=lambda request, seen: overloaded("0") if refusal == "503" and events(request) else None,
+    )
     try:
         api = connect(proxy.url, server.token)
         created = api.create_job("summarize", summarize("followed by long-polls"), provider="sim-slow")
@@ -193,6 +202,17 @@ def test_a_double_clicked_fallback_adds_one_attempt_and_a_finished_job_takes_non
     api.watch_until(job_id, lambda w: str(w.job.state) == "succeeded")
     with pytest.raises(JobFinished):
         api.fallback(job_id, "sim-fast", intent="after the end")
+
+
+def test_a_canceled_job_is_canceled_and_a_cancel_of_a_succeeded_one_is_refused(server: Server, connect: Connect) -> None:
+    api = connect(server.url, server.token)
+    running = api.create_job("summarize", summarize("slow"), provider="sim-slow")
+    canceled = api.cancel(str(running.job.id))
+    assert str(canceled.state) == "canceled"
+    done = api.create_job("summarize", summarize("fast"), wait_seconds=10)
+    assert str(done.job.state) == "succeeded"
+    with pytest.raises(JobFinished):
+        api.cancel(str(done.job.id))
 
 
 def _streaming(text: str) -> str:

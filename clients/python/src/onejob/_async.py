@@ -248,14 +248,14 @@ class AsyncOnejobClient:
             await asyncio.sleep(self._retry.reconnect_delay(failures))
 
     async def _events(self, job_id: str) -> AsyncIterator[SseEvent]:
-        """The job's event stream, until it ends; nothing when it cannot be
-        had (the watch then long-polls)."""
+        """The job's event stream, until it ends; nothing more once it cannot
+        be had (refused, or lost again and again): the watch then long-polls,
+        whose answers say what is wrong, if anything is."""
         try:
             async for event in self._sse(f"{_job_path(job_id)}/events", None, until_last=False):
                 yield event
-        except OnejobError as error:
-            if error.status != 0:
-                raise
+        except OnejobError:
+            return
 
     async def _send(
         self,

@@ -246,13 +246,13 @@ class OnejobClient:
             time.sleep(self._retry.reconnect_delay(failures))
 
     def _events(self, job_id: str) -> Iterator[SseEvent]:
-        """The job's event stream, until it ends; nothing when it cannot be
-        had (the watch then long-polls)."""
+        """The job's event stream, until it ends; nothing more once it cannot
+        be had (refused, or lost again and again): the watch then long-polls,
+        whose answers say what is wrong, if anything is."""
         try:
             yield from self._sse(f"{_job_path(job_id)}/events", None, until_last=False)
-        except OnejobError as error:
-            if error.status != 0:
-                raise
+        except OnejobError:
+            return
 
     def _send(
         self,
