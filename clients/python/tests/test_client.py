@@ -24,6 +24,7 @@ from onejob import (
     ErrorEvent,
     IdempotencyKeyReused,
     JobFinished,
+    MemoryKeyStore,
     NotFound,
     NotNow,
     OnejobClient,
@@ -40,6 +41,18 @@ Connect = Callable[..., Api]
 
 def summarize(text: str) -> dict[str, Any]:
     return {"text": text}
+
+
+class CountingKeyStore(MemoryKeyStore):
+    """A memory key store that counts the keys asked of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def setdefault(self, intent: str, key: str) -> str:
+        self.calls += 1
+        return super().setdefault(intent, key)
 
 
 def job_count(server: Server) -> int:
@@ -71,11 +84,13 @@ def test_answers_cut_mid_answer_are_retried_with_one_key_and_make_one_job(server
     # The first three creates are cut after 40 bytes of their answer: the
     # server made the job, the client saw a connection lost.
     proxy = CuttingProxy(port, lambda request, seen: 40 if request.method == "POST" and seen < 3 else None)
+    kept = CountingKeyStore()
     try:
-        api = connect(proxy.url, server.token)
+        api = connect(proxy.url, server.token, key_store=kept)
         created = api.create_job("summarize", summarize("cut three times"))
     finally:
         proxy.close()
+    assert kept.calls == 0, "a call without an intent keeps no key"
     posts = [r for r in proxy.requests if r.method == "POST"]
     assert len(posts) == 4, [r.path for r in proxy.requests]
     assert {r.headers["idempotency-key"] for r in posts} == {created.key}, "every try carried the intent's key"

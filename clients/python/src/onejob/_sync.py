@@ -108,7 +108,8 @@ class OnejobClient:
         an `intent`, the call is an intent of its own. With `wait_seconds`
         (1 to 30) the server answers when the job is finished or that time
         has passed; `waited` says whether it waited."""
-        key = self.key_for(f"create:{intent if intent is not None else uuid.uuid4()}")
+        # Without an intent, a key of its own, kept only by this call's retries.
+        key = self.key_for(f"create:{intent}") if intent is not None else str(uuid.uuid4())
         headers = {"prefer": f"wait={wait_seconds}"} if wait_seconds else {}
         response, tries = self._send(
             "POST",
