@@ -62,8 +62,6 @@ pub(super) struct Pool {
     pool: PgPool,
     // The wait for a statement's answer, once it has a connection.
     patience: Duration,
-    // The wait for a connection, then for the answer.
-    most: Duration,
 }
 
 /// A transaction on a connection of [`Pool`], each statement of it (its
@@ -78,8 +76,12 @@ impl Pool {
     /// `pool`, its statements' answers waited for `patience` after a
     /// connection, itself waited for as long as the pool allows.
     pub(super) fn new(pool: PgPool, patience: Duration) -> Self {
-        let most = pool.options().get_acquire_timeout() + patience;
-        Self { pool, patience, most }
+        Self { pool, patience }
+    }
+
+    /// The wait for a connection, then for the answer.
+    fn most(&self) -> Duration {
+        self.pool.options().get_acquire_timeout() + self.patience
     }
 
     /// The pool itself, for what is not a statement (migrations, a LISTEN
@@ -96,7 +98,7 @@ impl Pool {
 
     /// Begins a transaction.
     pub(super) async fn begin(&self) -> sqlx::Result<Transaction> {
-        let tx = answered(self.most, self.pool.begin()).await?;
+        let tx = answered(self.most(), self.pool.begin()).await?;
         Ok(Transaction { tx, patience: self.patience })
     }
 }
@@ -140,7 +142,7 @@ impl<'p> Executor<'p> for &'p Pool {
         'p: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        within(self.most, self.pool.fetch_many(query))
+        within(self.most(), self.pool.fetch_many(query))
     }
 
     fn fetch_optional<'e, 'q: 'e, E>(self, query: E) -> BoxFuture<'e, sqlx::Result<Option<PgRow>>>
@@ -148,7 +150,7 @@ impl<'p> Executor<'p> for &'p Pool {
         'p: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        Box::pin(answered(self.most, self.pool.fetch_optional(query)))
+        Box::pin(answered(self.most(), self.pool.fetch_optional(query)))
     }
 
     fn prepare_with<'e, 'q: 'e>(
@@ -159,14 +161,14 @@ impl<'p> Executor<'p> for &'p Pool {
     where
         'p: 'e,
     {
-        Box::pin(answered(self.most, self.pool.prepare_with(sql, parameters)))
+        Box::pin(answered(self.most(), self.pool.prepare_with(sql, parameters)))
     }
 
     fn describe<'e, 'q: 'e>(self, sql: &'q str) -> BoxFuture<'e, sqlx::Result<Describe<Postgres>>>
     where
         'p: 'e,
     {
-        Box::pin(answered(self.most, self.pool.describe(sql)))
+        Box::pin(answered(self.most(), self.pool.describe(sql)))
     }
 }
 

@@ -54,8 +54,13 @@ impl DirectConnections {
     /// each given the `session` settings first; a request waits
     /// `acquire_timeout` at most for one, and `patience` at most for the
     /// answer to its statement.
-    pub(super) fn new(hosts: Arc<Hosts>, session: String, max: u32, waits: (Duration, Duration)) -> Self {
-        let (acquire_timeout, patience) = waits;
+    pub(super) fn new(
+        hosts: Arc<Hosts>,
+        session: String,
+        max: u32,
+        acquire_timeout: Duration,
+        patience: Duration,
+    ) -> Self {
         Self {
             hosts,
             session,

@@ -4,16 +4,14 @@
 
 use std::time::Duration;
 
-use sqlx::Executor;
-use sqlx::Postgres;
 use sqlx::postgres::{PgArguments, PgListener};
-
-use super::bounded::answered;
 use sqlx::query::Query;
+use sqlx::{Executor, Postgres};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::super::{KeyChange, NewKey, Result};
+use super::bounded::answered;
 use super::sql::INSERT_API_KEY;
 use crate::domain::OwnerId;
 
@@ -50,15 +48,14 @@ const LISTENER_CHECKED_EVERY: Duration = Duration::from_secs(5);
 /// [`LISTENER_CHECKED_EVERY`] of quiet, or the store's connections were
 /// evicted (the server may have become a standby, `connect`), until
 /// `changes` is closed.
-pub(super) async fn follow_key_changes(bounded: super::bounded::Pool, changes: mpsc::Sender<KeyChange>) {
-    let pool = bounded.sqlx().clone();
+pub(super) async fn follow_key_changes(pool: super::bounded::Pool, changes: mpsc::Sender<KeyChange>) {
     const FIRST_RETRY: Duration = Duration::from_millis(100);
     let mut retry = FIRST_RETRY;
     loop {
         // Subscribed before connecting: an eviction while connecting is seen.
         let mut evictions = super::super::eviction::evictions();
         let listening = async {
-            let mut listener = PgListener::connect_with(&pool).await?;
+            let mut listener = PgListener::connect_with(pool.sqlx()).await?;
             // A lost connection is reported, not mended behind our back: the
             // cache must hear that notifications may have been missed.
             listener.eager_reconnect(false);
@@ -77,7 +74,7 @@ pub(super) async fn follow_key_changes(bounded: super::bounded::Pool, changes: m
                         () = changes.closed() => return,
                         next = listener.try_recv() => next,
                         () = tokio::time::sleep(LISTENER_CHECKED_EVERY) => {
-                            match answered(bounded.patience(), listener.execute("select 1")).await {
+                            match answered(pool.patience(), listener.execute("select 1")).await {
                                 Ok(_) => continue,
                                 Err(error) => {
                                     tracing::warn!(%error, "the connection that listens for key changes does not answer; reconnecting");

@@ -127,8 +127,13 @@ impl PostgresStore {
             })
             .connect_lazy_with(hosts.options());
         let pool = bounded::Pool::new(pool, patience);
-        let waits = (options.acquire_timeout, patience);
-        let direct = DirectConnections::new(hosts.clone(), session.clone(), options.max_connections, waits);
+        let direct = DirectConnections::new(
+            hosts.clone(),
+            session.clone(),
+            options.max_connections,
+            options.acquire_timeout,
+            patience,
+        );
         let watcher = (hosts.several())
             .then(|| tokio::spawn(connect::watch_hosts(hosts.clone(), pool.sqlx().clone(), session)))
             .map(|task| Arc::new(AbortOnDrop(task)));
@@ -148,8 +153,13 @@ impl PostgresStore {
         // The server's own statement timeout is left as it is set there;
         // answers are waited for as long as by default.
         let patience = bounded::answer_patience(crate::config::DatabaseSettings::default().statement_timeout);
-        let waits = (options.get_acquire_timeout(), patience);
-        let direct = DirectConnections::new(hosts.clone(), String::new(), options.get_max_connections(), waits);
+        let direct = DirectConnections::new(
+            hosts.clone(),
+            String::new(),
+            options.get_max_connections(),
+            options.get_acquire_timeout(),
+            patience,
+        );
         Self {
             pool: bounded::Pool::new(pool, patience),
             direct: Arc::new(direct),

@@ -33,17 +33,14 @@ from ._common import (
     check_event_stream,
     create_body,
     created,
-    error_for,
     is_last,
     is_terminal,
     key_for,
     output_event,
-    problem_of,
     refusal,
     resolve_body,
-    retry_after_seconds,
     retryable,
-    stream_timeout,
+    STREAM_TIMEOUT,
     wait_timeout,
 )
 from .models import Job
@@ -226,7 +223,7 @@ class AsyncOnejobClient:
                 headers["last-event-id"] = last_id
             progressed = False
             try:
-                async with self._http.stream("GET", self._base + path, headers=headers, timeout=stream_timeout()) as response:
+                async with self._http.stream("GET", self._base + path, headers=headers, timeout=STREAM_TIMEOUT) as response:
                     if response.status_code != 200:
                         await response.aread()
                         raise refusal(response)

@@ -236,10 +236,9 @@ def check_event_stream(response: httpx.Response) -> None:
         raise OnejobError(response.status_code, None, None, ValueError("the answer is not an event stream"))
 
 
-def stream_timeout() -> httpx.Timeout:
-    """An event stream's timeouts: the server writes a comment every 15 s,
-    so 40 s without a byte is a connection lost without a word."""
-    return httpx.Timeout(10.0, read=40.0)
+#: An event stream's timeouts: the server writes a comment every 15 s, so
+#: 40 s without a byte is a connection lost without a word.
+STREAM_TIMEOUT = httpx.Timeout(10.0, read=40.0)
 
 
 def wait_timeout(timeout: httpx.Timeout, wait: int | None) -> httpx.Timeout:

@@ -31,17 +31,14 @@ from ._common import (
     check_event_stream,
     create_body,
     created,
-    error_for,
     is_last,
     is_terminal,
     key_for,
     output_event,
-    problem_of,
     refusal,
     resolve_body,
-    retry_after_seconds,
     retryable,
-    stream_timeout,
+    STREAM_TIMEOUT,
     wait_timeout,
 )
 from .models import Job
@@ -224,7 +221,7 @@ class OnejobClient:
                 headers["last-event-id"] = last_id
             progressed = False
             try:
-                with self._http.stream("GET", self._base + path, headers=headers, timeout=stream_timeout()) as response:
+                with self._http.stream("GET", self._base + path, headers=headers, timeout=STREAM_TIMEOUT) as response:
                     if response.status_code != 200:
                         response.read()
                         raise refusal(response)
