@@ -12,7 +12,8 @@
 #                              worker N on BASE_PORT + N (read by `start` only)
 #   CITUS_PACKAGE              the built package to install when Citus is
 #                              missing (default: ../shared/citus's tarball
-#                              beside the repository); installing needs root
+#                              beside the repository, else
+#                              /work/shared/citus's); installing needs root
 #
 # `env` prints COORDINATOR_URL (what onejob's DATABASE_URL names),
 # WORKER1_URL, WORKER2_URL, ... and COORDINATOR_PORT, WORKER1_PORT, ...: every
@@ -30,9 +31,13 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 command=${1:-}
 dir=${2:-}
-[ -n "$command" ] && [ -n "$dir" ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+[ -n "$command" ] && [ -n "$dir" ] || { sed -n '2,17p' "$0" >&2; exit 2; }
 PGBIN=/usr/lib/postgresql/15/bin
-CITUS_PACKAGE=${CITUS_PACKAGE:-$here/../../shared/citus/citus-13.2.2-pg15-debian12-amd64.tar.xz}
+PACKAGE_NAME=citus-13.2.2-pg15-debian12-amd64.tar.xz
+if [ -z "${CITUS_PACKAGE:-}" ]; then
+    CITUS_PACKAGE=$here/../../shared/citus/$PACKAGE_NAME
+    [ -f "$CITUS_PACKAGE" ] || CITUS_PACKAGE=/work/shared/citus/$PACKAGE_NAME
+fi
 
 log() { printf '== %s\n' "$*" >&2; }
 
@@ -75,7 +80,7 @@ start_node() {
     [ "$(id -u)" = 0 ] && chown postgres:postgres "$dir/$name" "$dir/$name.log"
     as_postgres "$PGBIN/initdb" -D "$dir/$name/data" -A trust -U postgres >/dev/null
     if ! as_postgres "$PGBIN/pg_ctl" -D "$dir/$name/data" -l "$dir/$name.log" -w -t 60 start \
-        -o "-c port=$port -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c shared_preload_libraries=citus -c max_connections=300 -c fsync=off" \
+        -o "-c port=$port -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c shared_preload_libraries=citus,pg_stat_statements -c pg_stat_statements.max=50000 -c max_connections=300 -c max_worker_processes=64 -c wal_level=logical -c fsync=off" \
         >/dev/null; then
         tail -n 20 "$dir/$name.log" >&2
         return 1
@@ -127,7 +132,7 @@ env)
     print_env
     ;;
 *)
-    sed -n '2,16p' "$0" >&2
+    sed -n '2,17p' "$0" >&2
     exit 2
     ;;
 esac

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod blackhole;
+pub mod citus;
 pub mod cog;
 pub mod ha;
 pub mod postgres;

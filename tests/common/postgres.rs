@@ -24,6 +24,8 @@ struct Server {
     url_suffix: String,
     template: String,
     throwaway: bool,
+    /// A Citus cluster (`ONEJOB_TEST_CITUS`): databases are made on every node.
+    citus: Option<super::citus::Cluster>,
 }
 
 static SERVER: OnceCell<Server> = OnceCell::const_new();
@@ -157,6 +159,19 @@ async fn admin(server: &Server) -> PgConnection {
 }
 
 async fn prepare_template(server: &Server) {
+    if let Some(cluster) = &server.citus {
+        // Databases of test processes that are gone, on every node.
+        for name in cluster.databases(TEST_DB_PREFIX).await {
+            let pid = name.trim_start_matches(TEST_DB_PREFIX).split('_').next().and_then(|p| p.parse().ok());
+            if pid.is_some_and(|pid| !process_alive(pid)) {
+                cluster.drop_database(&name).await;
+            }
+        }
+        if !cluster.has_template(&server.template).await {
+            cluster.build_template(&server.template).await;
+        }
+        return;
+    }
     let mut admin = admin(server).await;
     if server.throwaway {
         // Databases of test processes that are gone: nobody will use them again.
@@ -203,11 +218,24 @@ async fn server() -> &'static Server {
     SERVER
         .get_or_init(|| async {
             let template = format!("onejob_tpl_{}", migrations_hash());
+            let citus = super::citus::Cluster::from_env();
             let (server, lock_path) = match std::env::var("TEST_DATABASE_URL") {
+                _ if let Some(cluster) = citus => {
+                    let lock = std::env::temp_dir().join("onejob-test-citus.lock");
+                    let url_prefix = cluster.coordinator().to_owned();
+                    let server = Server {
+                        url_prefix,
+                        url_suffix: String::new(),
+                        template,
+                        throwaway: false,
+                        citus: Some(cluster),
+                    };
+                    (server, lock)
+                }
                 Ok(url) if !url.is_empty() => {
                     let (prefix, suffix) = split_database(&url);
                     let lock = std::env::temp_dir().join("onejob-test-external.lock");
-                    (Server { url_prefix: prefix, url_suffix: suffix, template, throwaway: false }, lock)
+                    (Server { url_prefix: prefix, url_suffix: suffix, template, throwaway: false, citus: None }, lock)
                 }
                 _ => {
                     let base = std::env::temp_dir().join(CLUSTER_DIR);
@@ -216,6 +244,7 @@ async fn server() -> &'static Server {
                         url_suffix: format!("?host={}", base.display()),
                         template,
                         throwaway: true,
+                        citus: None,
                     };
                     (server, std::env::temp_dir().join(format!("{CLUSTER_DIR}.lock")))
                 }
@@ -312,6 +341,9 @@ pub async fn fresh_database_direct() -> String {
         COUNTER.fetch_add(1, Ordering::Relaxed),
         &uuid::Uuid::now_v7().simple().to_string()[24..]
     );
+    if let Some(cluster) = &server.citus {
+        return cluster.copy_template(&server.template, &name).await;
+    }
     let mut admin = admin(server).await;
     sqlx::query(&format!(r#"create database "{name}" template "{}""#, server.template))
         .execute(&mut admin)

@@ -144,7 +144,8 @@ async fn a_batch_commits_its_other_outputs_while_one_job_is_locked_elsewhere_the
     let store = onejob::store::Store::new(onejob::store::PostgresStore::from_pool(pool.clone()));
     let (locked, free) = (job_with_running(&store, "locked", 1).await, job_with_running(&store, "free", 1).await);
     let mut holder = pool.begin().await.unwrap();
-    sqlx::query("select 1 from jobs where id = $1 for update").bind(locked.0).execute(&mut *holder).await.unwrap();
+    let lock = "select 1 from jobs where owner_id = 'alice' and id = $1 for update";
+    sqlx::query(lock).bind(locked.0).execute(&mut *holder).await.unwrap();
 
     let batch = tokio::spawn({
         let store = store.clone();

@@ -1,38 +1,44 @@
-//! Citus-ready by construction, checked on a real Postgres with the
-//! migrated schema: the sharding plan (`deploy/citus/distribute.sql`) names
-//! every table; every key of a table distributed by `owner_id` leads with
-//! it; and every statement the Postgres store sends (its catalogue,
-//! `store::postgres::statements`) either is routed to one owner by
-//! `owner_id = $n` on every distributed table it touches, or is one of the
-//! cross-owner statements listed with why (`store::postgres::CROSS_OWNER`).
-//! Routing is read from Postgres's own generic plan of each statement, not
-//! from its text: the planner's equality classes carry `owner_id = $1`
-//! across joins on `owner_id`, so a scan that is not pinned to the owner is
-//! a scan that a sharded database would send to every shard.
+//! Citus-ready by construction, checked on the migrated schema: the
+//! sharding plan (`store::postgres::SHARDING`) names every table; every key
+//! of a table distributed by `owner_id` leads with it; and every statement
+//! the Postgres store sends (its catalogue, `store::postgres::statements`)
+//! either is routed to one owner by `owner_id = $n` on every distributed
+//! table it touches, or is one of the cross-owner statements listed with
+//! why (`store::postgres::CROSS_OWNER`).
+//!
+//! On a plain Postgres, routing is read from Postgres's own generic plan of
+//! each statement, not from its text: the planner's equality classes carry
+//! `owner_id = $1` across joins on `owner_id`, so a scan that is not pinned
+//! to the owner is a scan that a sharded database would send to every
+//! shard. On a Citus cluster (`ONEJOB_TEST_CITUS`), Citus's own plan of
+//! each statement says it: one task, on one shard.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 use sqlx::{Connection, PgConnection};
 
+use onejob::store::postgres::Placement;
+
 use crate::common::postgres::fresh_database;
 
-const PLAN: &str = include_str!("../../deploy/citus/distribute.sql");
-
-/// The tables the plan distributes by owner, and its reference tables.
+/// The tables the store distributes by owner on Citus, and its reference tables.
 fn planned() -> (BTreeSet<String>, BTreeSet<String>) {
-    let mut distributed = BTreeSet::new();
-    let mut reference = BTreeSet::new();
-    for line in PLAN.lines() {
-        let named = |call: &str| line.strip_prefix(call).and_then(|rest| rest.split('\'').next()).map(str::to_owned);
-        if let Some(table) = named("select create_distributed_table('") {
-            assert!(line.contains(&format!("('{table}', 'owner_id'")), "{table} is distributed by owner_id: {line}");
-            assert!(distributed.insert(table.clone()), "{table} is planned once");
-        } else if let Some(table) = named("select create_reference_table('") {
-            assert!(reference.insert(table.clone()), "{table} is planned once");
-        }
+    let (mut distributed, mut reference) = (BTreeSet::new(), BTreeSet::new());
+    for (table, placement) in onejob::store::postgres::SHARDING {
+        let set = match placement {
+            Placement::ByOwner => &mut distributed,
+            Placement::Reference => &mut reference,
+        };
+        assert!(set.insert(table.to_string()), "{table} is placed once");
     }
     assert!(distributed.is_disjoint(&reference), "no table is both distributed and a reference table");
+    let first = onejob::store::postgres::SHARDING.iter().find(|(_, placement)| *placement == Placement::ByOwner);
+    assert_eq!(
+        first.map(|(table, _)| *table),
+        Some("jobs"),
+        "jobs, which the others are co-located with, is placed first"
+    );
     (distributed, reference)
 }
 
@@ -235,10 +241,18 @@ fn walk(node: &Value, distributed: &BTreeSet<String>, columns: &BTreeMap<String,
             // The inserted rows' owner: the subplan's output in column order.
             let position = columns[table].iter().position(|c| c == "owner_id").expect("owner_id column");
             let output = node["Plans"][0]["Output"].as_array().and_then(|o| o.get(position)).and_then(Value::as_str);
+            // A parameter, or the owner column of a scan in the insert's own
+            // source that is pinned to one owner (`insert … select s.owner_id
+            // from … s where s.owner_id = $1`), which that scan's own routing
+            // counts.
+            let from_pinned_scan = output
+                .and_then(|o| o.strip_suffix(".owner_id"))
+                .is_some_and(|alias| pinned_aliases(&node["Plans"][0], distributed).contains(alias));
             match output.and_then(parameter) {
                 Some(owner) => {
                     routing.owners.insert(owner);
                 }
+                None if from_pinned_scan => {}
                 None => routing.unpinned.push(format!("insert into {table} with owner {output:?}")),
             }
         } else if kind != "ModifyTable" {
@@ -253,6 +267,20 @@ fn walk(node: &Value, distributed: &BTreeSet<String>, columns: &BTreeMap<String,
     for child in node["Plans"].as_array().into_iter().flatten() {
         walk(child, distributed, columns, routing);
     }
+}
+
+/// The aliases of the scans of distributed tables under `node` that are
+/// pinned to one owner.
+fn pinned_aliases(node: &Value, distributed: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut aliases = BTreeSet::new();
+    let table = node["Relation Name"].as_str().filter(|r| distributed.contains(*r));
+    if table.is_some() && node["Node Type"] != "ModifyTable" && pinned_owner(node).is_some() {
+        aliases.extend(node["Alias"].as_str().map(str::to_owned));
+    }
+    for child in node["Plans"].as_array().into_iter().flatten() {
+        aliases.extend(pinned_aliases(child, distributed));
+    }
+    aliases
 }
 
 /// Postgres's generic plan of `sql` (parameters unbound).
@@ -289,6 +317,9 @@ async fn routing_of_every_statement() -> BTreeMap<&'static str, Routing> {
         if sql.trim_start().starts_with("set ") {
             // Session settings plan nothing and touch no table.
             assert!(!distributed.iter().any(|t| sql.contains(t.as_str())), "{name}");
+        } else if onejob::store::postgres::PLACEMENT_STATEMENTS.contains(&name) {
+            // Citus's own functions, on its catalogue, when `migrate` places the tables.
+            assert!(sql.contains("pg_dist_") || sql.contains("citus") || sql.contains("_table("), "{name}");
         } else {
             walk(&generic_plan(&mut db, sql).await, &distributed, &columns, &mut routing);
         }
@@ -298,6 +329,18 @@ async fn routing_of_every_statement() -> BTreeMap<&'static str, Routing> {
 }
 
 async fn every_statement_on_an_owners_tables_is_routed_by_its_owner_id_unless_listed_as_cross_owner() {
+    let mut db = connect().await;
+    let on_citus: bool = sqlx::query_scalar("select exists (select 1 from pg_extension where extname = 'citus')")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    let routed = if on_citus { routed_by_citus(&mut db).await } else { routed_by_generic_plans().await };
+    assert!(routed >= 30, "most statements are per owner ({routed})");
+}
+
+/// On a plain Postgres: each statement's generic plan, read for its owner
+/// filters. Returns how many statements are routed to one owner.
+async fn routed_by_generic_plans() -> usize {
     let routes = routing_of_every_statement().await;
     let listed: BTreeMap<&str, &str> = onejob::store::postgres::CROSS_OWNER.iter().copied().collect();
     for name in listed.keys() {
@@ -333,7 +376,121 @@ async fn every_statement_on_an_owners_tables_is_routed_by_its_owner_id_unless_li
     for name in hot.map(|name| format!("sql::{name}")) {
         assert!(routes[name.as_str()].routed(), "{name} is routed by its owner");
     }
-    assert!(routed >= 30, "most statements are per owner ({routed})");
+    routed
+}
+
+/// A value of a parameter's type, for a plan with values: every text is
+/// the owner `alice`, so whichever parameter is the owner, it is one owner.
+fn sample(ty: &str) -> String {
+    let (element, array) = match ty.strip_suffix("[]") {
+        Some(element) => (element, true),
+        None => (ty, false),
+    };
+    let value = match element {
+        "text" | "character varying" | "unknown" => "'alice'",
+        "uuid" => "'00000000-0000-0000-0000-000000000001'",
+        "smallint" | "integer" | "bigint" | "double precision" | "real" | "numeric" => "1",
+        "boolean" => "true",
+        "jsonb" | "json" => "'{}'",
+        "bytea" => "'\\x00'",
+        "timestamp with time zone" => "'2026-01-01T00:00:00Z'",
+        "interval" => "'1 s'",
+        other => panic!("no sample value for a parameter of type {other}"),
+    };
+    if array { format!("array[{value}::{element}]") } else { format!("{value}::{element}") }
+}
+
+/// Citus's plan of `sql` with a value for every parameter: the distributed
+/// scans it makes, each as (tasks, subplans it runs first), or the error
+/// of a statement Citus cannot plan.
+async fn citus_plan(db: &mut PgConnection, sql: &str) -> Result<Vec<(u64, usize)>, String> {
+    sqlx::raw_sql(&format!("prepare routed as {sql}")).execute(&mut *db).await.map_err(|e| e.to_string())?;
+    let types: Vec<String> =
+        sqlx::query_scalar("select unnest(parameter_types)::text from pg_prepared_statements where name = 'routed'")
+            .fetch_all(&mut *db)
+            .await
+            .unwrap();
+    let values: Vec<String> = types.iter().map(|ty| sample(ty)).collect();
+    let arguments = if values.is_empty() { String::new() } else { format!("({})", values.join(", ")) };
+    let plan: Result<Value, _> =
+        sqlx::query_scalar(&format!("explain (format json) execute routed{arguments}")).fetch_one(&mut *db).await;
+    sqlx::raw_sql("deallocate routed").execute(&mut *db).await.unwrap();
+    let plan = plan.map_err(|e| e.to_string())?;
+    // Every distributed scan, at any depth: the statement's own and those
+    // of the subplans Citus runs first (a CTE it cannot send along).
+    fn scans(value: &Value, found: &mut Vec<(u64, usize)>) {
+        if value["Custom Plan Provider"] == "Citus Adaptive" {
+            let query = &value["Distributed Query"];
+            let subplans = query["Subplans"].as_array().map_or(0, Vec::len);
+            found.push((query["Job"]["Task Count"].as_u64().unwrap_or(0), subplans));
+        }
+        match value {
+            Value::Object(map) => map.values().for_each(|v| scans(v, found)),
+            Value::Array(items) => items.iter().for_each(|v| scans(v, found)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    scans(&plan, &mut found);
+    Ok(found)
+}
+
+/// The statements of one owner that Citus sends to the owner's shard in
+/// several steps rather than one.
+const IN_STEPS_ON_CITUS: &[&str] =
+    &["sql::CREATE_JOBS", "sql::SETTLE_WITH_OUTPUT", "sql::SETTLE_OUTPUTS", "claims::START_ATTEMPTS"];
+
+/// On Citus: every statement of the catalogue is planned by Citus (but
+/// those the store sends only on plain Postgres, which Citus refuses), and
+/// each that is not cross-owner and touches an owner's table is sent to
+/// one shard: every distributed scan of its plan, as Citus's `EXPLAIN`
+/// shows it, is one task. Returns how many statements are routed to one
+/// owner.
+async fn routed_by_citus(db: &mut PgConnection) -> usize {
+    let (distributed, _) = planned();
+    let listed: BTreeSet<&str> = onejob::store::postgres::CROSS_OWNER.iter().map(|(name, _)| *name).collect();
+    let replaced: BTreeSet<&str> = onejob::store::postgres::REPLACED_ON_CITUS.iter().map(|(name, _)| *name).collect();
+    sqlx::raw_sql("set plan_cache_mode = force_custom_plan").execute(&mut *db).await.unwrap();
+    let words = |sql: &str| -> BTreeSet<String> {
+        sql.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map(str::to_owned).collect()
+    };
+    let (mut wrong, mut routed, mut steps) = (Vec::new(), 0, BTreeMap::new());
+    for (name, sql) in onejob::store::postgres::statements() {
+        if sql.trim_start().starts_with("set ") || onejob::store::postgres::PLACEMENT_STATEMENTS.contains(&name) {
+            continue;
+        }
+        let plan = citus_plan(db, sql).await;
+        if replaced.contains(name) {
+            if plan.is_ok() {
+                wrong.push(format!("{name} is sent only off Citus, yet Citus plans it"));
+            }
+            continue;
+        }
+        let scans = match plan {
+            Ok(scans) => scans,
+            Err(error) => {
+                wrong.push(format!("Citus cannot plan {name}: {error}"));
+                continue;
+            }
+        };
+        let touches = !words(sql).is_disjoint(&distributed);
+        if touches && !listed.contains(name) {
+            if scans.is_empty() || scans.iter().any(|(tasks, _)| *tasks != 1) {
+                wrong.push(format!("{name} is not sent to one shard on Citus: (tasks, subplans) {scans:?}"));
+            } else if scans.iter().any(|(_, subplans)| *subplans > 0) {
+                steps.insert(name, 1 + scans.iter().map(|(_, subplans)| subplans).sum::<usize>());
+            }
+            routed += 1;
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // One shard, but in several steps: Citus runs a part it cannot send
+    // along (an insert from an array, a CTE it cannot push down) as a
+    // subplan first, each its own round trip to the owner's worker
+    // (docs/scaling.md lists them).
+    let in_steps: BTreeSet<&str> = steps.keys().copied().collect();
+    assert_eq!(in_steps, IN_STEPS_ON_CITUS.iter().copied().collect(), "the statements in steps: {steps:?}");
+    routed
 }
 
 /// The store's SQL is in named constants only, so the catalogue can list it all.

@@ -309,12 +309,14 @@ async fn a_percentile_delay_waits_for_twenty_answers_then_hedges_the_tail_after_
 async fn replicas_hedge_each_others_jobs_with_one_winner_each() {
     let backend = Backend::Postgres;
     let url = backend.fresh_database().await;
-    let adjust = |s: &mut Settings| settings(s, 1_000);
+    // Each first attempt takes 3 s: long enough for its hedge's whole path
+    // (claimed by either replica, called, won) and for the sweep that
+    // aborts it on the other replica, on Citus too.
+    let adjust = |s: &mut Settings| settings(s, 3_000);
     // The first replica, whose API the jobs come through (its worker woken
-    // at each), runs at most 20 calls at once: half of the first attempts,
-    // each a second long. The other half, or the hedges the first cannot
-    // run meanwhile, are left to the second replica, which polls every
-    // 50 ms.
+    // at each), runs at most 20 calls at once: half of the first attempts.
+    // The other half, or the hedges the first cannot run meanwhile, are
+    // left to the second replica, which polls every 50 ms.
     let first = TestApp::spawn_on(backend, &url, Role::All, |s| {
         adjust(s);
         s.worker.concurrency = 20;

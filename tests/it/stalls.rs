@@ -191,7 +191,8 @@ async fn a_status_lookup_that_cannot_find_an_attempt_leaves_it_unknown_unless_ab
     // Asked again and again, the other provider never finds it: still unknown.
     eventually("five status lookups, or the attempt settled", Duration::from_secs(20), || async {
         let (count, state): (i64, String) = sqlx::query_as(
-            "select cast(a.reconcile_count as bigint), a.state from attempts a join jobs j on j.id = a.job_id \
+            "select cast(a.reconcile_count as bigint), a.state from attempts a \
+             join jobs j on j.owner_id = a.owner_id and j.id = a.job_id \
              where a.number = 1 and j.idempotency_key = 'lost'",
         )
         .fetch_one(&pool)

@@ -53,7 +53,9 @@ pub enum Scenario {
 pub struct Options {
     /// The server, such as `http://127.0.0.1:8080`.
     pub url: String,
-    /// An API token.
+    /// An API token, or several separated by commas: the connections of
+    /// `create`, `e2e` and `e2e-poll` take them in turn (an owner each, to
+    /// spread the load over owners); the other scenarios use the first.
     pub token: String,
     /// What to measure.
     pub scenario: Scenario,
@@ -123,7 +125,8 @@ fn body(text: String, provider: Option<&str>) -> Vec<u8> {
 struct Target {
     addr: SocketAddr,
     host: String,
-    authorization: String,
+    /// `Bearer …` of each token given, the first for a single caller.
+    authorizations: Vec<String>,
 }
 
 impl Target {
@@ -139,7 +142,8 @@ impl Target {
             .map_err(|e| format!("{host}: {e}"))?
             .next()
             .ok_or_else(|| format!("{host}: no address"))?;
-        Ok(Self { addr, host, authorization: format!("Bearer {}", options.token) })
+        let authorizations = options.token.split(',').map(|token| format!("Bearer {}", token.trim())).collect();
+        Ok(Self { addr, host, authorizations })
     }
 }
 
@@ -148,6 +152,8 @@ impl Target {
 /// server it shares the machine with.
 struct Connection {
     target: Arc<Target>,
+    /// Which of the target's tokens this connection sends.
+    caller: usize,
     stream: Option<TcpStream>,
     buffer: Vec<u8>,
     request: Vec<u8>,
@@ -167,7 +173,13 @@ impl Answer {
 
 impl Connection {
     fn new(target: Arc<Target>) -> Self {
-        Self { target, stream: None, buffer: Vec::with_capacity(8192), request: Vec::with_capacity(1024) }
+        Self::as_caller(target, 0)
+    }
+
+    /// A connection that sends the target's token number `caller` (in turn).
+    fn as_caller(target: Arc<Target>, caller: usize) -> Self {
+        let caller = caller % target.authorizations.len();
+        Self { target, caller, stream: None, buffer: Vec::with_capacity(8192), request: Vec::with_capacity(1024) }
     }
 
     /// Opens the connection now rather than at the first request.
@@ -215,7 +227,7 @@ impl Connection {
         let _ = write!(
             request,
             "{method} {path} HTTP/1.1\r\nhost: {}\r\nauthorization: {}\r\n",
-            target.host, target.authorization
+            target.host, target.authorizations[self.caller]
         );
         if let Some(key) = key {
             let _ = write!(request, "idempotency-key: {key}\r\n");
@@ -372,7 +384,8 @@ async fn timed(target: &Arc<Target>, options: &Arc<Options>, run: &str) -> Resul
         let (target, options, seeds, done, run) =
             (target.clone(), options.clone(), seeds.clone(), done.clone(), run.to_owned());
         loops.spawn(async move {
-            let mut connection = Connection::new(target);
+            let spread = matches!(options.scenario, Scenario::Create | Scenario::E2e | Scenario::E2ePoll);
+            let mut connection = Connection::as_caller(target, if spread { worker } else { 0 });
             let mut sample = Sample { micros: Vec::new(), errors: 0 };
             let mut i = 0usize;
             while Instant::now() < deadline {

@@ -35,7 +35,7 @@ pub(super) async fn streams(
     let stream = Stream {
         client,
         url: options.url.clone(),
-        authorization: target.authorization.clone(),
+        authorization: target.authorizations[0].clone(),
         deadline,
         open: open.clone(),
     };

@@ -164,7 +164,7 @@ async fn direct(client: &reqwest::Client, sim: &str, provider: &str, id: &str) -
 
 /// One job through onejob, its output read to its end.
 async fn through_onejob(client: &reqwest::Client, options: &Options, key: &str) -> Result<Streamed, String> {
-    let authorization = format!("Bearer {}", options.token);
+    let authorization = format!("Bearer {}", options.token.split(',').next().unwrap_or_default().trim());
     let body = json!({"task": "summarize", "input": {"text": format!("tokens {key}")}, "provider": options.provider});
     let began = Instant::now();
     let created = client
@@ -233,7 +233,7 @@ async fn piece_delays(
             Some((r["id"].as_str()?, (first, r["stream_piece_interval_us"].as_i64()?)))
         })
         .collect();
-    let authorization = format!("Bearer {}", options.token);
+    let authorization = format!("Bearer {}", options.token.split(',').next().unwrap_or_default().trim());
     let mut delays = Vec::new();
     for one in streamed {
         let job =

@@ -178,7 +178,9 @@ pub(crate) struct BenchArgs {
     /// The server.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub(crate) url: String,
-    /// An API token.
+    /// An API token, or several separated by commas: the connections of
+    /// `create`, `e2e` and `e2e-poll` take them in turn, to spread the load
+    /// over their owners.
     #[arg(long, env = "ONEJOB_TOKEN")]
     pub(crate) token: String,
     /// What to measure.

@@ -20,7 +20,7 @@ pub(super) const TRIP_BREAKER: &str = r#"insert into provider_breakers
         (provider, state, since, until, probe_until, changed_by, reason)
     values ($1, 'open', now(), now() + $2 * interval '1 millisecond', null, 'worker', $3)
     on conflict (provider) do update
-    set state = 'open', since = now(), until = excluded.until, probe_until = null, changed_by = 'worker',
+    set state = 'open', since = excluded.since, until = excluded.until, probe_until = null, changed_by = 'worker',
         reason = excluded.reason
     where provider_breakers.state = 'closed'"#;
 
@@ -46,7 +46,7 @@ pub(super) const SET_BREAKER: &str = r#"insert into provider_breakers
         (provider, state, since, until, probe_until, changed_by, reason)
     values ($1, $2, now(), null, null, 'operator', $3)
     on conflict (provider) do update
-    set state = excluded.state, since = now(), until = null, probe_until = null, changed_by = 'operator',
+    set state = excluded.state, since = excluded.since, until = null, probe_until = null, changed_by = 'operator',
         reason = excluded.reason"#;
 
 pub(super) async fn list_breakers(pool: &super::bounded::Pool) -> Result<Vec<StoredBreaker>> {

@@ -2,7 +2,7 @@
 //! are cross-owner by design: what the routing test (`tests/it/citus.rs`)
 //! checks against a sharding by owner (docs/scaling.md).
 
-use super::{breakers, claims, connect, keys, retention, sessions, sql, webhooks};
+use super::{breakers, citus, claims, connect, keys, retention, sessions, sql, webhooks};
 use crate::store::shared;
 
 /// Names each statement of the list with its path and gives its text.
@@ -139,9 +139,12 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         keys::NOTIFY,
         retention::TAKE_PURGE_LOCK,
         retention::PURGEABLE_JOBS,
+        retention::PURGEABLE_CANDIDATES,
+        retention::LOCK_OWNER_PURGEABLE,
         retention::COUNT_PURGEABLE,
         retention::ANY_PURGEABLE,
         retention::USAGE_OF_JOBS,
+        retention::PASS_ON_SETTINGS,
         retention::PURGING_ON,
         retention::PURGING_OFF,
         retention::DELETE_DELIVERIES_OF_JOBS,
@@ -153,6 +156,18 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         shared::HAS_API_KEYS,
         shared::CALLBACK_SECRET,
         shared::PENDING_BY,
+        citus::IS_CITUS,
+        citus::PENDING_OWNERS,
+        citus::DUE_UNKNOWN_OWNERS,
+        citus::CLAIM_OWNER_RECONCILIATIONS,
+        citus::DUE_DELIVERY_OWNERS,
+        citus::CLAIM_OWNER_DELIVERIES,
+        citus::PLACED_TABLES,
+        citus::LOCK_PLACEMENT,
+        citus::ALLOW_TRIGGERS,
+        citus::CREATE_REFERENCE_TABLE,
+        citus::DISTRIBUTE_BY_OWNER,
+        citus::TRUNCATE_LOCAL_ROWS,
         connect::READ_ONLY,
         connect::REPLICATION,
     ]
@@ -167,6 +182,9 @@ pub const CROSS_OWNER: &[(&str, &str)] = &[
         "claims::PENDING_OWNERS",
         "the claim's lock-free read of which owners have pending work (then claimed owner by owner)",
     ),
+    ("citus::PENDING_OWNERS", "on Citus, the claim's read of which owners have pending work"),
+    ("citus::DUE_UNKNOWN_OWNERS", "on Citus, the reconciler's read of which owners have due unknown attempts"),
+    ("citus::DUE_DELIVERY_OWNERS", "on Citus, the webhook sender's read of which owners have due deliveries"),
     ("shared::PENDING_BY", "the metrics' pending attempts per owner and per provider, every few seconds"),
     ("claims::WAITING_FACTS", "a queued job's wait counts its provider's running attempts, of every owner"),
     (
@@ -191,6 +209,7 @@ pub const CROSS_OWNER: &[(&str, &str)] = &[
     ("webhooks::INSERT_TRIES", "one statement records a batch of tries of many owners' deliveries"),
     ("webhooks::SETTLE_DELIVERIES", "one statement settles a batch of many owners' deliveries"),
     ("retention::PURGEABLE_JOBS", "the purge's scan of every owner's finished jobs"),
+    ("retention::PURGEABLE_CANDIDATES", "on Citus, the purge's scan of every owner's finished jobs, unlocked"),
     ("retention::COUNT_PURGEABLE", "the purge's dry run counts every owner's finished jobs"),
     ("retention::ANY_PURGEABLE", "the purger looks whether any owner's finished job is due before it locks"),
     ("retention::USAGE_OF_JOBS", "the purge reads a batch of many owners' jobs"),

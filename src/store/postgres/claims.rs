@@ -94,13 +94,15 @@ pub(super) static CLAIM_CANDIDATES: LazyLock<String> = LazyLock::new(|| {
 /// leases, their jobs running, an event each. Binds: owner, worker, job
 /// ids, numbers, leases (s). Each table is read by the job ids as an
 /// index condition (`= any($3)`), whatever join the planner picks: never
-/// the owner's whole backlog.
+/// the owner's whole backlog. A lease's end is `to_timestamp(… + s)`,
+/// not `now() + interval`: Citus refuses a stable function of a column in
+/// an update, which `timestamptz + interval` is.
 pub(super) static START_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"with started as (
                update attempts a
                set state = '{RUNNING}', worker = $2, started_at = now(),
-                   lease_until = now() + make_interval(secs => s.seconds)
+                   lease_until = to_timestamp(extract(epoch from now()) + s.seconds)
                from unnest($3::uuid[], $4::int[], $5::float8[]) as s(job_id, number, seconds)
                where a.owner_id = $1 and a.job_id = any($3) and a.job_id = s.job_id and a.number = s.number
                  and a.state = '{PENDING}'
@@ -119,9 +121,12 @@ pub(super) static START_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Writes a provider's request bucket. Binds: provider, level.
-pub(super) const PUT_REQUESTS: &str =
-    r#"update provider_state set requests = $2, requests_at = clock_timestamp() where provider = $1"#;
+/// Writes a provider's request bucket. Binds: provider, level. (An
+/// upsert, the clock read in the row to insert: Citus refuses a volatile
+/// function in an update.)
+pub(super) const PUT_REQUESTS: &str = r#"insert into provider_state (provider, requests, requests_at)
+    values ($1, $2, clock_timestamp())
+    on conflict (provider) do update set requests = excluded.requests, requests_at = excluded.requests_at"#;
 
 /// Pauses a provider; a longer pause stays. Binds: provider, seconds.
 pub(super) const PAUSE_PROVIDER: &str = r#"insert into provider_state (provider, paused_until)
@@ -145,15 +150,17 @@ pub(super) static REQUEUE_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
 
 /// Takes `$2` tokens from a provider's token bucket of `$3` per minute if
 /// it holds them (or is full, for a request larger than the bucket):
-/// the level left, or no row. Binds: provider, tokens, per minute.
+/// the level left, or no row. Binds: provider, tokens, per minute. The
+/// clock is read once, in the row to insert (`excluded.tokens_at`): Citus
+/// refuses a function that is not immutable in an upsert's update.
 pub(super) const RESERVE_TOKENS: &str = r#"insert into provider_state (provider, tokens, tokens_at)
     values ($1, $3::float8 - $2::float8, clock_timestamp())
     on conflict (provider) do update
     set tokens = least($3::float8, coalesce(provider_state.tokens, $3::float8)
-                           + coalesce(extract(epoch from clock_timestamp() - provider_state.tokens_at), 0) * $3::float8 / 60.0) - $2::float8,
-        tokens_at = clock_timestamp()
+                           + coalesce(extract(epoch from excluded.tokens_at - provider_state.tokens_at), 0) * $3::float8 / 60.0) - $2::float8,
+        tokens_at = excluded.tokens_at
     where least($3::float8, coalesce(provider_state.tokens, $3::float8)
-                    + coalesce(extract(epoch from clock_timestamp() - provider_state.tokens_at), 0) * $3::float8 / 60.0) >= least($2::float8, $3::float8)
+                    + coalesce(extract(epoch from excluded.tokens_at - provider_state.tokens_at), 0) * $3::float8 / 60.0) >= least($2::float8, $3::float8)
     returning tokens"#;
 
 /// A provider's token bucket level now. Binds: provider, per minute.
@@ -164,16 +171,21 @@ pub(super) const TOKENS_LEFT: &str = r#"select least($2::float8, coalesce(tokens
 /// What a queued job waits for. Binds: owner, job.
 pub(super) static WAITING_FACTS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        r#"select a.provider,
-                  extract(epoch from a.not_before - now())::float8 as due_in,
+        r#"with waiting as (
+               select a.provider, a.not_before from attempts a
+               where a.owner_id = $1 and a.job_id = $2 and a.state = '{PENDING}'
+               limit 1
+           )
+           select w.provider,
+                  extract(epoch from w.not_before - now())::float8 as due_in,
                   greatest(0, coalesce(extract(epoch from p.paused_until - now()), 0))::float8 as paused_for,
                   (select count(*) from attempts r where r.owner_id = $1 and r.state = '{RUNNING}') as owner_running,
-                  (select count(*) from attempts r where r.state = '{RUNNING}' and r.provider = a.provider) as provider_running,
+                  (select count(*) from attempts r
+                   where r.state = '{RUNNING}' and r.provider = (select provider from waiting)) as provider_running,
                   (select max(k.max_in_flight) from api_keys k where k.owner_id = $1 and k.revoked_at is null) as owner_limit,
                   p.requests,
                   coalesce(extract(epoch from now() - p.requests_at), 0)::float8 as requests_idle
-           from attempts a left join provider_state p on p.provider = a.provider
-           where a.owner_id = $1 and a.job_id = $2 and a.state = '{PENDING}'"#
+           from waiting w left join provider_state p on p.provider = w.provider"#
     )
 });
 

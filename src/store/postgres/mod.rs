@@ -42,6 +42,7 @@ use tx::PgTx;
 mod bounded;
 mod breakers;
 mod catalogue;
+mod citus;
 mod claims;
 mod connect;
 mod creates;
@@ -56,6 +57,7 @@ mod webhooks;
 
 use crate::sync::AbortOnDrop;
 pub use catalogue::{CROSS_OWNER, HotStatement, statements};
+pub use citus::{PLACEMENT_STATEMENTS, Placement, REPLACED_ON_CITUS, SHARDING};
 use sql::{CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, SAMPLE_GAUGES};
 
 /// A transaction on Postgres.
@@ -86,6 +88,8 @@ pub struct PostgresStore {
     creation_turns: Arc<tokio::sync::Semaphore>,
     // Where new connections go (see `connect`).
     hosts: Arc<connect::Hosts>,
+    // Whether the database is on Citus (see `citus`), asked once.
+    citus: Arc<tokio::sync::OnceCell<bool>>,
     // Keeps the connections on a writable host when the URL names several;
     // stopped with the last clone of the store.
     _watcher: Option<Arc<AbortOnDrop>>,
@@ -142,6 +146,7 @@ impl PostgresStore {
             direct: Arc::new(direct),
             creation_turns: Arc::new(tokio::sync::Semaphore::new(1)),
             hosts,
+            citus: Arc::default(),
             _watcher: watcher,
         })
     }
@@ -165,8 +170,15 @@ impl PostgresStore {
             direct: Arc::new(direct),
             creation_turns: Arc::new(tokio::sync::Semaphore::new(1)),
             hosts,
+            citus: Arc::default(),
             _watcher: None,
         }
+    }
+
+    /// Whether the database is on Citus, asked the first time it matters.
+    async fn on_citus(&self) -> Result<bool> {
+        let ask = || async { Ok::<_, StoreError>(sqlx::query_scalar(citus::IS_CITUS).fetch_one(&self.pool).await?) };
+        self.citus.get_or_try_init(ask).await.copied()
     }
 
     /// The pool, for tests that look at the tables directly.
@@ -198,7 +210,8 @@ where
 #[async_trait::async_trait]
 impl Driver for PostgresStore {
     async fn begin(&self) -> Result<Tx> {
-        Ok(Box::new(PgTx { tx: self.pool.begin().await? }))
+        let on_citus = self.on_citus().await?;
+        Ok(Box::new(PgTx { tx: self.pool.begin().await?, on_citus }))
     }
 
     fn creation_turns(&self) -> Arc<tokio::sync::Semaphore> {
@@ -223,7 +236,7 @@ impl Driver for PostgresStore {
 
     async fn migrate(&self) -> Result<()> {
         MIGRATOR.run(self.pool.sqlx()).await.map_err(super::error::migration_error)?;
-        Ok(())
+        citus::place_tables(self.pool.sqlx()).await
     }
 
     async fn insert_api_key(&self, key: &NewKey<'_>) -> Result<()> {
@@ -300,12 +313,12 @@ impl Driver for PostgresStore {
         max: u32,
         hold: Duration,
     ) -> Result<Vec<UnknownAttempt>> {
-        let rows = sqlx::query(CLAIM_RECONCILIATIONS.as_str())
-            .bind(providers)
-            .bind(i64::from(max))
-            .bind(hold.as_secs_f64())
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = if self.on_citus().await? {
+            citus::claim_reconciliations(&self.pool, providers, max, hold).await?
+        } else {
+            let claim = sqlx::query(CLAIM_RECONCILIATIONS.as_str()).bind(providers).bind(i64::from(max));
+            claim.bind(hold.as_secs_f64()).fetch_all(&self.pool).await?
+        };
         rows.iter()
             .map(|row| {
                 Ok(UnknownAttempt {
@@ -368,7 +381,8 @@ impl Driver for PostgresStore {
     }
 
     async fn pending_owners(&self, after: &str, max: u32) -> Result<Vec<PendingOwner>> {
-        shared::pending_owners(&self.pool, &claims::PENDING_OWNERS, after, max).await
+        let sql = if self.on_citus().await? { &citus::PENDING_OWNERS } else { &claims::PENDING_OWNERS };
+        shared::pending_owners(&self.pool, sql, after, max).await
     }
 
     async fn any_purgeable(&self, rule: &PurgeRule) -> Result<bool> {
@@ -522,6 +536,10 @@ impl Driver for PostgresStore {
         lease: Duration,
         skip: &[String],
     ) -> Result<Vec<ClaimedDelivery>> {
+        if self.on_citus().await? {
+            let rows = citus::claim_webhook_deliveries(&self.pool, max, lease, skip).await?;
+            return Ok(rows.into_iter().map(Into::into).collect());
+        }
         webhooks::claim_webhook_deliveries(&self.pool, max, lease, skip).await
     }
 

@@ -45,6 +45,23 @@ fn purgeable(what: &str, tail: &str) -> String {
 pub(super) static PURGEABLE_JOBS: LazyLock<String> =
     LazyLock::new(|| purgeable("j.owner_id, j.id", "order by j.updated_at limit $4 for update of j skip locked"));
 
+/// On Citus, which locks rows only in a statement pinned to one shard: a
+/// batch of purgeable jobs, unlocked (then locked owner by owner with
+/// [`LOCK_OWNER_PURGEABLE`]). Binds: as [`PURGEABLE_JOBS`].
+pub(super) static PURGEABLE_CANDIDATES: LazyLock<String> =
+    LazyLock::new(|| purgeable("j.owner_id, j.id", "order by j.updated_at limit $4"));
+
+/// On Citus, one owner's jobs of a batch, locked if still finished and
+/// free (a finished job takes no new attempt, so the rest of the check
+/// holds). Binds: owner, job ids.
+pub(super) static LOCK_OWNER_PURGEABLE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"select id from jobs where owner_id = $1 and id = any($2) and state in ({finished})
+           for update skip locked"#,
+        finished = JOB_FINISHED.as_str()
+    )
+});
+
 /// Whether a rule may purge any job. Binds: as [`PURGEABLE_JOBS`] without the count.
 pub(super) static ANY_PURGEABLE: LazyLock<String> =
     LazyLock::new(|| format!("select exists ({})", purgeable("1", "limit 1")));
@@ -63,6 +80,11 @@ pub(super) const USAGE_OF_JOBS: &str = r#"select a.owner_id, j.task, a.provider,
     where a.prompt_tokens is not null"#;
 
 /// The audit log lets the purging transaction, and only it, delete events.
+/// On Citus the events' shards are on the workers, where the guard runs:
+/// Citus passes a transaction's `set local` on to them only when asked
+/// (`citus.propagate_set_commands`), which is asked first. On plain
+/// Postgres that setting is a name nothing reads.
+pub(super) const PASS_ON_SETTINGS: &str = "set local citus.propagate_set_commands = 'local'";
 pub(super) const PURGING_ON: &str = "set local onejob.purging = 'on'";
 pub(super) const PURGING_OFF: &str = "set local onejob.purging = 'off'";
 
@@ -82,15 +104,31 @@ pub(super) async fn purgeable_jobs(
     tx: &mut PgTransaction,
     rule: &PurgeRule,
     max: u32,
+    on_citus: bool,
 ) -> Result<Vec<(OwnerId, JobId)>> {
-    let rows: Vec<(String, Uuid)> = sqlx::query_as(PURGEABLE_JOBS.as_str())
+    let scan = if on_citus { &PURGEABLE_CANDIDATES } else { &PURGEABLE_JOBS };
+    let rows: Vec<(String, Uuid)> = sqlx::query_as(scan.as_str())
         .bind(Stamp(rule.before))
         .bind(rule.task.as_deref())
         .bind(&rule.others)
         .bind(i64::from(max))
         .fetch_all(&mut *tx)
         .await?;
-    Ok(rows.into_iter().map(|(owner, id)| (OwnerId::from_trusted(owner), JobId(id))).collect())
+    let jobs = rows.into_iter().map(|(owner, id)| (OwnerId::from_trusted(owner), JobId(id)));
+    if !on_citus {
+        return Ok(jobs.collect());
+    }
+    let mut by_owner: std::collections::BTreeMap<OwnerId, Vec<Uuid>> = std::collections::BTreeMap::new();
+    for (owner, id) in jobs {
+        by_owner.entry(owner).or_default().push(id.0);
+    }
+    let mut locked = Vec::new();
+    for (owner, ids) in by_owner {
+        let lock = sqlx::query_scalar(LOCK_OWNER_PURGEABLE.as_str()).bind(owner.as_str()).bind(&ids);
+        let held: Vec<Uuid> = lock.fetch_all(&mut *tx).await?;
+        locked.extend(held.into_iter().map(|id| (owner.clone(), JobId(id))));
+    }
+    Ok(locked)
 }
 
 pub(super) async fn any_purgeable(pool: &super::bounded::Pool, rule: &PurgeRule) -> Result<bool> {
@@ -131,6 +169,7 @@ pub(super) async fn add_to_rollup(tx: &mut PgTransaction, key: &RollupKey, total
 
 pub(super) async fn delete_jobs(tx: &mut PgTransaction, jobs: &[(OwnerId, JobId)]) -> Result<u64> {
     let (owners, ids) = arrays(jobs);
+    sqlx::query(PASS_ON_SETTINGS).execute(&mut *tx).await?;
     sqlx::query(PURGING_ON).execute(&mut *tx).await?;
     for statement in [DELETE_DELIVERIES_OF_JOBS, DELETE_EVENTS_OF_JOBS, DELETE_OUTPUT_OF_JOBS, DELETE_ATTEMPTS_OF_JOBS]
     {

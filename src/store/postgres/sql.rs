@@ -208,11 +208,19 @@ pub(super) static ANY_DUE_UNKNOWN: LazyLock<String> = LazyLock::new(|| {
 /// Claiming unknown attempts due for a status lookup (the
 /// `attempts_unknown` partial index) and holding them. Binds: providers,
 /// how many, hold (s).
-pub(super) static CLAIM_RECONCILIATIONS: LazyLock<String> = LazyLock::new(|| {
+pub(super) static CLAIM_RECONCILIATIONS: LazyLock<String> = LazyLock::new(|| claim_reconciliations(None));
+
+/// [`CLAIM_RECONCILIATIONS`] of every owner, or, with `owner` (a
+/// parameter such as `$4`), of that owner only, each table pinned to it.
+pub(super) fn claim_reconciliations(owner: Option<&str>) -> String {
+    let (only, due_owner, held_owner) = match owner {
+        Some(owner) => (format!("owner_id = {owner} and "), owner, owner),
+        None => (String::new(), "d.owner_id", "h.owner_id"),
+    };
     format!(
         r#"with due as (
                select owner_id, job_id, number from attempts
-               where state = '{UNKNOWN}' and provider = any($1) and reconcile_after <= now()
+               where {only}state = '{UNKNOWN}' and provider = any($1) and reconcile_after <= now()
                order by reconcile_after
                limit $2
                for update skip locked
@@ -220,14 +228,14 @@ pub(super) static CLAIM_RECONCILIATIONS: LazyLock<String> = LazyLock::new(|| {
                update attempts a
                set reconcile_after = now() + make_interval(secs => $3), reconcile_count = a.reconcile_count + 1
                from due d
-               where a.owner_id = d.owner_id and a.job_id = d.job_id and a.number = d.number
+               where a.owner_id = {due_owner} and a.job_id = d.job_id and a.number = d.number
                returning a.owner_id, a.job_id, a.number, a.id, a.provider, a.reconcile_count, a.provider_request_id,
-                         a.traceparent, a.tracestate,
-                         extract(epoch from now() - a.finished_at)::float8 as unknown_for
+                         a.traceparent, a.tracestate, a.finished_at
            )
-           select h.*, j.task from held h join jobs j on j.owner_id = h.owner_id and j.id = h.job_id"#
+           select h.*, extract(epoch from now() - h.finished_at)::float8 as unknown_for, j.task
+           from held h join jobs j on j.owner_id = {held_owner} and j.id = h.job_id"#
     )
-});
+}
 
 /// The metrics gauges (the partial indexes of pending and unknown attempts).
 pub(super) static SAMPLE_GAUGES: LazyLock<String> = LazyLock::new(|| {
@@ -372,9 +380,13 @@ pub(super) const APPEND_EVENT: &str =
     r#"insert into job_events (owner_id, job_id, kind, attempt_number, detail) values ($1, $2, $3, $4, $5)"#;
 
 /// A delivery to each live endpoint of the owner subscribed to the event.
-/// Binds: owner, job, event type, payload.
+/// Binds: owner, job, event type, payload, a new id (a version 7 UUID,
+/// random past its time) that each delivery's id is hashed from with its
+/// endpoint's. The owner and event are the subscription's own columns and
+/// no function is volatile, so that Citus sends the whole statement to the
+/// owner's shard.
 pub(super) const ENQUEUE_WEBHOOK: &str = r#"insert into webhook_deliveries (id, owner_id, endpoint_id, job_id, event_type, payload)
-    select gen_random_uuid(), $1, e.id, $2, $3, $4
+    select md5($5::text || e.id::text)::uuid, s.owner_id, e.id, $2, s.event_type, $4
     from webhook_subscriptions s
     join webhook_endpoints e on e.owner_id = s.owner_id and e.id = s.endpoint_id and e.disabled_at is null
     where s.owner_id = $1 and s.event_type = $3"#;
@@ -422,12 +434,14 @@ pub(super) static LOCK_ATTEMPT_JOB_SKIP_LOCKED: LazyLock<String> =
 /// An attempt's outcome, from one of the states it may leave; an unknown
 /// one is due for a status lookup at once. Binds: owner, job, number, state,
 /// error, the states it may leave, whether it becomes unknown, then the
-/// usage (`bind_usage`).
+/// usage (`bind_usage`). (`now() + case … end`, not `case when … then
+/// now() end`: Citus refuses a function that is not immutable inside a
+/// `case` of an update.)
 pub(super) static SET_ATTEMPT_OUTCOME: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"update attempts
     set state = $4, error = $5, finished_at = now(), lease_until = null,
-        reconcile_after = case when $7 then now() end, {usage}
+        reconcile_after = now() + case when $7 then interval '0 s' end, {usage}
     where owner_id = $1 and job_id = $2 and number = $3 and state = any($6)"#,
         usage = usage_assignments('$', 8, "::numeric"),
     )

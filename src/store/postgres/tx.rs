@@ -30,6 +30,8 @@ use crate::store::rows::BindAttempt;
 /// A Postgres write transaction; times are the database's `now()`.
 pub(super) struct PgTx {
     pub(super) tx: PgTransaction,
+    /// Whether the database is on Citus (see `citus`).
+    pub(super) on_citus: bool,
 }
 
 #[async_trait::async_trait]
@@ -123,6 +125,7 @@ impl DriverTx for PgTx {
             .bind(message.job_id.0)
             .bind(message.event.as_str())
             .bind(&message.payload)
+            .bind(Uuid::now_v7())
             .execute(&mut self.tx)
             .await?;
         Ok(())
@@ -271,7 +274,7 @@ impl DriverTx for PgTx {
     }
 
     async fn purgeable_jobs(&mut self, rule: &PurgeRule, max: u32) -> Result<Vec<(OwnerId, JobId)>> {
-        retention::purgeable_jobs(&mut self.tx, rule, max).await
+        retention::purgeable_jobs(&mut self.tx, rule, max, self.on_citus).await
     }
 
     async fn count_purgeable_jobs(&mut self, rule: &PurgeRule) -> Result<u64> {

@@ -95,14 +95,15 @@ pub(super) const INSERT_TRIES: &str = r#"insert into webhook_tries (owner_id, de
 
 /// A batch of deliveries' next states; returns which endpoints answered
 /// 410. Binds: owners, ids, states, statuses, errors, retry delays (s), gone.
+/// (`to_timestamp`, not `now() + interval`: see `claims::START_ATTEMPTS`.)
 pub(super) const SETTLE_DELIVERIES: &str = r#"with done as (
         select * from unnest($1::text[], $2::uuid[], $3::text[], $4::int[], $5::text[], $6::float8[], $7::bool[])
             as t(owner_id, id, state, status, error, retry_in, gone)
     )
     update webhook_deliveries d
     set state = done.state, last_status = done.status, last_error = done.error,
-        next_at = now() + make_interval(secs => done.retry_in),
-        finished_at = case when done.state = 'pending' then null else now() end
+        next_at = to_timestamp(extract(epoch from now()) + done.retry_in),
+        finished_at = to_timestamp(extract(epoch from now()) + case when done.state = 'pending' then null else 0 end)
     from done
     where d.owner_id = done.owner_id and d.id = done.id and d.state = 'pending'
     returning d.owner_id, d.endpoint_id, done.gone"#;

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# onejob on Citus beside one Postgres (docs/scaling.md): `onejob bench
+# create` (an API server without its worker) and `onejob bench e2e` (create
+# → provider → succeeded, worker and simulator in the serving process),
+# each on
+#   plain   a database without Citus, on the coordinator's server
+#   citus1  Citus with one worker (the coordinator holds the reference tables)
+#   citus2  Citus with two workers
+# all on one cluster of scripts/citus-cluster.sh (a coordinator and two
+# workers on loopback), the load spread over OWNERS owners (a key each).
+# Each run reports the jobs per second, the errors, and the CPU each node
+# and the onejob server spent per job (from /proc, every process of each
+# node, ended ones too).
+#
+# Then a rebalance under load: e2e on citus1 for 3 × DURATION s; a second
+# worker is added a third of the way in and the owners' shards are
+# rebalanced onto it (citus_rebalance_start, logical replication) while the
+# load runs. It fails unless no request failed, every job created
+# succeeded, and shards moved.
+#
+#   bench/citus.sh                       # 64 connections, 16 owners, 10 s per run
+#   DURATION=30 OWNERS=32 bench/citus.sh
+#   REBALANCE=0 bench/citus.sh           # the runs without the rebalance
+source "$(dirname "$0")/lib.sh"
+OWNERS=${OWNERS:-16}
+REBALANCE=${REBALANCE:-1}
+CITUS_BASE_PORT=${CITUS_BASE_PORT:-27600}
+[ -n "${DATABASE_URL:-}" ] && { echo "bench/citus.sh measures a Citus cluster of its own (unset DATABASE_URL)" >&2; exit 2; }
+
+build
+CITUS=$WORK/citus
+mkdir -p "$CITUS"
+stop_cluster() { scripts/citus-cluster.sh stop "$CITUS" >/dev/null 2>&1 || true; }
+trap 'status=$?; stop_cluster; (exit $status); cleanup' EXIT
+log "starting a Citus coordinator and two workers"
+BASE_PORT=$CITUS_BASE_PORT scripts/citus-cluster.sh start "$CITUS" 2 >/dev/null
+COORDINATOR=$CITUS_BASE_PORT
+WORKER1=$(( CITUS_BASE_PORT + 1 ))
+WORKER2=$(( CITUS_BASE_PORT + 2 ))
+write_config
+
+on() { local port=$1 database=$2; shift 2; psql -qAt -h 127.0.0.1 -p "$port" -U postgres -d "$database" -v ON_ERROR_STOP=1 "$@"; }
+
+# database NAME WORKERS: a new database NAME; with WORKERS > 0 on Citus,
+# its tables placed on that many workers; migrated, keys for the owners in
+# TOKENS. DATABASE_URL names it.
+database() {
+    local name=$1 workers=$2 port
+    for port in "$COORDINATOR" "$WORKER1" "$WORKER2"; do
+        on "$port" postgres -c "drop database if exists $name with (force)" -c "create database $name" >/dev/null
+    done
+    if [ "$workers" -gt 0 ]; then
+        for port in "$COORDINATOR" "$WORKER1" "$WORKER2"; do on "$port" "$name" -c "create extension citus" >/dev/null; done
+        on "$COORDINATOR" "$name" -c "select citus_set_coordinator_host('127.0.0.1', $COORDINATOR)" >/dev/null
+        for port in $(seq "$WORKER1" $(( COORDINATOR + workers ))); do
+            on "$COORDINATOR" "$name" -c "select citus_add_node('127.0.0.1', $port)" >/dev/null
+        done
+    fi
+    export DATABASE_URL="postgres://postgres@127.0.0.1:$COORDINATOR/$name"
+    "$BIN" migrate --config "$WORK/bench.toml" >/dev/null
+    local tokens=() i
+    for i in $(seq "$OWNERS"); do
+        tokens+=("$("$BIN" keys create --owner "owner-$i" --config "$WORK/bench.toml" 2>/dev/null | tail -n 1)")
+    done
+    TOKENS=$(IFS=,; echo "${tokens[*]}")
+}
+
+# node_ticks PORT: the CPU ticks of every process of the node on PORT.
+node_ticks() {
+    local data postmaster total child
+    case "$1" in
+        "$COORDINATOR") data=$CITUS/coordinator/data ;;
+        "$WORKER1") data=$CITUS/worker1/data ;;
+        *) data=$CITUS/worker2/data ;;
+    esac
+    postmaster=$(head -n 1 "$data/postmaster.pid")
+    total=$(( $(own_ticks "$postmaster") + $(reaped_ticks "$postmaster") ))
+    for child in $(pgrep -P "$postmaster"); do total=$(( total + $(own_ticks "$child") )); done
+    echo "$total"
+}
+
+# settled: waits until no attempt is pending or running (the e2e jobs in flight).
+settled() {
+    for _ in $(seq 600); do
+        [ "$(on "$COORDINATOR" "${DATABASE_URL##*/}" -c "select count(*) from attempts where state in ('pending', 'running')")" = 0 ] && return
+        sleep 0.1
+    done
+    echo "jobs were still in flight 60 s after the load" >&2
+    exit 1
+}
+
+# run SETUP WORKERS SCENARIO: one measured run into $WORK/rows.
+run() {
+    local setup=$1 workers=$2 scenario=$3
+    database "bench_${setup}_$scenario" "$workers"
+    local flags=()
+    [ "$scenario" = create ] && flags=(--no-worker)
+    start_server "${flags[@]}"
+    log "$setup: $scenario, $CONNECTIONS connections over $OWNERS owners, $WARMUP s of warm-up, then $DURATION s"
+    "$BIN" bench --url "http://127.0.0.1:$PORT" --token "$TOKENS" --json "$scenario" \
+        --connections "$CONNECTIONS" --duration "$WARMUP" >/dev/null 2>&1 || true
+    [ "$scenario" = e2e ] && settled
+    local before=() after=() port
+    for port in "$COORDINATOR" "$WORKER1" "$WORKER2"; do before+=("$(node_ticks "$port")"); done
+    local server0
+    server0=$(own_ticks "$SERVER_PID")
+    "$BIN" bench --url "http://127.0.0.1:$PORT" --token "$TOKENS" --json "$scenario" \
+        --connections "$CONNECTIONS" --duration "$DURATION" > "$WORK/$setup-$scenario.json" 2>/dev/null
+    [ "$scenario" = e2e ] && settled
+    local server=$(( $(own_ticks "$SERVER_PID") - server0 ))
+    for port in "$COORDINATOR" "$WORKER1" "$WORKER2"; do after+=("$(node_ticks "$port")"); done
+    stop_server
+    echo "$setup $scenario $(field "$WORK/$setup-$scenario.json" ok) $(field "$WORK/$setup-$scenario.json" errors)" \
+        "$(field "$WORK/$setup-$scenario.json" p99_ms) $(( after[0] - before[0] )) $(( after[1] - before[1] ))" \
+        "$(( after[2] - before[2] )) $server" >> "$WORK/rows"
+}
+
+for scenario in create e2e; do
+    run plain 0 "$scenario"
+    run citus1 1 "$scenario"
+    run citus2 2 "$scenario"
+done
+
+python3 - "$WORK/rows" "$TICKS" "$DURATION" <<'PY'
+import sys
+rows, ticks, duration = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+print(f"{'setup':<7} {'scenario':<8} {'jobs/s':>7} {'errors':>6} {'p99 ms':>7}   CPU ms per job: {'coordinator':>11} {'worker 1':>8} {'worker 2':>8} {'onejob':>7}")
+for line in open(rows):
+    setup, scenario, ok, errors, p99, coordinator, w1, w2, server = line.split()
+    jobs = max(int(ok), 1)
+    per = lambda t: 1000.0 * int(t) / ticks / jobs
+    print(f"{setup:<7} {scenario:<8} {int(ok) / duration:>7.0f} {errors:>6} {float(p99):>7.0f}   {'':>15} {per(coordinator):>11.3f} {per(w1):>8.3f} {per(w2):>8.3f} {per(server):>7.3f}")
+PY
+
+[ "$REBALANCE" = 1 ] || exit 0
+
+# The rebalance under load.
+database bench_rebalance 1
+start_server
+name=bench_rebalance
+load=$(( DURATION * 3 ))
+log "rebalance: e2e for $load s on one worker; a second worker added and the shards rebalanced onto it meanwhile"
+"$BIN" bench --url "http://127.0.0.1:$PORT" --token "$TOKENS" --json e2e \
+    --connections "$CONNECTIONS" --duration "$load" > "$WORK/rebalance.json" 2>/dev/null &
+client=$!
+sleep "$DURATION"
+on "$COORDINATOR" "$name" -c "select citus_add_node('127.0.0.1', $WORKER2)" >/dev/null
+started=$(date +%s.%N)
+on "$COORDINATOR" "$name" -c "select citus_rebalance_start()" >/dev/null
+for _ in $(seq 1200); do
+    state=$(on "$COORDINATOR" "$name" -c "select state from citus_rebalance_status() order by job_id desc limit 1")
+    [ "$state" = finished ] && break
+    [ "$state" = failed ] || [ "$state" = cancelled ] && { echo "the rebalance ended $state" >&2; exit 1; }
+    sleep 0.5
+done
+[ "$state" = finished ] || { echo "the rebalance did not finish in 10 minutes" >&2; exit 1; }
+took=$(python3 -c "import time; print(f'{time.time() - $started:.1f}')")
+wait "$client"
+settled
+stop_server
+moved=$(on "$COORDINATOR" "$name" -c "select count(*) from pg_dist_shard_placement p join pg_dist_shard s using (shardid)
+                                       where p.nodeport = $WORKER2 and s.logicalrelid = 'jobs'::regclass")
+unfinished=$(on "$COORDINATOR" "$name" -c "select count(*) from jobs where state <> 'succeeded'")
+jobs=$(on "$COORDINATOR" "$name" -c "select count(*) from jobs")
+ok=$(field "$WORK/rebalance.json" ok)
+errors=$(field "$WORK/rebalance.json" errors)
+echo "rebalance: $ok jobs answered in $load s, $errors errors; the rebalance took $took s and moved $moved of jobs's shards to worker 2;" \
+    "$jobs jobs in the database, $unfinished not succeeded"
+[ "$errors" = 0 ] && [ "$unfinished" = 0 ] && [ "$moved" -gt 0 ] && [ "$jobs" -ge "$ok" ] \
+    || { echo "the rebalance under load lost or failed something" >&2; exit 1; }
