@@ -12,15 +12,17 @@
 # and the onejob server spent per job (from /proc, every process of each
 # node, ended ones too).
 #
-# Then a rebalance under load: e2e on citus1 for 3 × DURATION s; a second
-# worker is added a third of the way in and the owners' shards are
-# rebalanced onto it (citus_rebalance_start, logical replication) while the
-# load runs. It fails unless no request failed, every job created
-# succeeded, and shards moved.
+# Then a rebalance under load: e2e on citus1, in runs of DURATION s one
+# after another; after the first, a second worker is added and the owners'
+# shards are rebalanced onto it (citus_rebalance_start, logical
+# replication), and the load goes on until the rebalance has finished. It
+# fails unless no request failed, every job created succeeded, and shards
+# moved.
 #
 #   bench/citus.sh                       # 64 connections, 16 owners, 10 s per run
 #   DURATION=30 OWNERS=32 bench/citus.sh
 #   REBALANCE=0 bench/citus.sh           # the runs without the rebalance
+#   STATEMENTS=1 bench/citus.sh          # and each run's costliest statements on the coordinator
 source "$(dirname "$0")/lib.sh"
 OWNERS=${OWNERS:-16}
 REBALANCE=${REBALANCE:-1}
@@ -39,6 +41,7 @@ WORKER1=$(( CITUS_BASE_PORT + 1 ))
 WORKER2=$(( CITUS_BASE_PORT + 2 ))
 write_config
 
+export PGOPTIONS="-c client_min_messages=warning"
 on() { local port=$1 database=$2; shift 2; psql -qAt -h 127.0.0.1 -p "$port" -U postgres -d "$database" -v ON_ERROR_STOP=1 "$@"; }
 
 # database NAME WORKERS: a new database NAME; with WORKERS > 0 on Citus,
@@ -57,7 +60,8 @@ database() {
         done
     fi
     export DATABASE_URL="postgres://postgres@127.0.0.1:$COORDINATOR/$name"
-    "$BIN" migrate --config "$WORK/bench.toml" >/dev/null
+    "$BIN" migrate --config "$WORK/bench.toml" >/dev/null 2>"$WORK/migrate.log" || { cat "$WORK/migrate.log" >&2; exit 1; }
+    on "$COORDINATOR" "$name" -c "create extension if not exists pg_stat_statements" >/dev/null
     local tokens=() i
     for i in $(seq "$OWNERS"); do
         tokens+=("$("$BIN" keys create --owner "owner-$i" --config "$WORK/bench.toml" 2>/dev/null | tail -n 1)")
@@ -104,11 +108,18 @@ run() {
     for port in "$COORDINATOR" "$WORKER1" "$WORKER2"; do before+=("$(node_ticks "$port")"); done
     local server0
     server0=$(own_ticks "$SERVER_PID")
+    on "$COORDINATOR" "${DATABASE_URL##*/}" -c "select pg_stat_statements_reset()" >/dev/null
     "$BIN" bench --url "http://127.0.0.1:$PORT" --token "$TOKENS" --json "$scenario" \
         --connections "$CONNECTIONS" --duration "$DURATION" > "$WORK/$setup-$scenario.json" 2>/dev/null
     [ "$scenario" = e2e ] && settled
     local server=$(( $(own_ticks "$SERVER_PID") - server0 ))
     for port in "$COORDINATOR" "$WORKER1" "$WORKER2"; do after+=("$(node_ticks "$port")"); done
+    if [ -n "${STATEMENTS:-}" ]; then
+        echo "$setup $scenario: the coordinator's costliest statements (ms in all, calls, statement)" >&2
+        on "$COORDINATOR" "${DATABASE_URL##*/}" -F ' ' -c "select round(total_exec_time)::bigint, calls,
+            left(regexp_replace(query, '\s+', ' ', 'g'), 100) from pg_stat_statements
+            where query not like '%pg_stat%' order by total_exec_time desc limit 8" >&2
+    fi
     stop_server
     echo "$setup $scenario $(field "$WORK/$setup-$scenario.json" ok) $(field "$WORK/$setup-$scenario.json" errors)" \
         "$(field "$WORK/$setup-$scenario.json" p99_ms) $(( after[0] - before[0] )) $(( after[1] - before[1] ))" \
@@ -138,15 +149,22 @@ PY
 database bench_rebalance 1
 start_server
 name=bench_rebalance
-load=$(( DURATION * 3 ))
-log "rebalance: e2e for $load s on one worker; a second worker added and the shards rebalanced onto it meanwhile"
-"$BIN" bench --url "http://127.0.0.1:$PORT" --token "$TOKENS" --json e2e \
-    --connections "$CONNECTIONS" --duration "$load" > "$WORK/rebalance.json" 2>/dev/null &
+log "rebalance: e2e in runs of $DURATION s on one worker; a second worker added and the shards rebalanced onto it meanwhile"
+# The load: one run after another until the rebalance has finished.
+load() {
+    local n=0
+    while [ ! -e "$WORK/rebalanced" ]; do
+        n=$(( n + 1 ))
+        "$BIN" bench --url "http://127.0.0.1:$PORT" --token "$TOKENS" --json e2e \
+            --connections "$CONNECTIONS" --duration "$DURATION" > "$WORK/rebalance-$n.json" 2>/dev/null
+    done
+}
+load &
 client=$!
 sleep "$DURATION"
 on "$COORDINATOR" "$name" -c "select citus_add_node('127.0.0.1', $WORKER2)" >/dev/null
 started=$(date +%s.%N)
-on "$COORDINATOR" "$name" -c "select citus_rebalance_start()" >/dev/null
+on "$COORDINATOR" "$name" -c "select citus_rebalance_start()" >/dev/null 2>&1
 for _ in $(seq 1200); do
     state=$(on "$COORDINATOR" "$name" -c "select state from citus_rebalance_status() order by job_id desc limit 1")
     [ "$state" = finished ] && break
@@ -155,6 +173,7 @@ for _ in $(seq 1200); do
 done
 [ "$state" = finished ] || { echo "the rebalance did not finish in 10 minutes" >&2; exit 1; }
 took=$(python3 -c "import time; print(f'{time.time() - $started:.1f}')")
+touch "$WORK/rebalanced"
 wait "$client"
 settled
 stop_server
@@ -162,9 +181,11 @@ moved=$(on "$COORDINATOR" "$name" -c "select count(*) from pg_dist_shard_placeme
                                        where p.nodeport = $WORKER2 and s.logicalrelid = 'jobs'::regclass")
 unfinished=$(on "$COORDINATOR" "$name" -c "select count(*) from jobs where state <> 'succeeded'")
 jobs=$(on "$COORDINATOR" "$name" -c "select count(*) from jobs")
-ok=$(field "$WORK/rebalance.json" ok)
-errors=$(field "$WORK/rebalance.json" errors)
-echo "rebalance: $ok jobs answered in $load s, $errors errors; the rebalance took $took s and moved $moved of jobs's shards to worker 2;" \
-    "$jobs jobs in the database, $unfinished not succeeded"
+ok=0 errors=0 runs=0
+for report in "$WORK"/rebalance-*.json; do
+    ok=$(( ok + $(field "$report" ok) )); errors=$(( errors + $(field "$report" errors) )); runs=$(( runs + 1 ))
+done
+echo "rebalance: $ok jobs answered in $runs runs of $DURATION s, $errors errors; the rebalance took $took s and moved" \
+    "$moved of jobs's shards to worker 2; $jobs jobs in the database, $unfinished not succeeded"
 [ "$errors" = 0 ] && [ "$unfinished" = 0 ] && [ "$moved" -gt 0 ] && [ "$jobs" -ge "$ok" ] \
     || { echo "the rebalance under load lost or failed something" >&2; exit 1; }
