@@ -23,8 +23,13 @@
 #   DURATION=30 OWNERS=32 bench/citus.sh
 #   REBALANCE=0 bench/citus.sh           # the runs without the rebalance
 #   STATEMENTS=1 bench/citus.sh          # and each run's costliest statements on the coordinator
+#   ROUNDS=3 bench/citus.sh              # three rounds, the setups in turns; medians and ranges
+#   SHARDS=4 bench/citus.sh              # 4 shards a table rather than Citus's 32
 source "$(dirname "$0")/lib.sh"
 OWNERS=${OWNERS:-16}
+ROUNDS=${ROUNDS:-1}
+# Shards per distributed table (Citus's default: 32).
+SHARDS=${SHARDS:-32}
 REBALANCE=${REBALANCE:-1}
 CITUS_BASE_PORT=${CITUS_BASE_PORT:-27600}
 [ -n "${DATABASE_URL:-}" ] && { echo "bench/citus.sh measures a Citus cluster of its own (unset DATABASE_URL)" >&2; exit 2; }
@@ -58,6 +63,7 @@ database() {
         for port in $(seq "$WORKER1" $(( COORDINATOR + workers ))); do
             on "$COORDINATOR" "$name" -c "select citus_add_node('127.0.0.1', $port)" >/dev/null
         done
+        on "$COORDINATOR" "$name" -c "alter database $name set citus.shard_count = $SHARDS" >/dev/null
     fi
     export DATABASE_URL="postgres://postgres@127.0.0.1:$COORDINATOR/$name"
     "$BIN" migrate --config "$WORK/bench.toml" >/dev/null 2>"$WORK/migrate.log" || { cat "$WORK/migrate.log" >&2; exit 1; }
@@ -96,7 +102,7 @@ settled() {
 # run SETUP WORKERS SCENARIO: one measured run into $WORK/rows.
 run() {
     local setup=$1 workers=$2 scenario=$3
-    database "bench_${setup}_$scenario" "$workers"
+    database "bench_${setup}_$scenario" "$workers"   # dropped and made again each round
     local flags=()
     [ "$scenario" = create ] && flags=(--no-worker)
     start_server "${flags[@]}"
@@ -126,21 +132,41 @@ run() {
         "$(( after[2] - before[2] )) $server" >> "$WORK/rows"
 }
 
-for scenario in create e2e; do
-    run plain 0 "$scenario"
-    run citus1 1 "$scenario"
-    run citus2 2 "$scenario"
+# ROUNDS rounds, the setups in turns (forward, then backward), so that no
+# setup always runs first or last.
+for round in $(seq "$ROUNDS"); do
+    setups=("plain 0" "citus1 1" "citus2 2")
+    [ $(( round % 2 )) = 0 ] && setups=("citus2 2" "citus1 1" "plain 0")
+    for scenario in create e2e; do
+        for setup in "${setups[@]}"; do
+            # shellcheck disable=SC2086
+            run $setup "$scenario"
+        done
+    done
 done
 
+# Each setup's median of its rounds, with the range.
 python3 - "$WORK/rows" "$TICKS" "$DURATION" <<'PY'
-import sys
+import statistics, sys
 rows, ticks, duration = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-print(f"{'setup':<7} {'scenario':<8} {'jobs/s':>7} {'errors':>6} {'p99 ms':>7}   CPU ms per job: {'coordinator':>11} {'worker 1':>8} {'worker 2':>8} {'onejob':>7}")
+runs = {}
 for line in open(rows):
     setup, scenario, ok, errors, p99, coordinator, w1, w2, server = line.split()
     jobs = max(int(ok), 1)
     per = lambda t: 1000.0 * int(t) / ticks / jobs
-    print(f"{setup:<7} {scenario:<8} {int(ok) / duration:>7.0f} {errors:>6} {float(p99):>7.0f}   {'':>15} {per(coordinator):>11.3f} {per(w1):>8.3f} {per(w2):>8.3f} {per(server):>7.3f}")
+    runs.setdefault((scenario, setup), []).append(
+        (int(ok) / duration, int(errors), float(p99), per(coordinator), per(w1), per(w2), per(server)))
+def cell(values, digits):
+    m = statistics.median(values)
+    return f"{m:.{digits}f}" if len(values) == 1 else f"{m:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+print("medians of each setup's rounds (range); CPU in ms per job")
+print("scenario setup   jobs/s | errors | p99 ms | coordinator | worker 1 | worker 2 | onejob")
+for scenario in ("create", "e2e"):
+    for setup in ("plain", "citus1", "citus2"):
+        r = runs[(scenario, setup)]
+        cols = list(zip(*r))
+        print(f"{scenario:<8} {setup:<7} " + " | ".join([cell(cols[0], 0), str(sum(cols[1])), cell(cols[2], 0)]
+              + [cell(c, 2) for c in cols[3:]]))
 PY
 
 [ "$REBALANCE" = 1 ] || exit 0

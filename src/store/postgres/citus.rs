@@ -30,8 +30,8 @@ pub enum Placement {
     Reference,
 }
 
-/// Every table of the schema and where it lives, `jobs` first (the others
-/// of its kind are co-located with it). The Citus test
+/// Every table of the schema and where it lives; `jobs` is the first of
+/// those distributed by owner (the others are co-located with it). The Citus test
 /// (`tests/it/citus.rs`) checks that it names exactly the schema's tables.
 pub const SHARDING: &[(&str, Placement)] = &[
     ("api_keys", Placement::Reference),
@@ -60,9 +60,9 @@ pub(super) const IS_CITUS: &str = r#"select exists (select 1 from pg_extension w
 pub(super) const PLACED_TABLES: &str = r#"select logicalrelid::regclass::text from pg_dist_partition"#;
 
 /// Lets Citus take tables with triggers (the key-change notification, the
-/// event log's guard against deletes outside a purge): they run on each
-/// shard, on the node that holds it.
-pub(super) const ALLOW_TRIGGERS: &str = r#"set citus.enable_unsafe_triggers = on"#;
+/// event log's guard against deletes outside a purge), for the placing
+/// transaction: they run on each shard, on the node that holds it.
+pub(super) const ALLOW_TRIGGERS: &str = r#"set local citus.enable_unsafe_triggers = on"#;
 
 /// One `migrate` at a time places tables (the transaction's lock).
 pub(super) const LOCK_PLACEMENT: &str = r#"select pg_advisory_xact_lock(hashtextextended('onejob.place_tables', 0))"#;
@@ -102,7 +102,7 @@ pub const REPLACED_ON_CITUS: &[(&str, &str)] = &[
     ("retention::PURGEABLE_JOBS", "retention::PURGEABLE_CANDIDATES, then retention::LOCK_OWNER_PURGEABLE"),
 ];
 
-/// Whether the database `connection` is on has the `citus` extension.
+/// Whether the database of `connection` has the `citus` extension.
 pub(super) async fn is_citus(connection: &mut PgConnection) -> Result<bool> {
     Ok(sqlx::query_scalar(IS_CITUS).fetch_one(connection).await?)
 }
@@ -147,7 +147,7 @@ pub(super) async fn place_tables(pool: &sqlx::PgPool) -> Result<()> {
 /// plans no recursive query over a distributed table unless it is pinned
 /// to one owner, so the skip scan of plain Postgres
 /// (`claims::PENDING_OWNERS`) is a `distinct` here: each shard reads its
-/// pending owners in order, up to `$2` of them.
+/// pending owners in order, up to `$2` of them. Binds: after, how many.
 pub(super) static PENDING_OWNERS: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"select o.owner_id,
@@ -176,11 +176,12 @@ pub(super) static DUE_UNKNOWN_OWNERS: LazyLock<String> = LazyLock::new(|| {
 pub(super) static CLAIM_OWNER_RECONCILIATIONS: LazyLock<String> =
     LazyLock::new(|| super::sql::claim_reconciliations(Some("$4")));
 
-/// On Citus, up to `$1` owners with due deliveries, the longest due first,
-/// but those to skip. Binds: how many, owners to skip.
-pub(super) const DUE_DELIVERY_OWNERS: &str = r#"select owner_id from webhook_deliveries
-    where state = 'pending' and next_at <= now() and owner_id <> all($2)
-    group by owner_id order by min(next_at) limit $1"#;
+/// On Citus, up to `$1` owners with due deliveries to live endpoints, the
+/// longest due first, but those to skip. Binds: how many, owners to skip.
+pub(super) const DUE_DELIVERY_OWNERS: &str = r#"select d.owner_id from webhook_deliveries d
+    join webhook_endpoints e on e.owner_id = d.owner_id and e.id = d.endpoint_id and e.disabled_at is null
+    where d.state = 'pending' and d.next_at <= now() and d.owner_id <> all($2)
+    group by d.owner_id order by min(d.next_at) limit $1"#;
 
 /// `webhooks::CLAIM_DELIVERIES` for one owner (as above: Citus locks rows
 /// only in a statement pinned to one shard). Binds: owner, max, lease (s).
