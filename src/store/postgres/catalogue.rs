@@ -42,6 +42,11 @@ impl HotStatement {
 /// (`tests/it/citus.rs`) plans each on a real Postgres, and fails for a
 /// statement written anywhere but a named constant of the store.
 pub fn statements() -> Vec<(&'static str, &'static str)> {
+    [jobs_and_attempts(), claims_and_breakers(), webhooks_sessions_and_keys(), purge_and_upkeep()].concat()
+}
+
+/// The jobs' and attempts' statements (`sql`).
+fn jobs_and_attempts() -> Vec<(&'static str, &'static str)> {
     catalogue![
         sql::CREATE_JOBS,
         sql::GET_JOB,
@@ -54,25 +59,6 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         sql::SETTLE_OUTPUTS,
         sql::FINISHED_JOBS_RUNNING_ON,
         sql::EXPIRED_LEASES,
-        claims::PENDING_OWNERS,
-        claims::LOCK_OWNERS,
-        claims::LOCK_PROVIDERS,
-        claims::RUNNING_COUNTS,
-        claims::PROVIDER_GATES,
-        claims::CLAIM_CANDIDATES,
-        claims::START_ATTEMPTS,
-        claims::PUT_REQUESTS,
-        claims::PAUSE_PROVIDER,
-        claims::REQUEUE_ATTEMPT,
-        claims::RESERVE_TOKENS,
-        claims::TOKENS_LEFT,
-        claims::WAITING_FACTS,
-        breakers::READ_BREAKERS,
-        breakers::TRIP_BREAKER,
-        breakers::REOPEN_BREAKER,
-        breakers::PROBE_BREAKER,
-        breakers::CLOSE_BREAKER,
-        breakers::SET_BREAKER,
         sql::ANY_DUE_UNKNOWN,
         sql::CLAIM_RECONCILIATIONS,
         sql::SAMPLE_GAUGES,
@@ -112,6 +98,37 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         sql::READ_ATTEMPTS,
         sql::COUNT_UNKNOWN_SINCE,
         sql::ADD_TO_ROLLUP,
+    ]
+}
+
+/// The claim's and the providers' shared state (`claims`, `breakers`).
+fn claims_and_breakers() -> Vec<(&'static str, &'static str)> {
+    catalogue![
+        claims::PENDING_OWNERS,
+        claims::LOCK_OWNERS,
+        claims::LOCK_PROVIDERS,
+        claims::RUNNING_COUNTS,
+        claims::PROVIDER_GATES,
+        claims::CLAIM_CANDIDATES,
+        claims::START_ATTEMPTS,
+        claims::PUT_REQUESTS,
+        claims::PAUSE_PROVIDER,
+        claims::REQUEUE_ATTEMPT,
+        claims::RESERVE_TOKENS,
+        claims::TOKENS_LEFT,
+        claims::WAITING_FACTS,
+        breakers::READ_BREAKERS,
+        breakers::TRIP_BREAKER,
+        breakers::REOPEN_BREAKER,
+        breakers::PROBE_BREAKER,
+        breakers::CLOSE_BREAKER,
+        breakers::SET_BREAKER,
+    ]
+}
+
+/// Webhooks, dashboard sessions and API keys.
+fn webhooks_sessions_and_keys() -> Vec<(&'static str, &'static str)> {
+    catalogue![
         webhooks::LIST_ENDPOINTS,
         webhooks::CLAIM_DELIVERIES,
         webhooks::ANY_DUE_DELIVERY,
@@ -137,6 +154,12 @@ pub fn statements() -> Vec<(&'static str, &'static str)> {
         keys::COUNT_LISTENERS,
         keys::REVOKE_API_KEY,
         keys::NOTIFY,
+    ]
+}
+
+/// The purge, the checks every database shares, connecting, and Citus.
+fn purge_and_upkeep() -> Vec<(&'static str, &'static str)> {
+    catalogue![
         retention::TAKE_PURGE_LOCK,
         retention::PURGEABLE_JOBS,
         retention::PURGEABLE_CANDIDATES,
