@@ -462,10 +462,12 @@ pub async fn ok_json(response: Response) -> Value {
 
 /// Reads a problem answer and checks its status, content type and type.
 pub async fn expect_problem(response: Response, status: StatusCode, kind: &str) -> Value {
-    assert_eq!(response.status(), status, "expected {status} {kind}");
+    let answered = response.status();
     let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
-    assert_eq!(content_type.as_deref(), Some("application/problem+json"));
-    let body: Value = response.json().await.unwrap();
+    let text = response.text().await.unwrap();
+    assert_eq!(answered, status, "expected {status} {kind}: {text}");
+    assert_eq!(content_type.as_deref(), Some("application/problem+json"), "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
     assert_eq!(body["type"], kind, "{body}");
     assert_eq!(body["status"], status.as_u16(), "{body}");
     body

@@ -234,11 +234,13 @@ async fn a_streaming_job_is_hedged_until_its_first_piece_and_never_after(backend
 async fn a_hedge_wins_while_its_primary_is_unknown_and_the_primary_settles_as_a_loser(backend: Backend) {
     let app = TestApp::spawn_live(backend, |s| {
         settings(s, TAIL_MS);
-        // The primary's deadline passes 300 ms after its send (unknown);
-        // its hedge, sent at 200 ms, answers 600 ms later.
-        s.providers.get_mut("sim-fast").unwrap().latency = Duration::from_millis(600);
+        // The primary's deadline passes 800 ms after its claim (unknown);
+        // its hedge, sent 200 ms after the primary's send, answers 1 s
+        // later. The 600 ms between the hedge and the deadline leave room
+        // for a slow claim-to-send on a loaded database.
+        s.providers.get_mut("sim-fast").unwrap().latency = Duration::from_millis(1_000);
         let hang = s.providers.get_mut("sim-hang").unwrap();
-        (hang.timeout, hang.hang) = (Duration::from_millis(300), Some(Duration::from_millis(1_500)));
+        (hang.timeout, hang.hang) = (Duration::from_millis(800), Some(Duration::from_millis(2_500)));
     })
     .await;
     let id = create(&app, "unknown", "sim-hang", None).await;

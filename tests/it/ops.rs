@@ -409,10 +409,13 @@ async fn readiness_and_requests_answer_503_while_the_database_is_stopped() {
     let through_door = through_door.to_string();
     let app = TestApp::spawn_on(Backend::Postgres, &url, onejob::app::Role::All, |s| {
         s.database.url = Some(through_door.clone());
-        s.database.acquire_timeout = Duration::from_millis(500);
+        // Long enough for a loaded database to open a connection before
+        // the close, short against the 10 s the answers must come within.
+        s.database.acquire_timeout = Duration::from_secs(1);
     })
     .await;
-    assert_eq!(app.client.get(app.url("/readyz")).send().await.unwrap().status(), StatusCode::OK);
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), StatusCode::OK, "ready before the door closes: {:?}", ready.text().await);
 
     door.close().await;
     let started = std::time::Instant::now();
