@@ -309,6 +309,41 @@ print(sys.argv[1], rows, count("Heap/HOT_UPDATE"), count("Btree/INSERT_LEAF", "B
 ' "$bytes"
 }
 
+# wal_by_relation FROM FILE: what wal_written counts, by relation of the
+# database DATABASE_URL names, from LSN FROM to now, into FILE: a line per
+# relation, "name inserts updates hot index" (row versions inserted, rows
+# updated, of them HOT, index entries), names from its pg_class (the
+# relations of other databases are left out). Empty on a Postgres not ours.
+wal_by_relation() {
+    local from=$1 file=$2 to
+    to=$(wal_mark)
+    : > "$file"
+    [ -n "$CLUSTER" ] || return 0
+    psql -qAt -F ' ' -d "$DATABASE_URL" \
+        -c "select (select oid from pg_database where datname = current_database()), relfilenode, relname
+            from pg_class where relfilenode <> 0" > "$WORK/relations"
+    "$PGBIN/pg_waldump" -p "$CLUSTER/pg_wal" -s "$from" -e "$to" 2>/dev/null | python3 -c '
+import re, sys
+database, names = None, {}
+for line in open(sys.argv[1]):
+    oid, node, name = line.split()
+    database, names[node] = oid, name
+kinds = {"INSERT": ("inserts",), "UPDATE": ("updates",), "HOT_UPDATE": ("updates", "hot"),
+         "INSERT_LEAF": ("index",), "INSERT_POST": ("index",)}
+counts = {}
+pattern = re.compile(r"rmgr: (Heap|Btree) .* desc: ([A-Z_]+)[^,]*.*?blkref #0: rel \d+/(\d+)/(\d+)")
+for line in sys.stdin:
+    m = pattern.search(line)
+    if not m or m.group(3) != database or m.group(2) not in kinds:
+        continue
+    row = counts.setdefault(names.get(m.group(4), m.group(4)), dict.fromkeys(("inserts", "updates", "hot", "index"), 0))
+    for kind in kinds[m.group(2)]:
+        row[kind] += 1
+for name, row in sorted(counts.items()):
+    print(name, row["inserts"], row["updates"], row["hot"], row["index"])
+' "$WORK/relations" > "$file"
+}
+
 # analyze_tables: on Postgres, ANALYZE of the database, as autovacuum does
 # within the first minute of a live database: a plan the server's
 # connections made while the tables were empty and had no statistics
@@ -399,6 +434,40 @@ write_create_script() {
             -e "s/\$8/array[$V7]/g" \
             -e "s/\$9/array[null::text]/g"
     } > "$1"
+}
+
+# write_reference_script FILE: the fixed reference a create is held to
+# (bench/cost.sh): a job row and its first attempt's row, inserted by one
+# statement into two tables of their own (made here in DATABASE_URL's
+# database), keyed as onejob's are: the job by (owner, id) and unique by
+# (owner, key), the attempt by (owner, job, number). It follows neither the
+# store's schema nor its statement, so a change to them is measured against
+# the same thing before and after.
+write_reference_script() {
+    psql -q -v ON_ERROR_STOP=1 -d "$DATABASE_URL" >/dev/null <<'SQL'
+create table reference_jobs (
+    owner_id text not null, id uuid not null, idempotency_key text not null,
+    fingerprint bytea not null, task text not null, input jsonb not null, provider text not null,
+    state text not null default 'queued', created_at timestamptz not null default now(),
+    updated_at timestamptz not null default now(),
+    primary key (owner_id, id), unique (owner_id, idempotency_key));
+create table reference_attempts (
+    owner_id text not null, job_id uuid not null, number integer not null, id uuid not null,
+    provider text not null, state text not null default 'pending',
+    created_at timestamptz not null default now(),
+    primary key (owner_id, job_id, number));
+SQL
+    local V7="(lpad(to_hex((extract(epoch from clock_timestamp()) * 1000)::bigint), 12, '0') || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid"
+    cat > "$1" <<SCRIPT
+\set i :i + 1
+with job as (
+    insert into reference_jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider)
+    values ('bench', $V7, 'pgbench-' || :run || '-' || :client_id || '-' || :i,
+            '\\x$(printf 'ab%.0s' $(seq 32))', 'summarize', '{"text": "job 1 2"}', 'sim-fast')
+    returning owner_id, id)
+insert into reference_attempts (owner_id, job_id, number, id, provider)
+select owner_id, id, 1, $V7, 'sim-fast' from job;
+SCRIPT
 }
 
 # pgbench_warm_up SCRIPT: the script for WARMUP seconds, not measured, then
