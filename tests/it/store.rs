@@ -887,6 +887,23 @@ pub async fn open_unknown_attempts_are_listed_until_they_are_settled(store: Shar
     assert_eq!(left.iter().map(|u| u.attempt.clone()).collect::<Vec<_>>(), [at(job, 1)]);
 }
 
+pub async fn jobs_unknown_since_a_time_are_counted_until_settled(store: Shared) {
+    let timeout = AttemptError::new("timeout", "deadline passed");
+    let unknown = job_with_running(&store, "unknown-count", 1).await;
+    let running = job_with_running(&store, "still-running", 1).await;
+    store.mark_unknown(&at(unknown, 1), &timeout, None, None).await.unwrap();
+    let later = chrono::Utc::now() + chrono::Duration::seconds(60);
+    let earlier = chrono::Utc::now() - chrono::Duration::seconds(60);
+    assert_eq!(store.count_unknown_since(later).await.unwrap(), 1, "the unknown job, not the running one");
+    assert_eq!(store.count_unknown_since(earlier).await.unwrap(), 0, "unknown since after that time");
+    assert_eq!(job_state(&store, running).await, JobState::Running);
+    store
+        .resolve_unknown(&at(unknown, 1), &Resolution::Failed, &Resolved::because("checked by hand"), &rules(5, 2))
+        .await
+        .unwrap();
+    assert_eq!(store.count_unknown_since(later).await.unwrap(), 0, "settled");
+}
+
 pub async fn usage_and_cost_are_stored_exactly_and_summed_as_winner_plus_waste(store: Shared) {
     use onejob::domain::{Cost, Money, Usage};
     use onejob::store::{AttemptUsage, UsageFilter};
@@ -1011,6 +1028,7 @@ on_both_backends!(
     another_owner_can_neither_see_nor_touch_a_job,
     admission_refuses_while_an_attempt_is_pending,
     admission_refuses_while_an_attempt_is_unknown_and_admits_once_it_is_resolved,
+    jobs_unknown_since_a_time_are_counted_until_settled,
     admission_refuses_beyond_max_in_flight,
     admission_refuses_beyond_max_attempts,
     admission_refuses_a_finished_job,

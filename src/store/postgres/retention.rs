@@ -25,12 +25,14 @@ pub(super) async fn take_purge_lock(tx: &mut PgTransaction) -> Result<bool> {
 }
 
 /// The finished jobs a rule may purge (binds: cutoff, task or null, the
-/// other tasks), as `select what … tail`. The state list is written out so
-/// that the `jobs_finished` partial index matches.
+/// other tasks), as `select what … tail`. A job finished before the cutoff
+/// was created before it: the scan reads the jobs created before the
+/// cutoff (`jobs_created`), oldest first, since no index of jobs holds its
+/// state or its last change (their rewrites stay HOT).
 fn purgeable(what: &str, tail: &str) -> String {
     format!(
         r#"select {what} from jobs j
-           where j.state in ({finished}) and j.updated_at < $1
+           where j.created_at < $1 and j.state in ({finished}) and j.updated_at < $1
              and (case when $2::text is null then not (j.task = any($3)) else j.task = $2 end)
              and not exists (select 1 from attempts a where a.owner_id = j.owner_id and a.job_id = j.id
                              and (a.state in ({open}) or a.finished_at >= $1))
@@ -43,13 +45,13 @@ fn purgeable(what: &str, tail: &str) -> String {
 /// A batch of purgeable jobs, locked. Binds: cutoff, task or null, the
 /// other tasks, how many.
 pub(super) static PURGEABLE_JOBS: LazyLock<String> =
-    LazyLock::new(|| purgeable("j.owner_id, j.id", "order by j.updated_at limit $4 for update of j skip locked"));
+    LazyLock::new(|| purgeable("j.owner_id, j.id", "order by j.created_at limit $4 for update of j skip locked"));
 
 /// On Citus, which locks rows only in a statement pinned to one shard: a
 /// batch of purgeable jobs, unlocked (then locked owner by owner with
 /// [`LOCK_OWNER_PURGEABLE`]). Binds: as [`PURGEABLE_JOBS`].
 pub(super) static PURGEABLE_CANDIDATES: LazyLock<String> =
-    LazyLock::new(|| purgeable("j.owner_id, j.id", "order by j.updated_at limit $4"));
+    LazyLock::new(|| purgeable("j.owner_id, j.id", "order by j.created_at limit $4"));
 
 /// On Citus, one owner's jobs of a batch, locked if still finished and
 /// free (a finished job takes no new attempt, so the rest of the check

@@ -524,10 +524,17 @@ pub(super) static READ_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
     format!(r#"select {ATTEMPT_COLUMNS} from attempts a where a.owner_id = $1 and a.job_id = $2 order by a.number"#)
 });
 
-/// Jobs `unknown` and unchanged since a time (the `jobs_owner_state` index
-/// is per owner; this scans the unknown ones). Binds: the time.
-pub(super) static COUNT_UNKNOWN_SINCE: LazyLock<String> =
-    LazyLock::new(|| format!("select count(*) from jobs where state = '{JOB_UNKNOWN}' and updated_at < $1"));
+/// Jobs `unknown` and unchanged since a time, of every owner. A job is
+/// unknown only while one of its attempts is: the count starts from the
+/// unknown attempts (`attempts_unknown`, few at any time), as no index of
+/// jobs holds its state (their rewrites stay HOT). Binds: the time.
+pub(super) static COUNT_UNKNOWN_SINCE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"select count(*) from jobs j
+           where (j.owner_id, j.id) in (select owner_id, job_id from attempts where state = '{UNKNOWN}')
+             and j.state = '{JOB_UNKNOWN}' and j.updated_at < $1"#
+    )
+});
 
 /// Adds to a row of the usage rollup, making it if missing: the sums are
 /// added by the statement, so concurrent purges and erasures add up.
