@@ -14,8 +14,17 @@
 --   finishes);
 -- * the count of jobs unknown for long starts from the unknown attempts
 --   (`attempts_unknown`): a job is unknown only while one of its attempts is.
-drop index jobs_owner_state;
-drop index jobs_finished;
-drop index jobs_unknown;
-create index jobs_created on jobs (created_at);
-alter table jobs set (fillfactor = 70);
+--
+-- On Citus, which passes a change of a distributed table on to its shards
+-- with the text of the statement that made it, a change sent among others
+-- in one string is refused ("cannot insert multiple commands into a
+-- prepared statement"): each is made by a statement of its own, in a block.
+do $$
+begin
+    drop index jobs_owner_state;
+    drop index jobs_finished;
+    drop index jobs_unknown;
+    create index jobs_created on jobs (created_at);
+    alter table jobs set (fillfactor = 70);
+end
+$$;
