@@ -75,6 +75,25 @@ impl Cluster {
         names
     }
 
+    /// Drops a database a test process left behind, the workers' copies
+    /// first, then the coordinator's (where the names are listed). A node
+    /// may refuse while its own sessions on the database end (Citus's
+    /// maintenance daemon, a connection between nodes): the database is
+    /// then left, listed, for a later test process to drop, as on a single
+    /// Postgres.
+    pub async fn drop_leftover(&self, name: &str) {
+        for node in self.workers.iter().chain(std::iter::once(&self.coordinator)) {
+            let Ok(mut connection) = PgConnection::connect(&format!("{node}postgres")).await else { return };
+            let dropped = sqlx::raw_sql(&format!(r#"drop database if exists "{name}" with (force)"#))
+                .execute(&mut connection)
+                .await;
+            connection.close().await.ok();
+            if dropped.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Drops a database on every node.
     pub async fn drop_database(&self, name: &str) {
         self.on_each_node("postgres", &format!(r#"drop database if exists "{name}" with (force)"#)).await;

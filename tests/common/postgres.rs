@@ -164,7 +164,7 @@ async fn prepare_template(server: &Server) {
         for name in cluster.databases(TEST_DB_PREFIX).await {
             let pid = name.trim_start_matches(TEST_DB_PREFIX).split('_').next().and_then(|p| p.parse().ok());
             if pid.is_some_and(|pid| !process_alive(pid)) {
-                cluster.drop_database(&name).await;
+                cluster.drop_leftover(&name).await;
             }
         }
         if !cluster.has_template(&server.template).await {
