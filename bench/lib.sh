@@ -407,6 +407,10 @@ pgbench_run() {
     echo "pgbench-$name $(( $(postgres_ticks) - ${pg0:-0} )) $(( $(reaped_ticks $$) - client0 )) 0" >> "$WORK/cpu"
 }
 
+# A time-ordered id made by Postgres, like the store's UUIDv7, for the
+# pgbench scripts.
+UUID_V7="(lpad(to_hex((extract(epoch from clock_timestamp()) * 1000)::bigint), 12, '0') || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid"
+
 # write_create_script FILE: a pgbench script of the statement the Postgres
 # store sends for new jobs (`onejob bench-sql create`, not retyped), for a
 # group of one job: the store binds the owner, then an array each of job
@@ -417,7 +421,6 @@ pgbench_run() {
 # per client and transaction (and per RUN, given to pgbench as `-D run=`).
 # $10, $11 and $12 go first, before $1 could take their first digit.
 write_create_script() {
-    local V7="(lpad(to_hex((extract(epoch from clock_timestamp()) * 1000)::bigint), 12, '0') || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid"
     {
         echo '\set i :i + 1'
         "$BIN" bench-sql create | sed \
@@ -425,13 +428,13 @@ write_create_script() {
             -e "s/\$11/array[null::text]/g" \
             -e "s/\$12/array['sim-fast']/g" \
             -e "s/\$1/'bench'/g" \
-            -e "s/\$2/array[$V7]/g" \
+            -e "s/\$2/array[$UUID_V7]/g" \
             -e "s/\$3/array[('pgbench-' || :run || '-' || :client_id || '-' || :i)]/g" \
             -e "s/\$4/array['\\\\x$(printf 'ab%.0s' $(seq 32))'::bytea]/g" \
             -e "s/\$5/array['summarize']/g" \
             -e "s/\$6/array['{\"text\": \"job 1 2\"}'::jsonb]/g" \
             -e "s/\$7/array['sim-fast']/g" \
-            -e "s/\$8/array[$V7]/g" \
+            -e "s/\$8/array[$UUID_V7]/g" \
             -e "s/\$9/array[null::text]/g"
     } > "$1"
 }
@@ -457,16 +460,15 @@ create table reference_attempts (
     created_at timestamptz not null default now(),
     primary key (owner_id, job_id, number));
 SQL
-    local V7="(lpad(to_hex((extract(epoch from clock_timestamp()) * 1000)::bigint), 12, '0') || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid"
     cat > "$1" <<SCRIPT
 \set i :i + 1
 with job as (
     insert into reference_jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider)
-    values ('bench', $V7, 'pgbench-' || :run || '-' || :client_id || '-' || :i,
+    values ('bench', $UUID_V7, 'pgbench-' || :run || '-' || :client_id || '-' || :i,
             '\\x$(printf 'ab%.0s' $(seq 32))', 'summarize', '{"text": "job 1 2"}', 'sim-fast')
     returning owner_id, id)
 insert into reference_attempts (owner_id, job_id, number, id, provider)
-select owner_id, id, 1, $V7, 'sim-fast' from job;
+select owner_id, id, 1, $UUID_V7, 'sim-fast' from job;
 SCRIPT
 }
 
