@@ -24,11 +24,14 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// eagerly committed, they held a fifth more resident memory at a peak of
 /// 10,000 jobs in flight. Set before anything runs (`.preinit_array`): set
 /// at the start of `main`, the option had no effect on that peak, the
-/// arena that serves the process being reserved by then.
+/// arena that serves the process being reserved by then. (Elsewhere than
+/// Linux, the arenas are committed whole.)
+#[cfg(target_os = "linux")]
 #[used]
 #[unsafe(link_section = ".preinit_array")]
 static ALLOCATOR_OPTIONS: extern "C" fn() = allocator_options;
 
+#[cfg(target_os = "linux")]
 extern "C" fn allocator_options() {
     /// `mi_option_arena_eager_commit` in the mimalloc.h of
     /// libmimalloc-sys 0.1.49 (mimalloc 3), the version Cargo.toml pins.
