@@ -156,9 +156,10 @@ fn statement_names(text: &str) -> BTreeSet<String> {
 }
 
 /// Statements only one backend has: (name, why).
-const ONE_BACKEND_ONLY: [(&str, &str); 12] = [
+const ONE_BACKEND_ONLY: [(&str, &str); 13] = [
     ("CREATE_JOBS", "Postgres writes a group of new jobs in one statement; SQLite in one transaction (creates.rs)"),
     ("LIST_JOBS", "SQLite lists an owner's jobs with BROWSE_JOBS"),
+    ("GET_JOBS", "Postgres reads a group of queued reads in one statement (reads.rs); SQLite reads each in-process"),
     ("LOCK_ATTEMPT_JOBS", "Postgres locks a batch in one statement; SQLite runs LOCK_ATTEMPT_JOB for each"),
     ("LOCK_ATTEMPT_JOB_SKIP_LOCKED", "SQLite has no row locks to skip"),
     ("SETTLE_OUTPUTS", "Postgres settles a batch in one statement; SQLite settles each"),

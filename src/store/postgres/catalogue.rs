@@ -50,6 +50,7 @@ fn jobs_and_attempts() -> Vec<(&'static str, &'static str)> {
     catalogue![
         sql::CREATE_JOBS,
         sql::GET_JOB,
+        sql::GET_JOBS,
         sql::LOCK_OUTPUT,
         sql::SET_OUTPUT_ATTEMPT,
         sql::INSERT_OUTPUT,

@@ -49,6 +49,7 @@ mod creates;
 mod direct;
 mod keys;
 mod pooling;
+mod reads;
 mod retention;
 mod sessions;
 mod sql;
@@ -58,7 +59,7 @@ mod webhooks;
 use crate::sync::AbortOnDrop;
 pub use catalogue::{CROSS_OWNER, HotStatement, statements};
 pub use citus::{PLACEMENT_STATEMENTS, Placement, REPLACED_ON_CITUS, SHARDING};
-use sql::{CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, GET_JOB, SAMPLE_GAUGES};
+use sql::{CLAIM_RECONCILIATIONS, EXPIRED_LEASES, FIND_JOB_BY_KEY, SAMPLE_GAUGES};
 
 /// A transaction on Postgres.
 type PgTransaction = bounded::Transaction;
@@ -86,6 +87,8 @@ pub struct PostgresStore {
     direct: Arc<DirectConnections>,
     // The turn of writing a group of new jobs (see `creates`).
     creation_turns: Arc<tokio::sync::Semaphore>,
+    // The reads of jobs by id waiting for their group (see `reads`).
+    job_reads: Arc<crate::store::GroupCommit<reads::JobRead>>,
     // Where new connections go (see `connect`).
     hosts: Arc<connect::Hosts>,
     // Whether the database is on Citus (see `citus`), asked once.
@@ -145,6 +148,7 @@ impl PostgresStore {
             pool,
             direct: Arc::new(direct),
             creation_turns: Arc::new(tokio::sync::Semaphore::new(1)),
+            job_reads: reads::job_reads(),
             hosts,
             citus: Arc::default(),
             _watcher: watcher,
@@ -169,6 +173,7 @@ impl PostgresStore {
             pool: bounded::Pool::new(pool, patience),
             direct: Arc::new(direct),
             creation_turns: Arc::new(tokio::sync::Semaphore::new(1)),
+            job_reads: reads::job_reads(),
             hosts,
             citus: Arc::default(),
             _watcher: None,
@@ -268,7 +273,7 @@ impl Driver for PostgresStore {
 
     async fn get_job(&self, owner: &OwnerId, id: JobId) -> Result<Option<Job>> {
         // One statement, so the job and its attempts come from one snapshot.
-        fetch_job(&self.direct, GET_JOB.as_str(), owner, id.0).await
+        reads::get_job(&self.job_reads, &self.direct, owner, id).await
     }
 
     async fn find_job_by_key(&self, owner: &OwnerId, key: &IdempotencyKey) -> Result<Option<Job>> {

@@ -54,6 +54,11 @@ pub(super) static CREATE_JOBS: LazyLock<String> = LazyLock::new(|| {
 /// Reading a job by id. Binds: owner, job id.
 pub(super) static GET_JOB: LazyLock<String> = LazyLock::new(|| select_job_where("j.owner_id = $1 and j.id = $2"));
 
+/// Reading several of one owner's jobs by id, in one snapshot (a group of
+/// reads: `reads`). Binds: owner, job ids.
+pub(super) static GET_JOBS: LazyLock<String> =
+    LazyLock::new(|| select_job_where("j.owner_id = $1 and j.id = any($2::uuid[])"));
+
 /// Reading the job that holds a key. Binds: owner, key.
 pub(super) static FIND_JOB_BY_KEY: LazyLock<String> =
     LazyLock::new(|| select_job_where("j.owner_id = $1 and j.idempotency_key = $2"));
