@@ -288,6 +288,17 @@ impl Store {
         batches::finish_attempts(self, finishes).await
     }
 
+    /// The transaction of [`Store::finish_attempts`] alone, even for one
+    /// output: the outcome of each output it settled or refused, and
+    /// `None` for each it left to be settled alone (by
+    /// [`Store::finish_attempt`]): its job locked by another transaction,
+    /// or missing, or the batch failed. It never waits for another
+    /// transaction's lock.
+    #[tracing::instrument(level = "debug", skip_all, fields(count = finishes.len()))]
+    pub async fn settle_together(&self, finishes: &[Finish<'_>]) -> Vec<Option<Transition>> {
+        batches::settle_together(self, finishes).await
+    }
+
     /// Records a definitive failure of a running or unknown attempt, and
     /// admits the retry policy's next attempt in the same transaction;
     /// fenced by `holder`, with `usage`, as [`Store::finish_attempt`] is.

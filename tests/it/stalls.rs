@@ -4,7 +4,8 @@
 //! and a "no such request" from a provider that is not final about absence
 //! leaves the attempt `unknown` (I4), never `failed` and retried. A worker
 //! paused after the answer may not settle it either: the answer is kept on
-//! the attempt as a late output.
+//! the attempt as a late output. On Postgres, a job locked by another
+//! transaction holds up the settlement of its own output only.
 
 use std::time::Duration;
 
@@ -209,6 +210,62 @@ async fn a_status_lookup_that_cannot_find_an_attempt_leaves_it_unknown_unless_ab
     assert_eq!(now["attempts"].as_array().unwrap().len(), 1, "and starts no retry: {now:#}");
     let _ = std::fs::remove_file(config);
 }
+
+/// Postgres: an output whose job another transaction holds locked waits
+/// for that lock alone. Another job's output, settled meanwhile by the same
+/// worker, is not held up behind it; once the lock goes, the first job
+/// succeeds too.
+async fn a_job_locked_elsewhere_holds_up_no_other_output_of_the_worker() {
+    let (_simulator, config) = simulator_and_config_with(1_000, |t| {
+        // Neither lease runs out, nor a statement's time, while the lock
+        // below is held: the second job is settled by its worker's output,
+        // never reaped and reconciled.
+        set(t, &["providers", "sim-slow", "timeout_ms"], 60_000.into());
+        set(t, &["providers", "sim-fast", "timeout_ms"], 60_000.into());
+        set(t, &["database", "statement_timeout_ms"], 60_000.into());
+    })
+    .await;
+    let (database_url, _pool, token) = database(Backend::Postgres).await;
+    let client = reqwest::Client::new();
+    let (_server, address) = crate::common::spawn_server(&database_url, Some(&config)).await;
+    let body = |provider: &str| json!({"task": "summarize", "input": {"text": provider}, "provider": provider});
+    let locked = create(&client, &address, &token, "locked", &body("sim-slow")).await;
+    eventually("the first job running", Duration::from_secs(10), || async {
+        job(&client, &address, &token, &locked).await["state"] == "running"
+    })
+    .await;
+    let pool = sqlx::PgPool::connect(&database_url).await.unwrap();
+    let mut holder = pool.begin().await.unwrap();
+    let lock = "select 1 from jobs where owner_id = 'alice' and id = $1::uuid for update";
+    sqlx::query(lock).bind(&locked).execute(&mut *holder).await.unwrap();
+    eventually("its settlement waiting for the job's lock", Duration::from_secs(10), || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        waiting == 1
+    })
+    .await;
+
+    let other = create(&client, &address, &token, "other", &body("sim-fast")).await;
+    eventually("the other job settled while the first is locked", Duration::from_secs(10), || async {
+        job(&client, &address, &token, &other).await["state"] == "succeeded"
+    })
+    .await;
+    assert_eq!(job(&client, &address, &token, &locked).await["state"], "running", "the first waits for its lock");
+    holder.commit().await.unwrap();
+    eventually("the first job settled once the lock went", Duration::from_secs(10), || async {
+        job(&client, &address, &token, &locked).await["state"] == "succeeded"
+    })
+    .await;
+    let _ = std::fs::remove_file(config);
+}
+
+// On one Postgres: the settlement's wait for the lock is seen in its
+// pg_stat_activity (on Citus, it waits on a worker node).
+on_postgres!(direct: a_job_locked_elsewhere_holds_up_no_other_output_of_the_worker);
 
 on_both_backends!(
     a_worker_paused_between_claim_and_send_past_its_lease_never_sends_that_attempt,

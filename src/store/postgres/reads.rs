@@ -1,11 +1,11 @@
-//! How the Postgres store reads jobs by id. A read asked for while others
-//! are under way waits for one of the [`READ_TURNS`], and whoever gets a
-//! turn reads every job queued then, each owner's by one statement, the
-//! owners' statements at once ([`crate::store::GroupCommit`], as new jobs
-//! are written): a burst of readers (the waiters of a batch of
-//! settlements, the pollers of many jobs) costs a few statements, not one
-//! each. A read asked for with a turn free is made at once, alone, by
-//! [`GET_JOB`]. Each read begins after it was asked for.
+//! How the Postgres store reads jobs by id. A read asked for while another
+//! is under way waits for the [`READ_TURN`], and whoever gets it reads
+//! every job queued then, each owner's by one statement, the owners'
+//! statements at once ([`crate::store::GroupCommit`], as new jobs are
+//! written): a burst of readers (the waiters of a batch of settlements,
+//! the pollers of many jobs) costs a few statements, not one each. A read
+//! asked for with the turn free is made at once, alone, by [`GET_JOB`].
+//! Each read begins after it was asked for.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,9 +23,10 @@ use crate::domain::{Job, JobId, OwnerId};
 use crate::store::rows::job_from_rows;
 use crate::store::{GroupCommit, Result, StoreError, Unanswered};
 
-/// Groups of reads made at once. Two: one group is read while the next
-/// gathers, and one large job's read holds up only its own group.
-const READ_TURNS: usize = 2;
+/// Groups of reads made at once: one, so that the reads asked for while a
+/// group is read gather for the next. (With two, every other group was a
+/// read alone.)
+const READ_TURN: usize = 1;
 
 /// The most jobs one group reads.
 const MAX_READS: usize = 64;
@@ -46,7 +47,7 @@ impl JobRead {
 
 /// The queue of reads of jobs by id.
 pub(super) fn job_reads() -> Arc<GroupCommit<JobRead>> {
-    Arc::new(GroupCommit::new(Arc::new(Semaphore::new(READ_TURNS)), MAX_READS))
+    Arc::new(GroupCommit::new(Arc::new(Semaphore::new(READ_TURN)), MAX_READS))
 }
 
 /// `owner`'s job `id` with its attempts, read in the next group. A read

@@ -39,78 +39,96 @@ pub(in crate::store) async fn finish_attempts(store: &Store, finishes: &[Finish<
         // Alone: waiting for its job's lock holds up no other output.
         return vec![finish_alone(store, finish).await];
     }
-    let mut order: Vec<usize> = (0..finishes.len()).collect();
-    // By job (a stable sort: two outputs for one job keep their order, the
-    // first to arrive wins).
-    order.sort_by_key(|&i| (finishes[i].attempt.owner.as_str(), finishes[i].attempt.job_id.0));
-    let together = async {
-        let mut tx = store.begin().await?;
-        let mut outcomes: Vec<Option<Transition>> = vec![None; finishes.len()];
-        // The first output of each job, locked with the others, fenced and
-        // checked, then settled with the others: one statement per owner.
-        let mut locks = lock_batch(&mut tx, finishes, &order).await?;
-        let (mut ready, mut settlements, mut jobs, mut later) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for &i in &order {
-            let Finish { attempt, output, holder, usage } = finishes[i];
-            match locks[i].take() {
-                None => later.push(i),
-                // Locked elsewhere, or missing: settled alone after the commit.
-                Some(None) => {}
-                Some(Some(locked)) => match fence(locked, holder).and_then(|locked| {
-                    settle_with_output_values(attempt, output, AttemptTransition::Finish, None, usage, locked)
-                }) {
-                    Ok((settlement, job)) => {
-                        ready.push(i);
-                        settlements.push(settlement);
-                        jobs.push(job);
-                    }
-                    Err(refused) => outcomes[i] = Some(refused),
-                },
-            }
-        }
-        let mut start = 0;
-        for owners in ready.chunk_by(|&a, &b| finishes[a].attempt.owner == finishes[b].attempt.owner) {
-            let range = start..start + owners.len();
-            start = range.end;
-            let settled = tx.settle_outputs(&settlements[range.clone()]).await?;
-            for ((&i, job), settled) in owners.iter().zip(&jobs[range]).zip(settled) {
-                let Finish { attempt, output, .. } = finishes[i];
-                outcomes[i] = Some(outcome_of_settle_with_output(&mut tx, attempt, output, job, settled).await?);
-            }
-        }
-        // A later output for a job settled above: locked now, it reads that
-        // settlement.
-        for i in later {
-            let Finish { attempt, output, holder, usage } = finishes[i];
-            let Some(locked) = tx.lock_attempt_job(attempt, true).await? else { continue };
-            outcomes[i] = Some(match fence(locked, holder) {
-                Ok(locked) => {
-                    settle_locked(&mut tx, attempt, output, AttemptTransition::Finish, None, usage, locked).await?
-                }
-                Err(refused) => refused,
-            });
-        }
-        if crate::failpoints::fails("settle-before-commit") {
-            return Err(super::corrupt("failpoint settle-before-commit"));
-        }
-        tx.commit().await?;
-        Ok::<_, crate::store::StoreError>(outcomes)
-    };
-    let outcomes = match together.await {
-        Ok(outcomes) => outcomes,
-        Err(error) => {
-            tracing::debug!(%error, size = finishes.len(), "a batch of settlements failed; settling each alone");
-            vec![None; finishes.len()]
-        }
-    };
+    let outcomes = settle_together(store, finishes).await;
     let mut answers = Vec::with_capacity(finishes.len());
     for (&finish, outcome) in finishes.iter().zip(outcomes) {
         answers.push(match outcome {
-            Some(outcome) => Ok(log_if_lost(finish.attempt, outcome)),
+            Some(outcome) => Ok(outcome),
             None => finish_alone(store, finish).await,
         });
     }
     answers
+}
+
+/// The transaction of [`finish_attempts`], even for one output, and
+/// nothing after it: the outcome of each output it settled or refused, in
+/// the order of `finishes`, and `None` for each it left to be settled
+/// alone (its job locked by another transaction, or missing; every output
+/// of a batch that failed). It never waits for another transaction's lock.
+pub(in crate::store) async fn settle_together(store: &Store, finishes: &[Finish<'_>]) -> Vec<Option<Transition>> {
+    let mut order: Vec<usize> = (0..finishes.len()).collect();
+    // By job (a stable sort: two outputs for one job keep their order, the
+    // first to arrive wins).
+    order.sort_by_key(|&i| (finishes[i].attempt.owner.as_str(), finishes[i].attempt.job_id.0));
+    match settle_in_one_transaction(store, finishes, &order).await {
+        Ok(outcomes) => {
+            let logged = finishes.iter().zip(outcomes);
+            logged.map(|(finish, outcome)| outcome.map(|outcome| log_if_lost(finish.attempt, outcome))).collect()
+        }
+        Err(error) => {
+            tracing::debug!(%error, size = finishes.len(), "a batch of settlements failed; settling each alone");
+            vec![None; finishes.len()]
+        }
+    }
+}
+
+/// The one transaction of [`settle_together`], its jobs locked in `order`.
+async fn settle_in_one_transaction(
+    store: &Store,
+    finishes: &[Finish<'_>],
+    order: &[usize],
+) -> Result<Vec<Option<Transition>>> {
+    let mut tx = store.begin().await?;
+    let mut outcomes: Vec<Option<Transition>> = vec![None; finishes.len()];
+    // The first output of each job, locked with the others, fenced and
+    // checked, then settled with the others: one statement per owner.
+    let mut locks = lock_batch(&mut tx, finishes, order).await?;
+    let (mut ready, mut settlements, mut jobs, mut later) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for &i in order {
+        let Finish { attempt, output, holder, usage } = finishes[i];
+        match locks[i].take() {
+            None => later.push(i),
+            // Locked elsewhere, or missing: settled alone after the commit.
+            Some(None) => {}
+            Some(Some(locked)) => match fence(locked, holder).and_then(|locked| {
+                settle_with_output_values(attempt, output, AttemptTransition::Finish, None, usage, locked)
+            }) {
+                Ok((settlement, job)) => {
+                    ready.push(i);
+                    settlements.push(settlement);
+                    jobs.push(job);
+                }
+                Err(refused) => outcomes[i] = Some(refused),
+            },
+        }
+    }
+    let mut start = 0;
+    for owners in ready.chunk_by(|&a, &b| finishes[a].attempt.owner == finishes[b].attempt.owner) {
+        let range = start..start + owners.len();
+        start = range.end;
+        let settled = tx.settle_outputs(&settlements[range.clone()]).await?;
+        for ((&i, job), settled) in owners.iter().zip(&jobs[range]).zip(settled) {
+            let Finish { attempt, output, .. } = finishes[i];
+            outcomes[i] = Some(outcome_of_settle_with_output(&mut tx, attempt, output, job, settled).await?);
+        }
+    }
+    // A later output for a job settled above: locked now, it reads that
+    // settlement.
+    for i in later {
+        let Finish { attempt, output, holder, usage } = finishes[i];
+        let Some(locked) = tx.lock_attempt_job(attempt, true).await? else { continue };
+        outcomes[i] = Some(match fence(locked, holder) {
+            Ok(locked) => {
+                settle_locked(&mut tx, attempt, output, AttemptTransition::Finish, None, usage, locked).await?
+            }
+            Err(refused) => refused,
+        });
+    }
+    if crate::failpoints::fails("settle-before-commit") {
+        return Err(super::corrupt("failpoint settle-before-commit"));
+    }
+    tx.commit().await?;
+    Ok(outcomes)
 }
 
 /// Settles one output alone, in a transaction of its own.
