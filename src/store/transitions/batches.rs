@@ -66,7 +66,7 @@ pub(in crate::store) async fn settle_together(store: &Store, finishes: &[Finish<
             logged.map(|(finish, outcome)| outcome.map(|outcome| log_if_lost(finish.attempt, outcome))).collect()
         }
         Err(error) => {
-            tracing::debug!(%error, size = finishes.len(), "a batch of settlements failed; settling each alone");
+            tracing::warn!(%error, size = finishes.len(), "a batch of settlements failed; settling each alone");
             vec![None; finishes.len()]
         }
     }
