@@ -9,15 +9,16 @@
 #   STREAMS (1,000) callers at once for STREAMS_DURATION (20) s on
 #   `sim-tokens-long` (first piece after 1 s, then 20 a second): each delta's delay from the simulator's sending
 #   of its first piece to the caller, and the server's peak memory;
-#   Postgres: the rows and WAL written per 1,000 streamed tokens, against
-#   the same jobs answered whole (`bench e2e`, the task not streaming).
+#   Postgres: the rows, WAL and CPU per 1,000 streamed tokens at CONNECTIONS
+#   callers, against the same jobs answered whole (`bench e2e`, the task not
+#   streaming), each run after WARMUP (5) s of it, not counted, and an ANALYZE.
 #
 # Exit status 1 when a run's requests or streams failed (through onejob, or
 # straight from the simulator), or a run timed none: `onejob bench` reports
 # its errors and exits 0 all the same.
 #
 #   bench/tokens.sh postgres|sqlite
-#   DURATION=10 CONNECTIONS=64 STREAMS=1000 STREAMS_DURATION=20 bench/tokens.sh postgres
+#   DURATION=10 CONNECTIONS=64 STREAMS=1000 STREAMS_DURATION=20 WARMUP=5 bench/tokens.sh postgres
 source "$(dirname "$0")/lib.sh"
 BACKEND=${1:-postgres}
 export BACKEND
@@ -51,39 +52,70 @@ export ONEJOB_SIM_URL=$SIM_URL
 wal() { psql -qAt -d "$DATABASE_URL" -c "select pg_current_wal_insert_lsn() - '0/0'::pg_lsn"; }
 sql() { psql -qAt -d "$DATABASE_URL" -c "$1"; }
 
-# run NAME CALLERS PROVIDER [flags]: one tokens run on a new database.
+# What the database holds: job_output rows, completion tokens, jobs.
+written() {
+    echo "$(sql "select count(*) from job_output") \
+$(sql "select coalesce(sum(completion_tokens), 0) from attempts") $(sql "select count(*) from jobs")"
+}
+
+# Waits until no attempt is pending or running (at most 30 s).
+settled() {
+    for _ in $(seq 300); do
+        [ "$(sql "select count(*) from attempts where state in ('pending', 'running')")" = 0 ] && return 0
+        sleep 0.1
+    done
+    log "attempts still open after 30 s"
+}
+
+# run NAME CALLERS PROVIDER [flags]: one tokens run on a new database. With
+# WARM=1 (the run whose writes and CPU are counted), on Postgres, after
+# WARMUP s of the same run, not measured, its jobs ended, and an ANALYZE
+# (lib.sh's analyze_tables), as the other scripts' runs.
 run() {
     local name=$1 callers=$2 provider=$3; shift 3
     new_database "onejob_bench_$name"
     start_server
-    local wal0=0 pg0 server0
-    [ "$BACKEND" = postgres ] && wal0=$(wal)
+    if [ "${WARM:-0}" = 1 ] && [ "$BACKEND" = postgres ] && [ "$WARMUP" -gt 0 ]; then
+        log "warming up: onejob bench tokens for $WARMUP s, not measured"
+        bench tokens --connections "$callers" --duration "$WARMUP" --provider "$provider" --sim-url "$SIM_URL" \
+            --server-pid "$SERVER_PID" "$@" > /dev/null
+        settled
+        analyze_tables
+    fi
+    local wal0=0 pg0 server0 before="0 0 0"
+    [ "$BACKEND" = postgres ] && wal0=$(wal) && before=$(written)
     pg0=$(postgres_ticks); server0=$(own_ticks "$SERVER_PID")
     log "$BACKEND: onejob bench tokens, $callers callers on $provider, $DURATION s"
     bench tokens --connections "$callers" --duration "$DURATION" --provider "$provider" --sim-url "$SIM_URL" \
         --server-pid "$SERVER_PID" "$@" > "$WORK/$name.json"
     echo "$(( $(postgres_ticks) - ${pg0:-0} )) $(( $(own_ticks "$SERVER_PID") - server0 ))" > "$WORK/$name.cpu"
     if [ "$BACKEND" = postgres ]; then
-        echo "$(( $(wal) - wal0 )) $(sql "select count(*) from job_output") \
-$(sql "select coalesce(sum(completion_tokens), 0) from attempts") $(sql "select count(*) from jobs")" > "$WORK/$name.wal"
+        local after
+        after=$(written)
+        echo "$(( $(wal) - wal0 ))" $(python3 -c 'import sys; b, a = sys.argv[1].split(), sys.argv[2].split()
+print(*(int(y) - int(x) for x, y in zip(b, a)))' "$before" "$after") > "$WORK/$name.wal"
     fi
     stop_server
 }
 
 run one 1 sim-tokens
-run many "$CONNECTIONS" sim-tokens
+WARM=1 run many "$CONNECTIONS" sim-tokens
 DURATION=$STREAMS_DURATION run streams "$STREAMS" sim-tokens-long
 if [ "$BACKEND" = postgres ]; then
     # The same jobs answered whole: `bench e2e` (on sim-fast).
     streaming off
     new_database onejob_bench_whole
     start_server
+    warm_up_e2e
+    settled
     wal0=$(wal)
+    read -r _ tokens0 jobs0 <<< "$(written)"
     pg0=$(postgres_ticks); server0=$(own_ticks "$SERVER_PID")
     log "$BACKEND: the same jobs answered whole (bench e2e), $CONNECTIONS callers"
     bench e2e --connections "$CONNECTIONS" --duration "$DURATION" > "$WORK/whole.json"
     echo "$(( $(postgres_ticks) - ${pg0:-0} )) $(( $(own_ticks "$SERVER_PID") - server0 ))" > "$WORK/whole.cpu"
-    echo "$(( $(wal) - wal0 )) 0 $(sql "select coalesce(sum(completion_tokens), 0) from attempts") $(sql "select count(*) from jobs")" > "$WORK/whole.wal"
+    read -r _ tokens1 jobs1 <<< "$(written)"
+    echo "$(( $(wal) - wal0 )) 0 $(( tokens1 - tokens0 )) $(( jobs1 - jobs0 ))" > "$WORK/whole.wal"
     stop_server
 fi
 

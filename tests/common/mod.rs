@@ -45,8 +45,9 @@ impl Backend {
 
 /// Runs each named `async fn NAME()` of the calling module, a test only
 /// Postgres can run, as `postgres_only::NAME`; after `direct:`, a test that
-/// builds a database topology of its own (a cluster, a PgBouncer) as
-/// `postgres_direct::NAME`; after `cluster:`, a test on the HA cluster of
+/// builds a database topology of its own (a cluster, a PgBouncer) or checks
+/// one plain Postgres's own behaviour (its planner, its lock waits), as
+/// `postgres_direct::NAME`, which the PgBouncer and Citus passes leave out; after `cluster:`, a test on the HA cluster of
 /// `ha.rs`, ignored unless asked for (it needs Patroni, etcd and HAProxy),
 /// as `postgres_cluster::NAME`. The PgBouncer pass of `.ci/run` runs every
 /// test under `postgres` (made by [`on_both_backends!`]) and

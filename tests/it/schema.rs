@@ -98,22 +98,7 @@ async fn a_generic_plan_made_on_an_empty_table_settles_an_attempt_by_its_primary
     assert_eq!(settle(first).await, Transition::Won { canceled: vec![] });
 
     // The owner's other attempts, 5,000 of them, finished long ago.
-    sqlx::query(
-        "insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider, state, created_at, updated_at)
-         select 'alice', gen_random_uuid(), 'old-' || n, sha256(n::text::bytea), 'summarize', '{}', 'sim-fast', 'failed', now(), now()
-         from generate_series(1, 5000) as n",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-    sqlx::query(
-        "insert into attempts (owner_id, job_id, number, id, provider, state, origin, not_before, created_at)
-         select owner_id, id, 1, gen_random_uuid(), provider, 'failed', 'client', now(), now()
-         from jobs where idempotency_key like 'old-%'",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    old_failed_jobs_of_alice(&pool, 5000).await;
 
     let job = job_with_running(&store, "second", 1).await;
     crate::common::postgres::reset_statement_counts(&pool).await;
@@ -127,6 +112,80 @@ async fn a_generic_plan_made_on_an_empty_table_settles_an_attempt_by_its_primary
     .unwrap();
     assert_eq!(calls, 1);
     assert!(pages < 100, "settling one attempt read {pages} pages: it read the owner's attempts to find it");
+}
+
+/// A group of reads of jobs by id keeps to their primary keys in a generic
+/// plan made while the tables were nearly empty: reading eight jobs reads
+/// a few pages each whether their owner has twenty jobs or twenty
+/// thousand. (Selected by `j.id = any($2)`, such a plan took the owner's
+/// rows for a few and read them all, filtering by id.)
+async fn a_generic_plan_made_on_an_empty_table_reads_a_group_of_jobs_by_their_primary_keys() {
+    let url = crate::common::postgres::fresh_database().await;
+    // Every plan generic from its first execution, on every connection
+    // (the reads' own too); one connection, so that reads queue behind one
+    // another and are made in groups; no autovacuum, whose ANALYZE would
+    // have the plans made again.
+    let pool = PgPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
+    let database: String = sqlx::query_scalar("select current_database()").fetch_one(&pool).await.unwrap();
+    sqlx::query(&format!("alter database {database} set plan_cache_mode = force_generic_plan"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    // The pool's connection was opened before: a new one has the setting.
+    pool.close().await;
+    let pool = PgPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
+    for table in ["jobs", "attempts"] {
+        sqlx::query(&format!("alter table {table} set (autovacuum_enabled = false)")).execute(&pool).await.unwrap();
+    }
+    let store = onejob::store::Store::new(onejob::store::PostgresStore::from_pool(pool.clone()));
+    let mut jobs = Vec::new();
+    for n in 0..8 {
+        jobs.push(crate::store::create(&store, &format!("read-{n}")).await);
+    }
+    let alice = crate::store::owner("alice");
+    // The reads are asked for at once: the first is made alone, the others
+    // queue behind it and are made by one statement, planned now.
+    let read_all = || futures_util::future::join_all(jobs.iter().map(|&id| store.get_job(&alice, id)));
+    for read in read_all().await {
+        assert!(read.unwrap().is_some());
+    }
+
+    // The owner's other jobs, 20,000 of them, finished long ago.
+    old_failed_jobs_of_alice(&pool, 20_000).await;
+
+    crate::common::postgres::reset_statement_counts(&pool).await;
+    let found: Vec<_> = read_all().await.into_iter().map(|read| read.unwrap().map(|job| job.id)).collect();
+    assert_eq!(found, jobs.iter().map(|&id| Some(id)).collect::<Vec<_>>());
+    let (calls, pages): (i64, i64) = sqlx::query_as(
+        "select s.calls, s.shared_blks_hit + s.shared_blks_read from pg_stat_statements s join pg_database d on d.oid = s.dbid
+         where d.datname = current_database() and s.query like 'select j.owner_id%' and s.query like '%$2::uuid[]%'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(calls, 1, "the reads queued behind the first are made together");
+    assert!(pages < 150, "reading seven jobs read {pages} pages: it read the owner's jobs to find them");
+}
+
+/// Inserts `count` failed jobs of alice's, an attempt each.
+async fn old_failed_jobs_of_alice(pool: &sqlx::PgPool, count: i32) {
+    sqlx::query(
+        "insert into jobs (owner_id, id, idempotency_key, fingerprint, task, input, provider, state, created_at, updated_at)
+         select 'alice', gen_random_uuid(), 'old-' || n, sha256(n::text::bytea), 'summarize', '{}', 'sim-fast', 'failed', now(), now()
+         from generate_series(1, $1) as n",
+    )
+    .bind(count)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "insert into attempts (owner_id, job_id, number, id, provider, state, origin, not_before, created_at)
+         select owner_id, id, 1, gen_random_uuid(), provider, 'failed', 'client', now(), now()
+         from jobs where idempotency_key like 'old-%'",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
 }
 
 /// A job's row is rewritten when its attempt is claimed and when it is
@@ -161,6 +220,12 @@ async fn no_index_of_jobs_holds_a_column_that_its_rewrites_change() {
 
 on_postgres!(
     an_attempts_key_is_unique_within_its_job_and_only_attempts_with_a_key_are_in_its_index,
-    a_generic_plan_made_on_an_empty_table_settles_an_attempt_by_its_primary_key,
     no_index_of_jobs_holds_a_column_that_its_rewrites_change
+);
+// Plain Postgres's planner: they force generic plans (`plan_cache_mode`),
+// and Citus plans a distributed statement with parameters only as a
+// custom plan.
+on_postgres!(
+    direct: a_generic_plan_made_on_an_empty_table_settles_an_attempt_by_its_primary_key,
+    a_generic_plan_made_on_an_empty_table_reads_a_group_of_jobs_by_their_primary_keys
 );

@@ -98,7 +98,9 @@ async fn read_owners_jobs(direct: &DirectConnections, mut same: Vec<JobRead>) {
         let answer = fetch_job(direct, GET_JOB.as_str(), &read.owner, read.id.0).await;
         return read.answer(answer);
     }
-    let ids: Vec<Uuid> = same.iter().map(|read| read.id.0).collect();
+    let mut ids: Vec<Uuid> = same.iter().map(|read| read.id.0).collect();
+    ids.sort_unstable();
+    ids.dedup();
     match fetch_jobs_rows(direct, &same[0].owner, &ids).await {
         Ok(rows) => {
             for read in same {
