@@ -15,8 +15,9 @@
 //! canceled, or failed with nothing left to try). The follower then ends.
 //!
 //! A follower holds one of its owner's places for long-polls while it
-//! lives. It is woken by the job's change notices in this process (a
-//! worker's write of pieces sends one), and rereads every
+//! lives. It is woken by the job's change notices in this process, and by
+//! a worker's write of pieces here, which has it read the pieces only (the
+//! job is read again on a change); and it rereads both every
 //! `server.event_stream_interval_ms` for what other processes committed.
 
 use std::sync::Arc;
@@ -73,23 +74,16 @@ impl Jobs {
         let Some(mut partial) = self.partial_at(&owner, id, cursor, output).await else { return };
         // What the job was last said to wait for, to say it once.
         let mut said: Option<Awaiting> = None;
+        let mut last: Option<LastRead> = None;
         loop {
             // Listening from before the reads, so that no change slips in between.
-            let change = watch.next_change();
+            let (change, grew) = (watch.next_change(), watch.next_output());
+            let changes = watch.changes();
             let Some(pieces) = self.pieces(&owner, id, cursor).await else { return };
             if !send_pieces(&sender, pieces, &mut cursor, &mut partial).await {
                 return;
             }
-            let job = match self.get_job(&owner, id).await {
-                Ok(job) => job,
-                // Erased: there is nothing more to show.
-                Err(JobError::NotFound) => return,
-                Err(error) => {
-                    // The client resumes from its cursor.
-                    tracing::warn!(job.id = %id, %error, "reading a followed job failed; its output stream ends");
-                    return;
-                }
-            };
+            let Some(job) = self.job_as_now(&owner, id, &mut last, changes).await else { return };
             if end_state(&job, self.catalog.limits(&job.task)) {
                 // Every piece was written before the job ended: read after
                 // its end, the output is whole.
@@ -116,11 +110,45 @@ impl Jobs {
             said = waiting;
             tokio::select! {
                 _ = change => {}
+                _ = grew => {}
                 _ = tokio::time::sleep(self.intervals.event_stream) => {}
                 _ = sender.closed() => return,
                 // The server is stopping, or the key changed: the client
                 // resumes from its cursor (a revoked key gets 401).
                 _ = place.ended() => return,
+            }
+        }
+    }
+
+    /// The followed job as it is now: `last` read again when the job
+    /// changed in this process since (its count of `changes` moved), or
+    /// when the reread interval passed (a change made by another process);
+    /// not for a piece of its output, which changes nothing of the job.
+    /// `None` when the follower ends: the job was erased, or cannot be read.
+    async fn job_as_now(
+        &self,
+        owner: &crate::domain::OwnerId,
+        id: JobId,
+        last: &mut Option<LastRead>,
+        changes: u64,
+    ) -> Option<Arc<Job>> {
+        if let Some(last) =
+            last.as_ref().filter(|last| last.changes == changes && last.at.elapsed() < self.intervals.event_stream)
+        {
+            return Some(last.job.clone());
+        }
+        let at = tokio::time::Instant::now();
+        match self.get_job(owner, id).await {
+            Ok(job) => {
+                *last = Some(LastRead { job: job.clone(), changes, at });
+                Some(job)
+            }
+            // Erased: there is nothing more to show.
+            Err(JobError::NotFound) => None,
+            Err(error) => {
+                // The client resumes from its cursor.
+                tracing::warn!(job.id = %id, %error, "reading a followed job failed; its output stream ends");
+                None
             }
         }
     }
@@ -164,6 +192,14 @@ impl Jobs {
             }
         }
     }
+}
+
+/// A follower's last read of its job: the job, its count of changes in
+/// this process before the read, and when the read began.
+struct LastRead {
+    job: Arc<Job>,
+    changes: u64,
+    at: tokio::time::Instant,
 }
 
 /// Sends `pieces` in order, moving `cursor` past each, each `delta`

@@ -1,7 +1,7 @@
 //! In-process signals: "there is work" for the worker, "this job changed"
 //! (or only "an attempt of it was claimed") for long-polls and event
-//! streams, and "this job finished" for the provider calls of its
-//! attempts still in flight. They only make things faster: every waiter
+//! streams, "this job's output grew" for its output's readers, and "this
+//! job finished" for the provider calls of its attempts still in flight. They only make things faster: every waiter
 //! also polls the database, so changes made by other processes are seen
 //! too (the worker's sweep finds finished jobs with calls in flight).
 
@@ -62,12 +62,14 @@ impl Drop for CallWatch<'_> {
 }
 
 /// One job's notices: `any` for every change, `settling` for every change
-/// but a claim (an attempt starting); `changes` counts them all.
+/// but a claim (an attempt starting); `changes` counts them all. `output`
+/// for a piece of its output written, which changes nothing of the job.
 #[derive(Default)]
 struct JobNotices {
     any: Notify,
     settling: Notify,
     changes: AtomicU64,
+    output: Notify,
 }
 
 impl JobNotices {
@@ -112,6 +114,18 @@ impl JobWatch<'_> {
     /// ([`Signals::job_claimed`]), listening from now on.
     pub fn next_change_but_a_claim(&self) -> Change<'_> {
         listening(&self.notices.settling)
+    }
+
+    /// A notice of the next piece written to the job's output in this
+    /// process, listening from now on.
+    pub fn next_output(&self) -> Change<'_> {
+        listening(&self.notices.output)
+    }
+
+    /// How many changes the job has had in this process: taken after the
+    /// notice of the next change, a count that moves is heard by it.
+    pub fn changes(&self) -> u64 {
+        self.notices.changes.load(Ordering::SeqCst)
     }
 
     /// Whether the job changed in this process since the watch was taken.
@@ -162,6 +176,14 @@ impl Signals {
         // still sees that nobody else holds the job's notice, and forgets it.
         if let Some(notices) = self.jobs.lock_anyway().get(&id) {
             notices.changed(false);
+        }
+    }
+
+    /// A piece of the job's output was written: wake its output's readers.
+    /// Not a change of the job: its waiters are not woken.
+    pub fn output_grew(&self, id: JobId) {
+        if let Some(notices) = self.jobs.lock_anyway().get(&id) {
+            notices.output.notify_waiters();
         }
     }
 
@@ -262,6 +284,24 @@ mod tests {
             settling.await
         });
         both.await.expect("any other change wakes both");
+    }
+
+    #[tokio::test]
+    async fn a_write_of_output_wakes_its_readers_and_is_no_change_of_the_job() {
+        use futures_util::FutureExt;
+        let signals = Signals::default();
+        let job = JobId::new();
+        let watching = signals.watch_job(job);
+        let (any, output) = (watching.next_change(), watching.next_output());
+        let before = watching.changes();
+        signals.output_grew(job);
+        assert!(output.now_or_never().is_some(), "a write of output wakes its readers");
+        assert!(any.now_or_never().is_none(), "the job's waiters sleep on");
+        assert_eq!(watching.changes(), before, "no change is counted");
+        let output = watching.next_output();
+        signals.job_changed(job);
+        assert!(output.now_or_never().is_none(), "a change of the job is no write of output");
+        assert_eq!(watching.changes(), before + 1);
     }
 
     #[tokio::test]

@@ -69,9 +69,9 @@ pub(super) struct Written {
 }
 
 /// Writes the pieces that come on `pieces` until the call ends (the sender
-/// is dropped), waking this process's readers of the job after each write:
-/// the whole text, and whether it passed `bound` (then `stop` is told, and
-/// nothing more is written). Once the output refused this attempt's
+/// is dropped), waking this process's readers of the job's output after
+/// each write: the whole text, and whether it passed `bound` (then `stop`
+/// is told, and nothing more is written). Once the output refused this attempt's
 /// pieces, only [`MAX_BYTES`] bounds what is kept of them: its answer may
 /// still come whole and be recorded as a loser's.
 pub(super) async fn write_output(
@@ -117,7 +117,7 @@ pub(super) async fn write_output(
         }
         next_write = Instant::now() + BATCH;
         match write(&appends, &store, &attempt, &text).await {
-            Some(Appended::Shown) => signals.job_changed(attempt.job_id),
+            Some(Appended::Shown) => signals.output_grew(attempt.job_id),
             Some(Appended::Refused) => {
                 tracing::info!(
                     "another attempt's answer holds the job's output, or the job ended: this call is aborted"

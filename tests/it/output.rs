@@ -502,6 +502,32 @@ async fn fifty_concurrent_creates_of_one_intent_make_one_provider_stream(backend
     assert_eq!(app.simulator_log().await.len(), 1, "one call to the provider");
 }
 
+/// A reader of a streamed answer is woken by each write of its pieces and
+/// reads the pieces only: it reads the job again when the job changed in
+/// this process (claimed, settled), not at each write. Counted by
+/// pg_stat_statements; the reread interval is set past the answer.
+async fn a_reader_reads_the_pieces_at_each_write_and_the_job_only_when_it_changed() {
+    let app = TestApp::spawn_live(Backend::Postgres, |s| {
+        streaming(20)(s);
+        s.server.event_stream_interval = std::time::Duration::from_secs(30);
+    })
+    .await;
+    app.qualify("sim-stream").await;
+    let pool = sqlx::PgPool::connect(&app.database_url).await.unwrap();
+    crate::common::postgres::reset_statement_counts(&pool).await;
+    let id = create(&app, "k", "sim-stream").await;
+    let received = read_to_end(open(&app, &app.alice, &id, "", None).await).await;
+    let counts = crate::common::postgres::statement_counts(&pool).await;
+    let writes = received.iter().filter(|e| e.kind == "delta").count();
+    assert!(writes >= 10, "a piece a write, at 20 tokens a second: {:?}", kinds(&received));
+    assert_eq!(kinds(&received).last(), Some(&"result"));
+    let job_reads: i64 =
+        counts.iter().filter(|(query, _)| query.starts_with("select j.owner_id, j.id,")).map(|(_, n)| n).sum();
+    // Read to follow the output, then at the start of the follower's loop,
+    // at the claim (if it came after), at the settlement.
+    assert!(job_reads <= 4, "{job_reads} reads of the job for {writes} writes: {counts:#?}");
+}
+
 on_both_backends!(
     a_streamed_answer_past_max_output_tokens_is_stopped_and_fails_response_too_large,
     a_responses_stream_broken_after_ten_pieces_resumes_with_no_restart_and_no_piece_twice,
@@ -520,4 +546,7 @@ on_both_backends!(
     the_output_of_a_job_run_by_another_server_reaches_a_reader_on_this_one,
 );
 
-on_postgres!(a_reader_whose_server_is_killed_and_restarted_mid_stream_resumes_there_and_gets_every_piece_once);
+on_postgres!(
+    a_reader_whose_server_is_killed_and_restarted_mid_stream_resumes_there_and_gets_every_piece_once,
+    a_reader_reads_the_pieces_at_each_write_and_the_job_only_when_it_changed
+);
