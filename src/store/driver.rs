@@ -299,6 +299,13 @@ pub trait Driver: Send + Sync + 'static {
     /// The job's output after piece `after`, in order.
     async fn list_output(&self, owner: &OwnerId, job_id: JobId, after: i64) -> Result<Vec<super::output::OutputPiece>>;
 
+    /// Appends each of `owner`'s `pieces` (job, attempt number, text; each
+    /// job once) whose attempt holds its job's output, the job neither
+    /// succeeded nor canceled, as one write: whether each was. Postgres
+    /// writes them by one statement; SQLite writes none this way (a batch
+    /// is already one transaction of its one writer there).
+    async fn append_to_held_outputs(&self, owner: &OwnerId, pieces: &[(JobId, i32, &str)]) -> Result<Vec<bool>>;
+
     /// Takes `tokens` from `provider`'s shared bucket of `per_minute`: `None`
     /// when taken, else how long until it holds them (or is full, for more).
     async fn reserve_tokens(&self, provider: &str, tokens: u64, per_minute: u32) -> Result<Option<Duration>>;

@@ -58,11 +58,58 @@ impl Store {
         self.append_outputs(&[(attempt, text)]).await.pop().expect("one answer for one piece")
     }
 
+    /// [`Store::append_output`] for several pieces of several attempts;
+    /// the answers are in the order of `appends`. The pieces of attempts
+    /// that hold their jobs' outputs are written first, one write an owner
+    /// ([`Store::append_to_held_outputs`]); the others in one transaction
+    /// ([`Store::append_in_one_transaction`]).
+    pub async fn append_outputs(&self, appends: &[(&AttemptRef, &str)]) -> Vec<Result<Appended>> {
+        let held = self.append_to_held_outputs(appends).await;
+        let rest: Vec<(&AttemptRef, &str)> =
+            (appends.iter().zip(&held)).filter(|(_, held)| !**held).map(|(append, _)| *append).collect();
+        let mut rest_answers =
+            if rest.is_empty() { Vec::new() } else { self.append_in_one_transaction(&rest).await }.into_iter();
+        held.into_iter()
+            .map(|held| match held {
+                true => Ok(Appended::Shown),
+                false => rest_answers.next().expect("an answer for each piece not written"),
+            })
+            .collect()
+    }
+
+    /// Writes each piece of `appends` whose attempt holds its job's output,
+    /// and whose job neither succeeded nor was canceled, by one write an
+    /// owner: whether each was. A piece of a job that comes twice in
+    /// `appends` is written this way once at most, and none at all when a
+    /// write fails (the transaction writes them then).
+    async fn append_to_held_outputs(&self, appends: &[(&AttemptRef, &str)]) -> Vec<bool> {
+        let mut written = vec![false; appends.len()];
+        let mut order: Vec<usize> = (0..appends.len()).collect();
+        order.sort_by_key(|&i| (appends[i].0.owner.as_str(), appends[i].0.job_id.0));
+        for same_owner in order.chunk_by(|&a, &b| appends[a].0.owner == appends[b].0.owner) {
+            let mut which: Vec<usize> = same_owner.to_vec();
+            which.dedup_by_key(|i| appends[*i].0.job_id);
+            let pieces: Vec<(JobId, i32, &str)> =
+                which.iter().map(|&i| (appends[i].0.job_id, appends[i].0.number, appends[i].1)).collect();
+            match self.driver().append_to_held_outputs(&appends[which[0]].0.owner, &pieces).await {
+                Ok(answers) => {
+                    for (i, answer) in which.into_iter().zip(answers) {
+                        written[i] = answer;
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(%error, size = pieces.len(), "writing pieces to held outputs failed; each goes by the transaction");
+                }
+            }
+        }
+        written
+    }
+
     /// [`Store::append_output`] for several pieces of several attempts, in
     /// one transaction (one commit), the jobs locked in the order of their
     /// ids; the answers are in the order of `appends`. Should a batch of
     /// several fail, each piece is appended alone.
-    pub async fn append_outputs(&self, appends: &[(&AttemptRef, &str)]) -> Vec<Result<Appended>> {
+    async fn append_in_one_transaction(&self, appends: &[(&AttemptRef, &str)]) -> Vec<Result<Appended>> {
         let mut order: Vec<usize> = (0..appends.len()).collect();
         // A stable sort: two pieces for one job keep their order.
         order.sort_by_key(|&i| (appends[i].0.owner.as_str(), appends[i].0.job_id.0));

@@ -78,7 +78,8 @@ pub async fn a_batch_settles_each_output_by_its_own_compare_and_swap(store: Shar
 /// Pieces of several streams in one batch: each job's output is decided by
 /// its own compare-and-swap. Two running attempts of one job in one batch:
 /// the first to arrive takes the output and the other is refused; another
-/// job's piece is shown; a job's pieces are numbered in order.
+/// job's piece is shown; a job's pieces are numbered in order; nothing is
+/// written to a job that succeeded.
 pub async fn a_batch_of_output_pieces_decides_each_jobs_output_by_itself(store: Shared) {
     let s = &store;
     let (alone, raced) = (job_with_running(s, "alone", 1).await, job_with_running(s, "raced", 2).await);
@@ -95,6 +96,16 @@ pub async fn a_batch_of_output_pieces_decides_each_jobs_output_by_itself(store: 
     assert_eq!(raced_output, [(1, 2, "second".to_owned()), (2, 2, " more".to_owned())]);
     let alone_output = texts(s.list_output(&owner("alice"), alone, 0).await.unwrap());
     assert_eq!(alone_output, [(1, 1, "a".to_owned()), (2, 1, "b".to_owned())]);
+
+    // The holder's piece once its job succeeded is refused, and not written.
+    let output = json!({"summary": "a b"});
+    let finish = Finish { attempt: &a1, output: &output, holder: Some(WORKER), usage: None };
+    assert_eq!(s.finish_attempts(&[finish]).await.pop().unwrap().unwrap(), Transition::Won { canceled: vec![] });
+    assert_eq!(
+        appended(s.append_outputs(&[(&a1, "late"), (&r2, " last")]).await),
+        [Appended::Refused, Appended::Shown]
+    );
+    assert_eq!(texts(s.list_output(&owner("alice"), alone, 0).await.unwrap()).len(), 2);
 }
 
 on_both_backends!(
@@ -287,7 +298,9 @@ async fn reads_that_queue_behind_one_are_made_by_one_statement_an_owner() {
     assert_eq!(calls("$2::uuid[]"), 2, "the twenty-six queued behind it, by owner: {counts:#?}");
 }
 
-/// Postgres: the pieces of four streams in one batch are one commit.
+/// Postgres: the pieces of four streams in one batch are one commit; once
+/// each attempt holds its job's output, a batch of their next pieces is
+/// one statement.
 async fn a_batch_of_output_pieces_is_one_commit() {
     let url = crate::common::postgres::fresh_database().await;
     let pool = PgPoolOptions::new().max_connections(8).connect(&url).await.unwrap();
@@ -303,6 +316,16 @@ async fn a_batch_of_output_pieces_is_one_commit() {
     assert_eq!(answers, vec![Appended::Shown; 4]);
     let commits: i64 = counts.iter().filter(|(query, _)| query.eq_ignore_ascii_case("commit")).map(|(_, n)| n).sum();
     assert_eq!(commits, 1, "one commit for the batch: {counts:#?}");
+
+    crate::common::postgres::reset_statement_counts(&pool).await;
+    let answers: Vec<Appended> = store.append_outputs(&pieces).await.into_iter().map(Result::unwrap).collect();
+    let counts = crate::common::postgres::statement_counts(&pool).await;
+    assert_eq!(answers, vec![Appended::Shown; 4]);
+    let statements: i64 = counts.iter().map(|(_, n)| n).sum();
+    assert_eq!(statements, 1, "one statement for the next batch: {counts:#?}");
+    let seqs: Vec<i64> =
+        sqlx::query_scalar("select seq from job_output order by job_id, seq").fetch_all(&pool).await.unwrap();
+    assert_eq!(seqs, [1, 2].repeat(4), "each job's two pieces, numbered from 1");
 }
 
 on_postgres!(

@@ -2,7 +2,7 @@
 //! are cross-owner by design: what the routing test (`tests/it/citus.rs`)
 //! checks against a sharding by owner (docs/scaling.md).
 
-use super::{breakers, citus, claims, connect, keys, retention, sessions, sql, webhooks};
+use super::{breakers, citus, claims, connect, keys, pieces, retention, sessions, sql, webhooks};
 use crate::store::shared;
 
 /// Names each statement of the list with its path and gives its text.
@@ -54,6 +54,7 @@ fn jobs_and_attempts() -> Vec<(&'static str, &'static str)> {
         sql::LOCK_OUTPUT,
         sql::SET_OUTPUT_ATTEMPT,
         sql::INSERT_OUTPUT,
+        pieces::APPEND_TO_HELD_OUTPUTS,
         sql::LIST_OUTPUT,
         sql::FIND_JOB_BY_KEY,
         sql::SETTLE_WITH_OUTPUT,

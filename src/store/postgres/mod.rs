@@ -48,6 +48,7 @@ mod connect;
 mod creates;
 mod direct;
 mod keys;
+mod pieces;
 mod pooling;
 mod reads;
 mod retention;
@@ -416,6 +417,10 @@ impl Driver for PostgresStore {
 
     async fn list_output(&self, owner: &OwnerId, job_id: JobId, after: i64) -> Result<Vec<OutputPiece>> {
         shared::list_output(&self.pool, sql::LIST_OUTPUT, owner, job_id, after).await
+    }
+
+    async fn append_to_held_outputs(&self, owner: &OwnerId, pieces: &[(JobId, i32, &str)]) -> Result<Vec<bool>> {
+        pieces::append_to_held_outputs(&self.pool, owner, pieces).await
     }
 
     async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
