@@ -16,9 +16,10 @@
 //!
 //! A follower holds one of its owner's places for long-polls while it
 //! lives. It is woken by the job's change notices in this process, and by
-//! a worker's write of pieces here, which has it read the pieces only (the
-//! job is read again on a change); and it rereads both every
-//! `server.event_stream_interval_ms` for what other processes committed.
+//! a worker's write of pieces here, which it is shown with the notice (the
+//! pieces are read when they do not follow its cursor; the job, on a
+//! change); and it rereads both every `server.event_stream_interval_ms`
+//! for what other processes committed.
 
 use std::sync::Arc;
 
@@ -75,11 +76,20 @@ impl Jobs {
         // What the job was last said to wait for, to say it once.
         let mut said: Option<Awaiting> = None;
         let mut last: Option<LastRead> = None;
+        let mut woken_by_output = false;
         loop {
             // Listening from before the reads, so that no change slips in between.
             let (change, grew) = (watch.next_change(), watch.next_output());
             let changes = watch.changes();
-            let Some(pieces) = self.pieces(&owner, id, cursor).await else { return };
+            // Woken by a write in this process: its pieces, if they follow the cursor.
+            let written = woken_by_output.then(|| watch.output_after(cursor)).flatten();
+            let pieces = match written {
+                Some(pieces) => pieces,
+                None => match self.pieces(&owner, id, cursor).await {
+                    Some(pieces) => pieces,
+                    None => return,
+                },
+            };
             if !send_pieces(&sender, pieces, &mut cursor, &mut partial).await {
                 return;
             }
@@ -108,9 +118,10 @@ impl Jobs {
                 }
             }
             said = waiting;
+            woken_by_output = false;
             tokio::select! {
                 _ = change => {}
-                _ = grew => {}
+                _ = grew => woken_by_output = true,
                 _ = tokio::time::sleep(self.intervals.event_stream) => {}
                 _ = sender.closed() => return,
                 // The server is stopping, or the key changed: the client

@@ -15,6 +15,7 @@ use tokio::sync::futures::Notified;
 use tokio::sync::watch;
 
 use crate::domain::{AttemptId, JobId};
+use crate::store::output::OutputPiece;
 use crate::sync::LockAnyway;
 
 /// The signals one process shares between its API and its worker.
@@ -63,14 +64,20 @@ impl Drop for CallWatch<'_> {
 
 /// One job's notices: `any` for every change, `settling` for every change
 /// but a claim (an attempt starting); `changes` counts them all. `output`
-/// for a piece of its output written, which changes nothing of the job.
+/// for a piece of its output written, which changes nothing of the job,
+/// and `written`, the last pieces written in this process, in order.
 #[derive(Default)]
 struct JobNotices {
     any: Notify,
     settling: Notify,
     changes: AtomicU64,
     output: Notify,
+    written: Mutex<Vec<OutputPiece>>,
 }
+
+/// The most bytes, and pieces, of a job's last pieces kept for its readers.
+const WRITTEN_BYTES: usize = 64 * 1024;
+const WRITTEN_PIECES: usize = 256;
 
 impl JobNotices {
     /// Counts a change, then wakes those listening for it: a listener that
@@ -120,6 +127,19 @@ impl JobWatch<'_> {
     /// process, listening from now on.
     pub fn next_output(&self) -> Change<'_> {
         listening(&self.notices.output)
+    }
+
+    /// The pieces after `cursor` written in this process since the watch's
+    /// first one, if they follow `cursor` with none missing (the first is
+    /// `cursor + 1`, each the next): what a reader woken by
+    /// [`JobWatch::next_output`] is shown without reading them. `None`
+    /// when they do not (written before, or by another process, or no
+    /// longer kept): the reader reads them.
+    pub fn output_after(&self, cursor: i64) -> Option<Vec<OutputPiece>> {
+        let written = self.notices.written.lock_anyway();
+        let after: Vec<OutputPiece> = written.iter().filter(|piece| piece.seq > cursor).cloned().collect();
+        let follows = after.iter().zip(cursor + 1..).all(|(piece, seq)| piece.seq == seq);
+        (follows && !after.is_empty()).then_some(after)
     }
 
     /// How many changes the job has had in this process: taken after the
@@ -179,10 +199,23 @@ impl Signals {
         }
     }
 
-    /// A piece of the job's output was written: wake its output's readers.
-    /// Not a change of the job: its waiters are not woken.
-    pub fn output_grew(&self, id: JobId) {
+    /// `pieces` of the job's output were written (and committed): kept for
+    /// its output's readers, who are woken. Not a change of the job: its
+    /// waiters are not woken.
+    pub fn output_grew(&self, id: JobId, pieces: &[OutputPiece]) {
         if let Some(notices) = self.jobs.lock_anyway().get(&id) {
+            let mut written = notices.written.lock_anyway();
+            for piece in pieces {
+                let at = written.partition_point(|kept| kept.seq < piece.seq);
+                if written.get(at).is_none_or(|kept| kept.seq != piece.seq) {
+                    written.insert(at, piece.clone());
+                }
+            }
+            let mut bytes: usize = written.iter().map(|piece| piece.text.len()).sum();
+            while (bytes > WRITTEN_BYTES || written.len() > WRITTEN_PIECES) && written.len() > 1 {
+                bytes -= written.remove(0).text.len();
+            }
+            drop(written);
             notices.output.notify_waiters();
         }
     }
@@ -294,7 +327,7 @@ mod tests {
         let watching = signals.watch_job(job);
         let (any, output) = (watching.next_change(), watching.next_output());
         let before = watching.changes();
-        signals.output_grew(job);
+        signals.output_grew(job, &[]);
         assert!(output.now_or_never().is_some(), "a write of output wakes its readers");
         assert!(any.now_or_never().is_none(), "the job's waiters sleep on");
         assert_eq!(watching.changes(), before, "no change is counted");
@@ -302,6 +335,31 @@ mod tests {
         signals.job_changed(job);
         assert!(output.now_or_never().is_none(), "a change of the job is no write of output");
         assert_eq!(watching.changes(), before + 1);
+    }
+
+    fn piece(seq: i64) -> OutputPiece {
+        OutputPiece { seq, attempt_number: 1, kind: "delta".into(), text: format!("piece {seq}") }
+    }
+
+    #[test]
+    fn a_reader_is_shown_the_pieces_written_here_only_when_they_follow_its_cursor() {
+        let signals = Signals::default();
+        let job = JobId::new();
+        signals.output_grew(job, &[piece(1)]);
+        let watching = signals.watch_job(job);
+        assert_eq!(watching.output_after(0), None, "written before the watch: not kept");
+        signals.output_grew(job, &[piece(3)]);
+        signals.output_grew(job, &[piece(2)]);
+        assert_eq!(watching.output_after(1), Some(vec![piece(2), piece(3)]), "kept in order");
+        assert_eq!(watching.output_after(2), Some(vec![piece(3)]));
+        assert_eq!(watching.output_after(0), None, "piece 1 is missing: the reader reads them");
+        assert_eq!(watching.output_after(3), None, "nothing after the cursor");
+        signals.output_grew(job, &[piece(5)]);
+        assert_eq!(watching.output_after(3), None, "piece 4 is missing");
+        let big = OutputPiece { text: "x".repeat(WRITTEN_BYTES), ..piece(6) };
+        signals.output_grew(job, std::slice::from_ref(&big));
+        assert_eq!(watching.output_after(5), Some(vec![big]), "the last pieces are kept, the first let go");
+        assert_eq!(watching.output_after(1), None);
     }
 
     #[tokio::test]

@@ -301,10 +301,10 @@ pub trait Driver: Send + Sync + 'static {
 
     /// Appends each of `owner`'s `pieces` (job, attempt number, text; each
     /// job once) whose attempt holds its job's output, the job neither
-    /// succeeded nor canceled, as one write: whether each was. Postgres
-    /// writes them by one statement; SQLite writes none this way (a batch
-    /// is already one transaction of its one writer there).
-    async fn append_to_held_outputs(&self, owner: &OwnerId, pieces: &[(JobId, i32, &str)]) -> Result<Vec<bool>>;
+    /// succeeded nor canceled, as one write: the number of each written.
+    /// Postgres writes them by one statement; SQLite writes none this way
+    /// (a batch is already one transaction of its one writer there).
+    async fn append_to_held_outputs(&self, owner: &OwnerId, pieces: &[(JobId, i32, &str)]) -> Result<Vec<Option<i64>>>;
 
     /// Takes `tokens` from `provider`'s shared bucket of `per_minute`: `None`
     /// when taken, else how long until it holds them (or is full, for more).

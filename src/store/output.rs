@@ -28,7 +28,13 @@ pub struct OutputPiece {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Appended {
     /// Written: the output is this attempt's.
-    Shown,
+    Shown {
+        /// The piece's number.
+        seq: i64,
+        /// Whether a `restart` (numbered `seq - 1`) was written before it,
+        /// this attempt taking the output from another's.
+        restarted: bool,
+    },
     /// Not written: another attempt holds the output and runs, or the job
     /// succeeded or was canceled (or is gone). This attempt's answer will
     /// not be shown.
@@ -66,24 +72,24 @@ impl Store {
     pub async fn append_outputs(&self, appends: &[(&AttemptRef, &str)]) -> Vec<Result<Appended>> {
         let held = self.append_to_held_outputs(appends).await;
         let rest: Vec<(&AttemptRef, &str)> =
-            (appends.iter().zip(&held)).filter(|(_, held)| !**held).map(|(append, _)| *append).collect();
+            (appends.iter().zip(&held)).filter(|(_, held)| held.is_none()).map(|(append, _)| *append).collect();
         let mut rest_answers =
             if rest.is_empty() { Vec::new() } else { self.append_in_one_transaction(&rest).await }.into_iter();
         held.into_iter()
             .map(|held| match held {
-                true => Ok(Appended::Shown),
-                false => rest_answers.next().expect("an answer for each piece not written"),
+                Some(seq) => Ok(Appended::Shown { seq, restarted: false }),
+                None => rest_answers.next().expect("an answer for each piece not written"),
             })
             .collect()
     }
 
     /// Writes each piece of `appends` whose attempt holds its job's output,
     /// and whose job neither succeeded nor was canceled, by one write an
-    /// owner: whether each was. A piece of a job that comes twice in
-    /// `appends` is written this way once at most, and none at all when a
-    /// write fails (the transaction writes them then).
-    async fn append_to_held_outputs(&self, appends: &[(&AttemptRef, &str)]) -> Vec<bool> {
-        let mut written = vec![false; appends.len()];
+    /// owner: the number of each written. A piece of a job that comes
+    /// twice in `appends` is written this way once at most, and none at
+    /// all when a write fails (the transaction writes them then).
+    async fn append_to_held_outputs(&self, appends: &[(&AttemptRef, &str)]) -> Vec<Option<i64>> {
+        let mut written = vec![None; appends.len()];
         let mut order: Vec<usize> = (0..appends.len()).collect();
         order.sort_by_key(|&i| (appends[i].0.owner.as_str(), appends[i].0.job_id.0));
         for same_owner in order.chunk_by(|&a, &b| appends[a].0.owner == appends[b].0.owner) {
@@ -148,7 +154,7 @@ impl Store {
                     text: text.into(),
                 };
                 tx.insert_output(owner, job, &delta).await?;
-                appended[i] = Appended::Shown;
+                appended[i] = Appended::Shown { seq: delta.seq, restarted: seq > lock.last_seq };
             }
             tx.commit().await?;
             Ok::<_, super::StoreError>(appended)

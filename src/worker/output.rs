@@ -27,7 +27,7 @@ use crate::config::Tokenizer;
 use crate::domain::{AttemptId, Usage};
 use crate::process::signals::Signals;
 use crate::provider::{Completion, FailureClass, FailureFacts, FailureKind, ProviderError};
-use crate::store::output::Appended;
+use crate::store::output::{Appended, OutputPiece};
 use crate::store::{AttemptRef, GroupCommit, Store};
 
 /// The least time between two writes of one attempt's pieces.
@@ -117,7 +117,9 @@ pub(super) async fn write_output(
         }
         next_write = Instant::now() + BATCH;
         match write(&appends, &store, &attempt, &text).await {
-            Some(Appended::Shown) => signals.output_grew(attempt.job_id),
+            Some(Appended::Shown { seq, restarted }) => {
+                signals.output_grew(attempt.job_id, &written_pieces(attempt.number, seq, restarted, text))
+            }
             Some(Appended::Refused) => {
                 tracing::info!(
                     "another attempt's answer holds the job's output, or the job ended: this call is aborted"
@@ -129,6 +131,16 @@ pub(super) async fn write_output(
         }
     }
     written
+}
+
+/// The pieces one write added to a job's output: `text`, numbered `seq`,
+/// after a `restart` when the attempt took the output.
+fn written_pieces(attempt_number: i32, seq: i64, restarted: bool, text: String) -> Vec<OutputPiece> {
+    let delta = OutputPiece { seq, attempt_number, kind: "delta".into(), text };
+    match restarted {
+        true => vec![OutputPiece { seq: seq - 1, attempt_number, kind: "restart".into(), text: String::new() }, delta],
+        false => vec![delta],
+    }
 }
 
 /// The outcome of a streamed call, with what its writer saw: an answer

@@ -85,10 +85,11 @@ pub async fn a_batch_of_output_pieces_decides_each_jobs_output_by_itself(store: 
     let (alone, raced) = (job_with_running(s, "alone", 1).await, job_with_running(s, "raced", 2).await);
     let (a1, r2, r1) = (at(alone, 1), at(raced, 2), at(raced, 1));
     let appended = |batch: Vec<Result<Appended, _>>| batch.into_iter().map(Result::unwrap).collect::<Vec<_>>();
+    let shown = |seq| Appended::Shown { seq, restarted: false };
     let first = appended(s.append_outputs(&[(&a1, "a"), (&r2, "second"), (&r1, "first")]).await);
-    assert_eq!(first, [Appended::Shown, Appended::Shown, Appended::Refused]);
+    assert_eq!(first, [shown(1), shown(1), Appended::Refused]);
     let then = appended(s.append_outputs(&[(&r2, " more"), (&a1, "b"), (&r1, "again")]).await);
-    assert_eq!(then, [Appended::Shown, Appended::Shown, Appended::Refused]);
+    assert_eq!(then, [shown(2), shown(2), Appended::Refused]);
     let texts = |pieces: Vec<OutputPiece>| {
         pieces.into_iter().map(|p| (p.seq, p.attempt_number, p.text)).collect::<Vec<(i64, i32, String)>>()
     };
@@ -101,10 +102,7 @@ pub async fn a_batch_of_output_pieces_decides_each_jobs_output_by_itself(store: 
     let output = json!({"summary": "a b"});
     let finish = Finish { attempt: &a1, output: &output, holder: Some(WORKER), usage: None };
     assert_eq!(s.finish_attempts(&[finish]).await.pop().unwrap().unwrap(), Transition::Won { canceled: vec![] });
-    assert_eq!(
-        appended(s.append_outputs(&[(&a1, "late"), (&r2, " last")]).await),
-        [Appended::Refused, Appended::Shown]
-    );
+    assert_eq!(appended(s.append_outputs(&[(&a1, "late"), (&r2, " last")]).await), [Appended::Refused, shown(3)]);
     assert_eq!(texts(s.list_output(&owner("alice"), alone, 0).await.unwrap()).len(), 2);
 }
 
@@ -313,14 +311,14 @@ async fn a_batch_of_output_pieces_is_one_commit() {
     crate::common::postgres::reset_statement_counts(&pool).await;
     let answers: Vec<Appended> = store.append_outputs(&pieces).await.into_iter().map(Result::unwrap).collect();
     let counts = crate::common::postgres::statement_counts(&pool).await;
-    assert_eq!(answers, vec![Appended::Shown; 4]);
+    assert_eq!(answers, vec![Appended::Shown { seq: 1, restarted: false }; 4]);
     let commits: i64 = counts.iter().filter(|(query, _)| query.eq_ignore_ascii_case("commit")).map(|(_, n)| n).sum();
     assert_eq!(commits, 1, "one commit for the batch: {counts:#?}");
 
     crate::common::postgres::reset_statement_counts(&pool).await;
     let answers: Vec<Appended> = store.append_outputs(&pieces).await.into_iter().map(Result::unwrap).collect();
     let counts = crate::common::postgres::statement_counts(&pool).await;
-    assert_eq!(answers, vec![Appended::Shown; 4]);
+    assert_eq!(answers, vec![Appended::Shown { seq: 2, restarted: false }; 4]);
     let statements: i64 = counts.iter().map(|(_, n)| n).sum();
     assert_eq!(statements, 1, "one statement for the next batch: {counts:#?}");
     let seqs: Vec<i64> =

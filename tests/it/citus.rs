@@ -437,8 +437,13 @@ async fn citus_plan(db: &mut PgConnection, sql: &str) -> Result<Vec<(u64, usize)
 
 /// The statements of one owner that Citus sends to the owner's shard in
 /// several steps rather than one.
-const IN_STEPS_ON_CITUS: &[&str] =
-    &["sql::CREATE_JOBS", "sql::SETTLE_WITH_OUTPUT", "sql::SETTLE_OUTPUTS", "claims::START_ATTEMPTS"];
+const IN_STEPS_ON_CITUS: &[&str] = &[
+    "sql::CREATE_JOBS",
+    "sql::SETTLE_WITH_OUTPUT",
+    "sql::SETTLE_OUTPUTS",
+    "claims::START_ATTEMPTS",
+    "pieces::APPEND_TO_HELD_OUTPUTS",
+];
 
 /// On Citus: every statement of the catalogue is planned by Citus (but
 /// those the store sends only on plain Postgres, which Citus refuses), and

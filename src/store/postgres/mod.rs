@@ -419,7 +419,7 @@ impl Driver for PostgresStore {
         shared::list_output(&self.pool, sql::LIST_OUTPUT, owner, job_id, after).await
     }
 
-    async fn append_to_held_outputs(&self, owner: &OwnerId, pieces: &[(JobId, i32, &str)]) -> Result<Vec<bool>> {
+    async fn append_to_held_outputs(&self, owner: &OwnerId, pieces: &[(JobId, i32, &str)]) -> Result<Vec<Option<i64>>> {
         pieces::append_to_held_outputs(&self.pool, owner, pieces).await
     }
 

@@ -429,11 +429,14 @@ pub(super) const LOCK_ATTEMPT_JOB: &str = r#"select j.state, j.task, j.provider,
 /// key whatever the plan or the statistics: in a subquery run once a row,
 /// the key is a condition of the scan itself, which every index path on
 /// the key uses whole, where a join to the batch could be planned as one
-/// read of all of the owner's rows. Binds: owner, job ids, numbers.
+/// read of all of the owner's rows. The batch ends in `limit
+/// cardinality($2)`, so that its generic plan is kept (as
+/// [`super::pieces::APPEND_TO_HELD_OUTPUTS`]'s). Binds: owner, job ids,
+/// numbers.
 pub(super) const LOCK_ATTEMPT_JOBS: &str = r#"select s.n, j.state, j.task, j.provider, j.winning_attempt,
            exists (select from webhook_subscriptions w where w.owner_id = $1) as hooked,
            a.state as attempt_state, a.worker, coalesce(a.lease_until > now(), false) as lease_live
-    from unnest($2::uuid[], $3::int[]) with ordinality as s(job_id, number, n)
+    from (select * from unnest($2::uuid[], $3::int[]) with ordinality as s(job_id, number, n) limit cardinality($2)) s
     cross join lateral (
         select j.state, j.task, j.provider, j.winning_attempt from jobs j
         where j.owner_id = $1 and j.id = s.job_id

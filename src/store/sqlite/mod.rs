@@ -421,8 +421,12 @@ impl Driver for SqliteStore {
         shared::list_output(&self.pool, sql::LIST_OUTPUT, owner, job_id, after).await
     }
 
-    async fn append_to_held_outputs(&self, _owner: &OwnerId, pieces: &[(JobId, i32, &str)]) -> Result<Vec<bool>> {
-        Ok(vec![false; pieces.len()])
+    async fn append_to_held_outputs(
+        &self,
+        _owner: &OwnerId,
+        pieces: &[(JobId, i32, &str)],
+    ) -> Result<Vec<Option<i64>>> {
+        Ok(vec![None; pieces.len()])
     }
 
     async fn list_events(&self, owner: &OwnerId, job_id: JobId) -> Result<Vec<JobEvent>> {
