@@ -75,9 +75,12 @@ struct JobNotices {
     written: Mutex<Vec<OutputPiece>>,
 }
 
-/// The most bytes, and pieces, of a job's last pieces kept for its readers.
-const WRITTEN_BYTES: usize = 64 * 1024;
-const WRITTEN_PIECES: usize = 256;
+/// The most bytes, and pieces, of a job's last pieces kept for its readers
+/// (one behind them reads the pieces): a reader takes what came since it
+/// last woke, a piece or two, and a watched job that no reader follows
+/// (a long-poll's) holds no more than this.
+const WRITTEN_BYTES: usize = 16 * 1024;
+const WRITTEN_PIECES: usize = 64;
 
 impl JobNotices {
     /// Counts a change, then wakes those listening for it: a listener that
