@@ -1,9 +1,10 @@
 //! In-process signals: "there is work" for the worker, "this job changed"
 //! (or only "an attempt of it was claimed") for long-polls and event
 //! streams, "this job's output grew" for its output's readers, and "this
-//! job finished" for the provider calls of its attempts still in flight. They only make things faster: every waiter
-//! also polls the database, so changes made by other processes are seen
-//! too (the worker's sweep finds finished jobs with calls in flight).
+//! job finished" for the provider calls of its attempts still in flight.
+//! They only make things faster: every waiter also polls the database, so
+//! changes made by other processes are seen too (the worker's sweep finds
+//! finished jobs with calls in flight).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

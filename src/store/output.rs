@@ -67,8 +67,8 @@ impl Store {
     /// [`Store::append_output`] for several pieces of several attempts;
     /// the answers are in the order of `appends`. The pieces of attempts
     /// that hold their jobs' outputs are written first, one write an owner
-    /// ([`Store::append_to_held_outputs`]); the others in one transaction
-    /// ([`Store::append_in_one_transaction`]).
+    /// (`Store::append_to_held_outputs`); the others in one transaction
+    /// (`Store::append_in_one_transaction`).
     pub async fn append_outputs(&self, appends: &[(&AttemptRef, &str)]) -> Vec<Result<Appended>> {
         let held = self.append_to_held_outputs(appends).await;
         let rest: Vec<(&AttemptRef, &str)> =

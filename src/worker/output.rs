@@ -71,9 +71,9 @@ pub(super) struct Written {
 /// Writes the pieces that come on `pieces` until the call ends (the sender
 /// is dropped), waking this process's readers of the job's output after
 /// each write: the whole text, and whether it passed `bound` (then `stop`
-/// is told, and nothing more is written). Once the output refused this attempt's
-/// pieces, only [`MAX_BYTES`] bounds what is kept of them: its answer may
-/// still come whole and be recorded as a loser's.
+/// is told, and nothing more is written). Once the output refused this
+/// attempt's pieces, only [`MAX_BYTES`] bounds what is kept of them: its
+/// answer may still come whole and be recorded as a loser's.
 pub(super) async fn write_output(
     (store, appends): (Store, Arc<Appends>),
     signals: Arc<Signals>,

@@ -13,9 +13,9 @@ use crate::store::rows::names::JOB_TERMINAL;
 /// Appends each piece whose attempt holds its job's output (and whose job
 /// has not succeeded or been canceled) after the job's last piece, under
 /// the job's row lock; answers the pieces written, by their place in the
-/// arrays (`n`, from 1), with their numbers. Each job is locked and read by its primary key in
-/// a subquery run once a piece (`offset 0`), in the order given: the jobs'
-/// ids in order, each once. The pieces end in `limit cardinality($2)`, all
+/// arrays (`n`, from 1), with their numbers. Each job is locked and read
+/// by its primary key in a subquery run once a piece (`offset 0`), in the
+/// order given: the jobs' ids in order, each once. The pieces end in `limit cardinality($2)`, all
 /// of them, which a generic plan reads as one row, a custom plan as their
 /// number: the generic plan, made once, is then the cheaper (without it,
 /// the statement was planned again at nearly every run, which cost more
